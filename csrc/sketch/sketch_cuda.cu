@@ -1,0 +1,41 @@
+// CUDA launchers of the sketching family: one block per sample, threads over its buckets/labels.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "sketch/sketch.h"
+#include "sketch/sketch_checks.h"
+
+namespace fedkernels {
+
+__global__ void label_hash_kernel(uint8_t* out, const int64_t* indptr, const int64_t* labels, const int32_t* table,
+                                  int64_t n_samples, int64_t r, int64_t b) {
+  const int64_t n = blockIdx.x;
+  label_hash_zero(out, n, n_samples, r, b, threadIdx.x, blockDim.x);
+  __syncthreads();
+  // Threads that hit the same bucket all store 1: a benign race with one possible value.
+  label_hash_set(out, labels + indptr[n], indptr[n + 1] - indptr[n], table, n, n_samples, r, b, threadIdx.x,
+                 blockDim.x);
+}
+
+static at::Tensor label_hash_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& table,
+                                  int64_t num_buckets) {
+  check_label_hash_args(indptr, indices, table, num_buckets);
+  const c10::cuda::CUDAGuard guard(indices.device());
+  const auto ip = indptr.contiguous();
+  const auto ix = indices.contiguous();
+  const auto tb = table.contiguous();
+  const int64_t n_samples = ip.numel() - 1, r = tb.size(1);
+  auto out = at::empty({r, n_samples, num_buckets}, indices.options().dtype(at::kByte));
+  if (n_samples == 0) return out;
+  TORCH_CHECK(n_samples <= INT32_MAX, "label_hash: at most 2^31 - 1 samples per call on CUDA");
+  label_hash_kernel<<<static_cast<unsigned>(n_samples), 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+      out.data_ptr<uint8_t>(), ip.data_ptr<int64_t>(), ix.data_ptr<int64_t>(), tb.data_ptr<int32_t>(), n_samples, r,
+      num_buckets);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) { m.impl("label_hash", &label_hash_cuda); }
+
+}  // namespace fedkernels

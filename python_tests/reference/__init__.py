@@ -1,0 +1,1 @@
+"""Slow, obvious reference implementations that the compiled ops are tested against."""

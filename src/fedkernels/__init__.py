@@ -1,0 +1,17 @@
+"""fedkernels: compiled CPU/CUDA kernels for communication-efficient federated learning.
+
+Every op is a registered custom op, ``torch.ops.fedkernels.<name>``, re-exported here with
+docstrings; see ``fedkernels.ops``. ``fedkernels.nn`` holds drop-in modules and
+``fedkernels.fl`` the federated loop.
+"""
+
+import torch  # noqa: F401  (loads libtorch before the extension)
+
+from . import _C  # noqa: F401  (registers torch.ops.fedkernels)
+from ._info import info
+from .hashing import HashFamily
+from .ops import *  # noqa: F401,F403
+from .ops import __all__ as _ops_all
+
+__version__ = _C.build_info()["version"]
+__all__ = ["HashFamily", "info", "__version__", *_ops_all]

@@ -1,0 +1,77 @@
+"""The hash family every client, the server, CPU and GPU share (DESIGN.md §2)."""
+
+from __future__ import annotations
+
+import torch
+
+from . import _C
+
+_UINT64_MAX = (1 << 64) - 1
+
+
+@torch.library.register_fake("fedkernels::hash_buckets")
+def _hash_buckets_fake(ids, params, num_buckets):
+    n, r = ids.shape[0], params.shape[0]
+    return ids.new_empty((n, r), dtype=torch.int32), ids.new_empty((n, r), dtype=torch.int8)
+
+
+class HashFamily:
+    """R independent 2-universal hashes into B buckets plus R sign hashes, from one seed.
+
+    ``h_j(l) = ((a_j l + b_j) mod P) mod B`` and ``s_j(l) = +1`` if ``(c_j l + d_j) mod P`` is even
+    else ``-1``, with ``P = 2**61 - 1`` and (a, b, c, d) drawn from splitmix64(seed). The server
+    broadcasts only ``(num_tables, num_buckets, seed)``.
+
+    Example:
+        >>> hf = HashFamily(num_tables=4, num_buckets=4000, seed=42)
+        >>> hf.buckets(torch.tensor([123456])).tolist()
+        [[249, 3301, 1735, 105]]
+    """
+
+    def __init__(self, num_tables: int, num_buckets: int, seed: int = 0) -> None:
+        if int(num_tables) < 1:
+            raise ValueError(f"num_tables (R) must be >= 1, got {num_tables}")
+        if int(num_buckets) < 1:
+            raise ValueError(f"num_buckets (B) must be >= 1, got {num_buckets}")
+        if not 0 <= int(seed) <= _UINT64_MAX:
+            raise ValueError(f"seed must lie in [0, 2**64), got {seed}")
+        self.num_tables = int(num_tables)
+        self.num_buckets = int(num_buckets)
+        self.seed = int(seed)
+        flat = _C.hash_params(self.seed, self.num_tables)
+        # Every parameter is < 2**61, so int64 holds it exactly.
+        self.params = torch.tensor(flat, dtype=torch.int64).view(self.num_tables, 4)
+
+    def __repr__(self) -> str:
+        return f"HashFamily(num_tables={self.num_tables}, num_buckets={self.num_buckets}, seed={self.seed})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HashFamily) and (self.num_tables, self.num_buckets, self.seed) == (
+            other.num_tables, other.num_buckets, other.seed)
+
+    def __hash__(self) -> int:
+        return hash((self.num_tables, self.num_buckets, self.seed))
+
+    def _hash(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.as_tensor(ids)
+        if ids.dtype != torch.int64:
+            raise ValueError(f"ids must be int64, got {ids.dtype}")
+        flat = ids.reshape(-1)
+        b, s = torch.ops.fedkernels.hash_buckets(flat, self.params.to(flat.device), self.num_buckets)
+        return b.view(*ids.shape, self.num_tables), s.view(*ids.shape, self.num_tables)
+
+    def buckets(self, ids: torch.Tensor) -> torch.Tensor:
+        """Buckets of any int64 ids in ``[0, 2**63)``: int32 ``[*ids.shape, R]``."""
+        return self._hash(ids)[0]
+
+    def sign(self, ids: torch.Tensor) -> torch.Tensor:
+        """Signs (+1/-1) of any int64 ids in ``[0, 2**63)``: int8 ``[*ids.shape, R]``."""
+        return self._hash(ids)[1]
+
+    def table(self, num_classes: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Buckets of classes ``0..p-1``: int32 ``[p, R]`` (class-major)."""
+        return self.buckets(torch.arange(int(num_classes), dtype=torch.int64, device=device))
+
+    def signs(self, num_classes: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Signs of classes ``0..p-1``: int8 ``[p, R]``."""
+        return self.sign(torch.arange(int(num_classes), dtype=torch.int64, device=device))
