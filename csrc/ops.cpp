@@ -15,6 +15,19 @@ TORCH_LIBRARY(fedkernels, m) {
 
   // ---- sketch: FedMLH label hashing and count sketches
   m.def("label_hash(Tensor indptr, Tensor indices, Tensor table, int num_buckets) -> Tensor");
+  // (sketch: more schemas here)
+
+  // ---- sampled: FedSS sampled softmax
+  // (sampled: schemas here)
+
+  // ---- select: partial weight exchange
+  // (select: schemas here)
+
+  // ---- prox: proximal l1-difference (TV1D) and the network prox
+  // (prox: schemas here)
+
+  // ---- spread: FedAwS / FedALC spreadout
+  // (spread: schemas here)
 }
 
 namespace {

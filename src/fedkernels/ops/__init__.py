@@ -1,8 +1,21 @@
 """The public ops, one module per kernel family. Each is ``torch.ops.fedkernels.<name>`` underneath."""
 
+# sketch (FedMLH)
 from .sketch import label_hash
 
+# sampled (FedSS)
+
+# select (partial weight exchange)
+
+# prox (l1-difference)
+
+# spread (FedAwS / FedALC)
+
 __all__ = [
-    # sketch (FedMLH)
+    # sketch
     "label_hash",
+    # sampled
+    # select
+    # prox
+    # spread
 ]
