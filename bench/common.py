@@ -1,0 +1,125 @@
+"""Shared helpers for the microbenchmarks: timing, peak memory, copy bandwidth, result tables.
+
+Every benchmark compares a fedkernels op against the PyTorch composition a user would otherwise
+write, in the same run, and reports ratios, peak extra memory and achieved bandwidth.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def sync(device: str | torch.device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timeit(fn: Callable[[], object], device: str = "cpu", warmup: int = 2, repeat: int = 7,
+           min_time: float = 0.2) -> float:
+    """Median wall time of one call of ``fn`` in seconds (repeats until ``min_time`` is covered)."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times: list[float] = []
+    total = 0.0
+    while len(times) < repeat or (total < min_time and len(times) < 200):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        total += dt
+    return statistics.median(times)
+
+
+def _rss_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def peak_extra_bytes(fn: Callable[[], object], device: str = "cpu") -> int:
+    """Peak memory ``fn`` needs above what is allocated before it (its output included).
+
+    CUDA: the caching allocator's peak. CPU: the process's peak resident set (VmHWM, reset through
+    /proc/self/clear_refs) above the resident set before the call; large tensors are mmap-backed, so
+    their pages count while they live and are returned when freed.
+    """
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out = fn()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        del out
+        return int(peak)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base = _rss_kib("VmRSS")
+    out = fn()
+    peak = _rss_kib("VmHWM") - base
+    del out
+    return max(0, peak) * 1024
+
+
+_COPY_GBS: dict[str, float] = {}
+
+
+def copy_bandwidth_gbs(device: str = "cpu", nbytes: int = 1 << 28) -> float:
+    """Measured copy bandwidth (bytes read + written per second, in GB/s) of ``dst.copy_(src)``."""
+    if device in _COPY_GBS:
+        return _COPY_GBS[device]
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    t = timeit(lambda: dst.copy_(src), device, repeat=9)
+    _COPY_GBS[device] = 2 * nbytes / t / 1e9
+    return _COPY_GBS[device]
+
+
+def machine() -> dict:
+    """What the numbers were measured on."""
+    return {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
+
+
+def write_results(name: str, rows: list[dict], extra: dict | None = None) -> Path:
+    """Write ``bench/results/<name>.json`` with the rows, the machine and the copy bandwidth."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"benchmark": name, "machine": machine(), "rows": rows, **(extra or {})}
+    path.write_text(json.dumps(payload, indent=2))
+    return path
+
+
+def markdown_table(rows: list[dict], columns: list[str]) -> str:
+    """A markdown table of ``rows`` restricted to ``columns`` (floats to 3 significant digits)."""
+    def fmt(v: object) -> str:
+        if isinstance(v, float):
+            return f"{v:.3g}"
+        return str(v)
+    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+    return head + "\n".join("| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows)
+
+
+def mib(nbytes: float) -> float:
+    return nbytes / 2**20
