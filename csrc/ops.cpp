@@ -18,6 +18,13 @@ TORCH_LIBRARY(fedkernels, m) {
   // (sketch: more schemas here)
 
   // ---- sampled: FedSS sampled softmax
+  m.def("sample_negatives(Tensor positives, int num_classes, int m, int seed) -> Tensor");
+  m.def("sample_negatives_batched(Tensor indptr, Tensor indices, int num_classes, int m, int seed) -> Tensor");
+  m.def("linear_cross_entropy(Tensor h, Tensor W, Tensor target, Tensor? bias=None, float scale=1.0, "
+        "int ignore_index=-100, str reduction=\"mean\", int chunk_size=0) -> (Tensor, Tensor)");
+  m.def("linear_cross_entropy_backward(Tensor h, Tensor W, Tensor target, Tensor? bias, Tensor lse, "
+        "Tensor grad_loss, Tensor grad_lse, float scale, int ignore_index, int chunk_size) -> (Tensor, Tensor, Tensor)");
+  m.def("scatter_rows_mean(Tensor(a!) out, Tensor idx, Tensor src, Tensor weight) -> Tensor(a!)");
   // (sampled: schemas here)
 
   // ---- select: partial weight exchange

@@ -4,6 +4,8 @@
 from .sketch import label_hash
 
 # sampled (FedSS)
+from .sampled import (client_seed, linear_cross_entropy, sample_negatives, sample_negatives_batched,
+                      scatter_rows_mean)
 
 # select (partial weight exchange)
 
@@ -15,6 +17,7 @@ __all__ = [
     # sketch
     "label_hash",
     # sampled
+    "client_seed", "linear_cross_entropy", "sample_negatives", "sample_negatives_batched", "scatter_rows_mean",
     # select
     # prox
     # spread

@@ -1,0 +1,192 @@
+"""Sampled-softmax ops for FedSS: negative sampling, fused linear cross-entropy, row-mean scatter (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _C  # noqa: F401  (registers the schemas)
+
+_MASK64 = (1 << 64) - 1
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _splitmix64_at(key: int, i: int) -> int:
+    z = (key + (i + 1) * 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def client_seed(seed: int, client: int) -> int:
+    """The seed client ``client`` of :func:`sample_negatives_batched` draws with (a non-negative int64).
+
+    ``sample_negatives_batched(...)[c]`` equals ``sample_negatives(positives_c, ..., seed=client_seed(seed, c))``.
+    """
+    return _splitmix64_at((seed & _MASK64) ^ 0xD1B54A32D192ED03, client) & 0x7FFFFFFFFFFFFFFF
+
+
+def sample_negatives(positives: torch.Tensor, num_classes: int, m: int, seed: int) -> torch.Tensor:
+    """Draw ``m`` distinct negative classes uniformly from ``[0, num_classes)`` minus ``positives``.
+
+    Exact uniform sampling without replacement (Floyd's algorithm over the complement's index space,
+    splitmix64 as a counter-based generator, rejection against modulo bias): expected time
+    O(m log |P| + |P| log |P|), independent of ``num_classes``. Same result on CPU and CUDA.
+
+    Args:
+        positives: int64 ``[P]``, classes in ``[0, num_classes)`` to exclude (duplicates allowed).
+        num_classes: total number of classes.
+        m: number of negatives, at most ``num_classes - |unique(positives)|`` (else ValueError).
+        seed: any int64; the draw is a pure function of (positives as a set, num_classes, m, seed).
+
+    Returns:
+        int64 ``[m]``, sorted ascending, on the device of ``positives``.
+
+    Example:
+        >>> neg = sample_negatives(torch.tensor([3, 7]), num_classes=1000, m=16, seed=0)  # [16]
+    """
+    return torch.ops.fedkernels.sample_negatives(positives, num_classes, m, seed)
+
+
+def sample_negatives_batched(indptr: torch.Tensor, indices: torch.Tensor, num_classes: int, m: int,
+                             seed: int) -> torch.Tensor:
+    """:func:`sample_negatives` for many clients at once; client ``c`` uses ``client_seed(seed, c)``.
+
+    Args:
+        indptr: int64 ``[C + 1]``, CSR row pointer of the clients' positive sets.
+        indices: int64 ``[nnz]``, positive classes in ``[0, num_classes)``.
+        num_classes, m, seed: as in :func:`sample_negatives` (every client draws m negatives).
+
+    Returns:
+        int64 ``[C, m]``, each row sorted ascending.
+
+    Example:
+        >>> neg = sample_negatives_batched(torch.tensor([0, 2, 3]), torch.tensor([1, 5, 9]), 100, 8, seed=1)  # [2, 8]
+    """
+    return torch.ops.fedkernels.sample_negatives_batched(indptr, indices, num_classes, m, seed)
+
+
+def linear_cross_entropy(h: torch.Tensor, W: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None = None,
+                         scale: float = 1.0, ignore_index: int = -100, reduction: str = "mean",
+                         chunk_size: int = 0, return_lse: bool = False):
+    """Cross-entropy of the logits ``scale * h @ W.T + bias`` without materialising them.
+
+    Per sample ``loss_n = logsumexp_j(z_nj) - z_n,target`` (0 where ``target == ignore_index``),
+    computed chunk by chunk of classes with an online log-sum-exp; the backward recomputes the
+    logit blocks, so peak extra memory is O(N * chunk + outputs), never O(N * s). float32, bfloat16
+    and float16 inputs accumulate in float32 (float64 in float64). Differentiable in h, W and bias.
+    With ``W = W_full[cols]`` and ``bias = -log(m q)`` on the sampled negatives it is the
+    sampled-softmax loss; with all classes it is the full softmax.
+
+    Args:
+        h: ``[N, d]`` features.
+        W: ``[s, d]`` class rows, same dtype as h.
+        target: int64 ``[N]``, in ``[0, s)`` or ``ignore_index`` (else IndexError).
+        bias: optional ``[s]`` per-class offset (e.g. the logQ correction; ``-inf`` masks a class).
+        scale: logit temperature (multiplies ``h @ W.T``, not the bias).
+        ignore_index: target value whose samples contribute 0.
+        reduction: ``"mean"`` (over non-ignored samples, 0 if none), ``"sum"`` or ``"none"``.
+        chunk_size: classes per block (0: the default, 512).
+        return_lse: also return the per-sample log-sum-exp ``[N]`` (differentiable too).
+
+    Returns:
+        loss: float32 (float64 for float64 inputs), ``[]`` or ``[N]`` for ``"none"``; and lse ``[N]`` if asked.
+
+    Example:
+        >>> h, W, y = torch.randn(8, 16, requires_grad=True), torch.randn(100, 16), torch.randint(0, 100, (8,))
+        >>> linear_cross_entropy(h, W, y).backward()
+    """
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    loss, lse = torch.ops.fedkernels.linear_cross_entropy(h, W, target, bias, float(scale), int(ignore_index),
+                                                          reduction, int(chunk_size))
+    return (loss, lse) if return_lse else loss
+
+
+def scatter_rows_mean(out: torch.Tensor, idx: torch.Tensor, src: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """In place: every row ``r`` named in ``idx`` becomes the weighted mean of its sources.
+
+    ``out[r] = sum_{t: idx_t = r} weight_t src_t / sum_{t: idx_t = r} weight_t``; rows not in ``idx``
+    keep their value. Deterministic: sources are sorted stably by row and each row is summed in
+    their original order (no atomics), so the bits never depend on threads or runs. This is the
+    server's aggregation of sparse row updates from many clients.
+
+    Args:
+        out: ``[n, d]`` contiguous float tensor, updated in place.
+        idx: int64 ``[T]`` rows in ``[0, n)`` (IndexError otherwise); repeats are what get averaged.
+        src: ``[T, d]``, dtype of ``out``.
+        weight: ``[T]`` float, finite and ``>= 0``; a named row whose weights sum to 0 is a ValueError
+            (raised before ``out`` is touched).
+
+    Returns:
+        ``out``.
+
+    Example:
+        >>> W = torch.zeros(5, 2)
+        >>> scatter_rows_mean(W, torch.tensor([1, 1, 3]), torch.ones(3, 2), torch.tensor([1.0, 3.0, 2.0]))
+    """
+    return torch.ops.fedkernels.scatter_rows_mean(out, idx, src, weight)
+
+
+# ---- fake (meta) implementations, so torch.compile(fullgraph=True) traces the ops
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+@torch.library.register_fake("fedkernels::sample_negatives")
+def _sample_negatives_fake(positives, num_classes, m, seed):
+    return positives.new_empty((m,), dtype=torch.int64)
+
+
+@torch.library.register_fake("fedkernels::sample_negatives_batched")
+def _sample_negatives_batched_fake(indptr, indices, num_classes, m, seed):
+    return indices.new_empty((indptr.shape[0] - 1, m), dtype=torch.int64)
+
+
+@torch.library.register_fake("fedkernels::linear_cross_entropy")
+def _lce_fake(h, W, target, bias=None, scale=1.0, ignore_index=-100, reduction="mean", chunk_size=0):
+    acc = _acc_dtype(h.dtype)
+    loss_shape = (h.shape[0],) if reduction == "none" else ()
+    return h.new_empty(loss_shape, dtype=acc), h.new_empty((h.shape[0],), dtype=acc)
+
+
+@torch.library.register_fake("fedkernels::linear_cross_entropy_backward")
+def _lce_backward_fake(h, W, target, bias, lse, grad_loss, grad_lse, scale, ignore_index, chunk_size):
+    grad_bias = torch.empty_like(bias) if bias is not None else h.new_empty((0,), dtype=_acc_dtype(h.dtype))
+    return torch.empty_like(h), torch.empty_like(W), grad_bias
+
+
+@torch.library.register_fake("fedkernels::scatter_rows_mean")
+def _scatter_rows_mean_fake(out, idx, src, weight):
+    return out
+
+
+# ---- autograd of linear_cross_entropy (through both the loss and the lse)
+
+def _lce_setup_context(ctx, inputs, output):
+    h, W, target, bias, scale, ignore_index, reduction, chunk_size = inputs
+    ctx.save_for_backward(h, W, target, bias, output[1])
+    ctx.has_bias = bias is not None
+    ctx.args = (scale, ignore_index, reduction, chunk_size)
+
+
+def _lce_backward(ctx, grad_loss, grad_lse):
+    h, W, target, bias, lse = ctx.saved_tensors
+    scale, ignore_index, reduction, chunk_size = ctx.args
+    live = (target != ignore_index).to(lse.dtype)
+    if grad_loss is None:
+        per_sample = torch.zeros_like(lse)
+    elif reduction == "none":
+        per_sample = grad_loss.to(lse.dtype) * live
+    elif reduction == "sum":
+        per_sample = grad_loss.to(lse.dtype) * live
+    else:
+        per_sample = grad_loss.to(lse.dtype) * live / live.sum().clamp_min(1)
+    g_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse.to(lse.dtype).contiguous()
+    grad_h, grad_W, grad_bias = torch.ops.fedkernels.linear_cross_entropy_backward(
+        h, W, target, bias if ctx.has_bias else None, lse, per_sample.contiguous(), g_lse, scale, ignore_index,
+        chunk_size)
+    return grad_h, grad_W, None, (grad_bias if ctx.has_bias else None), None, None, None, None
+
+
+torch.library.register_autograd("fedkernels::linear_cross_entropy", _lce_backward, setup_context=_lce_setup_context)
