@@ -24,7 +24,8 @@ TORCH_LIBRARY(fedkernels, m) {
         "int ignore_index=-100, str reduction=\"mean\", int chunk_size=0) -> (Tensor, Tensor)");
   m.def("linear_cross_entropy_backward(Tensor h, Tensor W, Tensor target, Tensor? bias, Tensor lse, "
         "Tensor grad_loss, Tensor grad_lse, float scale, int ignore_index, int chunk_size) -> (Tensor, Tensor, Tensor)");
-  m.def("scatter_rows_mean(Tensor(a!) out, Tensor idx, Tensor src, Tensor weight) -> Tensor(a!)");
+  // In place on out; returns nothing (an aliased return cannot be functionalised); the Python wrapper returns out.
+  m.def("scatter_rows_mean(Tensor(a!) out, Tensor idx, Tensor src, Tensor weight) -> ()");
   // (sampled: schemas here)
 
   // ---- select: partial weight exchange

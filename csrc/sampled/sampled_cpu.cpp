@@ -52,10 +52,10 @@ static at::Tensor sample_negatives_batched_cpu(const at::Tensor& indptr, const a
                          [base](int64_t c) { return client_seed(base, static_cast<uint64_t>(c)); });
 }
 
-static at::Tensor& scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx, const at::Tensor& src,
+static void scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx, const at::Tensor& src,
                                          const at::Tensor& weight) {
   check_scatter_rows_mean_args(out, idx, src, weight);
-  if (idx.numel() == 0 || out.size(1) == 0) return out;
+  if (idx.numel() == 0 || out.size(1) == 0) return;
   const auto segs = build_row_segments(idx.contiguous());
   const auto source = src.contiguous();
   const int64_t d = out.size(1), num_rows = segs.rows.numel();
@@ -89,7 +89,6 @@ static at::Tensor& scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx,
       }
     });
   });
-  return out;
 }
 
 TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {

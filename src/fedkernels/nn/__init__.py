@@ -1,3 +1,5 @@
 """Drop-in torch.nn modules built on the fedkernels ops."""
 
-__all__: list[str] = []
+from .sampled_softmax import SampledSoftmaxHead, logq_correction
+
+__all__: list[str] = ["SampledSoftmaxHead", "logq_correction"]

@@ -124,7 +124,8 @@ def scatter_rows_mean(out: torch.Tensor, idx: torch.Tensor, src: torch.Tensor, w
         >>> W = torch.zeros(5, 2)
         >>> scatter_rows_mean(W, torch.tensor([1, 1, 3]), torch.ones(3, 2), torch.tensor([1.0, 3.0, 2.0]))
     """
-    return torch.ops.fedkernels.scatter_rows_mean(out, idx, src, weight)
+    torch.ops.fedkernels.scatter_rows_mean(out, idx, src, weight)
+    return out
 
 
 # ---- fake (meta) implementations, so torch.compile(fullgraph=True) traces the ops
@@ -158,7 +159,7 @@ def _lce_backward_fake(h, W, target, bias, lse, grad_loss, grad_lse, scale, igno
 
 @torch.library.register_fake("fedkernels::scatter_rows_mean")
 def _scatter_rows_mean_fake(out, idx, src, weight):
-    return out
+    return None
 
 
 # ---- autograd of linear_cross_entropy (through both the loss and the lse)

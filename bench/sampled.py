@@ -1,0 +1,130 @@
+"""Benchmark of the sampled-softmax kernels against the PyTorch compositions a user would write.
+
+    PYTHONPATH=src python bench/sampled.py [--device cpu] [--quick]
+
+- linear_cross_entropy vs ``F.cross_entropy(h @ W.T + bias, target)``: N = 4096, d = 256,
+  s in {1024, 16384, 131072}, float32; forward (no grad) and forward + backward; time ratio and peak
+  extra memory of each.
+- scatter_rows_mean vs an ``index_add_``-based weighted mean: time ratio, and achieved bandwidth
+  (bytes it must read and write) against the measured copy bandwidth.
+
+Writes bench/results/sampled.json and prints markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+
+import fedkernels
+from common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, timeit, write_results
+
+
+def lce_rows(device: str, sizes: list[int], n: int = 4096, d: int = 256) -> list[dict]:
+    rows = []
+    for s in sizes:
+        g = torch.Generator().manual_seed(s)
+        h = torch.randn(n, d, generator=g).to(device) / d ** 0.5
+        W = torch.randn(s, d, generator=g).to(device)
+        b = torch.randn(s, generator=g).to(device)
+        t = torch.randint(0, s, (n,), generator=g).to(device)
+        leaves = [x.clone().requires_grad_() for x in (h, W, b)]
+
+        def ours_fwd():
+            with torch.no_grad():
+                return fedkernels.linear_cross_entropy(h, W, t, b)
+
+        def torch_fwd():
+            with torch.no_grad():
+                return F.cross_entropy(h @ W.T + b, t)
+
+        def ours_fwd_bwd():
+            for x in leaves:
+                x.grad = None
+            loss = fedkernels.linear_cross_entropy(*leaves[:2], t, leaves[2])
+            loss.backward()
+            return [x.grad for x in leaves]
+
+        def torch_fwd_bwd():
+            for x in leaves:
+                x.grad = None
+            loss = F.cross_entropy(leaves[0] @ leaves[1].T + leaves[2], t)
+            loss.backward()
+            return [x.grad for x in leaves]
+
+        big = s >= 100_000
+        reps = dict(warmup=1, repeat=3, min_time=0.0) if big else dict(warmup=1, repeat=5)
+        torch.testing.assert_close(ours_fwd(), torch_fwd(), rtol=1e-4, atol=1e-4)  # same answer first
+        for mode, ours, ref in (("fwd", ours_fwd, torch_fwd), ("fwd+bwd", ours_fwd_bwd, torch_fwd_bwd)):
+            t_ours = timeit(ours, device, **reps)
+            t_ref = timeit(ref, device, **reps)
+            m_ours = peak_extra_bytes(ours, device)
+            m_ref = peak_extra_bytes(ref, device)
+            rows.append({"op": "linear_cross_entropy", "mode": mode, "N": n, "d": d, "s": s,
+                         "fedkernels_ms": t_ours * 1e3, "torch_ms": t_ref * 1e3, "speedup": t_ref / t_ours,
+                         "fedkernels_peak_MiB": mib(m_ours), "torch_peak_MiB": mib(m_ref),
+                         "peak_ratio": m_ours / max(m_ref, 1)})
+            print(rows[-1], flush=True)
+    return rows
+
+
+def scatter_rows(device: str, configs: list[tuple[int, int]], d: int = 256) -> list[dict]:
+    rows = []
+    bw = copy_bandwidth_gbs(device)
+    for n, t_count in configs:
+        g = torch.Generator().manual_seed(n + t_count)
+        out = torch.randn(n, d, generator=g).to(device)
+        idx = torch.randint(0, n, (t_count,), generator=g).to(device)
+        src = torch.randn(t_count, d, generator=g).to(device)
+        w = (torch.rand(t_count, generator=g) + 0.1).to(device)
+        unique_rows = int(torch.unique(idx).numel())
+
+        def ours():
+            return fedkernels.scatter_rows_mean(out, idx, src, w)
+
+        def composition():
+            num = torch.zeros_like(out).index_add_(0, idx, src * w[:, None])
+            den = torch.zeros(n, device=device).index_add_(0, idx, w)
+            touched = torch.unique(idx)
+            out[touched] = num[touched] / den[touched, None]
+            return out
+
+        want = composition().clone()
+        torch.testing.assert_close(ours().clone(), want)  # same answer first
+        t_ours = timeit(ours, device)
+        t_ref = timeit(composition, device)
+        # what must move: every source row and its id and weight read, every named output row written
+        nbytes = t_count * (d * 4 + 8 + 4) + unique_rows * d * 4
+        rows.append({"op": "scatter_rows_mean", "n": n, "d": d, "T": t_count, "rows_written": unique_rows,
+                     "fedkernels_ms": t_ours * 1e3, "torch_ms": t_ref * 1e3, "speedup": t_ref / t_ours,
+                     "GB/s": nbytes / t_ours / 1e9, "copy_GB/s": bw, "frac_of_copy": nbytes / t_ours / 1e9 / bw,
+                     "fedkernels_peak_MiB": mib(peak_extra_bytes(ours, device)),
+                     "torch_peak_MiB": mib(peak_extra_bytes(composition, device))})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--quick", action="store_true", help="small sizes only (a smoke run, not the issue's table)")
+    args = ap.parse_args()
+    sizes = [1024, 16384] if args.quick else [1024, 16384, 131072]
+    configs = [(16384, 16384)] if args.quick else [(16384, 16384), (131072, 65536)]
+    lce = lce_rows(args.device, sizes)
+    sc = scatter_rows(args.device, configs)
+    path = write_results("sampled", lce + sc, {"copy_bandwidth_gbs": copy_bandwidth_gbs(args.device),
+                                               "note": "2-core machine shared with other jobs; ratios are "
+                                                       "from the same run"})
+    print(markdown_table(lce, ["mode", "s", "fedkernels_ms", "torch_ms", "speedup", "fedkernels_peak_MiB",
+                               "torch_peak_MiB", "peak_ratio"]))
+    print()
+    print(markdown_table(sc, ["n", "T", "rows_written", "fedkernels_ms", "torch_ms", "speedup", "GB/s", "copy_GB/s",
+                              "frac_of_copy"]))
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""scatter_rows_mean: weighted row means against the loop reference, bit-determinism, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fedkernels
+from python_tests.reference import sampled_ref
+
+
+@st.composite
+def scatter_case(draw):
+    n = draw(st.integers(1, 40))
+    d = draw(st.integers(0, 20))
+    t = draw(st.integers(0, 80))
+    idx = draw(st.lists(st.integers(0, n - 1), min_size=t, max_size=t))
+    # weights >= 0 with zeros allowed, but every named row keeps a positive total
+    weight = draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0, 1e-3, 250.0]), min_size=t, max_size=t))
+    for r in set(idx):
+        if all(weight[i] == 0.0 for i in range(t) if idx[i] == r):
+            weight[idx.index(r)] = 1.0
+    dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]))
+    return n, d, idx, weight, dtype, draw(st.integers(0, 2**31))
+
+
+@given(case=scatter_case())
+def test_matches_reference(case):
+    n, d, idx, weight, dtype, seed = case
+    g = torch.Generator().manual_seed(seed)
+    out = torch.randn(n, d, generator=g).to(dtype)
+    before = out.clone()
+    src = torch.randn(len(idx), d, generator=g).to(dtype)
+    idx_t = torch.tensor(idx, dtype=torch.int64)
+    w = torch.tensor(weight, dtype=torch.float32)
+    want = sampled_ref.scatter_rows_mean(before, idx_t, src, w)
+    got = fedkernels.scatter_rows_mean(out, idx_t, src, w)
+    assert got is out  # in place, returns out
+    untouched = sorted(set(range(n)) - set(idx))
+    assert torch.equal(out[untouched], before[untouched])  # rows nobody sent keep their bits
+    torch.testing.assert_close(out, want.to(dtype))  # the dtype's tolerance (one rounding at the end)
+
+
+def test_hand_computed():
+    out = torch.full((4, 2), 7.0)
+    fedkernels.scatter_rows_mean(out, torch.tensor([2, 0, 2, 2]), torch.tensor([[1.0, 2.0], [5.0, 5.0], [3.0, 4.0],
+                                                                               [9.0, 9.0]]),
+                                 torch.tensor([1.0, 2.0, 3.0, 0.0]))
+    assert out.tolist() == [[5.0, 5.0], [7.0, 7.0], [2.5, 3.5], [7.0, 7.0]]
+
+
+def test_bit_identical_across_threads_and_runs():
+    g = torch.Generator().manual_seed(0)
+    n, d, t = 3000, 64, 20000
+    idx = torch.randint(0, n, (t,), generator=g)
+    src = torch.randn(t, d, generator=g) * torch.logspace(-3, 3, t)[:, None]  # cancellation-prone magnitudes
+    w = torch.rand(t, generator=g) + 0.01
+    base = torch.randn(n, d, generator=g)
+    old = torch.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, max(2, old), 1, max(2, old)):
+            torch.set_num_threads(threads)
+            outs.append(fedkernels.scatter_rows_mean(base.clone(), idx, src, w))
+    finally:
+        torch.set_num_threads(old)
+    for o in outs[1:]:
+        assert torch.equal(o, outs[0])
+
+
+def test_float64_weight_and_empty():
+    out = torch.ones(3, 2)
+    assert torch.equal(fedkernels.scatter_rows_mean(out, torch.zeros(0, dtype=torch.int64), torch.zeros(0, 2),
+                                                    torch.zeros(0)), torch.ones(3, 2))
+    fedkernels.scatter_rows_mean(out, torch.tensor([1]), torch.tensor([[4.0, 6.0]]), torch.tensor([2.0],
+                                                                                                  dtype=torch.float64))
+    assert out[1].tolist() == [4.0, 6.0]
+
+
+def test_on_device(device):
+    g = torch.Generator().manual_seed(1)
+    out = torch.randn(50, 300, generator=g)
+    idx = torch.randint(0, 50, (200,), generator=g)
+    src = torch.randn(200, 300, generator=g)
+    w = torch.rand(200, generator=g) + 0.1
+    want = fedkernels.scatter_rows_mean(out.clone(), idx, src, w)
+    got = fedkernels.scatter_rows_mean(out.to(device), idx.to(device), src.to(device), w.to(device))
+    assert got.device.type == device
+    torch.testing.assert_close(got.cpu(), want)
+
+
+def _args():
+    return torch.zeros(5, 3), torch.tensor([0, 4, 4]), torch.ones(3, 3), torch.tensor([1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("mutate, exc, match", [
+    (lambda a: (a[0], torch.tensor([0, 5, 1]), a[2], a[3]), IndexError, "idx"),
+    (lambda a: (a[0], torch.tensor([0, -1, 1]), a[2], a[3]), IndexError, "idx"),
+    (lambda a: (a[0], a[1].int(), a[2], a[3]), ValueError, "idx"),
+    (lambda a: (a[0], a[1], a[2].double(), a[3]), ValueError, "src"),
+    (lambda a: (a[0], a[1], a[2][:, :2], a[3]), ValueError, "src"),
+    (lambda a: (a[0], a[1], a[2][:2], a[3]), ValueError, "src"),
+    (lambda a: (a[0], a[1], a[2], a[3][:2]), ValueError, "weight"),
+    (lambda a: (a[0], a[1], a[2], torch.tensor([1.0, -1.0, 3.0])), ValueError, "weight"),
+    (lambda a: (a[0], a[1], a[2], torch.tensor([1.0, float("nan"), 3.0])), ValueError, "weight"),
+    (lambda a: (a[0], a[1], a[2], torch.tensor([1.0, 0.0, 0.0])), ValueError, "weight"),
+    (lambda a: (a[0], a[1], a[2], a[3].long()), ValueError, "weight"),
+    (lambda a: (a[0].long(), a[1], a[2].long(), a[3]), ValueError, "out"),
+    (lambda a: (torch.zeros(3, 5).t(), a[1], a[2], a[3]), ValueError, "out"),
+])
+def test_bad_input_leaves_out_untouched(mutate, exc, match):
+    args = mutate(_args())
+    before = args[0].clone()
+    with pytest.raises(exc, match=match):
+        fedkernels.scatter_rows_mean(*args)
+    assert torch.equal(args[0], before)
+
+
+def test_opcheck_and_compile():
+    torch.library.opcheck(torch.ops.fedkernels.scatter_rows_mean.default, _args())
+
+    def agg(out, idx, src, w):
+        return fedkernels.scatter_rows_mean(out, idx, src, w) * 1.0
+    compiled = torch.compile(agg, fullgraph=True)
+    a, b = _args(), _args()
+    torch.testing.assert_close(compiled(*a), agg(*b))

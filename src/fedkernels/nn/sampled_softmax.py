@@ -1,0 +1,150 @@
+"""The client-side FedSS head: a sampled-softmax classifier over the class rows a client holds."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..ops.sampled import linear_cross_entropy
+
+VARIANTS = ("fedss", "negonly", "posonly", "full")
+
+
+def logq_correction(num_classes: int, num_positives: int, m: int) -> float:
+    """The FedSS logQ offset ``-log(m q)`` of a negative drawn uniformly from the complement.
+
+    ``q = 1 / (num_classes - num_positives)`` is the probability of a class under the sampler, so the
+    offset is ``log((num_classes - num_positives) / m)`` (0 when m = 0).
+    """
+    if m <= 0:
+        return 0.0
+    return math.log((num_classes - num_positives) / m)
+
+
+class SampledSoftmaxHead(nn.Module):
+    """Holds the gathered class rows ``W_S`` of one client and computes the FedSS loss on them.
+
+    The rows are ``weight [s, d]`` for the global classes ``class_ids [s]``: first the client's
+    ``num_positives`` positive classes, then its sampled negatives. The variants differ only in which
+    classes compete with an example's target:
+
+    - ``"fedss"``: positives and negatives, negatives shifted by the logQ correction ``-log(m q)``;
+    - ``"posonly"``: the positives only (negative rows, if any, are ignored);
+    - ``"negonly"``: the example's own target and the negatives (with the correction), not the
+      client's other positives;
+    - ``"full"``: every class (``class_ids`` must be ``arange(num_classes)``), the full softmax.
+
+    Every variant runs :func:`fedkernels.linear_cross_entropy` (the compiled, chunked kernel).
+
+    Args:
+        weight: ``[s, d]`` gathered rows (copied into a Parameter).
+        class_ids: int64 ``[s]`` distinct global class ids of the rows.
+        num_positives: how many leading rows are the client's positives.
+        num_classes: size of the global label space.
+        variant: one of ``"fedss"``, ``"negonly"``, ``"posonly"``, ``"full"``.
+        scale: logit temperature (``scale * h @ W.T``).
+
+    Example:
+        >>> pos, neg = torch.tensor([4, 9]), fedkernels.sample_negatives(torch.tensor([4, 9]), 1000, 64, seed=0)
+        >>> head = SampledSoftmaxHead.gather(W_global, pos, neg, num_classes=1000)
+        >>> loss = head(h, torch.tensor([9, 4, 4]))   # targets are global class ids
+        >>> ids, rows = head.updated_rows()           # the payload: [66] ids, [66, d] rows
+    """
+
+    def __init__(self, weight: torch.Tensor, class_ids: torch.Tensor, num_positives: int, num_classes: int,
+                 variant: str = "fedss", scale: float = 1.0) -> None:
+        super().__init__()
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        if weight.dim() != 2 or class_ids.dim() != 1 or class_ids.numel() != weight.shape[0]:
+            raise ValueError(f"weight [s, d] and class_ids [s] must agree, got {tuple(weight.shape)} and "
+                             f"{tuple(class_ids.shape)}")
+        if class_ids.dtype != torch.int64:
+            raise ValueError(f"class_ids must be int64, got {class_ids.dtype}")
+        if not 0 <= num_positives <= class_ids.numel():
+            raise ValueError(f"num_positives must lie in [0, {class_ids.numel()}], got {num_positives}")
+        if class_ids.numel() and (int(class_ids.min()) < 0 or int(class_ids.max()) >= num_classes):
+            raise IndexError(f"class_ids must lie in [0, {num_classes})")
+        order = torch.argsort(class_ids)
+        sorted_ids = class_ids[order]
+        if sorted_ids.numel() > 1 and bool((sorted_ids[1:] == sorted_ids[:-1]).any()):
+            raise ValueError("class_ids must be distinct")
+        if variant == "full" and (class_ids.numel() != num_classes or not torch.equal(
+                class_ids, torch.arange(num_classes, device=class_ids.device))):
+            raise ValueError("variant 'full' needs class_ids = arange(num_classes)")
+        self.variant = variant
+        self.num_classes = int(num_classes)
+        self.num_positives = int(num_positives)
+        self.scale = float(scale)
+        self.weight = nn.Parameter(weight.detach().clone())
+        self.register_buffer("class_ids", class_ids.clone())
+        self.register_buffer("_sorted_ids", sorted_ids)
+        self.register_buffer("_sorted_pos", order)
+        m = class_ids.numel() - num_positives
+        bias = torch.zeros(class_ids.numel(), dtype=torch.float32, device=weight.device)
+        bias[num_positives:] = logq_correction(num_classes, num_positives, m)
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def gather(cls, weight_full: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor, num_classes: int,
+               variant: str = "fedss", scale: float = 1.0) -> "SampledSoftmaxHead":
+        """Build the head from the global matrix ``weight_full [p, d]``: rows of positives, then negatives.
+
+        ``positives`` are made distinct (sorted); for ``"posonly"`` the negatives are not gathered; for
+        ``"full"`` every row is.
+        """
+        positives = torch.unique(positives)
+        if variant == "full":
+            ids = torch.arange(num_classes, device=weight_full.device)
+            return cls(weight_full[ids], ids, num_classes, num_classes, variant, scale)
+        if variant == "posonly":
+            negatives = negatives[:0]
+        ids = torch.cat([positives, negatives.to(positives.dtype)])
+        return cls(weight_full[ids], ids, positives.numel(), num_classes, variant, scale)
+
+    def local_index(self, global_ids: torch.Tensor) -> torch.Tensor:
+        """Row positions of global class ids in ``weight`` (IndexError for a class this head does not hold)."""
+        pos = torch.searchsorted(self._sorted_ids, global_ids).clamp_max(max(self._sorted_ids.numel() - 1, 0))
+        if global_ids.numel() and (self._sorted_ids.numel() == 0 or
+                                   not bool((self._sorted_ids[pos] == global_ids).all())):
+            raise IndexError("global_ids contains a class this head does not hold")
+        return self._sorted_pos[pos]
+
+    def forward(self, h: torch.Tensor, target: torch.Tensor, reduction: str = "mean",
+                ignore_index: int = -100) -> torch.Tensor:
+        """The variant's loss for features ``h [N, d]`` and global targets ``target`` int64 ``[N]``.
+
+        Targets equal to ``ignore_index`` contribute 0; every other target must be a positive of this
+        client (IndexError otherwise). ``reduction`` as in :func:`fedkernels.linear_cross_entropy`.
+        """
+        live = target != ignore_index
+        local = torch.full_like(target, ignore_index)
+        local[live] = self.local_index(target[live])
+        if bool((local[live] >= self.num_positives).any()):
+            raise IndexError("every target must be one of the client's positive classes")
+        w = self.weight
+        if self.variant == "full":
+            return linear_cross_entropy(h, w, local, None, self.scale, ignore_index, reduction)
+        if self.variant == "posonly":
+            wp = w[: self.num_positives]
+            return linear_cross_entropy(h, wp, local, None, self.scale, ignore_index, reduction)
+        if self.variant == "fedss":
+            return linear_cross_entropy(h, w, local, self.bias.to(w.dtype), self.scale, ignore_index, reduction)
+        # negonly: logsumexp over {target} and the corrected negatives, minus the target logit.
+        wn, bn = w[self.num_positives:], self.bias[self.num_positives:].to(w.dtype)
+        no_target = torch.full_like(target, ignore_index)
+        _, lse_neg = linear_cross_entropy(h, wn, no_target, bn, self.scale, ignore_index, "none", return_lse=True)
+        rows = w[local.clamp_min(0)]
+        z_t = self.scale * (h * rows).sum(1).to(lse_neg.dtype)
+        per = torch.where(live, torch.logaddexp(z_t, lse_neg) - z_t, torch.zeros_like(z_t))
+        if reduction == "none":
+            return per
+        if reduction == "sum":
+            return per.sum()
+        return per.sum() / live.sum().clamp_min(1)
+
+    def updated_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The payload after local training: global ids ``[s]`` and the rows ``[s, d]`` (detached)."""
+        return self.class_ids.clone(), self.weight.detach().clone()
