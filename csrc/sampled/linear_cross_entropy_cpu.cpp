@@ -13,27 +13,13 @@
 #include <tuple>
 #include <vector>
 
-#include "sampled/lce_plan.h"
+#include "sampled/lce_host.h"
 #include "sampled/sampled.h"
 #include "sampled/sampled_checks.h"
 
 namespace fedkernels {
 
 namespace {
-
-struct LceInputs {
-  at::Tensor h, W, bias;  // contiguous, accumulation dtype; bias undefined when absent
-  int64_t n, d, s;
-};
-
-LceInputs lce_inputs(const at::Tensor& h, const at::Tensor& W, const std::optional<at::Tensor>& bias) {
-  const auto acc = acc_dtype_of(h.scalar_type());
-  // Detached: the tile ops (also on pool threads, where grad mode is not inherited) are the kernel.
-  LceInputs in{h.detach().to(acc).contiguous(), W.detach().to(acc).contiguous(), at::Tensor(), h.size(0), h.size(1),
-               W.size(0)};
-  if (bias.has_value()) in.bias = bias->detach().to(acc).contiguous();
-  return in;
-}
 
 // z [rows, cols] = scale * h[r0:r0+rows] W[c0:c0+cols]^T + bias[c0:c0+cols], in the scratch buffer.
 template <typename T>
@@ -122,7 +108,7 @@ static std::tuple<at::Tensor, at::Tensor> linear_cross_entropy_cpu(const at::Ten
                                                                    c10::string_view reduction, int64_t chunk_size) {
   check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   const int64_t red = lce_reduction_code(std::string(reduction));
-  const auto in = lce_inputs(h, W, bias);
+  const LceInputs in(h, W, bias);
   const auto tgt = target.contiguous();
   const LcePlan plan(in.n, in.s, chunk_size);
   auto loss = at::empty({in.n}, in.h.options());
@@ -152,7 +138,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_cross_entropy_backw
     int64_t ignore_index, int64_t chunk_size) {
   check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   check_lce_backward_args(h, lse, grad_loss, grad_lse);
-  const auto in = lce_inputs(h, W, bias);
+  const LceInputs in(h, W, bias);
   const auto tgt = target.contiguous();
   const LcePlan plan(in.n, in.s, chunk_size);
   auto grad_h_parts = at::zeros({plan.num_groups, in.n, in.d}, in.h.options());
@@ -167,8 +153,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_cross_entropy_backw
   // Partial grad_h of the class groups, added in group order.
   auto grad_h = plan.num_groups == 1 ? grad_h_parts[0] : grad_h_parts[0].clone();
   for (int64_t g = 1; g < plan.num_groups; ++g) grad_h.add_(grad_h_parts[g]);
-  return {grad_h.to(h.scalar_type()), grad_W.to(W.scalar_type()),
-          bias.has_value() ? grad_bias.to(bias->scalar_type()) : grad_bias};
+  return lce_grads_in_input_dtypes(grad_h, grad_W, grad_bias, h, W, bias);
 }
 
 TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {

@@ -8,7 +8,7 @@
 
 #include <tuple>
 
-#include "sampled/lce_plan.h"
+#include "sampled/lce_host.h"
 #include "sampled/sampled.h"
 #include "sampled/sampled_checks.h"
 
@@ -79,8 +79,8 @@ static std::tuple<at::Tensor, at::Tensor> linear_cross_entropy_cuda(const at::Te
   const int64_t red = lce_reduction_code(std::string(reduction));
   const c10::cuda::CUDAGuard guard(h.device());
   const auto acc = acc_dtype_of(h.scalar_type());
-  const auto hh = h.detach().to(acc).contiguous(), ww = W.detach().to(acc).contiguous();
-  const auto bb = bias.has_value() ? bias->detach().to(acc).contiguous() : at::Tensor();
+  const LceInputs in(h, W, bias);
+  const auto &hh = in.h, &ww = in.W, &bb = in.bias;
   const auto tgt = target.contiguous();
   const int64_t n = hh.size(0), s = ww.size(0);
   const LcePlan plan(n, s, chunk_size);
@@ -122,8 +122,8 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_cross_entropy_backw
   check_lce_backward_args(h, lse, grad_loss, grad_lse);
   const c10::cuda::CUDAGuard guard(h.device());
   const auto acc = acc_dtype_of(h.scalar_type());
-  const auto hh = h.detach().to(acc).contiguous(), ww = W.detach().to(acc).contiguous();
-  const auto bb = bias.has_value() ? bias->detach().to(acc).contiguous() : at::Tensor();
+  const LceInputs in(h, W, bias);
+  const auto &hh = in.h, &ww = in.W, &bb = in.bias;
   const auto tgt = target.contiguous();
   const auto l = lse.contiguous(), gl = grad_loss.contiguous(), gs = grad_lse.contiguous();
   const int64_t n = hh.size(0), s = ww.size(0);
@@ -150,8 +150,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_cross_entropy_backw
       }
     });
   }
-  return {grad_h.to(h.scalar_type()), grad_W.to(W.scalar_type()),
-          bias.has_value() ? grad_bias.to(bias->scalar_type()) : grad_bias};
+  return lce_grads_in_input_dtypes(grad_h, grad_W, grad_bias, h, W, bias);
 }
 
 TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {

@@ -8,11 +8,7 @@
 
 #include "common/macros.h"
 
-#if defined(__CUDACC__)
-#include <cuda_runtime.h>
-#else
 #include <cmath>
-#endif
 
 namespace fedkernels {
 
@@ -94,22 +90,15 @@ FK_HOST_DEVICE FK_INLINE void sample_complement(uint64_t key, int64_t num_classe
 // ---------------------------------------------------------------------------------------------
 // linear_cross_entropy: logits z = scale * (h . w_j) + bias_j, one row per item.
 
-FK_HOST_DEVICE FK_INLINE float fk_exp(float x) {
-#if defined(__CUDA_ARCH__)
-  return expf(x);
-#else
+// exp and log of the accumulation type (CUDA's math headers give std:: overloads on the device).
+template <typename T>
+FK_HOST_DEVICE FK_INLINE T fk_exp(T x) {
   return std::exp(x);
-#endif
 }
-FK_HOST_DEVICE FK_INLINE double fk_exp(double x) { return exp(x); }
-FK_HOST_DEVICE FK_INLINE float fk_log(float x) {
-#if defined(__CUDA_ARCH__)
-  return logf(x);
-#else
+template <typename T>
+FK_HOST_DEVICE FK_INLINE T fk_log(T x) {
   return std::log(x);
-#endif
 }
-FK_HOST_DEVICE FK_INLINE double fk_log(double x) { return log(x); }
 
 // Online log-sum-exp state of one row: running max and sum of exp(z - max). T is the
 // accumulation type (float for float32/float16/bfloat16 inputs, double for float64).
@@ -184,14 +173,22 @@ FK_HOST_DEVICE FK_INLINE void lce_dlogits(T* z, int64_t cols, T lse, T g_loss, T
 // summed in the segment's (stable) order. acc has the row's d columns; (start, stride) split them.
 
 template <typename acc_t, typename scalar_t>
-FK_HOST_DEVICE FK_INLINE void weighted_row_accumulate(acc_t* acc, const scalar_t* src_row, acc_t w, int64_t d,
-                                                      int64_t start, int64_t stride) {
+FK_HOST_DEVICE FK_INLINE void weighted_row_accumulate(acc_t* __restrict__ acc, const scalar_t* __restrict__ src_row,
+                                                      acc_t w, int64_t d, int64_t start, int64_t stride) {
+  if (stride == 1) {  // the same sums; a unit-stride loop the CPU compiler vectorises
+    for (int64_t k = start; k < d; ++k) acc[k] += w * static_cast<acc_t>(src_row[k]);
+    return;
+  }
   for (int64_t k = start; k < d; k += stride) acc[k] += w * static_cast<acc_t>(src_row[k]);
 }
 
 template <typename acc_t, typename scalar_t>
-FK_HOST_DEVICE FK_INLINE void weighted_row_finish(scalar_t* out_row, const acc_t* acc, acc_t weight_sum, int64_t d,
-                                                  int64_t start, int64_t stride) {
+FK_HOST_DEVICE FK_INLINE void weighted_row_finish(scalar_t* __restrict__ out_row, const acc_t* __restrict__ acc,
+                                                  acc_t weight_sum, int64_t d, int64_t start, int64_t stride) {
+  if (stride == 1) {
+    for (int64_t k = start; k < d; ++k) out_row[k] = static_cast<scalar_t>(acc[k] / weight_sum);
+    return;
+  }
   for (int64_t k = start; k < d; k += stride) out_row[k] = static_cast<scalar_t>(acc[k] / weight_sum);
 }
 

@@ -1,0 +1,64 @@
+// Host-side pieces of linear_cross_entropy shared by the CPU and CUDA launchers: how it is blocked
+// (the same chunks, so the same summation order per chunk), and the inputs and outputs in the
+// accumulation dtype.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <tuple>
+
+#include "sampled/sampled_checks.h"
+
+namespace fedkernels {
+
+constexpr int64_t kLceDefaultChunk = 512;  // classes per chunk: [tile, chunk] float32 stays in L2
+constexpr int64_t kLceTileRows = 128;      // CPU: samples per N-tile
+constexpr int64_t kLceMaxGroups = 8;       // CPU backward: class groups, each with a partial grad_h
+
+struct LcePlan {
+  int64_t chunk;       // classes per chunk
+  int64_t num_chunks;  // ceil(s / chunk)
+  int64_t num_tiles;   // ceil(N / kLceTileRows)
+  int64_t num_groups;  // min(num_chunks, kLceMaxGroups): fixed by the shapes, never by the thread count
+
+  LcePlan(int64_t n, int64_t s, int64_t chunk_size) {
+    chunk = std::max<int64_t>(1, chunk_size > 0 ? chunk_size : kLceDefaultChunk);
+    num_chunks = (s + chunk - 1) / chunk;
+    num_tiles = (n + kLceTileRows - 1) / kLceTileRows;
+    num_groups = std::max<int64_t>(1, std::min(num_chunks, kLceMaxGroups));
+  }
+  int64_t chunk_begin(int64_t c) const { return c * chunk; }
+  int64_t chunk_cols(int64_t c, int64_t s) const { return std::min(chunk, s - c * chunk); }
+  // Chunks [group_begin(g), group_begin(g + 1)) form class group g.
+  int64_t group_begin(int64_t g) const { return g * num_chunks / num_groups; }
+};
+
+// h, W, bias detached (the tile ops are the kernel, not part of a graph), contiguous, in the
+// accumulation dtype; bias undefined when absent.
+struct LceInputs {
+  at::Tensor h, W, bias;
+  int64_t n, d, s;
+
+  LceInputs(const at::Tensor& h_in, const at::Tensor& W_in, const std::optional<at::Tensor>& bias_in) {
+    const auto acc = acc_dtype_of(h_in.scalar_type());
+    h = h_in.detach().to(acc).contiguous();
+    W = W_in.detach().to(acc).contiguous();
+    if (bias_in.has_value()) bias = bias_in->detach().to(acc).contiguous();
+    n = h.size(0);
+    d = h.size(1);
+    s = W.size(0);
+  }
+};
+
+// The gradients back in the dtypes of the inputs (grad_bias stays empty without a bias).
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> lce_grads_in_input_dtypes(
+    const at::Tensor& grad_h, const at::Tensor& grad_W, const at::Tensor& grad_bias, const at::Tensor& h,
+    const at::Tensor& W, const std::optional<at::Tensor>& bias) {
+  return {grad_h.to(h.scalar_type()), grad_W.to(W.scalar_type()),
+          bias.has_value() ? grad_bias.to(bias->scalar_type()) : grad_bias};
+}
+
+}  // namespace fedkernels
