@@ -1,0 +1,180 @@
+"""FedSS (federated sampled softmax, Waghmare et al. 2022) and its NegOnly / PosOnly / FullSoftmax variants.
+
+The model is an MLP body ``F -> hidden... -> d`` (the representation) and a class matrix ``W [p, d]``
+(logits ``body(x) @ W.T``). Each round a client:
+
+1. asks for the rows of its positive classes ``P_k`` plus ``m`` negatives drawn uniformly from the
+   classes it does not hold (``fedkernels.sample_negatives``) — the request is the list of class ids;
+2. receives the body and those rows, trains the sampled-softmax loss with the logQ correction
+   (``fedkernels.nn.SampledSoftmaxHead`` on ``fedkernels.linear_cross_entropy``), multi-label
+   samples contributing one term per (sample, label) pair;
+3. sends back the body and the updated rows with their ids.
+
+The server averages the bodies (weighted by sample counts) and folds the row updates into ``W`` with
+``fedkernels.scatter_rows_mean`` (each row: the weighted mean of the clients that sent it; rows
+nobody sent keep their value).
+
+Variants change only which rows are requested and which classes compete in the loss:
+``FedSS`` (positives + negatives), ``NegOnly`` (the example's target + negatives), ``PosOnly``
+(positives only, no negatives requested), ``FullSoftmax`` (every class: downloads all of ``W``).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ...nn.sampled_softmax import SampledSoftmaxHead
+from ...ops.sampled import sample_negatives, scatter_rows_mean
+from ..local import train_local
+from ..models import load_state, mlp, state_of
+from ..payload import Payload, PayloadSpec, TensorSpec, state_spec
+from ..seeding import derive_seed, generator
+from ..strategy import State, Strategy
+from ..types import ClientData, ClientResult, TrainConfig
+from .fedavg import weighted_average
+
+CLASSES = "classes"  # the state's class matrix W [p, d]; every other state entry is the body
+
+
+def _pairs(batch: ClientData) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sample index, label) for every label of every sample in the batch: int64 ``[nnz]`` each."""
+    rows = torch.repeat_interleave(torch.arange(len(batch)), batch.indptr.diff())
+    return rows, batch.indices
+
+
+class FedSS(Strategy):
+    """Federated sampled softmax.
+
+    Args:
+        num_negatives: m, negatives per client per round (clamped to the classes the client lacks).
+        embed_dim: d, the width of the representation and of the class rows.
+        hidden: hidden widths of the body MLP.
+        scale: logit temperature (``scale * h @ W.T``).
+    """
+
+    name = "FedSS"
+    variant = "fedss"
+
+    def __init__(self, num_negatives: int = 64, embed_dim: int = 64, hidden: Sequence[int] = (256,),
+                 scale: float = 1.0) -> None:
+        if num_negatives < 0:
+            raise ValueError(f"num_negatives must be >= 0, got {num_negatives}")
+        if embed_dim < 1:
+            raise ValueError(f"embed_dim must be >= 1, got {embed_dim}")
+        self.num_negatives, self.embed_dim, self.hidden, self.scale = num_negatives, embed_dim, tuple(hidden), scale
+        self._dims: tuple[int, int] | None = None
+
+    # ---- global state: body parameters plus the class matrix
+
+    def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
+        self._dims = (num_features, num_classes)
+        state = state_of(mlp(num_features, self.embed_dim, self.hidden, seed))
+        g = torch.Generator().manual_seed(derive_seed(seed, CLASSES))
+        state[CLASSES] = torch.randn(num_classes, self.embed_dim, generator=g) / self.embed_dim ** 0.5
+        return state
+
+    def _body(self, params: Payload) -> torch.nn.Module:
+        assert self._dims is not None, "init_state first"
+        return load_state(mlp(self._dims[0], self.embed_dim, self.hidden), {k: v for k, v in params.items()
+                                                                           if k in self._body_names()})
+
+    def _body_names(self) -> list[str]:
+        assert self._dims is not None, "init_state first"
+        return list(mlp(self._dims[0], self.embed_dim, self.hidden).state_dict())
+
+    # ---- client request: which class rows to download
+
+    def client_request(self, data: ClientData, round: int, seed: int) -> Payload | None:
+        positives = torch.unique(data.indices)
+        if self.variant == "fedss" or self.variant == "negonly":
+            m = min(self.num_negatives, data.num_classes - positives.numel())
+            negatives = sample_negatives(positives, data.num_classes, m, derive_seed(seed, "negatives"))
+        elif self.variant == "posonly":
+            negatives = positives[:0]
+        else:  # full softmax: every row
+            return None
+        return {"class_ids": torch.cat([positives, negatives]),
+                "num_positives": torch.tensor([positives.numel()], dtype=torch.int64)}
+
+    def request_spec(self, state: State) -> PayloadSpec | None:
+        p = state[CLASSES].shape[0]
+        return PayloadSpec({"class_ids": TensorSpec(torch.int64, (None,), min_value=0, max_value=p),
+                            "num_positives": TensorSpec(torch.int64, (1,), min_value=0, max_value=p + 1)})
+
+    def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
+        body = {k: v for k, v in state.items() if k != CLASSES}
+        if request is None:  # FullSoftmax
+            p = state[CLASSES].shape[0]
+            ids = torch.arange(p, dtype=torch.int64)
+            return {**body, "class_ids": ids, "num_positives": torch.tensor([p], dtype=torch.int64),
+                    "rows": state[CLASSES].clone()}
+        ids = request["class_ids"]
+        return {**body, "class_ids": ids, "num_positives": request["num_positives"],
+                "rows": state[CLASSES].index_select(0, ids)}
+
+    # ---- client side: local training on the gathered rows
+
+    def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
+        body = self._body(payload)
+        num_pos = int(payload["num_positives"][0])
+        variant = "full" if self.variant == "full" else self.variant
+        head = SampledSoftmaxHead(payload["rows"], payload["class_ids"], num_pos, data.num_classes, variant, self.scale)
+
+        def loss_fn(batch: ClientData) -> torch.Tensor:
+            rows, labels = _pairs(batch)
+            if rows.numel() == 0:
+                return head.weight.sum() * 0.0
+            return head(body(batch.x)[rows], labels)
+
+        train_local(list(body.parameters()) + [head.weight], loss_fn, data, config, generator(seed, "shuffle"))
+        ids, rows = head.updated_rows()
+        return {**state_of(body), "class_ids": ids, "rows": rows}
+
+    def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
+        s = payload_sent["class_ids"].shape[0]
+        p, d = state[CLASSES].shape
+        spec = state_spec(state, [k for k in state if k != CLASSES])
+        spec["class_ids"] = TensorSpec(torch.int64, (s,), min_value=0, max_value=p)
+        spec["rows"] = TensorSpec(state[CLASSES].dtype, (s, d))
+        return PayloadSpec(spec)
+
+    # ---- server side: body average, row-wise weighted mean of the class rows
+
+    def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
+        weights = [float(r.num_examples) for r in results]
+        body_names = [k for k in state if k != CLASSES]
+        new = weighted_average([{k: r.payload[k] for k in body_names} for r in results], weights)
+        senders = [(r, wk) for r, wk in zip(results, weights) if wk > 0]  # a client without data moves no row
+        ids = torch.cat([r.payload["class_ids"] for r, _ in senders])
+        rows = torch.cat([r.payload["rows"] for r, _ in senders])
+        w = torch.cat([torch.full((r.payload["class_ids"].numel(),), wk, dtype=torch.float32) for r, wk in senders])
+        new[CLASSES] = scatter_rows_mean(state[CLASSES].clone(), ids, rows, w)
+        return new
+
+    @torch.no_grad()
+    def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
+        h = self._body(state)(x)
+        return (self.scale * h @ state[CLASSES].T).topk(k, dim=1).indices
+
+
+class NegOnly(FedSS):
+    """FedSS baseline: each example's loss uses only its own target and the sampled negatives."""
+
+    name = "FedSS-NegOnly"
+    variant = "negonly"
+
+
+class PosOnly(FedSS):
+    """FedSS baseline: only the client's positive classes (no negatives requested)."""
+
+    name = "FedSS-PosOnly"
+    variant = "posonly"
+
+
+class FullSoftmax(FedSS):
+    """FedSS's upper bound: every class row is downloaded and trained (full softmax)."""
+
+    name = "FedSS-FullSoftmax"
+    variant = "full"
