@@ -66,7 +66,9 @@ def main() -> None:
     ap.add_argument("--negatives", default="16,64,256", help="m values for the sampled variants")
     ap.add_argument("--lr", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     root = DATA / args.dataset
     train, test = read_xc(root / "train.txt"), read_xc(root / "test.txt")
     clients = label_skew(train, args.clients, args.seed)
@@ -88,7 +90,7 @@ def main() -> None:
                      "MB_down": sum(r.bytes_down for r in hist) / 1e6, "MB_up": sum(r.bytes_up for r in hist) / 1e6,
                      "seconds": time.perf_counter() - t0})
         print(rows[-1], flush=True)
-    path = write_results("fl_sampled", rows, {"dataset": args.dataset, "clients": args.clients,
+    path = write_results("fl_sampled", rows, {"dataset": args.dataset, "clients": args.clients, "rounds": args.rounds,
                                               "per_round": args.per_round, "seed": args.seed, "lr": args.lr,
                                               "partition": "label-skew (first label rank mod clients)"})
     print(markdown_table(rows, ["algorithm", "m", "P@1", "P@3", "P@5", "MB_down", "MB_up", "seconds"]))
