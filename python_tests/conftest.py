@@ -16,6 +16,10 @@ settings.register_profile(
 settings.register_profile(
     "ci", deadline=None, max_examples=40, derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# Few examples under ASan/UBSan (tools/sanitize.sh): every call is several times slower there.
+settings.register_profile(
+    "sanitize", deadline=None, max_examples=8, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # Every op test runs on CPU, and on CUDA automatically wherever a GPU exists.
