@@ -48,9 +48,16 @@ export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-sanitize}"
 if [ $# -eq 0 ]; then
   set -- $(ls python_tests/test_*.py | grep -v -e '/test_fl_' -e '/test_flower' -e '/test_hardening')
 fi
-# Prove the tests will import the sanitized module, not a normal build left in src/.
-"$PY" -c "import sys, fedkernels; f = fedkernels._C.__file__; sys.exit(0 if f == '$SO' else f'imported {f}, not $SO')"
+# An editable install (pip install -e ., as `make install` does) puts an import hook ahead of
+# PYTHONPATH; drop it so the sanitized module is the one imported, and prove it is.
+BOOT="import sys
+sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in (type(f).__module__ + type(f).__name__).lower()]
+"
+"$PY" -c "$BOOT
+import fedkernels; f = fedkernels._C.__file__
+sys.exit(0 if f == '$SO' else f'imported {f}, not $SO')"
 echo "sanitize: running under ASan+UBSan with $SO"
 # -p no:cacheprovider: nothing written into the checkout; one process so a report aborts the run.
-"$PY" -m pytest -q -p no:cacheprovider -p no:xdist "$@"
+"$PY" -c "$BOOT
+import pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-p', 'no:xdist', *sys.argv[1:]]))" "$@"
 echo "sanitize: no ASan/UBSan reports"

@@ -9,10 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-SCRATCH=$(mktemp -d /tmp/fk-sanitize-selftest.XXXXXX)
-trap 'rm -rf "$SCRATCH"' EXIT
-
-cp -r CMakeLists.txt cmake csrc tools "$SCRATCH/"
+SCRATCH="${FK_SELFTEST_DIR:-$ROOT/build/sanitize-selftest}"   # kept, so rebuilds are incremental
+rm -rf "$SCRATCH/src" "$SCRATCH/csrc" "$SCRATCH/python_tests"
+mkdir -p "$SCRATCH"
+cp -rp CMakeLists.txt cmake csrc tools "$SCRATCH/"
 tar --exclude='*.so' --exclude=__pycache__ -cf - src | tar -xf - -C "$SCRATCH"
 mkdir -p "$SCRATCH/python_tests"
 cp python_tests/conftest.py python_tests/__init__.py "$SCRATCH/python_tests/"
@@ -44,12 +44,12 @@ FK_SANITIZE_BUILD="$SCRATCH/build" "$SCRATCH/tools/sanitize.sh" "$SCRATCH/python
   > "$SCRATCH/report.txt" 2>&1
 rc=$?
 set -e
-grep -m1 -A3 "ERROR: AddressSanitizer" "$SCRATCH/report.txt" || true
+grep -m1 -A6 "ERROR: AddressSanitizer" "$SCRATCH/report.txt" || true
 if [ $rc -ne 0 ] && grep -q "AddressSanitizer: heap-buffer-overflow" "$SCRATCH/report.txt" \
    && grep -q "WRITE of size" "$SCRATCH/report.txt"; then
   echo "selftest: OK, the out-of-bounds write was reported and failed the run (exit $rc)"
 else
   echo "selftest: FAILED, the harness did not report the out-of-bounds write (exit $rc)"
-  tail -40 "$SCRATCH/report.txt"
+  grep -v '^  File ' "$SCRATCH/report.txt" | head -60
   exit 1
 fi

@@ -80,9 +80,7 @@ class Server:
 
     def select_clients(self, round: int) -> list[int]:
         """The clients of ``round``: a seeded sample without replacement, in ascending id order."""
-        rng = numpy_rng(self.config.seed, "select", round)
-        chosen = rng.choice(len(self.clients), size=self.config.clients_per_round, replace=False)
-        return sorted(int(c) for c in chosen)
+        return select_clients(self.config.seed, round, len(self.clients), self.config.clients_per_round)
 
     def run_client(self, client_id: int, round: int) -> tuple[ClientResult, int]:
         """One client's round trip through real serialisation. Returns its checked result and the
@@ -94,7 +92,7 @@ class Server:
             ClientSentNothing: the client answered with no upload.
             Exception: whatever the client raised (a crash).
         """
-        s, seed = self.strategy, derive_seed(self.config.seed, "client", round, client_id)
+        s, seed = self.strategy, client_seed(self.config.seed, round, client_id)
         endpoint, timeout = self.endpoints[client_id], self.config.client_timeout
         bytes_up = 0
         raw_req = call_with_deadline(lambda: endpoint.request(round, seed), timeout)
@@ -104,19 +102,15 @@ class Server:
             spec = s.request_spec(self.state)
             if spec is None:
                 raise pl.PayloadError(f"strategy {s.name} takes no client request")
-            request = pl.decode(raw_req, self._bounded(spec))
+            request = pl.decode(raw_req, bounded(spec, self.config.max_upload_bytes))
         down = s.client_payload(self.state, client_id, request, round, seed)
         raw_down = pl.encode(down)
         raw_up = call_with_deadline(lambda: endpoint.update(raw_down, round, seed), timeout)
         if raw_up is None or len(raw_up) == 0:
             raise ClientSentNothing("sent no upload")
         bytes_up += len(raw_up)
-        checked = pl.decode(raw_up, self._bounded(s.upload_spec(self.state, down)))
+        checked = pl.decode(raw_up, bounded(s.upload_spec(self.state, down), self.config.max_upload_bytes))
         return ClientResult(client_id, checked, len(self.clients[client_id]), bytes_up), len(raw_down)
-
-    def _bounded(self, spec: pl.PayloadSpec) -> pl.PayloadSpec:
-        limit = self.config.max_upload_bytes
-        return spec if limit is None else dataclasses.replace(spec, max_bytes=min(spec.max_bytes, limit))
 
     def run_round(self) -> RoundRecord:
         """Select, train, check and aggregate one round. A client that crashes, times out, sends
@@ -146,7 +140,7 @@ class Server:
 
     def save_checkpoint(self, path: str | Path) -> None:
         """Write the state, round counter, history and run identity to ``path`` atomically."""
-        meta = {"round": self.round, "history": [dataclasses.asdict(h) for h in self.history],
+        meta = {"round": self.round, "history": [record_to_json(h) for h in self.history],
                 **self._identity()}
         save_checkpoint(path, self.state, meta)
 
@@ -164,12 +158,10 @@ class Server:
                 raise ValueError(f"checkpoint {path} has {key}={meta.get(key)!r}, this run has {want!r}")
         self.state = state
         self.round = int(meta["round"])
-        self.history = [_record_from_json(h) for h in meta["history"]]
+        self.history = [record_from_json(h) for h in meta["history"]]
 
     def _identity(self) -> dict:
-        c = self.config
-        return {"strategy": self.strategy.name, "seed": c.seed, "num_clients": len(self.clients),
-                "clients_per_round": c.clients_per_round}
+        return run_identity(self.strategy, self.config, len(self.clients))
 
     def evaluate(self, test: ClientData, ks: tuple[int, ...] | None = None, batch: int = 4096) -> dict[str, float]:
         """Ranking metrics of the global model on ``test``."""
@@ -193,6 +185,32 @@ class Server:
         return self.history
 
 
+def select_clients(seed: int, round: int, num_clients: int, clients_per_round: int) -> list[int]:
+    """The clients of ``round`` of the run seeded ``seed``: ascending ids (shared with Flower)."""
+    rng = numpy_rng(seed, "select", round)
+    return sorted(int(c) for c in rng.choice(num_clients, size=clients_per_round, replace=False))
+
+
+def bounded(spec: pl.PayloadSpec, max_bytes: int | None) -> pl.PayloadSpec:
+    """``spec`` with its byte limit lowered to ``max_bytes`` (if given)."""
+    return spec if max_bytes is None else dataclasses.replace(spec, max_bytes=min(spec.max_bytes, max_bytes))
+
+
+def client_seed(seed: int, round: int, client_id: int) -> int:
+    """The seed of one client's work in one round (shared with Flower)."""
+    return derive_seed(seed, "client", round, client_id)
+
+
+def run_identity(strategy: Strategy, config: RunConfig, num_clients: int) -> dict:
+    """What a checkpoint must match to be resumed by a run."""
+    return {"strategy": strategy.name, "seed": config.seed, "num_clients": num_clients,
+            "clients_per_round": config.clients_per_round}
+
+
+def record_to_json(rec: RoundRecord) -> dict:
+    return dataclasses.asdict(rec)
+
+
 class ClientSentNothing(Exception):
     """A client answered without an upload."""
 
@@ -207,7 +225,7 @@ def failure_reason(e: Exception) -> str:
     return f"crashed: {type(e).__name__}: {e}"
 
 
-def _record_from_json(d: dict) -> RoundRecord:
+def record_from_json(d: dict) -> RoundRecord:
     d = dict(d)
     d["failed"] = [(int(c), str(why)) for c, why in d["failed"]]
     return RoundRecord(**d)
