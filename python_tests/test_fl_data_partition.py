@@ -141,7 +141,8 @@ def test_synthetic_power_law_and_learnable():
     w = torch.linalg.lstsq(d.x[:3000], y[:3000]).solution
     top1 = (d.x[3000:] @ w).argmax(1)
     acc = y[3000:][torch.arange(1000), top1].mean()
-    assert acc > 0.3
+    always_head = y[3000:, y[:3000].sum(0).argmax()].mean()  # predicting the most common class
+    assert acc > always_head + 0.2
     assert torch.equal(synthetic_multilabel(50, 4, 10, seed=1).x, synthetic_multilabel(50, 4, 10, seed=1).x)
     with pytest.raises(ValueError, match="labels_per_sample"):
         synthetic_multilabel(10, 4, 10, labels_per_sample=0.5)
