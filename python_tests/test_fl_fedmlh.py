@@ -1,18 +1,15 @@
 """FedMLH in the loop: round trips, byte accounting, reproducibility, per-table aggregation,
-merged top-k prediction, learning on tiny data. Needs fedkernels.nn.FedMLHHead (sketch kernels)."""
+merged top-k prediction, learning on tiny data."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-import fedkernels
 from fedkernels.fl import RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms.fedmlh import HASH_KEY, FedMLH, per_table_average
 from python_tests.fl_data import tiny_clients, tiny_dataset
 
-needs_head = pytest.mark.skipif(not hasattr(fedkernels, "nn") or not hasattr(fedkernels.nn, "FedMLHHead"),
-                                reason="fedkernels.nn.FedMLHHead (sketch branch) is not in this build")
 
 R, B = 3, 4
 
@@ -22,7 +19,6 @@ def _server(seed=0, rounds=3, **kw):
     return Server(FedMLH(num_tables=R, num_buckets=B, hidden=kw.pop("hidden", (8,)), **kw), tiny_clients(4), 16, 8, cfg)
 
 
-@needs_head
 def test_state_layout():
     s = _server()
     assert s.state[HASH_KEY].tolist()[:2] == [R, B]
@@ -31,7 +27,6 @@ def test_state_layout():
     assert s.strategy.model_bytes(s.state) == sum(v.numel() * 4 for v in params.values())
 
 
-@needs_head
 def test_round_trip_and_bytes():
     s = _server()
     sent = dict(s.state)
@@ -41,7 +36,6 @@ def test_round_trip_and_bytes():
     assert rec.bytes_down == 2 * len(encode(sent)) and rec.bytes_up == 2 * up_one
 
 
-@needs_head
 def test_same_seed_bit_identical():
     a, b = _server(seed=3), _server(seed=3)
     a.run(), b.run()
@@ -51,7 +45,6 @@ def test_same_seed_bit_identical():
     assert any(not torch.equal(a.state[k], c.state[k]) for k in a.state if k != HASH_KEY)
 
 
-@needs_head
 def test_same_across_thread_counts():
     old = torch.get_num_threads()
     try:
@@ -66,7 +59,6 @@ def test_same_across_thread_counts():
     assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
 
 
-@needs_head
 def test_aggregation_is_per_table_weighted_mean():
     s = _server()
     chosen = s.select_clients(0)
@@ -87,7 +79,6 @@ def test_per_table_average_uses_each_tables_slices():
     assert out["w"].tolist() == [[4.0, 5.0], [6.0, 7.0]]
 
 
-@needs_head
 def test_predict_topk_matches_head_scores():
     s = _server(rounds=2)
     s.run()
@@ -102,7 +93,6 @@ def test_predict_topk_matches_head_scores():
     assert torch.all((scores > kth).sum(1) <= 2)  # nothing outside the top 3 scores higher
 
 
-@needs_head
 def test_training_improves_precision():
     s = _server(rounds=25, hidden=(16,))
     test = tiny_dataset(400, seed=99)
@@ -111,7 +101,6 @@ def test_training_improves_precision():
     assert s.evaluate(test)["P@1"] > before + 0.1
 
 
-@needs_head
 def test_fewer_bytes_than_fedavg_when_buckets_are_few():
     from fedkernels.fl import FedAvg
     p, f = 400, 16

@@ -62,11 +62,13 @@ class FedMLH(Strategy):
         self._dims: tuple[int, int] | None = None
 
     def _build(self, hash_params: torch.Tensor) -> torch.nn.Module:
-        """The head for broadcast ``(R, B, seed)``; its initial weights also follow that seed,
-        which derives from the run's seed."""
+        """The head for broadcast ``(R, B, seed)``. The head initialises from torch's global RNG,
+        so that is seeded (and restored after) from the hash seed, which derives from the run's seed."""
         assert self._dims is not None, "init_state first"
         r, b, hash_seed = (int(v) for v in hash_params)
-        return _head_class()(self._dims[0], self._dims[1], r, b, hidden=self.hidden, seed=hash_seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(hash_seed)
+            return _head_class()(self._dims[0], self._dims[1], r, b, hidden=self.hidden, seed=hash_seed)
 
     def _load(self, payload: Payload) -> torch.nn.Module:
         head = self._build(payload[HASH_KEY])
