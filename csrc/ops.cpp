@@ -15,6 +15,11 @@ TORCH_LIBRARY(fedkernels, m) {
 
   // ---- sketch: FedMLH label hashing and count sketches
   m.def("label_hash(Tensor indptr, Tensor indices, Tensor table, int num_buckets) -> Tensor");
+  m.def("bucket_merge(Tensor logp, Tensor table, str reduce=\"mean\") -> Tensor");
+  m.def("bucket_merge_backward(Tensor grad, Tensor table, int num_buckets) -> Tensor");
+  m.def("bucket_merge_topk(Tensor logp, Tensor table, int k, str reduce=\"mean\") -> (Tensor, Tensor)");
+  m.def("count_sketch(Tensor x, Tensor table, Tensor signs, int num_buckets) -> Tensor");
+  m.def("count_sketch_query(Tensor sketch, Tensor table, Tensor signs, str reduce=\"median\") -> Tensor");
   // (sketch: more schemas here)
 
   // ---- sampled: FedSS sampled softmax

@@ -1,3 +1,5 @@
 """Drop-in torch.nn modules built on the fedkernels ops."""
 
-__all__: list[str] = []
+from .fedmlh import FedMLHHead
+
+__all__: list[str] = ["FedMLHHead"]

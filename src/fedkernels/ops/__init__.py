@@ -1,7 +1,7 @@
 """The public ops, one module per kernel family. Each is ``torch.ops.fedkernels.<name>`` underneath."""
 
 # sketch (FedMLH)
-from .sketch import label_hash
+from .sketch import bucket_merge, bucket_merge_topk, count_sketch, count_sketch_query, label_hash
 
 # sampled (FedSS)
 
@@ -14,6 +14,10 @@ from .sketch import label_hash
 __all__ = [
     # sketch
     "label_hash",
+    "bucket_merge",
+    "bucket_merge_topk",
+    "count_sketch",
+    "count_sketch_query",
     # sampled
     # select
     # prox

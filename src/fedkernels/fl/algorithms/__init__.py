@@ -1,5 +1,6 @@
 """One Strategy per algorithm."""
 
 from .fedavg import FedAvg
+from .fedmlh import FedMLH
 
-__all__ = ["FedAvg"]
+__all__ = ["FedAvg", "FedMLH"]
