@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from fedkernels.fl import ClientData, FedAvg, RunConfig, Strategy, TrainConfig
+from fedkernels.fl import ClientData, RunConfig, Strategy, TrainConfig
+from fedkernels.fl.registry import make_strategy as registered
 from python_tests.fl_data import tiny_clients
 
 NUM_FEATURES, NUM_CLASSES = 16, 8
 
 
+# Small options for the tiny data; a registered strategy not listed here runs with its defaults.
+SMALL = {"fedavg": dict(hidden=(8,)), "fedmlh": dict(num_tables=2, num_buckets=4, hidden=(8,))}
+
+
 def make_strategy(name: str) -> Strategy:
-    """The strategies the Flower test covers, by name (more join as their branches land)."""
-    if name == "fedavg":
-        return FedAvg(hidden=(8,))
-    raise ValueError(f"unknown strategy {name!r}")
+    """A registered strategy by name (``fedkernels.fl.registry``), small for the tiny data."""
+    return registered(name, **SMALL.get(name.lower(), {}))
 
 
 def client_data(partition: int, num_clients: int) -> ClientData:

@@ -63,6 +63,22 @@ def edit_tensors(edit: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tenso
     return lambda up: pl.encode(edit(pl.decode(up)))
 
 
+class SilentWhereFaulty:
+    """Sends nothing exactly where ``injector`` would inject a fault, and is honest elsewhere: the
+    survivors-only twin of a faulty run."""
+
+    def __init__(self, injector, client_id: int, inner: ClientEndpoint) -> None:
+        self.injector, self.client_id, self.inner = injector, client_id, inner
+
+    def request(self, round: int, seed: int) -> bytes | None:
+        return self.inner.request(round, seed)
+
+    def update(self, download: bytes, round: int, seed: int) -> bytes | None:
+        if self.injector.fault(round, self.client_id):
+            return None
+        return self.inner.update(download, round, seed)
+
+
 class Slow:
     """A client that sleeps ``seconds`` before an honest update."""
 

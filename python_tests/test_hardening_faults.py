@@ -8,20 +8,7 @@ import time
 import pytest
 
 from fedkernels.fl.faults import FaultInjector, InjectedCrash
-from python_tests.hardening_helpers import Slow, make_server, same_state, snapshot
-
-
-class Dropper:
-    """Sends nothing in the rounds/clients an injector marks as failing; honest elsewhere."""
-
-    def __init__(self, injector: FaultInjector, cid: int, inner) -> None:
-        self.injector, self.cid, self.inner = injector, cid, inner
-
-    def request(self, round, seed):
-        return self.inner.request(round, seed)
-
-    def update(self, download, round, seed):
-        return None if self.injector.fault(round, self.cid) else self.inner.update(download, round, seed)
+from python_tests.hardening_helpers import SilentWhereFaulty, Slow, make_server, same_state, snapshot
 
 
 def test_injector_is_deterministic_and_rates_match():
@@ -106,7 +93,7 @@ def test_mixed_faults_equal_survivors_only_run():
     run where the same clients simply sent nothing: only the survivors' checked uploads count."""
     inj = FaultInjector(crash=0.25, timeout=0.15, empty=0.15, seed=11, hang_seconds=30)
     faulty = make_server(wrapper=inj, client_timeout=1.0, rounds=5)
-    quiet = make_server(wrapper=lambda cid, inner: Dropper(inj, cid, inner), rounds=5)
+    quiet = make_server(wrapper=lambda cid, inner: SilentWhereFaulty(inj, cid, inner), rounds=5)
     try:
         faulty.run()
     finally:
