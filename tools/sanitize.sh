@@ -57,7 +57,8 @@ sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in (type(f).__mod
 import fedkernels; f = fedkernels._C.__file__
 sys.exit(0 if f == '$SO' else f'imported {f}, not $SO')"
 echo "sanitize: running under ASan+UBSan with $SO"
-# -p no:cacheprovider: nothing written into the checkout; one process so a report aborts the run.
+# -p no:cacheprovider: nothing written into the checkout; one process so a report aborts the run;
+# --capture=sys: pytest must not capture fd 2, or a report would vanish with the aborted process.
 "$PY" -c "$BOOT
-import pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-p', 'no:xdist', *sys.argv[1:]]))" "$@"
+import pytest; sys.exit(pytest.main(['-q', '--capture=sys', '-p', 'no:cacheprovider', '-p', 'no:xdist', *sys.argv[1:]]))" "$@"
 echo "sanitize: no ASan/UBSan reports"

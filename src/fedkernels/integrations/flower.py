@@ -258,9 +258,16 @@ def client_app(make_strategy: Callable[[Context], Strategy], load_data: Callable
         app = client_app(lambda ctx: FedAvg(hidden=(256,)), lambda ctx: my_partition(ctx.node_config))
     """
     app = ClientApp()
-    cache: dict[str, object] = {}
+    caches: dict[int, dict[str, object]] = {}  # per node: a long-lived app process may serve several
+
+    def _data(context: Context) -> ClientData:
+        cache = caches.setdefault(context.node_id, {})
+        if "data" not in cache:
+            cache["data"] = load_data(context)
+        return cache["data"]  # type: ignore[return-value]
 
     def local(context: Context, header: ConfigRecord) -> ClientEndpoint:
+        cache = caches.setdefault(context.node_id, {})
         key = repr((header["run-seed"], header["num-features"], header["num-classes"], header["epochs"],
                     header["batch-size"], header["lr"], header["optimizer"], header["weight-decay"]))
         if cache.get("key") != key:  # the strategy is initialised as the server's, so client_update can run
@@ -274,11 +281,6 @@ def client_app(make_strategy: Callable[[Context], Strategy], load_data: Callable
                 client = wrap(context, int(context.node_config["partition-id"]), client)
             cache.update(key=key, client=client)
         return cache["client"]  # type: ignore[return-value]
-
-    def _data(context: Context) -> ClientData:
-        if "data" not in cache:
-            cache["data"] = load_data(context)
-        return cache["data"]  # type: ignore[return-value]
 
     @app.query("fedkernels_hello")
     def hello(message: Message, context: Context) -> Message:
