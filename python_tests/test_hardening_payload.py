@@ -220,3 +220,22 @@ def test_spec_check_never_raises_other_errors(p, dtype):
     spec = PayloadSpec({k: TensorSpec(dtype, ("n",) * v.dim(), min_value=0, max_value=5, unique=True)
                         for k, v in p.items()})
     decode_or_reject(encode(p), spec)
+
+
+@given(st.integers(1, 200), st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.float64]),
+       st.sampled_from(["none", "nan", "inf", "-inf", "overflow"]), st.integers(0, 2**31))
+def test_finite_check_is_exact(n, dtype, special, seed):
+    """NaN/inf anywhere is rejected; finite values whose sum overflows are accepted."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g).to(dtype)
+    pos = int(torch.randint(n, (1,), generator=g))
+    if special == "overflow":
+        x = torch.full((n,), torch.finfo(dtype).max, dtype=dtype)
+    elif special != "none":
+        x[pos] = float(special)
+    spec = PayloadSpec({"x": TensorSpec(dtype, (n,))})
+    if special in ("none", "overflow"):
+        assert torch.equal(decode(encode({"x": x}), spec)["x"], x)
+    else:
+        with pytest.raises(PayloadError, match="NaN or inf"):
+            decode(encode({"x": x}), spec)

@@ -182,7 +182,7 @@ def check(tensors: Payload, spec: PayloadSpec) -> None:
             raise PayloadError(f"tensor {name!r} has dtype {t.dtype}, expected {ts.dtype}")
         if ts.shape is not None:
             _check_shape(name, t, ts.shape, lengths)
-        if t.is_floating_point() and ts.finite and t.numel() and not bool(torch.isfinite(t).all()):
+        if t.is_floating_point() and ts.finite and t.numel() and not _all_finite(t):
             raise PayloadError(f"tensor {name!r} has NaN or inf values")
         if not t.is_floating_point() and t.numel():
             if ts.min_value is not None and int(t.min()) < ts.min_value:
@@ -191,6 +191,13 @@ def check(tensors: Payload, spec: PayloadSpec) -> None:
                 raise PayloadError(f"tensor {name!r} has values >= {ts.max_value}")
         if ts.unique and t.numel() != torch.unique(t).numel():
             raise PayloadError(f"tensor {name!r} has repeated values")
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """No NaN or inf in ``t``. A sum is finite only if every term is (IEEE addition never turns
+    inf/NaN back into a number), so one allocation-free pass settles the usual case; a non-finite
+    sum may just be overflow, so then check element-wise."""
+    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
 
 
 def _check_shape(name: str, t: torch.Tensor, want: tuple[int | str | None, ...],
