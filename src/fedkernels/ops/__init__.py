@@ -6,6 +6,7 @@ from .sketch import label_hash
 # sampled (FedSS)
 
 # select (partial weight exchange)
+from .select import delta_norms, masked_weighted_average, num_selected, select_topk_tensors
 
 # prox (l1-difference)
 
@@ -16,6 +17,10 @@ __all__ = [
     "label_hash",
     # sampled
     # select
+    "delta_norms",
+    "select_topk_tensors",
+    "masked_weighted_average",
+    "num_selected",
     # prox
     # spread
 ]
