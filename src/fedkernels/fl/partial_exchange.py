@@ -27,7 +27,8 @@ def make_partial_payload(before: Mapping[str, torch.Tensor], after: Mapping[str,
     """What a client sends: the tensors of ``after`` whose change since ``before`` is largest.
 
     Args:
-        before, after: state_dicts of the same model (same names, shapes, dtypes, device).
+        before, after: state_dicts of the same model (same names, shapes, dtypes, device); tensors
+            are matched by name, candidates taken in ``after``'s order.
         fraction: p in ``(0, 1]``; ``k = ceil(p * M)`` of the M candidate tensors are sent.
         normalize: rank by RMS change (norm / sqrt(numel)) instead of the plain norm.
 
@@ -40,8 +41,8 @@ def make_partial_payload(before: Mapping[str, torch.Tensor], after: Mapping[str,
         >>> list(payload["tensors"])   # e.g. ['layer4.2.conv3.weight', 'fc.weight', ...]
     """
     names = candidate_names(after)
-    if names != candidate_names(before):
-        raise ValueError("before and after must have the same floating-point entries in the same order")
+    if set(names) != set(candidate_names(before)):  # by name: deserialised dicts may be reordered
+        raise ValueError("before and after must have the same floating-point entries")
     new = [after[n].detach() for n in names]
     old = [before[n].detach() for n in names]
     idx = select_topk_tensors(new, old, fraction, normalize=normalize)

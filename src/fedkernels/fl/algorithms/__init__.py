@@ -1,5 +1,6 @@
 """One Strategy per algorithm."""
 
 from .fedavg import FedAvg
+from .partial import PartialExchange
 
-__all__ = ["FedAvg"]
+__all__ = ["FedAvg", "PartialExchange"]
