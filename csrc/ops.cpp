@@ -26,7 +26,12 @@ TORCH_LIBRARY(fedkernels, m) {
   // (sampled: schemas here)
 
   // ---- select: partial weight exchange
-  // (select: schemas here)
+  // normalize has no schema default on purpose: torch 2.13 drops defaulted args from the call,
+  // which breaks register_autograd's structure check for ops with Tensor[] inputs.
+  m.def("delta_norms(Tensor[] new, Tensor[] old, bool normalize) -> Tensor");
+  m.def("select_topk_tensors(Tensor[] new, Tensor[] old, float fraction, bool normalize) -> Tensor");
+  m.def("masked_weighted_average(Tensor(a!)[] dst, Tensor[] sent, Tensor client_of, Tensor tensor_of, "
+        "Tensor weights) -> ()");
 
   // ---- prox: proximal l1-difference (TV1D) and the network prox
   // (prox: schemas here)

@@ -6,6 +6,7 @@ from .sketch import bucket_merge, bucket_merge_topk, count_sketch, count_sketch_
 # sampled (FedSS)
 
 # select (partial weight exchange)
+from .select import delta_norms, masked_weighted_average, num_selected, select_topk_tensors
 
 # prox (l1-difference)
 
@@ -20,6 +21,10 @@ __all__ = [
     "count_sketch_query",
     # sampled
     # select
+    "delta_norms",
+    "select_topk_tensors",
+    "masked_weighted_average",
+    "num_selected",
     # prox
     # spread
 ]

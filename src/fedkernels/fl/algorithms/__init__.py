@@ -2,5 +2,6 @@
 
 from .fedavg import FedAvg
 from .fedmlh import FedMLH
+from .partial import PartialExchange
 
-__all__ = ["FedAvg", "FedMLH"]
+__all__ = ["FedAvg", "FedMLH", "PartialExchange"]
