@@ -10,7 +10,8 @@ NUM_FEATURES, NUM_CLASSES = 16, 8
 
 
 # Small options for the tiny data; a registered strategy not listed here runs with its defaults.
-SMALL = {"fedavg": dict(hidden=(8,)), "fedmlh": dict(num_tables=2, num_buckets=4, hidden=(8,))}
+SMALL = {"fedavg": dict(hidden=(8,)), "fedmlh": dict(num_tables=2, num_buckets=4, hidden=(8,)),
+         "partialexchange": dict(fraction=0.5, hidden=(8,))}
 
 
 def make_strategy(name: str) -> Strategy:

@@ -1,7 +1,7 @@
 """Flower for real: a SuperLink and three SuperNodes (separate processes) on 127.0.0.1 run each
-fedkernels strategy (FedAvg, FedMLH) for three rounds through ``fedkernels.integrations.flower``, with a crash and a
-garbage upload injected; the final global state is bit-identical to the in-process Server's with the
-same seed, the same faults and the same data."""
+fedkernels strategy (FedAvg, FedMLH, PartialExchange) for three rounds through
+``fedkernels.integrations.flower``, with a crash and a garbage upload injected; the final global state
+is bit-identical to the in-process Server's with the same seed, the same faults and the same data."""
 
 from __future__ import annotations
 
@@ -111,9 +111,9 @@ def deployment(tmp_path_factory):
     assert not any(p.poll() is None for p in dep.procs)  # everything torn down
 
 
-# Strategies on main or merged branches; the others (FedSS, partial exchange, l1-difference) join
-# here as their Strategy classes land (the adapter needs nothing new for them).
-@pytest.mark.parametrize("strategy", ["fedavg", "fedmlh"])
+# Strategies on main or merged branches; the others (FedSS, l1-difference) join here as their
+# Strategy classes land (the adapter needs nothing new for them).
+@pytest.mark.parametrize("strategy", ["fedavg", "fedmlh", "partialexchange"])
 def test_flower_matches_in_process(deployment, strategy):
     ckpt = deployment.tmp / f"{strategy}.ckpt"
     done = deployment.run(strategy, ckpt)
