@@ -133,3 +133,31 @@ class SparseRows(Strategy):
 
     def predict_topk(self, state, x, k):
         return (x @ state["W"].T).topk(k, dim=1).indices
+
+
+class SparseRowsAsking(SparseRows):
+    """SparseRows whose clients first ask for the rows of their own classes (a ``client_request``,
+    as FedSS asks for its sampled classes); the download holds only those rows."""
+
+    name = "SparseRowsAsking"
+
+    def client_request(self, data, round, seed):
+        return {"want": torch.unique(data.indices)}
+
+    def request_spec(self, state) -> PayloadSpec:
+        return PayloadSpec({"want": TensorSpec(torch.int64, (None,), min_value=0, max_value=state["W"].shape[0],
+                                               unique=True)})
+
+    def client_payload(self, state, client_id, request, round, seed):
+        return {"ids": request["want"], "W": state["W"][request["want"]]}
+
+    def client_update(self, payload, data: ClientData, config: TrainConfig, round, seed):
+        W = torch.zeros(int(payload["ids"].max()) + 1 if len(payload["ids"]) else 0, data.x.shape[1])
+        W[payload["ids"]] = payload["W"]
+        full = {"W": torch.cat([W, torch.zeros(max(0, data.num_classes - len(W)), W.shape[1])])}
+        return super().client_update(full, data, config, round, seed)
+
+    def upload_spec(self, state, payload_sent) -> PayloadSpec:
+        spec = super().upload_spec(state, payload_sent)
+        spec.required["ids"] = TensorSpec(torch.int64, ("n",), min_value=0, max_value=state["W"].shape[0], unique=True)
+        return spec

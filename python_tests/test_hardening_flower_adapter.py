@@ -4,6 +4,7 @@ with an in-memory grid that delivers messages to the client apps (or drops them,
 from __future__ import annotations
 
 import pytest
+import torch
 
 pytest.importorskip("flwr", reason="flwr is not installed (pip install 'fedkernels[flower]')")
 
@@ -13,7 +14,8 @@ from fedkernels.fl import Server  # noqa: E402
 from fedkernels.fl.faults import FaultInjector  # noqa: E402
 from fedkernels.integrations.flower import FlowerStrategy, client_app  # noqa: E402
 from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy, run_config  # noqa: E402
-from python_tests.hardening_helpers import SilentWhereFaulty, same_state  # noqa: E402
+from fedkernels.fl import payload as pl  # noqa: E402
+from python_tests.hardening_helpers import SilentWhereFaulty, SparseRowsAsking, same_state  # noqa: E402
 
 NUM_CLIENTS = 4
 
@@ -52,20 +54,19 @@ class MemoryGrid:
         return replies
 
 
-def grid(wrap=None, silent_clients=(), nodes=range(NUM_CLIENTS)) -> MemoryGrid:
-    app = client_app(lambda ctx: make_strategy("fedavg"), lambda ctx: client_data(int(ctx.node_config["partition-id"]),
-                                                                                    NUM_CLIENTS), wrap=wrap)
+def grid(wrap=None, silent_clients=(), nodes=range(NUM_CLIENTS), strategy=lambda: make_strategy("fedavg")) -> MemoryGrid:
+    app = client_app(lambda ctx: strategy(), lambda ctx: client_data(int(ctx.node_config["partition-id"]), NUM_CLIENTS),
+                     wrap=wrap)
     apps = {1000 + c: (app, Context(1, 1000 + c, {"partition-id": c}, RecordDict(), {})) for c in nodes}
     return MemoryGrid(apps, {1000 + c for c in silent_clients})
 
 
-def flower(rounds=3, **kw) -> FlowerStrategy:
-    return FlowerStrategy(make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS,
-                          run_config(rounds, 3, 9, **kw))
+def flower(rounds=3, strategy=lambda: make_strategy("fedavg"), **kw) -> FlowerStrategy:
+    return FlowerStrategy(strategy(), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, run_config(rounds, 3, 9, **kw))
 
 
-def in_process(rounds=3, wrapper=None) -> Server:
-    s = Server(make_strategy("fedavg"), [client_data(c, NUM_CLIENTS) for c in range(NUM_CLIENTS)], NUM_FEATURES,
+def in_process(rounds=3, wrapper=None, strategy=lambda: make_strategy("fedavg")) -> Server:
+    s = Server(strategy(), [client_data(c, NUM_CLIENTS) for c in range(NUM_CLIENTS)], NUM_FEATURES,
                NUM_CLASSES, run_config(rounds, 3, 9), client_wrapper=wrapper)
     s.run()
     return s
@@ -112,3 +113,30 @@ def test_setup_needing_clients_is_refused():
         FlowerStrategy(NeedsData(hidden=(8,)), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, run_config(1, 2, 0))
     with pytest.raises(ValueError, match="clients_per_round"):
         FlowerStrategy(make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES, 2, run_config(1, 3, 0))
+
+
+class BadAsk:
+    """Asks for a class id out of range in round 1; honest otherwise."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def request(self, round, seed):
+        return pl.encode({"want": torch.tensor([0, 99])}) if round == 1 else self.inner.request(round, seed)
+
+    def update(self, download, round, seed):
+        return self.inner.update(download, round, seed)
+
+
+def test_requests_match_in_process():
+    """A strategy with a client_request (the FedSS shape): requests, downloads, uploads and a rejected
+    request all go as in-process, to the same bits."""
+    wrap = lambda cid, inner: BadAsk(inner) if cid == 1 else inner  # noqa: E731
+    fk = flower(strategy=SparseRowsAsking)
+    fk.start(grid(wrap=lambda ctx, cid, inner: wrap(cid, inner), strategy=SparseRowsAsking), fk.initial_arrays(),
+             num_rounds=3, timeout=5)
+    ref = in_process(wrapper=wrap, strategy=SparseRowsAsking)
+    assert same_state(fk.state, ref.state)
+    assert [h.failed for h in fk.history] == [h.failed for h in ref.history]
+    assert [(h.bytes_up, h.bytes_down) for h in fk.history] == [(h.bytes_up, h.bytes_down) for h in ref.history]
+    assert ref.history[1].failed == [(1, "rejected: tensor 'want' has values >= 8")]

@@ -197,8 +197,9 @@ class FlowerStrategy(_FlowerStrategy):
         out: dict[int, pl.Payload | None] = {}
         for c in live:
             try:
-                raw = _bytes_of(answers.get(c), "request")
-                out[c] = pl.decode(raw, bounded(spec, self.config.max_upload_bytes))
+                raw = _bytes_of(answers.get(c), "request", allow_empty=True)
+                # No request is allowed, as in-process: the strategy's client_payload decides.
+                out[c] = pl.decode(raw, bounded(spec, self.config.max_upload_bytes)) if raw else None
                 rnd.bytes_up[c] = len(raw)
             except _Failure as e:
                 rnd.failed[c] = str(e)
@@ -221,15 +222,16 @@ class _Failure(Exception):
     """A client's reply that carries no usable bytes; the message is the recorded reason."""
 
 
-def _bytes_of(reply: Message | None, field: str) -> bytes:
+def _bytes_of(reply: Message | None, field: str, allow_empty: bool = False) -> bytes:
+    """The bytes in ``field`` of a client's reply, or :class:`_Failure` with the reason to record."""
     if reply is None:
         raise _Failure("timed out (no reply)")
     if reply.has_error():
         raise _Failure(f"crashed: {reply.error.reason}")
     rec = reply.content.config_records.get(KEY)
     value = rec.get(field) if rec is not None else None
-    if not isinstance(value, bytes) or not value:
-        raise _Failure("sent no upload" if field == "upload" else "sent no request")
+    if not isinstance(value, bytes) or (not value and not allow_empty):
+        raise _Failure(f"sent no {field}")
     return value
 
 
