@@ -112,9 +112,17 @@ def deployment(tmp_path_factory):
 
 
 # Strategies on main or merged branches; the others (FedSS, l1-difference) join here as their
-# Strategy classes land (the adapter needs nothing new for them).
-@pytest.mark.parametrize("strategy", ["fedavg", "fedmlh", "partialexchange"])
-def test_flower_matches_in_process(deployment, strategy):
+# Strategy classes land (the adapter needs nothing new for them). One test, so one deployment even
+# under pytest-xdist.
+STRATEGIES = ["fedavg", "fedmlh", "partialexchange"]
+
+
+def test_flower_matches_in_process(deployment):
+    for strategy in STRATEGIES:
+        check_strategy(deployment, strategy)
+
+
+def check_strategy(deployment: Deployment, strategy: str) -> None:
     ckpt = deployment.tmp / f"{strategy}.ckpt"
     done = deployment.run(strategy, ckpt)
     assert done.returncode == 0 and ckpt.exists(), done.stdout[-3000:] + done.stderr[-3000:] + deployment.tail()
