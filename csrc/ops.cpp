@@ -15,6 +15,11 @@ TORCH_LIBRARY(fedkernels, m) {
 
   // ---- sketch: FedMLH label hashing and count sketches
   m.def("label_hash(Tensor indptr, Tensor indices, Tensor table, int num_buckets) -> Tensor");
+  m.def("bucket_merge(Tensor logp, Tensor table, str reduce=\"mean\") -> Tensor");
+  m.def("bucket_merge_backward(Tensor grad, Tensor table, int num_buckets) -> Tensor");
+  m.def("bucket_merge_topk(Tensor logp, Tensor table, int k, str reduce=\"mean\") -> (Tensor, Tensor)");
+  m.def("count_sketch(Tensor x, Tensor table, Tensor signs, int num_buckets) -> Tensor");
+  m.def("count_sketch_query(Tensor sketch, Tensor table, Tensor signs, str reduce=\"median\") -> Tensor");
   // (sketch: more schemas here)
 
   // ---- sampled: FedSS sampled softmax
@@ -29,7 +34,12 @@ TORCH_LIBRARY(fedkernels, m) {
   // (sampled: schemas here)
 
   // ---- select: partial weight exchange
-  // (select: schemas here)
+  // normalize has no schema default on purpose: torch 2.13 drops defaulted args from the call,
+  // which breaks register_autograd's structure check for ops with Tensor[] inputs.
+  m.def("delta_norms(Tensor[] new, Tensor[] old, bool normalize) -> Tensor");
+  m.def("select_topk_tensors(Tensor[] new, Tensor[] old, float fraction, bool normalize) -> Tensor");
+  m.def("masked_weighted_average(Tensor(a!)[] dst, Tensor[] sent, Tensor client_of, Tensor tensor_of, "
+        "Tensor weights) -> ()");
 
   // ---- prox: proximal l1-difference (TV1D) and the network prox
   // (prox: schemas here)

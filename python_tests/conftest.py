@@ -16,7 +16,11 @@ settings.register_profile(
 settings.register_profile(
     "ci", deadline=None, max_examples=40, derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "default"))
+# Few examples under ASan/UBSan (tools/sanitize.sh): every call is several times slower there.
+settings.register_profile(
+    "sanitize", deadline=None, max_examples=8, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default"))
 
 # Every op test runs on CPU, and on CUDA automatically wherever a GPU exists.
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -3,6 +3,8 @@
 // (threadIdx.x, blockDim.x); the arithmetic is the same either way.
 #pragma once
 
+#include <ATen/OpMathType.h>
+
 #include <cstdint>
 
 #include "common/macros.h"
@@ -28,6 +30,228 @@ FK_HOST_DEVICE FK_INLINE void label_hash_set(uint8_t* out, const int64_t* labels
     const int32_t bucket = table[labels[i] * num_tables + j];
     out[(j * num_samples + n) * num_buckets + bucket] = 1;
   }
+}
+
+}  // namespace fedkernels
+
+// ---------------------------------------------------------------------------------------------
+// Bucket merging (bucket_merge, bucket_merge_topk) and count-sketch queries.
+// A "source row" is R bucket rows of B values, table j's row at `src + j * table_stride`:
+//   bucket_merge:        src = logp + n * B,      table_stride = N * B   (logp is [R, N, B])
+//   count_sketch_query:  src = M + row * R * B,   table_stride = B       (M is [..., R, B])
+// Values are read as scalar_t and reduced in acc_t (float for half/bfloat16).
+
+namespace fedkernels {
+
+enum SketchReduce : int64_t { kReduceMean = 0, kReduceMedian = 1, kReduceSum = 2 };
+
+// The median keeps the R values of one class in registers/stack; this bounds R for it.
+constexpr int64_t kMaxMedianTables = 64;
+
+template <typename T>
+FK_HOST_DEVICE FK_INLINE bool fk_isnan(T v) {
+  return v != v;
+}
+
+// Median of v[0..r) (reorders v). NaN propagates as in torch.median; an even count gives the mean
+// of the two middle values.
+template <typename acc_t>
+FK_HOST_DEVICE FK_INLINE acc_t median_inplace(acc_t* v, int64_t r) {
+  for (int64_t j = 0; j < r; ++j) {
+    if (fk_isnan(v[j])) return v[j];
+  }
+  for (int64_t i = 1; i < r; ++i) {  // insertion sort: r is small
+    const acc_t x = v[i];
+    int64_t j = i - 1;
+    while (j >= 0 && v[j] > x) {
+      v[j + 1] = v[j];
+      --j;
+    }
+    v[j + 1] = x;
+  }
+  const int64_t m = r / 2;
+  return (r % 2 == 1) ? v[m] : (v[m - 1] + v[m]) * acc_t(0.5);
+}
+
+// The value table j contributes for one class: src[j, trow[j]], times its sign when signs are given.
+template <typename scalar_t, typename acc_t>
+FK_HOST_DEVICE FK_INLINE acc_t table_value(const scalar_t* src, int64_t table_stride, const int32_t* trow,
+                                           const int8_t* srow, int64_t j) {
+  const acc_t v = static_cast<acc_t>(src[j * table_stride + trow[j]]);
+  return (srow != nullptr && srow[j] < 0) ? -v : v;
+}
+
+// score of one class: reduce_j sign_j * src[j, trow[j]]. Mean and sum add tables in order 0..R-1
+// starting from 0, so every launcher (and the reference) rounds identically.
+template <typename scalar_t, typename acc_t>
+FK_HOST_DEVICE FK_INLINE acc_t merge_score(const scalar_t* src, int64_t table_stride, const int32_t* trow,
+                                           const int8_t* srow, int64_t r, int64_t reduce) {
+  if (reduce == kReduceMedian) {
+    acc_t v[kMaxMedianTables];
+    for (int64_t j = 0; j < r; ++j) v[j] = table_value<scalar_t, acc_t>(src, table_stride, trow, srow, j);
+    return median_inplace(v, r);
+  }
+  acc_t s = acc_t(0);
+  for (int64_t j = 0; j < r; ++j) s += table_value<scalar_t, acc_t>(src, table_stride, trow, srow, j);
+  return reduce == kReduceMean ? s / static_cast<acc_t>(r) : s;
+}
+
+// An upper bound of a mean score knowing only table 0's value v0: tables 1.. replaced by their row
+// maxima, added in the same order. Rounded addition is monotone, so score <= bound exactly.
+template <typename acc_t>
+FK_HOST_DEVICE FK_INLINE acc_t mean_bound(acc_t v0, const acc_t* row_max, int64_t r) {
+  acc_t s = acc_t(0);
+  s += v0;
+  for (int64_t j = 1; j < r; ++j) s += row_max[j];
+  return s / static_cast<acc_t>(r);
+}
+
+// Output order of top-k: a ranks before b. NaN counts as the largest value (as in torch.topk);
+// ties go to the smaller class id.
+template <typename acc_t>
+FK_HOST_DEVICE FK_INLINE bool ranks_before(acc_t va, int64_t ia, acc_t vb, int64_t ib) {
+  const bool na = fk_isnan(va), nb = fk_isnan(vb);
+  if (na || nb) return na && (!nb || ia < ib);
+  return va > vb || (va == vb && ia < ib);
+}
+
+// A heap of (value, id) whose root is the entry ranked last, so it is the one a newcomer must beat.
+template <typename scalar_t>
+FK_HOST_DEVICE FK_INLINE void heap_sift_down(scalar_t* vals, int64_t* ids, int64_t size, int64_t i) {
+  using acc_t = at::opmath_type<scalar_t>;
+  while (true) {
+    const int64_t l = 2 * i + 1, rr = l + 1;
+    int64_t worst = i;
+    if (l < size && ranks_before<acc_t>(vals[worst], ids[worst], vals[l], ids[l])) worst = l;
+    if (rr < size && ranks_before<acc_t>(vals[worst], ids[worst], vals[rr], ids[rr])) worst = rr;
+    if (worst == i) return;
+    const scalar_t tv = vals[i];
+    vals[i] = vals[worst];
+    vals[worst] = tv;
+    const int64_t ti = ids[i];
+    ids[i] = ids[worst];
+    ids[worst] = ti;
+    i = worst;
+  }
+}
+
+template <typename scalar_t>
+FK_HOST_DEVICE FK_INLINE void heap_sift_up(scalar_t* vals, int64_t* ids, int64_t i) {
+  using acc_t = at::opmath_type<scalar_t>;
+  while (i > 0) {
+    const int64_t parent = (i - 1) / 2;
+    if (!ranks_before<acc_t>(vals[parent], ids[parent], vals[i], ids[i])) return;
+    const scalar_t tv = vals[i];
+    vals[i] = vals[parent];
+    vals[parent] = tv;
+    const int64_t ti = ids[i];
+    ids[i] = ids[parent];
+    ids[parent] = ti;
+    i = parent;
+  }
+}
+
+// Offer class `id` with (already output-rounded) value v to a top-k heap holding `size` entries.
+template <typename scalar_t>
+FK_HOST_DEVICE FK_INLINE void heap_offer(scalar_t* vals, int64_t* ids, int64_t& size, int64_t k, scalar_t v,
+                                         int64_t id) {
+  using acc_t = at::opmath_type<scalar_t>;
+  if (size < k) {
+    vals[size] = v;
+    ids[size] = id;
+    heap_sift_up(vals, ids, size);
+    ++size;
+  } else if (ranks_before<acc_t>(v, id, vals[0], ids[0])) {
+    vals[0] = v;
+    ids[0] = id;
+    heap_sift_down(vals, ids, k, 0);
+  }
+}
+
+// Turn a full heap into descending output order in place (heapsort: the worst goes last).
+template <typename scalar_t>
+FK_HOST_DEVICE FK_INLINE void heap_to_sorted(scalar_t* vals, int64_t* ids, int64_t size) {
+  for (int64_t end = size - 1; end > 0; --end) {
+    const scalar_t tv = vals[0];
+    vals[0] = vals[end];
+    vals[end] = tv;
+    const int64_t ti = ids[0];
+    ids[0] = ids[end];
+    ids[end] = ti;
+    heap_sift_down(vals, ids, end, 0);
+  }
+}
+
+// Offer classes [l_begin, l_end) of one source row to its top-k heap (vals/ids are the output row).
+// row_max (per-table maxima of the row, or nullptr) enables exact pruning for the mean: a class
+// whose bound cannot beat the heap's root skips its other R - 1 gathers.
+template <typename scalar_t, typename acc_t>
+FK_HOST_DEVICE FK_INLINE void merge_topk_range(const scalar_t* src, int64_t table_stride, const int32_t* table,
+                                               int64_t r, int64_t reduce, int64_t l_begin, int64_t l_end,
+                                               const acc_t* row_max, int64_t k, scalar_t* vals, int64_t* ids,
+                                               int64_t& size) {
+  for (int64_t l = l_begin; l < l_end; ++l) {
+    const int32_t* trow = table + l * r;
+    if (size == k && row_max != nullptr) {
+      const acc_t v0 = static_cast<acc_t>(src[trow[0]]);
+      const scalar_t bound = static_cast<scalar_t>(mean_bound(v0, row_max, r));
+      // Ids only grow, so a newcomer must be strictly larger than the root to enter.
+      if (static_cast<acc_t>(bound) <= static_cast<acc_t>(vals[0])) continue;
+    }
+    const scalar_t v = static_cast<scalar_t>(merge_score<scalar_t, acc_t>(src, table_stride, trow, nullptr, r, reduce));
+    heap_offer(vals, ids, size, k, v, l);
+  }
+}
+
+// Per-table maxima of one source row, for merge_topk_range; false when the row holds a NaN
+// (NaN scores rank first, so pruning by maxima would be wrong there).
+template <typename scalar_t, typename acc_t>
+FK_HOST_DEVICE FK_INLINE bool row_maxima(const scalar_t* src, int64_t table_stride, int64_t r, int64_t num_buckets,
+                                         acc_t* row_max) {
+  for (int64_t j = 0; j < r; ++j) {
+    const scalar_t* row = src + j * table_stride;
+    acc_t m = static_cast<acc_t>(row[0]);
+    for (int64_t b = 0; b < num_buckets; ++b) {
+      const acc_t v = static_cast<acc_t>(row[b]);
+      if (fk_isnan(v)) return false;
+      m = v > m ? v : m;
+    }
+    row_max[j] = m;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// count_sketch and bucket_merge's backward: out[j, b] = sum over classes i with table[i, j] == b
+// of sign_j(i) * x[i], each bucket summed in ascending class order from 0, so the CPU scatter and
+// the CUDA gather below round identically.
+
+// CPU form: one pass over the classes of one row, scattering into acc[(j - j_begin) * B + b]
+// for tables j in [j_begin, j_end). acc must be zeroed.
+template <typename scalar_t, typename acc_t>
+FK_HOST_DEVICE FK_INLINE void count_sketch_scatter(const scalar_t* x, int64_t p, const int32_t* table,
+                                                   const int8_t* signs, int64_t r, int64_t j_begin, int64_t j_end,
+                                                   int64_t num_buckets, acc_t* acc) {
+  for (int64_t i = 0; i < p; ++i) {
+    const acc_t xi = static_cast<acc_t>(x[i]);
+    for (int64_t j = j_begin; j < j_end; ++j) {
+      const acc_t v = (signs != nullptr && signs[i * r + j] < 0) ? -xi : xi;
+      acc[(j - j_begin) * num_buckets + table[i * r + j]] += v;
+    }
+  }
+}
+
+// CUDA form: one bucket's classes from the inverse table (CSR, ascending class ids; a negative
+// entry c means class ~c with sign -1).
+template <typename scalar_t, typename acc_t>
+FK_HOST_DEVICE FK_INLINE acc_t count_sketch_gather(const scalar_t* x, const int32_t* members, int64_t begin,
+                                                   int64_t end) {
+  acc_t s = acc_t(0);
+  for (int64_t e = begin; e < end; ++e) {
+    const int32_t c = members[e];
+    s += c < 0 ? -static_cast<acc_t>(x[~c]) : static_cast<acc_t>(x[c]);
+  }
+  return s;
 }
 
 }  // namespace fedkernels

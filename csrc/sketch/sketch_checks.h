@@ -1,7 +1,10 @@
 // Argument checks of the sketching ops, shared by the CPU and CUDA launchers.
 #pragma once
 
+#include <c10/util/string_view.h>
+
 #include "common/checks.h"
+#include "sketch/sketch.h"
 
 namespace fedkernels {
 
@@ -20,6 +23,90 @@ inline void check_label_hash_args(const at::Tensor& indptr, const at::Tensor& in
   check_hash_table(table, num_buckets);
   check_same_device(indices, "indices", table, "table");
   check_index_range(indices, 0, table.size(0), "indices (class ids)");
+}
+
+
+// reduce: "mean" or "median" ("sum" too where allow_sum: the adjoint of count_sketch).
+inline int64_t parse_reduce(c10::string_view reduce, bool allow_sum = false) {
+  if (reduce == "mean") return kReduceMean;
+  if (reduce == "median") return kReduceMedian;
+  if (allow_sum && reduce == "sum") return kReduceSum;
+  TORCH_CHECK_VALUE(false, "reduce must be \"mean\" or \"median\"", allow_sum ? " (or \"sum\")" : "", ", got \"",
+                    std::string(reduce.data(), reduce.size()), "\"");
+  return kReduceMean;
+}
+
+inline void check_median_tables(int64_t reduce, int64_t r) {
+  TORCH_CHECK_VALUE(reduce != kReduceMedian || r <= kMaxMedianTables, "reduce=\"median\" supports at most ",
+                    kMaxMedianTables, " tables (table.shape[1] = R), got ", r);
+}
+
+// A bucket tensor whose last two dims are [R, B] (or, for logp, dims 0 and 2) against the table.
+inline void check_buckets_vs_table(const at::Tensor& src, const char* name, int64_t r_src, int64_t b_src,
+                                   const at::Tensor& table) {
+  check_floating(src, name);
+  check_dtype(table, at::kInt, "table");
+  check_dim(table, 2, "table");
+  check_same_device(src, name, table, "table");
+  TORCH_CHECK_VALUE(table.size(1) >= 1, "table must have at least one column (R >= 1), got shape ", table.sizes());
+  TORCH_CHECK_VALUE(r_src == table.size(1), name, " has R = ", r_src, " tables but table has ", table.size(1),
+                    " columns (shapes ", src.sizes(), " and ", table.sizes(), ")");
+  TORCH_CHECK_VALUE(b_src >= 1, name, " must have at least one bucket (B >= 1), got shape ", src.sizes());
+  check_index_range(table, 0, b_src, "table");
+}
+
+// bucket_merge / bucket_merge_topk: logp [R, N, B], table [p, R].
+inline void check_merge_args(const at::Tensor& logp, const at::Tensor& table, int64_t reduce) {
+  check_dim(logp, 3, "logp");
+  check_buckets_vs_table(logp, "logp", logp.size(0), logp.size(2), table);
+  check_median_tables(reduce, table.size(1));
+}
+
+inline void check_topk_k(int64_t k, int64_t num_classes) {
+  TORCH_CHECK_VALUE(k >= 0, "k must be >= 0, got ", k);
+  TORCH_CHECK_VALUE(k <= num_classes, "k must be <= the number of classes p = ", num_classes, ", got ", k);
+}
+
+// bucket_merge_backward: grad [N, p] against table [p, R].
+inline void check_merge_backward_args(const at::Tensor& grad, const at::Tensor& table, int64_t num_buckets) {
+  check_floating(grad, "grad");
+  check_dim(grad, 2, "grad");
+  check_same_device(grad, "grad", table, "table");
+  check_hash_table(table, num_buckets);
+  TORCH_CHECK_VALUE(grad.size(1) == table.size(0), "grad must be [N, p] with p = table.shape[0] = ", table.size(0),
+                    ", got shape ", grad.sizes());
+}
+
+// signs: int8 [p, R] of +1/-1, like table.
+inline void check_signs(const at::Tensor& signs, const at::Tensor& table) {
+  check_dtype(signs, at::kChar, "signs");
+  check_same_device(signs, "signs", table, "table");
+  TORCH_CHECK_VALUE(signs.sizes() == table.sizes(), "signs must have the shape of table ", table.sizes(), ", got ",
+                    signs.sizes());
+  if (signs.numel() > 0) {
+    TORCH_CHECK_VALUE(!at::abs(signs).ne(1).any().item<bool>(), "signs values must be +1 or -1");
+  }
+}
+
+// count_sketch: x [..., p], table [p, R], signs [p, R].
+inline void check_count_sketch_args(const at::Tensor& x, const at::Tensor& table, const at::Tensor& signs,
+                                    int64_t num_buckets) {
+  check_floating(x, "x");
+  TORCH_CHECK_VALUE(x.dim() >= 1, "x must have at least one dim [..., p], got a scalar");
+  check_same_device(x, "x", table, "table");
+  check_hash_table(table, num_buckets);
+  TORCH_CHECK_VALUE(x.size(-1) == table.size(0), "x must be [..., p] with p = table.shape[0] = ", table.size(0),
+                    ", got shape ", x.sizes());
+  check_signs(signs, table);
+}
+
+// count_sketch_query: sketch [..., R, B], table [p, R], signs [p, R].
+inline void check_query_args(const at::Tensor& sketch, const at::Tensor& table, const at::Tensor& signs,
+                             int64_t reduce) {
+  TORCH_CHECK_VALUE(sketch.dim() >= 2, "sketch must be [..., R, B], got shape ", sketch.sizes());
+  check_buckets_vs_table(sketch, "sketch", sketch.size(-2), sketch.size(-1), table);
+  check_signs(signs, table);
+  check_median_tables(reduce, table.size(1));
 }
 
 }  // namespace fedkernels

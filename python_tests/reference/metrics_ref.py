@@ -16,3 +16,36 @@ def ndcg_at_k(topk: list[list[int]], labels: list[set[int]], k: int) -> float:
         idcg = sum(1 / math.log2(i + 2) for i in range(min(k, len(y))))
         total += dcg / idcg if idcg > 0 else 0.0
     return total / len(labels)
+
+
+def inverse_propensity(counts: list[int], n: int, a: float = 0.55, b: float = 1.5) -> list[float]:
+    c = (math.log(n) - 1) * (b + 1) ** a
+    return [1 / (1 / (1 + c * math.exp(-a * math.log(nl + b)))) for nl in counts]
+
+
+def psp_at_k(topk: list[list[int]], labels: list[set[int]], inv_p: list[float], k: int, normalize: bool) -> float:
+    got = sum(sum(inv_p[c] for c in p[:k] if c in y) / k for p, y in zip(topk, labels)) / len(labels)
+    if not normalize:
+        return got
+    best = sum(sum(sorted((inv_p[c] for c in y), reverse=True)[:k]) / k for y in labels) / len(labels)
+    return got / best if best > 0 else 0.0
+
+
+def split_precision_at_k(topk, labels, frequent: set[int], k: int) -> tuple[float, float]:
+    f = sum(len([c for c in p[:k] if c in y and c in frequent]) / k for p, y in zip(topk, labels)) / len(labels)
+    i = sum(len([c for c in p[:k] if c in y and c not in frequent]) / k for p, y in zip(topk, labels)) / len(labels)
+    return f, i
+
+
+def map_at_k(topk: list[list[int]], labels: list[set[int]], k: int) -> float:
+    total = 0.0
+    for p, y in zip(topk, labels):
+        if not y:
+            continue
+        hits, s = 0, 0.0
+        for i, c in enumerate(p[:k]):
+            if c in y:
+                hits += 1
+                s += hits / (i + 1)
+        total += s / min(k, len(y))
+    return total / len(labels)

@@ -6,8 +6,13 @@ Ground truth is CSR (``indptr [N+1]``, ``indices [nnz]``); predictions are top-k
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING, Sequence
 
 import torch
+
+if TYPE_CHECKING:  # the loop imports this module, so its types are only named here
+    from .fl.types import RoundRecord
 
 
 def _hits(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
@@ -53,12 +58,156 @@ def ndcg_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k
     return float(torch.where(idcg > 0, dcg / idcg.clamp_min(1e-30), torch.zeros_like(dcg)).mean())
 
 
+def _check_k(topk: torch.Tensor, k: int) -> None:
+    if k < 1 or topk.shape[1] < k:
+        raise ValueError(f"k must be in [1, {topk.shape[1]}], got {k}")
+
+
+def top1_accuracy(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> float:
+    """Share of samples whose best-ranked class is one of their labels (equal to P@1)."""
+    return precision_at_k(topk, indptr, indices, 1)
+
+
+def inverse_propensity(label_counts: torch.Tensor, num_samples: int, a: float = 0.55, b: float = 1.5) -> torch.Tensor:
+    """Inverse propensities ``1 / p_l`` of Jain et al. (2016).
+
+    ``p_l = 1 / (1 + C exp(-A log(N_l + B)))`` with ``C = (log N - 1) (B + 1)^A``, where ``N_l`` is
+    the training count of label l and N the number of training samples.
+
+    Args:
+        label_counts: ``[L]`` training samples per label.
+        num_samples: N (>= 1).
+
+    Returns:
+        float64 ``[L]``.
+    """
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    n_l = torch.as_tensor(label_counts, dtype=torch.float64)
+    c = (math.log(num_samples) - 1.0) * (b + 1.0) ** a
+    return 1.0 + c * torch.exp(-a * torch.log(n_l + b))
+
+
+def psp_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, inv_propensity: torch.Tensor, k: int,
+             normalize: bool = True) -> float:
+    """Propensity-scored precision PSP@k (Jain et al. 2016).
+
+    Unnormalised: the mean over samples of ``(1/k) sum_{l in top-k} y_l / p_l``. Normalised (the
+    default, as the Extreme Classification Repository reports it): that mean divided by the same
+    mean for the best possible top-k (each sample's k labels of largest ``1/p_l``), so 1.0 is perfect.
+
+    Args:
+        topk: int64 ``[N, >=k]`` predictions, best first.
+        indptr, indices: CSR ground truth.
+        inv_propensity: ``[L]`` from :func:`inverse_propensity` (fitted on the training labels).
+    """
+    _check_k(topk, k)
+    n = topk.shape[0]
+    if n == 0:
+        return 0.0
+    w = torch.as_tensor(inv_propensity, dtype=torch.float64)
+    if (indices.numel() and int(indices.max()) >= w.numel()) or (topk.numel() and int(topk.max()) >= w.numel()):
+        raise ValueError(f"inv_propensity has {w.numel()} labels but an id is out of that range")
+    gained = (_hits(topk[:, :k], indptr, indices).double() * w[topk[:, :k]]).sum() / (k * n)
+    if not normalize:
+        return float(gained)
+    # The best top-k: per sample, the k largest weights among its labels.
+    rows = torch.repeat_interleave(torch.arange(n), indptr.diff())
+    wl = w[indices]
+    order = torch.sort(wl, descending=True, stable=True).indices
+    order = order[torch.sort(rows[order], stable=True).indices]  # by sample, weight descending within
+    rank = torch.arange(indices.numel()) - indptr[:-1][rows[order]]
+    best = wl[order][rank < k].sum() / (k * n)
+    return float(gained / best) if best > 0 else 0.0
+
+
+def split_precision_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, frequent: torch.Tensor,
+                         k: int) -> tuple[float, float]:
+    """FedMLH's split of P@k into frequent and infrequent classes.
+
+    ``P@k_freq`` counts only hits on classes in ``frequent``, ``P@k_infreq`` only the others, both
+    divided by k and averaged over all samples, so ``P@k_freq + P@k_infreq == P@k``.
+
+    Args:
+        frequent: int64 class ids (e.g. :func:`fedkernels.data.frequent_classes` of the training labels).
+    """
+    _check_k(topk, k)
+    n = topk.shape[0]
+    if n == 0:
+        return 0.0, 0.0
+    hits = _hits(topk[:, :k], indptr, indices)
+    is_freq = torch.isin(topk[:, :k], torch.as_tensor(frequent, dtype=torch.int64))
+    return float((hits & is_freq).sum() / (k * n)), float((hits & ~is_freq).sum() / (k * n))
+
+
+def map_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k: int) -> float:
+    """Mean average precision of the top-k ranking: per sample
+    ``AP@k = sum_{i<=k} hit_i * P@i / min(k, |labels|)`` (0 without labels), averaged over samples.
+    With ``k = p`` (a full ranking) it is the usual MAP."""
+    _check_k(topk, k)
+    n = topk.shape[0]
+    if n == 0:
+        return 0.0
+    hits = _hits(topk[:, :k], indptr, indices).double()
+    prec_at_i = torch.cumsum(hits, 1) / torch.arange(1, k + 1, dtype=torch.float64)
+    denom = indptr.diff().clamp_max(k).double()
+    ap = torch.where(denom > 0, (hits * prec_at_i).sum(1) / denom.clamp_min(1), torch.zeros(n, dtype=torch.float64))
+    return float(ap.mean())
+
+
 def ranking_metrics(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
-                    ks: tuple[int, ...] = (1, 3, 5)) -> dict[str, float]:
-    """P@k and nDCG@k for every k in ``ks`` that the prediction width allows."""
+                    ks: tuple[int, ...] = (1, 3, 5), inv_propensity: torch.Tensor | None = None,
+                    frequent: torch.Tensor | None = None) -> dict[str, float]:
+    """P@k and nDCG@k for every k in ``ks`` that the prediction width allows; with
+    ``inv_propensity`` also PSP@k (normalised), with ``frequent`` also ``P@k_freq``/``P@k_infreq``;
+    and MAP over the prediction width (``MAP@<width>``)."""
     out: dict[str, float] = {}
     for k in ks:
         if k <= topk.shape[1]:
             out[f"P@{k}"] = precision_at_k(topk, indptr, indices, k)
             out[f"nDCG@{k}"] = ndcg_at_k(topk, indptr, indices, k)
+            if inv_propensity is not None:
+                out[f"PSP@{k}"] = psp_at_k(topk, indptr, indices, inv_propensity, k)
+            if frequent is not None:
+                out[f"P@{k}_freq"], out[f"P@{k}_infreq"] = split_precision_at_k(topk, indptr, indices, frequent, k)
+    if topk.shape[1] >= 1:
+        out[f"MAP@{topk.shape[1]}"] = map_at_k(topk, indptr, indices, topk.shape[1])
+    return out
+
+
+def communication_summary(history: Sequence["RoundRecord"], metric: str = "P@1",
+                          model_bytes: int | None = None, target: float | None = None) -> dict:
+    """Bytes per round and cumulative, and what they bought.
+
+    Args:
+        history: the run's :class:`~fedkernels.fl.RoundRecord` list (bytes from real serialisation).
+        metric: the accuracy to track (rounds without it, i.e. not evaluated, are skipped).
+        model_bytes: the model a client holds, reported as is.
+        target: also report the first round (and cumulative bytes) reaching ``metric >= target``.
+
+    Returns:
+        dict with ``per_round`` (round, bytes_up, bytes_down, cum_up, cum_down, metric),
+        ``total_up``, ``total_down``, ``best``, ``rounds_to_best`` (rounds run until the best value
+        was first reached), ``bytes_to_best`` (cumulative up + down until then), ``model_bytes``,
+        and with ``target``: ``rounds_to_target``/``bytes_to_target`` (``None`` if never reached).
+    """
+    per_round, up, down = [], 0, 0
+    best, best_round, best_bytes = None, None, None
+    hit_round, hit_bytes = None, None
+    for i, rec in enumerate(history):
+        up += rec.bytes_up
+        down += rec.bytes_down
+        value = rec.metrics.get(metric)
+        per_round.append({"round": rec.round, "bytes_up": rec.bytes_up, "bytes_down": rec.bytes_down,
+                          "cum_up": up, "cum_down": down, metric: value})
+        if value is None:
+            continue
+        if best is None or value > best:
+            best, best_round, best_bytes = value, i + 1, up + down
+        if target is not None and hit_round is None and value >= target:
+            hit_round, hit_bytes = i + 1, up + down
+    out = {"metric": metric, "per_round": per_round, "total_up": up, "total_down": down, "best": best,
+           "rounds_to_best": best_round, "bytes_to_best": best_bytes, "model_bytes": model_bytes}
+    if target is not None:
+        out.update(target=target, rounds_to_target=hit_round, bytes_to_target=hit_bytes)
     return out

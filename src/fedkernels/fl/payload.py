@@ -1,11 +1,16 @@
 """Payloads: what crosses the network, as safetensors bytes (never pickle).
 
-Client updates come from untrusted devices, so decoding checks every tensor against a spec
-(names, dtypes, shapes, finiteness, size) before anything reaches the global state.
+Client updates come from untrusted devices, so decoding first checks the safetensors header
+itself (length, JSON, dtypes, shapes, byte ranges: no overlap, no gap, nothing past the body)
+and then every tensor against a spec (names, dtypes, shapes, shared lengths, finiteness, id
+ranges, size) before anything reaches the global state. Every rejection is a :class:`PayloadError`.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import struct
 from dataclasses import dataclass, field
 
 import torch
@@ -15,6 +20,11 @@ from safetensors.torch import save as _st_save
 Payload = dict[str, torch.Tensor]
 
 DEFAULT_MAX_BYTES = 1 << 31
+DEFAULT_MAX_HEADER_BYTES = 1 << 22
+
+# safetensors dtype tags a payload may use, with their item sizes (the ones torch can hold).
+_ITEM_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+               "BOOL": 1, "U16": 2, "U32": 4, "U64": 8, "C64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
 class PayloadError(ValueError):
@@ -32,45 +42,126 @@ def encode(payload: Payload, metadata: dict[str, str] | None = None) -> bytes:
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """What one tensor of a payload must look like. ``None`` in shape means any size on that axis;
-    ``shape=None`` means any shape. ``max_value`` bounds integer tensors (exclusive), e.g. class ids."""
+    """What one tensor of a payload must look like.
+
+    ``shape`` entries: an int (that exact size), ``None`` (any size) or a str naming a length that
+    every tensor of the payload using the same name must share (e.g. ids ``("n",)`` and rows
+    ``("n", d)``); ``shape=None`` means any shape. ``min_value`` (inclusive) and ``max_value``
+    (exclusive) bound integer tensors, e.g. class ids; ``unique`` forbids repeated values.
+    """
 
     dtype: torch.dtype
-    shape: tuple[int | None, ...] | None = None
+    shape: tuple[int | str | None, ...] | None = None
     finite: bool = True
     min_value: int | None = None
     max_value: int | None = None
+    unique: bool = False
 
 
 @dataclass
 class PayloadSpec:
-    """The tensors a payload must hold: ``required`` names exactly, plus ``optional`` ones."""
+    """The tensors a payload must hold: ``required`` names exactly, plus ``optional`` ones.
+    ``max_bytes`` bounds the whole body and ``max_header_bytes`` its JSON header."""
 
     required: dict[str, TensorSpec]
     optional: dict[str, TensorSpec] = field(default_factory=dict)
     max_bytes: int = DEFAULT_MAX_BYTES
     allow_extra: bool = False
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
 
 
 def decode(data: bytes, spec: PayloadSpec | None = None) -> Payload:
     """Parse safetensors bytes into tensors and check them against ``spec``.
 
+    Memory stays bounded by ``len(data)``: the header is checked (declared sizes against the
+    body) before any tensor is built.
+
     Raises:
         PayloadError: not safetensors, oversize, or a tensor with a wrong name, dtype, shape,
-            non-finite value or out-of-range id.
+            non-finite value or out-of-range id. Never any other exception.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise PayloadError(f"payload must be bytes, got {type(data).__name__}")
+    data = bytes(data)
     max_bytes = spec.max_bytes if spec is not None else DEFAULT_MAX_BYTES
     if len(data) > max_bytes:
         raise PayloadError(f"payload of {len(data)} bytes exceeds the limit of {max_bytes}")
+    check_header(data, spec.max_header_bytes if spec is not None else DEFAULT_MAX_HEADER_BYTES)
     try:
-        tensors = _st_load(bytes(data))
+        tensors = _st_load(data)
     except Exception as e:  # safetensors raises its own error types for malformed input
         raise PayloadError(f"payload is not valid safetensors: {e}") from None
     if spec is not None:
-        check(tensors, spec)
+        try:
+            check(tensors, spec)
+        except PayloadError:
+            raise
+        except Exception as e:  # e.g. a dtype torch cannot reduce over: still a rejection, never a crash
+            raise PayloadError(f"payload could not be checked: {type(e).__name__}: {e}") from None
     return tensors
+
+
+def check_header(data: bytes, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> dict[str, dict]:
+    """Validate the safetensors framing of ``data`` without building tensors.
+
+    Layout: 8-byte little-endian header length N, N bytes of JSON, then the body. Every tensor's
+    ``data_offsets`` must lie in the body, match ``prod(shape) * itemsize``, and the ranges must
+    tile the body exactly (no overlap, no gap). Returns the tensor entries of the header.
+    """
+    if len(data) < 8:
+        raise PayloadError(f"payload is not valid safetensors: {len(data)} bytes is too short for a header")
+    (n,) = struct.unpack("<Q", data[:8])
+    if n > max_header_bytes:
+        raise PayloadError(f"payload is not valid safetensors: header of {n} bytes exceeds the limit of {max_header_bytes}")
+    if n > len(data) - 8:
+        raise PayloadError(f"payload is not valid safetensors: header length {n} exceeds the {len(data) - 8} bytes after it")
+    try:
+        header = json.loads(data[8:8 + n].decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise PayloadError(f"payload is not valid safetensors: header is not JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise PayloadError("payload is not valid safetensors: header is not a JSON object")
+    body = len(data) - 8 - n
+    entries = {k: v for k, v in header.items() if k != "__metadata__"}
+    ranges = [_check_entry(name, e, body) for name, e in entries.items()]
+    end = 0
+    for begin, stop, name in sorted(ranges):
+        if begin != end:
+            what = "overlaps another" if begin < end else "leaves a gap before it"
+            raise PayloadError(f"payload is not valid safetensors: tensor {name!r} {what} (offset {begin}, expected {end})")
+        end = stop
+    if end != body:
+        raise PayloadError(f"payload is not valid safetensors: tensors cover {end} of {body} body bytes")
+    return entries
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("duplicate keys in header")
+    return dict(pairs)
+
+
+def _check_entry(name: str, e: object, body: int) -> tuple[int, int, str]:
+    """One header entry's byte range ``(begin, end, name)``, checked against its dtype and shape."""
+    bad = f"payload is not valid safetensors: tensor {name!r}"
+    if not isinstance(e, dict) or set(e) != {"dtype", "shape", "data_offsets"}:
+        raise PayloadError(f"{bad} needs exactly dtype, shape and data_offsets")
+    item = _ITEM_BYTES.get(e["dtype"]) if isinstance(e["dtype"], str) else None
+    if item is None:
+        raise PayloadError(f"{bad} has unsupported dtype {e['dtype']!r}")
+    shape, offs = e["shape"], e["data_offsets"]
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise PayloadError(f"{bad} has an invalid shape {shape!r}")
+    if not isinstance(offs, list) or len(offs) != 2 or not all(type(o) is int for o in offs):
+        raise PayloadError(f"{bad} has invalid data_offsets {offs!r}")
+    begin, end = offs
+    if not 0 <= begin <= end <= body:
+        raise PayloadError(f"{bad} has data_offsets {offs} outside the body of {body} bytes")
+    if math.prod(shape) * item != end - begin:
+        raise PayloadError(f"{bad}: shape {shape} of {e['dtype']} needs {math.prod(shape) * item} bytes, "
+                           f"data_offsets give {end - begin}")
+    return begin, end, name
 
 
 def check(tensors: Payload, spec: PayloadSpec) -> None:
@@ -82,22 +173,42 @@ def check(tensors: Payload, spec: PayloadSpec) -> None:
     extra = sorted(set(tensors) - set(known))
     if extra and not spec.allow_extra:
         raise PayloadError(f"payload has unexpected tensors {extra}")
-    for name, t in tensors.items():
-        ts = known.get(name)
+    lengths: dict[str, tuple[int, str]] = {}  # shared length name -> (size, first tensor that set it)
+    for name in sorted(tensors):
+        t, ts = tensors[name], known.get(name)
         if ts is None:
             continue
         if t.dtype != ts.dtype:
             raise PayloadError(f"tensor {name!r} has dtype {t.dtype}, expected {ts.dtype}")
         if ts.shape is not None:
-            if t.dim() != len(ts.shape) or any(w is not None and w != g for w, g in zip(ts.shape, t.shape)):
-                raise PayloadError(f"tensor {name!r} has shape {tuple(t.shape)}, expected {ts.shape}")
-        if t.is_floating_point() and ts.finite and t.numel() and not bool(torch.isfinite(t).all()):
+            _check_shape(name, t, ts.shape, lengths)
+        if t.is_floating_point() and ts.finite and t.numel() and not _all_finite(t):
             raise PayloadError(f"tensor {name!r} has NaN or inf values")
         if not t.is_floating_point() and t.numel():
             if ts.min_value is not None and int(t.min()) < ts.min_value:
                 raise PayloadError(f"tensor {name!r} has values below {ts.min_value}")
             if ts.max_value is not None and int(t.max()) >= ts.max_value:
                 raise PayloadError(f"tensor {name!r} has values >= {ts.max_value}")
+        if ts.unique and t.numel() != torch.unique(t).numel():
+            raise PayloadError(f"tensor {name!r} has repeated values")
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """No NaN or inf in ``t``. A sum is finite only if every term is (IEEE addition never turns
+    inf/NaN back into a number), so one allocation-free pass settles the usual case; a non-finite
+    sum may just be overflow, so then check element-wise."""
+    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+
+
+def _check_shape(name: str, t: torch.Tensor, want: tuple[int | str | None, ...],
+                 lengths: dict[str, tuple[int, str]]) -> None:
+    if t.dim() != len(want) or any(type(w) is int and w != g for w, g in zip(want, t.shape)):
+        raise PayloadError(f"tensor {name!r} has shape {tuple(t.shape)}, expected {want}")
+    for w, g in zip(want, t.shape):
+        if isinstance(w, str):
+            size, first = lengths.setdefault(w, (int(g), name))
+            if size != g:
+                raise PayloadError(f"tensor {name!r} has {w} = {g} but tensor {first!r} has {w} = {size}")
 
 
 def state_spec(state: Payload, names: list[str] | None = None) -> dict[str, TensorSpec]:

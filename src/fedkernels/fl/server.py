@@ -1,18 +1,30 @@
-"""The embedded federated loop: all clients in one process, every payload really serialised."""
+"""The embedded federated loop: all clients in one process, every payload really serialised.
+
+Fault tolerant: a client that crashes, misses its deadline, sends nothing or sends a payload that
+fails its spec is recorded in ``RoundRecord.failed`` and left out; the state changes only when a
+round's checked uploads are aggregated. With ``RunConfig.checkpoint`` the run is checkpointed
+atomically after every round and resumes from there, bit-identical to an uninterrupted run.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
 
 from ..metrics import ranking_metrics
 from . import payload as pl
+from .checkpoint import load_checkpoint, save_checkpoint
+from .client import ClientEndpoint, ClientTimeout, LocalClient, call_with_deadline
 from .seeding import derive_seed, numpy_rng
 from .strategy import State, Strategy
 from .types import ClientData, ClientResult, RoundRecord, TrainConfig
+
+ClientWrapper = Callable[[int, ClientEndpoint], ClientEndpoint]
 
 
 @dataclass
@@ -25,6 +37,9 @@ class RunConfig:
     seed: int = 0
     eval_every: int = 1
     eval_k: tuple[int, ...] = (1, 3, 5)
+    client_timeout: float | None = None  # seconds per client call; None waits forever
+    checkpoint: str | None = None  # file written after every round of run(), resumed from if present
+    max_upload_bytes: int | None = None  # tighter bound than the strategy's spec on any client's bytes
 
 
 class Server:
@@ -34,15 +49,22 @@ class Server:
         strategy: the algorithm.
         clients: each client's local data.
         num_features, num_classes: the model's input width and label count.
-        config: the run's settings.
+        config: the run's settings. If ``config.checkpoint`` names an existing file, the run
+            resumes from it (its seed, strategy and client counts must match).
+        client_wrapper: ``(client_id, endpoint) -> endpoint``, e.g. a
+            :class:`fedkernels.fl.faults.FaultInjector` or a test's malicious client.
     """
 
     def __init__(self, strategy: Strategy, clients: list[ClientData], num_features: int, num_classes: int,
-                 config: RunConfig) -> None:
+                 config: RunConfig, client_wrapper: ClientWrapper | None = None) -> None:
         if not clients:
             raise ValueError("clients must not be empty")
         if not 1 <= config.clients_per_round <= len(clients):
             raise ValueError(f"clients_per_round must be in [1, {len(clients)}], got {config.clients_per_round}")
+        if config.max_upload_bytes is not None and config.max_upload_bytes < 8:
+            raise ValueError(f"max_upload_bytes must be >= 8 or None, got {config.max_upload_bytes}")
+        if config.client_timeout is not None and not config.client_timeout > 0:
+            raise ValueError(f"client_timeout must be positive or None, got {config.client_timeout}")
         self.strategy = strategy
         self.clients = clients
         self.config = config
@@ -50,35 +72,50 @@ class Server:
         strategy.setup(clients, derive_seed(config.seed, "setup"))
         self.history: list[RoundRecord] = []
         self.round = 0
+        self.endpoints: list[ClientEndpoint] = [LocalClient(strategy, d, config.train) for d in clients]
+        if client_wrapper is not None:
+            self.endpoints = [client_wrapper(i, e) for i, e in enumerate(self.endpoints)]
+        if config.checkpoint is not None and Path(config.checkpoint).exists():
+            self.load_checkpoint(config.checkpoint)
 
     def select_clients(self, round: int) -> list[int]:
         """The clients of ``round``: a seeded sample without replacement, in ascending id order."""
-        rng = numpy_rng(self.config.seed, "select", round)
-        chosen = rng.choice(len(self.clients), size=self.config.clients_per_round, replace=False)
-        return sorted(int(c) for c in chosen)
+        return select_clients(self.config.seed, round, len(self.clients), self.config.clients_per_round)
 
     def run_client(self, client_id: int, round: int) -> tuple[ClientResult, int]:
         """One client's round trip through real serialisation. Returns its checked result and the
-        bytes sent down. Raises :class:`fedkernels.fl.payload.PayloadError` for a bad upload."""
-        s, data, seed = self.strategy, self.clients[client_id], derive_seed(self.config.seed, "client", round, client_id)
+        bytes sent down.
+
+        Raises:
+            PayloadError: the request or upload fails its spec.
+            ClientTimeout: the client missed ``config.client_timeout``.
+            ClientSentNothing: the client answered with no upload.
+            Exception: whatever the client raised (a crash).
+        """
+        s, seed = self.strategy, client_seed(self.config.seed, round, client_id)
+        endpoint, timeout = self.endpoints[client_id], self.config.client_timeout
         bytes_up = 0
-        request = s.client_request(data, round, seed)
-        if request is not None:
-            raw = pl.encode(request)
-            bytes_up += len(raw)
-            request = pl.decode(raw, s.request_spec(self.state))
+        raw_req = call_with_deadline(lambda: endpoint.request(round, seed), timeout)
+        request = None
+        if raw_req is not None:
+            bytes_up += len(raw_req)
+            spec = s.request_spec(self.state)
+            if spec is None:
+                raise pl.PayloadError(f"strategy {s.name} takes no client request")
+            request = pl.decode(raw_req, bounded(spec, self.config.max_upload_bytes))
         down = s.client_payload(self.state, client_id, request, round, seed)
         raw_down = pl.encode(down)
-        received = pl.decode(raw_down)
-        up = s.client_update(received, data, self.config.train, round, seed)
-        raw_up = pl.encode(up)
+        raw_up = call_with_deadline(lambda: endpoint.update(raw_down, round, seed), timeout)
+        if raw_up is None or len(raw_up) == 0:
+            raise ClientSentNothing("sent no upload")
         bytes_up += len(raw_up)
-        checked = pl.decode(raw_up, s.upload_spec(self.state, down))
-        return ClientResult(client_id, checked, len(data), bytes_up), len(raw_down)
+        checked = pl.decode(raw_up, bounded(s.upload_spec(self.state, down), self.config.max_upload_bytes))
+        return ClientResult(client_id, checked, len(self.clients[client_id]), bytes_up), len(raw_down)
 
     def run_round(self) -> RoundRecord:
-        """Select, train, check and aggregate one round; a client whose upload is rejected or whose
-        training raises is recorded as failed and left out, and the state changes only at the end."""
+        """Select, train, check and aggregate one round. A client that crashes, times out, sends
+        nothing or has its upload rejected is recorded in ``failed`` with the reason and left out;
+        the state changes only at the end, and not at all if no client succeeded."""
         t0 = time.perf_counter()
         r = self.round
         chosen = self.select_clients(r)
@@ -88,8 +125,8 @@ class Server:
         for c in chosen:
             try:
                 res, down = self.run_client(c, r)
-            except pl.PayloadError as e:
-                failed.append((c, f"rejected: {e}"))
+            except Exception as e:  # anything in this client's exchange fails this client only
+                failed.append((c, failure_reason(e)))
                 continue
             down_total += down
             results.append(res)
@@ -100,6 +137,31 @@ class Server:
         self.history.append(rec)
         self.round += 1
         return rec
+
+    def save_checkpoint(self, path: str | Path) -> None:
+        """Write the state, round counter, history and run identity to ``path`` atomically."""
+        meta = {"round": self.round, "history": [record_to_json(h) for h in self.history],
+                **self._identity()}
+        save_checkpoint(path, self.state, meta)
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Resume from a checkpoint written by :meth:`save_checkpoint` for the same run.
+
+        Raises:
+            PayloadError: the file is not a checkpoint of this state's shapes.
+            ValueError: it was written by a run with another seed, strategy or clients.
+        """
+        state, meta = load_checkpoint(path, self.state)
+        mine = self._identity()
+        for key, want in mine.items():
+            if meta.get(key) != want:
+                raise ValueError(f"checkpoint {path} has {key}={meta.get(key)!r}, this run has {want!r}")
+        self.state = state
+        self.round = int(meta["round"])
+        self.history = [record_from_json(h) for h in meta["history"]]
+
+    def _identity(self) -> dict:
+        return run_identity(self.strategy, self.config, len(self.clients))
 
     def evaluate(self, test: ClientData, ks: tuple[int, ...] | None = None, batch: int = 4096) -> dict[str, float]:
         """Ranking metrics of the global model on ``test``."""
@@ -116,6 +178,54 @@ class Server:
             rec = self.run_round()
             if test is not None and (rec.round + 1) % self.config.eval_every == 0:
                 rec.metrics = self.evaluate(test)
+            if self.config.checkpoint is not None:
+                self.save_checkpoint(self.config.checkpoint)
             if on_round is not None:
                 on_round(rec)
         return self.history
+
+
+def select_clients(seed: int, round: int, num_clients: int, clients_per_round: int) -> list[int]:
+    """The clients of ``round`` of the run seeded ``seed``: ascending ids (shared with Flower)."""
+    rng = numpy_rng(seed, "select", round)
+    return sorted(int(c) for c in rng.choice(num_clients, size=clients_per_round, replace=False))
+
+
+def bounded(spec: pl.PayloadSpec, max_bytes: int | None) -> pl.PayloadSpec:
+    """``spec`` with its byte limit lowered to ``max_bytes`` (if given)."""
+    return spec if max_bytes is None else dataclasses.replace(spec, max_bytes=min(spec.max_bytes, max_bytes))
+
+
+def client_seed(seed: int, round: int, client_id: int) -> int:
+    """The seed of one client's work in one round (shared with Flower)."""
+    return derive_seed(seed, "client", round, client_id)
+
+
+def run_identity(strategy: Strategy, config: RunConfig, num_clients: int) -> dict:
+    """What a checkpoint must match to be resumed by a run."""
+    return {"strategy": strategy.name, "seed": config.seed, "num_clients": num_clients,
+            "clients_per_round": config.clients_per_round}
+
+
+def record_to_json(rec: RoundRecord) -> dict:
+    return dataclasses.asdict(rec)
+
+
+class ClientSentNothing(Exception):
+    """A client answered without an upload."""
+
+
+def failure_reason(e: Exception) -> str:
+    """The ``RoundRecord.failed`` reason for a client failure: "rejected: ...", "timed out ...",
+    "sent no upload" or "crashed: <type>: <message>"."""
+    if isinstance(e, pl.PayloadError):
+        return f"rejected: {e}"
+    if isinstance(e, (ClientTimeout, ClientSentNothing)):
+        return str(e)
+    return f"crashed: {type(e).__name__}: {e}"
+
+
+def record_from_json(d: dict) -> RoundRecord:
+    d = dict(d)
+    d["failed"] = [(int(c), str(why)) for c, why in d["failed"]]
+    return RoundRecord(**d)

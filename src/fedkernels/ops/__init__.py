@@ -1,13 +1,14 @@
 """The public ops, one module per kernel family. Each is ``torch.ops.fedkernels.<name>`` underneath."""
 
 # sketch (FedMLH)
-from .sketch import label_hash
+from .sketch import bucket_merge, bucket_merge_topk, count_sketch, count_sketch_query, label_hash
 
 # sampled (FedSS)
 from .sampled import (client_seed, linear_cross_entropy, sample_negatives, sample_negatives_batched,
                       scatter_rows_mean)
 
 # select (partial weight exchange)
+from .select import delta_norms, masked_weighted_average, num_selected, select_topk_tensors
 
 # prox (l1-difference)
 
@@ -16,9 +17,17 @@ from .sampled import (client_seed, linear_cross_entropy, sample_negatives, sampl
 __all__ = [
     # sketch
     "label_hash",
+    "bucket_merge",
+    "bucket_merge_topk",
+    "count_sketch",
+    "count_sketch_query",
     # sampled
     "client_seed", "linear_cross_entropy", "sample_negatives", "sample_negatives_batched", "scatter_rows_mean",
     # select
+    "delta_norms",
+    "select_topk_tensors",
+    "masked_weighted_average",
+    "num_selected",
     # prox
     # spread
 ]

@@ -34,3 +34,201 @@ def _label_hash_fake(indptr, indices, table, num_buckets):
     n = indptr.shape[0] - 1
     return table.new_empty((table.shape[1], n, num_buckets), dtype=torch.uint8)
 
+
+
+def bucket_merge(logp: torch.Tensor, table: torch.Tensor, reduce: str = "mean") -> torch.Tensor:
+    """Merge per-table bucket scores into class scores.
+
+    ``score[n, l] = reduce_j logp[j, n, table[l, j]]``. ``reduce="median"`` of an even number of
+    tables is the mean of the two middle values; a NaN among a class's R values makes its median NaN.
+    Values are accumulated in float32 (float64 for float64 input); the output has logp's dtype.
+    Differentiable in ``logp`` for ``reduce="mean"`` (deterministic: no atomics).
+
+    Args:
+        logp: float32/float16/bfloat16/float64 ``[R, N, B]`` (e.g. log-sigmoid bucket scores).
+        table: int32 ``[p, R]`` (``HashFamily.table(p)``), every bucket in ``[0, B)``.
+        reduce: ``"mean"`` or ``"median"`` (median supports R <= 64).
+
+    Returns:
+        ``[N, p]``, dtype of ``logp``.
+
+    Example:
+        >>> hf = HashFamily(4, 250, seed=0)
+        >>> logp = torch.nn.functional.logsigmoid(torch.randn(4, 8, 250))
+        >>> scores = bucket_merge(logp, hf.table(3993))  # [8, 3993]
+    """
+    return torch.ops.fedkernels.bucket_merge(logp, table, reduce)
+
+
+def bucket_merge_topk(logp: torch.Tensor, table: torch.Tensor, k: int,
+                      reduce: str = "mean") -> tuple[torch.Tensor, torch.Tensor]:
+    """The top ``k`` classes of ``bucket_merge(logp, table, reduce)`` per row, without building ``[N, p]``.
+
+    Values are bit-identical to the corresponding ``bucket_merge`` scores; rows are in descending
+    order, ties go to the smaller class id, and NaN counts as the largest value (as in
+    ``torch.topk``). Extra memory is O(N k) (a heap per row lives in the output). ``k = 0`` gives
+    empty outputs; ``k > p`` or ``k < 0`` is an error. Not differentiable.
+
+    Args:
+        logp: float ``[R, N, B]``.
+        table: int32 ``[p, R]``.
+        k: number of classes per row, ``0 <= k <= p``.
+        reduce: ``"mean"`` or ``"median"``.
+
+    Returns:
+        ``(values [N, k]`` with logp's dtype, ``indices`` int64 ``[N, k])``.
+
+    Example:
+        >>> hf = HashFamily(4, 4000, seed=0)
+        >>> logp = torch.nn.functional.logsigmoid(torch.randn(4, 16, 4000))
+        >>> values, classes = bucket_merge_topk(logp, hf.table(131073), k=5)  # [16, 5] each
+    """
+    return torch.ops.fedkernels.bucket_merge_topk(logp, table, k, reduce)
+
+
+def count_sketch(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, num_buckets: int) -> torch.Tensor:
+    """Count sketch of the last dim: ``M[..., j, table[i, j]] += signs[i, j] * x[..., i]``.
+
+    Linear: sketches of client updates add up on the server. Each bucket sums its classes in
+    ascending class order (float32 accumulation for half/bfloat16), so results are deterministic
+    on a device whatever the thread count. Differentiable in ``x``.
+
+    Args:
+        x: float ``[..., p]``.
+        table: int32 ``[p, R]``, buckets in ``[0, num_buckets)``.
+        signs: int8 ``[p, R]`` of +1/-1 (``HashFamily.signs(p)``).
+        num_buckets: B.
+
+    Returns:
+        ``[..., R, B]``, dtype of ``x``.
+
+    Example:
+        >>> hf = HashFamily(5, 64, seed=1)
+        >>> x = torch.zeros(1000); x[[3, 500]] = torch.tensor([7.0, -2.0])
+        >>> m = count_sketch(x, hf.table(1000), hf.signs(1000), 64)  # [5, 64]
+    """
+    return torch.ops.fedkernels.count_sketch(x, table, signs, num_buckets)
+
+
+def count_sketch_query(sketch: torch.Tensor, table: torch.Tensor, signs: torch.Tensor,
+                       reduce: str = "median") -> torch.Tensor:
+    """Estimate every coordinate from a count sketch: ``x_hat[..., i] = reduce_j signs[i, j] * M[..., j, table[i, j]]``.
+
+    ``reduce`` is ``"median"`` (robust; the even-count median is the mean of the two middle values),
+    ``"mean"``, or ``"sum"`` (the exact adjoint of ``count_sketch``). Differentiable in ``sketch`` for
+    ``"mean"`` and ``"sum"``.
+
+    Args:
+        sketch: float ``[..., R, B]``.
+        table: int32 ``[p, R]``.
+        signs: int8 ``[p, R]``.
+        reduce: ``"median"``, ``"mean"`` or ``"sum"``.
+
+    Returns:
+        ``[..., p]``, dtype of ``sketch``.
+
+    Example:
+        >>> x_hat = count_sketch_query(m, hf.table(1000), hf.signs(1000))  # x_hat[3] == 7, x_hat[500] == -2
+    """
+    return torch.ops.fedkernels.count_sketch_query(sketch, table, signs, reduce)
+
+
+# ---- fake (meta) implementations: shapes only, so torch.compile(fullgraph=True) traces the ops
+
+@torch.library.register_fake("fedkernels::bucket_merge")
+def _bucket_merge_fake(logp, table, reduce="mean"):
+    return logp.new_empty((logp.shape[1], table.shape[0]))
+
+
+@torch.library.register_fake("fedkernels::bucket_merge_backward")
+def _bucket_merge_backward_fake(grad, table, num_buckets):
+    return grad.new_empty((table.shape[1], grad.shape[0], num_buckets))
+
+
+@torch.library.register_fake("fedkernels::bucket_merge_topk")
+def _bucket_merge_topk_fake(logp, table, k, reduce="mean"):
+    torch._check(0 <= k <= table.shape[0], lambda: f"k must lie in [0, p = {table.shape[0]}], got {k}")
+    n = logp.shape[1]
+    return logp.new_empty((n, k)), logp.new_empty((n, k), dtype=torch.int64)
+
+
+@torch.library.register_fake("fedkernels::count_sketch")
+def _count_sketch_fake(x, table, signs, num_buckets):
+    return x.new_empty((*x.shape[:-1], table.shape[1], num_buckets))
+
+
+@torch.library.register_fake("fedkernels::count_sketch_query")
+def _count_sketch_query_fake(sketch, table, signs, reduce="median"):
+    return sketch.new_empty((*sketch.shape[:-2], table.shape[0]))
+
+
+# ---- autograd: every backward is itself a fedkernels op (deterministic, no atomics)
+
+def _not_differentiable(op: str, reduce: str) -> RuntimeError:
+    return RuntimeError(f"{op} is differentiable only for reduce='mean'" + (" or 'sum'" if op == "count_sketch_query" else "")
+                        + f", got reduce={reduce!r}")
+
+
+def _bucket_merge_setup(ctx, inputs, output):
+    logp, table, reduce = inputs
+    ctx.save_for_backward(table)
+    ctx.num_buckets, ctx.reduce = logp.shape[2], reduce
+
+
+def _bucket_merge_backward(ctx, grad):
+    if ctx.reduce != "mean":
+        raise _not_differentiable("bucket_merge", ctx.reduce)
+    (table,) = ctx.saved_tensors
+    return torch.ops.fedkernels.bucket_merge_backward(grad.contiguous(), table, ctx.num_buckets), None, None
+
+
+torch.library.register_autograd("fedkernels::bucket_merge", _bucket_merge_backward, setup_context=_bucket_merge_setup)
+
+
+def _count_sketch_setup(ctx, inputs, output):
+    _, table, signs, _ = inputs
+    ctx.save_for_backward(table, signs)
+
+
+def _count_sketch_backward(ctx, grad):
+    table, signs = ctx.saved_tensors
+    # The adjoint of a count sketch is its "sum" query.
+    return torch.ops.fedkernels.count_sketch_query(grad.contiguous(), table, signs, "sum"), None, None, None
+
+
+torch.library.register_autograd("fedkernels::count_sketch", _count_sketch_backward, setup_context=_count_sketch_setup)
+
+
+def _count_sketch_query_setup(ctx, inputs, output):
+    sketch, table, signs, reduce = inputs
+    ctx.save_for_backward(table, signs)
+    ctx.num_buckets, ctx.reduce = sketch.shape[-1], reduce
+
+
+def _count_sketch_query_backward(ctx, grad):
+    if ctx.reduce not in ("mean", "sum"):
+        raise _not_differentiable("count_sketch_query", ctx.reduce)
+    table, signs = ctx.saved_tensors
+    g = torch.ops.fedkernels.count_sketch(grad.contiguous(), table, signs, ctx.num_buckets)
+    if ctx.reduce == "mean":
+        g = g / table.shape[1]
+    return g, None, None, None
+
+
+torch.library.register_autograd("fedkernels::count_sketch_query", _count_sketch_query_backward,
+                                setup_context=_count_sketch_query_setup)
+
+
+def _bucket_merge_backward_setup(ctx, inputs, output):
+    _, table, _ = inputs
+    ctx.save_for_backward(table)
+
+
+def _bucket_merge_backward_backward(ctx, grad_grad):
+    # bucket_merge_backward is linear in grad; its adjoint is the mean merge itself.
+    (table,) = ctx.saved_tensors
+    return torch.ops.fedkernels.bucket_merge(grad_grad.contiguous(), table, "mean"), None, None
+
+
+torch.library.register_autograd("fedkernels::bucket_merge_backward", _bucket_merge_backward_backward,
+                                setup_context=_bucket_merge_backward_setup)

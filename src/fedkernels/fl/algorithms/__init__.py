@@ -1,6 +1,8 @@
-"""One Strategy per algorithm."""
+"""One Strategy per algorithm; every name in ``__all__`` is available to ``fedkernels run`` (see fl/registry.py)."""
 
 from .fedavg import FedAvg
+from .fedmlh import FedMLH
 from .fedss import FedSS, FullSoftmax, NegOnly, PosOnly
+from .partial import PartialExchange
 
-__all__ = ["FedAvg", "FedSS", "FullSoftmax", "NegOnly", "PosOnly"]
+__all__ = ["FedAvg", "FedMLH", "FedSS", "FullSoftmax", "NegOnly", "PosOnly", "PartialExchange"]

@@ -1,0 +1,137 @@
+"""Partial weight exchange microbenchmarks (issue 4): fused delta norms, top-k tensor selection and
+the server's masked weighted average, against the PyTorch a user would write, in the same run.
+
+Models: the parameter shapes of ResNet-50 (161 tensors, 25.6M) and BERT-base (199 tensors, 109.5M).
+Run: ``PYTHONPATH=src python bench/select.py`` (the launcher; writes bench/results/select.json, prints a table).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import argparse  # noqa: E402
+
+import torch  # noqa: E402
+
+from common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, timeit, write_results  # noqa: E402
+from select_shapes import bert_base_shapes, resnet50_shapes  # noqa: E402
+
+import fedkernels  # noqa: E402
+
+MODELS = {"resnet50": resnet50_shapes, "bert-base": bert_base_shapes}
+
+
+def make_pair(shapes: list[tuple[int, ...]], dtype: torch.dtype, seed: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(after, before) lists: random weights and a small random local update."""
+    g = torch.Generator().manual_seed(seed)
+    old = [torch.randn(s, generator=g).to(dtype) for s in shapes]
+    new = [(o.float() + 0.01 * torch.randn(s, generator=g)).to(dtype) for o, s in zip(old, shapes)]
+    return new, old
+
+
+def loop_norms(new: list[torch.Tensor], old: list[torch.Tensor]) -> torch.Tensor:
+    """The obvious loop."""
+    return torch.stack([(a - b).float().norm() for a, b in zip(new, old)])
+
+
+def foreach_norms(new: list[torch.Tensor], old: list[torch.Tensor]) -> torch.Tensor:
+    """The fused PyTorch route: foreach sub then foreach norm."""
+    return torch.stack(torch._foreach_norm(torch._foreach_sub(new, old))).float()
+
+
+def loop_average(dst: list[torch.Tensor], sent: list[tuple[torch.Tensor, list[torch.Tensor], float]]) -> None:
+    """A Python loop of per-tensor weighted sums over the clients that sent each tensor."""
+    for t in range(len(dst)):
+        contribs = [(w, xs[pos]) for idx, xs, w in sent for pos in (idx == t).nonzero().flatten().tolist()]
+        if contribs:
+            dst[t].copy_(sum(w * x for w, x in contribs) / sum(w for w, _ in contribs))
+
+
+def bench_norms(model: str, dtype: torch.dtype, rows: list[dict], copy_gbs: float) -> None:
+    shapes = MODELS[model]()
+    new, old = make_pair(shapes, dtype, seed=0)
+    nbytes = 2 * sum(t.numel() * t.element_size() for t in new)  # both tensors read once
+    model_bytes = nbytes // 2
+    # correctness against float64 (the loop rounds 16-bit differences to 16 bits, so it is no reference)
+    want = torch.stack([(a.double() - b.double()).norm() for a, b in zip(new, old)])
+    got = fedkernels.delta_norms(new, old).double()
+    assert torch.allclose(got, want, rtol=1e-5, atol=0.0), "delta_norms disagrees with float64"
+    methods = {"fedkernels.delta_norms": lambda: fedkernels.delta_norms(new, old),
+               "python loop": lambda: loop_norms(new, old),
+               "_foreach_norm(_foreach_sub)": lambda: foreach_norms(new, old)}
+    times = {name: timeit(fn, repeat=5) for name, fn in methods.items()}
+    for name, fn in methods.items():
+        peak = peak_extra_bytes(fn)
+        rows.append({"model": model, "dtype": str(dtype).replace("torch.", ""), "op": "delta_norms", "method": name,
+                     "tensors": len(shapes), "time_ms": 1e3 * times[name],
+                     "fk_speedup": times[name] / times["fedkernels.delta_norms"],
+                     "gbs": nbytes / times[name] / 1e9, "pct_copy_bw": 100 * nbytes / times[name] / 1e9 / copy_gbs,
+                     "peak_extra_mib": mib(peak), "peak_extra_pct_model": 100 * peak / model_bytes})
+    topk = {"fedkernels.select_topk_tensors": lambda: fedkernels.select_topk_tensors(new, old, 0.1),
+            "foreach + sort": lambda: torch.sort(foreach_norms(new, old), descending=True, stable=True)[1][
+                :fedkernels.num_selected(len(new), 0.1)]}
+    k = fedkernels.num_selected(len(new), 0.1)
+    want_idx = torch.sort(want, descending=True, stable=True)[1][:k]  # float64 ranking
+    assert torch.equal(topk["fedkernels.select_topk_tensors"](), want_idx), "top-k disagrees with float64"
+    ttimes = {name: timeit(fn, repeat=5) for name, fn in topk.items()}
+    for name in topk:
+        rows.append({"model": model, "dtype": str(dtype).replace("torch.", ""), "op": "select_topk_tensors (p=0.1)",
+                     "method": name, "tensors": len(shapes), "time_ms": 1e3 * ttimes[name],
+                     "fk_speedup": ttimes[name] / ttimes["fedkernels.select_topk_tensors"],
+                     "gbs": nbytes / ttimes[name] / 1e9, "pct_copy_bw": 100 * nbytes / ttimes[name] / 1e9 / copy_gbs})
+
+
+def bench_average(model: str, rows: list[dict], copy_gbs: float, clients: int = 4, fraction: float = 0.5) -> None:
+    shapes = MODELS[model]()
+    g = torch.Generator().manual_seed(1)
+    sent = []
+    for c in range(clients):
+        new, old = make_pair(shapes, torch.float32, seed=10 + c)
+        idx = fedkernels.select_topk_tensors(new, old, fraction)
+        sent.append((idx, [new[i] for i in idx.tolist()], float(torch.randint(50, 500, (1,), generator=g))))
+        del old
+    dst = [torch.zeros(s) for s in shapes]
+    nbytes = sum(x.numel() * x.element_size() for _, xs, _ in sent for x in xs)
+    nbytes += sum(dst[t].numel() * 4 for t in {i for idx, _, _ in sent for i in idx.tolist()})  # reads + writes
+    ref = [d.clone() for d in dst]
+    loop_average(ref, sent)
+    fedkernels.masked_weighted_average(dst, sent)
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(dst, ref)), "average disagrees"
+    methods = {"fedkernels.masked_weighted_average": lambda: fedkernels.masked_weighted_average(dst, sent),
+               "python loop": lambda: loop_average(ref, sent)}
+    times = {name: timeit(fn, repeat=5) for name, fn in methods.items()}
+    for name, fn in methods.items():
+        peak = peak_extra_bytes(fn)
+        rows.append({"model": model, "dtype": "float32", "op": f"masked_weighted_average ({clients} clients, p={fraction})",
+                     "method": name, "tensors": len(shapes), "time_ms": 1e3 * times[name],
+                     "fk_speedup": times[name] / times["fedkernels.masked_weighted_average"],
+                     "gbs": nbytes / times[name] / 1e9, "pct_copy_bw": 100 * nbytes / times[name] / 1e9 / copy_gbs,
+                     "peak_extra_mib": mib(peak)})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
+    args = parser.parse_args()
+    copy_gbs = copy_bandwidth_gbs()
+    rows: list[dict] = []
+    for model in args.models:
+        for dtype in args.dtypes:
+            bench_norms(model, getattr(torch, dtype), rows, copy_gbs)
+        bench_average(model, rows, copy_gbs)
+    path = write_results("select", rows, {"copy_bandwidth_gbs": copy_gbs,
+                                          "note": "2-core machine shared with other engineers' builds; "
+                                                  "ratios are measured in the same run"})
+    cols = ["model", "dtype", "op", "method", "time_ms", "fk_speedup", "gbs", "pct_copy_bw", "peak_extra_mib"]
+    print(f"copy bandwidth {copy_gbs:.1f} GB/s, threads {torch.get_num_threads()}\n")
+    print(markdown_table(rows, cols))
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

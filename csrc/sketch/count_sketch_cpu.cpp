@@ -1,0 +1,113 @@
+// CPU launchers of count_sketch, its query, and bucket_merge's backward (a count sketch with all
+// signs +1 divided by R). Each (row, group of tables) scatters its classes in ascending order into
+// a private accumulator: deterministic, no atomics.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "common/dispatch.h"
+#include "sketch/sketch.h"
+#include "sketch/sketch_checks.h"
+
+namespace fedkernels {
+
+namespace {
+
+// out[row][j][b] at out + row * out_row_stride + j * out_table_stride + b; value = sum / divisor.
+void scatter_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8_t* signs, int64_t num_buckets,
+                      at::Tensor& out, int64_t out_row_stride, int64_t out_table_stride, double divisor) {
+  const int64_t rows = x2d.size(0), p = x2d.size(1), r = table.size(1);
+  const int32_t* t = table.const_data_ptr<int32_t>();
+  // Few rows: split the tables across threads too, so one update vector still uses every core.
+  const int64_t groups = rows >= 2 * at::get_num_threads() ? 1 : r;
+  FK_DISPATCH_FLOAT_HALF_BF16(x2d.scalar_type(), "count_sketch", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* x = x2d.const_data_ptr<scalar_t>();
+    scalar_t* o = out.data_ptr<scalar_t>();
+    const acc_t div = static_cast<acc_t>(divisor);
+    at::parallel_for(0, rows * groups, 1, [&](int64_t begin, int64_t end) {
+      std::vector<acc_t> acc;
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t row = item / groups, g = item % groups;
+        const int64_t j0 = g * r / groups, j1 = (g + 1) * r / groups;
+        acc.assign((j1 - j0) * num_buckets, acc_t(0));
+        count_sketch_scatter<scalar_t, acc_t>(x + row * p, p, t, signs, r, j0, j1, num_buckets, acc.data());
+        for (int64_t j = j0; j < j1; ++j) {
+          scalar_t* dst = o + row * out_row_stride + j * out_table_stride;
+          const acc_t* a = acc.data() + (j - j0) * num_buckets;
+          for (int64_t b = 0; b < num_buckets; ++b) dst[b] = static_cast<scalar_t>(a[b] / div);
+        }
+      }
+    });
+  });
+}
+
+}  // namespace
+
+static at::Tensor count_sketch_cpu(const at::Tensor& x, const at::Tensor& table, const at::Tensor& signs,
+                                   int64_t num_buckets) {
+  check_count_sketch_args(x, table, signs, num_buckets);
+  const auto tb = table.contiguous();
+  const auto sg = signs.contiguous();
+  const int64_t p = tb.size(0), r = tb.size(1);
+  auto shape = x.sizes().vec();
+  shape.back() = r;
+  shape.push_back(num_buckets);
+  auto out = at::empty(shape, x.options());
+  if (out.numel() == 0) return out;
+  const int64_t rows = out.numel() / (r * num_buckets);  // the product of x's leading dims, even when p = 0
+  const auto x2d = x.contiguous().view({rows, p});
+  scatter_rows_cpu(x2d, tb, sg.const_data_ptr<int8_t>(), num_buckets, out, r * num_buckets, num_buckets, 1.0);
+  return out;
+}
+
+static at::Tensor bucket_merge_backward_cpu(const at::Tensor& grad, const at::Tensor& table, int64_t num_buckets) {
+  check_merge_backward_args(grad, table, num_buckets);
+  const auto tb = table.contiguous();
+  const int64_t n_rows = grad.size(0), r = tb.size(1);
+  auto out = at::empty({r, n_rows, num_buckets}, grad.options());
+  if (out.numel() == 0) return out;
+  scatter_rows_cpu(grad.contiguous(), tb, nullptr, num_buckets, out, num_buckets, n_rows * num_buckets,
+                   static_cast<double>(r));
+  return out;
+}
+
+static at::Tensor count_sketch_query_cpu(const at::Tensor& sketch, const at::Tensor& table, const at::Tensor& signs,
+                                         c10::string_view reduce_name) {
+  const int64_t reduce = parse_reduce(reduce_name, /*allow_sum=*/true);
+  check_query_args(sketch, table, signs, reduce);
+  const auto tb = table.contiguous();
+  const auto sg = signs.contiguous();
+  const int64_t p = tb.size(0), r = tb.size(1), nb = sketch.size(-1);
+  auto shape = sketch.sizes().vec();
+  shape.pop_back();
+  shape.back() = p;
+  auto out = at::empty(shape, sketch.options());
+  if (out.numel() == 0) return out;
+  const auto m2d = sketch.contiguous().view({-1, r * nb});
+  const int64_t rows = m2d.size(0);
+  const int32_t* t = tb.const_data_ptr<int32_t>();
+  const int8_t* s = sg.const_data_ptr<int8_t>();
+  FK_DISPATCH_FLOAT_HALF_BF16(m2d.scalar_type(), "count_sketch_query", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* src = m2d.const_data_ptr<scalar_t>();
+    scalar_t* o = out.data_ptr<scalar_t>();
+    at::parallel_for(0, rows * p, 4096, [&](int64_t begin, int64_t end) {
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t row = item / p, l = item % p;
+        o[item] = static_cast<scalar_t>(merge_score<scalar_t, acc_t>(src + row * r * nb, nb, t + l * r, s + l * r, r, reduce));
+      }
+    });
+  });
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
+  m.impl("count_sketch", &count_sketch_cpu);
+  m.impl("count_sketch_query", &count_sketch_query_cpu);
+  m.impl("bucket_merge_backward", &bucket_merge_backward_cpu);
+}
+
+}  // namespace fedkernels

@@ -1,0 +1,119 @@
+// CUDA launchers of count_sketch and bucket_merge's backward (one thread per output bucket,
+// gathering its classes from the inverse table in ascending order: no atomics) and of
+// count_sketch_query (one thread per (row, class)).
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "common/dispatch.h"
+#include "sketch/sketch.h"
+#include "sketch/sketch_checks.h"
+#include "sketch/sketch_cuda_launch.cuh"
+#include "sketch/sketch_inverse.h"
+
+namespace fedkernels {
+
+// out[row, j, b] at out + row * out_row_stride + j * out_table_stride + b.
+template <typename scalar_t>
+__global__ void bucket_gather_kernel(const scalar_t* x, int64_t rows, int64_t p, int64_t r, int64_t nb,
+                                     const int64_t* offsets, const int32_t* members, int64_t out_row_stride,
+                                     int64_t out_table_stride, at::opmath_type<scalar_t> divisor, scalar_t* out) {
+  using acc_t = at::opmath_type<scalar_t>;
+  FK_GRID_STRIDE(item, rows * r * nb) {
+    const int64_t row = item / (r * nb), jb = item % (r * nb), j = jb / nb, b = jb % nb;
+    const acc_t s = count_sketch_gather<scalar_t, acc_t>(x + row * p, members, offsets[jb], offsets[jb + 1]);
+    out[row * out_row_stride + j * out_table_stride + b] = static_cast<scalar_t>(s / divisor);
+  }
+}
+
+template <typename scalar_t>
+__global__ void count_sketch_query_kernel(const scalar_t* sketch, const int32_t* table, const int8_t* signs,
+                                          int64_t rows, int64_t p, int64_t r, int64_t nb, int64_t reduce,
+                                          scalar_t* out) {
+  using acc_t = at::opmath_type<scalar_t>;
+  FK_GRID_STRIDE(item, rows * p) {
+    const int64_t row = item / p, l = item % p;
+    out[item] = static_cast<scalar_t>(
+        merge_score<scalar_t, acc_t>(sketch + row * r * nb, nb, table + l * r, signs + l * r, r, reduce));
+  }
+}
+
+static void gather_rows_cuda(const at::Tensor& x2d, const at::Tensor& table, const std::optional<at::Tensor>& signs,
+                             int64_t nb, at::Tensor& out, int64_t out_row_stride, int64_t out_table_stride,
+                             double divisor) {
+  const int64_t rows = x2d.size(0), p = x2d.size(1), r = table.size(1);
+  if (p == 0) {  // every bucket is an empty sum
+    out.zero_();
+    return;
+  }
+  const auto inv = invert_table(table, signs, nb);
+  FK_DISPATCH_FLOAT_HALF_BF16(x2d.scalar_type(), "count_sketch", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    bucket_gather_kernel<scalar_t><<<sketch_blocks(rows * r * nb), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        x2d.const_data_ptr<scalar_t>(), rows, p, r, nb, inv.offsets.const_data_ptr<int64_t>(),
+        inv.members.const_data_ptr<int32_t>(), out_row_stride, out_table_stride, static_cast<acc_t>(divisor),
+        out.data_ptr<scalar_t>());
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+static at::Tensor count_sketch_cuda(const at::Tensor& x, const at::Tensor& table, const at::Tensor& signs,
+                                    int64_t num_buckets) {
+  check_count_sketch_args(x, table, signs, num_buckets);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const auto tb = table.contiguous();
+  const int64_t p = tb.size(0), r = tb.size(1);
+  auto shape = x.sizes().vec();
+  shape.back() = r;
+  shape.push_back(num_buckets);
+  auto out = at::empty(shape, x.options());
+  if (out.numel() == 0) return out;
+  const int64_t rows = out.numel() / (r * num_buckets);
+  gather_rows_cuda(x.contiguous().view({rows, p}), tb, signs.contiguous(), num_buckets, out, r * num_buckets,
+                   num_buckets, 1.0);
+  return out;
+}
+
+static at::Tensor bucket_merge_backward_cuda(const at::Tensor& grad, const at::Tensor& table, int64_t num_buckets) {
+  check_merge_backward_args(grad, table, num_buckets);
+  const c10::cuda::CUDAGuard guard(grad.device());
+  const auto tb = table.contiguous();
+  const int64_t n_rows = grad.size(0), r = tb.size(1);
+  auto out = at::empty({r, n_rows, num_buckets}, grad.options());
+  if (out.numel() == 0) return out;
+  gather_rows_cuda(grad.contiguous(), tb, std::nullopt, num_buckets, out, num_buckets, n_rows * num_buckets,
+                   static_cast<double>(r));
+  return out;
+}
+
+static at::Tensor count_sketch_query_cuda(const at::Tensor& sketch, const at::Tensor& table, const at::Tensor& signs,
+                                          c10::string_view reduce_name) {
+  const int64_t reduce = parse_reduce(reduce_name, /*allow_sum=*/true);
+  check_query_args(sketch, table, signs, reduce);
+  const c10::cuda::CUDAGuard guard(sketch.device());
+  const auto tb = table.contiguous();
+  const auto sg = signs.contiguous();
+  const int64_t p = tb.size(0), r = tb.size(1), nb = sketch.size(-1);
+  auto shape = sketch.sizes().vec();
+  shape.pop_back();
+  shape.back() = p;
+  auto out = at::empty(shape, sketch.options());
+  if (out.numel() == 0) return out;
+  const auto m2d = sketch.contiguous().view({-1, r * nb});
+  const int64_t rows = m2d.size(0);
+  FK_DISPATCH_FLOAT_HALF_BF16(m2d.scalar_type(), "count_sketch_query", [&] {
+    count_sketch_query_kernel<scalar_t><<<sketch_blocks(rows * p), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        m2d.const_data_ptr<scalar_t>(), tb.const_data_ptr<int32_t>(), sg.const_data_ptr<int8_t>(), rows, p, r, nb,
+        reduce, out.data_ptr<scalar_t>());
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
+  m.impl("count_sketch", &count_sketch_cuda);
+  m.impl("count_sketch_query", &count_sketch_query_cuda);
+  m.impl("bucket_merge_backward", &bucket_merge_backward_cuda);
+}
+
+}  // namespace fedkernels

@@ -1,0 +1,57 @@
+"""What the Flower test and the in-process reference run share: strategies by name, data, config."""
+
+from __future__ import annotations
+
+from fedkernels.fl import ClientData, RunConfig, Strategy, TrainConfig
+from fedkernels.fl.registry import make_strategy as registered
+from python_tests.fl_data import tiny_clients
+
+NUM_FEATURES, NUM_CLASSES = 16, 8
+
+
+# Small options for the tiny data; a registered strategy not listed here runs with its defaults.
+SMALL = {"fedavg": dict(hidden=(8,)), "fedmlh": dict(num_tables=2, num_buckets=4, hidden=(8,)),
+         "partialexchange": dict(fraction=0.5, hidden=(8,))}
+
+
+def make_strategy(name: str) -> Strategy:
+    """A registered strategy by name (``fedkernels.fl.registry``), small for the tiny data."""
+    return registered(name, **SMALL.get(name.lower(), {}))
+
+
+def client_data(partition: int, num_clients: int) -> ClientData:
+    return tiny_clients(num_clients, seed=3)[partition]
+
+
+def run_config(rounds: int, clients_per_round: int, seed: int, timeout: float | None = None,
+               checkpoint: str | None = None) -> RunConfig:
+    return RunConfig(rounds=rounds, clients_per_round=clients_per_round, seed=seed,
+                     train=TrainConfig(epochs=1, batch_size=16, lr=0.3), client_timeout=timeout,
+                     checkpoint=checkpoint)
+
+
+class Drill:
+    """A client that crashes or sends garbage in chosen rounds (``faults``: {round: "crash"|"garbage"})."""
+
+    def __init__(self, inner, faults: dict[int, str]) -> None:
+        self.inner, self.faults = inner, faults
+
+    def request(self, round: int, seed: int):
+        return self.inner.request(round, seed)
+
+    def update(self, download: bytes, round: int, seed: int):
+        kind = self.faults.get(round)
+        if kind == "crash":
+            raise RuntimeError(f"drill crash in round {round}")
+        up = self.inner.update(download, round, seed)
+        return b"\x07" * len(up) if kind == "garbage" else up
+
+
+def drill_wrapper(spec: str):
+    """``"crash:2:0,garbage:0:1"`` (kind:client:round, ...) as a ``(client_id, endpoint) -> endpoint``
+    wrapper; used identically by the in-process Server and the Flower client app."""
+    plan: dict[int, dict[int, str]] = {}
+    for item in filter(None, spec.split(",")):
+        kind, cid, rnd = item.split(":")
+        plan.setdefault(int(cid), {})[int(rnd)] = kind
+    return lambda cid, inner: Drill(inner, plan[cid]) if cid in plan else inner

@@ -1,0 +1,142 @@
+"""The Flower adapter's failure paths, fast and deterministic: the real FlowerStrategy and client_app,
+with an in-memory grid that delivers messages to the client apps (or drops them, as a deadline would)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("flwr", reason="flwr is not installed (pip install 'fedkernels[flower]')")
+
+from flwr.app import Context, Error, Message, RecordDict  # noqa: E402
+
+from fedkernels.fl import Server  # noqa: E402
+from fedkernels.fl.faults import FaultInjector  # noqa: E402
+from fedkernels.integrations.flower import FlowerStrategy, client_app  # noqa: E402
+from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy, run_config  # noqa: E402
+from fedkernels.fl import payload as pl  # noqa: E402
+from python_tests.hardening_helpers import SilentWhereFaulty, SparseRowsAsking, same_state  # noqa: E402
+
+NUM_CLIENTS = 4
+
+
+@pytest.fixture(autouse=True)
+def task_identity(monkeypatch):
+    """Messages take their run and source node from the process's task identity (set by Flower's
+    runtime in a deployment; here by hand)."""
+    from flwr.supercore.task_identity import TaskIdentity
+    for attr, value in [("_run_id", 1), ("_node_id", 1), ("_task_id", 1)]:
+        monkeypatch.setattr(TaskIdentity, attr, value)
+
+
+class MemoryGrid:
+    """Delivers each message to its node's ClientApp in this process. ``silent`` nodes answer the hello
+    but never a train message (the caller's timeout passes); an exception in a ClientApp becomes an
+    error reply, as a SuperNode does."""
+
+    def __init__(self, apps: dict[int, tuple[object, Context]], silent: set[int] = frozenset()) -> None:
+        self.apps, self.silent = apps, set(silent)
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.apps)
+
+    def send_and_receive(self, messages, *, timeout=None) -> list[Message]:
+        replies = []
+        for m in messages:
+            node = m.metadata.dst_node_id
+            if node in self.silent and m.metadata.message_type == "train":
+                continue
+            app, ctx = self.apps[node]
+            try:
+                replies.append(app(m, ctx))
+            except Exception as e:
+                replies.append(Message(Error(code=1, reason=f"{type(e).__name__}: {e}"), reply_to=m))
+        return replies
+
+
+def grid(wrap=None, silent_clients=(), nodes=range(NUM_CLIENTS), strategy=lambda: make_strategy("fedavg")) -> MemoryGrid:
+    app = client_app(lambda ctx: strategy(), lambda ctx: client_data(int(ctx.node_config["partition-id"]), NUM_CLIENTS),
+                     wrap=wrap)
+    apps = {1000 + c: (app, Context(1, 1000 + c, {"partition-id": c}, RecordDict(), {})) for c in nodes}
+    return MemoryGrid(apps, {1000 + c for c in silent_clients})
+
+
+def flower(rounds=3, strategy=lambda: make_strategy("fedavg"), **kw) -> FlowerStrategy:
+    return FlowerStrategy(strategy(), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, run_config(rounds, 3, 9, **kw))
+
+
+def in_process(rounds=3, wrapper=None, strategy=lambda: make_strategy("fedavg")) -> Server:
+    s = Server(strategy(), [client_data(c, NUM_CLIENTS) for c in range(NUM_CLIENTS)], NUM_FEATURES,
+               NUM_CLASSES, run_config(rounds, 3, 9), client_wrapper=wrapper)
+    s.run()
+    return s
+
+
+def test_injected_faults_match_in_process():
+    inj = FaultInjector(crash=0.3, empty=0.2, seed=5)
+    fk = flower()
+    fk.start(grid(wrap=lambda ctx, cid, inner: inj.wrap(cid, inner)), fk.initial_arrays(), num_rounds=3, timeout=5)
+    ref = in_process(wrapper=inj)
+    assert same_state(fk.state, ref.state)
+    assert [[c for c, _ in h.failed] for h in fk.history] == [[c for c, _ in h.failed] for h in ref.history]
+    assert any(h.failed for h in ref.history)
+    reasons = {why.split(":")[0] for h in fk.history for _, why in h.failed}
+    assert reasons <= {"crashed", "sent no upload"} and len(reasons) == 2
+
+
+def test_silent_node_times_out_and_missing_node_fails():
+    fk = flower(rounds=4, timeout=0.5)
+    fk.start(grid(silent_clients=[2], nodes=[0, 1, 2]), fk.initial_arrays(), num_rounds=4, timeout=0.1)
+    inj_like = {2: "timed out (no reply)", 3: "not connected"}
+    failed = [(c, why) for h in fk.history for c, why in h.failed]
+    assert failed and all(why == inj_like[c] for c, why in failed)
+    # Same state as the in-process run where clients 2 and 3 send nothing.
+    silent = FaultInjector(empty=1.0)
+    ref = in_process(rounds=4, wrapper=lambda cid, inner: SilentWhereFaulty(silent, cid, inner) if cid >= 2 else inner)
+    assert same_state(fk.state, ref.state)
+
+
+def test_no_survivors_leaves_state():
+    fk = flower(rounds=1)
+    before = {k: v.clone() for k, v in fk.state.items()}
+    fk.start(grid(wrap=lambda ctx, cid, inner: FaultInjector(crash=1.0).wrap(cid, inner)), fk.initial_arrays(),
+             num_rounds=1, timeout=5)
+    assert len(fk.history[0].failed) == 3 and same_state(before, fk.state)
+
+
+def test_setup_needing_clients_is_refused():
+    class NeedsData(type(make_strategy("fedavg"))):
+        def setup(self, clients, seed):
+            self.sets = [c.indices for c in clients]
+
+    with pytest.raises(NotImplementedError, match="setup"):
+        FlowerStrategy(NeedsData(hidden=(8,)), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, run_config(1, 2, 0))
+    with pytest.raises(ValueError, match="clients_per_round"):
+        FlowerStrategy(make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES, 2, run_config(1, 3, 0))
+
+
+class BadAsk:
+    """Asks for a class id out of range in round 1; honest otherwise."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def request(self, round, seed):
+        return pl.encode({"want": torch.tensor([0, 99])}) if round == 1 else self.inner.request(round, seed)
+
+    def update(self, download, round, seed):
+        return self.inner.update(download, round, seed)
+
+
+def test_requests_match_in_process():
+    """A strategy with a client_request (the FedSS shape): requests, downloads, uploads and a rejected
+    request all go as in-process, to the same bits."""
+    wrap = lambda cid, inner: BadAsk(inner) if cid == 1 else inner  # noqa: E731
+    fk = flower(strategy=SparseRowsAsking)
+    fk.start(grid(wrap=lambda ctx, cid, inner: wrap(cid, inner), strategy=SparseRowsAsking), fk.initial_arrays(),
+             num_rounds=3, timeout=5)
+    ref = in_process(wrapper=wrap, strategy=SparseRowsAsking)
+    assert same_state(fk.state, ref.state)
+    assert [h.failed for h in fk.history] == [h.failed for h in ref.history]
+    assert [(h.bytes_up, h.bytes_down) for h in fk.history] == [(h.bytes_up, h.bytes_down) for h in ref.history]
+    assert ref.history[1].failed == [(1, "rejected: tensor 'want' has values >= 8")]

@@ -1,0 +1,109 @@
+"""One entry point for the datasets a run uses: ``synthetic`` or an XC-format file or folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from ..fl.types import ClientData
+from .feature_hashing import hash_features, idf_weights
+from .split import train_test_split
+from .synthetic import synthetic_multilabel
+from .xc_format import XCData, read_xc
+
+
+@dataclass
+class Dataset:
+    """A train/test pair ready for the loop, and where it came from.
+
+    Attributes:
+        train, test: :class:`~fedkernels.fl.ClientData` (dense float32 features, CSR labels).
+        name: what was loaded (``"synthetic"`` or the path).
+        notes: how it was made (split seed, hashing dimension, ...), for reports.
+    """
+
+    train: ClientData
+    test: ClientData
+    name: str
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def num_features(self) -> int:
+        return int(self.train.x.shape[1])
+
+    @property
+    def num_classes(self) -> int:
+        return self.train.num_classes
+
+
+def to_client_data(x: torch.Tensor, labels: sp.csr_matrix) -> ClientData:
+    """Dense features ``[N, F]`` and a 0/1 label CSR ``[N, L]`` as a :class:`ClientData`."""
+    labels = sp.csr_matrix(labels)
+    labels.sort_indices()
+    return ClientData(x, torch.from_numpy(labels.indptr.astype(np.int64)),
+                      torch.from_numpy(labels.indices.astype(np.int64)), int(labels.shape[1]))
+
+
+def _xc_parts(path: Path, test_fraction: float, seed: int) -> tuple[XCData, XCData, dict]:
+    if path.is_file():
+        parts = {"all": path}
+    elif (path / "train.txt").is_file() and (path / "test.txt").is_file():
+        return read_xc(path / "train.txt"), read_xc(path / "test.txt"), {"split": "official train.txt/test.txt"}
+    elif (path / "all.txt").is_file():
+        parts = {"all": path / "all.txt"}
+    else:
+        raise FileNotFoundError(f"{path}: expected an XC-format file, or a folder with train.txt+test.txt or all.txt")
+    full = read_xc(parts["all"])
+    tr, te = train_test_split(full.num_samples, test_fraction, seed)
+    note = {"split": f"seeded permutation (fedkernels.data.train_test_split, seed={seed}, "
+                     f"test_fraction={test_fraction})"}
+    return full.subset(tr), full.subset(te), note
+
+
+def load_xc_dataset(path: str | Path, feature_dim: int | None = None, seed: int = 0, test_fraction: float = 0.2,
+                    tfidf: bool = False, l2_normalize: bool = True) -> Dataset:
+    """Load an XC-format dataset and turn its sparse features dense.
+
+    Args:
+        path: a file, or a folder with ``train.txt`` and ``test.txt`` (the official split) or ``all.txt``
+            (split by :func:`train_test_split` with ``seed`` and ``test_fraction``).
+        feature_dim: hash the features to this many signed buckets (FedMLH's feature hashing);
+            ``None`` keeps the original F features.
+        seed: the split's and the feature hash's seed.
+        tfidf: weight features by idf fitted on the training part.
+        l2_normalize: scale each sample's feature vector to unit norm.
+    """
+    path = Path(path)
+    train, test, notes = _xc_parts(path, test_fraction, seed)
+    idf = idf_weights(train.features) if tfidf else None
+
+    def dense(feats: sp.csr_matrix) -> torch.Tensor:
+        if feature_dim is not None:
+            return hash_features(feats, feature_dim, seed, idf, l2_normalize)
+        x = np.asarray(feats.todense(), dtype=np.float64)
+        if idf is not None:
+            x = x * idf
+        if l2_normalize:
+            norms = np.linalg.norm(x, axis=1, keepdims=True)
+            x = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+        return torch.from_numpy(x.astype(np.float32))
+
+    notes.update(feature_dim=feature_dim or train.num_features, tfidf=tfidf, l2_normalize=l2_normalize)
+    return Dataset(to_client_data(dense(train.features), train.labels),
+                   to_client_data(dense(test.features), test.labels), str(path), notes)
+
+
+def load_dataset(spec: str | Path = "synthetic", seed: int = 0, feature_dim: int | None = None,
+                 test_fraction: float = 0.2, **synthetic_kw) -> Dataset:
+    """``"synthetic"`` (see :func:`synthetic_multilabel`; ``synthetic_kw`` passes its arguments,
+    train and test drawn together then split) or a path for :func:`load_xc_dataset`."""
+    if str(spec) == "synthetic":
+        full = synthetic_multilabel(seed=seed, **synthetic_kw)
+        tr, te = train_test_split(len(full), test_fraction, seed)
+        return Dataset(full.rows(torch.from_numpy(tr)), full.rows(torch.from_numpy(te)), "synthetic",
+                       {"split": f"seeded permutation (seed={seed}, test_fraction={test_fraction})", **synthetic_kw})
+    return load_xc_dataset(spec, feature_dim, seed, test_fraction)

@@ -1,0 +1,137 @@
+"""Reader for the Extreme Classification Repository text format.
+
+::
+
+    N F L                      header: samples, features, labels
+    l1,l2,... f:v f:v ...      one line per sample, 0-based ids; either part may be empty
+
+A line starting with a space has no labels; an empty line has neither labels nor features.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass
+class XCData:
+    """A multi-label dataset as two CSR matrices.
+
+    Attributes:
+        features: float32 CSR ``[N, F]``.
+        labels: float32 CSR ``[N, L]`` of 0/1 (sorted, duplicate-free column ids per row).
+    """
+
+    features: sp.csr_matrix
+    labels: sp.csr_matrix
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.features.shape[0])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.features.shape[1])
+
+    @property
+    def num_labels(self) -> int:
+        return int(self.labels.shape[1])
+
+    def subset(self, rows: np.ndarray) -> "XCData":
+        """The samples ``rows`` (int ``[m]``), in that order."""
+        return XCData(self.features[rows], self.labels[rows])
+
+
+def _parse_header(line: str, path: Path) -> tuple[int, int, int]:
+    parts = line.split()
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"{path}: header must be 'N F L' (three non-negative integers), got {line.strip()!r}")
+    n, f, l = (int(p) for p in parts)
+    return n, f, l
+
+
+def _parse_line(line: str, lineno: int, path: Path, num_features: int, num_labels: int,
+                labels: list[int], feat_ids: list[int], feat_vals: list[float]) -> None:
+    """Append one sample's label ids and features to the flat lists (validating ranges)."""
+    line = line.rstrip("\r\n")
+    if not line.strip():
+        return
+    # The label part is everything before the first space; it is empty when the line starts with one.
+    head, _, rest = line.partition(" ")
+    where = f"{path}:{lineno}"
+    if head and ":" in head:  # no label part at all, the first token is already a feature
+        head, rest = "", line
+    if head:
+        for tok in head.split(","):
+            if not tok.isdigit():
+                raise ValueError(f"{where}: bad label id {tok!r}")
+            lab = int(tok)
+            if lab >= num_labels:
+                raise ValueError(f"{where}: label id {lab} out of range [0, {num_labels})")
+            labels.append(lab)
+    for tok in rest.split():
+        fid, sep, val = tok.partition(":")
+        if not sep or not fid.isdigit():
+            raise ValueError(f"{where}: bad feature {tok!r} (expected id:value)")
+        f = int(fid)
+        if f >= num_features:
+            raise ValueError(f"{where}: feature id {f} out of range [0, {num_features})")
+        try:
+            v = float(val)
+        except ValueError:
+            raise ValueError(f"{where}: bad feature value {tok!r}") from None
+        feat_ids.append(f)
+        feat_vals.append(v)
+
+
+def read_xc(path: str | Path) -> XCData:
+    """Read one XC-format file.
+
+    Args:
+        path: the file (e.g. ``.../bibtex/train.txt``).
+
+    Returns:
+        :class:`XCData` with ``features [N, F]`` and ``labels [N, L]``. Duplicate label ids on a
+        line collapse to one; duplicate feature ids add up (as scipy does).
+
+    Raises:
+        ValueError: a malformed header or line, an id out of the header's range, or a sample count
+            that differs from the header's N.
+
+    Example:
+        >>> d = read_xc("/work/shared/data/bibtex/train.txt")
+        >>> d.features.shape, d.labels.shape
+        ((4880, 1836), (4880, 159))
+    """
+    path = Path(path)
+    with path.open("r", encoding="utf-8") as fh:
+        header = fh.readline()
+        if not header:
+            raise ValueError(f"{path}: empty file (no 'N F L' header)")
+        n, num_features, num_labels = _parse_header(header, path)
+        lab_ptr, feat_ptr = [0], [0]
+        labels: list[int] = []
+        feat_ids: list[int] = []
+        feat_vals: list[float] = []
+        rows = 0
+        for lineno, line in enumerate(fh, start=2):
+            if rows == n and not line.strip():
+                continue  # trailing blank lines after the last sample
+            _parse_line(line, lineno, path, num_features, num_labels, labels, feat_ids, feat_vals)
+            lab_ptr.append(len(labels))
+            feat_ptr.append(len(feat_ids))
+            rows += 1
+    if rows != n:
+        raise ValueError(f"{path}: header says N={n} samples but the file has {rows}")
+    features = sp.csr_matrix((np.asarray(feat_vals, dtype=np.float32), np.asarray(feat_ids, dtype=np.int64),
+                              np.asarray(feat_ptr, dtype=np.int64)), shape=(n, num_features))
+    features.sum_duplicates()
+    lab = sp.csr_matrix((np.ones(len(labels), dtype=np.float32), np.asarray(labels, dtype=np.int64),
+                         np.asarray(lab_ptr, dtype=np.int64)), shape=(n, num_labels))
+    lab.sum_duplicates()
+    lab.data[:] = 1.0
+    return XCData(features, lab)

@@ -1,0 +1,114 @@
+"""FedMLH (federated multi-label hashing): R sub-models, each a classifier over B hashed buckets
+of the p labels, trained on ``label_hash`` targets and averaged table by table on the server;
+prediction merges the R bucket scores per class and takes the top k with ``bucket_merge_topk``,
+never building ``[N, p]``. With ``R * B < p`` every round moves fewer bytes than FedAvg.
+
+Built on ``fedkernels.nn.FedMLHHead`` (every parameter has a leading dimension R). The server
+broadcasts the hash family as three integers ``(R, B, seed)`` inside the payload, so a client
+(Flower too) rebuilds the same hashes without any shared table.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..local import train_local
+from ..payload import Payload, PayloadSpec, state_spec
+from ..seeding import derive_seed, generator
+from ..strategy import State, Strategy
+from ..types import ClientData, ClientResult, TrainConfig
+from .fedavg import weighted_average
+
+HASH_KEY = "fedmlh.hash"  # int64 [3]: num_tables, num_buckets, hash seed
+
+
+def _head_class():
+    try:
+        from ...nn import FedMLHHead
+    except ImportError as e:  # the head lives in fedkernels.nn (sketch kernels)
+        raise ImportError("FedMLH needs fedkernels.nn.FedMLHHead, which this build lacks") from e
+    return FedMLHHead
+
+
+def per_table_average(states: list[dict[str, torch.Tensor]], weights: list[float], num_tables: int) -> dict[str, torch.Tensor]:
+    """Average each table's slice ``t[j]`` of every tensor over clients, weighted, table by table."""
+    out = {name: torch.empty_like(t) for name, t in states[0].items()}
+    for j in range(num_tables):
+        avg = weighted_average([{k: v[j] for k, v in s.items()} for s in states], weights)
+        for name, t in avg.items():
+            out[name][j] = t
+    return out
+
+
+class FedMLH(Strategy):
+    """FedMLH with R hashed sub-models.
+
+    Args:
+        num_tables: R sub-models (hash tables).
+        num_buckets: B buckets per table; ``None`` picks ``max(2, p // 10)`` at ``init_state``.
+        hidden: hidden layer widths of each sub-model.
+    """
+
+    name = "FedMLH"
+
+    def __init__(self, num_tables: int = 4, num_buckets: int | None = None, hidden: Sequence[int] = (256,)) -> None:
+        if int(num_tables) < 1:
+            raise ValueError(f"num_tables must be >= 1, got {num_tables}")
+        if num_buckets is not None and int(num_buckets) < 2:
+            raise ValueError(f"num_buckets must be >= 2, got {num_buckets}")
+        self.num_tables, self.num_buckets, self.hidden = int(num_tables), num_buckets, tuple(int(h) for h in hidden)
+        self._dims: tuple[int, int] | None = None
+
+    def _build(self, hash_params: torch.Tensor) -> torch.nn.Module:
+        """The head for broadcast ``(R, B, seed)``. The head initialises from torch's global RNG,
+        so that is seeded (and restored after) from the hash seed, which derives from the run's seed."""
+        assert self._dims is not None, "init_state first"
+        r, b, hash_seed = (int(v) for v in hash_params)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(hash_seed)
+            return _head_class()(self._dims[0], self._dims[1], r, b, hidden=self.hidden, seed=hash_seed)
+
+    def _load(self, payload: Payload) -> torch.nn.Module:
+        head = self._build(payload[HASH_KEY])
+        params = dict(head.named_parameters())
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(payload[name])
+        return head
+
+    def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
+        self._dims = (num_features, num_classes)
+        b = self.num_buckets if self.num_buckets is not None else max(2, num_classes // 10)
+        hash_params = torch.tensor([self.num_tables, b, derive_seed(seed, "fedmlh-hash")], dtype=torch.int64)
+        head = self._build(hash_params)
+        state = {name: p.detach().clone() for name, p in head.named_parameters()}
+        state[HASH_KEY] = hash_params
+        return state
+
+    def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
+        return dict(state)
+
+    def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
+        head = self._load(payload)
+        train_local(list(head.parameters()), lambda b: head.loss(b.x, b.indptr, b.indices), data, config,
+                    generator(seed, "shuffle"))
+        return {name: p.detach().clone() for name, p in head.named_parameters()}
+
+    def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
+        return PayloadSpec(state_spec(state, [k for k in state if k != HASH_KEY]))
+
+    def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
+        new = per_table_average([r.payload for r in results], [float(r.num_examples) for r in results],
+                                int(state[HASH_KEY][0]))
+        new[HASH_KEY] = state[HASH_KEY]
+        return new
+
+    @torch.no_grad()
+    def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
+        out = self._load(state).predict_topk(x, k)
+        return out[1] if isinstance(out, tuple) else out
+
+    def model_bytes(self, state: State) -> int:
+        return sum(t.numel() * t.element_size() for name, t in state.items() if name != HASH_KEY)

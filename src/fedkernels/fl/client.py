@@ -1,0 +1,77 @@
+"""The client side of a round, bytes in and bytes out, so the same code runs in-process and in Flower.
+
+A :class:`ClientEndpoint` is whatever answers for one client: the honest :class:`LocalClient`, or a
+wrapper around it (:class:`fedkernels.fl.faults.FaultyClient`, a test's malicious client, ...).
+The server only ever sees the bytes it returns, and checks them.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Protocol
+
+from . import payload as pl
+from .strategy import Strategy
+from .types import ClientData, TrainConfig
+
+
+class ClientEndpoint(Protocol):
+    """One client as the server sees it. ``None`` means the client sent nothing."""
+
+    def request(self, round: int, seed: int) -> bytes | None:
+        """The serialised ``client_request`` (``None`` when the strategy makes none)."""
+
+    def update(self, download: bytes, round: int, seed: int) -> bytes | None:
+        """Train on the serialised download; return the serialised upload."""
+
+
+class LocalClient:
+    """An honest client: runs the strategy's client side on its own data.
+
+    Args:
+        strategy: the algorithm (only its client-side methods are used).
+        data: this client's local data.
+        train: the local training settings.
+    """
+
+    def __init__(self, strategy: Strategy, data: ClientData, train: TrainConfig) -> None:
+        self.strategy, self.data, self.train = strategy, data, train
+
+    def request(self, round: int, seed: int) -> bytes | None:
+        req = self.strategy.client_request(self.data, round, seed)
+        return None if req is None else pl.encode(req)
+
+    def update(self, download: bytes, round: int, seed: int) -> bytes | None:
+        received = pl.decode(download)
+        return pl.encode(self.strategy.client_update(received, self.data, self.train, round, seed))
+
+
+class ClientTimeout(Exception):
+    """A client did not answer before its deadline."""
+
+
+def call_with_deadline(fn: Callable[[], bytes | None], timeout: float | None) -> bytes | None:
+    """``fn()``, or :class:`ClientTimeout` if it takes longer than ``timeout`` seconds.
+
+    With a deadline the call runs in a daemon thread: Python cannot stop a thread, so a late
+    client keeps running in the background, but its answer is dropped and never reaches the state.
+    Exceptions raised by ``fn`` are re-raised here.
+    """
+    if timeout is None:
+        return fn()
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the caller, who records the crash
+            box["error"] = e
+
+    worker = threading.Thread(target=target, name="fedkernels-client", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise ClientTimeout(f"timed out after {timeout:g} s")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]

@@ -1,0 +1,47 @@
+"""Strategies by name: every :class:`Strategy` exported by ``fedkernels.fl.algorithms`` is
+available to ``fedkernels run`` under its ``name`` (case-insensitive), with no edit here."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from .strategy import Strategy
+
+
+def strategies() -> dict[str, type[Strategy]]:
+    """Registered strategy classes keyed by lower-cased ``name``, in ``algorithms.__all__`` order."""
+    from . import algorithms
+
+    out: dict[str, type[Strategy]] = {}
+    for attr in getattr(algorithms, "__all__", []):
+        obj = getattr(algorithms, attr, None)
+        if inspect.isclass(obj) and issubclass(obj, Strategy) and not inspect.isabstract(obj):
+            out[obj.name.lower()] = obj
+    return out
+
+
+def is_registered(name: str) -> bool:
+    """Whether a strategy called ``name`` (any case) is registered."""
+    return name.lower() in strategies()
+
+
+def make_strategy(name: str, **options: Any) -> Strategy:
+    """Build the strategy ``name`` with constructor ``options``.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones) or an option the
+            strategy's constructor does not take.
+    """
+    known = strategies()
+    cls = known.get(name.lower())
+    if cls is None:
+        names = ", ".join(c.name for c in known.values())
+        raise ValueError(f"unknown algorithm {name!r}; registered: {names}")
+    params = inspect.signature(cls.__init__).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    bad = sorted(set(options) - set(params) - {"self"})
+    if bad and not takes_any:
+        raise ValueError(f"algorithm {cls.name} has no option(s) {bad}; it takes "
+                         f"{sorted(k for k in params if k != 'self')}")
+    return cls(**options)

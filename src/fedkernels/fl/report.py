@@ -1,0 +1,106 @@
+"""Reporting a run: the results table, JSON and CSV files, and accuracy plots (PNG, if matplotlib
+is installed)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+MB = 1e6
+
+TABLE_COLUMNS = ["algorithm", "P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5", "P@1_freq", "P@1_infreq",
+                 "MB up", "MB down", "best P@1", "rounds to best", "MB to best", "MB to target", "model MB", "s"]
+
+
+def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One flat row per algorithm: final metrics, bytes (in MB = 1e6 bytes), rounds to best."""
+    rows = []
+    for r in results:
+        c = r["comm"]
+        mb = (lambda b: None if b is None else b / MB)
+        row = {"algorithm": r["algorithm"], **r["final"],
+               "MB up": c["total_up"] / MB, "MB down": c["total_down"] / MB, "best P@1": c["best"],
+               "rounds to best": c["rounds_to_best"], "MB to best": mb(c["bytes_to_best"]),
+               "MB to target": mb(c.get("bytes_to_target")), "model MB": r["model_bytes"] / MB, "s": r["seconds"]}
+        rows.append(row)
+    return rows
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4f}" if abs(v) < 10 else f"{v:.1f}"
+    return str(v)
+
+
+def results_table(results: list[dict[str, Any]], columns: list[str] | None = None) -> str:
+    """A markdown table of :func:`summary_rows` (columns with no value anywhere are dropped)."""
+    rows = summary_rows(results)
+    cols = [c for c in (columns or TABLE_COLUMNS) if any(row.get(c) is not None for row in rows)]
+    head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
+    return head + "\n".join("| " + " | ".join(_fmt(row.get(c)) for c in cols) + " |" for row in rows)
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` as indented JSON."""
+    path.write_text(json.dumps(payload, indent=2, default=str))
+    return path
+
+
+def write_csv(path: Path, results: list[dict[str, Any]]) -> Path:
+    """One CSV row per algorithm and round: bytes, cumulative bytes, seconds and metrics."""
+    rows = []
+    for r in results:
+        up = down = 0
+        for h in r["history"]:
+            up, down = up + h["bytes_up"], down + h["bytes_down"]
+            rows.append({"algorithm": r["algorithm"], "round": h["round"] + 1, "bytes_up": h["bytes_up"],
+                         "bytes_down": h["bytes_down"], "cum_bytes_up": up, "cum_bytes_down": down,
+                         "seconds": round(h["seconds"], 4), **h["metrics"]})
+    keys: list[str] = []
+    for row in rows:
+        keys.extend(k for k in row if k not in keys)
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def plot_accuracy(path: Path, results: list[dict[str, Any]], metric: str = "P@1", title: str = "") -> Path | None:
+    """``metric`` against rounds and against cumulative MB (up + down), one line per algorithm.
+    Returns ``None`` (and writes nothing) when matplotlib is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, (ax_r, ax_b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for r in results:
+        xs_r, xs_b, ys = [], [], []
+        total = 0
+        for h in r["history"]:
+            total += h["bytes_up"] + h["bytes_down"]
+            if metric in h["metrics"]:
+                xs_r.append(h["round"] + 1)
+                xs_b.append(total / MB)
+                ys.append(h["metrics"][metric])
+        ax_r.plot(xs_r, ys, marker="o", ms=3, label=r["algorithm"])
+        ax_b.plot(xs_b, ys, marker="o", ms=3, label=r["algorithm"])
+    ax_r.set_xlabel("round")
+    ax_b.set_xlabel("cumulative communication, MB (up + down)")
+    ax_b.set_xscale("log")
+    for ax in (ax_r, ax_b):
+        ax.set_ylabel(f"test {metric}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

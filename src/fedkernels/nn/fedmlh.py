@@ -1,0 +1,104 @@
+"""FedMLHHead: R independent bucket classifiers over one hash family, evaluated as one batch."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..hashing import HashFamily
+from ..ops.sketch import bucket_merge, bucket_merge_topk, label_hash
+
+
+class FedMLHHead(nn.Module):
+    """The FedMLH output head: R sub-models ``in_features -> hidden... -> B`` bucket logits.
+
+    Sub-model j predicts which of B buckets hold a sample's labels under hash table j. Every
+    parameter has R as its first dim and sub-model j owns ``param[j]`` (what per-table averaging
+    needs); all R run as one batched computation (``torch.baddbmm``). ``.table`` (int32 ``[p, R]``)
+    is a non-persistent buffer rebuilt from ``.hash_family``, so ``state_dict()`` holds only weights.
+
+    Example:
+        >>> head = FedMLHHead(500, num_classes=983, num_tables=4, num_buckets=250, hidden=(128,))
+        >>> loss = head.loss(x, indptr, indices)          # x [N, 500], CSR labels
+        >>> values, classes = head.predict_topk(x, k=5)   # [N, 5] each
+    """
+
+    def __init__(self, in_features: int, num_classes: int, num_tables: int, num_buckets: int,
+                 hidden: Sequence[int] = (), seed: int = 0) -> None:
+        super().__init__()
+        if int(in_features) < 1:
+            raise ValueError(f"in_features must be >= 1, got {in_features}")
+        if int(num_classes) < 1:
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        if any(int(h) < 1 for h in hidden):
+            raise ValueError(f"hidden sizes must be >= 1, got {tuple(hidden)}")
+        self.hash_family = HashFamily(num_tables, num_buckets, seed)  # validates R, B, seed
+        self.in_features, self.num_classes = int(in_features), int(num_classes)
+        self.num_tables, self.num_buckets = int(num_tables), int(num_buckets)
+        self.register_buffer("table", self.hash_family.table(self.num_classes), persistent=False)
+        dims = [self.in_features, *(int(h) for h in hidden), self.num_buckets]
+        # weights[i]: [R, d_in, d_out], biases[i]: [R, d_out]
+        self.weights = nn.ParameterList(nn.Parameter(torch.empty(self.num_tables, a, b)) for a, b in zip(dims, dims[1:]))
+        self.biases = nn.ParameterList(nn.Parameter(torch.empty(self.num_tables, b)) for b in dims[1:])
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """nn.Linear's default init, per sub-model (from torch's global RNG)."""
+        for w, b in zip(self.weights, self.biases):
+            bound = 1.0 / math.sqrt(w.shape[1])
+            nn.init.uniform_(w, -bound, bound)
+            nn.init.uniform_(b, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Bucket logits of every sub-model: ``x [N, F] -> [R, N, B]``."""
+        if x.dim() != 2 or x.shape[1] != self.in_features:
+            raise ValueError(f"x must be [N, {self.in_features}], got shape {tuple(x.shape)}")
+        h = x.unsqueeze(0).expand(self.num_tables, *x.shape)
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            h = torch.baddbmm(b.unsqueeze(1), h, w)
+            if i < last:
+                h = F.relu(h)
+        return h
+
+    def targets(self, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """Bucket targets of CSR label sets: uint8 ``[R, N, B]`` (``label_hash``)."""
+        return label_hash(indptr, indices, self.table, self.num_buckets)
+
+    def loss(self, x: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """Mean BCE-with-logits of all R sub-models against their hashed labels (a scalar).
+
+        Args:
+            x: ``[N, F]``; indptr: int64 ``[N + 1]``; indices: int64 ``[nnz]`` class ids in ``[0, p)``.
+        """
+        logits = self(x)
+        z = self.targets(indptr, indices).to(logits.dtype)
+        return F.binary_cross_entropy_with_logits(logits, z)
+
+    def log_probs(self, x: torch.Tensor) -> torch.Tensor:
+        """Log-sigmoid bucket scores ``[R, N, B]``."""
+        return F.logsigmoid(self(x))
+
+    @torch.no_grad()
+    def predict_topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k classes by mean log-sigmoid bucket score: ``(values [N, k], classes int64 [N, k])``."""
+        return bucket_merge_topk(self.log_probs(x), self.table, k, "mean")
+
+    def scores(self, x: torch.Tensor) -> torch.Tensor:
+        """Every class's mean log-sigmoid bucket score ``[N, p]`` (for metrics on small p)."""
+        return bucket_merge(self.log_probs(x), self.table, "mean")
+
+    def table_state(self, j: int) -> dict[str, torch.Tensor]:
+        """Sub-model j's slice of every parameter, by parameter name (views, not copies)."""
+        if not 0 <= j < self.num_tables:
+            raise IndexError(f"table index j must lie in [0, {self.num_tables}), got {j}")
+        return {name: p[j] for name, p in self.named_parameters()}
+
+    def extra_repr(self) -> str:
+        hidden = [w.shape[2] for w in self.weights][:-1]
+        return (f"in_features={self.in_features}, num_classes={self.num_classes}, num_tables={self.num_tables}, "
+                f"num_buckets={self.num_buckets}, hidden={tuple(hidden)}, seed={self.hash_family.seed}")

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Build the CPU kernels with AddressSanitizer + UndefinedBehaviorSanitizer (-DFK_SANITIZE=ON) in
+# their own build dir and run the op test-suite under them. Any ASan/UBSan report aborts the
+# process, so a report fails the run.
+#
+#   tools/sanitize.sh [pytest args...]        (default: every op test, python_tests/test_*.py
+#                                              minus the federated-loop and Flower tests)
+# Env: PYTHON (an interpreter whose torch is CPU-only; default: python3 on PATH),
+#      FK_SANITIZE_BUILD (build dir; default build/sanitize), HYPOTHESIS_PROFILE (default: sanitize).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY="${PYTHON:-python3}"
+BUILD="${FK_SANITIZE_BUILD:-$ROOT/build/sanitize}"
+OUT="$BUILD/pkg"   # the sanitized _C lives here, never in src/, so normal builds are untouched
+
+# Build: same CMake project, sanitizer flags on, module written to $OUT/fedkernels/.
+"$PY" - "$BUILD" "$OUT" <<'EOF'
+import subprocess, sys
+from pathlib import Path
+build, out = Path(sys.argv[1]), Path(sys.argv[2])
+subprocess.run(["cmake", "-S", ".", "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+                f"-DPython_EXECUTABLE={sys.executable}", "-DFK_CUDA=OFF", "-DFK_SANITIZE=ON",
+                f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out / 'fedkernels'}"], check=True, stdout=subprocess.DEVNULL)
+subprocess.run(["cmake", "--build", str(build), "-j", "2"], check=True)
+EOF
+
+# A package tree whose Python files are the repo's own (symlinks) and whose _C is the sanitized one.
+mkdir -p "$OUT/fedkernels"
+for entry in "$ROOT"/src/fedkernels/*; do
+  name=$(basename "$entry")
+  case "$name" in _C*.so|__pycache__) continue ;; esac
+  ln -sfn "$entry" "$OUT/fedkernels/$name"
+done
+SO=$(ls "$OUT"/fedkernels/_C*.so)
+
+# The runtimes must be loaded before the (uninstrumented) interpreter; detect_leaks=0 because
+# CPython and torch keep allocations alive until exit by design.
+LIBASAN=$(gcc -print-file-name=libasan.so)
+LIBUBSAN=$(gcc -print-file-name=libubsan.so)
+export LD_PRELOAD="$LIBASAN:$LIBUBSAN"
+export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:allocator_may_return_null=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export PYTHONMALLOC=malloc   # let ASan see every allocation instead of pymalloc arenas
+export PYTHONPATH="$OUT:$ROOT"
+export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-sanitize}"
+
+if [ $# -eq 0 ]; then
+  set -- $(ls python_tests/test_*.py | grep -v -e '/test_fl_' -e '/test_flower' -e '/test_hardening')
+fi
+# An editable install (pip install -e ., as `make install` does) puts an import hook ahead of
+# PYTHONPATH; drop it so the sanitized module is the one imported, and prove it is.
+BOOT="import sys
+sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in (type(f).__module__ + type(f).__name__).lower()]
+"
+"$PY" -c "$BOOT
+import fedkernels; f = fedkernels._C.__file__
+sys.exit(0 if f == '$SO' else f'imported {f}, not $SO')"
+echo "sanitize: running under ASan+UBSan with $SO"
+# -p no:cacheprovider: nothing written into the checkout; one process so a report aborts the run;
+# --capture=sys: pytest must not capture fd 2, or a report would vanish with the aborted process.
+"$PY" -c "$BOOT
+import pytest; sys.exit(pytest.main(['-q', '--capture=sys', '-p', 'no:cacheprovider', '-p', 'no:xdist', *sys.argv[1:]]))" "$@"
+echo "sanitize: no ASan/UBSan reports"
