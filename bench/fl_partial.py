@@ -69,7 +69,8 @@ def dirichlet_split(data: ClientData, num_clients: int, beta: float, seed: int) 
 
 def run_one(strategy, clients, test, args, seed: int) -> dict:
     cfg = RunConfig(rounds=args.rounds, clients_per_round=args.per_round,
-                    train=TrainConfig(epochs=args.epochs, batch_size=64, lr=args.lr), seed=seed,
+                    train=TrainConfig(epochs=args.epochs, batch_size=64, lr=args.lr,
+                                      optimizer=args.optimizer), seed=seed,
                     eval_every=args.rounds)
     server = Server(strategy, clients, clients[0].x.shape[1], clients[0].num_classes, cfg)
     t0 = time.perf_counter()
@@ -91,6 +92,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=0.5)
+    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="fl_partial.json", help="file name under bench/results/")
     args = parser.parse_args()
