@@ -52,13 +52,17 @@ def test_upload_holds_the_most_changed_tensors():
     assert all(torch.equal(sent[n], full[n]) for n in sent)
 
 
+def _run(seed: int) -> tuple[dict[str, torch.Tensor], list[int]]:
+    server = _server(seed=seed)
+    server.run()
+    return server.state, [rec.bytes_up for rec in server.history]
+
+
 def test_same_seed_bit_identical():
-    a, b = _server(seed=3), _server(seed=3)
-    a.run(), b.run()
-    assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
-    c = _server(seed=4)
-    c.run()
-    assert any(not torch.equal(a.state[k], c.state[k]) for k in a.state)
+    (state_a, up_a), (state_b, up_b), (state_c, _) = _run(3), _run(3), _run(4)
+    assert state_a.keys() == state_b.keys() and all(torch.equal(state_a[k], state_b[k]) for k in state_a)
+    assert up_a == up_b  # the same tensors were selected every round
+    assert any(not torch.equal(state_a[k], state_c[k]) for k in state_a)
 
 
 def test_aggregation_matches_hand_computed():

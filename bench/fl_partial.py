@@ -1,0 +1,127 @@
+"""Partial weight exchange in the federated loop on real data (issue 7): P@k and upload bytes over
+the exchange fraction p and the Dirichlet label-skew beta.
+
+Data: ../shared/data/<dataset>/{train,test}.txt (Extreme Classification format, read here; never
+copied). Partition: each training sample is assigned by its first label; each class's samples are
+split over the clients by Dirichlet(beta) proportions (samples without labels: uniformly).
+Run: ``PYTHONPATH=src python bench/fl_partial.py`` (writes bench/results/fl_partial.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedkernels.fl import FedAvg, RunConfig, Server, TrainConfig
+from fedkernels.fl.algorithms import PartialExchange
+from fedkernels.fl.seeding import numpy_rng
+from fedkernels.fl.types import ClientData
+
+DATA = Path(os.environ.get("FEDKERNELS_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def read_xc(path: Path) -> ClientData:
+    """A file in Extreme Classification format as dense float32 features and CSR labels."""
+    with open(path) as f:
+        n, num_features, num_labels = (int(v) for v in f.readline().split())
+        x = np.zeros((n, num_features), dtype=np.float32)
+        indptr, indices = [0], []
+        for i, line in enumerate(f):
+            if i >= n:
+                break
+            labels, _, feats = line.rstrip("\n").partition(" ")
+            if ":" in labels:  # no labels and the line starts with a feature
+                labels, feats = "", line
+            indices.extend(int(v) for v in labels.split(",") if v)
+            indptr.append(len(indices))
+            for fv in feats.split():
+                k, v = fv.split(":")
+                x[i, int(k)] = float(v)
+    return ClientData(torch.from_numpy(x), torch.tensor(indptr, dtype=torch.int64),
+                      torch.tensor(indices, dtype=torch.int64), num_labels)
+
+
+def dirichlet_split(data: ClientData, num_clients: int, beta: float, seed: int) -> list[ClientData]:
+    """Label skew: per first label, Dirichlet(beta) shares of its samples to each client."""
+    rng = numpy_rng(seed, "dirichlet", beta)
+    lens = data.indptr.diff().numpy()
+    first = np.where(lens > 0, data.indices.numpy()[np.minimum(data.indptr[:-1].numpy(), len(data.indices) - 1)], -1)
+    owner = np.empty(len(data), dtype=np.int64)
+    for c in np.unique(first):
+        rows = np.flatnonzero(first == c)
+        rng.shuffle(rows)
+        if c < 0:
+            owner[rows] = rng.integers(0, num_clients, len(rows))
+            continue
+        cuts = (np.cumsum(rng.dirichlet(np.full(num_clients, beta))) * len(rows)).astype(np.int64)[:-1]
+        for k, part in enumerate(np.split(rows, cuts)):
+            owner[part] = k
+    return [data.rows(torch.from_numpy(np.flatnonzero(owner == k))) for k in range(num_clients)]
+
+
+def run_one(strategy, clients, test, args, seed: int) -> dict:
+    cfg = RunConfig(rounds=args.rounds, clients_per_round=args.per_round,
+                    train=TrainConfig(epochs=args.epochs, batch_size=64, lr=args.lr,
+                                      optimizer=args.optimizer), seed=seed,
+                    eval_every=args.rounds)
+    server = Server(strategy, clients, clients[0].x.shape[1], clients[0].num_classes, cfg)
+    t0 = time.perf_counter()
+    server.run(test)
+    hist = server.history
+    return {"metrics": hist[-1].metrics, "bytes_up": sum(r.bytes_up for r in hist),
+            "bytes_down": sum(r.bytes_down for r in hist), "seconds": time.perf_counter() - t0,
+            "model_tensors": len(server.state)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dataset", default="bibtex")
+    parser.add_argument("--fractions", type=float, nargs="*", default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+    parser.add_argument("--betas", type=float, nargs="*", default=[1.0, 0.5, 0.25])
+    parser.add_argument("--hidden", type=int, nargs="*", default=[256, 256, 256])
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--per-round", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=0.5)
+    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="fl_partial.json", help="file name under bench/results/")
+    args = parser.parse_args()
+    if not (DATA / args.dataset / "train.txt").exists():
+        print(f"dataset not found under {DATA} (set FEDKERNELS_DATA)", file=sys.stderr)
+        return 1
+    train, test = read_xc(DATA / args.dataset / "train.txt"), read_xc(DATA / args.dataset / "test.txt")
+    rows = []
+    for beta in args.betas:
+        clients = dirichlet_split(train, args.clients, beta, args.seed)
+        runs = [("FedAvg", None, FedAvg(hidden=args.hidden))]
+        runs += [("PartialExchange", p, PartialExchange(fraction=p, hidden=args.hidden)) for p in args.fractions]
+        for name, p, strategy in runs:
+            r = run_one(strategy, clients, test, args, args.seed)
+            rows.append({"beta": beta, "algorithm": name, "p": p, **r["metrics"], "MB_up": r["bytes_up"] / 1e6,
+                         "MB_down": r["bytes_down"] / 1e6, "seconds": r["seconds"], "tensors": r["model_tensors"]})
+            print(f"beta={beta} {name} p={p}: P@1 {r['metrics']['P@1']:.4f} P@3 {r['metrics']['P@3']:.4f} "
+                  f"P@5 {r['metrics']['P@5']:.4f} up {r['bytes_up'] / 1e6:.2f} MB ({r['seconds']:.0f} s)", flush=True)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / args.out
+    out.write_text(json.dumps({"dataset": args.dataset, "args": vars(args), "rows": rows,
+                               "note": "2-core machine shared with other engineers"}, indent=2))
+    cols = ["beta", "algorithm", "p", "P@1", "P@3", "P@5", "MB_up", "MB_down"]
+    print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for r in rows:
+        print("| " + " | ".join(f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
