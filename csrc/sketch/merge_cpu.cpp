@@ -74,40 +74,49 @@ FirstTableInverse invert_first_table(const int32_t* table, int64_t p, int64_t r,
   return inv;
 }
 
-// Exact top-k of the mean for one NaN-free row, visiting table 0's buckets from the highest value
-// down (in batches: select, then sort) and stopping once even the best remaining bucket's bound
-// (its value plus the other tables' maxima) is strictly below the heap's root. The visiting order
-// is not by class id, so ties are settled by heap_offer's (value, id) order.
+// Exact top-k of the mean for one NaN-free row. Table 0's best kFirstBuckets buckets are visited
+// first (highest value first) to give the heap a good root; then every other bucket whose bound
+// (its value plus the other tables' maxima) is not strictly below the root. Inside a bucket a
+// second bound with table 1's value skips the remaining gathers. Bounds add in the kernel's own
+// order and rounding is monotone, so a skipped class can never beat the root. Classes are not
+// visited by id, so ties are settled by heap_offer's (value, id) order.
+constexpr int64_t kFirstBuckets = 32;
+
 template <typename scalar_t, typename acc_t>
-void topk_row_by_first_table(const scalar_t* src, int64_t table_stride, const int32_t* table, int64_t r,
-                             int64_t nb, const FirstTableInverse& inv, const acc_t* row_max, int64_t k,
-                             scalar_t* vals, int64_t* ids, std::vector<int32_t>& order) {
+void visit_bucket(const scalar_t* src, int64_t table_stride, int64_t r, const FirstTableInverse& inv, int32_t bucket,
+                  const acc_t* row_max, int64_t k, scalar_t* vals, int64_t* ids, int64_t& size) {
+  const acc_t v0 = static_cast<acc_t>(src[bucket]);
+  if (size == k && static_cast<acc_t>(static_cast<scalar_t>(mean_bound(v0, row_max, r))) < static_cast<acc_t>(vals[0])) {
+    return;
+  }
+  for (int64_t e = inv.offsets[bucket]; e < inv.offsets[bucket + 1]; ++e) {
+    const int32_t* trow = inv.rows.data() + e * r;
+    if (size == k && r > 2) {
+      const acc_t v1 = static_cast<acc_t>(src[table_stride + trow[1]]);
+      const scalar_t bound = static_cast<scalar_t>(mean_bound2(v0, v1, row_max, r));
+      if (static_cast<acc_t>(bound) < static_cast<acc_t>(vals[0])) continue;
+    }
+    const scalar_t v = static_cast<scalar_t>(merge_score<scalar_t, acc_t>(src, table_stride, trow, nullptr, r, kReduceMean));
+    heap_offer(vals, ids, size, k, v, static_cast<int64_t>(inv.members[e]));
+  }
+}
+
+template <typename scalar_t, typename acc_t>
+void topk_row_by_first_table(const scalar_t* src, int64_t table_stride, int64_t r, int64_t nb,
+                             const FirstTableInverse& inv, const acc_t* row_max, int64_t k, scalar_t* vals,
+                             int64_t* ids, std::vector<int32_t>& order) {
   order.resize(nb);
   for (int64_t b = 0; b < nb; ++b) order[b] = static_cast<int32_t>(b);
   const auto higher = [src](int32_t a, int32_t b) {
     const acc_t va = static_cast<acc_t>(src[a]), vb = static_cast<acc_t>(src[b]);
     return va > vb || (va == vb && a < b);
   };
+  const int64_t first = std::min(nb, kFirstBuckets);
+  std::nth_element(order.begin(), order.begin() + (first - 1), order.end(), higher);
+  std::sort(order.begin(), order.begin() + first, higher);
   int64_t size = 0;
-  int64_t lo = 0, batch = 16;
-  while (lo < nb) {
-    const int64_t hi = std::min(nb, lo + batch);
-    std::nth_element(order.begin() + lo, order.begin() + (hi - 1), order.end(), higher);
-    std::sort(order.begin() + lo, order.begin() + hi, higher);
-    for (int64_t pos = lo; pos < hi; ++pos) {
-      const int32_t bucket = order[pos];
-      if (size == k) {
-        const scalar_t bound = static_cast<scalar_t>(mean_bound(static_cast<acc_t>(src[bucket]), row_max, r));
-        if (static_cast<acc_t>(bound) < static_cast<acc_t>(vals[0])) return;  // every later bucket is lower
-      }
-      for (int64_t e = inv.offsets[bucket]; e < inv.offsets[bucket + 1]; ++e) {
-        const scalar_t v = static_cast<scalar_t>(
-            merge_score<scalar_t, acc_t>(src, table_stride, inv.rows.data() + e * r, nullptr, r, kReduceMean));
-        heap_offer(vals, ids, size, k, v, static_cast<int64_t>(inv.members[e]));
-      }
-    }
-    lo = hi;
-    batch *= 2;
+  for (int64_t pos = 0; pos < nb; ++pos) {
+    visit_bucket<scalar_t, acc_t>(src, table_stride, r, inv, order[pos], row_max, k, vals, ids, size);
   }
 }
 
@@ -139,7 +148,7 @@ static std::tuple<at::Tensor, at::Tensor> bucket_merge_topk_cpu(const at::Tensor
       for (int64_t n = begin; n < end; ++n) {
         const scalar_t* row = src + n * nb;
         if (reduce == kReduceMean && row_maxima<scalar_t, acc_t>(row, n_rows * nb, r, nb, maxima.data())) {
-          topk_row_by_first_table<scalar_t, acc_t>(row, n_rows * nb, t, r, nb, inv, maxima.data(), k, vals + n * k,
+          topk_row_by_first_table<scalar_t, acc_t>(row, n_rows * nb, r, nb, inv, maxima.data(), k, vals + n * k,
                                                    ids + n * k, order);
         } else {  // median, or a row holding NaN (NaN ranks first, so no bound applies): scan every class
           int64_t size = 0;

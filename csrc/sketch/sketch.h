@@ -106,6 +106,16 @@ FK_HOST_DEVICE FK_INLINE acc_t mean_bound(acc_t v0, const acc_t* row_max, int64_
   return s / static_cast<acc_t>(r);
 }
 
+// The same bound knowing the first two tables' values v0, v1 (R >= 2).
+template <typename acc_t>
+FK_HOST_DEVICE FK_INLINE acc_t mean_bound2(acc_t v0, acc_t v1, const acc_t* row_max, int64_t r) {
+  acc_t s = acc_t(0);
+  s += v0;
+  s += v1;
+  for (int64_t j = 2; j < r; ++j) s += row_max[j];
+  return s / static_cast<acc_t>(r);
+}
+
 // Output order of top-k: a ranks before b. NaN counts as the largest value (as in torch.topk);
 // ties go to the smaller class id.
 template <typename acc_t>
