@@ -173,17 +173,22 @@ def goals(rows: list[dict], copy_gbs: float) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="two small configurations, N = 256")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     args = ap.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     configs, n = (QUICK_CONFIGS, 256) if args.quick else (CONFIGS, 1024)
     torch.manual_seed(0)
     copy_gbs = common.copy_bandwidth_gbs()
-    print(f"copy bandwidth {copy_gbs:.1f} GB/s, {torch.get_num_threads()} threads, N = {n}, k = {TOPK}")
+    print(f"copy bandwidth {copy_gbs:.1f} GB/s, {torch.get_num_threads()} threads, N = {n}, k = {TOPK}, "
+          f"load average {Path('/proc/loadavg').read_text().split()[0]}")
     rows = []
     for config in configs:
         rows += bench_config(config, n, copy_gbs)
     goal_rows = goals(rows, copy_gbs)
     name = "sketch-quick" if args.quick else "sketch"
-    path = common.write_results(name, rows, {"copy_bandwidth_gbs": copy_gbs, "N": n, "k": TOPK,
+    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None
+    path = common.write_results(name, rows, {"copy_bandwidth_gbs": copy_gbs, "N": n, "k": TOPK, "loadavg_at_end": load,
                                              "count_sketch_rows": COUNT_SKETCH_ROWS, "goals": goal_rows})
     cols = ["op", "p", "R", "B", "ours_ms", "torch_ms", "speedup", "ours_extra_MiB", "torch_extra_MiB", "GB/s", "%copy"]
     print()

@@ -9,7 +9,7 @@
 
 #include "common/dispatch.h"
 #include "sketch/sketch.h"
-#include "sketch/sketch_checks.h"
+#include "sketch/sketch_prepare.h"
 
 namespace fedkernels {
 
@@ -98,19 +98,12 @@ void scatter_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8
 
 static at::Tensor count_sketch_cpu(const at::Tensor& x, const at::Tensor& table, const at::Tensor& signs,
                                    int64_t num_buckets) {
-  check_count_sketch_args(x, table, signs, num_buckets);
-  const auto tb = table.contiguous();
-  const auto sg = signs.contiguous();
-  const int64_t p = tb.size(0), r = tb.size(1);
-  auto shape = x.sizes().vec();
-  shape.back() = r;
-  shape.push_back(num_buckets);
-  auto out = at::empty(shape, x.options());
-  if (out.numel() == 0) return out;
-  const int64_t rows = out.numel() / (r * num_buckets);  // the product of x's leading dims, even when p = 0
-  const auto x2d = x.contiguous().view({rows, p});
-  scatter_rows_cpu(x2d, tb, sg.const_data_ptr<int8_t>(), num_buckets, out, r * num_buckets, num_buckets, 1.0);
-  return out;
+  CountSketchArgs a = prepare_count_sketch(x, table, signs, num_buckets);
+  if (a.out.numel() == 0) return a.out;
+  const int64_t r = a.table.size(1);
+  scatter_rows_cpu(a.x2d, a.table, a.signs.const_data_ptr<int8_t>(), num_buckets, a.out, r * num_buckets, num_buckets,
+                   1.0);
+  return a.out;
 }
 
 static at::Tensor bucket_merge_backward_cpu(const at::Tensor& grad, const at::Tensor& table, int64_t num_buckets) {
@@ -126,20 +119,13 @@ static at::Tensor bucket_merge_backward_cpu(const at::Tensor& grad, const at::Te
 
 static at::Tensor count_sketch_query_cpu(const at::Tensor& sketch, const at::Tensor& table, const at::Tensor& signs,
                                          c10::string_view reduce_name) {
-  const int64_t reduce = parse_reduce(reduce_name, /*allow_sum=*/true);
-  check_query_args(sketch, table, signs, reduce);
-  const auto tb = table.contiguous();
-  const auto sg = signs.contiguous();
-  const int64_t p = tb.size(0), r = tb.size(1), nb = sketch.size(-1);
-  auto shape = sketch.sizes().vec();
-  shape.pop_back();
-  shape.back() = p;
-  auto out = at::empty(shape, sketch.options());
-  if (out.numel() == 0) return out;
-  const auto m2d = sketch.contiguous().view({-1, r * nb});
-  const int64_t rows = m2d.size(0);
-  const int32_t* t = tb.const_data_ptr<int32_t>();
-  const int8_t* s = sg.const_data_ptr<int8_t>();
+  QueryArgs a = prepare_query(sketch, table, signs, reduce_name);
+  if (a.out.numel() == 0) return a.out;
+  const auto& m2d = a.m2d;
+  const int64_t rows = a.rows, p = a.p, r = a.r, nb = a.nb, reduce = a.reduce;
+  const int32_t* t = a.table.const_data_ptr<int32_t>();
+  const int8_t* s = a.signs.const_data_ptr<int8_t>();
+  at::Tensor& out = a.out;
   FK_DISPATCH_FLOAT_HALF_BF16(m2d.scalar_type(), "count_sketch_query", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const scalar_t* src = m2d.const_data_ptr<scalar_t>();

@@ -8,7 +8,7 @@
 
 #include "common/dispatch.h"
 #include "sketch/sketch.h"
-#include "sketch/sketch_checks.h"
+#include "sketch/sketch_prepare.h"
 
 namespace fedkernels {
 
@@ -20,11 +20,9 @@ int64_t row_grain(int64_t work_per_row) { return std::max<int64_t>(1, 65536 / st
 }  // namespace
 
 static at::Tensor bucket_merge_cpu(const at::Tensor& logp, const at::Tensor& table, c10::string_view reduce_name) {
-  const int64_t reduce = parse_reduce(reduce_name);
-  check_merge_args(logp, table, reduce);
-  const auto lp = logp.contiguous();
-  const auto tb = table.contiguous();
-  const int64_t r = lp.size(0), n_rows = lp.size(1), nb = lp.size(2), p = tb.size(0);
+  const MergeArgs a = prepare_merge(logp, table, reduce_name);
+  const auto &lp = a.logp, &tb = a.table;
+  const int64_t r = a.r, n_rows = a.n_rows, nb = a.nb, p = a.p, reduce = a.reduce;
   auto out = at::empty({n_rows, p}, lp.options());
   if (out.numel() == 0) return out;
   const int32_t* t = tb.const_data_ptr<int32_t>();
@@ -124,14 +122,11 @@ void topk_row_by_first_table(const scalar_t* src, int64_t table_stride, int64_t 
 
 static std::tuple<at::Tensor, at::Tensor> bucket_merge_topk_cpu(const at::Tensor& logp, const at::Tensor& table,
                                                                 int64_t k, c10::string_view reduce_name) {
-  const int64_t reduce = parse_reduce(reduce_name);
-  check_merge_args(logp, table, reduce);
-  check_topk_k(k, table.size(0));
-  const auto lp = logp.contiguous();
-  const auto tb = table.contiguous();
-  const int64_t r = lp.size(0), n_rows = lp.size(1), nb = lp.size(2), p = tb.size(0);
-  auto values = at::empty({n_rows, k}, lp.options());
-  auto indices = at::empty({n_rows, k}, lp.options().dtype(at::kLong));
+  const MergeArgs a = prepare_merge(logp, table, reduce_name);
+  const auto &lp = a.logp, &tb = a.table;
+  const int64_t r = a.r, n_rows = a.n_rows, nb = a.nb, p = a.p, reduce = a.reduce;
+  at::Tensor values, indices;
+  std::tie(values, indices) = alloc_topk(a, k);
   if (values.numel() == 0) return {values, indices};
   const int32_t* t = tb.const_data_ptr<int32_t>();
   // The mean visits classes by table-0 bucket value (pruned); the median scans classes in order.
