@@ -30,6 +30,15 @@ def test_layout_and_buffers():
     assert all(torch.equal(v, dict(head.named_parameters())[k][1]) for k, v in head.table_state(1).items())
 
 
+def test_seeded_init_is_reproducible():
+    a = FedMLHHead(6, num_classes=40, num_tables=3, num_buckets=8, hidden=(5,), seed=2)
+    b = FedMLHHead(6, num_classes=40, num_tables=3, num_buckets=8, hidden=(5,), seed=2)
+    a.reset_parameters(torch.Generator().manual_seed(11))
+    b.reset_parameters(torch.Generator().manual_seed(11))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(x.abs().max() <= 1 / 6 ** 0.5 for x in (a.weights[0], a.biases[0]))
+
+
 @given(r=st.integers(1, 4), hidden=st.sampled_from([(), (6,), (7, 3)]), n=st.integers(0, 5), seed=st.integers(0, 99))
 def test_batched_equals_separate_mlps(r, hidden, n, seed):
     torch.manual_seed(seed)
