@@ -84,17 +84,13 @@ static at::Tensor count_sketch_query_cuda(const at::Tensor& sketch, const at::Te
   const c10::cuda::CUDAGuard guard(sketch.device());
   QueryArgs a = prepare_query(sketch, table, signs, reduce_name);
   if (a.out.numel() == 0) return a.out;
-  const auto& m2d = a.m2d;
-  const int64_t rows = a.rows, p = a.p, r = a.r, nb = a.nb, reduce = a.reduce;
-  const auto &tb = a.table, &sg = a.signs;
-  at::Tensor& out = a.out;
-  FK_DISPATCH_FLOAT_HALF_BF16(m2d.scalar_type(), "count_sketch_query", [&] {
-    count_sketch_query_kernel<scalar_t><<<sketch_blocks(rows * p), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        m2d.const_data_ptr<scalar_t>(), tb.const_data_ptr<int32_t>(), sg.const_data_ptr<int8_t>(), rows, p, r, nb,
-        reduce, out.data_ptr<scalar_t>());
+  FK_DISPATCH_FLOAT_HALF_BF16(a.m2d.scalar_type(), "count_sketch_query", [&] {
+    count_sketch_query_kernel<scalar_t><<<sketch_blocks(a.rows * a.p), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        a.m2d.const_data_ptr<scalar_t>(), a.table.const_data_ptr<int32_t>(), a.signs.const_data_ptr<int8_t>(), a.rows, a.p,
+        a.r, a.nb, a.reduce, a.out.data_ptr<scalar_t>());
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
+  return a.out;
 }
 
 TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
