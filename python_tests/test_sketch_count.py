@@ -12,7 +12,7 @@ from fedkernels import HashFamily
 from python_tests.reference import sketch_ref
 from python_tests.sketch_strategies import FLOAT_DTYPES, assert_same, bucket_scores, with_threads
 
-LEADING = [(), (0,), (1,), (3,), (2, 2)]
+LEADING = [(), (0,), (1,), (3,), (2, 2), (37,)]  # 37 rows: 16-row lane blocks plus leftovers
 
 
 @given(lead=st.sampled_from(LEADING), p=st.integers(0, 80), r=st.integers(1, 5), b=st.integers(1, 30),
@@ -95,9 +95,10 @@ def test_opcheck():
         torch.library.opcheck(torch.ops.fedkernels.count_sketch_query.default, (m, t, s, reduce))
 
 
-@pytest.mark.parametrize("rows", [1, 3, 64])
+@pytest.mark.parametrize("rows", [1, 3, 20, 64])
 def test_deterministic_across_threads(rows):
-    # rows = 3 takes the per-row path with 1 thread and the per-table path with 2: same bits.
+    # rows = 3 takes the per-row path with 1 thread and the per-table path with 2; rows = 20 one
+    # 16-row lane block with 1 thread and per-row scatters with 2: the same bits either way.
     hf = HashFamily(4, 1000, seed=5)
     t, s = hf.table(30938), hf.signs(30938)
     x = bucket_scores((rows, 30938), torch.float32, 6)

@@ -30,6 +30,15 @@ def test_layout_and_buffers():
     assert all(torch.equal(v, dict(head.named_parameters())[k][1]) for k, v in head.table_state(1).items())
 
 
+def test_seeded_init_is_reproducible():
+    a = FedMLHHead(6, num_classes=40, num_tables=3, num_buckets=8, hidden=(5,), seed=2)
+    b = FedMLHHead(6, num_classes=40, num_tables=3, num_buckets=8, hidden=(5,), seed=2)
+    a.reset_parameters(torch.Generator().manual_seed(11))
+    b.reset_parameters(torch.Generator().manual_seed(11))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(x.abs().max() <= 1 / 6 ** 0.5 for x in (a.weights[0], a.biases[0]))
+
+
 @given(r=st.integers(1, 4), hidden=st.sampled_from([(), (6,), (7, 3)]), n=st.integers(0, 5), seed=st.integers(0, 99))
 def test_batched_equals_separate_mlps(r, hidden, n, seed):
     torch.manual_seed(seed)
@@ -109,3 +118,26 @@ def test_bad_calls():
         head.loss(torch.randn(1, 4), indptr, indices)
     with pytest.raises(IndexError, match="table index"):
         head.table_state(2)
+
+
+def test_round_trip_through_fl_payloads_and_per_table_average():
+    # What a FedMLH strategy does with the head: ship state_of() as safetensors, average every
+    # table's slice param[j] across clients, load it back (the table buffer never travels).
+    from fedkernels.fl.models import load_state, state_of
+    from fedkernels.fl.payload import PayloadSpec, decode, encode, state_spec
+
+    heads = []
+    for client in range(3):
+        h = FedMLHHead(5, num_classes=60, num_tables=3, num_buckets=8, hidden=(4,), seed=9)
+        h.reset_parameters(torch.Generator().manual_seed(client))
+        heads.append(h)
+    states = [decode(encode(state_of(h)), PayloadSpec(state_spec(state_of(heads[0])))) for h in heads]
+    weights = [1.0, 2.0, 5.0]
+    merged = {name: torch.stack([sum(w * s[name][j] for w, s in zip(weights, states)) / sum(weights)
+                                 for j in range(3)]) for name in states[0]}
+    server = load_state(FedMLHHead(5, num_classes=60, num_tables=3, num_buckets=8, hidden=(4,), seed=9), merged)
+    for j in range(3):
+        for name, got in server.table_state(j).items():
+            want = sum(w * h.table_state(j)[name] for w, h in zip(weights, heads)) / sum(weights)
+            torch.testing.assert_close(got, want)
+    assert torch.equal(server.table, heads[0].table)

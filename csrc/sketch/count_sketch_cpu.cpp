@@ -9,28 +9,78 @@
 
 #include "common/dispatch.h"
 #include "sketch/sketch.h"
-#include "sketch/sketch_checks.h"
+#include "sketch/sketch_prepare.h"
 
 namespace fedkernels {
 
 namespace {
+
+constexpr int64_t kLanes = 16;         // rows sketched together: one cache line of float accumulators
+constexpr int64_t kLaneChunk = 1024;   // classes transposed at a time
+
+// kLanes rows at once: x transposed to [class, lane] so each (class, table) adds one contiguous
+// run of kLanes values into acc[(j * B + b) * kLanes + lane] (a loop the compiler vectorises).
+// Per bucket and lane the classes still add in ascending order from 0: the same bits as the
+// one-row scatter. a - x is a + (-x) exactly.
+template <typename scalar_t, typename acc_t>
+void count_sketch_lanes(const scalar_t* x, int64_t p, const int32_t* table, const int8_t* signs, int64_t r,
+                        int64_t nb, acc_t* acc, acc_t* xt) {
+  for (int64_t c0 = 0; c0 < p; c0 += kLaneChunk) {
+    const int64_t c1 = std::min(p, c0 + kLaneChunk);
+    for (int64_t lane = 0; lane < kLanes; ++lane) {
+      for (int64_t i = c0; i < c1; ++i) xt[(i - c0) * kLanes + lane] = static_cast<acc_t>(x[lane * p + i]);
+    }
+    for (int64_t i = c0; i < c1; ++i) {
+      const acc_t* xi = xt + (i - c0) * kLanes;
+      for (int64_t j = 0; j < r; ++j) {
+        acc_t* a = acc + (j * nb + table[i * r + j]) * kLanes;
+        if (signs != nullptr && signs[i * r + j] < 0) {
+          for (int64_t lane = 0; lane < kLanes; ++lane) a[lane] -= xi[lane];
+        } else {
+          for (int64_t lane = 0; lane < kLanes; ++lane) a[lane] += xi[lane];
+        }
+      }
+    }
+  }
+}
 
 // out[row][j][b] at out + row * out_row_stride + j * out_table_stride + b; value = sum / divisor.
 void scatter_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8_t* signs, int64_t num_buckets,
                       at::Tensor& out, int64_t out_row_stride, int64_t out_table_stride, double divisor) {
   const int64_t rows = x2d.size(0), p = x2d.size(1), r = table.size(1);
   const int32_t* t = table.const_data_ptr<int32_t>();
-  // Few rows: split the tables across threads too, so one update vector still uses every core.
-  const int64_t groups = rows >= 2 * at::get_num_threads() ? 1 : r;
+  const int64_t threads = at::get_num_threads();
+  // Many rows: blocks of kLanes rows; the leftover rows (and few-row inputs) go one by one, and
+  // with few rows the tables are split across threads too, so one update vector uses every core.
+  const int64_t blocks = rows >= kLanes * threads ? rows / kLanes : 0;
+  const int64_t rest = rows - blocks * kLanes;
+  const int64_t groups = rest >= 2 * threads ? 1 : r;
   FK_DISPATCH_FLOAT_HALF_BF16(x2d.scalar_type(), "count_sketch", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const scalar_t* x = x2d.const_data_ptr<scalar_t>();
     scalar_t* o = out.data_ptr<scalar_t>();
     const acc_t div = static_cast<acc_t>(divisor);
-    at::parallel_for(0, rows * groups, 1, [&](int64_t begin, int64_t end) {
+    if (blocks > 0) {
+      at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+        std::vector<acc_t> acc(r * num_buckets * kLanes), xt(kLaneChunk * kLanes);
+        for (int64_t blk = begin; blk < end; ++blk) {
+          std::fill(acc.begin(), acc.end(), acc_t(0));
+          count_sketch_lanes<scalar_t, acc_t>(x + blk * kLanes * p, p, t, signs, r, num_buckets, acc.data(), xt.data());
+          for (int64_t lane = 0; lane < kLanes; ++lane) {
+            const int64_t row = blk * kLanes + lane;
+            for (int64_t j = 0; j < r; ++j) {
+              scalar_t* dst = o + row * out_row_stride + j * out_table_stride;
+              const acc_t* a = acc.data() + j * num_buckets * kLanes + lane;
+              for (int64_t b = 0; b < num_buckets; ++b) dst[b] = static_cast<scalar_t>(a[b * kLanes] / div);
+            }
+          }
+        }
+      });
+    }
+    at::parallel_for(0, rest * groups, 1, [&](int64_t begin, int64_t end) {
       std::vector<acc_t> acc;
       for (int64_t item = begin; item < end; ++item) {
-        const int64_t row = item / groups, g = item % groups;
+        const int64_t row = blocks * kLanes + item / groups, g = item % groups;
         const int64_t j0 = g * r / groups, j1 = (g + 1) * r / groups;
         acc.assign((j1 - j0) * num_buckets, acc_t(0));
         count_sketch_scatter<scalar_t, acc_t>(x + row * p, p, t, signs, r, j0, j1, num_buckets, acc.data());
@@ -48,19 +98,12 @@ void scatter_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8
 
 static at::Tensor count_sketch_cpu(const at::Tensor& x, const at::Tensor& table, const at::Tensor& signs,
                                    int64_t num_buckets) {
-  check_count_sketch_args(x, table, signs, num_buckets);
-  const auto tb = table.contiguous();
-  const auto sg = signs.contiguous();
-  const int64_t p = tb.size(0), r = tb.size(1);
-  auto shape = x.sizes().vec();
-  shape.back() = r;
-  shape.push_back(num_buckets);
-  auto out = at::empty(shape, x.options());
-  if (out.numel() == 0) return out;
-  const int64_t rows = out.numel() / (r * num_buckets);  // the product of x's leading dims, even when p = 0
-  const auto x2d = x.contiguous().view({rows, p});
-  scatter_rows_cpu(x2d, tb, sg.const_data_ptr<int8_t>(), num_buckets, out, r * num_buckets, num_buckets, 1.0);
-  return out;
+  CountSketchArgs a = prepare_count_sketch(x, table, signs, num_buckets);
+  if (a.out.numel() == 0) return a.out;
+  const int64_t r = a.table.size(1);
+  scatter_rows_cpu(a.x2d, a.table, a.signs.const_data_ptr<int8_t>(), num_buckets, a.out, r * num_buckets, num_buckets,
+                   1.0);
+  return a.out;
 }
 
 static at::Tensor bucket_merge_backward_cpu(const at::Tensor& grad, const at::Tensor& table, int64_t num_buckets) {
@@ -76,20 +119,13 @@ static at::Tensor bucket_merge_backward_cpu(const at::Tensor& grad, const at::Te
 
 static at::Tensor count_sketch_query_cpu(const at::Tensor& sketch, const at::Tensor& table, const at::Tensor& signs,
                                          c10::string_view reduce_name) {
-  const int64_t reduce = parse_reduce(reduce_name, /*allow_sum=*/true);
-  check_query_args(sketch, table, signs, reduce);
-  const auto tb = table.contiguous();
-  const auto sg = signs.contiguous();
-  const int64_t p = tb.size(0), r = tb.size(1), nb = sketch.size(-1);
-  auto shape = sketch.sizes().vec();
-  shape.pop_back();
-  shape.back() = p;
-  auto out = at::empty(shape, sketch.options());
-  if (out.numel() == 0) return out;
-  const auto m2d = sketch.contiguous().view({-1, r * nb});
-  const int64_t rows = m2d.size(0);
-  const int32_t* t = tb.const_data_ptr<int32_t>();
-  const int8_t* s = sg.const_data_ptr<int8_t>();
+  QueryArgs a = prepare_query(sketch, table, signs, reduce_name);
+  if (a.out.numel() == 0) return a.out;
+  const auto& m2d = a.m2d;
+  const int64_t rows = a.rows, p = a.p, r = a.r, nb = a.nb, reduce = a.reduce;
+  const int32_t* t = a.table.const_data_ptr<int32_t>();
+  const int8_t* s = a.signs.const_data_ptr<int8_t>();
+  at::Tensor& out = a.out;
   FK_DISPATCH_FLOAT_HALF_BF16(m2d.scalar_type(), "count_sketch_query", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const scalar_t* src = m2d.const_data_ptr<scalar_t>();

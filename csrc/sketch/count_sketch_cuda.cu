@@ -7,7 +7,7 @@
 
 #include "common/dispatch.h"
 #include "sketch/sketch.h"
-#include "sketch/sketch_checks.h"
+#include "sketch/sketch_prepare.h"
 #include "sketch/sketch_cuda_launch.cuh"
 #include "sketch/sketch_inverse.h"
 
@@ -59,19 +59,12 @@ static void gather_rows_cuda(const at::Tensor& x2d, const at::Tensor& table, con
 
 static at::Tensor count_sketch_cuda(const at::Tensor& x, const at::Tensor& table, const at::Tensor& signs,
                                     int64_t num_buckets) {
-  check_count_sketch_args(x, table, signs, num_buckets);
   const c10::cuda::CUDAGuard guard(x.device());
-  const auto tb = table.contiguous();
-  const int64_t p = tb.size(0), r = tb.size(1);
-  auto shape = x.sizes().vec();
-  shape.back() = r;
-  shape.push_back(num_buckets);
-  auto out = at::empty(shape, x.options());
-  if (out.numel() == 0) return out;
-  const int64_t rows = out.numel() / (r * num_buckets);
-  gather_rows_cuda(x.contiguous().view({rows, p}), tb, signs.contiguous(), num_buckets, out, r * num_buckets,
-                   num_buckets, 1.0);
-  return out;
+  CountSketchArgs a = prepare_count_sketch(x, table, signs, num_buckets);
+  if (a.out.numel() == 0) return a.out;
+  const int64_t r = a.table.size(1);
+  gather_rows_cuda(a.x2d, a.table, a.signs, num_buckets, a.out, r * num_buckets, num_buckets, 1.0);
+  return a.out;
 }
 
 static at::Tensor bucket_merge_backward_cuda(const at::Tensor& grad, const at::Tensor& table, int64_t num_buckets) {
@@ -88,26 +81,16 @@ static at::Tensor bucket_merge_backward_cuda(const at::Tensor& grad, const at::T
 
 static at::Tensor count_sketch_query_cuda(const at::Tensor& sketch, const at::Tensor& table, const at::Tensor& signs,
                                           c10::string_view reduce_name) {
-  const int64_t reduce = parse_reduce(reduce_name, /*allow_sum=*/true);
-  check_query_args(sketch, table, signs, reduce);
   const c10::cuda::CUDAGuard guard(sketch.device());
-  const auto tb = table.contiguous();
-  const auto sg = signs.contiguous();
-  const int64_t p = tb.size(0), r = tb.size(1), nb = sketch.size(-1);
-  auto shape = sketch.sizes().vec();
-  shape.pop_back();
-  shape.back() = p;
-  auto out = at::empty(shape, sketch.options());
-  if (out.numel() == 0) return out;
-  const auto m2d = sketch.contiguous().view({-1, r * nb});
-  const int64_t rows = m2d.size(0);
-  FK_DISPATCH_FLOAT_HALF_BF16(m2d.scalar_type(), "count_sketch_query", [&] {
-    count_sketch_query_kernel<scalar_t><<<sketch_blocks(rows * p), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        m2d.const_data_ptr<scalar_t>(), tb.const_data_ptr<int32_t>(), sg.const_data_ptr<int8_t>(), rows, p, r, nb,
-        reduce, out.data_ptr<scalar_t>());
+  QueryArgs a = prepare_query(sketch, table, signs, reduce_name);
+  if (a.out.numel() == 0) return a.out;
+  FK_DISPATCH_FLOAT_HALF_BF16(a.m2d.scalar_type(), "count_sketch_query", [&] {
+    count_sketch_query_kernel<scalar_t><<<sketch_blocks(a.rows * a.p), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        a.m2d.const_data_ptr<scalar_t>(), a.table.const_data_ptr<int32_t>(), a.signs.const_data_ptr<int8_t>(), a.rows, a.p,
+        a.r, a.nb, a.reduce, a.out.data_ptr<scalar_t>());
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
+  return a.out;
 }
 
 TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {

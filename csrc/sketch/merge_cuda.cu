@@ -6,7 +6,7 @@
 
 #include "common/dispatch.h"
 #include "sketch/sketch.h"
-#include "sketch/sketch_checks.h"
+#include "sketch/sketch_prepare.h"
 #include "sketch/sketch_cuda_launch.cuh"
 
 namespace fedkernels {
@@ -38,12 +38,10 @@ __global__ void bucket_merge_topk_kernel(const scalar_t* logp, const int32_t* ta
 }
 
 static at::Tensor bucket_merge_cuda(const at::Tensor& logp, const at::Tensor& table, c10::string_view reduce_name) {
-  const int64_t reduce = parse_reduce(reduce_name);
-  check_merge_args(logp, table, reduce);
   const c10::cuda::CUDAGuard guard(logp.device());
-  const auto lp = logp.contiguous();
-  const auto tb = table.contiguous();
-  const int64_t r = lp.size(0), n_rows = lp.size(1), nb = lp.size(2), p = tb.size(0);
+  const MergeArgs a = prepare_merge(logp, table, reduce_name);
+  const auto &lp = a.logp, &tb = a.table;
+  const int64_t r = a.r, n_rows = a.n_rows, nb = a.nb, p = a.p, reduce = a.reduce;
   auto out = at::empty({n_rows, p}, lp.options());
   if (out.numel() == 0) return out;
   FK_DISPATCH_FLOAT_HALF_BF16(lp.scalar_type(), "bucket_merge", [&] {
@@ -56,25 +54,22 @@ static at::Tensor bucket_merge_cuda(const at::Tensor& logp, const at::Tensor& ta
 
 static std::tuple<at::Tensor, at::Tensor> bucket_merge_topk_cuda(const at::Tensor& logp, const at::Tensor& table,
                                                                  int64_t k, c10::string_view reduce_name) {
-  const int64_t reduce = parse_reduce(reduce_name);
-  check_merge_args(logp, table, reduce);
-  check_topk_k(k, table.size(0));
   const c10::cuda::CUDAGuard guard(logp.device());
-  const auto lp = logp.contiguous();
-  const auto tb = table.contiguous();
-  const int64_t r = lp.size(0), n_rows = lp.size(1), nb = lp.size(2), p = tb.size(0);
-  auto values = at::empty({n_rows, k}, lp.options());
-  auto indices = at::empty({n_rows, k}, lp.options().dtype(at::kLong));
-  if (values.numel() == 0) return {values, indices};
-  FK_DISPATCH_FLOAT_HALF_BF16(lp.scalar_type(), "bucket_merge_topk", [&] {
+  const MergeArgs a = prepare_merge(logp, table, reduce_name);
+  auto out = alloc_topk(a, k);
+  at::Tensor& values = std::get<0>(out);
+  at::Tensor& indices = std::get<1>(out);
+  if (values.numel() == 0) return out;
+  FK_DISPATCH_FLOAT_HALF_BF16(a.logp.scalar_type(), "bucket_merge_topk", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    auto maxima = at::empty({n_rows, r}, lp.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
-    bucket_merge_topk_kernel<scalar_t><<<sketch_blocks(n_rows), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        lp.const_data_ptr<scalar_t>(), tb.const_data_ptr<int32_t>(), n_rows, nb, p, r, reduce, k,
+    // per-row table maxima for the pruning bound: O(N R)
+    auto maxima = at::empty({a.n_rows, a.r}, a.logp.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+    bucket_merge_topk_kernel<scalar_t><<<sketch_blocks(a.n_rows), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        a.logp.const_data_ptr<scalar_t>(), a.table.const_data_ptr<int32_t>(), a.n_rows, a.nb, a.p, a.r, a.reduce, k,
         maxima.data_ptr<acc_t>(), values.data_ptr<scalar_t>(), indices.data_ptr<int64_t>());
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {values, indices};
+  return out;
 }
 
 TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {

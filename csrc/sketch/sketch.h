@@ -106,6 +106,16 @@ FK_HOST_DEVICE FK_INLINE acc_t mean_bound(acc_t v0, const acc_t* row_max, int64_
   return s / static_cast<acc_t>(r);
 }
 
+// The same bound knowing the first two tables' values v0, v1 (R >= 2).
+template <typename acc_t>
+FK_HOST_DEVICE FK_INLINE acc_t mean_bound2(acc_t v0, acc_t v1, const acc_t* row_max, int64_t r) {
+  acc_t s = acc_t(0);
+  s += v0;
+  s += v1;
+  for (int64_t j = 2; j < r; ++j) s += row_max[j];
+  return s / static_cast<acc_t>(r);
+}
+
 // Output order of top-k: a ranks before b. NaN counts as the largest value (as in torch.topk);
 // ties go to the smaller class id.
 template <typename acc_t>
@@ -113,6 +123,16 @@ FK_HOST_DEVICE FK_INLINE bool ranks_before(acc_t va, int64_t ia, acc_t vb, int64
   const bool na = fk_isnan(va), nb = fk_isnan(vb);
   if (na || nb) return na && (!nb || ia < ib);
   return va > vb || (va == vb && ia < ib);
+}
+
+template <typename scalar_t>
+FK_HOST_DEVICE FK_INLINE void heap_swap(scalar_t* vals, int64_t* ids, int64_t a, int64_t b) {
+  const scalar_t tv = vals[a];
+  vals[a] = vals[b];
+  vals[b] = tv;
+  const int64_t ti = ids[a];
+  ids[a] = ids[b];
+  ids[b] = ti;
 }
 
 // A heap of (value, id) whose root is the entry ranked last, so it is the one a newcomer must beat.
@@ -125,12 +145,7 @@ FK_HOST_DEVICE FK_INLINE void heap_sift_down(scalar_t* vals, int64_t* ids, int64
     if (l < size && ranks_before<acc_t>(vals[worst], ids[worst], vals[l], ids[l])) worst = l;
     if (rr < size && ranks_before<acc_t>(vals[worst], ids[worst], vals[rr], ids[rr])) worst = rr;
     if (worst == i) return;
-    const scalar_t tv = vals[i];
-    vals[i] = vals[worst];
-    vals[worst] = tv;
-    const int64_t ti = ids[i];
-    ids[i] = ids[worst];
-    ids[worst] = ti;
+    heap_swap(vals, ids, i, worst);
     i = worst;
   }
 }
@@ -141,12 +156,7 @@ FK_HOST_DEVICE FK_INLINE void heap_sift_up(scalar_t* vals, int64_t* ids, int64_t
   while (i > 0) {
     const int64_t parent = (i - 1) / 2;
     if (!ranks_before<acc_t>(vals[parent], ids[parent], vals[i], ids[i])) return;
-    const scalar_t tv = vals[i];
-    vals[i] = vals[parent];
-    vals[parent] = tv;
-    const int64_t ti = ids[i];
-    ids[i] = ids[parent];
-    ids[parent] = ti;
+    heap_swap(vals, ids, i, parent);
     i = parent;
   }
 }
@@ -172,12 +182,7 @@ FK_HOST_DEVICE FK_INLINE void heap_offer(scalar_t* vals, int64_t* ids, int64_t& 
 template <typename scalar_t>
 FK_HOST_DEVICE FK_INLINE void heap_to_sorted(scalar_t* vals, int64_t* ids, int64_t size) {
   for (int64_t end = size - 1; end > 0; --end) {
-    const scalar_t tv = vals[0];
-    vals[0] = vals[end];
-    vals[end] = tv;
-    const int64_t ti = ids[0];
-    ids[0] = ids[end];
-    ids[end] = ti;
+    heap_swap(vals, ids, 0, end);
     heap_sift_down(vals, ids, end, 0);
   }
 }

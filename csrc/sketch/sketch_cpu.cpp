@@ -14,16 +14,16 @@ static at::Tensor label_hash_cpu(const at::Tensor& indptr, const at::Tensor& ind
   const auto ix = indices.contiguous();
   const auto tb = table.contiguous();
   const int64_t n_samples = ip.numel() - 1, r = tb.size(1);
-  auto out = at::empty({r, n_samples, num_buckets}, indices.options().dtype(at::kByte));
+  // One vectorised, parallel memset for the zeros; samples then only set their labels' buckets.
+  auto out = at::zeros({r, n_samples, num_buckets}, indices.options().dtype(at::kByte));
   const int64_t* p = ip.data_ptr<int64_t>();
   const int64_t* labels = ix.data_ptr<int64_t>();
   const int32_t* t = tb.data_ptr<int32_t>();
   uint8_t* o = out.data_ptr<uint8_t>();
   // Each sample owns its R rows, so samples run in parallel with no shared writes.
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, r * num_buckets));
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, r * (ix.numel() / std::max<int64_t>(1, n_samples) + 1)));
   at::parallel_for(0, n_samples, grain, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) {
-      label_hash_zero(o, n, n_samples, r, num_buckets, 0, 1);
       label_hash_set(o, labels + p[n], p[n + 1] - p[n], t, n, n_samples, r, num_buckets, 0, 1);
     }
   });

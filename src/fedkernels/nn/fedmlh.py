@@ -46,12 +46,14 @@ class FedMLHHead(nn.Module):
         self.biases = nn.ParameterList(nn.Parameter(torch.empty(self.num_tables, b)) for b in dims[1:])
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
-        """nn.Linear's default init, per sub-model (from torch's global RNG)."""
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """nn.Linear's default init range per sub-model, U(-1/sqrt(d_in), 1/sqrt(d_in)), drawn from
+        ``generator`` (torch's global RNG when None) so a federated run can seed it."""
         for w, b in zip(self.weights, self.biases):
             bound = 1.0 / math.sqrt(w.shape[1])
-            nn.init.uniform_(w, -bound, bound)
-            nn.init.uniform_(b, -bound, bound)
+            w.uniform_(-bound, bound, generator=generator)
+            b.uniform_(-bound, bound, generator=generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Bucket logits of every sub-model: ``x [N, F] -> [R, N, B]``."""

@@ -1,0 +1,204 @@
+"""Sketching microbenchmarks (FedMLH): fedkernels ops vs the PyTorch composition a user would write.
+
+    python bench/sketch.py            # the issue's configurations, N = 1024; writes bench/results/sketch.json
+    python bench/sketch.py --quick    # two small configurations, N = 256 (under a minute)
+
+Per op and configuration: median time of both (same run), their ratio, the peak extra memory of
+each, and the op's achieved GB/s against the measured copy bandwidth (bytes = every input read
+once + the output written once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+import fedkernels  # noqa: E402
+from fedkernels import HashFamily  # noqa: E402
+
+CONFIGS = [(3993, 4, 250), (30938, 4, 1000), (131073, 4, 4000), (312330, 8, 5000)]
+QUICK_CONFIGS = CONFIGS[:2]
+LABELS_PER_SAMPLE = 5   # label_hash input: 5 random labels per sample
+TOPK = 5                # P@1..5 is what FedMLH reports
+COUNT_SKETCH_ROWS = 64  # count_sketch input x: [64, p]
+BASELINE_ROW_CHUNK = 128  # the merge compositions run in row chunks when [R, N, p] would exceed 2 GiB
+
+
+# ---- the PyTorch compositions a user would write
+
+def compose_label_hash(indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor, b: int) -> torch.Tensor:
+    """Table lookup + scatter: ``z[j, n, table[l, j]] = 1``."""
+    n, r = indptr.numel() - 1, table.shape[1]
+    rows = torch.repeat_interleave(torch.arange(n), indptr.diff())
+    z = torch.zeros(r, n, b, dtype=torch.uint8)
+    z[torch.arange(r)[None, :], rows[:, None], table[indices].long()] = 1
+    return z
+
+
+def _row_chunks(logp: torch.Tensor, p: int) -> int:
+    r, n, _ = logp.shape
+    return n if r * n * p * 4 <= 2 << 30 else BASELINE_ROW_CHUNK
+
+
+def compose_merge(logp: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Gather + mean: ``[R, N, p]`` of gathered scores averaged over R."""
+    idx = table.t().long()
+    chunk = _row_chunks(logp, table.shape[0])
+    outs = [torch.stack([logp[j, s:s + chunk][:, idx[j]] for j in range(logp.shape[0])]).mean(0)
+            for s in range(0, logp.shape[1], chunk)]
+    return torch.cat(outs)
+
+
+def compose_merge_topk(logp: torch.Tensor, table: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gather + mean + topk."""
+    idx = table.t().long()
+    chunk = _row_chunks(logp, table.shape[0])
+    vals, ids = [], []
+    for s in range(0, logp.shape[1], chunk):
+        scores = torch.stack([logp[j, s:s + chunk][:, idx[j]] for j in range(logp.shape[0])]).mean(0)
+        v, i = torch.topk(scores, k)
+        vals.append(v)
+        ids.append(i)
+    return torch.cat(vals), torch.cat(ids)
+
+
+def compose_count_sketch(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, b: int) -> torch.Tensor:
+    """index_add per table: ``M[:, j].index_add_(1, table[:, j], x * signs[:, j])``."""
+    r = table.shape[1]
+    m = torch.zeros(x.shape[0], r, b, dtype=x.dtype)
+    for j in range(r):
+        m[:, j].index_add_(1, table[:, j].long(), x * signs[:, j].to(x.dtype))
+    return m
+
+
+def compose_query_median(m: torch.Tensor, table: torch.Tensor, signs: torch.Tensor) -> torch.Tensor:
+    """Gather the R signed estimates, sort, take the middle (mean of the two middle for even R)."""
+    r = table.shape[1]
+    vals = torch.stack([m[:, j][:, table[:, j].long()] * signs[:, j].to(m.dtype) for j in range(r)]).sort(0).values
+    return vals[r // 2] if r % 2 else (vals[r // 2 - 1] + vals[r // 2]) * 0.5
+
+
+# ---- measurement
+
+def measure(name: str, config: tuple[int, int, int], ours: Callable[[], object], theirs: Callable[[], object],
+            nbytes: int, copy_gbs: float, slow: bool) -> dict:
+    # Seconds-long compositions at the big configurations: one warm-up, then the median of 3 (ours)
+    # or 2 (the composition) calls.
+    t_ours = common.timeit(ours, **(dict(warmup=1, repeat=3, min_time=0.0) if slow else dict(warmup=2, repeat=7)))
+    t_theirs = common.timeit(theirs, **(dict(warmup=1, repeat=2, min_time=0.0) if slow else dict(warmup=2, repeat=7)))
+    mem_ours = common.peak_extra_bytes(ours)
+    mem_theirs = common.peak_extra_bytes(theirs)
+    gbs = nbytes / t_ours / 1e9
+    p, r, b = config
+    row = {"op": name, "p": p, "R": r, "B": b, "ours_ms": 1e3 * t_ours, "torch_ms": 1e3 * t_theirs,
+           "speedup": t_theirs / t_ours, "ours_extra_MiB": common.mib(mem_ours),
+           "torch_extra_MiB": common.mib(mem_theirs), "GB/s": gbs, "%copy": 100 * gbs / copy_gbs}
+    print(f"  {name:20s} p={p:<7d} ours {row['ours_ms']:9.2f} ms  torch {row['torch_ms']:9.2f} ms  "
+          f"x{row['speedup']:6.1f}  mem {row['ours_extra_MiB']:8.1f} / {row['torch_extra_MiB']:8.1f} MiB  "
+          f"{gbs:6.2f} GB/s ({row['%copy']:.0f}% copy)", flush=True)
+    return row
+
+
+def check_same(a: torch.Tensor, b: torch.Tensor, what: str, exact: bool = True) -> None:
+    ok = torch.equal(a, b) if exact else torch.allclose(a, b, rtol=1e-4, atol=1e-4)
+    if not ok:
+        raise AssertionError(f"{what}: fedkernels and the composition disagree")
+
+
+def bench_config(config: tuple[int, int, int], n: int, copy_gbs: float, seed: int = 0) -> list[dict]:
+    p, r, b = config
+    g = torch.Generator().manual_seed(seed)
+    hf = HashFamily(r, b, seed)
+    table, signs = hf.table(p), hf.signs(p)
+    slow = p * r * n > 100_000_000
+    rows = []
+
+    # label_hash: N samples with LABELS_PER_SAMPLE labels each
+    indptr = torch.arange(0, (n + 1) * LABELS_PER_SAMPLE, LABELS_PER_SAMPLE, dtype=torch.int64)
+    indices = torch.randint(0, p, (n * LABELS_PER_SAMPLE,), generator=g)
+    check_same(fedkernels.label_hash(indptr, indices, table, b), compose_label_hash(indptr, indices, table, b), "label_hash")
+    nbytes = r * n * b + indptr.numel() * 8 + indices.numel() * (8 + 4 * r)
+    rows.append(measure("label_hash", config, lambda: fedkernels.label_hash(indptr, indices, table, b),
+                        lambda: compose_label_hash(indptr, indices, table, b), nbytes, copy_gbs, False))
+
+    # merges: log-sigmoid bucket scores of N samples
+    logp = F.logsigmoid(2 * torch.randn(r, n, b, generator=g) - 1)
+    logp_bytes = logp.numel() * 4 + table.numel() * 4
+    # bit-identical scores for the mean? the composition's mean(0) may add in another order: allclose
+    check_same(fedkernels.bucket_merge(logp[:, :64], table), compose_merge(logp[:, :64], table), "bucket_merge", exact=False)
+    rows.append(measure("bucket_merge", config, lambda: fedkernels.bucket_merge(logp, table),
+                        lambda: compose_merge(logp, table), logp_bytes + n * p * 4, copy_gbs, slow))
+    got_v, _ = fedkernels.bucket_merge_topk(logp[:, :64], table, TOPK)
+    want_v, _ = compose_merge_topk(logp[:, :64], table, TOPK)
+    check_same(got_v, want_v, "bucket_merge_topk values", exact=False)
+    rows.append(measure("bucket_merge_topk", config, lambda: fedkernels.bucket_merge_topk(logp, table, TOPK),
+                        lambda: compose_merge_topk(logp, table, TOPK), logp_bytes + n * TOPK * 12, copy_gbs, slow))
+
+    # count sketch of COUNT_SKETCH_ROWS vectors of length p, and its median query
+    x = torch.randn(COUNT_SKETCH_ROWS, p, generator=g)
+    check_same(fedkernels.count_sketch(x, table, signs, b), compose_count_sketch(x, table, signs, b), "count_sketch",
+               exact=False)
+    sk_bytes = x.numel() * 4 + table.numel() * 5 + COUNT_SKETCH_ROWS * r * b * 4
+    rows.append(measure("count_sketch", config, lambda: fedkernels.count_sketch(x, table, signs, b),
+                        lambda: compose_count_sketch(x, table, signs, b), sk_bytes, copy_gbs, False))
+    m = fedkernels.count_sketch(x, table, signs, b)
+    check_same(fedkernels.count_sketch_query(m, table, signs), compose_query_median(m, table, signs), "count_sketch_query")
+    rows.append(measure("count_sketch_query", config, lambda: fedkernels.count_sketch_query(m, table, signs),
+                        lambda: compose_query_median(m, table, signs), sk_bytes, copy_gbs, False))
+    return rows
+
+
+def goals(rows: list[dict], copy_gbs: float) -> list[dict]:
+    """The issue's goals, evaluated on this run's rows."""
+    out = []
+    for row in rows:
+        if row["op"] == "bucket_merge_topk" and (row["p"], row["R"], row["B"]) == (131073, 4, 4000):
+            out.append({"goal": "bucket_merge_topk >= 10x the composition at (131073, 4, 4000)",
+                        "value": row["speedup"], "met": row["speedup"] >= 10})
+    for op in ("label_hash", "count_sketch"):
+        for row in rows:
+            if row["op"] == op:
+                out.append({"goal": f"{op} >= 60% of copy bandwidth at p={row['p']}", "value": row["%copy"],
+                            "met": row["%copy"] >= 60})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="two small configurations, N = 256")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    args = ap.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    configs, n = (QUICK_CONFIGS, 256) if args.quick else (CONFIGS, 1024)
+    torch.manual_seed(0)
+    copy_gbs = common.copy_bandwidth_gbs()
+    print(f"copy bandwidth {copy_gbs:.1f} GB/s, {torch.get_num_threads()} threads, N = {n}, k = {TOPK}, "
+          f"load average {Path('/proc/loadavg').read_text().split()[0]}")
+    rows = []
+    for config in configs:
+        rows += bench_config(config, n, copy_gbs)
+    goal_rows = goals(rows, copy_gbs)
+    name = "sketch-quick" if args.quick else "sketch"
+    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None
+    path = common.write_results(name, rows, {"copy_bandwidth_gbs": copy_gbs, "N": n, "k": TOPK, "loadavg_at_end": load,
+                                             "count_sketch_rows": COUNT_SKETCH_ROWS, "goals": goal_rows})
+    cols = ["op", "p", "R", "B", "ours_ms", "torch_ms", "speedup", "ours_extra_MiB", "torch_extra_MiB", "GB/s", "%copy"]
+    print()
+    print(common.markdown_table(rows, cols))
+    print()
+    print(common.markdown_table(goal_rows, ["goal", "value", "met"]))
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
