@@ -24,6 +24,8 @@ TORCH_LIBRARY(fedkernels, m) {
   // (select: schemas here)
 
   // ---- prox: proximal l1-difference (TV1D) and the network prox
+  m.def("prox_tv1d(Tensor z, Tensor lam, bool anchored=True, int block_size=0) -> Tensor");
+  m.def("prox_tv1d_backward(Tensor grad, Tensor u, Tensor lam, bool anchored, int block_size) -> (Tensor, Tensor)");
   // (prox: schemas here)
 
   // ---- spread: FedAwS / FedALC spreadout

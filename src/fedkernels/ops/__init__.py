@@ -8,6 +8,7 @@ from .sketch import label_hash
 # select (partial weight exchange)
 
 # prox (l1-difference)
+from .prox import prox_tv1d
 
 # spread (FedAwS / FedALC)
 
@@ -17,5 +18,6 @@ __all__ = [
     # sampled
     # select
     # prox
+    "prox_tv1d",
     # spread
 ]

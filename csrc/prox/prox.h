@@ -1,0 +1,153 @@
+// Per-row math of the proximal l1-difference family (1D total variation), shared by the CPU and
+// CUDA launchers. One call solves one row (or one block of a row) sequentially in linear time.
+//
+// Taut-string view (derived from the dual): with S_0 = 0, S_k = z_1 + ... + z_k, the solution is
+// u_k = W_k - W_{k-1} where W is the shortest path ("taut string") from (0, 0) through the tube
+// S_k - lam <= W_k <= S_k + lam, k = 1..n-1, ending at W_n = S_n (free end) or, when anchored,
+// anywhere in [S_n - lam, S_n + lam] with the string then running flat (u = 0) to infinity: the
+// anchored problem is the free one with an extra infinitely heavy sample z_{n+1} = 0.
+//
+// The path is built with a funnel: an apex (the last fixed point of the string), a concave chain of
+// lower-wall points and a convex chain of upper-wall points, both starting at the apex. Each wall
+// point is pushed once and popped at most once, so a row costs O(n). Slopes are compared by cross
+// multiplication (no divisions) and all arithmetic is in double, whatever the input dtype.
+#pragma once
+
+#include <cstdint>
+
+#include "common/macros.h"
+
+namespace fedkernels {
+
+struct TvPoint {
+  double y;   // height of the string / wall
+  int64_t x;  // sample index
+};
+
+// slope(a, b) <= slope(a, c), for b.x > a.x and c.x > a.x.
+FK_HOST_DEVICE FK_INLINE bool tv_slope_le(const TvPoint& a, const TvPoint& b, const TvPoint& c) {
+  return (b.y - a.y) * static_cast<double>(c.x - a.x) <= (c.y - a.y) * static_cast<double>(b.x - a.x);
+}
+
+// Writes the straight piece of string from a to b: u_{a.x+1 .. b.x} = its slope.
+template <typename T>
+FK_HOST_DEVICE FK_INLINE void tv_emit(T* u, const TvPoint& a, const TvPoint& b) {
+  const T v = static_cast<T>((b.y - a.y) / static_cast<double>(b.x - a.x));
+  for (int64_t i = a.x; i < b.x; ++i) u[i] = v;
+}
+
+// Solves one row: u = argmin 0.5||u - z||^2 + lam (sum_{i<n} |u_i - u_{i+1}| + [anchored] |u_n|).
+// lo, hi: scratch of n + 1 points each (the lower and upper chains). Returns false when the row
+// holds NaN/inf (or its sums overflow double); u is then unspecified. lam > 0 (lam == 0 is a copy,
+// done by the caller).
+template <typename T>
+FK_HOST_DEVICE bool tv1d_solve_row(const T* z, T* u, int64_t n, double lam, bool anchored, TvPoint* lo,
+                                    TvPoint* hi) {
+  if (n == 0) return true;
+  TvPoint apex{0.0, 0};
+  int64_t lf = 0, lb = 0, hf = 0, hb = 0;  // chain fronts/backs (inclusive); front == apex
+  lo[0] = apex;
+  hi[0] = apex;
+  double s = 0.0;
+  for (int64_t k = 1; k <= n; ++k) {
+    s += static_cast<double>(z[k - 1]);
+    const bool pinned = (k == n) && !anchored;
+    const TvPoint pl{pinned ? s : s - lam, k};
+    const TvPoint ph{pinned ? s : s + lam, k};
+
+    // Lower wall point: keep the lower chain concave (decreasing slopes).
+    while (lb > lf && tv_slope_le(lo[lb - 1], lo[lb], pl)) --lb;
+    if (lb == lf) {
+      // pl sees past the upper chain: the string bends under the upper wall; fix those pieces.
+      while (hf < hb && !tv_slope_le(apex, pl, hi[hf + 1])) {
+        tv_emit(u, apex, hi[hf + 1]);
+        apex = hi[++hf];
+      }
+      lo[0] = apex;
+      lf = 0;
+      lb = 0;
+    }
+    lo[++lb] = pl;
+
+    // Upper wall point: keep the upper chain convex (increasing slopes).
+    while (hb > hf && tv_slope_le(hi[hb - 1], ph, hi[hb])) --hb;
+    if (hb == hf) {
+      while (lf < lb && !tv_slope_le(apex, lo[lf + 1], ph)) {
+        tv_emit(u, apex, lo[lf + 1]);
+        apex = lo[++lf];
+      }
+      hi[0] = apex;
+      hf = 0;
+      hb = 0;
+    }
+    hi[++hb] = ph;
+  }
+  if (!(s - s == 0.0)) return false;  // NaN or inf somewhere in the row
+
+  if (!anchored) {
+    // Both chains now end at (n, S_n) and are straight from the apex.
+    tv_emit(u, apex, TvPoint{s, n});
+    return true;
+  }
+  // Anchored: a final point at (+inf, S_n); slopes towards it are 0 in the limit.
+  while (lb > lf && lo[lb].y - lo[lb - 1].y <= 0.0) --lb;
+  if (lb == lf) {
+    while (hf < hb && hi[hf + 1].y < apex.y) {
+      tv_emit(u, apex, hi[hf + 1]);
+      apex = hi[++hf];
+    }
+    lf = lb = 0;
+    lo[0] = apex;
+  }
+  while (hb > hf && hi[hb].y - hi[hb - 1].y >= 0.0) --hb;
+  if (hb == hf) {
+    while (lf < lb && lo[lf + 1].y > apex.y) {
+      tv_emit(u, apex, lo[lf + 1]);
+      apex = lo[++lf];
+    }
+  }
+  for (int64_t i = apex.x; i < n; ++i) u[i] = T(0);
+  return true;
+}
+
+// Sign of a - b as -1, 0, +1.
+FK_HOST_DEVICE FK_INLINE double tv_sign(double a, double b) { return a > b ? 1.0 : (a < b ? -1.0 : 0.0); }
+
+// Backward of one row: the solution is constant on segments; d u / d z averages the incoming
+// gradient over each segment (zero on an anchored final segment pinned to 0), and
+// d u_seg / d lam = (s_left - s_right) / len with s the jump signs at the segment's ends (the dual
+// p = lam * s there; 0 at a free end, sign(u_n) at an anchored end). With lam == 0 every sample is
+// its own segment (u = z). Returns this row's d loss / d lam.
+template <typename T>
+FK_HOST_DEVICE double tv1d_backward_row(const T* g, const T* u, T* gz, int64_t n, bool zero_lam, bool anchored) {
+  double glam = 0.0;
+  int64_t a = 0;
+  while (a < n) {
+    int64_t b = a + 1;
+    if (!zero_lam) {
+      while (b < n && u[b] == u[a]) ++b;
+    }
+    const double v = static_cast<double>(u[a]);
+    const bool last = (b == n);
+    if (last && anchored && v == 0.0 && !zero_lam) {
+      for (int64_t i = a; i < b; ++i) gz[i] = T(0);  // pinned to zero by the anchor
+      break;
+    }
+    double gsum = 0.0;
+    for (int64_t i = a; i < b; ++i) gsum += static_cast<double>(g[i]);
+    const double len = static_cast<double>(b - a);
+    const T mean = static_cast<T>(gsum / len);
+    if (zero_lam) {
+      gz[a] = g[a];
+    } else {
+      for (int64_t i = a; i < b; ++i) gz[i] = mean;
+    }
+    const double s_left = a > 0 ? tv_sign(static_cast<double>(u[a - 1]), v) : 0.0;
+    const double s_right = !last ? tv_sign(v, static_cast<double>(u[b])) : (anchored ? tv_sign(v, 0.0) : 0.0);
+    glam += gsum * (s_left - s_right) / len;
+    a = b;
+  }
+  return glam;
+}
+
+}  // namespace fedkernels

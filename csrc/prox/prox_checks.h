@@ -1,0 +1,75 @@
+// Argument checks and shape bookkeeping of the prox family, shared by the CPU and CUDA launchers.
+#pragma once
+
+#include <ATen/ExpandUtils.h>
+
+#include <algorithm>
+
+#include "common/checks.h"
+
+namespace fedkernels {
+
+// How a [..., d] input splits into independent items (rows, or blocks of rows in blockwise mode).
+struct TvLayout {
+  int64_t rows = 0;     // product of the leading dims
+  int64_t d = 0;        // row length
+  int64_t block = 0;    // item length (the last block of a row may be shorter)
+  int64_t nblocks = 0;  // items per row
+  int64_t items() const { return rows * nblocks; }
+  int64_t item_len(int64_t item) const {
+    const int64_t b = item % nblocks;
+    return std::min(block, d - b * block);
+  }
+};
+
+inline TvLayout tv_layout(const at::Tensor& z, int64_t block_size) {
+  TvLayout l;
+  l.d = z.size(-1);
+  l.rows = l.d == 0 ? 0 : z.numel() / l.d;  // a zero-length row has no items to solve
+  l.block = (block_size > 0 && block_size < l.d) ? block_size : l.d;
+  l.nblocks = l.block == 0 ? 0 : (l.d + l.block - 1) / l.block;
+  return l;
+}
+
+// z: float32/float64 [..., d]; lam: float tensor broadcastable to z.shape[:-1], finite, >= 0.
+// Returns lam expanded to one float64 value per row.
+inline at::Tensor check_prox_tv1d_args(const at::Tensor& z, const at::Tensor& lam, int64_t block_size) {
+  TORCH_CHECK_VALUE(z.scalar_type() == at::kFloat || z.scalar_type() == at::kDouble,
+                    "z must be float32 or float64, got ", z.scalar_type());
+  TORCH_CHECK_VALUE(z.dim() >= 1, "z must have at least one dimension [..., d], got a 0-D tensor");
+  TORCH_CHECK_VALUE(lam.scalar_type() == at::kFloat || lam.scalar_type() == at::kDouble,
+                    "lam must be a float32 or float64 tensor, got ", lam.scalar_type());
+  check_same_device(z, "z", lam, "lam");
+  TORCH_CHECK_VALUE(block_size >= 0, "block_size must be >= 0 (0 = whole rows), got ", block_size);
+  const auto batch = z.sizes().slice(0, z.dim() - 1);
+  TORCH_CHECK_VALUE(at::is_expandable_to(lam.sizes(), batch), "lam of shape ", lam.sizes(),
+                    " must broadcast to the batch shape z.shape[:-1] = ", batch);
+  if (lam.numel() > 0) {
+    const auto lam64 = lam.to(at::kDouble);
+    TORCH_CHECK_VALUE(at::isfinite(lam64).all().item<bool>(), "lam must be finite, got a NaN or inf");
+    const double mn = lam64.min().item<double>();
+    TORCH_CHECK_VALUE(mn >= 0.0, "lam must be >= 0, got min ", mn);
+  }
+  return lam.to(at::kDouble).expand(batch).contiguous().reshape({-1});
+}
+
+inline void check_prox_tv1d_backward_args(const at::Tensor& grad, const at::Tensor& u) {
+  TORCH_CHECK_VALUE(grad.sizes() == u.sizes(), "grad must have the shape of u ", u.sizes(), ", got ", grad.sizes());
+  TORCH_CHECK_VALUE(grad.scalar_type() == u.scalar_type(), "grad must have the dtype of u (", u.scalar_type(),
+                    "), got ", grad.scalar_type());
+  check_same_device(grad, "grad", u, "u");
+}
+
+// The per-lam-element sum of per-row lam gradients, in row order (deterministic), as lam's dtype.
+inline at::Tensor reduce_lam_grad(const at::Tensor& per_row, const at::Tensor& lam, at::IntArrayRef batch) {
+  const auto owner = at::arange(lam.numel(), at::kLong).view(lam.sizes()).expand(batch).contiguous().view({-1});
+  auto acc = at::zeros({lam.numel()}, at::kDouble);
+  const auto pr = per_row.to(at::kCPU, at::kDouble).contiguous();
+  const double* src = pr.data_ptr<double>();
+  const int64_t* own = owner.data_ptr<int64_t>();
+  double* dst = acc.data_ptr<double>();
+  for (int64_t r = 0; r < owner.numel(); ++r) dst[own[r]] += src[r];
+  return acc.view(lam.sizes()).to(lam.device(), lam.scalar_type());
+}
+
+}  // namespace fedkernels
