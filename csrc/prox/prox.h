@@ -20,21 +20,61 @@
 namespace fedkernels {
 
 struct TvPoint {
-  double y;   // height of the string / wall
-  int64_t x;  // sample index
+  double y;  // height of the string / wall
+  double x;  // sample index (exact in double up to 2^53)
 };
 
 // slope(a, b) <= slope(a, c), for b.x > a.x and c.x > a.x.
 FK_HOST_DEVICE FK_INLINE bool tv_slope_le(const TvPoint& a, const TvPoint& b, const TvPoint& c) {
-  return (b.y - a.y) * static_cast<double>(c.x - a.x) <= (c.y - a.y) * static_cast<double>(b.x - a.x);
+  return (b.y - a.y) * (c.x - a.x) <= (c.y - a.y) * (b.x - a.x);
 }
 
 // Writes the straight piece of string from a to b: u_{a.x+1 .. b.x} = its slope.
 template <typename T>
 FK_HOST_DEVICE FK_INLINE void tv_emit(T* u, const TvPoint& a, const TvPoint& b) {
-  const T v = static_cast<T>((b.y - a.y) / static_cast<double>(b.x - a.x));
-  for (int64_t i = a.x; i < b.x; ++i) u[i] = v;
+  const T v = static_cast<T>((b.y - a.y) / (b.x - a.x));
+  const int64_t end = static_cast<int64_t>(b.x);
+  for (int64_t i = static_cast<int64_t>(a.x); i < end; ++i) u[i] = v;
 }
+
+// The funnel: the apex and two chains (front element == apex), in caller-provided scratch.
+template <typename T>
+struct TvFunnel {
+  T* u;
+  TvPoint* lo;
+  TvPoint* hi;
+  TvPoint apex{0.0, 0.0};
+  int64_t lf = 0, lb = 0, hf = 0, hb = 0;  // chain fronts/backs (inclusive)
+
+  FK_HOST_DEVICE FK_INLINE void push_lower(const TvPoint& p) {
+    // Keep the lower chain concave (decreasing slopes).
+    while (lb > lf && tv_slope_le(lo[lb - 1], lo[lb], p)) --lb;
+    if (lb == lf) {
+      // p sees past the upper chain: the string bends under the upper wall; fix those pieces.
+      while (hf < hb && !tv_slope_le(apex, p, hi[hf + 1])) {
+        tv_emit(u, apex, hi[hf + 1]);
+        apex = hi[++hf];
+      }
+      lo[0] = apex;
+      lf = lb = 0;
+    }
+    lo[++lb] = p;
+  }
+
+  FK_HOST_DEVICE FK_INLINE void push_upper(const TvPoint& p) {
+    // Keep the upper chain convex (increasing slopes).
+    while (hb > hf && tv_slope_le(hi[hb - 1], p, hi[hb])) --hb;
+    if (hb == hf) {
+      while (lf < lb && !tv_slope_le(apex, lo[lf + 1], p)) {
+        tv_emit(u, apex, lo[lf + 1]);
+        apex = lo[++lf];
+      }
+      hi[0] = apex;
+      hf = hb = 0;
+    }
+    hi[++hb] = p;
+  }
+};
 
 // Solves one row: u = argmin 0.5||u - z||^2 + lam (sum_{i<n} |u_i - u_{i+1}| + [anchored] |u_n|).
 // lo, hi: scratch of n + 1 points each (the lower and upper chains). Returns false when the row
@@ -44,69 +84,45 @@ template <typename T>
 FK_HOST_DEVICE bool tv1d_solve_row(const T* z, T* u, int64_t n, double lam, bool anchored, TvPoint* lo,
                                     TvPoint* hi) {
   if (n == 0) return true;
-  TvPoint apex{0.0, 0};
-  int64_t lf = 0, lb = 0, hf = 0, hb = 0;  // chain fronts/backs (inclusive); front == apex
-  lo[0] = apex;
-  hi[0] = apex;
+  TvFunnel<T> f{u, lo, hi};
+  lo[0] = f.apex;
+  hi[0] = f.apex;
   double s = 0.0;
-  for (int64_t k = 1; k <= n; ++k) {
+  for (int64_t k = 1; k < n; ++k) {
     s += static_cast<double>(z[k - 1]);
-    const bool pinned = (k == n) && !anchored;
-    const TvPoint pl{pinned ? s : s - lam, k};
-    const TvPoint ph{pinned ? s : s + lam, k};
-
-    // Lower wall point: keep the lower chain concave (decreasing slopes).
-    while (lb > lf && tv_slope_le(lo[lb - 1], lo[lb], pl)) --lb;
-    if (lb == lf) {
-      // pl sees past the upper chain: the string bends under the upper wall; fix those pieces.
-      while (hf < hb && !tv_slope_le(apex, pl, hi[hf + 1])) {
-        tv_emit(u, apex, hi[hf + 1]);
-        apex = hi[++hf];
-      }
-      lo[0] = apex;
-      lf = 0;
-      lb = 0;
-    }
-    lo[++lb] = pl;
-
-    // Upper wall point: keep the upper chain convex (increasing slopes).
-    while (hb > hf && tv_slope_le(hi[hb - 1], ph, hi[hb])) --hb;
-    if (hb == hf) {
-      while (lf < lb && !tv_slope_le(apex, lo[lf + 1], ph)) {
-        tv_emit(u, apex, lo[lf + 1]);
-        apex = lo[++lf];
-      }
-      hi[0] = apex;
-      hf = 0;
-      hb = 0;
-    }
-    hi[++hb] = ph;
+    const double x = static_cast<double>(k);
+    f.push_lower(TvPoint{s - lam, x});
+    f.push_upper(TvPoint{s + lam, x});
   }
+  s += static_cast<double>(z[n - 1]);
   if (!(s - s == 0.0)) return false;  // NaN or inf somewhere in the row
-
+  const double xn = static_cast<double>(n);
   if (!anchored) {
-    // Both chains now end at (n, S_n) and are straight from the apex.
-    tv_emit(u, apex, TvPoint{s, n});
+    // The string ends pinned at (n, S_n); both chains are then straight from the apex.
+    f.push_lower(TvPoint{s, xn});
+    f.push_upper(TvPoint{s, xn});
+    tv_emit(u, f.apex, TvPoint{s, xn});
     return true;
   }
+  f.push_lower(TvPoint{s - lam, xn});
+  f.push_upper(TvPoint{s + lam, xn});
   // Anchored: a final point at (+inf, S_n); slopes towards it are 0 in the limit.
-  while (lb > lf && lo[lb].y - lo[lb - 1].y <= 0.0) --lb;
-  if (lb == lf) {
-    while (hf < hb && hi[hf + 1].y < apex.y) {
-      tv_emit(u, apex, hi[hf + 1]);
-      apex = hi[++hf];
+  while (f.lb > f.lf && lo[f.lb].y - lo[f.lb - 1].y <= 0.0) --f.lb;
+  if (f.lb == f.lf) {
+    while (f.hf < f.hb && hi[f.hf + 1].y < f.apex.y) {
+      tv_emit(u, f.apex, hi[f.hf + 1]);
+      f.apex = hi[++f.hf];
     }
-    lf = lb = 0;
-    lo[0] = apex;
+    f.lf = f.lb = 0;
   }
-  while (hb > hf && hi[hb].y - hi[hb - 1].y >= 0.0) --hb;
-  if (hb == hf) {
-    while (lf < lb && lo[lf + 1].y > apex.y) {
-      tv_emit(u, apex, lo[lf + 1]);
-      apex = lo[++lf];
+  while (f.hb > f.hf && hi[f.hb].y - hi[f.hb - 1].y >= 0.0) --f.hb;
+  if (f.hb == f.hf) {
+    while (f.lf < f.lb && lo[f.lf + 1].y > f.apex.y) {
+      tv_emit(u, f.apex, lo[f.lf + 1]);
+      f.apex = lo[++f.lf];
     }
   }
-  for (int64_t i = apex.x; i < n; ++i) u[i] = T(0);
+  for (int64_t i = static_cast<int64_t>(f.apex.x); i < n; ++i) u[i] = T(0);
   return true;
 }
 
