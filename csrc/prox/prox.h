@@ -19,6 +19,19 @@
 
 namespace fedkernels {
 
+// How a [..., d] input splits into independent items (rows, or blocks of rows in blockwise mode).
+struct TvLayout {
+  int64_t rows = 0;     // product of the leading dims
+  int64_t d = 0;        // row length
+  int64_t block = 0;    // item length (the last block of a row may be shorter)
+  int64_t nblocks = 0;  // items per row
+  FK_HOST_DEVICE int64_t items() const { return rows * nblocks; }
+  FK_HOST_DEVICE int64_t item_len(int64_t item) const {
+    const int64_t rest = d - (item % nblocks) * block;
+    return rest < block ? rest : block;
+  }
+};
+
 struct TvPoint {
   double y;  // height of the string / wall
   double x;  // sample index (exact in double up to 2^53)

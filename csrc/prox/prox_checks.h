@@ -6,21 +6,9 @@
 #include <algorithm>
 
 #include "common/checks.h"
+#include "prox/prox.h"
 
 namespace fedkernels {
-
-// How a [..., d] input splits into independent items (rows, or blocks of rows in blockwise mode).
-struct TvLayout {
-  int64_t rows = 0;     // product of the leading dims
-  int64_t d = 0;        // row length
-  int64_t block = 0;    // item length (the last block of a row may be shorter)
-  int64_t nblocks = 0;  // items per row
-  int64_t items() const { return rows * nblocks; }
-  int64_t item_len(int64_t item) const {
-    const int64_t b = item % nblocks;
-    return std::min(block, d - b * block);
-  }
-};
 
 inline TvLayout tv_layout(const at::Tensor& z, int64_t block_size) {
   TvLayout l;

@@ -129,7 +129,7 @@ def kmeans1d_slow(values: np.ndarray, weights: np.ndarray, k: int) -> float:
     best = [[inf] * (n + 1) for _ in range(k + 1)]
     best[0][0] = 0.0
     for j in range(1, k + 1):
-        for i in range(1, n + 1):
+        for i in range(j, n + 1):
             best[j][i] = min(best[j - 1][a] + cost(a, i) for a in range(j - 1, i))
     return min(best[j][n] for j in range(1, k + 1))
 

@@ -8,6 +8,8 @@ from .sketch import label_hash
 # select (partial weight exchange)
 
 # prox (l1-difference)
+from .client_graph import feature_space_graph, knn_graph, model_space_graph
+from .graph_prox import GraphProxResult, graph_prox
 from .prox import prox_tv1d
 
 # spread (FedAwS / FedALC)
@@ -19,5 +21,10 @@ __all__ = [
     # select
     # prox
     "prox_tv1d",
+    "graph_prox",
+    "GraphProxResult",
+    "knn_graph",
+    "model_space_graph",
+    "feature_space_graph",
     # spread
 ]
