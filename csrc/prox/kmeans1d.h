@@ -28,7 +28,6 @@ class KMeans1dCost {
     const double sw = w_[b + 1] - w_[a], swv = wv_[b + 1] - wv_[a], swvv = wvv_[b + 1] - wvv_[a];
     return std::max(0.0, swvv - swv * swv / sw);
   }
-  double mean(int64_t a, int64_t b) const { return (wv_[b + 1] - wv_[a]) / (w_[b + 1] - w_[a]); }
 
  private:
   std::vector<double> w_, wv_, wvv_;
@@ -41,7 +40,7 @@ inline std::tuple<std::vector<double>, std::vector<int64_t>, double> kmeans1d_op
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return values[a] < values[b]; });
   // Merge equal values; centre on the weighted mean so prefix sums of squares cancel less.
-  std::vector<double> v, w;
+  std::vector<double> v, w, raw;  // raw: the distinct values unshifted
   std::vector<int64_t> group(m);
   double tw = 0, twv = 0;
   for (int64_t i = 0; i < m; ++i) tw += weights[i], twv += weights[i] * values[i];
@@ -50,6 +49,7 @@ inline std::tuple<std::vector<double>, std::vector<int64_t>, double> kmeans1d_op
     const int64_t o = order[i];
     if (v.empty() || values[o] != values[order[i - 1]]) {
       v.push_back(values[o] - shift);
+      raw.push_back(values[o]);
       w.push_back(0.0);
     }
     w.back() += weights[o];
@@ -93,8 +93,14 @@ inline std::tuple<std::vector<double>, std::vector<int64_t>, double> kmeans1d_op
   std::vector<int64_t> cluster_of(n);
   for (int64_t j = 0; j < k; ++j) {
     const int64_t end = j + 1 < k ? start[j + 1] - 1 : n - 1;
-    centres[j] = cost.mean(start[j], end) + shift;
-    for (int64_t i = start[j]; i <= end; ++i) cluster_of[i] = j;
+    // the centre from the unshifted values, summed directly (no prefix-sum cancellation)
+    double sw = 0.0, swv = 0.0;
+    for (int64_t i = start[j]; i <= end; ++i) {
+      cluster_of[i] = j;
+      sw += w[i];
+      swv += w[i] * raw[i];
+    }
+    centres[j] = swv / sw;
   }
   std::vector<int64_t> labels(m);
   for (int64_t i = 0; i < m; ++i) labels[i] = cluster_of[group[i]];
