@@ -48,15 +48,22 @@ inline void check_prox_tv1d_backward_args(const at::Tensor& grad, const at::Tens
   check_same_device(grad, "grad", u, "u");
 }
 
-// The per-lam-element sum of per-row lam gradients, in row order (deterministic), as lam's dtype.
-inline at::Tensor reduce_lam_grad(const at::Tensor& per_row, const at::Tensor& lam, at::IntArrayRef batch) {
+// d loss / d lam in lam's shape and dtype from the per-item gradients [items] (float64, any device):
+// the items of a row add up in block order, then rows into lam's elements in row order, on the
+// host (deterministic, no float atomics).
+inline at::Tensor reduce_lam_grad(const at::Tensor& per_item, const TvLayout& l, const at::Tensor& lam,
+                                  at::IntArrayRef batch) {
   const auto owner = at::arange(lam.numel(), at::kLong).view(lam.sizes()).expand(batch).contiguous().view({-1});
   auto acc = at::zeros({lam.numel()}, at::kDouble);
-  const auto pr = per_row.to(at::kCPU, at::kDouble).contiguous();
-  const double* src = pr.data_ptr<double>();
+  const auto items = per_item.to(at::kCPU, at::kDouble).contiguous();
+  const double* src = items.data_ptr<double>();
   const int64_t* own = owner.data_ptr<int64_t>();
   double* dst = acc.data_ptr<double>();
-  for (int64_t r = 0; r < owner.numel(); ++r) dst[own[r]] += src[r];
+  for (int64_t r = 0; r < l.rows; ++r) {
+    double row = 0.0;
+    for (int64_t b = 0; b < l.nblocks; ++b) row += src[r * l.nblocks + b];
+    dst[own[r]] += row;
+  }
   return acc.view(lam.sizes()).to(lam.device(), lam.scalar_type());
 }
 

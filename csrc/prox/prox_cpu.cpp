@@ -70,10 +70,7 @@ static std::tuple<at::Tensor, at::Tensor> prox_tv1d_backward_cpu(const at::Tenso
       });
     });
   }
-  // Items of a row add up in block order, then rows into lam's elements in row order.
-  const auto per_row = l.items() > 0 ? glam_items.view({l.rows, l.nblocks}).cumsum(1).select(1, l.nblocks - 1)
-                                     : at::zeros({lam_rows.numel()}, at::kDouble);
-  return {gz, reduce_lam_grad(per_row, lam, u.sizes().slice(0, u.dim() - 1))};
+  return {gz, reduce_lam_grad(glam_items, l, lam, u.sizes().slice(0, u.dim() - 1))};
 }
 
 TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {

@@ -89,11 +89,7 @@ static std::tuple<at::Tensor, at::Tensor> prox_tv1d_backward_cuda(const at::Tens
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   }
-  // Per-item lam gradients are summed on the host in a fixed order (no float atomics).
-  const auto items_cpu = glam_items.cpu();
-  const auto per_row = l.items() > 0 ? items_cpu.view({l.rows, l.nblocks}).cumsum(1).select(1, l.nblocks - 1)
-                                     : at::zeros({lam_rows.numel()}, at::kDouble);
-  return {gz, reduce_lam_grad(per_row, lam, u.sizes().slice(0, u.dim() - 1))};
+  return {gz, reduce_lam_grad(glam_items, l, lam, u.sizes().slice(0, u.dim() - 1))};
 }
 
 TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
