@@ -4,6 +4,7 @@
 #include <ATen/ExpandUtils.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/checks.h"
 #include "prox/prox.h"
@@ -32,13 +33,20 @@ inline at::Tensor check_prox_tv1d_args(const at::Tensor& z, const at::Tensor& la
   const auto batch = z.sizes().slice(0, z.dim() - 1);
   TORCH_CHECK_VALUE(at::is_expandable_to(lam.sizes(), batch), "lam of shape ", lam.sizes(),
                     " must broadcast to the batch shape z.shape[:-1] = ", batch);
-  if (lam.numel() > 0) {
-    const auto lam64 = lam.to(at::kDouble);
+  const auto lam64 = lam.to(at::kDouble);
+  if (lam64.is_cpu()) {  // a plain loop: no reductions on the hot path of small calls
+    const auto lc = lam64.contiguous();
+    const double* p = lc.data_ptr<double>();
+    for (int64_t i = 0; i < lc.numel(); ++i) {
+      TORCH_CHECK_VALUE(std::isfinite(p[i]), "lam must be finite, got ", p[i]);
+      TORCH_CHECK_VALUE(p[i] >= 0.0, "lam must be >= 0, got min ", p[i]);
+    }
+  } else if (lam64.numel() > 0) {
     TORCH_CHECK_VALUE(at::isfinite(lam64).all().item<bool>(), "lam must be finite, got a NaN or inf");
     const double mn = lam64.min().item<double>();
     TORCH_CHECK_VALUE(mn >= 0.0, "lam must be >= 0, got min ", mn);
   }
-  return lam.to(at::kDouble).expand(batch).contiguous().reshape({-1});
+  return lam64.expand(batch).contiguous().reshape({-1});
 }
 
 inline void check_prox_tv1d_backward_args(const at::Tensor& grad, const at::Tensor& u) {
