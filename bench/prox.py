@@ -23,11 +23,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+from xc_reader import DATA, multi_hot, read_xc  # noqa: E402
 
 import fedkernels  # noqa: E402
 from fedkernels.comm import decode_runs, encode_runs, quantize_runs  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
 def pg_baseline(z: torch.Tensor, lam: float, anchored: bool, iters: int) -> torch.Tensor:
@@ -124,31 +124,14 @@ def batch_rows(quick: bool) -> list[dict]:
     return rows
 
 
-def read_xc(path: Path, limit: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dense features [N, F] and multi-hot labels [N, L] of the first ``limit`` samples of an XC file."""
-    with open(path) as f:
-        n, nf, nl = map(int, f.readline().split())
-        n = min(n, limit)
-        x = torch.zeros(n, nf)
-        y = torch.zeros(n, nl)
-        for i in range(n):
-            line = f.readline().rstrip("\n")
-            labels, _, feats = line.partition(" ")
-            for lab in filter(None, labels.split(",")):
-                y[i, int(lab)] = 1.0
-            for fv in feats.split():
-                k, v = fv.split(":")
-                x[i, int(k)] = float(v)
-    return x, y
-
-
 def codec_rows(quick: bool) -> list[dict]:
     """Bits per parameter of the l1-difference update of a real gradient, over gamma."""
     path = DATA / "delicious" / "train.txt"
     if not path.exists():
         print(f"skipping codec sweep: {path} not found")
         return []
-    x, y = read_xc(path, 2000)
+    x, labels, nl = read_xc(path, 2000)
+    y = multi_hot(labels, nl)
     torch.manual_seed(0)
     model = torch.nn.Linear(x.shape[1], y.shape[1])
     loss = torch.nn.functional.binary_cross_entropy_with_logits(model(x), y)
