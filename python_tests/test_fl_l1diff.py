@@ -65,22 +65,28 @@ def test_gamma_zero_is_fedsgd():
     assert torch.equal(l1diff_direction(g, 0.0, 0.5), g)
 
 
+def _round_zero_uploads(s):
+    """The checked uploads of round 0's clients, their sample counts, and the aggregate."""
+    ups = [s.run_client(c, 0)[0] for c in s.select_clients(0)]
+    return ups, [len(s.clients[u.client_id]) for u in ups], s.strategy.aggregate(s.state, ups, 0)
+
+
+def _final_state(make, seed):
+    s = make(seed=seed)
+    s.run()
+    return s.state
+
+
 @pytest.mark.parametrize("make", [_server, _net_server])
 def test_same_seed_bit_identical(make):
-    a, b = make(seed=3), make(seed=3)
-    a.run(), b.run()
-    assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
-    c = make(seed=4)
-    c.run()
-    assert any(not torch.equal(a.state[k], c.state[k]) for k in a.state)
+    first, again, other = (_final_state(make, seed) for seed in (3, 3, 4))
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert any(not torch.equal(first[k], other[k]) for k in first)
 
 
 def test_aggregation_matches_hand_computed():
     s = _server()
-    chosen = s.select_clients(0)
-    ups = [s.run_client(c, 0)[0] for c in chosen]
-    new = s.strategy.aggregate(s.state, ups, 0)
-    w = [len(s.clients[c]) for c in chosen]
+    ups, w, new = _round_zero_uploads(s)
     for k in new:
         ds = [decode_runs(u.payload[k].numpy().tobytes()).double() for u in ups]
         want = s.state[k].double() - 0.5 * sum(wi * d for wi, d in zip(w, ds)) / sum(w)
@@ -89,11 +95,9 @@ def test_aggregation_matches_hand_computed():
 
 def test_network_aggregation_matches_hand_computed():
     s = _net_server(lam=0.2, p=2)
-    chosen = s.select_clients(0)
-    ups = [s.run_client(c, 0)[0] for c in chosen]
-    new = s.strategy.aggregate(s.state, ups, 0)
+    ups, w, new = _round_zero_uploads(s)
+    chosen = [u.client_id for u in ups]
     heads = [n for n in s.state if n.startswith("personal.")]
-    w = [len(s.clients[c]) for c in chosen]
     for k in s.state:
         ds = [decode_runs(u.payload[k].numpy().tobytes()).double() for u in ups]
         if k in heads:
@@ -124,8 +128,7 @@ def test_training_improves_precision():
 
 def test_corrupt_upload_is_dropped_not_applied():
     s = _server()
-    chosen = s.select_clients(0)
-    ups = [s.run_client(c, 0)[0] for c in chosen]
+    ups = [s.run_client(c, 0)[0] for c in s.select_clients(0)]
     bad = dict(ups[0].payload)
     name = next(iter(bad))
     bad[name] = bad[name][:-3].clone()

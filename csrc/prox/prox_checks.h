@@ -49,11 +49,21 @@ inline at::Tensor check_prox_tv1d_args(const at::Tensor& z, const at::Tensor& la
   return lam64.expand(batch).contiguous().reshape({-1});
 }
 
-inline void check_prox_tv1d_backward_args(const at::Tensor& grad, const at::Tensor& u) {
+// Raised after a forward solve when a row reported NaN/inf.
+inline void check_rows_finite(bool any_bad) {
+  TORCH_CHECK_VALUE(!any_bad, "z must be finite: it holds NaN or inf (or a row sum overflows float64)");
+}
+
+// The backward's arguments: those of the forward (with u in place of z) plus grad like u.
+// Returns lam expanded to one float64 value per row.
+inline at::Tensor check_prox_tv1d_backward_args(const at::Tensor& grad, const at::Tensor& u, const at::Tensor& lam,
+                                                int64_t block_size) {
+  const at::Tensor lam_rows = check_prox_tv1d_args(u, lam, block_size);
   TORCH_CHECK_VALUE(grad.sizes() == u.sizes(), "grad must have the shape of u ", u.sizes(), ", got ", grad.sizes());
   TORCH_CHECK_VALUE(grad.scalar_type() == u.scalar_type(), "grad must have the dtype of u (", u.scalar_type(),
                     "), got ", grad.scalar_type());
   check_same_device(grad, "grad", u, "u");
+  return lam_rows;
 }
 
 // d loss / d lam in lam's shape and dtype from the per-item gradients [items] (float64, any device):

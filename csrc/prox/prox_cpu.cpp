@@ -40,15 +40,14 @@ static at::Tensor prox_tv1d_cpu(const at::Tensor& z_in, const at::Tensor& lam, b
       }
     });
   });
-  TORCH_CHECK_VALUE(!bad.load(), "z must be finite: it holds NaN or inf (or a row sum overflows float64)");
+  check_rows_finite(bad.load());
   return u;
 }
 
 static std::tuple<at::Tensor, at::Tensor> prox_tv1d_backward_cpu(const at::Tensor& grad_in, const at::Tensor& u_in,
                                                                  const at::Tensor& lam, bool anchored,
                                                                  int64_t block_size) {
-  const at::Tensor lam_rows = check_prox_tv1d_args(u_in, lam, block_size);
-  check_prox_tv1d_backward_args(grad_in, u_in);
+  const at::Tensor lam_rows = check_prox_tv1d_backward_args(grad_in, u_in, lam, block_size);
   const auto g = grad_in.contiguous();
   const auto u = u_in.contiguous();
   auto gz = at::empty_like(u);

@@ -66,15 +66,14 @@ static at::Tensor prox_tv1d_cuda(const at::Tensor& z_in, const at::Tensor& lam, 
         reinterpret_cast<TvPoint*>(scratch.data_ptr<uint8_t>()), bad.data_ptr<uint8_t>(), l, anchored);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
-  TORCH_CHECK_VALUE(!bad.any().item<bool>(), "z must be finite: it holds NaN or inf (or a row sum overflows float64)");
+  check_rows_finite(bad.any().item<bool>());
   return u;
 }
 
 static std::tuple<at::Tensor, at::Tensor> prox_tv1d_backward_cuda(const at::Tensor& grad_in, const at::Tensor& u_in,
                                                                   const at::Tensor& lam, bool anchored,
                                                                   int64_t block_size) {
-  const at::Tensor lam_rows = check_prox_tv1d_args(u_in, lam, block_size);
-  check_prox_tv1d_backward_args(grad_in, u_in);
+  const at::Tensor lam_rows = check_prox_tv1d_backward_args(grad_in, u_in, lam, block_size);
   const c10::cuda::CUDAGuard guard(u_in.device());
   const auto g = grad_in.contiguous();
   const auto u = u_in.contiguous();

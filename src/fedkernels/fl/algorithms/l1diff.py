@@ -14,16 +14,15 @@ from typing import Sequence
 
 import torch
 
-from ..models import load_state, mlp, state_of
 from ..payload import Payload, PayloadSpec, TensorSpec
-from ..strategy import State, Strategy
+from ..strategy import State
 from ..types import ClientData, ClientResult, TrainConfig
-from .fedavg import multilabel_loss
+from .fedavg import FedAvg, multilabel_loss
 from .l1diff_codec import decode_direction, encode_direction, full_gradient, l1diff_direction
 
 
-class L1Diff(Strategy):
-    """The l1-difference update with the run-length codec.
+class L1Diff(FedAvg):
+    """The l1-difference update with the run-length codec (FedAvg's model, download and prediction).
 
     Args:
         gamma: the l1-difference weight (>= 0).
@@ -47,22 +46,11 @@ class L1Diff(Strategy):
             raise ValueError(f"value_dtype must be 'float32' or 'float16', got {value_dtype!r}")
         if levels is not None and levels < 1:
             raise ValueError(f"levels must be >= 1, got {levels}")
+        super().__init__(hidden, loss)
         self.gamma, self.eta, self.server_lr = float(gamma), float(eta), float(server_lr)
-        self.hidden, self.loss, self.value_dtype, self.levels = tuple(hidden), loss, value_dtype, levels
+        self.value_dtype, self.levels = value_dtype, levels
         self.block_size = block_size
         self.rejected: list[tuple[int, int, str]] = []  # (round, client, why) uploads dropped at decode
-        self._dims: tuple[int, int] | None = None
-
-    def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
-        self._dims = (num_features, num_classes)
-        return state_of(mlp(num_features, num_classes, self.hidden, seed))
-
-    def _model(self, state: State) -> torch.nn.Module:
-        assert self._dims is not None, "init_state first"
-        return load_state(mlp(*self._dims, self.hidden), state)
-
-    def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
-        return dict(state)
 
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
         model = self._model(payload)
@@ -94,7 +82,3 @@ class L1Diff(Strategy):
                 step.add_(d[n], alpha=w / total)
             new[n] = (state[n] - (self.server_lr * self.eta) * step).to(state[n].dtype)
         return new
-
-    @torch.no_grad()
-    def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
-        return self._model(state)(x).topk(k, dim=1).indices
