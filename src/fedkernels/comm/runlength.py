@@ -51,7 +51,7 @@ def encode_runs(x: torch.Tensor, value_dtype: str = "float32") -> bytes:
 
     Example:
         >>> data = encode_runs(torch.tensor([0.5, 0.5, 0.5, -1.0, 0.0, 0.0]))
-        >>> len(data), decode_runs(data)     # (40, tensor([ 0.5,  0.5,  0.5, -1.,  0.,  0.]))
+        >>> len(data), decode_runs(data)     # (36, tensor([ 0.5,  0.5,  0.5, -1.,  0.,  0.]))
     """
     if value_dtype not in _DTYPES:
         raise ValueError(f"value_dtype must be 'float32' or 'float16', got {value_dtype!r}")

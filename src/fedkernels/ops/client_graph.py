@@ -19,7 +19,7 @@ def knn_graph(points: torch.Tensor, k: int, metric: str = "cosine") -> tuple[tor
 
     Example:
         >>> models = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
-        >>> knn_graph(models, 1)    # (tensor([[0, 1], [1, 2]]), tensor([0.0061, 0.8895]))
+        >>> knn_graph(models, 1)    # (tensor([[0, 1], [1, 2]]), tensor([0.0061, 0.8896]))
     """
     if not isinstance(points, torch.Tensor) or points.dim() != 2 or not points.is_floating_point():
         raise ValueError(f"points must be a float [n, D] tensor, got {getattr(points, 'shape', type(points))}")
