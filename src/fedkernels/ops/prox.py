@@ -35,8 +35,8 @@ def prox_tv1d(z: torch.Tensor, lam: float | torch.Tensor, anchored: bool = True,
 
     Example:
         >>> z = torch.tensor([3.0, 3.2, -1.0, -0.8, 0.1])
-        >>> prox_tv1d(z, 0.5)                    # tensor([2.6, 2.6, -0.4, -0.4, 0.0])
-        >>> prox_tv1d(z, 0.5, anchored=False)    # tensor([2.6, 2.6, -0.65, -0.65, -0.4])
+        >>> prox_tv1d(z, 0.5)                    # tensor([2.85, 2.85, -0.4, -0.4, 0.0])
+        >>> prox_tv1d(z, 0.5, anchored=False)    # tensor([2.85, 2.85, -0.4, -0.4, -0.4])
     """
     return torch.ops.fedkernels.prox_tv1d(z, _lam_tensor(lam, z), anchored, block_size)
 
