@@ -9,6 +9,10 @@
 
 #include "common/hash_family.h"
 
+namespace fedkernels {
+void register_prox_codec(pybind11::module_& m);  // csrc/prox/run_codec.cpp
+}
+
 TORCH_LIBRARY(fedkernels, m) {
   // ---- common: the hash family (DESIGN.md §2)
   m.def("hash_buckets(Tensor ids, Tensor params, int num_buckets) -> (Tensor, Tensor)");
@@ -42,6 +46,8 @@ TORCH_LIBRARY(fedkernels, m) {
         "Tensor weights) -> ()");
 
   // ---- prox: proximal l1-difference (TV1D) and the network prox
+  m.def("prox_tv1d(Tensor z, Tensor lam, bool anchored=True, int block_size=0) -> Tensor");
+  m.def("prox_tv1d_backward(Tensor grad, Tensor u, Tensor lam, bool anchored, int block_size) -> (Tensor, Tensor)");
   // (prox: schemas here)
 
   // ---- spread: FedAwS / FedALC spreadout
@@ -89,4 +95,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("hash_params", &hash_params, pybind11::arg("seed"), pybind11::arg("num_tables"),
         "Hash-family parameters (a, b, c, d) per table from splitmix64(seed), as a flat list of uint64.");
   m.def("build_info", &build_info, "What this build of fedkernels was compiled with.");
+  fedkernels::register_prox_codec(m);  // prox: fedkernels.comm host-side codec
 }

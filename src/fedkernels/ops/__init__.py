@@ -11,6 +11,9 @@ from .sampled import (client_seed, linear_cross_entropy, sample_negatives, sampl
 from .select import delta_norms, masked_weighted_average, num_selected, select_topk_tensors
 
 # prox (l1-difference)
+from .client_graph import feature_space_graph, knn_graph, model_space_graph
+from .graph_prox import GraphProxResult, graph_prox
+from .prox import prox_tv1d
 
 # spread (FedAwS / FedALC)
 
@@ -29,5 +32,11 @@ __all__ = [
     "masked_weighted_average",
     "num_selected",
     # prox
+    "prox_tv1d",
+    "graph_prox",
+    "GraphProxResult",
+    "knn_graph",
+    "model_space_graph",
+    "feature_space_graph",
     # spread
 ]

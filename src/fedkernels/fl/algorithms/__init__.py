@@ -4,5 +4,7 @@ from .fedavg import FedAvg
 from .fedmlh import FedMLH
 from .fedss import FedSS, FullSoftmax, NegOnly, PosOnly
 from .partial import PartialExchange
+from .l1diff import L1Diff
+from .l1diff_network import L1DiffNetwork
 
-__all__ = ["FedAvg", "FedMLH", "FedSS", "FullSoftmax", "NegOnly", "PosOnly", "PartialExchange"]
+__all__ = ["FedAvg", "FedMLH", "FedSS", "FullSoftmax", "NegOnly", "PosOnly", "PartialExchange", "L1Diff", "L1DiffNetwork"]

@@ -1,0 +1,183 @@
+"""Benchmark of the prox family: prox_tv1d speed and the update codec's size on a real gradient.
+
+Compares, in the same run:
+- prox_tv1d (exact, linear time) against an iterative dual projected-gradient (FISTA) solver in
+  PyTorch, the composition a user would write without this library, and against Condat's C code
+  as shipped by the PyPI package prox-tv (``tv1_1d(x, w, method='condat')``; optional, bench-only);
+- ns per element for d = 1e3 .. 1e7 on one thread, rows per second for batches on 1 and 2
+  threads (parallel efficiency), peak extra memory, achieved GB/s against measured copy bandwidth;
+- bits per parameter of the l1-difference update sent through fedkernels.comm, for a gamma sweep,
+  on the gradient of a linear multi-label model on the real Delicious dataset.
+
+Run: PYTHONPATH=src python bench/prox.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from xc_reader import DATA, multi_hot, read_xc  # noqa: E402
+
+import fedkernels  # noqa: E402
+from fedkernels.comm import decode_runs, encode_runs, quantize_runs  # noqa: E402
+
+
+
+def pg_baseline(z: torch.Tensor, lam: float, anchored: bool, iters: int) -> torch.Tensor:
+    """FISTA on the dual of the TV prox (box constraints |p| <= lam), in plain PyTorch."""
+    d = z.shape[-1]
+    m = d if anchored else d - 1
+    p = torch.zeros(*z.shape[:-1], m, dtype=z.dtype)
+    p_prev, t = p, 1.0
+
+    def dt(q: torch.Tensor) -> torch.Tensor:  # D^T q, (D^T q)_i = q_i - q_{i-1}
+        full = torch.nn.functional.pad(q, (1, d - m))
+        return full[..., 1:] - full[..., :-1]
+
+    for _ in range(iters):
+        t_next = 0.5 * (1 + math.sqrt(1 + 4 * t * t))
+        v = p + ((t - 1) / t_next) * (p - p_prev)
+        r = z - dt(v)
+        grad = -(r[..., :m] - torch.nn.functional.pad(r, (0, 1))[..., 1:m + 1])
+        p_prev, p, t = p, (v - 0.25 * grad).clamp(-lam, lam), t_next
+    return z - dt(p)
+
+
+def objective(z: torch.Tensor, u: torch.Tensor, lam: float, anchored: bool) -> float:
+    tv = (u[..., 1:] - u[..., :-1]).abs().sum() + (u[..., -1].abs().sum() if anchored else 0)
+    return float(0.5 * ((u - z) ** 2).sum() + lam * tv)
+
+
+def speed_rows(quick: bool) -> list[dict]:
+    try:
+        import prox_tv  # noqa: F401  (bench-only optional dependency)
+    except ImportError:
+        prox_tv = None
+    copy_gbs = common.copy_bandwidth_gbs("cpu")
+    rows = []
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    sizes = [10**3, 10**4, 10**5, 10**6] + ([] if quick else [10**7])
+    g = torch.Generator().manual_seed(0)
+    lam = 1.0
+    for d in sizes:
+        z64 = torch.randn(d, generator=g, dtype=torch.float64)
+        z32 = z64.float()
+        row = {"d": d, "lam": lam}
+        t = common.timeit(lambda: fedkernels.prox_tv1d(z32, lam, True), repeat=5)
+        row["ns/elem f32 anchored"] = t / d * 1e9
+        row["GB/s f32"] = 8 * d / t / 1e9
+        row["copy GB/s"] = copy_gbs
+        t_free = common.timeit(lambda: fedkernels.prox_tv1d(z64, lam, False), repeat=5)
+        row["ns/elem f64 free"] = t_free / d * 1e9
+        if prox_tv is not None:
+            zn = z64.numpy()
+            t_c = common.timeit(lambda: prox_tv.tv1_1d(zn, lam, method="condat"), repeat=5)
+            row["condat ns/elem"] = t_c / d * 1e9
+            row["ours/condat"] = t_free / t_c
+            ref = torch.from_numpy(prox_tv.tv1_1d(zn, lam, method="condat"))
+            row["max |ours-condat|"] = float((fedkernels.prox_tv1d(z64, lam, False) - ref).abs().max())
+        if d <= 10**6:
+            iters = 100
+            t_pg = common.timeit(lambda: pg_baseline(z32, lam, True, iters), repeat=3, warmup=1)
+            exact = fedkernels.prox_tv1d(z64, lam, True)
+            f_star = objective(z64, exact, lam, True)
+            f_pg = objective(z64, pg_baseline(z64, lam, True, iters).double(), lam, True)
+            row["pg100 ns/elem"] = t_pg / d * 1e9
+            row["pg100/ours"] = t_pg / t
+            row["pg100 rel. gap"] = (f_pg - f_star) / abs(f_star)
+        if d == 10**6:
+            row["ours peak MiB"] = common.mib(common.peak_extra_bytes(lambda: fedkernels.prox_tv1d(z32, lam, True)))
+            row["pg peak MiB"] = common.mib(common.peak_extra_bytes(lambda: pg_baseline(z32, lam, True, 5)))
+        rows.append(row)
+        print(row, flush=True)
+    torch.set_num_threads(old)
+    return rows
+
+
+def batch_rows(quick: bool) -> list[dict]:
+    rows = []
+    old = torch.get_num_threads()
+    g = torch.Generator().manual_seed(1)
+    for n_rows, d in [(4096, 1000), (256, 100_000)] if not quick else [(1024, 1000)]:
+        z = torch.randn(n_rows, d, generator=g)
+        times = {}
+        for th in (1, 2):
+            torch.set_num_threads(th)
+            times[th] = common.timeit(lambda: fedkernels.prox_tv1d(z, 0.5), repeat=5)
+        one = torch.randn(n_rows * d, generator=g)
+        torch.set_num_threads(2)
+        t_block = common.timeit(lambda: fedkernels.prox_tv1d(one, 0.5, block_size=d), repeat=5)
+        row = {"rows x d": f"{n_rows} x {d}", "rows/s 1 thread": n_rows / times[1], "rows/s 2 threads": n_rows / times[2],
+               "parallel efficiency": times[1] / (2 * times[2]),
+               "blockwise 1-vector ns/elem (2 thr)": t_block / (n_rows * d) * 1e9}
+        rows.append(row)
+        print(row, flush=True)
+    torch.set_num_threads(old)
+    return rows
+
+
+def codec_rows(quick: bool) -> list[dict]:
+    """Bits per parameter of the l1-difference update of a real gradient, over gamma."""
+    path = DATA / "delicious" / "train.txt"
+    if not path.exists():
+        print(f"skipping codec sweep: {path} not found")
+        return []
+    x, labels, nl = read_xc(path, 2000)
+    y = multi_hot(labels, nl)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(x.shape[1], y.shape[1])
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(model(x), y)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    g = torch.cat([t.reshape(-1) for t in grads]).detach()
+    dense_bits = 32 * g.numel()
+    eta = 1.0
+    rows = []
+    gscale = float(g.abs().mean())
+    for rel in ([0.0, 0.1, 0.3, 1.0, 3.0, 10.0] if not quick else [0.1, 1.0]):
+        gamma = rel * gscale
+        u = fedkernels.prox_tv1d(-eta * g, eta * gamma) if gamma > 0 else -eta * g
+        update = -u / eta  # (x - v) / eta, what the client sends
+        data = encode_runs(update)
+        assert torch.equal(decode_runs(data), update)
+        row = {"gamma / mean|g|": rel, "params": g.numel(), "runs": int(torch.unique_consecutive(update).numel()),
+               "bits/param f32 runs": 8 * len(data) / g.numel(),
+               "bits/param f16 runs": 8 * len(encode_runs(update, "float16")) / g.numel(),
+               "bits/param kmeans16": 8 * len(encode_runs(quantize_runs(update, 16))) / g.numel(),
+               "ratio vs dense f32": dense_bits / (8 * len(data)),
+               "rel. error vs g": float((update - g).norm() / g.norm())}
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
+    args = ap.parse_args()
+    speed = speed_rows(args.quick)
+    batch = batch_rows(args.quick)
+    codec = codec_rows(args.quick)
+    note = ("machine shared with other engineers' builds while measuring: absolute times are noisy; "
+            "ratios were measured in the same run")
+    path = common.write_results("prox", speed, {"batches": batch, "codec": codec, "note": note})
+    print(f"\nwrote {path}\n")
+    print(common.markdown_table(speed, ["d", "ns/elem f32 anchored", "ns/elem f64 free", "condat ns/elem",
+                                        "ours/condat", "pg100 ns/elem", "pg100/ours", "pg100 rel. gap",
+                                        "GB/s f32", "copy GB/s"]))
+    print()
+    print(common.markdown_table(batch, list(batch[0].keys()) if batch else []))
+    print()
+    if codec:
+        print(common.markdown_table(codec, list(codec[0].keys())))
+
+
+if __name__ == "__main__":
+    main()

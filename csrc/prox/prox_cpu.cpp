@@ -1,0 +1,80 @@
+// CPU launchers of prox_tv1d and its backward: at::parallel_for over items (rows or blocks).
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <memory>
+#include <tuple>
+
+#include "prox/prox.h"
+#include "prox/prox_checks.h"
+
+namespace fedkernels {
+
+static at::Tensor prox_tv1d_cpu(const at::Tensor& z_in, const at::Tensor& lam, bool anchored, int64_t block_size) {
+  const at::Tensor lam_rows = check_prox_tv1d_args(z_in, lam, block_size);
+  const auto z = z_in.contiguous();
+  auto u = at::empty_like(z);
+  const TvLayout l = tv_layout(z, block_size);
+  if (l.items() == 0) return u;
+  const double* lr = lam_rows.data_ptr<double>();
+  std::atomic<bool> bad{false};
+  AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "prox_tv1d_cpu", [&] {
+    const scalar_t* zp = z.data_ptr<scalar_t>();
+    scalar_t* up = u.data_ptr<scalar_t>();
+    const int64_t grain = std::max<int64_t>(1, 32768 / l.block);
+    at::parallel_for(0, l.items(), grain, [&](int64_t begin, int64_t end) {
+      // Chain scratch: allocated uninitialised, so only the pages a row really uses are touched.
+      std::unique_ptr<TvPoint[]> lo(new TvPoint[l.block + 1]), hi(new TvPoint[l.block + 1]);
+      for (int64_t it = begin; it < end; ++it) {
+        const int64_t off = (it / l.nblocks) * l.d + (it % l.nblocks) * l.block, n = l.item_len(it);
+        const double lam_r = lr[it / l.nblocks];
+        if (lam_r == 0.0) {
+          std::copy(zp + off, zp + off + n, up + off);
+          for (int64_t i = off; i < off + n; ++i)
+            if (!(zp[i] - zp[i] == 0)) bad.store(true, std::memory_order_relaxed);
+        } else if (!tv1d_solve_row(zp + off, up + off, n, lam_r, anchored, lo.get(), hi.get())) {
+          bad.store(true, std::memory_order_relaxed);
+        }
+      }
+    });
+  });
+  check_rows_finite(bad.load());
+  return u;
+}
+
+static std::tuple<at::Tensor, at::Tensor> prox_tv1d_backward_cpu(const at::Tensor& grad_in, const at::Tensor& u_in,
+                                                                 const at::Tensor& lam, bool anchored,
+                                                                 int64_t block_size) {
+  const at::Tensor lam_rows = check_prox_tv1d_backward_args(grad_in, u_in, lam, block_size);
+  const auto g = grad_in.contiguous();
+  const auto u = u_in.contiguous();
+  auto gz = at::empty_like(u);
+  const TvLayout l = tv_layout(u, block_size);
+  auto glam_items = at::zeros({l.items()}, at::kDouble);
+  if (l.items() > 0) {
+    const double* lr = lam_rows.data_ptr<double>();
+    double* gi = glam_items.data_ptr<double>();
+    AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "prox_tv1d_backward_cpu", [&] {
+      const scalar_t* gp = g.data_ptr<scalar_t>();
+      const scalar_t* up = u.data_ptr<scalar_t>();
+      scalar_t* gzp = gz.data_ptr<scalar_t>();
+      at::parallel_for(0, l.items(), std::max<int64_t>(1, 32768 / l.block), [&](int64_t begin, int64_t end) {
+        for (int64_t it = begin; it < end; ++it) {
+          const int64_t off = (it / l.nblocks) * l.d + (it % l.nblocks) * l.block;
+          gi[it] = tv1d_backward_row(gp + off, up + off, gzp + off, l.item_len(it), lr[it / l.nblocks] == 0.0,
+                                     anchored);
+        }
+      });
+    });
+  }
+  return {gz, reduce_lam_grad(glam_items, l, lam, u.sizes().slice(0, u.dim() - 1))};
+}
+
+TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
+  m.impl("prox_tv1d", &prox_tv1d_cpu);
+  m.impl("prox_tv1d_backward", &prox_tv1d_backward_cpu);
+}
+
+}  // namespace fedkernels

@@ -1,0 +1,99 @@
+// CUDA launchers of prox_tv1d and its backward: one thread per item (row or block), running the
+// same sequential FK_HOST_DEVICE solver as the CPU. Chain scratch lives in a global workspace.
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "prox/prox.h"
+#include "prox/prox_checks.h"
+
+namespace fedkernels {
+
+namespace {
+
+constexpr int kThreads = 128;
+
+template <typename T>
+__global__ void tv1d_kernel(const T* z, T* u, const double* lam_rows, TvPoint* scratch, uint8_t* bad, TvLayout l,
+                            bool anchored) {
+  const int64_t it = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (it >= l.items()) return;
+  const int64_t off = (it / l.nblocks) * l.d + (it % l.nblocks) * l.block, n = l.item_len(it);
+  const double lam = lam_rows[it / l.nblocks];
+  bool ok = true;
+  if (lam == 0.0) {
+    for (int64_t i = off; i < off + n; ++i) {
+      u[i] = z[i];
+      ok = ok && (z[i] - z[i] == T(0));
+    }
+  } else {
+    TvPoint* lo = scratch + it * 2 * (l.block + 1);
+    ok = tv1d_solve_row(z + off, u + off, n, lam, anchored, lo, lo + (l.block + 1));
+  }
+  bad[it] = ok ? 0 : 1;
+}
+
+template <typename T>
+__global__ void tv1d_backward_kernel(const T* g, const T* u, T* gz, const double* lam_rows, double* glam, TvLayout l,
+                                     bool anchored) {
+  const int64_t it = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (it >= l.items()) return;
+  const int64_t off = (it / l.nblocks) * l.d + (it % l.nblocks) * l.block;
+  glam[it] = tv1d_backward_row(g + off, u + off, gz + off, l.item_len(it), lam_rows[it / l.nblocks] == 0.0, anchored);
+}
+
+unsigned grid_for(int64_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+static at::Tensor prox_tv1d_cuda(const at::Tensor& z_in, const at::Tensor& lam, bool anchored, int64_t block_size) {
+  const at::Tensor lam_rows = check_prox_tv1d_args(z_in, lam, block_size);
+  const c10::cuda::CUDAGuard guard(z_in.device());
+  const auto z = z_in.contiguous();
+  auto u = at::empty_like(z);
+  const TvLayout l = tv_layout(z, block_size);
+  if (l.items() == 0) return u;
+  // Worst case each chain holds a whole item, so the workspace is 2 (block + 1) points per item.
+  auto scratch = at::empty({l.items() * 2 * (l.block + 1) * static_cast<int64_t>(sizeof(TvPoint))},
+                           z.options().dtype(at::kByte));
+  auto bad = at::empty({l.items()}, z.options().dtype(at::kByte));
+  AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "prox_tv1d_cuda", [&] {
+    tv1d_kernel<scalar_t><<<grid_for(l.items()), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        z.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(), lam_rows.data_ptr<double>(),
+        reinterpret_cast<TvPoint*>(scratch.data_ptr<uint8_t>()), bad.data_ptr<uint8_t>(), l, anchored);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  check_rows_finite(bad.any().item<bool>());
+  return u;
+}
+
+static std::tuple<at::Tensor, at::Tensor> prox_tv1d_backward_cuda(const at::Tensor& grad_in, const at::Tensor& u_in,
+                                                                  const at::Tensor& lam, bool anchored,
+                                                                  int64_t block_size) {
+  const at::Tensor lam_rows = check_prox_tv1d_backward_args(grad_in, u_in, lam, block_size);
+  const c10::cuda::CUDAGuard guard(u_in.device());
+  const auto g = grad_in.contiguous();
+  const auto u = u_in.contiguous();
+  auto gz = at::empty_like(u);
+  const TvLayout l = tv_layout(u, block_size);
+  auto glam_items = at::zeros({l.items()}, u.options().dtype(at::kDouble));
+  if (l.items() > 0) {
+    AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "prox_tv1d_backward_cuda", [&] {
+      tv1d_backward_kernel<scalar_t><<<grid_for(l.items()), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+          g.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(), gz.data_ptr<scalar_t>(), lam_rows.data_ptr<double>(),
+          glam_items.data_ptr<double>(), l, anchored);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  }
+  return {gz, reduce_lam_grad(glam_items, l, lam, u.sizes().slice(0, u.dim() - 1))};
+}
+
+TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
+  m.impl("prox_tv1d", &prox_tv1d_cuda);
+  m.impl("prox_tv1d_backward", &prox_tv1d_backward_cuda);
+}
+
+}  // namespace fedkernels

@@ -1,0 +1,149 @@
+"""The l1-difference strategies in the loop: round trips, byte accounting, reproducibility, aggregation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fedkernels
+from fedkernels.comm import decode_runs
+from fedkernels.fl import RunConfig, Server, TrainConfig, encode
+from fedkernels.fl.algorithms import L1Diff, L1DiffNetwork
+from fedkernels.fl.algorithms.l1diff_codec import full_gradient, l1diff_direction
+from fedkernels.fl.algorithms.fedavg import multilabel_loss
+from fedkernels.fl.models import load_state, mlp
+from python_tests.fl_data import tiny_clients, tiny_dataset
+
+
+def _cfg(seed=0, rounds=3):
+    return RunConfig(rounds=rounds, clients_per_round=2, train=TrainConfig(epochs=1, batch_size=16, lr=0.3), seed=seed)
+
+
+def _server(seed=0, rounds=3, **kw):
+    return Server(L1Diff(hidden=(8,), **{"gamma": 0.01, "eta": 0.5, **kw}), tiny_clients(4), 16, 8, _cfg(seed, rounds))
+
+
+def _net_server(seed=0, rounds=3, **kw):
+    strat = L1DiffNetwork(4, **{"gamma": 0.01, "eta": 0.5, "lam": 0.05, "k": 2, "hidden": (8,), **kw})
+    return Server(strat, tiny_clients(4), 16, 8, _cfg(seed, rounds))
+
+
+@pytest.mark.parametrize("make", [_server, _net_server])
+def test_round_trip_and_bytes(make):
+    s = make()
+    chosen = s.select_clients(0)
+    results, downs = zip(*[s.run_client(c, 0) for c in chosen])
+    for c, res, down in zip(chosen, results, downs):
+        payload_down = s.strategy.client_payload(s.state, c, None, 0, 0)
+        assert down == len(encode(payload_down))
+        assert res.bytes_up == len(encode(res.payload))  # what the loop counted is the serialised size
+    s2 = make()
+    rec = s2.run_round()
+    assert not rec.failed and rec.bytes_up == sum(r.bytes_up for r in results)
+
+
+def test_update_is_the_prox_step_and_compresses():
+    s = _server(gamma=0.05)
+    data = s.clients[0]
+    payload = dict(s.state)
+    up = s.strategy.client_update(payload, data, s.config.train, 0, 0)
+    model = load_state(mlp(16, 8, (8,)), payload)
+    params = [p for _, p in model.named_parameters()]
+    grads = full_gradient(params, lambda b: multilabel_loss(model(b.x), b, "bce"), data, 16)
+    dense = 0
+    for (name, _), g in zip(model.named_parameters(), grads):
+        got = decode_runs(up[name].numpy().tobytes())
+        want = -fedkernels.prox_tv1d(-0.5 * g.reshape(-1), 0.5 * 0.05).reshape(g.shape) / 0.5
+        assert torch.equal(got, want)
+        dense += 4 * g.numel()
+    assert sum(t.numel() for t in up.values()) < dense  # fewer bytes than the dense float32 update
+
+
+def test_gamma_zero_is_fedsgd():
+    s = _server(gamma=0.0)
+    g = torch.randn(5, 3)
+    assert torch.equal(l1diff_direction(g, 0.0, 0.5), g)
+
+
+def _round_zero_uploads(s):
+    """The checked uploads of round 0's clients, their sample counts, and the aggregate."""
+    ups = [s.run_client(c, 0)[0] for c in s.select_clients(0)]
+    return ups, [len(s.clients[u.client_id]) for u in ups], s.strategy.aggregate(s.state, ups, 0)
+
+
+def _final_state(make, seed):
+    s = make(seed=seed)
+    s.run()
+    return s.state
+
+
+@pytest.mark.parametrize("make", [_server, _net_server])
+def test_same_seed_bit_identical(make):
+    first, again, other = (_final_state(make, seed) for seed in (3, 3, 4))
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert any(not torch.equal(first[k], other[k]) for k in first)
+
+
+def test_aggregation_matches_hand_computed():
+    s = _server()
+    ups, w, new = _round_zero_uploads(s)
+    for k in new:
+        ds = [decode_runs(u.payload[k].numpy().tobytes()).double() for u in ups]
+        want = s.state[k].double() - 0.5 * sum(wi * d for wi, d in zip(w, ds)) / sum(w)
+        torch.testing.assert_close(new[k].double(), want, rtol=1e-6, atol=1e-7)
+
+
+def test_network_aggregation_matches_hand_computed():
+    s = _net_server(lam=0.2, p=2)
+    ups, w, new = _round_zero_uploads(s)
+    chosen = [u.client_id for u in ups]
+    heads = [n for n in s.state if n.startswith("personal.")]
+    for k in s.state:
+        ds = [decode_runs(u.payload[k].numpy().tobytes()).double() for u in ups]
+        if k in heads:
+            continue
+        want = s.state[k].double() - 0.5 * sum(wi * d for wi, d in zip(w, ds)) / sum(w)
+        torch.testing.assert_close(new[k].double(), want, rtol=1e-6, atol=1e-7)
+    # heads: own step for participants, then the graph prox over all clients
+    y = []
+    for k in heads:
+        h = s.state[k].double().clone()
+        for c, u in zip(chosen, ups):
+            h[c] -= 0.5 * decode_runs(u.payload[k].numpy().tobytes()).double()
+        y.append(h.reshape(4, -1))
+    y = torch.cat(y, 1)
+    ref = fedkernels.graph_prox(y, s.strategy.edges, 0.5 * 0.2, 2, tol=1e-12)
+    got = torch.cat([new[k].double().reshape(4, -1) for k in heads], 1)
+    assert s.strategy.last_gap is not None and s.strategy.last_gap <= 1e-6 * max(1.0, ref.primal)
+    torch.testing.assert_close(got, ref.z, rtol=0, atol=1e-3)
+
+
+def test_training_improves_precision():
+    s = _server(rounds=30, eta=2.0, gamma=0.001)
+    test = tiny_dataset(400, seed=99)
+    before = s.evaluate(test)["P@1"]
+    s.run()
+    assert s.evaluate(test)["P@1"] > before + 0.05
+
+
+def test_corrupt_upload_is_dropped_not_applied():
+    s = _server()
+    ups = [s.run_client(c, 0)[0] for c in s.select_clients(0)]
+    bad = dict(ups[0].payload)
+    name = next(iter(bad))
+    bad[name] = bad[name][:-3].clone()
+    ups[0].payload = bad
+    with pytest.warns(UserWarning, match="dropped"):
+        new = s.strategy.aggregate(s.state, ups, 0)
+    s2 = _server()
+    only = s2.strategy.aggregate(s2.state, ups[1:], 0)
+    assert all(torch.equal(new[k], only[k]) for k in new) and s.strategy.rejected
+
+
+def test_bad_config():
+    with pytest.raises(ValueError, match="gamma"):
+        L1Diff(gamma=-1.0)
+    with pytest.raises(ValueError, match="num_clients"):
+        L1DiffNetwork(1)
+    with pytest.raises(ValueError, match="graph"):
+        L1DiffNetwork(4, graph="nope")

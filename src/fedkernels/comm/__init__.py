@@ -1,0 +1,12 @@
+"""Communication codecs for model updates (host-side: they produce and consume bytes).
+
+- ``encode_runs`` / ``decode_runs``: a piecewise-constant tensor as run values (float32 or
+  float16) plus Elias-gamma coded run lengths; exact round trip; ``len(bytes)`` is what is sent.
+- ``kmeans_1d`` / ``quantize_runs``: optimal 1D k-means of run values weighted by run lengths
+  (exact dynamic programming), to cut the number of distinct values (and so of runs) further.
+"""
+
+from .kmeans import kmeans_1d, quantize_runs
+from .runlength import RunHeader, decode_runs, encode_runs, read_header
+
+__all__ = ["encode_runs", "decode_runs", "read_header", "RunHeader", "kmeans_1d", "quantize_runs"]
