@@ -10,6 +10,7 @@ from .sketch import label_hash
 # prox (l1-difference)
 
 # spread (FedAwS / FedALC)
+from .spread import PairWeights, knn_classes, pair_weight_gather, spreadout_loss, spreadout_pair_loss
 
 __all__ = [
     # sketch
@@ -18,4 +19,5 @@ __all__ = [
     # select
     # prox
     # spread
+    "PairWeights", "knn_classes", "pair_weight_gather", "spreadout_loss", "spreadout_pair_loss",
 ]

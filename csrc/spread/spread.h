@@ -1,0 +1,213 @@
+// Per-item math of the spreadout family (FedAwS / FedALC), shared by the CPU and CUDA launchers.
+//
+// knn_classes ranks candidates by a cheap GEMM-based key (l2: |w_j|^2 - 2 w_i.w_j, cosine:
+// -w_i.w_j / |w_j|; the row's own term is constant and dropped), keeps a few more candidates than k
+// (kCandidateSlack), then recomputes the kept distances directly in float64 and picks the k smallest
+// by (distance, index). The direct recompute is what makes distances and tie order match a
+// brute-force reference; the slack absorbs the rounding of the GEMM keys.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/macros.h"
+
+namespace fedkernels {
+namespace spread {
+
+enum Metric : int { kL2 = 0, kCosine = 1 };
+
+// Rows whose norm is below this are treated as having this norm under cosine (like F.normalize).
+constexpr double kCosineEps = 1e-12;
+
+// Candidates kept per row beyond k while scanning tiles.
+FK_HOST_DEVICE FK_INLINE int64_t candidate_capacity(int64_t k) { return 2 * k + 16; }
+
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double as_double(T x) {
+  return static_cast<double>(static_cast<float>(x));
+}
+template <>
+FK_HOST_DEVICE FK_INLINE double as_double<double>(double x) {
+  return x;
+}
+
+// Strict total order of (key, index): smaller key first, then smaller index.
+template <typename K>
+FK_HOST_DEVICE FK_INLINE bool key_less(K ka, int64_t ia, K kb, int64_t ib) {
+  return ka < kb || (ka == kb && ia < ib);
+}
+
+// Insert (key, id) into a row's candidate list kept sorted ascending, holding at most cap entries.
+// The kept set is the cap smallest under key_less whatever the insertion order.
+template <typename K>
+FK_HOST_DEVICE FK_INLINE void candidate_insert(K* keys, int64_t* ids, int64_t& size, int64_t cap, K key,
+                                               int64_t id) {
+  if (size == cap) {
+    if (!key_less(key, id, keys[cap - 1], ids[cap - 1])) return;
+    --size;
+  }
+  int64_t pos = size;
+  while (pos > 0 && key_less(key, id, keys[pos - 1], ids[pos - 1])) {
+    keys[pos] = keys[pos - 1];
+    ids[pos] = ids[pos - 1];
+    --pos;
+  }
+  keys[pos] = key;
+  ids[pos] = id;
+  ++size;
+}
+
+// Squared norm of a row in float64.
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double row_sq_norm(const T* a, int64_t d) {
+  double s = 0.0;
+  for (int64_t i = 0; i < d; ++i) {
+    const double x = as_double(a[i]);
+    s += x * x;
+  }
+  return s;
+}
+
+// The true distance between two rows, computed directly in float64 (not via the GEMM identity).
+// l2: Euclidean distance (not squared). cosine: 1 - cos, with norms clamped below at kCosineEps;
+// norm_a / norm_b are the rows' float64 norms (only used for cosine).
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double exact_distance(const T* a, const T* b, int64_t d, int metric, double norm_a,
+                                               double norm_b) {
+  if (metric == kL2) {
+    double s = 0.0;
+    for (int64_t i = 0; i < d; ++i) {
+      const double t = as_double(a[i]) - as_double(b[i]);
+      s += t * t;
+    }
+    return sqrt(s);
+  }
+  double dot = 0.0;
+  for (int64_t i = 0; i < d; ++i) dot += as_double(a[i]) * as_double(b[i]);
+  const double na = norm_a > kCosineEps ? norm_a : kCosineEps;
+  const double nb = norm_b > kCosineEps ? norm_b : kCosineEps;
+  return 1.0 - dot / (na * nb);
+}
+
+// Final pass of one row: recompute the true distance of each of its `size` candidates, order them by
+// (distance, index) and write the first k. exact[] is scratch of at least `size` doubles.
+template <typename T, typename OUT>
+FK_HOST_DEVICE FK_INLINE void knn_finalize_row(const T* w, int64_t row, int64_t d, int metric, const double* norms,
+                                               int64_t* cand_ids, int64_t size, double* exact, int64_t k,
+                                               OUT* out_dist, int64_t* out_idx) {
+  const T* a = w + row * d;
+  const double na = metric == kCosine ? norms[row] : 0.0;
+  for (int64_t s = 0; s < size; ++s) {
+    const int64_t j = cand_ids[s];
+    exact[s] = exact_distance(a, w + j * d, d, metric, na, metric == kCosine ? norms[j] : 0.0);
+  }
+  // Insertion sort by (exact, index): size is small (2k + 16).
+  for (int64_t s = 1; s < size; ++s) {
+    const double e = exact[s];
+    const int64_t id = cand_ids[s];
+    int64_t p = s;
+    while (p > 0 && key_less(e, id, exact[p - 1], cand_ids[p - 1])) {
+      exact[p] = exact[p - 1];
+      cand_ids[p] = cand_ids[p - 1];
+      --p;
+    }
+    exact[p] = e;
+    cand_ids[p] = id;
+  }
+  for (int64_t s = 0; s < k; ++s) {
+    out_dist[row * k + s] = static_cast<OUT>(exact[s]);
+    out_idx[row * k + s] = cand_ids[s];
+  }
+}
+
+// alpha for pair (row, col) from a CSR whose rows hold strictly increasing column ids; 1 if absent.
+FK_HOST_DEVICE FK_INLINE float pair_weight_lookup(const int64_t* indptr, const int64_t* indices, const float* values,
+                                                  int64_t row, int64_t col) {
+  int64_t lo = indptr[row], hi = indptr[row + 1];
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (indices[mid] < col) lo = mid + 1; else hi = mid;
+  }
+  return (lo < indptr[row + 1] && indices[lo] == col) ? values[lo] : 1.0f;
+}
+
+// One pair's hinge h = max(0, margin - dist) and its loss weight * h^2 (float64).
+// coef is dLoss/d(geometry) scaled so the row gradients below are linear in it:
+//   l2:     coef = -2 weight h / dist  (0 when dist == 0: the norm's subgradient at 0),
+//           dLoss/dw_c = coef (w_c - w_c'),  dLoss/dw_c' = coef (w_c' - w_c);
+//   cosine: coef = 2 weight h (h grows with cos),  dLoss/dw_c = coef P_c(u_c') / n_c.
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double pair_term(const T* w, int64_t c, int64_t cp, int64_t d, int metric, const double* norms,
+                                          double weight, double margin, double* coef) {
+  const double dist = exact_distance(w + c * d, w + cp * d, d, metric, metric == kCosine ? norms[c] : 0.0,
+                                     metric == kCosine ? norms[cp] : 0.0);
+  const double h = margin - dist > 0.0 ? margin - dist : 0.0;
+  if (metric == kL2) {
+    *coef = (h > 0.0 && dist > 0.0) ? -2.0 * weight * h / dist : 0.0;
+  } else {
+    *coef = 2.0 * weight * h;
+  }
+  return weight * h * h;
+}
+
+// Gradient of row t over dims [start, end) with stride: its own pairs (t, nbr[t, j]) and the reverse
+// pairs (r, t) listed, in a fixed order, by rev_pairs[rev_begin .. rev_end) (flat pair ids r*k + j).
+// coefs are per flat pair id, already multiplied by the incoming gradient.
+template <typename T, typename G>
+FK_HOST_DEVICE FK_INLINE void pair_grad_row(const T* w, int64_t t, int64_t d, int64_t k, int metric,
+                                            const double* norms, const int64_t* nbr, const double* coefs,
+                                            const int64_t* rev_pairs, int64_t rev_begin, int64_t rev_end,
+                                            G* grad, int64_t start, int64_t stride) {
+  const T* wt = w + t * d;
+  double nt = 1.0, proj = 0.0;
+  if (metric == kCosine) {
+    nt = norms[t] > kCosineEps ? norms[t] : kCosineEps;
+  }
+  // cosine needs u_t . v for the projection, v = sum coef u_partner; a first sweep over all dims.
+  if (metric == kCosine && norms[t] > kCosineEps) {
+    for (int64_t i = 0; i < d; ++i) {
+      double v = 0.0;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t p = nbr[t * k + j];
+        const double np = norms[p] > kCosineEps ? norms[p] : kCosineEps;
+        v += coefs[t * k + j] * as_double(w[p * d + i]) / np;
+      }
+      for (int64_t q = rev_begin; q < rev_end; ++q) {
+        const int64_t pair = rev_pairs[q], r = pair / k;
+        const double nr = norms[r] > kCosineEps ? norms[r] : kCosineEps;
+        v += coefs[pair] * as_double(w[r * d + i]) / nr;
+      }
+      proj += v * as_double(wt[i]) / nt;
+    }
+  }
+  for (int64_t i = start; i < d; i += stride) {
+    double g = 0.0;
+    if (metric == kL2) {
+      const double x = as_double(wt[i]);
+      for (int64_t j = 0; j < k; ++j) g += coefs[t * k + j] * (x - as_double(w[nbr[t * k + j] * d + i]));
+      for (int64_t q = rev_begin; q < rev_end; ++q) {
+        const int64_t pair = rev_pairs[q];
+        g += coefs[pair] * (x - as_double(w[(pair / k) * d + i]));
+      }
+    } else {
+      double v = 0.0;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t p = nbr[t * k + j];
+        const double np = norms[p] > kCosineEps ? norms[p] : kCosineEps;
+        v += coefs[t * k + j] * as_double(w[p * d + i]) / np;
+      }
+      for (int64_t q = rev_begin; q < rev_end; ++q) {
+        const int64_t pair = rev_pairs[q], r = pair / k;
+        const double nr = norms[r] > kCosineEps ? norms[r] : kCosineEps;
+        v += coefs[pair] * as_double(w[r * d + i]) / nr;
+      }
+      // ds/dw_t = (v - (u_t . v) u_t) / n_t when |w_t| >= eps, else v / eps (u_t = w_t / eps is linear).
+      g = (v - proj * as_double(wt[i]) / nt) / nt;
+    }
+    grad[t * d + i] = static_cast<G>(g);
+  }
+}
+
+}  // namespace spread
+}  // namespace fedkernels
