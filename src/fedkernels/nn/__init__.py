@@ -1,3 +1,9 @@
 """Drop-in torch.nn modules built on the fedkernels ops."""
 
-__all__: list[str] = []
+# spread (FedAwS / FedALC)
+from .spreadout import SpreadoutRegularizer, learn_fixed_class_embeddings, positive_pull
+
+__all__: list[str] = [
+    # spread
+    "SpreadoutRegularizer", "learn_fixed_class_embeddings", "positive_pull",
+]
