@@ -1,10 +1,12 @@
 // Per-item math of the spreadout family (FedAwS / FedALC), shared by the CPU and CUDA launchers.
 //
 // knn_classes ranks candidates by a cheap GEMM-based key (l2: |w_j|^2 - 2 w_i.w_j, cosine:
-// -w_i.w_j / |w_j|; the row's own term is constant and dropped), keeps a few more candidates than k
-// (kCandidateSlack), then recomputes the kept distances directly in float64 and picks the k smallest
-// by (distance, index). The direct recompute is what makes distances and tie order match a
-// brute-force reference; the slack absorbs the rounding of the GEMM keys.
+// -w_i.w_j / |w_j|; the row's own term is constant and dropped) and keeps up to 2k + 16 candidates,
+// then recomputes the kept distances directly in float64 and picks the k smallest by (distance,
+// index). Exactness: every key is within `band / 2` of its true value (a worst-case rounding bound),
+// so the true k nearest all have keys <= (k-th smallest key) + band. If a row ever has to drop a
+// candidate inside that band (more near-ties than the slack holds), it is flagged and recomputed by an
+// exact float64 scan over all classes. Distances and tie order thus match a brute-force reference.
 #pragma once
 
 #include <cmath>
@@ -56,6 +58,31 @@ FK_HOST_DEVICE FK_INLINE void candidate_insert(K* keys, int64_t* ids, int64_t& s
   keys[pos] = key;
   ids[pos] = id;
   ++size;
+}
+
+// Offer (key, id) to a row's candidate list (sorted, at most cap) whose first k define the running
+// threshold. Sets overflow when a candidate within `band` of the k-th key has to be dropped.
+template <typename K>
+FK_HOST_DEVICE FK_INLINE void candidate_offer(K* keys, int64_t* ids, int64_t& size, int64_t cap, int64_t k, K band,
+                                              K key, int64_t id, bool& overflow) {
+  if (size == cap) {
+    K dropped = key;
+    if (key_less(key, id, keys[cap - 1], ids[cap - 1])) {
+      dropped = keys[cap - 1];
+      candidate_insert(keys, ids, size, cap, key, id);
+    }
+    if (dropped <= keys[k - 1] + band) overflow = true;
+    return;
+  }
+  candidate_insert(keys, ids, size, cap, key, id);
+}
+
+// Worst-case distance between a GEMM key and its true value, doubled (see the top of this file):
+// a length-d dot product in a type with unit roundoff u errs by at most (d + 4) u |a| |b|.
+FK_HOST_DEVICE FK_INLINE double key_band(int metric, int64_t d, double unit_roundoff, double norm_i, double max_norm) {
+  const double gamma = 2.0 * 1.01 * static_cast<double>(d + 4) * unit_roundoff;
+  if (metric == kL2) return 2.0 * gamma * (max_norm * max_norm + 2.0 * norm_i * max_norm);
+  return 2.0 * gamma * (norm_i + 1e-30);
 }
 
 // Squared norm of a row in float64.
@@ -118,6 +145,27 @@ FK_HOST_DEVICE FK_INLINE void knn_finalize_row(const T* w, int64_t row, int64_t 
   for (int64_t s = 0; s < k; ++s) {
     out_dist[row * k + s] = static_cast<OUT>(exact[s]);
     out_idx[row * k + s] = cand_ids[s];
+  }
+}
+
+// Exact fallback for one row: scan every other class with the float64 distance, keep the k smallest
+// by (distance, index) in the scratch arrays exact[k], ids[k], and write them.
+template <typename T, typename OUT>
+FK_HOST_DEVICE FK_INLINE void knn_exact_row(const T* w, int64_t row, int64_t c, int64_t d, int metric,
+                                            const double* norms, double* exact, int64_t* ids, int64_t k,
+                                            OUT* out_dist, int64_t* out_idx) {
+  const T* a = w + row * d;
+  const double na = metric == kCosine ? norms[row] : 0.0;
+  int64_t size = 0;
+  for (int64_t j = 0; j < c; ++j) {
+    if (j == row) continue;
+    const double e = exact_distance(a, w + j * d, d, metric, na, metric == kCosine ? norms[j] : 0.0);
+    if (size == k && !key_less(e, j, exact[k - 1], ids[k - 1])) continue;
+    candidate_insert(exact, ids, size, k, e, j);
+  }
+  for (int64_t s = 0; s < k; ++s) {
+    out_dist[row * k + s] = static_cast<OUT>(exact[s]);
+    out_idx[row * k + s] = ids[s];
   }
 }
 

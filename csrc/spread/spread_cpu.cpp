@@ -1,7 +1,8 @@
 // CPU launcher of knn_classes: row tiles in parallel; for each row tile, column tiles of GEMM keys
 // (at::mm into one reused buffer, single-threaded BLAS inside the parallel region) scanned into a
 // running per-row candidate list, then a direct float64 recompute of the kept candidates.
-// Extra memory: C x (2k + 16) candidates + one [kRowTile, kColTile] key tile per thread.
+// Extra memory: kRowTile x (2k + 16) candidates and one [kRowTile, kColTile] key tile per thread.
+// Rows with more near-ties than the candidate slack holds are redone by an exact scan (spread.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -45,19 +46,26 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
     }
   }
   const int64_t cap = std::min<int64_t>(spread::candidate_capacity(k), c - 1);
+  double max_norm = 0.0;
+  for (int64_t j = 0; j < c; ++j) max_norm = std::max(max_norm, norms[j]);
+  const double unit_roundoff = std::is_same_v<ACC, double> ? 0x1p-53 : 0x1p-24;
   const int64_t n_row_tiles = (c + kRowTile - 1) / kRowTile;
   ACC* out_dist = dist.data_ptr<ACC>();
   int64_t* out_idx = idx.data_ptr<int64_t>();
 
   at::parallel_for(0, n_row_tiles, 1, [&](int64_t tb, int64_t te) {
     at::Tensor tile = at::empty({kRowTile * kColTile}, Wacc.options());
-    std::vector<ACC> keys(static_cast<size_t>(kRowTile * cap));
-    std::vector<int64_t> ids(static_cast<size_t>(kRowTile * cap));
-    std::vector<int64_t> sizes(kRowTile);
+    std::vector<ACC> keys(static_cast<size_t>(kRowTile * cap)), bands(kRowTile);
+    std::vector<int64_t> ids(static_cast<size_t>(kRowTile * cap)), sizes(kRowTile);
+    std::vector<char> overflow(kRowTile);
     std::vector<double> exact(static_cast<size_t>(cap));
     for (int64_t rt = tb; rt < te; ++rt) {
       const int64_t r0 = rt * kRowTile, nr = std::min(kRowTile, c - r0);
-      std::fill(sizes.begin(), sizes.end(), 0);
+      for (int64_t r = 0; r < nr; ++r) {
+        sizes[r] = 0;
+        overflow[r] = 0;
+        bands[r] = static_cast<ACC>(spread::key_band(metric, d, unit_roundoff, norms[r0 + r], max_norm));
+      }
       const at::Tensor rows = Wacc.narrow(0, r0, nr);
       for (int64_t c0 = 0; c0 < c; c0 += kColTile) {
         const int64_t nc = std::min(kColTile, c - c0);
@@ -69,20 +77,32 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
           ACC* kr = keys.data() + r * cap;
           int64_t* ir = ids.data() + r * cap;
           int64_t& sz = sizes[r];
+          bool of = overflow[r];
+          const ACC band = bands[r];
           const ACC* grow = gp + r * nc;
           for (int64_t jj = 0; jj < nc; ++jj) {
             const int64_t j = c0 + jj;
             const ACC key = metric == spread::kL2 ? col_term[j] - ACC(2) * grow[jj] : col_term[j] * grow[jj];
             // Fast reject once the list is full: most entries stop here.
-            if (sz == cap && key > kr[cap - 1]) continue;
+            if (sz == cap && key > kr[cap - 1]) {
+              if (key <= kr[k - 1] + band && j != i) of = true;
+              continue;
+            }
             if (j == i) continue;
-            spread::candidate_insert(kr, ir, sz, cap, key, j);
+            spread::candidate_offer(kr, ir, sz, cap, k, band, key, j, of);
           }
+          overflow[r] = of;
         }
       }
       for (int64_t r = 0; r < nr; ++r) {
-        spread::knn_finalize_row(w, r0 + r, d, metric, norms.data(), ids.data() + r * cap, sizes[r], exact.data(), k,
-                                 out_dist, out_idx);
+        if (overflow[r]) {
+          std::vector<double> ex(static_cast<size_t>(k));
+          std::vector<int64_t> ix(static_cast<size_t>(k));
+          spread::knn_exact_row(w, r0 + r, c, d, metric, norms.data(), ex.data(), ix.data(), k, out_dist, out_idx);
+        } else {
+          spread::knn_finalize_row(w, r0 + r, d, metric, norms.data(), ids.data() + r * cap, sizes[r], exact.data(),
+                                   k, out_dist, out_idx);
+        }
       }
     }
   });

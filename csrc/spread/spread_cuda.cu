@@ -1,7 +1,8 @@
 // CUDA launcher of knn_classes: one thread per row. A block of 128 rows streams column tiles of
 // 32 classes x 32 dims through shared memory, accumulates the 32 dot products in registers, and
 // feeds the GEMM keys into the row's candidate list (global scratch [C, 2k + 16]); a second kernel
-// recomputes the kept candidates in float64 and writes the k nearest (the shared knn_finalize_row).
+// recomputes the kept candidates in float64 and writes the k nearest (the shared knn_finalize_row),
+// or, for rows flagged with more near-ties than the slack, rescans them exactly (knn_exact_row).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -18,14 +19,18 @@ constexpr int kTileCols = 32;
 constexpr int kTileDims = 32;
 
 template <typename T, typename ACC>
-__global__ void knn_scan_kernel(const T* w, const double* norms, int64_t c, int64_t d, int metric, int64_t cap,
-                                ACC* cand_keys, int64_t* cand_ids, int64_t* cand_sizes) {
+__global__ void knn_scan_kernel(const T* w, const double* norms, int64_t c, int64_t d, int metric, int64_t k,
+                                int64_t cap, double unit_roundoff, double max_norm, ACC* cand_keys, int64_t* cand_ids,
+                                int64_t* cand_sizes, bool* overflow) {
   __shared__ ACC tile[kTileCols][kTileDims + 1];
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool active = i < c;
   ACC* kr = cand_keys + (active ? i : 0) * cap;
   int64_t* ir = cand_ids + (active ? i : 0) * cap;
   int64_t size = 0;
+  bool of = false;
+  const ACC band =
+      active ? static_cast<ACC>(spread::key_band(metric, d, unit_roundoff, norms[i], max_norm)) : ACC(0);
   for (int64_t c0 = 0; c0 < c; c0 += kTileCols) {
     ACC acc[kTileCols];
 #pragma unroll
@@ -55,19 +60,29 @@ __global__ void knn_scan_kernel(const T* w, const double* norms, int64_t c, int6
       const ACC key = metric == spread::kL2
                           ? static_cast<ACC>(nj * nj) - ACC(2) * acc[cc]
                           : -acc[cc] / static_cast<ACC>(nj > spread::kCosineEps ? nj : spread::kCosineEps);
-      if (size == cap && key > kr[cap - 1]) continue;
-      spread::candidate_insert(kr, ir, size, cap, key, j);
+      if (size == cap && key > kr[cap - 1]) {
+        if (key <= kr[k - 1] + band) of = true;
+        continue;
+      }
+      spread::candidate_offer(kr, ir, size, cap, k, band, key, j, of);
     }
   }
-  if (active) cand_sizes[i] = size;
+  if (active) {
+    cand_sizes[i] = size;
+    overflow[i] = of;
+  }
 }
 
 template <typename T, typename OUT>
 __global__ void knn_finalize_kernel(const T* w, const double* norms, int64_t c, int64_t d, int metric, int64_t cap,
-                                    int64_t* cand_ids, const int64_t* cand_sizes, double* exact, int64_t k,
-                                    OUT* out_dist, int64_t* out_idx) {
+                                    int64_t* cand_ids, const int64_t* cand_sizes, const bool* overflow,
+                                    double* exact, int64_t k, OUT* out_dist, int64_t* out_idx) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= c) return;
+  if (overflow[i]) {  // more near-ties than the slack: exact scan (rare)
+    spread::knn_exact_row(w, i, c, d, metric, norms, exact + i * cap, cand_ids + i * cap, k, out_dist, out_idx);
+    return;
+  }
   spread::knn_finalize_row(w, i, d, metric, norms, cand_ids + i * cap, cand_sizes[i], exact + i * cap, k, out_dist,
                            out_idx);
 }
@@ -88,17 +103,21 @@ std::tuple<at::Tensor, at::Tensor> knn_classes_cuda(const at::Tensor& W_in, int6
   at::Tensor cand_ids = at::empty({c, cap}, W.options().dtype(at::kLong));
   at::Tensor cand_sizes = at::empty({c}, W.options().dtype(at::kLong));
   at::Tensor exact = at::empty({c, cap}, W.options().dtype(at::kDouble));
+  at::Tensor overflow = at::empty({c}, W.options().dtype(at::kBool));
+  const double max_norm = norms.max().item<double>();
   const auto stream = at::cuda::getCurrentCUDAStream();
   const unsigned blocks = spread_cuda::blocks_for(c);
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "knn_classes_cuda", [&] {
     using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+    const double unit_roundoff = std::is_same_v<acc_t, double> ? 0x1p-53 : 0x1p-24;
     knn_scan_kernel<scalar_t, acc_t><<<blocks, spread_cuda::kThreads, 0, stream>>>(
-        W.data_ptr<scalar_t>(), norms.data_ptr<double>(), c, d, metric, cap, cand_keys.data_ptr<acc_t>(),
-        cand_ids.data_ptr<int64_t>(), cand_sizes.data_ptr<int64_t>());
+        W.data_ptr<scalar_t>(), norms.data_ptr<double>(), c, d, metric, k, cap, unit_roundoff, max_norm,
+        cand_keys.data_ptr<acc_t>(), cand_ids.data_ptr<int64_t>(), cand_sizes.data_ptr<int64_t>(),
+        overflow.data_ptr<bool>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     knn_finalize_kernel<scalar_t, acc_t><<<blocks, spread_cuda::kThreads, 0, stream>>>(
         W.data_ptr<scalar_t>(), norms.data_ptr<double>(), c, d, metric, cap, cand_ids.data_ptr<int64_t>(),
-        cand_sizes.data_ptr<int64_t>(), exact.data_ptr<double>(), k, dist.data_ptr<acc_t>(), idx.data_ptr<int64_t>());
+        cand_sizes.data_ptr<int64_t>(), overflow.data_ptr<bool>(), exact.data_ptr<double>(), k, dist.data_ptr<acc_t>(), idx.data_ptr<int64_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return {dist, idx};
