@@ -1,7 +1,7 @@
 // Per-item math of the spreadout family (FedAwS / FedALC), shared by the CPU and CUDA launchers.
 //
 // knn_classes ranks candidates by a cheap GEMM-based key (l2: |w_j|^2 - 2 w_i.w_j, cosine:
-// -w_i.w_j / |w_j|; the row's own term is constant and dropped) and keeps up to 2k + 16 candidates,
+// -w_i.w_j / |w_j|; the row's own term is constant and dropped) and keeps up to k + 8 candidates,
 // then recomputes the kept distances directly in float64 and picks the k smallest by (distance,
 // index). Exactness: every key is within `band / 2` of its true value (a worst-case rounding bound),
 // so the true k nearest all have keys <= (k-th smallest key) + band. If a row ever has to drop a
@@ -23,7 +23,7 @@ enum Metric : int { kL2 = 0, kCosine = 1 };
 constexpr double kCosineEps = 1e-12;
 
 // Candidates kept per row beyond k while scanning tiles.
-FK_HOST_DEVICE FK_INLINE int64_t candidate_capacity(int64_t k) { return 2 * k + 16; }
+FK_HOST_DEVICE FK_INLINE int64_t candidate_capacity(int64_t k) { return k + 8; }
 
 template <typename T>
 FK_HOST_DEVICE FK_INLINE double as_double(T x) {
@@ -129,7 +129,7 @@ FK_HOST_DEVICE FK_INLINE void knn_finalize_row(const T* w, int64_t row, int64_t 
     const int64_t j = cand_ids[s];
     exact[s] = exact_distance(a, w + j * d, d, metric, na, metric == kCosine ? norms[j] : 0.0);
   }
-  // Insertion sort by (exact, index): size is small (2k + 16).
+  // Insertion sort by (exact, index): size is small (k + 8).
   for (int64_t s = 1; s < size; ++s) {
     const double e = exact[s];
     const int64_t id = cand_ids[s];

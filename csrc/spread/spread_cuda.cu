@@ -1,6 +1,6 @@
 // CUDA launcher of knn_classes: one thread per row. A block of 128 rows streams column tiles of
 // 32 classes x 32 dims through shared memory, accumulates the 32 dot products in registers, and
-// feeds the GEMM keys into the row's candidate list (global scratch [C, 2k + 16]); a second kernel
+// feeds the GEMM keys into the row's candidate list (global scratch [C, k + 8]); a second kernel
 // recomputes the kept candidates in float64 and writes the k nearest (the shared knn_finalize_row),
 // or, for rows flagged with more near-ties than the slack, rescans them exactly (knn_exact_row).
 #include <ATen/cuda/CUDAContext.h>
