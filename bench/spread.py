@@ -93,7 +93,10 @@ def bench_config(c: int, d: int, run_composition: bool, repeat: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="skip C = 100000")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     sizes = [1000, 20000] + ([] if args.quick else [100000])
     rows = []
     for c in sizes:

@@ -96,8 +96,9 @@ FK_HOST_DEVICE FK_INLINE double row_sq_norm(const T* a, int64_t d) {
   return s;
 }
 
-// The true distance between two rows, computed directly in float64 (not via the GEMM identity).
-// l2: Euclidean distance (not squared). cosine: 1 - cos, with norms clamped below at kCosineEps;
+// The true distance between two rows, computed directly in float64 (not via the GEMM identity),
+// summing over dims in order. l2: Euclidean distance (not squared). cosine: 1 - cos, as
+// |a/|a| - b/|b||^2 / 2 when both norms exceed kCosineEps, else 1 - a.b / (clamped norms);
 // norm_a / norm_b are the rows' float64 norms (only used for cosine).
 template <typename T>
 FK_HOST_DEVICE FK_INLINE double exact_distance(const T* a, const T* b, int64_t d, int metric, double norm_a,
@@ -109,6 +110,15 @@ FK_HOST_DEVICE FK_INLINE double exact_distance(const T* a, const T* b, int64_t d
       s += t * t;
     }
     return sqrt(s);
+  }
+  if (norm_a > kCosineEps && norm_b > kCosineEps) {
+    // 1 - cos = |u_a - u_b|^2 / 2 for unit u: exactly 0 for equal directions (so they tie).
+    double s = 0.0;
+    for (int64_t i = 0; i < d; ++i) {
+      const double t = as_double(a[i]) / norm_a - as_double(b[i]) / norm_b;
+      s += t * t;
+    }
+    return 0.5 * s;
   }
   double dot = 0.0;
   for (int64_t i = 0; i < d; ++i) dot += as_double(a[i]) * as_double(b[i]);

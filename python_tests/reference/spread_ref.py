@@ -2,17 +2,37 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 
+def _sequential_sum(terms) -> np.ndarray:
+    total = 0.0
+    for t in terms:  # in dimension order, one IEEE add at a time (no pairwise/vectorised reordering)
+        total = total + t
+    return total
+
+
 def distance_matrix(W: torch.Tensor, metric: str) -> torch.Tensor:
-    """Float64 ``[C, C]`` true distances: l2 Euclidean (not squared), cosine ``1 - cos``."""
-    W = W.detach().to(torch.float64).cpu()
+    """Float64 ``[C, C]`` true distances, summed over dims in order.
+
+    l2: Euclidean (not squared). cosine: ``1 - cos`` written as ``|u_a - u_b|^2 / 2`` with
+    ``u = w / |w|`` when both norms exceed 1e-12 (equal directions give exactly 0), else
+    ``1 - a.b / (max(|a|, 1e-12) max(|b|, 1e-12))``.
+    """
+    A = W.detach().to(torch.float64).cpu().numpy()
+    d = A.shape[1]
     if metric == "l2":
-        return ((W[:, None, :] - W[None, :, :]) ** 2).sum(-1).sqrt()
-    norms = W.norm(dim=1).clamp_min(1e-12)
-    return 1.0 - (W @ W.T) / (norms[:, None] * norms[None, :])
+        return torch.from_numpy(np.sqrt(_sequential_sum((A[:, None, i] - A[None, :, i]) ** 2 for i in range(d))))
+    norms = np.sqrt(_sequential_sum(A[:, i] ** 2 for i in range(d)))
+    U = A / np.where(norms > 1e-12, norms, 1.0)[:, None]
+    unit = 0.5 * _sequential_sum((U[:, None, i] - U[None, :, i]) ** 2 for i in range(d))
+    clamped = np.maximum(norms, 1e-12)
+    dot = _sequential_sum(A[:, None, i] * A[None, :, i] for i in range(d))
+    other = 1.0 - dot / (clamped[:, None] * clamped[None, :])
+    both = (norms[:, None] > 1e-12) & (norms[None, :] > 1e-12)
+    return torch.from_numpy(np.where(both, unit, other))
 
 
 def knn(W: torch.Tensor, k: int, metric: str) -> tuple[torch.Tensor, torch.Tensor]:
