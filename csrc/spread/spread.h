@@ -139,18 +139,11 @@ FK_HOST_DEVICE FK_INLINE void knn_finalize_row(const T* w, int64_t row, int64_t 
     const int64_t j = cand_ids[s];
     exact[s] = exact_distance(a, w + j * d, d, metric, na, metric == kCosine ? norms[j] : 0.0);
   }
-  // Insertion sort by (exact, index): size is small (k + 8).
-  for (int64_t s = 1; s < size; ++s) {
+  // Insertion sort by (exact, index) in place: entry s goes into the sorted prefix [0, s).
+  for (int64_t s = 0, sorted = 0; s < size; ++s) {
     const double e = exact[s];
     const int64_t id = cand_ids[s];
-    int64_t p = s;
-    while (p > 0 && key_less(e, id, exact[p - 1], cand_ids[p - 1])) {
-      exact[p] = exact[p - 1];
-      cand_ids[p] = cand_ids[p - 1];
-      --p;
-    }
-    exact[p] = e;
-    cand_ids[p] = id;
+    candidate_insert(exact, cand_ids, sorted, size, e, id);
   }
   for (int64_t s = 0; s < k; ++s) {
     out_dist[row * k + s] = static_cast<OUT>(exact[s]);
@@ -209,6 +202,25 @@ FK_HOST_DEVICE FK_INLINE double pair_term(const T* w, int64_t c, int64_t cp, int
   return weight * h * h;
 }
 
+// Dim i of v = sum over row t's pairs (own, then reverse, in order) of coef * u_partner (cosine).
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double cosine_partner_sum(const T* w, int64_t t, int64_t i, int64_t d, int64_t k,
+                                                   const double* norms, const int64_t* nbr, const double* coefs,
+                                                   const int64_t* rev_pairs, int64_t rev_begin, int64_t rev_end) {
+  double v = 0.0;
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t p = nbr[t * k + j];
+    const double np = norms[p] > kCosineEps ? norms[p] : kCosineEps;
+    v += coefs[t * k + j] * as_double(w[p * d + i]) / np;
+  }
+  for (int64_t q = rev_begin; q < rev_end; ++q) {
+    const int64_t pair = rev_pairs[q], r = pair / k;
+    const double nr = norms[r] > kCosineEps ? norms[r] : kCosineEps;
+    v += coefs[pair] * as_double(w[r * d + i]) / nr;
+  }
+  return v;
+}
+
 // Gradient of row t over dims [start, end) with stride: its own pairs (t, nbr[t, j]) and the reverse
 // pairs (r, t) listed, in a fixed order, by rev_pairs[rev_begin .. rev_end) (flat pair ids r*k + j).
 // coefs are per flat pair id, already multiplied by the incoming gradient.
@@ -225,18 +237,8 @@ FK_HOST_DEVICE FK_INLINE void pair_grad_row(const T* w, int64_t t, int64_t d, in
   // cosine needs u_t . v for the projection, v = sum coef u_partner; a first sweep over all dims.
   if (metric == kCosine && norms[t] > kCosineEps) {
     for (int64_t i = 0; i < d; ++i) {
-      double v = 0.0;
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t p = nbr[t * k + j];
-        const double np = norms[p] > kCosineEps ? norms[p] : kCosineEps;
-        v += coefs[t * k + j] * as_double(w[p * d + i]) / np;
-      }
-      for (int64_t q = rev_begin; q < rev_end; ++q) {
-        const int64_t pair = rev_pairs[q], r = pair / k;
-        const double nr = norms[r] > kCosineEps ? norms[r] : kCosineEps;
-        v += coefs[pair] * as_double(w[r * d + i]) / nr;
-      }
-      proj += v * as_double(wt[i]) / nt;
+      proj += cosine_partner_sum(w, t, i, d, k, norms, nbr, coefs, rev_pairs, rev_begin, rev_end) *
+              as_double(wt[i]) / nt;
     }
   }
   for (int64_t i = start; i < d; i += stride) {
@@ -249,17 +251,7 @@ FK_HOST_DEVICE FK_INLINE void pair_grad_row(const T* w, int64_t t, int64_t d, in
         g += coefs[pair] * (x - as_double(w[(pair / k) * d + i]));
       }
     } else {
-      double v = 0.0;
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t p = nbr[t * k + j];
-        const double np = norms[p] > kCosineEps ? norms[p] : kCosineEps;
-        v += coefs[t * k + j] * as_double(w[p * d + i]) / np;
-      }
-      for (int64_t q = rev_begin; q < rev_end; ++q) {
-        const int64_t pair = rev_pairs[q], r = pair / k;
-        const double nr = norms[r] > kCosineEps ? norms[r] : kCosineEps;
-        v += coefs[pair] * as_double(w[r * d + i]) / nr;
-      }
+      const double v = cosine_partner_sum(w, t, i, d, k, norms, nbr, coefs, rev_pairs, rev_begin, rev_end);
       // ds/dw_t = (v - (u_t . v) u_t) / n_t when |w_t| >= eps, else v / eps (u_t = w_t / eps is linear).
       g = (v - proj * as_double(wt[i]) / nt) / nt;
     }

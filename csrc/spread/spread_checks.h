@@ -76,6 +76,23 @@ inline void check_pair_weights(const at::Tensor& indptr, const at::Tensor& indic
   }
 }
 
+inline void check_pair_weight_gather_args(const at::Tensor& indptr, const at::Tensor& indices,
+                                          const at::Tensor& values, const at::Tensor& idx) {
+  check_dtype(idx, at::kLong, "idx");
+  check_dim(idx, 2, "idx");
+  check_pair_weights(indptr, indices, values, idx.size(0));
+  check_same_device(idx, "idx", indices, "pair_weight indices");
+  check_index_range(idx, 0, idx.size(0), "idx");
+}
+
+// The pairs (r, j) pointing at each class t, for the backward: flat ids r * k + j grouped by target
+// (stable, so ascending within a target) and bounds [C + 1] into them. ATen ops, any device.
+inline std::tuple<at::Tensor, at::Tensor> reverse_pairs(const at::Tensor& idx) {
+  const auto sorted = at::sort(idx.reshape({-1}), /*stable=*/true, /*dim=*/0, /*descending=*/false);
+  const at::Tensor bounds = at::searchsorted(std::get<0>(sorted), at::arange(idx.size(0) + 1, idx.options()));
+  return {std::get<1>(sorted).contiguous(), bounds.contiguous()};
+}
+
 inline void check_pair_loss_args(const at::Tensor& W, const at::Tensor& idx, const at::Tensor& weight, double margin,
                                  const std::string& metric) {
   check_class_matrix(W);

@@ -17,12 +17,8 @@ namespace {
 
 at::Tensor pair_weight_gather_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& values,
                                   const at::Tensor& idx_in) {
-  check_dtype(idx_in, at::kLong, "idx");
-  check_dim(idx_in, 2, "idx");
+  check_pair_weight_gather_args(indptr, indices, values, idx_in);
   const int64_t c = idx_in.size(0), k = idx_in.size(1);
-  check_pair_weights(indptr, indices, values, c);
-  check_same_device(idx_in, "idx", indices, "pair_weight indices");
-  check_index_range(idx_in, 0, c, "idx");
   const auto ip = indptr.contiguous(), ix = indices.contiguous(), vv = values.contiguous(), idx = idx_in.contiguous();
   at::Tensor out = at::empty({c, k}, values.options());
   const int64_t *p = ip.data_ptr<int64_t>(), *cols = ix.data_ptr<int64_t>(), *nb = idx.data_ptr<int64_t>();
@@ -99,9 +95,7 @@ at::Tensor spreadout_pair_loss_backward_cpu(const at::Tensor& grad, const at::Te
   std::vector<double> coefs(static_cast<size_t>(c * k));
   pair_terms_cpu(W, idx, weight, margin, metric, norms, nullptr, coefs.data(), g);
   // Reverse pairs grouped by target, in ascending pair id within a target (stable sort).
-  const auto sorted = at::sort(idx.reshape({-1}), /*stable=*/true, /*dim=*/0, /*descending=*/false);
-  const at::Tensor targets = std::get<0>(sorted), order = std::get<1>(sorted).contiguous();
-  const at::Tensor bounds = at::searchsorted(targets, at::arange(c + 1, idx.options())).contiguous();
+  const auto [order, bounds] = reverse_pairs(idx);
   const int64_t *nb = idx.data_ptr<int64_t>(), *rev = order.data_ptr<int64_t>(), *bd = bounds.data_ptr<int64_t>();
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spreadout_pair_loss_backward_cpu", [&] {
     const scalar_t* w = W.data_ptr<scalar_t>();

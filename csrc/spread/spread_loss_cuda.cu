@@ -61,12 +61,8 @@ __global__ void pair_grad_kernel(const T* w, const double* norms, const int64_t*
 
 at::Tensor pair_weight_gather_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& values,
                                    const at::Tensor& idx_in) {
-  check_dtype(idx_in, at::kLong, "idx");
-  check_dim(idx_in, 2, "idx");
+  check_pair_weight_gather_args(indptr, indices, values, idx_in);
   const int64_t c = idx_in.size(0), k = idx_in.size(1);
-  check_pair_weights(indptr, indices, values, c);
-  check_same_device(idx_in, "idx", indices, "pair_weight indices");
-  check_index_range(idx_in, 0, c, "idx");
   const c10::cuda::CUDAGuard guard(idx_in.device());
   const auto ip = indptr.contiguous(), ix = indices.contiguous(), vv = values.contiguous(), idx = idx_in.contiguous();
   at::Tensor out = at::empty({c, k}, values.options());
@@ -120,9 +116,7 @@ at::Tensor spreadout_pair_loss_backward_cuda(const at::Tensor& grad, const at::T
   const at::Tensor norms = spread_cuda::row_norms(W);
   at::Tensor coefs = at::empty({c * k}, W.options().dtype(at::kDouble));
   launch_pair_terms(W, idx, weight, norms, metric, margin, grad.item<double>(), nullptr, coefs.data_ptr<double>());
-  const auto sorted = at::sort(idx.reshape({-1}), /*stable=*/true, /*dim=*/0, /*descending=*/false);
-  const at::Tensor order = std::get<1>(sorted).contiguous();
-  const at::Tensor bounds = at::searchsorted(std::get<0>(sorted), at::arange(c + 1, idx.options())).contiguous();
+  const auto [order, bounds] = reverse_pairs(idx);
   TORCH_CHECK(c <= INT32_MAX, "spreadout_pair_loss_backward: at most 2^31 - 1 classes on CUDA");
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spreadout_pair_loss_backward_cuda", [&] {
     pair_grad_kernel<scalar_t><<<static_cast<unsigned>(c), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
