@@ -1,0 +1,5 @@
+"""One Strategy per algorithm."""
+
+from .fedavg import FedAvg
+
+__all__ = ["FedAvg"]

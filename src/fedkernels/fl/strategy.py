@@ -1,0 +1,68 @@
+"""The Strategy interface: one subclass per algorithm (DESIGN.md §4).
+
+A round is: the server picks clients, each may send a ``client_request``, ``client_payload`` builds each one's download, the client
+runs ``client_update`` on its own data (a pure function of the payload, its data and a seed, so
+Flower clients can run it across machines), the server checks each upload with ``upload_spec``
+and folds them in with ``aggregate``. Payloads are dicts of tensors, serialised with safetensors
+by the loop, which counts the real bytes both ways.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+from .payload import Payload, PayloadSpec
+from .types import ClientData, ClientResult, TrainConfig
+
+State = dict[str, torch.Tensor]
+
+
+class Strategy(ABC):
+    """Base class of the federated algorithms. Subclasses hold only configuration; all global
+    state lives in the ``State`` dict the server passes around (so it can be checkpointed)."""
+
+    name: str = "strategy"
+
+    @abstractmethod
+    def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
+        """The initial global state (model parameters and any server-side buffers)."""
+
+    def setup(self, clients: list[ClientData], seed: int) -> None:
+        """One-off preparation before round 0 that needs the clients (e.g. FedALC's label sets).
+        Default: nothing."""
+
+    def client_request(self, data: ClientData, round: int, seed: int) -> Payload | None:
+        """Client side, before the download: what the client asks the server for (e.g. FedSS's
+        sampled class ids). Counted as upload bytes. Default: no request."""
+        return None
+
+    def request_spec(self, state: State) -> PayloadSpec | None:
+        """What a well-formed request looks like (required when ``client_request`` returns one)."""
+        return None
+
+    @abstractmethod
+    def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
+        """What the server sends client ``client_id`` this round, given its checked request."""
+
+    @abstractmethod
+    def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
+        """Client side: train locally from the downloaded payload, return the upload."""
+
+    @abstractmethod
+    def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
+        """What a well-formed upload in answer to ``payload_sent`` looks like."""
+
+    @abstractmethod
+    def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
+        """Fold the checked uploads into a new global state (must not modify ``state`` in place
+        until every upload is known good: the loop passes only checked uploads)."""
+
+    @abstractmethod
+    def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
+        """Top-k class ids ``[N, k]`` for features ``x [N, F]`` under the global model."""
+
+    def model_bytes(self, state: State) -> int:
+        """Bytes of the model a client holds (for the model-size column)."""
+        return sum(t.numel() * t.element_size() for t in state.values())
