@@ -1,5 +1,6 @@
 """One Strategy per algorithm."""
 
 from .fedavg import FedAvg
+from .fedaws import FedALC, FedALCFixed, FedAwS
 
-__all__ = ["FedAvg"]
+__all__ = ["FedALC", "FedALCFixed", "FedAvg", "FedAwS"]
