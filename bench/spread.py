@@ -6,17 +6,19 @@ C^2 * 4 bytes = 40 GB for the forward alone: it is not run there, its memory is 
 
     PYTHONPATH=src python bench/spread.py            # full (C = 100000, d = 512 takes several minutes)
     PYTHONPATH=src python bench/spread.py --quick    # skips C = 100000
+    PYTHONPATH=src python bench/spread.py --only 20000,512 --append   # one configuration
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import torch
 
 import fedkernels
-from common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, timeit, write_results
+from common import RESULTS, copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, timeit, write_results
 
 K = 10
 MARGIN = 1.0
@@ -93,18 +95,26 @@ def bench_config(c: int, d: int, run_composition: bool, repeat: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="skip C = 100000")
+    ap.add_argument("--only", nargs="*", metavar="C,d", help="run just these configurations, e.g. 20000,512")
+    ap.add_argument("--append", action="store_true", help="merge into the existing bench/results/spread.json")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes = [1000, 20000] + ([] if args.quick else [100000])
-    rows = []
-    for c in sizes:
-        for d in (64, 512):
-            repeat = 5 if c <= 1000 else (2 if c <= 20000 else 1)
-            row = bench_config(c, d, run_composition=c <= 20000, repeat=repeat)
-            print(row, flush=True)
-            rows.append(row)
+    configs = [(c, d) for c in sizes for d in (64, 512)]
+    if args.only:
+        configs = [tuple(int(v) for v in item.split(",")) for item in args.only]
+    previous = {}
+    if args.append and (RESULTS / "spread.json").exists():
+        previous = {(r["C"], r["d"]): r for r in json.loads((RESULTS / "spread.json").read_text())["rows"]}
+    for c, d in configs:
+        # one timed run per configuration from C = 20000 on: they take minutes on 2 shared cores
+        repeat = 5 if c <= 1000 else 1
+        row = bench_config(c, d, run_composition=c <= 20000, repeat=repeat)
+        print(row, flush=True)
+        previous[(c, d)] = row
+    rows = [previous[key] for key in sorted(previous)]
     extra = {"copy_bandwidth_gbs": copy_bandwidth_gbs(), "k": K, "margin": MARGIN,
              "note": "machine shared with other engineers' builds/tests; compare ratios within this run"}
     path = write_results("spread", rows, extra)
