@@ -51,7 +51,13 @@ TORCH_LIBRARY(fedkernels, m) {
   // (prox: schemas here)
 
   // ---- spread: FedAwS / FedALC spreadout
-  // (spread: schemas here)
+  m.def("knn_classes(Tensor W, int k, str metric=\"l2\") -> (Tensor, Tensor)");
+  m.def("pair_weight_gather(Tensor indptr, Tensor indices, Tensor values, Tensor idx) -> Tensor");
+  m.def("spreadout_pair_loss(Tensor W, Tensor idx, Tensor weight, float margin, str metric=\"l2\") -> Tensor");
+  m.def("spreadout_pair_loss_backward(Tensor grad, Tensor W, Tensor idx, Tensor weight, float margin, "
+        "str metric=\"l2\") -> Tensor");
+  m.def("spreadout_loss(Tensor W, float margin, int k, Tensor? pw_indptr=None, Tensor? pw_indices=None, "
+        "Tensor? pw_values=None, str metric=\"l2\") -> Tensor");
 }
 
 namespace {

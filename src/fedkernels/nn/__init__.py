@@ -6,4 +6,7 @@ from .fedmlh import FedMLHHead
 # sampled (FedSS)
 from .sampled_softmax import SampledSoftmaxHead, logq_correction
 
-__all__: list[str] = ["FedMLHHead", "SampledSoftmaxHead", "logq_correction"]
+# spread (FedAwS / FedALC)
+from .spreadout import SpreadoutRegularizer, learn_fixed_class_embeddings, positive_pull
+
+__all__: list[str] = ["FedMLHHead", "SampledSoftmaxHead", "logq_correction", "SpreadoutRegularizer", "learn_fixed_class_embeddings", "positive_pull"]

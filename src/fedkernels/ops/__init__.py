@@ -16,6 +16,7 @@ from .graph_prox import GraphProxResult, graph_prox
 from .prox import prox_tv1d
 
 # spread (FedAwS / FedALC)
+from .spread import PairWeights, knn_classes, pair_weight_gather, spreadout_loss, spreadout_pair_loss
 
 __all__ = [
     # sketch
@@ -39,4 +40,5 @@ __all__ = [
     "model_space_graph",
     "feature_space_graph",
     # spread
+    "PairWeights", "knn_classes", "pair_weight_gather", "spreadout_loss", "spreadout_pair_loss",
 ]

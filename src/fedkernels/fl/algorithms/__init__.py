@@ -6,5 +6,6 @@ from .fedss import FedSS, FullSoftmax, NegOnly, PosOnly
 from .partial import PartialExchange
 from .l1diff import L1Diff
 from .l1diff_network import L1DiffNetwork
+from .fedaws import FedALC, FedALCFixed, FedAwS
 
-__all__ = ["FedAvg", "FedMLH", "FedSS", "FullSoftmax", "NegOnly", "PosOnly", "PartialExchange", "L1Diff", "L1DiffNetwork"]
+__all__ = ["FedAvg", "FedMLH", "FedSS", "FullSoftmax", "NegOnly", "PosOnly", "PartialExchange", "L1Diff", "L1DiffNetwork", "FedALC", "FedALCFixed", "FedAwS"]

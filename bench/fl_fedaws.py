@@ -1,0 +1,89 @@
+"""FedALC against FedAwS (and FedALC-fixed) against FedAvg with one label per client on Bibtex.
+
+Issue 7's experiment (the FedALC paper reports P@1 about 59 / 49 / 12 for FedALC / FedAwS / FedAvg on
+Bibtex). Each client holds one label: client c gets every training sample labelled c, relabelled c
+alone (a sample with several labels is at several clients). Reads ../shared/data/bibtex at run time.
+
+    PYTHONPATH=src python bench/fl_fedaws.py --rounds 30 --clients-per-round 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from common import RESULTS, markdown_table, write_results
+from fedkernels.fl import ClientData, FedAvg, RunConfig, Server, TrainConfig
+from fedkernels.fl.algorithms import FedALC, FedALCFixed, FedAwS
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "bibtex"
+
+
+def read_xc(path: Path) -> ClientData:
+    """The Extreme Classification text format: header ``N F L`` then ``l1,l2 f:v f:v`` per line."""
+    lines = path.read_text().splitlines()
+    n, f, p = (int(v) for v in lines[0].split())
+    x = torch.zeros(n, f)
+    indptr, indices = [0], []
+    for i, line in enumerate(lines[1:n + 1]):
+        parts = line.split(" ")
+        labels = [int(v) for v in parts[0].split(",") if v] if parts and ":" not in parts[0] else []
+        for tok in parts[1:] if parts and ":" not in parts[0] else parts:
+            if tok:
+                k, v = tok.split(":")
+                x[i, int(k)] = float(v)
+        indices.extend(labels)
+        indptr.append(len(indices))
+    return ClientData(x, torch.tensor(indptr), torch.tensor(indices, dtype=torch.int64), p)
+
+
+def one_label_per_client(data: ClientData) -> list[ClientData]:
+    clients = []
+    rows = torch.repeat_interleave(torch.arange(len(data)), data.indptr.diff())
+    for c in range(data.num_classes):
+        sel = rows[data.indices == c]
+        if sel.numel() == 0:
+            continue
+        clients.append(ClientData(data.x[sel], torch.arange(sel.numel() + 1), torch.full((sel.numel(),), c),
+                                  data.num_classes))
+    return clients
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--clients-per-round", type=int, default=20)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    train, test = read_xc(DATA / "train.txt"), read_xc(DATA / "test.txt")
+    clients = one_label_per_client(train)
+    cfg = RunConfig(rounds=args.rounds, clients_per_round=args.clients_per_round,
+                    train=TrainConfig(epochs=args.epochs, batch_size=32, lr=0.1), seed=args.seed,
+                    eval_every=args.rounds)
+    strategies = [FedAvg(hidden=(256,), loss="softmax"),
+                  FedAwS(dim=64, hidden=(256,), k=10, margin=1.0, spread_lr=0.5),
+                  FedALC(dim=64, hidden=(256,), k=10, margin=1.0, spread_lr=0.5),
+                  FedALCFixed(dim=64, hidden=(256,), k=10, margin=1.0, fixed_steps=200)]
+    rows = []
+    for s in strategies:
+        t0 = time.perf_counter()
+        server = Server(s, clients, train.x.shape[1], train.num_classes, cfg)
+        hist = server.run(test)
+        m = hist[-1].metrics
+        rows.append({"algorithm": s.name, "P@1": m.get("P@1"), "P@3": m.get("P@3"), "P@5": m.get("P@5"),
+                     "MB_up": sum(h.bytes_up for h in hist) / 1e6, "MB_down": sum(h.bytes_down for h in hist) / 1e6,
+                     "setup_MB_up": getattr(s, "setup_bytes_up", 0) / 1e6, "seconds": time.perf_counter() - t0})
+        print(rows[-1], flush=True)
+    path = write_results("fl_fedaws", rows, {"dataset": "bibtex (official split)", "clients": len(clients),
+                                             "args": vars(args)})
+    print(markdown_table(rows, list(rows[0])))
+    print(f"results in {path}")
+
+
+if __name__ == "__main__":
+    main()

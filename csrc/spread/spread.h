@@ -1,0 +1,263 @@
+// Per-item math of the spreadout family (FedAwS / FedALC), shared by the CPU and CUDA launchers.
+//
+// knn_classes ranks candidates by a cheap GEMM-based key (l2: |w_j|^2 - 2 w_i.w_j, cosine:
+// -w_i.w_j / |w_j|; the row's own term is constant and dropped) and keeps up to k + 8 candidates,
+// then recomputes the kept distances directly in float64 and picks the k smallest by (distance,
+// index). Exactness: every key is within `band / 2` of its true value (a worst-case rounding bound),
+// so the true k nearest all have keys <= (k-th smallest key) + band. If a row ever has to drop a
+// candidate inside that band (more near-ties than the slack holds), it is flagged and recomputed by an
+// exact float64 scan over all classes. Distances and tie order thus match a brute-force reference.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/macros.h"
+
+namespace fedkernels {
+namespace spread {
+
+enum Metric : int { kL2 = 0, kCosine = 1 };
+
+// Rows whose norm is below this are treated as having this norm under cosine (like F.normalize).
+constexpr double kCosineEps = 1e-12;
+
+// Candidates kept per row beyond k while scanning tiles.
+FK_HOST_DEVICE FK_INLINE int64_t candidate_capacity(int64_t k) { return k + 8; }
+
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double as_double(T x) {
+  return static_cast<double>(static_cast<float>(x));
+}
+template <>
+FK_HOST_DEVICE FK_INLINE double as_double<double>(double x) {
+  return x;
+}
+
+// Strict total order of (key, index): smaller key first, then smaller index.
+template <typename K>
+FK_HOST_DEVICE FK_INLINE bool key_less(K ka, int64_t ia, K kb, int64_t ib) {
+  return ka < kb || (ka == kb && ia < ib);
+}
+
+// Insert (key, id) into a row's candidate list kept sorted ascending, holding at most cap entries.
+// The kept set is the cap smallest under key_less whatever the insertion order.
+template <typename K>
+FK_HOST_DEVICE FK_INLINE void candidate_insert(K* keys, int64_t* ids, int64_t& size, int64_t cap, K key,
+                                               int64_t id) {
+  if (size == cap) {
+    if (!key_less(key, id, keys[cap - 1], ids[cap - 1])) return;
+    --size;
+  }
+  int64_t pos = size;
+  while (pos > 0 && key_less(key, id, keys[pos - 1], ids[pos - 1])) {
+    keys[pos] = keys[pos - 1];
+    ids[pos] = ids[pos - 1];
+    --pos;
+  }
+  keys[pos] = key;
+  ids[pos] = id;
+  ++size;
+}
+
+// Offer (key, id) to a row's candidate list (sorted, at most cap) whose first k define the running
+// threshold. Sets overflow when a candidate within `band` of the k-th key has to be dropped.
+template <typename K>
+FK_HOST_DEVICE FK_INLINE void candidate_offer(K* keys, int64_t* ids, int64_t& size, int64_t cap, int64_t k, K band,
+                                              K key, int64_t id, bool& overflow) {
+  if (size == cap) {
+    K dropped = key;
+    if (key_less(key, id, keys[cap - 1], ids[cap - 1])) {
+      dropped = keys[cap - 1];
+      candidate_insert(keys, ids, size, cap, key, id);
+    }
+    if (dropped <= keys[k - 1] + band) overflow = true;
+    return;
+  }
+  candidate_insert(keys, ids, size, cap, key, id);
+}
+
+// Worst-case distance between a GEMM key and its true value, doubled (see the top of this file):
+// a length-d dot product in a type with unit roundoff u errs by at most (d + 4) u |a| |b|.
+FK_HOST_DEVICE FK_INLINE double key_band(int metric, int64_t d, double unit_roundoff, double norm_i, double max_norm) {
+  const double gamma = 2.0 * 1.01 * static_cast<double>(d + 4) * unit_roundoff;
+  if (metric == kL2) return 2.0 * gamma * (max_norm * max_norm + 2.0 * norm_i * max_norm);
+  return 2.0 * gamma * (norm_i + 1e-30);
+}
+
+// Squared norm of a row in float64.
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double row_sq_norm(const T* a, int64_t d) {
+  double s = 0.0;
+  for (int64_t i = 0; i < d; ++i) {
+    const double x = as_double(a[i]);
+    s += x * x;
+  }
+  return s;
+}
+
+// The true distance between two rows, computed directly in float64 (not via the GEMM identity),
+// summing over dims in order. l2: Euclidean distance (not squared). cosine: 1 - cos, as
+// |a/|a| - b/|b||^2 / 2 when both norms exceed kCosineEps, else 1 - a.b / (clamped norms);
+// norm_a / norm_b are the rows' float64 norms (only used for cosine).
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double exact_distance(const T* a, const T* b, int64_t d, int metric, double norm_a,
+                                               double norm_b) {
+  if (metric == kL2) {
+    double s = 0.0;
+    for (int64_t i = 0; i < d; ++i) {
+      const double t = as_double(a[i]) - as_double(b[i]);
+      s += t * t;
+    }
+    return sqrt(s);
+  }
+  if (norm_a > kCosineEps && norm_b > kCosineEps) {
+    // 1 - cos = |u_a - u_b|^2 / 2 for unit u: exactly 0 for equal directions (so they tie).
+    double s = 0.0;
+    for (int64_t i = 0; i < d; ++i) {
+      const double t = as_double(a[i]) / norm_a - as_double(b[i]) / norm_b;
+      s += t * t;
+    }
+    return 0.5 * s;
+  }
+  double dot = 0.0;
+  for (int64_t i = 0; i < d; ++i) dot += as_double(a[i]) * as_double(b[i]);
+  const double na = norm_a > kCosineEps ? norm_a : kCosineEps;
+  const double nb = norm_b > kCosineEps ? norm_b : kCosineEps;
+  return 1.0 - dot / (na * nb);
+}
+
+// Final pass of one row: recompute the true distance of each of its `size` candidates, order them by
+// (distance, index) and write the first k. exact[] is scratch of at least `size` doubles.
+template <typename T, typename OUT>
+FK_HOST_DEVICE FK_INLINE void knn_finalize_row(const T* w, int64_t row, int64_t d, int metric, const double* norms,
+                                               int64_t* cand_ids, int64_t size, double* exact, int64_t k,
+                                               OUT* out_dist, int64_t* out_idx) {
+  const T* a = w + row * d;
+  const double na = metric == kCosine ? norms[row] : 0.0;
+  for (int64_t s = 0; s < size; ++s) {
+    const int64_t j = cand_ids[s];
+    exact[s] = exact_distance(a, w + j * d, d, metric, na, metric == kCosine ? norms[j] : 0.0);
+  }
+  // Insertion sort by (exact, index) in place: entry s goes into the sorted prefix [0, s).
+  for (int64_t s = 0, sorted = 0; s < size; ++s) {
+    const double e = exact[s];
+    const int64_t id = cand_ids[s];
+    candidate_insert(exact, cand_ids, sorted, size, e, id);
+  }
+  for (int64_t s = 0; s < k; ++s) {
+    out_dist[row * k + s] = static_cast<OUT>(exact[s]);
+    out_idx[row * k + s] = cand_ids[s];
+  }
+}
+
+// Exact fallback for one row: scan every other class with the float64 distance, keep the k smallest
+// by (distance, index) in the scratch arrays exact[k], ids[k], and write them.
+template <typename T, typename OUT>
+FK_HOST_DEVICE FK_INLINE void knn_exact_row(const T* w, int64_t row, int64_t c, int64_t d, int metric,
+                                            const double* norms, double* exact, int64_t* ids, int64_t k,
+                                            OUT* out_dist, int64_t* out_idx) {
+  const T* a = w + row * d;
+  const double na = metric == kCosine ? norms[row] : 0.0;
+  int64_t size = 0;
+  for (int64_t j = 0; j < c; ++j) {
+    if (j == row) continue;
+    const double e = exact_distance(a, w + j * d, d, metric, na, metric == kCosine ? norms[j] : 0.0);
+    if (size == k && !key_less(e, j, exact[k - 1], ids[k - 1])) continue;
+    candidate_insert(exact, ids, size, k, e, j);
+  }
+  for (int64_t s = 0; s < k; ++s) {
+    out_dist[row * k + s] = static_cast<OUT>(exact[s]);
+    out_idx[row * k + s] = ids[s];
+  }
+}
+
+// alpha for pair (row, col) from a CSR whose rows hold strictly increasing column ids; 1 if absent.
+FK_HOST_DEVICE FK_INLINE float pair_weight_lookup(const int64_t* indptr, const int64_t* indices, const float* values,
+                                                  int64_t row, int64_t col) {
+  int64_t lo = indptr[row], hi = indptr[row + 1];
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (indices[mid] < col) lo = mid + 1; else hi = mid;
+  }
+  return (lo < indptr[row + 1] && indices[lo] == col) ? values[lo] : 1.0f;
+}
+
+// One pair's hinge h = max(0, margin - dist) and its loss weight * h^2 (float64).
+// coef is dLoss/d(geometry) scaled so the row gradients below are linear in it:
+//   l2:     coef = -2 weight h / dist  (0 when dist == 0: the norm's subgradient at 0),
+//           dLoss/dw_c = coef (w_c - w_c'),  dLoss/dw_c' = coef (w_c' - w_c);
+//   cosine: coef = 2 weight h (h grows with cos),  dLoss/dw_c = coef P_c(u_c') / n_c.
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double pair_term(const T* w, int64_t c, int64_t cp, int64_t d, int metric, const double* norms,
+                                          double weight, double margin, double* coef) {
+  const double dist = exact_distance(w + c * d, w + cp * d, d, metric, metric == kCosine ? norms[c] : 0.0,
+                                     metric == kCosine ? norms[cp] : 0.0);
+  const double h = margin - dist > 0.0 ? margin - dist : 0.0;
+  if (metric == kL2) {
+    *coef = (h > 0.0 && dist > 0.0) ? -2.0 * weight * h / dist : 0.0;
+  } else {
+    *coef = 2.0 * weight * h;
+  }
+  return weight * h * h;
+}
+
+// Dim i of v = sum over row t's pairs (own, then reverse, in order) of coef * u_partner (cosine).
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double cosine_partner_sum(const T* w, int64_t t, int64_t i, int64_t d, int64_t k,
+                                                   const double* norms, const int64_t* nbr, const double* coefs,
+                                                   const int64_t* rev_pairs, int64_t rev_begin, int64_t rev_end) {
+  double v = 0.0;
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t p = nbr[t * k + j];
+    const double np = norms[p] > kCosineEps ? norms[p] : kCosineEps;
+    v += coefs[t * k + j] * as_double(w[p * d + i]) / np;
+  }
+  for (int64_t q = rev_begin; q < rev_end; ++q) {
+    const int64_t pair = rev_pairs[q], r = pair / k;
+    const double nr = norms[r] > kCosineEps ? norms[r] : kCosineEps;
+    v += coefs[pair] * as_double(w[r * d + i]) / nr;
+  }
+  return v;
+}
+
+// Gradient of row t over dims [start, end) with stride: its own pairs (t, nbr[t, j]) and the reverse
+// pairs (r, t) listed, in a fixed order, by rev_pairs[rev_begin .. rev_end) (flat pair ids r*k + j).
+// coefs are per flat pair id, already multiplied by the incoming gradient.
+template <typename T, typename G>
+FK_HOST_DEVICE FK_INLINE void pair_grad_row(const T* w, int64_t t, int64_t d, int64_t k, int metric,
+                                            const double* norms, const int64_t* nbr, const double* coefs,
+                                            const int64_t* rev_pairs, int64_t rev_begin, int64_t rev_end,
+                                            G* grad, int64_t start, int64_t stride) {
+  const T* wt = w + t * d;
+  double nt = 1.0, proj = 0.0;
+  if (metric == kCosine) {
+    nt = norms[t] > kCosineEps ? norms[t] : kCosineEps;
+  }
+  // cosine needs u_t . v for the projection, v = sum coef u_partner; a first sweep over all dims.
+  if (metric == kCosine && norms[t] > kCosineEps) {
+    for (int64_t i = 0; i < d; ++i) {
+      proj += cosine_partner_sum(w, t, i, d, k, norms, nbr, coefs, rev_pairs, rev_begin, rev_end) *
+              as_double(wt[i]) / nt;
+    }
+  }
+  for (int64_t i = start; i < d; i += stride) {
+    double g = 0.0;
+    if (metric == kL2) {
+      const double x = as_double(wt[i]);
+      for (int64_t j = 0; j < k; ++j) g += coefs[t * k + j] * (x - as_double(w[nbr[t * k + j] * d + i]));
+      for (int64_t q = rev_begin; q < rev_end; ++q) {
+        const int64_t pair = rev_pairs[q];
+        g += coefs[pair] * (x - as_double(w[(pair / k) * d + i]));
+      }
+    } else {
+      const double v = cosine_partner_sum(w, t, i, d, k, norms, nbr, coefs, rev_pairs, rev_begin, rev_end);
+      // ds/dw_t = (v - (u_t . v) u_t) / n_t when |w_t| >= eps, else v / eps (u_t = w_t / eps is linear).
+      g = (v - proj * as_double(wt[i]) / nt) / nt;
+    }
+    grad[t * d + i] = static_cast<G>(g);
+  }
+}
+
+}  // namespace spread
+}  // namespace fedkernels

@@ -1,0 +1,119 @@
+// CPU launchers of the spreadout loss over selected pairs: weight lookup, forward, fused backward.
+// Deterministic: every row sums its own pairs in order; reverse pairs reach their target through a
+// stable sort by target (no atomics); the row sums are added in index order.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <vector>
+
+#include "common/dispatch.h"
+#include "spread/spread.h"
+#include "spread/spread_checks.h"
+
+namespace fedkernels {
+
+namespace {
+
+at::Tensor pair_weight_gather_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& values,
+                                  const at::Tensor& idx_in) {
+  check_pair_weight_gather_args(indptr, indices, values, idx_in);
+  const int64_t c = idx_in.size(0), k = idx_in.size(1);
+  const auto ip = indptr.contiguous(), ix = indices.contiguous(), vv = values.contiguous(), idx = idx_in.contiguous();
+  at::Tensor out = at::empty({c, k}, values.options());
+  const int64_t *p = ip.data_ptr<int64_t>(), *cols = ix.data_ptr<int64_t>(), *nb = idx.data_ptr<int64_t>();
+  const float* v = vv.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  at::parallel_for(0, c, 1024, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      for (int64_t j = 0; j < k; ++j) o[r * k + j] = spread::pair_weight_lookup(p, cols, v, r, nb[r * k + j]);
+  });
+  return out;
+}
+
+std::vector<double> norms_if_cosine(const at::Tensor& W, int metric) {
+  std::vector<double> norms;
+  if (metric != spread::kCosine) return norms;
+  const int64_t c = W.size(0), d = W.size(1);
+  norms.resize(static_cast<size_t>(c));
+  FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spread_norms", [&] {
+    const scalar_t* w = W.data_ptr<scalar_t>();
+    at::parallel_for(0, c, 256, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) norms[i] = std::sqrt(spread::row_sq_norm(w + i * d, d));
+    });
+  });
+  return norms;
+}
+
+// Per-pair loss terms summed per row (rows[c]) and, when coefs is non-null, per-pair coefficients.
+void pair_terms_cpu(const at::Tensor& W, const at::Tensor& idx, const at::Tensor& weight, double margin, int metric,
+                    const std::vector<double>& norms, double* row_sums, double* coefs, double coef_scale) {
+  const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
+  const int64_t* nb = idx.data_ptr<int64_t>();
+  const float* wt = weight.data_ptr<float>();
+  FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spread_pair_terms", [&] {
+    const scalar_t* w = W.data_ptr<scalar_t>();
+    at::parallel_for(0, c, 64, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        double s = 0.0;
+        for (int64_t j = 0; j < k; ++j) {
+          double coef = 0.0;
+          s += spread::pair_term(w, r, nb[r * k + j], d, metric, norms.data(), wt[r * k + j], margin, &coef);
+          if (coefs) coefs[r * k + j] = coef * coef_scale;
+        }
+        if (row_sums) row_sums[r] = s;
+      }
+    });
+  });
+}
+
+at::Tensor spreadout_pair_loss_cpu(const at::Tensor& W_in, const at::Tensor& idx_in, const at::Tensor& weight_in,
+                                   double margin, std::string metric_name) {
+  check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
+  const int metric = parse_metric(metric_name);
+  const auto W = W_in.contiguous(), idx = idx_in.contiguous(), weight = weight_in.contiguous();
+  const auto out_type = W.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t c = W.size(0);
+  std::vector<double> rows(static_cast<size_t>(c), 0.0);
+  if (idx.size(1) > 0) pair_terms_cpu(W, idx, weight, margin, metric, norms_if_cosine(W, metric), rows.data(), nullptr, 1.0);
+  double total = 0.0;
+  for (int64_t r = 0; r < c; ++r) total += rows[r];  // fixed order: independent of the thread count
+  return at::scalar_tensor(total, W.options().dtype(out_type));
+}
+
+at::Tensor spreadout_pair_loss_backward_cpu(const at::Tensor& grad, const at::Tensor& W_in, const at::Tensor& idx_in,
+                                            const at::Tensor& weight_in, double margin, std::string metric_name) {
+  check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
+  TORCH_CHECK_VALUE(grad.numel() == 1, "grad must be a scalar, got shape ", grad.sizes());
+  const int metric = parse_metric(metric_name);
+  const auto W = W_in.contiguous(), idx = idx_in.contiguous(), weight = weight_in.contiguous();
+  const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
+  at::Tensor gw = at::zeros_like(W);
+  if (k == 0 || c == 0) return gw;
+  const double g = grad.item<double>();
+  const auto norms = norms_if_cosine(W, metric);
+  std::vector<double> coefs(static_cast<size_t>(c * k));
+  pair_terms_cpu(W, idx, weight, margin, metric, norms, nullptr, coefs.data(), g);
+  // Reverse pairs grouped by target, in ascending pair id within a target (stable sort).
+  const auto [order, bounds] = reverse_pairs(idx);
+  const int64_t *nb = idx.data_ptr<int64_t>(), *rev = order.data_ptr<int64_t>(), *bd = bounds.data_ptr<int64_t>();
+  FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spreadout_pair_loss_backward_cpu", [&] {
+    const scalar_t* w = W.data_ptr<scalar_t>();
+    scalar_t* out = gw.data_ptr<scalar_t>();
+    at::parallel_for(0, c, 16, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t)
+        spread::pair_grad_row(w, t, d, k, metric, norms.data(), nb, coefs.data(), rev, bd[t], bd[t + 1], out, 0, 1);
+    });
+  });
+  return gw;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
+  m.impl("pair_weight_gather", &pair_weight_gather_cpu);
+  m.impl("spreadout_pair_loss", &spreadout_pair_loss_cpu);
+  m.impl("spreadout_pair_loss_backward", &spreadout_pair_loss_backward_cpu);
+}
+
+}  // namespace fedkernels

@@ -1,0 +1,221 @@
+"""FedAwS (Yu et al. 2020), FedALC and FedALC-fixed: federated learning with one label per client.
+
+Each client holds positives of a single class only. The model is a feature extractor ``g`` (an MLP
+``F -> hidden -> d``) and class embeddings ``W [p, d]``; scores are cosines ``cos(g(x), w_c)``.
+A client downloads ``g`` and only its own class's embedding, trains on the positive loss
+``max(0, pos_margin - cos(g(x), w_c))^2`` and uploads ``g`` (and ``w_c``). The server averages ``g``
+(weighted by sample counts), averages the returned embeddings per class, then takes a spreadout step
+on ``W`` so classes do not collapse (compiled ``spreadout_loss``, forward and fused backward):
+
+- FedAwS: ``W <- normalize(W - lr_sp * grad spreadout_loss(W, margin, k))`` (all pairs weigh 1).
+- FedALC: the same with the pair weights ``alpha = 1 - cooc(c, c') / count(c)`` the server collects
+  privately before training (:mod:`fedkernels.fl.labelsets`), so co-occurring labels are pushed
+  apart less.
+- FedALC-fixed: ``W`` is learned once in ``setup`` from the same label sets
+  (:func:`fedkernels.nn.learn_fixed_class_embeddings`) and then held fixed: clients still download
+  their ``w_c`` (they need it for the loss) but never upload it, and the server takes no spreadout steps.
+
+The class a client holds travels in its request as a class index (FedAwS must know which row to
+send). Label-set collection works on keyed digests, so the server learns co-occurrence counts over
+class rows, never instance contents or label names; in this one-process simulation the strategy
+also plays the clients (it derives their shared key from the seed and maps digests to rows).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ...nn.spreadout import learn_fixed_class_embeddings
+from ...ops.spread import PairWeights, spreadout_loss
+from .. import labelsets as ls
+from ..local import train_local
+from ..models import load_state, mlp, state_of
+from ..payload import Payload, PayloadSpec, TensorSpec, encode, state_spec
+from ..seeding import derive_seed, generator
+from ..strategy import State, Strategy
+from ..types import ClientData, ClientResult, TrainConfig
+from .fedavg import weighted_average
+
+_G = "g."  # prefix of the feature extractor's tensors in the state
+
+
+def client_class(data: ClientData) -> int:
+    """The one class a client holds (every sample's label set must be exactly that class)."""
+    labels = torch.unique(data.indices)
+    if labels.numel() != 1 or not bool((data.indptr.diff() == 1).all()):
+        raise ValueError("FedAwS/FedALC need one label per client: every sample labelled with the same single class")
+    return int(labels[0])
+
+
+def positive_loss(z: torch.Tensor, w: torch.Tensor, margin: float) -> torch.Tensor:
+    """``mean_n max(0, margin - cos(z_n, w))^2`` for embeddings ``z [n, d]`` and one class ``w [d]``."""
+    cos = F.normalize(z, dim=1) @ F.normalize(w, dim=0)
+    return torch.clamp(margin - cos, min=0).pow(2).mean()
+
+
+def class_pair_weights(clients: Sequence[ClientData], key: bytes, num_classes: int) -> tuple[PairWeights, int]:
+    """FedALC weights over class indices from private label-set collection.
+
+    Every client reports keyed digests of (instance, label) pairs; the server merges them and builds
+    ``alpha`` over digest rows; digest rows are then mapped to class indices with the digests of the
+    classes the clients hold (computed by the key-holding clients). Also returns the bytes the
+    reports take serialised (safetensors), i.e. the one-off upload of the collection.
+    """
+    reports = [ls.client_report(key, [row.numpy() for row in c.x],
+                                [c.indices[c.indptr[i]:c.indptr[i + 1]].tolist() for i in range(len(c))])
+               for c in clients]
+    report_bytes = sum(len(encode({"pairs": r.to_tensor()})) for r in reports)
+    sets = ls.merge_reports(reports)
+    held = sorted({int(l) for c in clients for l in c.indices.tolist()})
+    to_class = torch.empty(sets.num_classes, dtype=torch.int64)
+    for label in held:
+        to_class[sets.row_of(ls.label_digest(key, label))] = label
+    pw = sets.pair_weights()
+    rows = torch.repeat_interleave(torch.arange(sets.num_classes), pw.indptr.diff())
+    return PairWeights.from_pairs(to_class[rows], to_class[pw.indices], pw.values, num_classes), report_bytes
+
+
+class FedAwS(Strategy):
+    """FedAwS: positive-only local training plus a server-side spreadout step on the class embeddings.
+
+    Args:
+        dim: class embedding size d.
+        hidden: hidden widths of the feature extractor ``F -> hidden -> d``.
+        pos_margin: cosine the positive loss asks for.
+        margin, k, metric: of the spreadout regulariser (margin on unit-norm embeddings).
+        spread_lr, spread_steps: the server's spreadout step size and steps per round.
+    """
+
+    name = "FedAwS"
+    uses_pair_weights = False
+    fixed_embeddings = False
+
+    def __init__(self, dim: int = 32, hidden: Sequence[int] = (64,), pos_margin: float = 0.9, margin: float = 1.0,
+                 k: int = 10, metric: str = "l2", spread_lr: float = 0.1, spread_steps: int = 1) -> None:
+        self.dim, self.hidden, self.pos_margin = int(dim), tuple(hidden), float(pos_margin)
+        self.margin, self.k, self.metric = float(margin), int(k), metric
+        self.spread_lr, self.spread_steps = float(spread_lr), int(spread_steps)
+        self._dims: tuple[int, int] | None = None
+        self.pair_weight: PairWeights | None = None
+        self.fixed_W: torch.Tensor | None = None
+        self.setup_bytes_up = 0
+        self._client_class: dict[int, int] = {}
+
+    def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
+        self._dims = (num_features, num_classes)
+        state = {_G + n: t for n, t in state_of(mlp(num_features, self.dim, self.hidden, seed)).items()}
+        g = generator(seed, "class-embeddings")
+        state["W"] = F.normalize(torch.randn(num_classes, self.dim, generator=g), dim=1)
+        return state
+
+    def _extractor(self, state: Payload) -> torch.nn.Module:
+        assert self._dims is not None, "init_state first"
+        return load_state(mlp(self._dims[0], self.dim, self.hidden), {n[len(_G):]: t for n, t in state.items()
+                                                                      if n.startswith(_G)})
+
+    def client_request(self, data: ClientData, round: int, seed: int) -> Payload:
+        return {"class_id": torch.tensor([client_class(data)], dtype=torch.int64)}
+
+    def request_spec(self, state: State) -> PayloadSpec:
+        return PayloadSpec({"class_id": TensorSpec(torch.int64, (1,), min_value=0, max_value=state["W"].shape[0])})
+
+    def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
+        assert request is not None
+        c = int(request["class_id"][0])
+        self._client_class[client_id] = c  # the server's record of which row this client trains
+        out = {n: t for n, t in state.items() if n.startswith(_G)}
+        out["w"] = self._embeddings(state)[c].clone()
+        return out
+
+    def _embeddings(self, state: State) -> torch.Tensor:
+        return self.fixed_W if self.fixed_W is not None else state["W"]
+
+    def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
+        g = self._extractor(payload)
+        w = payload["w"].clone().requires_grad_(not self.fixed_embeddings)
+        params = list(g.parameters()) + ([] if self.fixed_embeddings else [w])
+        train_local(params, lambda b: positive_loss(g(b.x), w, self.pos_margin), data, config,
+                    generator(seed, "shuffle"))
+        out = {_G + n: t for n, t in state_of(g).items()}
+        if not self.fixed_embeddings:
+            out["w"] = w.detach().clone()
+        return out
+
+    def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
+        names = [n for n in state if n.startswith(_G)]
+        spec = state_spec(state, names)
+        if not self.fixed_embeddings:
+            spec["w"] = TensorSpec(torch.float32, (self.dim,))
+        return PayloadSpec(spec)
+
+    def _spread(self, W: torch.Tensor) -> torch.Tensor:
+        """``spread_steps`` gradient steps on the spreadout loss (compiled kernels), then unit rows."""
+        kk = min(self.k, W.shape[0] - 1)
+        for _ in range(self.spread_steps):
+            Wg = W.detach().requires_grad_(True)
+            (grad,) = torch.autograd.grad(spreadout_loss(Wg, self.margin, kk, self.pair_weight, self.metric), Wg)
+            W = F.normalize(W - self.spread_lr * grad, dim=1)
+        return W
+
+    def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
+        weights = [float(r.num_examples) for r in results]
+        new = weighted_average([{n: t for n, t in r.payload.items() if n.startswith(_G)} for r in results], weights)
+        W = state["W"].clone()
+        if not self.fixed_embeddings:
+            # per class: the sample-weighted mean of its clients' embeddings (client order, float32)
+            classes = [self._client_class[r.client_id] for r in results]
+            for c in sorted(set(classes)):
+                sel = [(r.payload["w"], wt) for r, cls, wt in zip(results, classes, weights) if cls == c]
+                W[c] = sum(wt * w for w, wt in sel) / sum(wt for _, wt in sel)
+            W = self._spread(W)
+        new["W"] = W
+        return new
+
+    @torch.no_grad()
+    def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
+        z = F.normalize(self._extractor(state)(x), dim=1)
+        return (z @ F.normalize(self._embeddings(state), dim=1).T).topk(k, dim=1).indices
+
+    def model_bytes(self, state: State) -> int:
+        """A client holds the extractor and one class embedding."""
+        return sum(t.numel() * t.element_size() for n, t in state.items() if n.startswith(_G)) + 4 * self.dim
+
+
+class FedALC(FedAwS):
+    """FedAwS with label-correlation pair weights collected privately in ``setup``."""
+
+    name = "FedALC"
+    uses_pair_weights = True
+
+    def setup(self, clients: list[ClientData], seed: int) -> None:
+        key = derive_seed(seed, "labelset-key").to_bytes(8, "little") * 4  # the clients' shared secret
+        assert self._dims is not None, "init_state first"
+        self.pair_weight, self.setup_bytes_up = class_pair_weights(clients, key, self._dims[1])
+
+
+class FedALCFixed(FedALC):
+    """FedALC-fixed: class embeddings learned once on the server, then never trained or uploaded.
+
+    Args (beyond FedAwS's): fixed_steps, fixed_lr: the one-off embedding training.
+    """
+
+    name = "FedALC-fixed"
+    fixed_embeddings = True
+
+    def __init__(self, *args, fixed_steps: int = 200, fixed_lr: float = 0.05, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.fixed_steps, self.fixed_lr = int(fixed_steps), float(fixed_lr)
+
+    def setup(self, clients: list[ClientData], seed: int) -> None:
+        super().setup(clients, seed)
+        self.fixed_W = learn_fixed_class_embeddings(self.pair_weight, self.dim, margin=self.margin, k=self.k,
+                                                    steps=self.fixed_steps, lr=self.fixed_lr, metric=self.metric,
+                                                    seed=derive_seed(seed, "fixed-embeddings"))
+
+    def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
+        new = super().aggregate(state, results, round)
+        new["W"] = self.fixed_W.clone() if self.fixed_W is not None else new["W"]
+        return new

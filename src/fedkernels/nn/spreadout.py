@@ -1,0 +1,84 @@
+"""Spreadout modules for FedAwS / FedALC, built on the compiled spreadout kernels.
+
+- :class:`SpreadoutRegularizer`: the server-side FedAwS/FedALC regulariser as a module.
+- :func:`learn_fixed_class_embeddings`: FedALC-fixed — learn the class embeddings once on the server
+  before training (co-occurring pairs pulled together, the k nearest others pushed beyond the margin).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..ops.spread import PairWeights, spreadout_loss
+
+
+class SpreadoutRegularizer(nn.Module):
+    """``weight * spreadout_loss(W, margin, k, pair_weight, metric)`` for class embeddings ``W [C, d]``.
+
+    Example:
+        >>> reg = SpreadoutRegularizer(margin=1.0, k=10)         # FedAwS (all pairs weigh 1)
+        >>> loss = reg(head.weight)                                # scalar, differentiable in W
+    """
+
+    def __init__(self, margin: float, k: int, pair_weight: PairWeights | None = None, metric: str = "l2",
+                 weight: float = 1.0) -> None:
+        super().__init__()
+        self.margin, self.k, self.metric, self.weight = float(margin), int(k), metric, float(weight)
+        self.pair_weight = pair_weight
+
+    def forward(self, W: torch.Tensor) -> torch.Tensor:
+        """``W [C, d]`` -> scalar."""
+        pw = self.pair_weight.to(W.device) if self.pair_weight is not None else None
+        return self.weight * spreadout_loss(W, self.margin, min(self.k, W.shape[0] - 1), pw, self.metric)
+
+
+def positive_pull(W: torch.Tensor, pair_weight: PairWeights) -> torch.Tensor:
+    """``sum over stored pairs (c, c') of (1 - alpha[c, c']) * ||w_c - w_c'||^2`` (co-occurrence pull).
+
+    ``1 - alpha = cooc(c, c') / count(c)``, so pairs that co-occur more are pulled harder. O(nnz * d).
+    """
+    pw = pair_weight.to(W.device)
+    rows = torch.repeat_interleave(torch.arange(pw.num_classes, device=W.device), pw.indptr.diff())
+    strength = (1.0 - pw.values).to(W.dtype)
+    return (strength * (W[rows] - W[pw.indices]).pow(2).sum(-1)).sum()
+
+
+def learn_fixed_class_embeddings(pair_weight: PairWeights, dim: int, *, margin: float = 1.0, k: int = 10,
+                                 steps: int = 200, lr: float = 0.05, pull: float = 1.0, metric: str = "l2",
+                                 seed: int = 0) -> torch.Tensor:
+    """FedALC-fixed: unit-norm class embeddings ``[C, dim]`` learned once on the server.
+
+    Minimises ``pull * positive_pull(W) + spreadout_loss(W, margin, k, pair_weight)`` with Adam,
+    projecting rows back to the unit sphere after every step (so ``margin`` is on the sphere:
+    l2 distances lie in [0, 2]). Deterministic in ``seed``.
+
+    Args:
+        pair_weight: FedALC weights over C classes (``LabelSets.pair_weights()``).
+        dim: embedding size d.
+        margin, k, metric: of the spreadout term.
+        steps, lr: Adam iterations and step size.
+        pull: weight of the co-occurrence pull.
+        seed: initialisation seed.
+
+    Returns:
+        float32 ``[C, dim]`` with unit-norm rows (detached).
+
+    Example:
+        >>> W = learn_fixed_class_embeddings(sets.pair_weights(), 64, margin=1.0, k=10)
+    """
+    c = pair_weight.num_classes
+    g = torch.Generator().manual_seed(seed)
+    W = nn.functional.normalize(torch.randn(c, dim, generator=g), dim=1).requires_grad_(True)
+    if c < 2:
+        return W.detach()
+    opt = torch.optim.Adam([W], lr=lr)
+    kk = min(k, c - 1)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = pull * positive_pull(W, pair_weight) + spreadout_loss(W, margin, kk, pair_weight, metric)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            W.copy_(nn.functional.normalize(W, dim=1))
+    return W.detach()
