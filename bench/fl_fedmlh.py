@@ -48,7 +48,13 @@ def run_dataset(name: str, data_dir: Path, rounds: int | None, seed: int) -> tup
         clients_per_round=4, rounds=rounds or s["rounds"], local_epochs=5, batch_size=64, optimizer="adam", lr=0.01, seed=seed)
     cfg.validate()
     data = prepare_data(cfg)
-    results = [run_algorithm(a, cfg, data) for a in cfg.algorithms]
+    def progress(rec, name=name) -> None:
+        print(f"  {name} round {rec.round + 1}/{cfg.rounds}: P@1 {rec.metrics.get('P@1', float('nan')):.4f}, "
+              f"{rec.seconds:.0f} s", flush=True)
+    results = []
+    for a in cfg.algorithms:
+        print(f"{name}: {a}", flush=True)
+        results.append(run_algorithm(a, cfg, data, progress))
     target = add_common_target(results)
     rows = [{"dataset": name, **row} for row in summary_rows(results)]
     avg, mlh = results
