@@ -12,6 +12,7 @@ Writes bench/results/fl_fedmlh.json and bench/results/fl_fedmlh_<dataset>.png.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import asdict
@@ -77,8 +78,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", type=Path, default=DATA)
     ap.add_argument("--datasets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    ap.add_argument("--append", action="store_true", help="keep the other datasets' results already in the JSON")
     args = ap.parse_args()
     rows, full = [], {}
+    old = RESULTS / "fl_fedmlh.json"
+    if args.append and old.is_file():
+        prev = json.loads(old.read_text())
+        rows = [r for r in prev["rows"] if r["dataset"] not in args.datasets]
+        full = {k: v for k, v in prev.get("runs", {}).items() if k not in args.datasets}
     t0 = time.perf_counter()
     for name in args.datasets:
         if not (args.data_dir / name).is_dir():
