@@ -22,3 +22,13 @@ def tiny_dataset(n: int, num_features: int = 16, num_classes: int = 8, seed: int
 def tiny_clients(num_clients: int = 4, per_client: int = 40, seed: int = 0, **kw) -> list[ClientData]:
     """``num_clients`` independent tiny datasets."""
     return [tiny_dataset(per_client, seed=seed * 1000 + i, **kw) for i in range(num_clients)]
+
+
+def assert_seed_reproducible(make_server, constant: tuple[str, ...] = ()) -> None:
+    """Same seed gives a bit-identical final state; another seed changes it (except ``constant`` keys).
+    ``make_server(seed=...)`` builds a fresh Server."""
+    a, b, c = make_server(seed=3), make_server(seed=3), make_server(seed=4)
+    for s in (a, b, c):
+        s.run()
+    assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
+    assert any(not torch.equal(a.state[k], c.state[k]) for k in a.state if k not in constant)

@@ -8,7 +8,7 @@ import torch
 
 from fedkernels.fl import RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms.fedmlh import HASH_KEY, FedMLH, per_table_average
-from python_tests.fl_data import tiny_clients, tiny_dataset
+from python_tests.fl_data import assert_seed_reproducible, tiny_clients, tiny_dataset
 
 
 R, B = 3, 4
@@ -37,12 +37,7 @@ def test_round_trip_and_bytes():
 
 
 def test_same_seed_bit_identical():
-    a, b = _server(seed=3), _server(seed=3)
-    a.run(), b.run()
-    assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
-    c = _server(seed=4)
-    c.run()
-    assert any(not torch.equal(a.state[k], c.state[k]) for k in a.state if k != HASH_KEY)
+    assert_seed_reproducible(_server, constant=(HASH_KEY,))
 
 
 def test_same_across_thread_counts():

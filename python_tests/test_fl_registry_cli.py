@@ -81,3 +81,12 @@ def test_info_and_bench(capsys):
     assert "algorithms: FedAvg" in capsys.readouterr().out
     assert main(["bench", "no_such_bench"]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_demo_includes_fedss_exactly_when_registered():
+    from fedkernels.cli import demo_config
+    algos = demo_config()["algorithms"]
+    assert algos[:2] == ["FedAvg", "FedMLH"]
+    assert ("FedSS" in algos) == is_registered("FedSS")
+    cfg = build_config(parser().parse_args(["run", "--demo", "--rounds", "1"]))
+    assert cfg.rounds == 1 and cfg.algorithms == algos and cfg.dataset == "synthetic"

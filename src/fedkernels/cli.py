@@ -48,12 +48,12 @@ def demo_config() -> dict[str, Any]:
     algos = ["FedAvg", "FedMLH"] + (["FedSS"] if is_registered("FedSS") else [])
     return {
         "algorithms": algos,
-        "algorithm_options": {"FedAvg": {"hidden": [64]}, "FedMLH": {"num_tables": 4, "num_buckets": 100, "hidden": [64]}},
+        "algorithm_options": {"FedAvg": {"hidden": [64]}, "FedMLH": {"num_tables": 4, "num_buckets": 50, "hidden": [64]}},
         "dataset": "synthetic",
-        "synthetic": {"num_samples": 6000, "num_features": 64, "num_classes": 2000, "labels_per_sample": 3.0,
+        "synthetic": {"num_samples": 5000, "num_features": 64, "num_classes": 1000, "labels_per_sample": 3.0,
                       "exponent": 1.0, "noise": 1.0},
-        "partition": "fedmlh", "clients": 10, "clients_per_round": 4, "rounds": 20, "local_epochs": 2,
-        "batch_size": 64, "lr": 0.5, "seed": 0, "output": "fedkernels-demo",
+        "partition": "fedmlh", "clients": 10, "clients_per_round": 4, "rounds": 15, "local_epochs": 1,
+        "batch_size": 64, "optimizer": "adam", "lr": 0.01, "seed": 0, "output": "fedkernels-demo",
     }
 
 

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 import torch
 
 from ..fl.types import ClientData
-from .feature_hashing import hash_features, idf_weights
+from .feature_hashing import hash_features, idf_weights, l2_normalize_rows
 from .split import train_test_split
 from .synthetic import synthetic_multilabel
 from .xc_format import XCData, read_xc
@@ -87,10 +87,7 @@ def load_xc_dataset(path: str | Path, feature_dim: int | None = None, seed: int 
         x = np.asarray(feats.todense(), dtype=np.float64)
         if idf is not None:
             x = x * idf
-        if l2_normalize:
-            norms = np.linalg.norm(x, axis=1, keepdims=True)
-            x = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
-        return torch.from_numpy(x.astype(np.float32))
+        return torch.from_numpy((l2_normalize_rows(x) if l2_normalize else x).astype(np.float32))
 
     notes.update(feature_dim=feature_dim or train.num_features, tfidf=tfidf, l2_normalize=l2_normalize)
     return Dataset(to_client_data(dense(train.features), train.labels),

@@ -60,7 +60,10 @@ def hash_features(features: sp.csr_matrix, dim: int, seed: int = 0, idf: np.ndar
     # A [F, D] matrix with one signed entry per row: the hashing is one sparse product.
     proj = sp.csr_matrix((sign, bucket, np.arange(num_features + 1)), shape=(num_features, int(dim)))
     dense = np.asarray((features.astype(np.float64) @ proj).todense())
-    if l2_normalize:
-        norms = np.linalg.norm(dense, axis=1, keepdims=True)
-        dense = np.divide(dense, norms, out=np.zeros_like(dense), where=norms > 0)
-    return torch.from_numpy(dense.astype(np.float32))
+    return torch.from_numpy((l2_normalize_rows(dense) if l2_normalize else dense).astype(np.float32))
+
+
+def l2_normalize_rows(x: np.ndarray) -> np.ndarray:
+    """Each row of ``x [N, D]`` scaled to unit L2 norm; all-zero rows stay zero."""
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)

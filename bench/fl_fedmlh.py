@@ -1,0 +1,108 @@
+"""FedMLH against FedAvg on real data (Delicious, Bibtex) under the FedMLH partition.
+
+10 clients, 4 per round, 5 local epochs, linear models (FedAvg: F x p weights; FedMLH: R tables
+of F x B). Reports P@1/3/5, PSP@k, the frequent/infrequent split of P@k, bytes to the best P@1,
+bytes to reach the lower of the two best P@1 (a level both reach), and model size per client.
+
+    PYTHONPATH=src python bench/fl_fedmlh.py [--rounds N] [--data-dir ../shared/data]
+
+Writes bench/results/fl_fedmlh.json and bench/results/fl_fedmlh_<dataset>.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import RESULTS, machine, markdown_table, write_results  # noqa: E402
+
+from fedkernels.fl.experiment import ExperimentConfig, add_common_target, prepare_data, run_algorithm  # noqa: E402
+from fedkernels.fl.report import plot_accuracy, summary_rows  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+# Per dataset: FedMLH's hash family (R tables of B buckets, R * B < p), the frequent-class count
+# (10% of the labels), and the rounds of the published run (what fit in ~20 minutes on the shared,
+# heavily loaded 2-core machine: Delicious's FedMLH split copies most samples to several clients).
+SETTINGS = {
+    "delicious": {"num_tables": 4, "num_buckets": 100, "num_frequent": 98, "rounds": 2},
+    "bibtex": {"num_tables": 4, "num_buckets": 20, "num_frequent": 16, "rounds": 10},
+}
+
+COLUMNS = ["dataset", "algorithm", "P@1", "P@3", "P@5", "PSP@1", "PSP@5", "P@1_freq", "P@1_infreq", "P@5_freq",
+           "P@5_infreq", "best P@1", "rounds to best", "MB to best", "MB to target", "model MB", "s"]
+
+
+def run_dataset(name: str, data_dir: Path, rounds: int | None, seed: int) -> tuple[list[dict], dict]:
+    """Both algorithms on one dataset; returns the summary rows and the full results."""
+    s = SETTINGS[name]
+    cfg = ExperimentConfig(
+        algorithms=["FedAvg", "FedMLH"],
+        algorithm_options={"FedAvg": {"hidden": []},
+                           "FedMLH": {"num_tables": s["num_tables"], "num_buckets": s["num_buckets"], "hidden": []}},
+        dataset=str(data_dir / name), partition="fedmlh", num_frequent=s["num_frequent"], clients=10,
+        clients_per_round=4, rounds=rounds or s["rounds"], local_epochs=5, batch_size=64, optimizer="adam", lr=0.01, seed=seed)
+    cfg.validate()
+    data = prepare_data(cfg)
+    def progress(rec, name=name) -> None:
+        print(f"  {name} round {rec.round + 1}/{cfg.rounds}: P@1 {rec.metrics.get('P@1', float('nan')):.4f}, "
+              f"{rec.seconds:.0f} s", flush=True)
+    results = []
+    for a in cfg.algorithms:
+        print(f"{name}: {a}", flush=True)
+        results.append(run_algorithm(a, cfg, data, progress))
+    target = add_common_target(results)
+    rows = [{"dataset": name, **row} for row in summary_rows(results)]
+    avg, mlh = results
+    ratio = {
+        "model_bytes_FedAvg_over_FedMLH": avg["model_bytes"] / mlh["model_bytes"],
+        "bytes_to_target_FedAvg_over_FedMLH": (avg["comm"]["bytes_to_target"] / mlh["comm"]["bytes_to_target"]
+                                               if avg["comm"]["bytes_to_target"] and mlh["comm"]["bytes_to_target"]
+                                               else None),
+    }
+    plot_accuracy(RESULTS / f"fl_fedmlh_{name}.png", results, "P@1",
+                  f"{name}: FedMLH partition, 10 clients, 4/round, 5 local epochs")
+    full = {"config": asdict(cfg), "dataset": data.dataset.notes, "clients": [len(c) for c in data.clients],
+            "target_P@1": target, "ratios": ratio, "results": results}
+    return rows, full
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=None, help="rounds for every dataset (default: per dataset)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--data-dir", type=Path, default=DATA)
+    ap.add_argument("--datasets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    ap.add_argument("--append", action="store_true", help="keep the other datasets' results already in the JSON")
+    args = ap.parse_args()
+    rows, full = [], {}
+    old = RESULTS / "fl_fedmlh.json"
+    if args.append and old.is_file():
+        prev = json.loads(old.read_text())
+        rows = [r for r in prev["rows"] if r["dataset"] not in args.datasets]
+        full = {k: v for k, v in prev.get("runs", {}).items() if k not in args.datasets}
+    t0 = time.perf_counter()
+    for name in args.datasets:
+        if not (args.data_dir / name).is_dir():
+            print(f"skip {name}: {args.data_dir / name} not found")
+            continue
+        r, f = run_dataset(name, args.data_dir, args.rounds, args.seed)
+        rows += r
+        full[name] = f
+        print(f"{name}: model bytes FedAvg/FedMLH = {f['ratios']['model_bytes_FedAvg_over_FedMLH']:.2f}x, "
+              f"bytes to P@1 >= {f['target_P@1']:.4f}: FedAvg/FedMLH = {f['ratios']['bytes_to_target_FedAvg_over_FedMLH']}",
+              flush=True)
+    path = write_results("fl_fedmlh", rows, {"runs": full, "seconds": time.perf_counter() - t0,
+                                             "note": "shared 2-core machine; compare rows within this run"})
+    print(markdown_table(rows, COLUMNS))
+    print(f"\nwrote {path} ({machine()['threads']} threads, {time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
