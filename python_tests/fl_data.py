@@ -32,3 +32,13 @@ def assert_seed_reproducible(make_server, constant: tuple[str, ...] = ()) -> Non
         s.run()
     assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
     assert any(not torch.equal(a.state[k], c.state[k]) for k in a.state if k not in constant)
+
+
+def one_label_clients(num_clients: int = 5, per_client: int = 20, seed: int = 0, **kw) -> list[ClientData]:
+    """Client i holds only class i (every sample labelled {i}), the FedAwS/FedALC setting."""
+    out = []
+    for i, d in enumerate(tiny_clients(num_clients, per_client, seed, **kw)):
+        n = len(d)
+        out.append(ClientData(d.x, torch.arange(n + 1, dtype=torch.int64),
+                              torch.full((n,), i % d.num_classes, dtype=torch.int64), d.num_classes))
+    return out

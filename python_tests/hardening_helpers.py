@@ -14,7 +14,7 @@ from fedkernels.fl import ClientData, ClientResult, FedAvg, PayloadSpec, RunConf
 from fedkernels.fl import payload as pl
 from fedkernels.fl.client import ClientEndpoint
 from fedkernels.fl.seeding import generator
-from python_tests.fl_data import tiny_clients
+from python_tests.fl_data import one_label_clients, tiny_clients
 
 NUM_FEATURES, NUM_CLASSES = 16, 8
 
@@ -26,7 +26,10 @@ def run_config(**kw) -> RunConfig:
 
 
 def make_server(strategy: Strategy | None = None, num_clients: int = 5, wrapper=None, **cfg) -> Server:
-    return Server(strategy or FedAvg(hidden=(8,)), tiny_clients(num_clients), NUM_FEATURES, NUM_CLASSES,
+    strategy = strategy or FedAvg(hidden=(8,))
+    one_label = strategy.name.lower() in ("fedaws", "fedalc", "fedalc-fixed")  # they need one label per client
+    clients = one_label_clients(num_clients) if one_label else tiny_clients(num_clients)
+    return Server(strategy, clients, NUM_FEATURES, NUM_CLASSES,
                   run_config(**cfg), client_wrapper=wrapper)
 
 

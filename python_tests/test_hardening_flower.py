@@ -64,9 +64,20 @@ class Deployment:
     def start(self) -> None:
         self.spawn("superlink", "flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
                    "--disable-runtime-dependency-installation")
+        self.wait_for_port(self.port)
         for i in range(NUM_CLIENTS):
             self.spawn(f"supernode{i}", "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{self.port}",
                        "--port", str(free_port()), "--node-config", f"partition-id={i} num-partitions={NUM_CLIENTS}")
+
+    def wait_for_port(self, port: int, timeout: float = 120.0) -> None:
+        """Block until the SuperLink accepts connections (``flwr run`` does not retry)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"SuperLink did not listen on 127.0.0.1:{port} within {timeout} s:\n{self.tail()}")
 
     def run(self, strategy: str, checkpoint: Path) -> subprocess.CompletedProcess:
         overrides = (f"strategy='{strategy}' checkpoint='{checkpoint}' drill='{DRILL}' rounds={ROUNDS} seed={SEED} "
@@ -114,7 +125,7 @@ def deployment(tmp_path_factory):
 # Strategies on main or merged branches; the others (FedSS, l1-difference) join here as their
 # Strategy classes land (the adapter needs nothing new for them). One test, so one deployment even
 # under pytest-xdist.
-STRATEGIES = ["fedavg", "fedmlh", "partialexchange"]
+STRATEGIES = ["fedavg", "fedmlh", "fedss", "partialexchange", "l1diff"]
 
 
 def test_flower_matches_in_process(deployment):

@@ -40,6 +40,9 @@ def test_hostile_client_rejected(name, tamper, reason):
     honest = make_server(make_strategy(name))
     chosen = honest.select_clients(0)
     liar = chosen[0]
+    if tamper is _nan_in_first_float and not any(
+            t.is_floating_point() for t in honest.run_client(liar, 0)[0].payload.values()):
+        pytest.skip(f"{name} uploads no float tensor (codec bytes): its corrupt-stream rejection is tested in its own suite")
     expect = honest.strategy.aggregate(honest.state, [honest.run_client(c, 0)[0] for c in chosen[1:]], 0)
     s = make_server(make_strategy(name), wrapper=tampering(tamper, {liar}))
     rec = s.run_round()
