@@ -123,3 +123,11 @@ def markdown_table(rows: list[dict], columns: list[str]) -> str:
 
 def mib(nbytes: float) -> float:
     return nbytes / 2**20
+
+
+def read_xc_dense(path: str | Path):
+    """An Extreme Classification file as a ClientData with dense float32 features (the library's reader)."""
+    from fedkernels.data import read_xc, to_client_data
+
+    d = read_xc(path)
+    return to_client_data(torch.from_numpy(d.features.toarray()).float(), d.labels)

@@ -20,25 +20,12 @@ from common import RESULTS, markdown_table, write_results
 from fedkernels.fl import ClientData, FedAvg, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import FedALC, FedALCFixed, FedAwS
 
+from common import read_xc_dense  # noqa: E402
+
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "bibtex"
 
 
-def read_xc(path: Path) -> ClientData:
-    """The Extreme Classification text format: header ``N F L`` then ``l1,l2 f:v f:v`` per line."""
-    lines = path.read_text().splitlines()
-    n, f, p = (int(v) for v in lines[0].split())
-    x = torch.zeros(n, f)
-    indptr, indices = [0], []
-    for i, line in enumerate(lines[1:n + 1]):
-        parts = line.split(" ")
-        labels = [int(v) for v in parts[0].split(",") if v] if parts and ":" not in parts[0] else []
-        for tok in parts[1:] if parts and ":" not in parts[0] else parts:
-            if tok:
-                k, v = tok.split(":")
-                x[i, int(k)] = float(v)
-        indices.extend(labels)
-        indptr.append(len(indices))
-    return ClientData(x, torch.tensor(indptr), torch.tensor(indices, dtype=torch.int64), p)
+read_xc = read_xc_dense  # the library's XC reader, dense features
 
 
 def one_label_per_client(data: ClientData) -> list[ClientData]:

@@ -24,29 +24,13 @@ from fedkernels.fl.algorithms import PartialExchange
 from fedkernels.fl.seeding import numpy_rng
 from fedkernels.fl.types import ClientData
 
+from common import read_xc_dense  # noqa: E402
+
 DATA = Path(os.environ.get("FEDKERNELS_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def read_xc(path: Path) -> ClientData:
-    """A file in Extreme Classification format as dense float32 features and CSR labels."""
-    with open(path) as f:
-        n, num_features, num_labels = (int(v) for v in f.readline().split())
-        x = np.zeros((n, num_features), dtype=np.float32)
-        indptr, indices = [0], []
-        for i, line in enumerate(f):
-            if i >= n:
-                break
-            labels, _, feats = line.rstrip("\n").partition(" ")
-            if ":" in labels:  # no labels and the line starts with a feature
-                labels, feats = "", line
-            indices.extend(int(v) for v in labels.split(",") if v)
-            indptr.append(len(indices))
-            for fv in feats.split():
-                k, v = fv.split(":")
-                x[i, int(k)] = float(v)
-    return ClientData(torch.from_numpy(x), torch.tensor(indptr, dtype=torch.int64),
-                      torch.tensor(indices, dtype=torch.int64), num_labels)
+read_xc = read_xc_dense  # the library's XC reader, dense features
 
 
 def dirichlet_split(data: ClientData, num_clients: int, beta: float, seed: int) -> list[ClientData]:
