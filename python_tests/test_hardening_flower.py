@@ -1,5 +1,5 @@
 """Flower for real: a SuperLink and three SuperNodes (separate processes) on 127.0.0.1 run each
-fedkernels strategy (FedAvg, FedMLH, PartialExchange) for three rounds through
+fedkernels strategy (FedAvg, FedMLH, FedSS, PartialExchange, L1Diff) for three rounds through
 ``fedkernels.integrations.flower``, with a crash and a garbage upload injected; the final global state
 is bit-identical to the in-process Server's with the same seed, the same faults and the same data."""
 
@@ -122,8 +122,8 @@ def deployment(tmp_path_factory):
     assert not any(p.poll() is None for p in dep.procs)  # everything torn down
 
 
-# Strategies on main or merged branches; the others (FedSS, l1-difference) join here as their
-# Strategy classes land (the adapter needs nothing new for them). One test, so one deployment even
+# The strategies the issue names (FedMLH, FedSS, partial exchange, l1-difference) plus FedAvg; the
+# adapter is generic, so any registered strategy runs the same way. One test, so one deployment even
 # under pytest-xdist.
 STRATEGIES = ["fedavg", "fedmlh", "fedss", "partialexchange", "l1diff"]
 
