@@ -83,10 +83,9 @@ def test_info_and_bench(capsys):
     assert "not found" in capsys.readouterr().err
 
 
-def test_demo_includes_fedss_exactly_when_registered():
+def test_demo_compares_fedavg_fedmlh_fedss():
     from fedkernels.cli import demo_config
     algos = demo_config()["algorithms"]
-    assert algos[:2] == ["FedAvg", "FedMLH"]
-    assert ("FedSS" in algos) == is_registered("FedSS")
+    assert algos == ["FedAvg", "FedMLH", "FedSS"] and all(is_registered(a) for a in algos)
     cfg = build_config(parser().parse_args(["run", "--demo", "--rounds", "1"]))
     assert cfg.rounds == 1 and cfg.algorithms == algos and cfg.dataset == "synthetic"

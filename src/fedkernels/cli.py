@@ -2,7 +2,7 @@
 
     fedkernels info
     fedkernels bench sketch                  # runs bench/sketch.py of a checkout
-    fedkernels run --demo                    # FedAvg vs FedMLH (vs FedSS) on synthetic data
+    fedkernels run --demo                    # FedAvg vs FedMLH vs FedSS on synthetic data
     fedkernels run --config exp.toml --rounds 30
     fedkernels run --dataset ../shared/data/bibtex --algorithms FedAvg FedMLH --option FedMLH.num_buckets=40
 """
@@ -41,13 +41,9 @@ _RUN_FLAGS: dict[str, tuple[type, str]] = {
 
 
 def demo_config() -> dict[str, Any]:
-    """The README main job: FedAvg vs FedMLH (vs FedSS when registered) on the synthetic default,
-    a few minutes on 2 cores."""
-    from .fl.registry import is_registered
-
-    algos = ["FedAvg", "FedMLH"] + (["FedSS"] if is_registered("FedSS") else [])
+    """The README main job: FedAvg vs FedMLH vs FedSS on the synthetic default, a few minutes on 2 cores."""
     return {
-        "algorithms": algos,
+        "algorithms": ["FedAvg", "FedMLH", "FedSS"],
         "algorithm_options": {"FedAvg": {"hidden": [64]}, "FedMLH": {"num_tables": 4, "num_buckets": 50, "hidden": [64]}},
         "dataset": "synthetic",
         "synthetic": {"num_samples": 5000, "num_features": 64, "num_classes": 1000, "labels_per_sample": 3.0,
@@ -188,7 +184,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     b.set_defaults(fn=cmd_bench)
     r = sub.add_parser("run", help="run algorithms on a dataset and partition")
-    r.add_argument("--demo", action="store_true", help="FedAvg vs FedMLH (vs FedSS) on the synthetic default")
+    r.add_argument("--demo", action="store_true", help="FedAvg vs FedMLH vs FedSS on the synthetic default")
     r.add_argument("--config", help="a JSON or TOML file of run settings (flags override it)")
     r.add_argument("--algorithms", nargs="+", help="registered algorithm names (see `fedkernels info`)")
     r.add_argument("--option", action="append", metavar="ALG.key=value", help="a constructor option of an algorithm")
