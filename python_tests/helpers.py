@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 
@@ -13,3 +15,14 @@ def csr_from_lists(rows: list[list[int]], device: str | torch.device = "cpu") ->
     flat = [x for r in rows for x in r]
     return (torch.tensor(indptr, dtype=torch.int64, device=device),
             torch.tensor(flat, dtype=torch.int64, device=device).reshape(-1))
+
+
+def child_pythonpath() -> str:
+    """PYTHONPATH for test subprocesses: the folder the imported fedkernels comes from (src/ for an
+    in-tree or editable build, site-packages for an installed one) and the repo root (python_tests)."""
+    from pathlib import Path
+
+    import fedkernels
+
+    pkg_parent = Path(fedkernels.__file__).resolve().parents[1]
+    return os.pathsep.join([str(pkg_parent), str(Path(__file__).resolve().parents[1])])

@@ -16,6 +16,7 @@ import pytest
 from fedkernels.fl import PayloadError
 from fedkernels.fl.faults import FaultInjector
 from python_tests.hardening_helpers import make_server, same_state
+from python_tests.helpers import child_pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,7 +88,7 @@ CHILD = textwrap.dedent("""
 
 def test_resume_after_sigkill_mid_round(tmp_path):
     ckpt = str(tmp_path / "run.ckpt")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     child = subprocess.Popen([sys.executable, "-c", CHILD, ckpt], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                              text=True)
     try:

@@ -22,6 +22,7 @@ import torch  # noqa: E402
 
 from fedkernels.fl import Server  # noqa: E402
 from fedkernels.fl.checkpoint import load_checkpoint  # noqa: E402
+from python_tests.helpers import child_pythonpath  # noqa: E402
 from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, drill_wrapper, make_strategy, \
     run_config  # noqa: E402
 
@@ -50,7 +51,7 @@ class Deployment:
         (self.home / "config.toml").write_text(
             f'[superlink]\ndefault = "test"\n\n[superlink.test]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
         self.env = {**os.environ, "FLWR_HOME": str(self.home),
-                    "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+                    "PYTHONPATH": child_pythonpath(),
                     "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
 
     def spawn(self, name: str, *args: str) -> subprocess.Popen:
