@@ -42,3 +42,11 @@ def one_label_clients(num_clients: int = 5, per_client: int = 20, seed: int = 0,
         out.append(ClientData(d.x, torch.arange(n + 1, dtype=torch.int64),
                               torch.full((n,), i % d.num_classes, dtype=torch.int64), d.num_classes))
     return out
+
+
+def assert_training_improves(server, margin: float) -> None:
+    """Running ``server`` to its last round raises test P@1 (on a fixed held-out set) by more than ``margin``."""
+    test = tiny_dataset(400, seed=99)
+    before = server.evaluate(test)["P@1"]
+    server.run()
+    assert server.evaluate(test)["P@1"] > before + margin

@@ -7,7 +7,7 @@ import torch
 
 from fedkernels.fl import FedAvg, PayloadError, RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms.fedavg import weighted_average
-from python_tests.fl_data import tiny_clients, tiny_dataset
+from python_tests.fl_data import assert_training_improves, tiny_clients
 
 
 def _server(seed=0, rounds=3, **kw):
@@ -45,10 +45,7 @@ def test_aggregation_is_weighted_mean():
 
 def test_training_improves_precision():
     s = _server(rounds=25)
-    test = tiny_dataset(400, seed=99)
-    before = s.evaluate(test)["P@1"]
-    s.run()
-    assert s.evaluate(test)["P@1"] > before + 0.1
+    assert_training_improves(s, 0.1)
 
 
 def test_rejected_upload_leaves_state(monkeypatch):

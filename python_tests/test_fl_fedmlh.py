@@ -8,7 +8,7 @@ import torch
 
 from fedkernels.fl import RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms.fedmlh import HASH_KEY, FedMLH, per_table_average
-from python_tests.fl_data import assert_seed_reproducible, tiny_clients, tiny_dataset
+from python_tests.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients, tiny_dataset
 
 
 R, B = 3, 4
@@ -90,10 +90,7 @@ def test_predict_topk_matches_head_scores():
 
 def test_training_improves_precision():
     s = _server(rounds=25, hidden=(16,))
-    test = tiny_dataset(400, seed=99)
-    before = s.evaluate(test)["P@1"]
-    s.run()
-    assert s.evaluate(test)["P@1"] > before + 0.1
+    assert_training_improves(s, 0.1)
 
 
 def test_fewer_bytes_than_fedavg_when_buckets_are_few():

@@ -9,7 +9,7 @@ import fedkernels.fl.algorithms.fedss as fedss_mod
 from fedkernels.fl import ClientResult, RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms import FedSS, FullSoftmax, NegOnly, PosOnly
 from fedkernels.fl.seeding import derive_seed
-from python_tests.fl_data import tiny_clients, tiny_dataset
+from python_tests.fl_data import assert_training_improves, tiny_clients
 
 VARIANTS = [FedSS, NegOnly, PosOnly, FullSoftmax]
 
@@ -114,10 +114,7 @@ def test_hot_paths_use_the_compiled_ops(monkeypatch):
 @pytest.mark.parametrize("cls", [FedSS, FullSoftmax])
 def test_training_improves_precision(cls):
     s = _server(cls, rounds=25, m=3)
-    test = tiny_dataset(400, seed=99)
-    before = s.evaluate(test)["P@1"]
-    s.run()
-    assert s.evaluate(test)["P@1"] > before + 0.1
+    assert_training_improves(s, 0.1)
 
 
 def test_bad_config():

@@ -12,7 +12,7 @@ from fedkernels.fl.algorithms import L1Diff, L1DiffNetwork
 from fedkernels.fl.algorithms.l1diff_codec import full_gradient, l1diff_direction
 from fedkernels.fl.algorithms.fedavg import multilabel_loss
 from fedkernels.fl.models import load_state, mlp
-from python_tests.fl_data import tiny_clients, tiny_dataset
+from python_tests.fl_data import assert_training_improves, tiny_clients
 
 
 def _cfg(seed=0, rounds=3):
@@ -120,10 +120,7 @@ def test_network_aggregation_matches_hand_computed():
 
 def test_training_improves_precision():
     s = _server(rounds=30, eta=2.0, gamma=0.001)
-    test = tiny_dataset(400, seed=99)
-    before = s.evaluate(test)["P@1"]
-    s.run()
-    assert s.evaluate(test)["P@1"] > before + 0.05
+    assert_training_improves(s, 0.05)
 
 
 def test_corrupt_upload_is_dropped_not_applied():

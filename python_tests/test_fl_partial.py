@@ -9,7 +9,7 @@ import torch
 
 from fedkernels.fl import RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms import PartialExchange
-from python_tests.fl_data import tiny_clients, tiny_dataset
+from python_tests.fl_data import assert_training_improves, tiny_clients
 
 
 def _server(seed=0, rounds=3, fraction=0.5, **kw):
@@ -89,10 +89,7 @@ def test_aggregate_leaves_input_state():
 
 def test_full_fraction_trains():
     s = _server(rounds=25, fraction=1.0)
-    test = tiny_dataset(400, seed=99)
-    before = s.evaluate(test)["P@1"]
-    s.run()
-    assert s.evaluate(test)["P@1"] > before + 0.1
+    assert_training_improves(s, 0.1)
 
 
 def test_bad_fraction():
