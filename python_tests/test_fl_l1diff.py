@@ -7,7 +7,7 @@ import torch
 
 import fedkernels
 from fedkernels.comm import decode_runs
-from fedkernels.fl import RunConfig, Server, TrainConfig, encode
+from fedkernels.fl import RunConfig, Server, TrainConfig, decode, encode
 from fedkernels.fl.algorithms import L1Diff, L1DiffNetwork
 from fedkernels.fl.algorithms.l1diff_codec import full_gradient, l1diff_direction
 from fedkernels.fl.algorithms.fedavg import multilabel_loss
@@ -123,7 +123,35 @@ def test_training_improves_precision():
     assert_training_improves(s, 0.05)
 
 
+@pytest.mark.parametrize("cut", [3, 1])
+def test_corrupt_stream_is_rejected_by_the_loop(cut):
+    """A codec stream that parses as a uint8 tensor but does not decode is rejected before
+    aggregation and recorded in RoundRecord.failed; the state is the honest clients' aggregate."""
+    honest = _server()
+    chosen = honest.select_clients(0)
+    liar = chosen[0]
+    expect = honest.strategy.aggregate(honest.state, [honest.run_client(c, 0)[0] for c in chosen[1:]], 0)
+    s = _server()
+    inner = s.endpoints[liar]
+
+    class Cutting:
+        def request(self, round, seed):
+            return inner.request(round, seed)
+
+        def update(self, raw_down, round, seed):
+            up = decode(inner.update(raw_down, round, seed))
+            name = sorted(up)[0]
+            return encode({**up, name: up[name][:-cut].clone()})
+
+    s.endpoints[liar] = Cutting()
+    rec = s.run_round()
+    assert [c for c, _ in rec.failed] == [liar]
+    assert rec.failed[0][1].startswith("rejected: tensor ") and "not a valid l1-difference stream" in rec.failed[0][1]
+    assert all(torch.equal(s.state[k], expect[k]) for k in expect) and not s.strategy.rejected
+
+
 def test_corrupt_upload_is_dropped_not_applied():
+    """aggregate() called directly (not through the loop) still never applies a corrupt stream."""
     s = _server()
     ups = [s.run_client(c, 0)[0] for c in s.select_clients(0)]
     bad = dict(ups[0].payload)

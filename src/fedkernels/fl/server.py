@@ -110,6 +110,7 @@ class Server:
             raise ClientSentNothing("sent no upload")
         bytes_up += len(raw_up)
         checked = pl.decode(raw_up, bounded(s.upload_spec(self.state, down), self.config.max_upload_bytes))
+        s.check_upload(self.state, down, checked)
         return ClientResult(client_id, checked, len(self.clients[client_id]), bytes_up), len(raw_down)
 
     def run_round(self) -> RoundRecord:

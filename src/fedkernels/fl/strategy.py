@@ -1,10 +1,11 @@
 """The Strategy interface: one subclass per algorithm (DESIGN.md §4).
 
-A round is: the server picks clients, each may send a ``client_request``, ``client_payload`` builds each one's download, the client
-runs ``client_update`` on its own data (a pure function of the payload, its data and a seed, so
-Flower clients can run it across machines), the server checks each upload with ``upload_spec``
-and folds them in with ``aggregate``. Payloads are dicts of tensors, serialised with safetensors
-by the loop, which counts the real bytes both ways.
+A round is: the server picks clients, each may send a ``client_request``, ``client_payload``
+builds each one's download, the client runs ``client_update`` on its own data (a pure function of
+the payload, its data and a seed, so Flower clients can run it across machines), the server checks
+each upload with ``upload_spec`` (and ``check_upload`` for content the spec cannot see) and folds
+them in with ``aggregate``. Payloads are dicts of tensors, serialised with safetensors by the loop,
+which counts the real bytes both ways.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ class Strategy(ABC):
     @abstractmethod
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
         """What a well-formed upload in answer to ``payload_sent`` looks like."""
+
+    def check_upload(self, state: State, payload_sent: Payload, upload: Payload) -> None:
+        """Content checks an upload needs beyond its spec (which only sees names, dtypes, shapes,
+        finiteness and id ranges): e.g. a codec stream that must decode. Raise
+        :class:`~fedkernels.fl.payload.PayloadError` to reject this client's upload; the loop then
+        records it in ``RoundRecord.failed`` like any other rejection. Default: nothing to check."""
 
     @abstractmethod
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:

@@ -121,6 +121,7 @@ class FlowerStrategy(_FlowerStrategy):
                 raw = _bytes_of(answers.get(c), "upload")
                 checked = pl.decode(raw, bounded(self.strategy.upload_spec(self.state, down),
                                                  self.config.max_upload_bytes))
+                self.strategy.check_upload(self.state, down, checked)
             except _Failure as e:
                 rnd.failed[c] = str(e)
                 continue

@@ -18,7 +18,7 @@ from ..payload import Payload, PayloadSpec, TensorSpec
 from ..strategy import State
 from ..types import ClientData, ClientResult, TrainConfig
 from .fedavg import FedAvg, multilabel_loss
-from .l1diff_codec import decode_direction, encode_direction, full_gradient, l1diff_direction
+from .l1diff_codec import check_upload_decodes, decode_upload, encode_direction, full_gradient, l1diff_direction
 
 
 class L1Diff(FedAvg):
@@ -50,7 +50,9 @@ class L1Diff(FedAvg):
         self.gamma, self.eta, self.server_lr = float(gamma), float(eta), float(server_lr)
         self.value_dtype, self.levels = value_dtype, levels
         self.block_size = block_size
-        self.rejected: list[tuple[int, int, str]] = []  # (round, client, why) uploads dropped at decode
+        # (round, client, why): uploads aggregate() dropped at decode. The loop rejects corrupt streams
+        # earlier (check_upload), so only direct callers of aggregate() can add to this.
+        self.rejected: list[tuple[int, int, str]] = []
 
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
         model = self._model(payload)
@@ -63,11 +65,14 @@ class L1Diff(FedAvg):
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
         return PayloadSpec({n: TensorSpec(torch.uint8, (None,)) for n in state})
 
+    def check_upload(self, state: State, payload_sent: Payload, upload: Payload) -> None:
+        check_upload_decodes(upload, {n: t.shape for n, t in state.items()})
+
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
         decoded, weights = [], []
         for r in results:  # decode every upload before touching the state
             try:
-                decoded.append({n: decode_direction(r.payload[n], state[n].shape) for n in state})
+                decoded.append(decode_upload(r.payload, {n: t.shape for n, t in state.items()}))
                 weights.append(float(r.num_examples))
             except ValueError as e:
                 self.rejected.append((round, r.client_id, str(e)))

@@ -15,6 +15,7 @@ import torch
 import fedkernels
 from fedkernels.comm import decode_runs, encode_runs, quantize_runs
 
+from ..payload import Payload, PayloadError
 from ..types import ClientData
 
 
@@ -56,3 +57,19 @@ def decode_direction(wire: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     if not bool(torch.isfinite(d).all()):
         raise ValueError("decoded update has NaN or inf values")
     return d
+
+
+def decode_upload(upload: Payload, shapes: dict[str, torch.Size]) -> dict[str, torch.Tensor]:
+    """Every tensor of an l1-difference upload decoded to its ``shapes[name]``; raises ValueError on
+    the first that does not decode (see :func:`decode_direction`)."""
+    return {n: decode_direction(upload[n], shape) for n, shape in shapes.items()}
+
+
+def check_upload_decodes(upload: Payload, shapes: dict[str, torch.Size]) -> None:
+    """The loop's content check of an l1-difference upload: raises PayloadError (so the client is
+    recorded as rejected) when any tensor's codec stream is corrupt, mis-shaped or non-finite."""
+    for n, shape in shapes.items():
+        try:
+            decode_direction(upload[n], shape)
+        except ValueError as e:
+            raise PayloadError(f"tensor {n!r} is not a valid l1-difference stream: {e}") from e

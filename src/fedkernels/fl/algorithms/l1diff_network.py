@@ -26,7 +26,7 @@ from ..payload import Payload, PayloadSpec, TensorSpec
 from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
 from .fedavg import multilabel_loss
-from .l1diff_codec import decode_direction, encode_direction, full_gradient, l1diff_direction
+from .l1diff_codec import check_upload_decodes, decode_upload, encode_direction, full_gradient, l1diff_direction
 
 PERSONAL = "personal."
 
@@ -107,12 +107,19 @@ class L1DiffNetwork(Strategy):
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
         return PayloadSpec({n: TensorSpec(torch.uint8, (None,)) for n in payload_sent})
 
+    def _direction_shapes(self, state: State) -> dict[str, torch.Size]:
+        """Shape of each uploaded direction: a personal head's is one client's row of its stack."""
+        return {n: (t.shape[1:] if n.startswith(PERSONAL) else t.shape) for n, t in state.items()}
+
+    def check_upload(self, state: State, payload_sent: Payload, upload: Payload) -> None:
+        check_upload_decodes(upload, self._direction_shapes(state))
+
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
-        shapes = {n: (t.shape[1:] if n.startswith(PERSONAL) else t.shape) for n, t in state.items()}
+        shapes = self._direction_shapes(state)
         decoded, kept = [], []
         for r in results:  # decode everything before touching the state
             try:
-                decoded.append({n: decode_direction(r.payload[n], shapes[n]) for n in state})
+                decoded.append(decode_upload(r.payload, shapes))
                 kept.append(r)
             except ValueError as e:
                 self.rejected.append((round, r.client_id, str(e)))
