@@ -46,7 +46,9 @@ def main() -> None:
     ap.add_argument("--clients-per-round", type=int, default=20)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     train, test = read_xc(DATA / "train.txt"), read_xc(DATA / "test.txt")
     clients = one_label_per_client(train)
     cfg = RunConfig(rounds=args.rounds, clients_per_round=args.clients_per_round,

@@ -18,6 +18,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import RESULTS, machine, markdown_table, write_results  # noqa: E402
@@ -80,7 +82,9 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, default=DATA)
     ap.add_argument("--datasets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     ap.add_argument("--append", action="store_true", help="keep the other datasets' results already in the JSON")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     rows, full = [], {}
     old = RESULTS / "fl_fedmlh.json"
     if args.append and old.is_file():

@@ -79,7 +79,9 @@ def main() -> int:
     parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="fl_partial.json", help="file name under bench/results/")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     if not (DATA / args.dataset / "train.txt").exists():
         print(f"dataset not found under {DATA} (set FEDKERNELS_DATA)", file=sys.stderr)
         return 1
