@@ -81,6 +81,7 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--optimizer", default="adam", choices=["sgd", "adam"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--normalize", action="store_true", help="rank tensors by RMS change instead of the norm")
     parser.add_argument("--eval-every", type=int, default=5, help="rounds between test evaluations (P@1 curve)")
     parser.add_argument("--out", default="fl_partial.json", help="file name under bench/results/")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
@@ -94,7 +95,7 @@ def main() -> int:
     for beta in args.betas:
         clients = dirichlet_split(train, args.clients, beta, args.seed)
         runs = [("FedAvg", None, FedAvg(hidden=args.hidden))]
-        runs += [("PartialExchange", p, PartialExchange(fraction=p, hidden=args.hidden)) for p in args.fractions]
+        runs += [("PartialExchange", p, PartialExchange(fraction=p, normalize=args.normalize, hidden=args.hidden)) for p in args.fractions]
         for name, p, strategy in runs:
             r = run_one(strategy, clients, test, args, args.seed)
             rows.append({"beta": beta, "algorithm": name, "p": p, **r["metrics"], "MB_up": r["bytes_up"] / 1e6,

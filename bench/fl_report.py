@@ -32,10 +32,10 @@ def load(name: str) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def partial() -> str:
-    d = load("fl_partial.json")
+def partial(name: str = "fl_partial.json") -> str:
+    d = load(name)
     if d is None:
-        return "(no fl_partial.json)"
+        return f"(no {name})"
     rows = []
     for r in d["rows"]:
         avg = next(x for x in d["rows"] if x["beta"] == r["beta"] and x["algorithm"] == "FedAvg")
@@ -43,7 +43,8 @@ def partial() -> str:
         rows.append([r["beta"], "FedAvg" if r["p"] is None else f"p = {r['p']}", r["P@1"], r["P@3"], r["P@5"], best,
                      r["MB_up"], r["MB_up"] / avg["MB_up"], r["seconds"]])
     a = d["args"]
-    head = (f"Bibtex-style run: {d['dataset']}, hidden {a['hidden']}, {a['clients']} clients, {a['per_round']} per round, "
+    rank = "RMS change" if a.get("normalize") else "norm of the change"
+    head = (f"{d['dataset']}, tensors ranked by {rank}, hidden {a['hidden']}, {a['clients']} clients, {a['per_round']} per round, "
             f"{a['rounds']} rounds, {a['epochs']} local epochs, {a['optimizer']} lr {a['lr']}, seed {a['seed']}\n\n")
     return head + table(rows, ["beta", "run", "P@1", "P@3", "P@5", "best P@1 (every 5 rounds)", "MB up",
                                "up / FedAvg", "s (shared machine)"])
@@ -100,7 +101,7 @@ def fedaws() -> str:
 
 
 def main() -> None:
-    parts = {"partial": partial, "fedmlh": fedmlh, "sampled": sampled, "fedaws": fedaws}
+    parts = {"partial": partial, "partial_rms": lambda: partial("fl_partial_rms.json"), "fedmlh": fedmlh, "sampled": sampled, "fedaws": fedaws}
     for name in sys.argv[1:] or list(parts):
         print(f"## {name}\n\n{parts[name]()}\n")
 
