@@ -7,6 +7,7 @@ in README.md and docs/api/fl.md come from here, not typed by hand).
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -61,11 +62,19 @@ def fedmlh() -> str:
         rows = [[r.get("seed", 0), r["algorithm"], *(r.get(c) for c in cols)] for r in d["rows"] if r["dataset"] == ds]
         rounds = d["runs"][ds]["config"]["rounds"]
         out.append(f"{ds}, {rounds} rounds:\n\n" + table(rows, ["seed", "algorithm", *cols]))
+    lines, by_ds = [], {}
     for key, run in d["runs"].items():
         r = run["ratios"]
         t = r["bytes_to_target_FedAvg_over_FedMLH"]
-        out.append(f"{key}: model FedAvg/FedMLH {r['model_bytes_FedAvg_over_FedMLH']:.2f}x; bytes to P@1 >= "
-                   f"{run['target_P@1']:.4f}: FedAvg/FedMLH " + ("-" if t is None else f"{t:.2f}x"))
+        lines.append(f"- {key}: model FedAvg/FedMLH {r['model_bytes_FedAvg_over_FedMLH']:.2f}x; bytes to P@1 >= "
+                     f"{run['target_P@1']:.4f}: FedAvg/FedMLH " + ("-" if t is None else f"{t:.2f}x"))
+        if t is not None:
+            by_ds.setdefault(key.split("/")[0], []).append(t)
+    for ds, v in by_ds.items():
+        if len(v) > 1:
+            lines.append(f"- {ds}: bytes-to-target ratio over {len(v)} seeds {statistics.mean(v):.2f} +- "
+                         f"{statistics.stdev(v):.2f}x")
+    out.append("\n".join(lines))
     summ = [r for r in d.get("seed_summary", []) if r["seeds"] > 1]
     if summ:
         keys = [k for k in summ[0] if k not in ("dataset", "algorithm", "seeds")]
