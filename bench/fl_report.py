@@ -41,8 +41,8 @@ def partial(name: str = "fl_partial.json") -> str:
     for r in d["rows"]:
         avg = next(x for x in d["rows"] if x["beta"] == r["beta"] and x["algorithm"] == "FedAvg")
         best = max(p1 for _, p1 in r["P@1_curve"]) if r.get("P@1_curve") else None
-        rows.append([r["beta"], "FedAvg" if r["p"] is None else f"p = {r['p']}", r["P@1"], r["P@3"], r["P@5"], best,
-                     r["MB_up"], r["MB_up"] / avg["MB_up"], r["seconds"]])
+        rows.append([f"{r['beta']:g}", "FedAvg" if r["p"] is None else f"p = {r['p']}", r["P@1"], r["P@3"], r["P@5"],
+                     best, r["MB_up"], f"{r['MB_up'] / avg['MB_up']:.3g}", r["seconds"]])
     a = d["args"]
     rank = "RMS change" if a.get("normalize") else "norm of the change"
     head = (f"{d['dataset']}, tensors ranked by {rank}, hidden {a['hidden']}, {a['clients']} clients, {a['per_round']} per round, "
