@@ -4,7 +4,7 @@
 of F x B). Reports P@1/3/5, PSP@k, the frequent/infrequent split of P@k, bytes to the best P@1,
 bytes to reach the lower of the two best P@1 (a level both reach), and model size per client.
 
-    PYTHONPATH=src python bench/fl_fedmlh.py [--rounds N] [--data-dir ../shared/data]
+    PYTHONPATH=src python bench/fl_fedmlh.py [--rounds N] [--seeds 0 1 2] [--datasets bibtex] [--append]
 
 Writes bench/results/fl_fedmlh.json and bench/results/fl_fedmlh_<dataset>.png.
 """
@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -39,7 +43,7 @@ COLUMNS = ["dataset", "algorithm", "P@1", "P@3", "P@5", "PSP@1", "PSP@5", "P@1_f
            "P@5_infreq", "best P@1", "rounds to best", "MB to best", "MB to target", "model MB", "s"]
 
 
-def run_dataset(name: str, data_dir: Path, rounds: int | None, seed: int) -> tuple[list[dict], dict]:
+def run_dataset(name: str, data_dir: Path, rounds: int | None, seed: int, plot: bool = True) -> tuple[list[dict], dict]:
     """Both algorithms on one dataset; returns the summary rows and the full results."""
     s = SETTINGS[name]
     cfg = ExperimentConfig(
@@ -66,41 +70,67 @@ def run_dataset(name: str, data_dir: Path, rounds: int | None, seed: int) -> tup
                                                if avg["comm"]["bytes_to_target"] and mlh["comm"]["bytes_to_target"]
                                                else None),
     }
-    plot_accuracy(RESULTS / f"fl_fedmlh_{name}.png", results, "P@1",
-                  f"{name}: FedMLH partition, 10 clients, 4/round, 5 local epochs")
+    if plot:
+        plot_accuracy(RESULTS / f"fl_fedmlh_{name}.png", results, "P@1",
+                      f"{name}: FedMLH partition, 10 clients, 4/round, 5 local epochs")
     full = {"config": asdict(cfg), "dataset": data.dataset.notes, "clients": [len(c) for c in data.clients],
             "target_P@1": target, "ratios": ratio, "results": results}
     return rows, full
 
 
+SUMMARY = ["P@1", "P@3", "P@5", "P@1_freq", "P@1_infreq", "MB to target"]
+
+
+def seed_summary(rows: list[dict]) -> list[dict]:
+    """Per dataset and algorithm: ``"mean +- std"`` (sample std) of the SUMMARY columns over the seeds."""
+    out = []
+    for key in dict.fromkeys((r["dataset"], r["algorithm"]) for r in rows):
+        group = [r for r in rows if (r["dataset"], r["algorithm"]) == key]
+        row = {"dataset": key[0], "algorithm": key[1], "seeds": len(group)}
+        for c in SUMMARY:
+            v = [r[c] for r in group if r.get(c) is not None]
+            if v:
+                row[c] = f"{statistics.mean(v):.4f} +- {statistics.stdev(v) if len(v) > 1 else 0.0:.4f}"
+        out.append(row)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=None, help="rounds for every dataset (default: per dataset)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0],
+                    help="one run per seed; with several, rows carry the seed and a mean +- std table is added")
     ap.add_argument("--data-dir", type=Path, default=DATA)
     ap.add_argument("--datasets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     ap.add_argument("--append", action="store_true", help="keep the other datasets' results already in the JSON")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     rows, full = [], {}
     old = RESULTS / "fl_fedmlh.json"
     if args.append and old.is_file():
         prev = json.loads(old.read_text())
         rows = [r for r in prev["rows"] if r["dataset"] not in args.datasets]
-        full = {k: v for k, v in prev.get("runs", {}).items() if k not in args.datasets}
+        full = {k: v for k, v in prev.get("runs", {}).items() if k.split("/")[0] not in args.datasets}
     t0 = time.perf_counter()
     for name in args.datasets:
         if not (args.data_dir / name).is_dir():
             print(f"skip {name}: {args.data_dir / name} not found")
             continue
-        r, f = run_dataset(name, args.data_dir, args.rounds, args.seed)
-        rows += r
-        full[name] = f
-        print(f"{name}: model bytes FedAvg/FedMLH = {f['ratios']['model_bytes_FedAvg_over_FedMLH']:.2f}x, "
-              f"bytes to P@1 >= {f['target_P@1']:.4f}: FedAvg/FedMLH = {f['ratios']['bytes_to_target_FedAvg_over_FedMLH']}",
-              flush=True)
-    path = write_results("fl_fedmlh", rows, {"runs": full, "seconds": time.perf_counter() - t0,
+        for seed in args.seeds:
+            r, f = run_dataset(name, args.data_dir, args.rounds, seed, plot=seed == args.seeds[0])
+            rows += [{**row, "seed": seed} for row in r]
+            full[name if seed == args.seeds[0] else f"{name}/seed{seed}"] = f
+            print(f"{name} seed {seed}: model bytes FedAvg/FedMLH = {f['ratios']['model_bytes_FedAvg_over_FedMLH']:.2f}x, "
+                  f"bytes to P@1 >= {f['target_P@1']:.4f}: FedAvg/FedMLH = "
+                  f"{f['ratios']['bytes_to_target_FedAvg_over_FedMLH']}", flush=True)
+    summary = seed_summary(rows)
+    path = write_results("fl_fedmlh", rows, {"runs": full, "seed_summary": summary, "seconds": time.perf_counter() - t0,
+                                             "loadavg_at_end": os.getloadavg(),
                                              "note": "shared 2-core machine; compare rows within this run"})
-    print(markdown_table(rows, COLUMNS))
+    print(markdown_table(rows, ["seed", *COLUMNS]))
+    print("\nmean +- std over seeds\n")
+    print(markdown_table(summary, ["dataset", "algorithm", "seeds", *SUMMARY]))
     print(f"\nwrote {path} ({machine()['threads']} threads, {time.perf_counter() - t0:.0f} s)")
 
 

@@ -55,12 +55,15 @@ def run_one(strategy, clients, test, args, seed: int) -> dict:
     cfg = RunConfig(rounds=args.rounds, clients_per_round=args.per_round,
                     train=TrainConfig(epochs=args.epochs, batch_size=64, lr=args.lr,
                                       optimizer=args.optimizer), seed=seed,
-                    eval_every=args.rounds)
+                    eval_every=args.eval_every)
     server = Server(strategy, clients, clients[0].x.shape[1], clients[0].num_classes, cfg)
     t0 = time.perf_counter()
     server.run(test)
     hist = server.history
-    return {"metrics": hist[-1].metrics, "bytes_up": sum(r.bytes_up for r in hist),
+    if not hist[-1].metrics:  # the last round is always evaluated
+        hist[-1].metrics = server.evaluate(test)
+    curve = [(r.round + 1, r.metrics["P@1"]) for r in hist if r.metrics]
+    return {"metrics": hist[-1].metrics, "P@1_curve": curve, "bytes_up": sum(r.bytes_up for r in hist),
             "bytes_down": sum(r.bytes_down for r in hist), "seconds": time.perf_counter() - t0,
             "model_tensors": len(server.state)}
 
@@ -68,18 +71,22 @@ def run_one(strategy, clients, test, args, seed: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dataset", default="bibtex")
-    parser.add_argument("--fractions", type=float, nargs="*", default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+    parser.add_argument("--fractions", type=float, nargs="*", default=[0.1, 0.25, 0.5, 0.75, 1.0])
     parser.add_argument("--betas", type=float, nargs="*", default=[1.0, 0.5, 0.25])
     parser.add_argument("--hidden", type=int, nargs="*", default=[256, 256, 256])
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--per-round", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--lr", type=float, default=0.5)
-    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--optimizer", default="adam", choices=["sgd", "adam"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--normalize", action="store_true", help="rank tensors by RMS change instead of the norm")
+    parser.add_argument("--eval-every", type=int, default=5, help="rounds between test evaluations (P@1 curve)")
     parser.add_argument("--out", default="fl_partial.json", help="file name under bench/results/")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     if not (DATA / args.dataset / "train.txt").exists():
         print(f"dataset not found under {DATA} (set FEDKERNELS_DATA)", file=sys.stderr)
         return 1
@@ -88,17 +95,19 @@ def main() -> int:
     for beta in args.betas:
         clients = dirichlet_split(train, args.clients, beta, args.seed)
         runs = [("FedAvg", None, FedAvg(hidden=args.hidden))]
-        runs += [("PartialExchange", p, PartialExchange(fraction=p, hidden=args.hidden)) for p in args.fractions]
+        runs += [("PartialExchange", p, PartialExchange(fraction=p, normalize=args.normalize, hidden=args.hidden)) for p in args.fractions]
         for name, p, strategy in runs:
             r = run_one(strategy, clients, test, args, args.seed)
             rows.append({"beta": beta, "algorithm": name, "p": p, **r["metrics"], "MB_up": r["bytes_up"] / 1e6,
-                         "MB_down": r["bytes_down"] / 1e6, "seconds": r["seconds"], "tensors": r["model_tensors"]})
+                         "MB_down": r["bytes_down"] / 1e6, "seconds": r["seconds"], "tensors": r["model_tensors"],
+                         "P@1_curve": r["P@1_curve"]})
             print(f"beta={beta} {name} p={p}: P@1 {r['metrics']['P@1']:.4f} P@3 {r['metrics']['P@3']:.4f} "
                   f"P@5 {r['metrics']['P@5']:.4f} up {r['bytes_up'] / 1e6:.2f} MB ({r['seconds']:.0f} s)", flush=True)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / args.out
     out.write_text(json.dumps({"dataset": args.dataset, "args": vars(args), "rows": rows,
-                               "note": "2-core machine shared with other engineers"}, indent=2))
+                               "note": "2-core machine shared with other engineers",
+                               "loadavg_at_end": os.getloadavg()}, indent=2))
     cols = ["beta", "algorithm", "p", "P@1", "P@3", "P@5", "MB_up", "MB_down"]
     print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:

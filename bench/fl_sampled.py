@@ -12,6 +12,7 @@ sample to unit L2 norm. Writes bench/results/fl_sampled.json and prints a markdo
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from common import markdown_table, write_results
 from fedkernels.fl import ClientData, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import FedSS, FullSoftmax, NegOnly, PosOnly
 from fedkernels.fl.seeding import generator
+from fedkernels.metrics import ranking_metrics
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
@@ -57,6 +59,14 @@ def label_skew(data: ClientData, num_clients: int, seed: int) -> list[ClientData
     return [data.rows(torch.nonzero(client == c)[:, 0]) for c in range(num_clients)]
 
 
+def popularity_baseline(train: ClientData, test: ClientData) -> dict[str, float]:
+    """P@1/3/5 of predicting the most frequent training labels for every test sample: a model
+    that does not beat this has learned nothing about its input."""
+    top = torch.bincount(train.indices, minlength=train.num_classes).argsort(descending=True, stable=True)[:5]
+    m = ranking_metrics(top.expand(len(test), 5).contiguous(), test.indptr, test.indices, (1, 3, 5))
+    return {k: m[k] for k in ("P@1", "P@3", "P@5")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="delicious")
@@ -64,7 +74,16 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--per-round", type=int, default=4)
     ap.add_argument("--negatives", default="16,64,256", help="m values for the sampled variants")
-    ap.add_argument("--lr", type=float, default=0.5)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--optimizer", default="adam", choices=["sgd", "adam"])
+    ap.add_argument("--epochs", type=int, default=2, help="local epochs per round")
+    ap.add_argument("--hidden", type=int, nargs="*", default=[256], help="hidden widths of the body MLP")
+    ap.add_argument("--embed-dim", type=int, default=64)
+    ap.add_argument("--scale", type=float, default=1.0, help="logit temperature")
+    ap.add_argument("--variants", nargs="+", default=["FullSoftmax", "FedSS", "NegOnly", "PosOnly"],
+                    choices=["FullSoftmax", "FedSS", "NegOnly", "PosOnly"])
+    ap.add_argument("--eval-every", type=int, default=5, help="rounds between test evaluations (P@1 curve)")
+    ap.add_argument("--out", default="fl_sampled", help="results name: bench/results/<out>.json")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
     args = ap.parse_args()
@@ -72,27 +91,37 @@ def main() -> None:
     root = DATA / args.dataset
     train, test = read_xc(root / "train.txt"), read_xc(root / "test.txt")
     clients = label_skew(train, args.clients, args.seed)
-    cfg = RunConfig(rounds=args.rounds, clients_per_round=args.per_round, seed=args.seed, eval_every=args.rounds,
-                    train=TrainConfig(epochs=1, batch_size=64, lr=args.lr))
-    runs: list[tuple[str, int | None, object]] = [("FedSS-FullSoftmax", None, FullSoftmax())]
-    for m in (int(v) for v in args.negatives.split(",")):
-        runs += [("FedSS", m, FedSS(num_negatives=m)), ("FedSS-NegOnly", m, NegOnly(num_negatives=m))]
-    runs.append(("FedSS-PosOnly", 0, PosOnly()))
+    popularity = popularity_baseline(train, test)
+    print(f"popularity baseline (the k most frequent training labels for everyone): {popularity}", flush=True)
+    cfg = RunConfig(rounds=args.rounds, clients_per_round=args.per_round, seed=args.seed, eval_every=args.eval_every,
+                    train=TrainConfig(epochs=args.epochs, batch_size=64, lr=args.lr, optimizer=args.optimizer))
+    opts = {"embed_dim": args.embed_dim, "hidden": args.hidden, "scale": args.scale}
+    runs: list[tuple[str, int | None, object]] = []
+    if "FullSoftmax" in args.variants:
+        runs.append(("FedSS-FullSoftmax", None, FullSoftmax(**opts)))
+    for m in (int(v) for v in args.negatives.split(",") if v):
+        if "FedSS" in args.variants:
+            runs.append(("FedSS", m, FedSS(num_negatives=m, **opts)))
+        if "NegOnly" in args.variants:
+            runs.append(("FedSS-NegOnly", m, NegOnly(num_negatives=m, **opts)))
+    if "PosOnly" in args.variants:
+        runs.append(("FedSS-PosOnly", 0, PosOnly(**opts)))
     rows = []
     for name, m, strategy in runs:
         t0 = time.perf_counter()
         server = Server(strategy, clients, train.x.shape[1], train.num_classes, cfg)
-        server.run()
-        metrics = server.evaluate(test)
+        server.run(test)
         hist = server.history
+        metrics = hist[-1].metrics or server.evaluate(test)
         rows.append({"algorithm": name, "m": m, "rounds": len(hist),
+                     "P@1_curve": [(r.round + 1, r.metrics["P@1"]) for r in hist if r.metrics],
                      "P@1": metrics["P@1"], "P@3": metrics["P@3"], "P@5": metrics["P@5"],
                      "MB_down": sum(r.bytes_down for r in hist) / 1e6, "MB_up": sum(r.bytes_up for r in hist) / 1e6,
                      "seconds": time.perf_counter() - t0})
         print(rows[-1], flush=True)
-    path = write_results("fl_sampled", rows, {"dataset": args.dataset, "clients": args.clients, "rounds": args.rounds,
-                                              "per_round": args.per_round, "seed": args.seed, "lr": args.lr,
-                                              "partition": "label-skew (first label rank mod clients)"})
+    path = write_results(args.out, rows, {"dataset": args.dataset, "args": vars(args), "popularity": popularity,
+                                          "loadavg_at_end": os.getloadavg(),
+                                          "partition": "label-skew (first label rank mod clients)"})
     print(markdown_table(rows, ["algorithm", "m", "P@1", "P@3", "P@5", "MB_down", "MB_up", "seconds"]))
     print(f"\nwrote {path}")
 

@@ -47,6 +47,25 @@ def test_config_validation():
         ExperimentConfig(clients=2, clients_per_round=3).validate()
     with pytest.raises(ValueError, match="rounds"):
         ExperimentConfig(rounds=0).validate()
+    with pytest.raises(ValueError, match="threads"):
+        ExperimentConfig(threads=0).validate()
+
+
+def test_threads_flag_applies_during_the_run_only(tmp_path, monkeypatch):
+    import torch
+
+    import fedkernels.fl.experiment as experiment
+
+    seen = []
+    real = experiment.prepare_data
+    monkeypatch.setattr(experiment, "prepare_data", lambda cfg: seen.append(torch.get_num_threads()) or real(cfg))
+    cfg_file = tmp_path / "exp.json"
+    cfg_file.write_text(json.dumps({"synthetic": TINY_SYNTH}))
+    before = torch.get_num_threads()
+    out = tmp_path / "out"
+    assert main(["run", "--config", str(cfg_file), *TINY, "--threads", "1", "--output", str(out)]) == 0
+    assert seen == [1] and torch.get_num_threads() == before
+    assert json.loads((out / "results.json").read_text())["config"]["threads"] == 1
 
 
 def test_run_writes_outputs(tmp_path, capsys):
