@@ -12,6 +12,18 @@
 
 namespace fedkernels {
 
+// The direct scan per dtype as plain functions, so each gets an AVX2 clone (the scalar loop runs
+// ~15% faster with VEX encoding; no FMA, so the rounding is the baseline's). flatten inlines the
+// template body into every clone.
+#define FK_TV_DIRECT(T)                                                                                      \
+  FK_CPU_AVX2_CLONE __attribute__((flatten)) static TvStatus tv_direct(const T* z, T* u, int64_t n, double lam, \
+                                                                        bool anchored) {                     \
+    return tv1d_direct_row(z, u, n, lam, anchored, tv_direct_budget(n));                                     \
+  }
+FK_TV_DIRECT(float)
+FK_TV_DIRECT(double)
+#undef FK_TV_DIRECT
+
 static at::Tensor prox_tv1d_cpu(const at::Tensor& z_in, const at::Tensor& lam, bool anchored, int64_t block_size) {
   const at::Tensor lam_rows = check_prox_tv1d_args(z_in, lam, block_size);
   const auto z = z_in.contiguous();
@@ -35,7 +47,7 @@ static at::Tensor prox_tv1d_cpu(const at::Tensor& z_in, const at::Tensor& lam, b
           std::copy(zp + off, zp + off + n, up + off);
           for (int64_t i = off; i < off + n; ++i) ok = ok && (zp[i] - zp[i] == 0);
         } else {
-          const TvStatus st = tv1d_direct_row(zp + off, up + off, n, lam_r, anchored, tv_direct_budget(n));
+          const TvStatus st = tv_direct(zp + off, up + off, n, lam_r, anchored);
           ok = st == TvStatus::kOk;
           if (st == TvStatus::kBudget) {
             // Same two solvers in the same order as tv1d_solve_row (the CUDA path), so CPU == CUDA.

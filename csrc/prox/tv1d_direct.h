@@ -28,10 +28,22 @@ FK_HOST_DEVICE FK_INLINE bool tv_nonfinite(double x) {
   return ((b >> 52) & 0x7ff) == 0x7ff;
 }
 
+// u[a..b) = v. Runs are short and of random length, so a loop exit per sample mispredicts: write
+// four at a time instead, spilling up to three past b when the row has room. The spill is harmless
+// because runs are written left to right and every later sample is written again by a later run.
 template <typename T>
-FK_HOST_DEVICE FK_INLINE void tv_fill(T* u, int64_t a, int64_t b, double v) {
+FK_HOST_DEVICE FK_INLINE void tv_fill(T* u, int64_t a, int64_t b, int64_t n, double v) {
   const T t = static_cast<T>(v);
-  for (int64_t i = a; i < b; ++i) u[i] = t;
+  if (b + 3 <= n) {
+    for (int64_t i = a; i < b; i += 4) {
+      u[i] = t;
+      u[i + 1] = t;
+      u[i + 2] = t;
+      u[i + 3] = t;
+    }
+  } else {
+    for (int64_t i = a; i < b; ++i) u[i] = t;
+  }
 }
 
 // Solves row z[0..n) into u (lam > 0). kNonFinite: z holds NaN/inf or an intermediate overflowed;
@@ -56,7 +68,7 @@ FK_HOST_DEVICE TvStatus tv1d_direct_row(const T* z, T* u, int64_t n, double lam,
   auto bend = [&](int64_t x, double num, double den, double Sx, double h) {
     const double v = num / den;
     bad |= tv_nonfinite(v);
-    tv_fill(u, x0, x, v);
+    tv_fill(u, x0, x, n, v);
     rescans += k - x;
     x0 = k = xm = xM = x;
     A = h;
@@ -104,7 +116,7 @@ FK_HOST_DEVICE TvStatus tv1d_direct_row(const T* z, T* u, int64_t n, double lam,
     } else {
       const double v = e / dx;
       bad |= tv_nonfinite(v) || tv_nonfinite(S);
-      tv_fill(u, x0, n, v);
+      tv_fill(u, x0, n, n, v);
       return bad ? TvStatus::kNonFinite : TvStatus::kOk;
     }
     if (rescans > budget) return TvStatus::kBudget;
