@@ -64,16 +64,20 @@ FK_HOST_DEVICE TvStatus tv1d_direct_row(const T* z, T* u, int64_t n, double lam,
   bool bad = false;
   int64_t rescans = 0;
   // The string bends at (xm, S_xm - lam) (a step down after sample xm) or at (xM, S_xM + lam) (a
-  // step up): samples x0+1 .. x emit the slope, the bend is the new apex, and the scan resumes there.
+  // step up): samples x0+1 .. x emit the slope, the bend is the new apex, and the scan resumes there
+  // with the next point already taken in (both slopes point at its walls; x < n always holds here).
   auto bend = [&](int64_t x, double num, double den, double Sx, double h) {
     const double v = num / den;
     bad |= tv_nonfinite(v);
     tv_fill(u, x0, x, n, v);
     rescans += k - x;
-    x0 = k = xm = xM = x;
+    x0 = x;
+    k = xm = xM = x + 1;
     A = h;
-    S = Sm = SM = Sx;
-    nm = dm = nM = dM = dx = 0.0;
+    S = Sm = SM = Sx + static_cast<double>(z[x]);
+    nm = S - lam - A;
+    nM = S + lam - A;
+    dm = dM = dx = 1.0;
   };
   for (;;) {
     while (k < n) {
