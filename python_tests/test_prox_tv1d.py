@@ -101,6 +101,32 @@ def test_edge_cases(device):
     assert fedkernels.prox_tv1d(torch.zeros(0, 5, device=device), 1.0).shape == (0, 5)
 
 
+def _slow_bend_row(n: int, sag: float, lam: float) -> np.ndarray:
+    """A row on which the direct (Condat-style) scan is quadratic: a spike, then cumulative sums on a
+    parabola, so every bend is found only at the row's end and the scan restarts one sample later."""
+    k = np.arange(1, n)
+    eps = sag * lam / n**2
+    return np.concatenate([[100.0 * lam], -eps * (2.0 * k - 1)])
+
+
+@pytest.mark.parametrize("n, sag, anchored", [(300, 1.5, False), (2000, 1.5, False), (300, 4.0, True), (2000, 4.0, True)])
+def test_quadratic_case_for_direct_scan_falls_back(n, sag, anchored):
+    # These rows exhaust the direct algorithm's rescan budget, so the funnel solves them: still exact.
+    z = torch.tensor(_slow_bend_row(n, sag, 1.0))
+    u = fedkernels.prox_tv1d(z, 1.0, anchored)
+    _check_rows(z.view(1, -1), u.view(1, -1), np.ones(1), anchored)
+    assert torch.equal(fedkernels.prox_tv1d(z.float(), 1.0, anchored), u.float())
+
+
+@given(n=st.integers(2, 400), sag=st.floats(0.5, 6.0), noise=st.sampled_from([0.0, 1e-3, 0.1]),
+       lam=st.floats(0.05, 5.0), anchored=st.booleans(), seed=st.integers(0, 2**31))
+def test_certificate_near_worst_case(n, sag, noise, lam, anchored, seed):
+    # Rows around the direct scan's worst case (some take the fallback, some not), noise on top.
+    z = _slow_bend_row(n, sag, lam) + noise * np.random.default_rng(seed).normal(size=n)
+    z = torch.tensor(z).view(1, -1)
+    _check_rows(z, fedkernels.prox_tv1d(z, lam, anchored), np.full(1, lam), anchored)
+
+
 def test_long_row_and_huge_values():
     g = torch.Generator().manual_seed(1)
     z = torch.randn(200_000, generator=g, dtype=torch.float64) * 1e6

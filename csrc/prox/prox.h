@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "common/macros.h"
+#include "prox/tv1d_direct.h"
 
 namespace fedkernels {
 
@@ -89,12 +90,13 @@ struct TvFunnel {
   }
 };
 
-// Solves one row: u = argmin 0.5||u - z||^2 + lam (sum_{i<n} |u_i - u_{i+1}| + [anchored] |u_n|).
+// Solves one row with the funnel (worst-case linear; the fallback of tv1d_direct_row):
+// u = argmin 0.5||u - z||^2 + lam (sum_{i<n} |u_i - u_{i+1}| + [anchored] |u_n|).
 // lo, hi: scratch of n + 1 points each (the lower and upper chains). Returns false when the row
 // holds NaN/inf (or its sums overflow double); u is then unspecified. lam > 0 (lam == 0 is a copy,
 // done by the caller).
 template <typename T>
-FK_HOST_DEVICE bool tv1d_solve_row(const T* z, T* u, int64_t n, double lam, bool anchored, TvPoint* lo,
+FK_HOST_DEVICE bool tv1d_funnel_row(const T* z, T* u, int64_t n, double lam, bool anchored, TvPoint* lo,
                                     TvPoint* hi) {
   if (n == 0) return true;
   TvFunnel<T> f{u, lo, hi};
@@ -137,6 +139,19 @@ FK_HOST_DEVICE bool tv1d_solve_row(const T* z, T* u, int64_t n, double lam, bool
   }
   for (int64_t i = static_cast<int64_t>(f.apex.x); i < n; ++i) u[i] = T(0);
   return true;
+}
+
+// Rescans the direct algorithm may spend on a row of n before the funnel takes over. Random rows
+// need well under one per sample; only constructed worst cases (quadratic for Condat) hit this.
+FK_HOST_DEVICE FK_INLINE int64_t tv_direct_budget(int64_t n) { return 4 * n + 256; }
+
+// Solves one row: the direct algorithm, then the funnel if the direct one ran out of budget.
+// Returns false when the row holds NaN/inf (or an intermediate overflows double).
+template <typename T>
+FK_HOST_DEVICE bool tv1d_solve_row(const T* z, T* u, int64_t n, double lam, bool anchored, TvPoint* lo, TvPoint* hi) {
+  const TvStatus st = tv1d_direct_row(z, u, n, lam, anchored, tv_direct_budget(n));
+  if (st != TvStatus::kBudget) return st == TvStatus::kOk;
+  return tv1d_funnel_row(z, u, n, lam, anchored, lo, hi);
 }
 
 // Sign of a - b as -1, 0, +1.

@@ -12,6 +12,18 @@
 
 namespace fedkernels {
 
+// The direct scan per dtype as plain functions, so each gets an AVX2 clone (the scalar loop runs
+// ~15% faster with VEX encoding; no FMA, so the rounding is the baseline's). flatten inlines the
+// template body into every clone.
+#define FK_TV_DIRECT(T)                                                                                      \
+  FK_CPU_AVX2_CLONE __attribute__((flatten)) static TvStatus tv_direct(const T* z, T* u, int64_t n, double lam, \
+                                                                        bool anchored) {                     \
+    return tv1d_direct_row(z, u, n, lam, anchored, tv_direct_budget(n));                                     \
+  }
+FK_TV_DIRECT(float)
+FK_TV_DIRECT(double)
+#undef FK_TV_DIRECT
+
 static at::Tensor prox_tv1d_cpu(const at::Tensor& z_in, const at::Tensor& lam, bool anchored, int64_t block_size) {
   const at::Tensor lam_rows = check_prox_tv1d_args(z_in, lam, block_size);
   const auto z = z_in.contiguous();
@@ -25,18 +37,25 @@ static at::Tensor prox_tv1d_cpu(const at::Tensor& z_in, const at::Tensor& lam, b
     scalar_t* up = u.data_ptr<scalar_t>();
     const int64_t grain = std::max<int64_t>(1, 32768 / l.block);
     at::parallel_for(0, l.items(), grain, [&](int64_t begin, int64_t end) {
-      // Chain scratch: allocated uninitialised, so only the pages a row really uses are touched.
-      std::unique_ptr<TvPoint[]> lo(new TvPoint[l.block + 1]), hi(new TvPoint[l.block + 1]);
+      // Funnel scratch only when a row exhausts the direct algorithm's budget (adversarial rows).
+      std::unique_ptr<TvPoint[]> lo, hi;
       for (int64_t it = begin; it < end; ++it) {
         const int64_t off = (it / l.nblocks) * l.d + (it % l.nblocks) * l.block, n = l.item_len(it);
         const double lam_r = lr[it / l.nblocks];
+        bool ok = true;
         if (lam_r == 0.0) {
           std::copy(zp + off, zp + off + n, up + off);
-          for (int64_t i = off; i < off + n; ++i)
-            if (!(zp[i] - zp[i] == 0)) bad.store(true, std::memory_order_relaxed);
-        } else if (!tv1d_solve_row(zp + off, up + off, n, lam_r, anchored, lo.get(), hi.get())) {
-          bad.store(true, std::memory_order_relaxed);
+          for (int64_t i = off; i < off + n; ++i) ok = ok && (zp[i] - zp[i] == 0);
+        } else {
+          const TvStatus st = tv_direct(zp + off, up + off, n, lam_r, anchored);
+          ok = st == TvStatus::kOk;
+          if (st == TvStatus::kBudget) {
+            // Same two solvers in the same order as tv1d_solve_row (the CUDA path), so CPU == CUDA.
+            if (!lo) lo.reset(new TvPoint[l.block + 1]), hi.reset(new TvPoint[l.block + 1]);
+            ok = tv1d_funnel_row(zp + off, up + off, n, lam_r, anchored, lo.get(), hi.get());
+          }
         }
+        if (!ok) bad.store(true, std::memory_order_relaxed);
       }
     });
   });
