@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -24,21 +25,24 @@ inline void counting_row_order(const int64_t* idx, int64_t t_count, int64_t n, C
   constexpr int64_t kBlock = 32768;  // sources per block: enough work to be worth a thread
   const int64_t blocks = std::min<int64_t>((t_count + kBlock - 1) / kBlock, std::max(1, at::get_num_threads()));
   const int64_t per = (t_count + blocks - 1) / blocks;
-  // cursor[b * n + r]: next slot of block b's sources of row r (counts first)
-  std::vector<int64_t> cursor(static_cast<size_t>(blocks * n), 0);
+  // cursor[b * n + r]: next slot of block b's sources of row r (counts first); int32 (T < 2^31 here)
+  // halves the pages this scratch touches.
+  std::vector<int32_t> cursor(static_cast<size_t>(blocks * n), 0);
   at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      int64_t* c = cursor.data() + b * n;
+      int32_t* c = cursor.data() + b * n;
       for (int64_t t = b * per, e = std::min(t_count, (b + 1) * per); t < e; ++t) ++c[idx[t]];
     }
   });
   s.rows.clear();
+  s.rows.reserve(std::min(n, t_count));
+  s.seg.reserve(std::min(n, t_count) + 1);
   s.seg.assign(1, 0);
-  int64_t next = 0;
+  int32_t next = 0;
   for (int64_t r = 0; r < n; ++r) {
-    const int64_t first = next;
+    const int32_t first = next;
     for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t c = cursor[b * n + r];
+      const int32_t c = cursor[b * n + r];
       cursor[b * n + r] = next;
       next += c;
     }
@@ -50,7 +54,7 @@ inline void counting_row_order(const int64_t* idx, int64_t t_count, int64_t n, C
   s.perm.resize(t_count);
   at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      int64_t* c = cursor.data() + b * n;
+      int32_t* c = cursor.data() + b * n;
       for (int64_t t = b * per, e = std::min(t_count, (b + 1) * per); t < e; ++t) s.perm[c[idx[t]]++] = t;
     }
   });
@@ -85,10 +89,10 @@ inline void comparison_row_order(const int64_t* idx, int64_t t_count, int64_t n,
 }
 
 // Ids in [0, n). The counting sort touches n counters per block, so it is used while n is at most
-// a few times T (then its O(n) passes cost about what the sources' own bytes do).
+// a few times T (then its O(n) passes cost less than the sources' own bytes do).
 inline CpuRowSegments cpu_row_segments(const int64_t* idx, int64_t t_count, int64_t n) {
   CpuRowSegments s;
-  if (n <= 16 * t_count + 4096) {
+  if (n <= 16 * t_count + 4096 && t_count <= INT32_MAX) {
     counting_row_order(idx, t_count, n, s);
   } else {
     comparison_row_order(idx, t_count, n, s);
