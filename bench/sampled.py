@@ -127,7 +127,10 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="small sizes only (a smoke run, not the issue's table)")
     ap.add_argument("--parts", default="lce,scatter", help="which parts to (re)run; others keep their saved rows")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads for both sides (0: torch's default)")
     args = ap.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     parts = set(args.parts.split(","))
     load_start = os.getloadavg()  # the machine may be shared: say how busy it was
     sizes = [1024, 16384] if args.quick else [1024, 16384, 131072]
