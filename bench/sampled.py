@@ -5,8 +5,9 @@
 - linear_cross_entropy vs ``F.cross_entropy(h @ W.T + bias, target)``: N = 4096, d = 256,
   s in {1024, 16384, 131072}, float32; forward (no grad) and forward + backward; time ratio and peak
   extra memory of each.
-- scatter_rows_mean vs an ``index_add_``-based weighted mean: time ratio, and achieved bandwidth
-  (bytes it must read and write) against the measured copy bandwidth.
+- scatter_rows_mean vs an ``index_add_``-based weighted mean, d = 256, n in {4096, 16384, 131072}
+  output rows and T in {16384, 65536} sources: time ratio, and achieved bandwidth (bytes it must
+  read and write: T * (4 d + 8 + 4) + rows_written * 4 d) against the measured copy bandwidth.
 
 Writes bench/results/sampled.json and prints markdown tables.
 """
@@ -74,10 +75,17 @@ def lce_rows(device: str, sizes: list[int], n: int = 4096, d: int = 256) -> list
     return rows
 
 
+def copy_bandwidth_now(device: str, nbytes: int = 1 << 28) -> float:
+    """copy_bandwidth_gbs measured again (not cached): on a shared machine it moves with the load."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    return 2 * nbytes / timeit(lambda: dst.copy_(src), device, repeat=9) / 1e9
+
+
 def scatter_rows(device: str, configs: list[tuple[int, int]], d: int = 256) -> list[dict]:
     rows = []
-    bw = copy_bandwidth_gbs(device)
     for n, t_count in configs:
+        bw = copy_bandwidth_now(device)  # next to the kernel's timing, so the fraction compares like with like
         g = torch.Generator().manual_seed(n + t_count)
         out = torch.randn(n, d, generator=g).to(device)
         idx = torch.randint(0, n, (t_count,), generator=g).to(device)
@@ -119,15 +127,21 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="small sizes only (a smoke run, not the issue's table)")
     ap.add_argument("--parts", default="lce,scatter", help="which parts to (re)run; others keep their saved rows")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads for both sides (0: torch's default)")
     args = ap.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     parts = set(args.parts.split(","))
+    load_start = os.getloadavg()  # the machine may be shared: say how busy it was
     sizes = [1024, 16384] if args.quick else [1024, 16384, 131072]
-    configs = [(16384, 16384)] if args.quick else [(16384, 16384), (131072, 65536)]
+    # (n output rows, T sources): the issue's N = 4096 rows, and wider matrices where most rows get one source
+    configs = [(4096, 16384)] if args.quick else [(4096, 16384), (4096, 65536), (16384, 16384), (131072, 65536)]
     saved = json.loads((RESULTS / "sampled.json").read_text())["rows"] if (RESULTS / "sampled.json").exists() else []
     keep = {"lce": "linear_cross_entropy", "scatter": "scatter_rows_mean"}
     lce = lce_rows(args.device, sizes) if "lce" in parts else [r for r in saved if r["op"] == keep["lce"]]
     sc = scatter_rows(args.device, configs) if "scatter" in parts else [r for r in saved if r["op"] == keep["scatter"]]
     path = write_results("sampled", lce + sc, {"copy_bandwidth_gbs": copy_bandwidth_gbs(args.device),
+                                               "load_average_start": load_start, "load_average_end": os.getloadavg(),
                                                "note": "2-core machine shared with other jobs; ratios are "
                                                        "from the same run"})
     print(markdown_table(lce, ["mode", "s", "fedkernels_ms", "torch_ms", "speedup", "fedkernels_peak_MiB",
@@ -135,7 +149,8 @@ def main() -> None:
     print()
     print(markdown_table(sc, ["n", "T", "rows_written", "fedkernels_ms", "torch_ms", "speedup", "GB/s", "copy_GB/s",
                               "frac_of_copy"]))
-    print(f"\nwrote {path}")
+    print(f"\nload average (1, 5, 15 min) at start {load_start}, at end {os.getloadavg()}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@ import fedkernels
 from python_tests.reference import sampled_ref
 
 
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    return x.view({torch.float64: torch.int64, torch.float32: torch.int32}.get(x.dtype, torch.int16))
+
+
 @st.composite
 def scatter_case(draw):
     n = draw(st.integers(1, 40))
@@ -41,6 +45,7 @@ def test_matches_reference(case):
     untouched = sorted(set(range(n)) - set(idx))
     assert torch.equal(out[untouched], before[untouched])  # rows nobody sent keep their bits
     torch.testing.assert_close(out, want.to(dtype))  # the dtype's tolerance (one rounding at the end)
+    assert torch.equal(_bits(out), _bits(sampled_ref.scatter_rows_mean_in_order(before, idx_t, src, w)))
 
 
 def test_hand_computed():
@@ -126,3 +131,34 @@ def test_opcheck_and_compile():
     compiled = torch.compile(agg, fullgraph=True)
     a, b = _args(), _args()
     torch.testing.assert_close(compiled(*a), agg(*b))
+
+
+@pytest.mark.parametrize("n, t, d, popular", [
+    (4096, 70000, 37, False),       # every row many sources; the counting sort in several blocks
+    (131072, 40000, 256, False),    # mostly single-source rows, the benchmark's width
+    (2_000_000, 3000, 5, False),    # ids over far more rows than sources: the comparison sort
+    (5000, 50000, 19, True),        # a few popular rows hold half the sources
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_exact_rounding_order_any_threads(n, t, d, popular, dtype):
+    # The documented order, to the bit: acc = 0, acc += w * src per source in order of t, then / sum w.
+    g = torch.Generator().manual_seed(n + t)
+    idx = torch.randint(0, n, (t,), generator=g)
+    if popular:
+        hot = torch.rand(t, generator=g) < 0.5
+        idx[hot] = torch.randint(0, 8, (int(hot.sum()),), generator=g)
+    src = (torch.randn(t, d, generator=g) * torch.logspace(-3, 3, t)[:, None]).to(dtype)
+    src[:, 0] = -0.0  # a lone source of -0 must give +0 (0 + w * -0), as zeroing acc first does
+    w = torch.rand(t, generator=g) + 0.01
+    w[::7] = 0.0  # zero weights add +-0 products; rows left with no weight at all get theirs back
+    w[torch.zeros(n).index_add_(0, idx, w)[idx] == 0] = 1.0
+    base = torch.randn(n, d, generator=g).to(dtype)
+    want = sampled_ref.scatter_rows_mean_in_order(base, idx, src, w)
+    old = torch.get_num_threads()
+    try:
+        for threads in (1, max(2, old)):
+            torch.set_num_threads(threads)
+            got = fedkernels.scatter_rows_mean(base.clone(), idx, src, w)
+            assert torch.equal(_bits(got), _bits(want)), f"{threads} threads"
+    finally:
+        torch.set_num_threads(old)

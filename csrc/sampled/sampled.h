@@ -170,7 +170,9 @@ FK_HOST_DEVICE FK_INLINE void lce_dlogits(T* z, int64_t cols, T lse, T g_loss, T
 
 // ---------------------------------------------------------------------------------------------
 // scatter_rows_mean: out[r] = sum_t w_t src_t / sum_t w_t over the segment of sources of row r,
-// summed in the segment's (stable) order. acc has the row's d columns; (start, stride) split them.
+// summed in the segment's (stable) order: acc = 0 + w x_first, acc += w x for the middle ones,
+// out = (acc + w x_last) / sum w (a single source: out = (0 + w x) / sum w). acc has the row's d
+// columns; (start, stride) split them.
 
 template <typename acc_t, typename scalar_t>
 FK_HOST_DEVICE FK_INLINE void weighted_row_accumulate(acc_t* __restrict__ acc, const scalar_t* __restrict__ src_row,
@@ -182,14 +184,31 @@ FK_HOST_DEVICE FK_INLINE void weighted_row_accumulate(acc_t* __restrict__ acc, c
   for (int64_t k = start; k < d; k += stride) acc[k] += w * static_cast<acc_t>(src_row[k]);
 }
 
+// The first and last sources of a row fused with zeroing acc and with the division: acc = 0 + w x
+// (not w x: 0 + -0 is +0, as when acc starts at 0) and out = (acc + w x) / weight_sum. The same
+// operations in the same order as zero, accumulate all, divide: the same bits, two passes fewer.
 template <typename acc_t, typename scalar_t>
-FK_HOST_DEVICE FK_INLINE void weighted_row_finish(scalar_t* __restrict__ out_row, const acc_t* __restrict__ acc,
-                                                  acc_t weight_sum, int64_t d, int64_t start, int64_t stride) {
-  if (stride == 1) {
-    for (int64_t k = start; k < d; ++k) out_row[k] = static_cast<scalar_t>(acc[k] / weight_sum);
-    return;
+FK_HOST_DEVICE FK_INLINE void weighted_row_first(acc_t* __restrict__ acc, const scalar_t* __restrict__ src_row, acc_t w,
+                                                 int64_t d, int64_t start, int64_t stride) {
+  for (int64_t k = start; k < d; k += stride) acc[k] = acc_t(0) + w * static_cast<acc_t>(src_row[k]);
+}
+
+template <typename acc_t, typename scalar_t>
+FK_HOST_DEVICE FK_INLINE void weighted_row_last(scalar_t* __restrict__ out_row, const acc_t* __restrict__ acc,
+                                                const scalar_t* __restrict__ src_row, acc_t w, acc_t weight_sum,
+                                                int64_t d, int64_t start, int64_t stride) {
+  for (int64_t k = start; k < d; k += stride) {
+    out_row[k] = static_cast<scalar_t>((acc[k] + w * static_cast<acc_t>(src_row[k])) / weight_sum);
   }
-  for (int64_t k = start; k < d; k += stride) out_row[k] = static_cast<scalar_t>(acc[k] / weight_sum);
+}
+
+// A row with a single source: out = (0 + w x) / weight_sum.
+template <typename acc_t, typename scalar_t>
+FK_HOST_DEVICE FK_INLINE void weighted_row_only(scalar_t* __restrict__ out_row, const scalar_t* __restrict__ src_row,
+                                                acc_t w, acc_t weight_sum, int64_t d, int64_t start, int64_t stride) {
+  for (int64_t k = start; k < d; k += stride) {
+    out_row[k] = static_cast<scalar_t>((acc_t(0) + w * static_cast<acc_t>(src_row[k])) / weight_sum);
+  }
 }
 
 }  // namespace fedkernels

@@ -75,12 +75,20 @@ __global__ void scatter_rows_mean_kernel(scalar_t* out, const scalar_t* src, con
   const int64_t u = blockIdx.x, c0 = static_cast<int64_t>(blockIdx.y) * kScatterCols;
   const int64_t cols = d - c0 < kScatterCols ? d - c0 : kScatterCols;
   // Each thread owns columns threadIdx.x + k * blockDim.x of acc: no synchronisation needed.
-  for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) acc[k] = 0;
-  for (int64_t t = seg[u]; t < seg[u + 1]; ++t) {
+  // The same steps as the CPU (sampled.h): first source, the middle ones, the last one with the division.
+  const int64_t s0 = seg[u], s1 = seg[u + 1];
+  scalar_t* o = out + rows[u] * d + c0;
+  const int64_t first = perm[s0], last = perm[s1 - 1];
+  if (s1 - s0 == 1) {
+    weighted_row_only(o, src + first * d + c0, w[first], wsum[u], cols, threadIdx.x, blockDim.x);
+    return;
+  }
+  weighted_row_first(acc, src + first * d + c0, w[first], cols, threadIdx.x, blockDim.x);
+  for (int64_t t = s0 + 1; t + 1 < s1; ++t) {
     const int64_t p = perm[t];
     weighted_row_accumulate(acc, src + p * d + c0, w[p], cols, threadIdx.x, blockDim.x);
   }
-  weighted_row_finish(out + rows[u] * d + c0, acc, wsum[u], cols, threadIdx.x, blockDim.x);
+  weighted_row_last(o, acc, src + last * d + c0, w[last], wsum[u], cols, threadIdx.x, blockDim.x);
 }
 
 static void scatter_rows_mean_cuda(at::Tensor& out, const at::Tensor& idx, const at::Tensor& src,

@@ -38,6 +38,34 @@ def scatter_rows_mean(out: torch.Tensor, idx: torch.Tensor, src: torch.Tensor, w
     return res
 
 
+def scatter_rows_mean_in_order(out: torch.Tensor, idx: torch.Tensor, src: torch.Tensor,
+                               weight: torch.Tensor) -> torch.Tensor:
+    """A new tensor of out's dtype with the kernels' exact rounding: per named row, in the
+    accumulation dtype, acc = 0, then acc = acc + w_t * src_t over its sources in order of t, then
+    acc / (the weights added in the same order). Step k does the k-th source of every row at once."""
+    acc_dtype = torch.float64 if out.dtype == torch.float64 else torch.float32
+    res = out.clone()
+    if idx.numel() == 0:
+        return res
+    order = torch.sort(idx, stable=True).indices  # sources by row, then by t
+    rows, counts = torch.unique_consecutive(idx[order], return_counts=True)
+    row_of = torch.repeat_interleave(torch.arange(rows.numel()), counts)  # row slot of order[i]
+    rank = torch.arange(idx.numel()) - (torch.cumsum(counts, 0) - counts)[row_of]  # k of order[i] in its row
+    by_rank = torch.sort(rank, stable=True).indices
+    acc = torch.zeros(rows.numel(), src.shape[1], dtype=acc_dtype)
+    den = torch.zeros(rows.numel(), dtype=acc_dtype)
+    w = weight.to(acc_dtype)
+    start = 0
+    for size in torch.bincount(rank).tolist():
+        sel = by_rank[start:start + size]
+        which, ts = row_of[sel], order[sel]
+        acc[which] = acc[which] + w[ts, None] * src[ts].to(acc_dtype)  # a product, then a sum: no fused multiply-add
+        den[which] = den[which] + w[ts]
+        start += size
+    res[rows] = (acc / den[:, None]).to(out.dtype)
+    return res
+
+
 def complement(positives: list[int], num_classes: int) -> list[int]:
     """The classes in [0, num_classes) that are not positives, ascending."""
     pos = set(positives)

@@ -1,0 +1,103 @@
+// CPU row segments of scatter_rows_mean: the sources ordered stably by row (positions t sorted by
+// (idx[t], t)), the distinct rows ascending and each row's segment [seg[u], seg[u + 1]) of perm.
+// The pairs are distinct, so every correct sort gives this one order, whatever the thread count.
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <vector>
+
+namespace fedkernels {
+
+struct CpuRowSegments {
+  std::vector<int64_t> perm;  // [T]
+  std::vector<int64_t> rows;  // [U], ascending
+  std::vector<int64_t> seg;   // [U + 1]
+};
+
+// Counting sort by row id: O(n + T), stable by construction. The ids are split into fixed blocks;
+// each block counts its ids, and block b's sources of row r go after those of blocks < b, so two
+// threads share the count and place passes and the order is still (idx, t).
+inline void counting_row_order(const int64_t* idx, int64_t t_count, int64_t n, CpuRowSegments& s) {
+  constexpr int64_t kBlock = 32768;  // sources per block: enough work to be worth a thread
+  const int64_t blocks = std::min<int64_t>((t_count + kBlock - 1) / kBlock, std::max(1, at::get_num_threads()));
+  const int64_t per = (t_count + blocks - 1) / blocks;
+  // cursor[b * n + r]: next slot of block b's sources of row r (counts first); int32 (T < 2^31 here)
+  // halves the pages this scratch touches.
+  std::vector<int32_t> cursor(static_cast<size_t>(blocks * n), 0);
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int32_t* c = cursor.data() + b * n;
+      for (int64_t t = b * per, e = std::min(t_count, (b + 1) * per); t < e; ++t) ++c[idx[t]];
+    }
+  });
+  s.rows.clear();
+  s.rows.reserve(std::min(n, t_count));
+  s.seg.reserve(std::min(n, t_count) + 1);
+  s.seg.assign(1, 0);
+  int32_t next = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const int32_t first = next;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int32_t c = cursor[b * n + r];
+      cursor[b * n + r] = next;
+      next += c;
+    }
+    if (next != first) {
+      s.rows.push_back(r);
+      s.seg.push_back(next);
+    }
+  }
+  s.perm.resize(t_count);
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int32_t* c = cursor.data() + b * n;
+      for (int64_t t = b * per, e = std::min(t_count, (b + 1) * per); t < e; ++t) s.perm[c[idx[t]]++] = t;
+    }
+  });
+}
+
+// Comparison sort, for ids spread over far more rows than there are sources (a count array of n
+// would cost more than sorting T): (idx, t) packed into one uint64 key when they fit.
+inline void comparison_row_order(const int64_t* idx, int64_t t_count, int64_t n, CpuRowSegments& s) {
+  s.perm.resize(t_count);
+  int t_bits = 1;
+  while ((int64_t(1) << t_bits) < t_count) ++t_bits;
+  int n_bits = 1;
+  while ((int64_t(1) << n_bits) < n) ++n_bits;
+  if (t_bits + n_bits <= 64) {
+    std::vector<uint64_t> keys(t_count);
+    for (int64_t t = 0; t < t_count; ++t) keys[t] = (static_cast<uint64_t>(idx[t]) << t_bits) | uint64_t(t);
+    std::sort(keys.begin(), keys.end());
+    const uint64_t mask = (uint64_t(1) << t_bits) - 1;
+    for (int64_t t = 0; t < t_count; ++t) s.perm[t] = static_cast<int64_t>(keys[t] & mask);
+  } else {
+    for (int64_t t = 0; t < t_count; ++t) s.perm[t] = t;
+    std::sort(s.perm.begin(), s.perm.end(),
+              [idx](int64_t a, int64_t b) { return idx[a] != idx[b] ? idx[a] < idx[b] : a < b; });
+  }
+  s.rows.clear();
+  s.seg.assign(1, 0);
+  for (int64_t t = 0; t < t_count; ++t) {
+    if (t > 0 && idx[s.perm[t]] != idx[s.perm[t - 1]]) s.seg.push_back(t);
+    if (t == 0 || idx[s.perm[t]] != idx[s.perm[t - 1]]) s.rows.push_back(idx[s.perm[t]]);
+  }
+  if (t_count > 0) s.seg.push_back(t_count);
+}
+
+// Ids in [0, n). The counting sort touches n counters per block, so it is used while n is at most
+// a few times T (then its O(n) passes cost less than the sources' own bytes do).
+inline CpuRowSegments cpu_row_segments(const int64_t* idx, int64_t t_count, int64_t n) {
+  CpuRowSegments s;
+  if (n <= 16 * t_count + 4096 && t_count <= INT32_MAX) {
+    counting_row_order(idx, t_count, n, s);
+  } else {
+    comparison_row_order(idx, t_count, n, s);
+  }
+  return s;
+}
+
+}  // namespace fedkernels

@@ -1,0 +1,146 @@
+// CPU launcher of scatter_rows_mean: a counting sort of the sources by row, then output rows in
+// parallel, each summing its sources in their stable order (sampled.h's per-row math).
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <type_traits>
+#include <vector>
+
+#include "common/dispatch.h"
+#include "common/macros.h"
+#include "sampled/row_order_cpu.h"
+#include "sampled/sampled.h"
+#include "sampled/sampled_checks.h"
+
+namespace fedkernels {
+
+namespace {
+
+// What the row loop reads and writes: segment u (sources perm[seg[u]..seg[u+1])) becomes out row rows[u].
+template <typename scalar_t, typename acc_t>
+struct ScatterJob {
+  scalar_t* out;
+  const scalar_t* src;
+  const int64_t* rows;
+  const int64_t* seg;
+  const int64_t* perm;
+  const acc_t* w;
+  const acc_t* wsum;
+  int64_t d;
+};
+
+// Sources are gathered in perm order, each a random row of src that no hardware prefetcher can
+// guess: ask for the row kAhead sources on while this one is summed, so several rows are in flight.
+constexpr int64_t kAhead = 8;
+
+template <typename scalar_t>
+inline void prefetch_row(const scalar_t* row, int64_t d) {
+  const char* p = reinterpret_cast<const char*>(row);
+  const char* end = reinterpret_cast<const char*>(row + d);
+  for (; p < end; p += 64) __builtin_prefetch(p, 0, 0);  // read once: non-temporal hint
+}
+
+// Rows u in [u0, u1). Single-source rows go straight to out; longer ones start acc with their first
+// source and fold the last one into the division, the same operations as zero / add all / divide.
+template <typename scalar_t, typename acc_t>
+inline void mean_rows(const ScatterJob<scalar_t, acc_t>& j, int64_t u0, int64_t u1, acc_t* acc) {
+  const int64_t d = j.d;
+  const int64_t t_begin = j.seg[u0], t_end = j.seg[u1];
+  for (int64_t t = t_begin; t < std::min(t_end, t_begin + kAhead); ++t) prefetch_row(j.src + j.perm[t] * d, d);
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t s0 = j.seg[u], s1 = j.seg[u + 1];
+    scalar_t* o = j.out + j.rows[u] * d;
+    for (int64_t t = s0; t < s1; ++t) {
+      if (t + kAhead < t_end) prefetch_row(j.src + j.perm[t + kAhead] * d, d);
+      const int64_t p = j.perm[t];
+      const scalar_t* x = j.src + p * d;
+      if (s1 - s0 == 1) {
+        weighted_row_only(o, x, j.w[p], j.wsum[u], d, 0, 1);
+      } else if (t == s0) {
+        weighted_row_first(acc, x, j.w[p], d, 0, 1);
+      } else if (t + 1 < s1) {
+        weighted_row_accumulate(acc, x, j.w[p], d, 0, 1);
+      } else {
+        weighted_row_last(o, acc, x, j.w[p], j.wsum[u], d, 0, 1);
+      }
+    }
+  }
+}
+
+// Non-template wrappers for the two hot dtypes, built for AVX2 and baseline x86-64 (macros.h).
+FK_CPU_AVX2_CLONE void mean_rows_float(const ScatterJob<float, float>& j, int64_t u0, int64_t u1, float* acc) {
+  mean_rows(j, u0, u1, acc);
+}
+
+FK_CPU_AVX2_CLONE void mean_rows_double(const ScatterJob<double, double>& j, int64_t u0, int64_t u1, double* acc) {
+  mean_rows(j, u0, u1, acc);
+}
+
+template <typename scalar_t, typename acc_t>
+inline void mean_rows_any(const ScatterJob<scalar_t, acc_t>& j, int64_t u0, int64_t u1, acc_t* acc) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    mean_rows_float(j, u0, u1, acc);
+  } else if constexpr (std::is_same_v<scalar_t, double>) {
+    mean_rows_double(j, u0, u1, acc);
+  } else {
+    mean_rows(j, u0, u1, acc);
+  }
+}
+
+// All rows, in chunks of about kChunkSources sources that the threads take in turn: a thread that
+// is descheduled, or a chunk of popular rows with many sources, does not hold the others up. Which
+// thread sums a row never changes its bits.
+constexpr int64_t kChunkSources = 256;
+
+template <typename scalar_t, typename acc_t>
+void mean_all_rows(const ScatterJob<scalar_t, acc_t>& j, int64_t num_rows, int64_t t_count) {
+  const int64_t rows_per_chunk = std::max<int64_t>(1, num_rows * kChunkSources / t_count);
+  const int64_t chunks = (num_rows + rows_per_chunk - 1) / rows_per_chunk;
+  const int64_t workers = std::min<int64_t>(chunks, at::get_num_threads());
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+    std::vector<acc_t> acc(j.d);
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      mean_rows_any(j, c * rows_per_chunk, std::min(num_rows, (c + 1) * rows_per_chunk), acc.data());
+    }
+  });
+}
+
+}  // namespace
+
+static void scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx, const at::Tensor& src,
+                                  const at::Tensor& weight) {
+  check_scatter_rows_mean_args(out, idx, src, weight);
+  if (idx.numel() == 0 || out.size(1) == 0) return;
+  const auto ix = idx.contiguous();
+  const auto source = src.contiguous();
+  const int64_t d = out.size(1), t_count = ix.numel();
+  const CpuRowSegments segs = cpu_row_segments(ix.data_ptr<int64_t>(), t_count, out.size(0));
+  const int64_t num_rows = static_cast<int64_t>(segs.rows.size());
+  FK_DISPATCH_FLOAT_HALF_BF16(out.scalar_type(), "scatter_rows_mean_cpu", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const auto w_acc = weight.to(c10::CppTypeToScalarType<acc_t>::value).contiguous();
+    const acc_t* w = w_acc.data_ptr<acc_t>();
+    // Every row's weight sum first (in stable order), so a zero-weight row is reported before out
+    // is touched.
+    std::vector<acc_t> wsum(num_rows);
+    for (int64_t u = 0; u < num_rows; ++u) {
+      acc_t s = 0;
+      for (int64_t t = segs.seg[u]; t < segs.seg[u + 1]; ++t) s += w[segs.perm[t]];
+      TORCH_CHECK_VALUE(s > 0, "weight of the sources of row ", segs.rows[u], " sums to 0: its mean is undefined");
+      wsum[u] = s;
+    }
+    const ScatterJob<scalar_t, acc_t> job{out.data_ptr<scalar_t>(), source.data_ptr<scalar_t>(), segs.rows.data(),
+                                          segs.seg.data(), segs.perm.data(), w, wsum.data(), d};
+    mean_all_rows(job, num_rows, t_count);
+  });
+}
+
+TORCH_LIBRARY_IMPL(fedkernels, CPU, m) { m.impl("scatter_rows_mean", &scatter_rows_mean_cpu); }
+
+}  // namespace fedkernels
