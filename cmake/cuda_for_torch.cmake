@@ -20,4 +20,7 @@ if(_fk_nv_rc EQUAL 0 AND EXISTS "${FK_NV_WHEEL_ROOT}/include")
   include_directories(SYSTEM "${FK_NV_WHEEL_ROOT}/include")
   find_library(CUDA_nvrtc_LIBRARY NAMES nvrtc libnvrtc.so.13 HINTS "${FK_NV_WHEEL_ROOT}/lib" "${CUDAToolkit_LIBRARY_DIR}")
 endif()
-set(CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS} --expt-relaxed-constexpr -Xcompiler=-fPIC")
+# --fmad=false: nvcc would otherwise contract a * b + c into one FMA, rounding differently from the
+# CPU kernels that share the same per-item math (the tests pin CPU == reference bit for bit; the
+# GPU must follow the same rounding, not just the same order).
+set(CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS} --expt-relaxed-constexpr --fmad=false -Xcompiler=-fPIC")
