@@ -14,6 +14,8 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define FK_KNN_HAVE_AVX512 1
+// GCC 12 flags the intrinsics' internal undefined-vector placeholders as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #else
 #define FK_KNN_HAVE_AVX512 0
 #endif
