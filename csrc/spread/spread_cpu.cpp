@@ -62,7 +62,8 @@ std::vector<std::vector<std::pair<int64_t, int64_t>>> pair_rounds(int64_t t) {
 using Task = std::vector<std::pair<int64_t, int64_t>>;
 
 // The t blocks form at most kGroups contiguous groups; round 0 has one task per group (its block pairs
-// I <= J), then every pair of groups is one task of a circle-method round. Few rounds means few
+// I <= J), then every pair of groups is one task of a circle-method round. Within a task J changes
+// slowest, so the fused path packs each column block once per task. Few rounds means few
 // barriers (a barrier costs a time slice whenever the machine is oversubscribed); the schedule
 // depends on t only, never on the thread count.
 std::vector<std::vector<Task>> block_schedule(int64_t t) {
@@ -71,16 +72,16 @@ std::vector<std::vector<Task>> block_schedule(int64_t t) {
   std::vector<std::vector<Task>> rounds(1);
   for (int64_t g = 0; g < groups; ++g) {
     Task task;
-    for (int64_t a = first(g); a < first(g + 1); ++a)
-      for (int64_t b = a; b < first(g + 1); ++b) task.emplace_back(a, b);
+    for (int64_t b = first(g); b < first(g + 1); ++b)
+      for (int64_t a = first(g); a <= b; ++a) task.emplace_back(a, b);
     rounds[0].push_back(std::move(task));
   }
   for (const auto& round : pair_rounds(groups)) {
     std::vector<Task> tasks;
     for (const auto& [gi, gj] : round) {
       Task task;
-      for (int64_t a = first(gi); a < first(gi + 1); ++a)
-        for (int64_t b = first(gj); b < first(gj + 1); ++b) task.emplace_back(a, b);
+      for (int64_t b = first(gj); b < first(gj + 1); ++b)
+        for (int64_t a = first(gi); a < first(gi + 1); ++a) task.emplace_back(a, b);
       tasks.push_back(std::move(task));
     }
     rounds.push_back(std::move(tasks));
@@ -131,9 +132,11 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
           std::vector<float>& pack = packs[static_cast<size_t>(at::get_thread_num())];
           pack.resize(static_cast<size_t>(tile));
           const float* wf = Wacc.data_ptr<float>();
+          int64_t packed = -1;  // the column block now in `pack`
           for (int64_t tk = tb; tk < te; ++tk) for (const auto& [bi, bj] : tasks[tk]) {
             const int64_t na = std::min(kBlock, c - bi * kBlock), nb = std::min(kBlock, c - bj * kBlock);
-            spread_cpu::pack_tile_rows(wf, bj * kBlock, nb, d, pack.data());
+            if (bj != packed) spread_cpu::pack_tile_rows(wf, bj * kBlock, nb, d, pack.data());
+            packed = bj;
             spread_cpu::fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, pack.data(), bj * kBlock, nb, d,
                                         bi != bj, cand);
           }
