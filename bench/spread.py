@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from pathlib import Path
 
 import torch
 
@@ -69,7 +71,7 @@ def measure(fn, repeat: int) -> tuple[float, int]:
 def bench_config(c: int, d: int, run_composition: bool, repeat: int) -> dict:
     g = torch.Generator().manual_seed(0)
     W = torch.randn(c, d, generator=g) / d**0.5
-    row: dict = {"C": c, "d": d, "k": K}
+    row: dict = {"C": c, "d": d, "k": K, "load_avg_1min": os.getloadavg()[0]}
     t_knn, m_knn = measure(lambda: fedkernels.knn_classes(W, K), repeat)
     t_loss, m_loss = measure(lambda: fused_loss_fwd_bwd(W, K), repeat)
     row.update(fk_knn_s=t_knn, fk_knn_peak_mib=mib(m_knn), fk_loss_fwd_bwd_s=t_loss, fk_loss_peak_mib=mib(m_loss),
@@ -90,6 +92,16 @@ def bench_config(c: int, d: int, run_composition: bool, repeat: int) -> dict:
         row.update(composition="not run (needs >= %.0f GB for the [C, C] matrix)" % (c * c * 4 / 1e9),
                    torch_knn_peak_mib=mib(c * c * 4), torch_loss_peak_mib=mib(3 * c * c * 4))
     return row
+
+
+def knn_tile_path() -> str:
+    """Which CPU tile path knn_classes takes here (float32): fused AVX-512 tiles or BLAS tiles."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        flags = ""
+    fused = " avx512f" in flags and "FEDKERNELS_KNN_BLAS" not in os.environ
+    return "fused AVX-512 register tiles" if fused else "BLAS (MKL sgemm) tiles"
 
 
 def main() -> None:
@@ -115,13 +127,16 @@ def main() -> None:
         print(row, flush=True)
         previous[(c, d)] = row
     rows = [previous[key] for key in sorted(previous)]
-    extra = {"copy_bandwidth_gbs": copy_bandwidth_gbs(), "k": K, "margin": MARGIN,
+    extra = {"copy_bandwidth_gbs": copy_bandwidth_gbs(), "k": K, "margin": MARGIN, "knn_tile_path": knn_tile_path(),
+             "load_avg_end": os.getloadavg(),
              "note": "machine shared with other engineers' builds/tests; compare ratios within this run"}
     path = write_results("spread", rows, extra)
-    cols = ["C", "d", "fk_knn_s", "torch_knn_s", "knn_speedup", "fk_loss_fwd_bwd_s", "torch_loss_fwd_bwd_s",
-            "loss_speedup", "fk_loss_peak_mib", "torch_loss_peak_mib", "fk_knn_gflops", "composition"]
+    cols = ["C", "d", "fk_knn_s", "torch_knn_s", "knn_speedup", "fk_knn_peak_mib", "torch_knn_peak_mib",
+            "fk_loss_fwd_bwd_s", "torch_loss_fwd_bwd_s", "loss_speedup", "fk_loss_peak_mib", "torch_loss_peak_mib",
+            "fk_knn_gflops", "load_avg_1min", "composition"]
     print(markdown_table(rows, cols))
-    print(f"copy bandwidth {extra['copy_bandwidth_gbs']:.1f} GB/s; results in {path}")
+    print(f"knn tile path: {extra['knn_tile_path']}; copy bandwidth {extra['copy_bandwidth_gbs']:.1f} GB/s; "
+          f"results in {path}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // Argument checks of the spreadout ops, shared by the CPU and CUDA launchers.
 #pragma once
 
+#include <algorithm>
 #include <string>
 
 #include "common/checks.h"
@@ -20,7 +21,14 @@ inline void check_class_matrix(const at::Tensor& W) {
   check_floating(W, "W");
   check_dim(W, 2, "W");
   if (W.numel() > 0) {
-    TORCH_CHECK_VALUE(at::isfinite(W).all().item<bool>(), "W must be finite (it has NaN or inf entries)");
+    // In row chunks of about 2^20 entries: isfinite's temporaries would otherwise be several [C, d]
+    // tensors, more than knn_classes itself needs. One host sync at the end.
+    const int64_t step = std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, W.size(1)));
+    at::Tensor ok = at::ones({}, W.options().dtype(at::kBool));
+    for (int64_t r0 = 0; r0 < W.size(0); r0 += step) {
+      ok.logical_and_(at::isfinite(W.narrow(0, r0, std::min(step, W.size(0) - r0))).all());
+    }
+    TORCH_CHECK_VALUE(ok.item<bool>(), "W must be finite (it has NaN or inf entries)");
   }
 }
 

@@ -1,11 +1,14 @@
 // CPU launcher of knn_classes. The distance matrix is symmetric, so only block pairs (I <= J) of
-// kBlock x kBlock GEMM keys are computed (at::mm into a per-thread buffer; BLAS runs single-threaded
-// inside the parallel region); each block feeds the candidate lists of its rows and, transposed, of
-// its columns. To keep that race-free and deterministic, block pairs run in round-robin rounds in
-// which every block appears once (all diagonal blocks first), so each row's list has one writer per
-// round; the kept set does not depend on the order of offers. A final pass recomputes the kept
-// candidates in float64 (or rescans rows with too many near-ties; see spread.h).
-// Extra memory: C x (k + 8) candidates and two [kBlock, kBlock] key tiles per thread.
+// kBlock x kBlock keys are computed; each block pair feeds the candidate lists of its rows and of its
+// columns. Two tile paths: on AVX-512 CPUs (float32 keys) a fused register-tile kernel tests the keys
+// against the rows' gates without storing them (knn_tiles_avx512.cpp); elsewhere at::mm fills a
+// per-thread key tile (BLAS single-threaded inside the parallel region) that is scanned row-wise and,
+// transposed, column-wise. To stay race-free and deterministic, block pairs run as tasks in rounds
+// (block_schedule) in which no two tasks touch the same rows, so each row's list has one writer at a
+// time and receives its offers in an order that does not depend on the thread count. A final pass
+// recomputes the kept candidates in float64 (or rescans rows with too many near-ties; see spread.h).
+// Extra memory: C x (k + 8) candidates, per thread one packed [kBlock, d] block (fused path) or two
+// [kBlock, kBlock] key tiles (BLAS path).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -16,14 +19,18 @@
 
 #include "common/dispatch.h"
 #include "spread/spread.h"
+#include "spread/knn_candidates.h"
+#include "spread/knn_tiles.h"
 #include "spread/spread_checks.h"
 
 namespace fedkernels {
 
 namespace {
 
+using spread_cpu::Candidates;
+
 constexpr int64_t kBlock = 256;
-constexpr int64_t kChunk = 64;  // keys tested together before any per-entry branching
+constexpr int64_t kGroups = 16;  // block groups: 16 rounds of 8 tasks
 
 // Float64 norms of every row (cosine needs them for the exact recompute and the keys).
 template <typename T>
@@ -35,7 +42,7 @@ std::vector<double> row_norms(const T* w, int64_t c, int64_t d) {
   return norms;
 }
 
-// Rounds of block pairs (I < J) by the circle method: each of the t blocks appears at most once per round.
+// Rounds of index pairs (I < J) by the circle method: each of the t indices appears at most once per round.
 std::vector<std::vector<std::pair<int64_t, int64_t>>> pair_rounds(int64_t t) {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> rounds;
   const int64_t n = t + (t & 1);  // an odd count gets a bye (index t)
@@ -51,6 +58,37 @@ std::vector<std::vector<std::pair<int64_t, int64_t>>> pair_rounds(int64_t t) {
   return rounds;
 }
 
+// A task is a list of block pairs run in order by one thread; a round is tasks that touch disjoint rows.
+using Task = std::vector<std::pair<int64_t, int64_t>>;
+
+// The t blocks form at most kGroups contiguous groups; round 0 has one task per group (its block pairs
+// I <= J), then every pair of groups is one task of a circle-method round. Within a task J changes
+// slowest, so the fused path packs each column block once per task. Few rounds means few
+// barriers (a barrier costs a time slice whenever the machine is oversubscribed); the schedule
+// depends on t only, never on the thread count.
+std::vector<std::vector<Task>> block_schedule(int64_t t) {
+  const int64_t groups = std::min(t, kGroups);
+  auto first = [&](int64_t g) { return g * t / groups; };
+  std::vector<std::vector<Task>> rounds(1);
+  for (int64_t g = 0; g < groups; ++g) {
+    Task task;
+    for (int64_t b = first(g); b < first(g + 1); ++b)
+      for (int64_t a = first(g); a <= b; ++a) task.emplace_back(a, b);
+    rounds[0].push_back(std::move(task));
+  }
+  for (const auto& round : pair_rounds(groups)) {
+    std::vector<Task> tasks;
+    for (const auto& [gi, gj] : round) {
+      Task task;
+      for (int64_t b = first(gj); b < first(gj + 1); ++b)
+        for (int64_t a = first(gi); a < first(gi + 1); ++a) task.emplace_back(a, b);
+      tasks.push_back(std::move(task));
+    }
+    rounds.push_back(std::move(tasks));
+  }
+  return rounds;
+}
+
 // dst [n, m] = src [m, n]^T, in 16 x 16 sub-blocks so both sides stay in cache.
 template <typename ACC>
 void transpose_tile(const ACC* src, int64_t m, int64_t n, ACC* dst) {
@@ -60,63 +98,6 @@ void transpose_tile(const ACC* src, int64_t m, int64_t n, ACC* dst) {
       for (int64_t r = r0; r < std::min(r0 + kSub, m); ++r)
         for (int64_t cc = c0; cc < std::min(c0 + kSub, n); ++cc) dst[cc * m + r] = src[r * n + cc];
 }
-
-// The running candidate lists of all rows.
-template <typename ACC>
-struct Candidates {
-  int64_t k, cap;
-  int metric;
-  const ACC* col_term;  // l2: |w_j|^2; cosine: -1 / |w_j|
-  std::vector<ACC> keys, bands;
-  std::vector<int64_t> ids, sizes;
-  std::vector<char> overflow;
-
-  ACC gate(int64_t i) const {  // keys above this can neither enter nor signal an overflow
-    if (sizes[i] < cap) return std::numeric_limits<ACC>::infinity();
-    const ACC* kr = keys.data() + i * cap;
-    return std::max(kr[cap - 1], kr[k - 1] + bands[i]);
-  }
-
-  // Offer row i the keys of columns col0 .. col0 + n from one row of a GEMM tile.
-  void scan(int64_t i, const ACC* g, int64_t col0, int64_t n) {
-    ACC* kr = keys.data() + i * cap;
-    int64_t* ir = ids.data() + i * cap;
-    int64_t& sz = sizes[i];
-    bool of = overflow[i];
-    ACC gt = gate(i);
-    const ACC* ct = col_term + col0;
-    for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
-      const int64_t m = std::min(kChunk, n - j0);
-      ACC kk[kChunk];
-      ACC mn = std::numeric_limits<ACC>::infinity();
-      if (metric == spread::kL2) {
-#pragma omp simd reduction(min : mn)
-        for (int64_t t = 0; t < m; ++t) {
-          kk[t] = ct[j0 + t] - ACC(2) * g[j0 + t];
-          mn = kk[t] < mn ? kk[t] : mn;
-        }
-      } else {
-#pragma omp simd reduction(min : mn)
-        for (int64_t t = 0; t < m; ++t) {
-          kk[t] = ct[j0 + t] * g[j0 + t];
-          mn = kk[t] < mn ? kk[t] : mn;
-        }
-      }
-      if (mn > gt) continue;
-      for (int64_t t = 0; t < m; ++t) {
-        const int64_t j = col0 + j0 + t;
-        if (kk[t] > gt || j == i) continue;
-        if (sz == cap && kk[t] > kr[cap - 1]) {
-          of = true;  // a near-tie of the k-th that the list cannot hold
-          continue;
-        }
-        spread::candidate_offer(kr, ir, sz, cap, k, bands[i], kk[t], j, of);
-        gt = gate(i);
-      }
-    }
-    overflow[i] = of;
-  }
-};
 
 template <typename T, typename ACC>
 void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int metric, at::Tensor& dist,
@@ -134,24 +115,36 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   }
   const double unit_roundoff = std::is_same_v<ACC, double> ? 0x1p-53 : 0x1p-24;
   Candidates<ACC> cand;
-  cand.k = k;
-  cand.cap = std::min<int64_t>(spread::candidate_capacity(k), c - 1);
-  cand.metric = metric;
-  cand.col_term = col_term.data();
-  cand.keys.resize(static_cast<size_t>(c * cand.cap));
-  cand.ids.resize(static_cast<size_t>(c * cand.cap));
-  cand.sizes.assign(static_cast<size_t>(c), 0);
-  cand.overflow.assign(static_cast<size_t>(c), 0);
-  cand.bands.resize(static_cast<size_t>(c));
+  cand.init(c, k, std::min<int64_t>(spread::candidate_capacity(k), c - 1), metric, col_term.data());
   for (int64_t i = 0; i < c; ++i) cand.bands[i] = static_cast<ACC>(spread::key_band(metric, d, unit_roundoff, norms[i], max_norm));
 
   const int64_t t = (c + kBlock - 1) / kBlock;
   auto block_rows = [&](int64_t b) { return Wacc.narrow(0, b * kBlock, std::min(kBlock, c - b * kBlock)); };
-  auto run_pairs = [&](const std::vector<std::pair<int64_t, int64_t>>& pairs) {
-    at::parallel_for(0, static_cast<int64_t>(pairs.size()), 1, [&](int64_t pb, int64_t pe) {
+  // Float32 keys on an AVX-512 CPU: fused register tiles (knn_tiles_avx512.cpp), no key matrix.
+  bool fused = false;
+  if constexpr (std::is_same_v<ACC, float>) fused = spread_cpu::fused_tiles_available();
+  const int64_t tile = spread_cpu::packed_tile_floats(kBlock, d);
+  std::vector<std::vector<float>> packs(static_cast<size_t>(at::get_num_threads()));  // per thread, reused
+  auto run_tasks = [&](const std::vector<Task>& tasks) {
+    at::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t tb, int64_t te) {
+      if constexpr (std::is_same_v<ACC, float>) {
+        if (fused) {
+          std::vector<float>& pack = packs[static_cast<size_t>(at::get_thread_num())];
+          pack.resize(static_cast<size_t>(tile));
+          const float* wf = Wacc.data_ptr<float>();
+          int64_t packed = -1;  // the column block now in `pack`
+          for (int64_t tk = tb; tk < te; ++tk) for (const auto& [bi, bj] : tasks[tk]) {
+            const int64_t na = std::min(kBlock, c - bi * kBlock), nb = std::min(kBlock, c - bj * kBlock);
+            if (bj != packed) spread_cpu::pack_tile_rows(wf, bj * kBlock, nb, d, pack.data());
+            packed = bj;
+            spread_cpu::fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, pack.data(), bj * kBlock, nb, d,
+                                        bi != bj, cand);
+          }
+          return;
+        }
+      }
       at::Tensor buf = at::empty({2 * kBlock * kBlock}, Wacc.options());
-      for (int64_t p = pb; p < pe; ++p) {
-        const auto [bi, bj] = pairs[p];
+      for (int64_t tk = tb; tk < te; ++tk) for (const auto& [bi, bj] : tasks[tk]) {
         const at::Tensor a = block_rows(bi), b = block_rows(bj);
         const int64_t na = a.size(0), nb = b.size(0);
         at::Tensor g = buf.narrow(0, 0, na * nb).view({na, nb});
@@ -165,10 +158,7 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
       }
     });
   };
-  std::vector<std::pair<int64_t, int64_t>> diagonal;
-  for (int64_t b = 0; b < t; ++b) diagonal.emplace_back(b, b);
-  run_pairs(diagonal);
-  for (const auto& round : pair_rounds(t)) run_pairs(round);
+  for (const auto& round : block_schedule(t)) run_tasks(round);
 
   ACC* out_dist = dist.data_ptr<ACC>();
   int64_t* out_idx = idx.data_ptr<int64_t>();

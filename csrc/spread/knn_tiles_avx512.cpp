@@ -1,0 +1,204 @@
+// Fused AVX-512 tile of the CPU knn_classes: an 8 x 32 register-blocked dot-product kernel whose
+// epilogue turns the accumulators into keys and tests them against the rows' (and columns') gates
+// in registers, so the [tile, tile] block of keys is never written or re-read. Almost every key
+// fails its gate; the few that pass go to Candidates::offer, which re-tests them against the
+// current gate. The dot products use FMA and their own summation order: keys only choose
+// candidates within the rounding band of spread.h (which bounds any summation order, FMA
+// included), and the final distances are recomputed in float64, so the output does not depend on
+// how the keys were rounded.
+#include "spread/knn_tiles.h"
+
+#include <cstdlib>
+#include <limits>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define FK_KNN_HAVE_AVX512 1
+// GCC 12 flags the intrinsics' internal undefined-vector placeholders as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#else
+#define FK_KNN_HAVE_AVX512 0
+#endif
+
+namespace fedkernels {
+namespace spread_cpu {
+
+namespace {
+constexpr int64_t kPanel = 16;  // rows per packed panel: one zmm of float32
+constexpr int64_t kMr = 8;      // rows per micro-tile
+constexpr int64_t kNr = 32;     // columns per micro-tile: two panels
+
+int64_t padded_rows(int64_t n) { return (n + kNr - 1) / kNr * kNr; }
+}  // namespace
+
+int64_t packed_tile_floats(int64_t n, int64_t d) { return padded_rows(n) * d; }
+
+#if FK_KNN_HAVE_AVX512
+
+namespace {
+
+// Offers the set bits of mask (lane t = column col + t of keys) to list `row` (as_rows) or the
+// lists of those columns, each offered `other` (!as_rows).
+inline void offer_bits(Candidates<float>& cand, uint32_t mask, const float* keys, int64_t base, int64_t other,
+                       bool as_rows) {
+  while (mask) {
+    const int t = __builtin_ctz(mask);
+    mask &= mask - 1;
+    if (as_rows) cand.offer(other, keys[t], base + t);
+    else cand.offer(base + t, keys[t], other);
+  }
+}
+
+template <int kMetric, bool kBoth>
+__attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0, int64_t na, const float* pb,
+                                                  int64_t col0, int64_t nb, int64_t d, Candidates<float>& cand) {
+  const __m512 nan = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const float* ct = cand.col_term;
+  const float* gates = cand.gates.data();
+  alignas(64) float g[kMr][kNr];
+  alignas(64) float keys[kNr];
+  for (int64_t jb = 0; jb < nb; jb += kNr) {
+    const float* b = pb + jb * d;  // panels jb / 16 and jb / 16 + 1
+    const int64_t ncol = std::min(kNr, nb - jb);
+    const int64_t j0 = col0 + jb;
+    // Lanes past the last column read NaN terms (so their keys fail every test) and -inf gates.
+    const __mmask16 cm0 = static_cast<__mmask16>(ncol >= 16 ? 0xFFFF : (1u << ncol) - 1);
+    const __mmask16 cm1 = static_cast<__mmask16>(ncol >= 32 ? 0xFFFF : ncol > 16 ? (1u << (ncol - 16)) - 1 : 0);
+    const __m512 ctj0 = _mm512_mask_loadu_ps(nan, cm0, ct + j0);
+    const __m512 ctj1 = _mm512_mask_loadu_ps(nan, cm1, ct + j0 + 16);
+    for (int64_t ib = 0; ib < na; ib += kMr) {
+      const int64_t nrow = std::min(kMr, na - ib);
+      const float* a[kMr];  // row-major rows; rows past na repeat the last one (their keys are unused)
+#pragma GCC unroll 8
+      for (int r = 0; r < kMr; ++r) a[r] = wa + (ib + std::min<int64_t>(r, nrow - 1)) * d;
+      __m512 acc0[kMr], acc1[kMr];
+#pragma GCC unroll 8
+      for (int r = 0; r < kMr; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+      for (int64_t q = 0; q < d; ++q) {
+        const __m512 b0 = _mm512_loadu_ps(b + q * kPanel);
+        const __m512 b1 = _mm512_loadu_ps(b + kPanel * d + q * kPanel);
+#pragma GCC unroll 8
+        for (int r = 0; r < kMr; ++r) {
+          const __m512 ar = _mm512_set1_ps(a[r][q]);
+          acc0[r] = _mm512_fmadd_ps(ar, b0, acc0[r]);
+          acc1[r] = _mm512_fmadd_ps(ar, b1, acc1[r]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < kMr; ++r) {
+        _mm512_store_ps(g[r], acc0[r]);
+        _mm512_store_ps(g[r] + 16, acc1[r]);
+      }
+      __m512 gc0 = neg_inf, gc1 = neg_inf;
+      if (kBoth) {
+        gc0 = _mm512_mask_loadu_ps(neg_inf, cm0, gates + j0);
+        gc1 = _mm512_mask_loadu_ps(neg_inf, cm1, gates + j0 + 16);
+      }
+      for (int64_t r = 0; r < nrow; ++r) {
+        const int64_t i = row0 + ib + r;
+        const __m512 g0 = _mm512_load_ps(g[r]), g1 = _mm512_load_ps(g[r] + 16);
+        // l2 key: |w_j|^2 - 2 w_i.w_j; cosine: -(w_i.w_j) / |w_j| (as in Candidates::scan).
+        const __m512 t0 = kMetric == spread::kL2 ? _mm512_add_ps(g0, g0) : g0;
+        const __m512 t1 = kMetric == spread::kL2 ? _mm512_add_ps(g1, g1) : g1;
+        const __m512 kr0 = kMetric == spread::kL2 ? _mm512_sub_ps(ctj0, t0) : _mm512_mul_ps(ctj0, t0);
+        const __m512 kr1 = kMetric == spread::kL2 ? _mm512_sub_ps(ctj1, t1) : _mm512_mul_ps(ctj1, t1);
+        const __m512 gr = _mm512_set1_ps(gates[i]);
+        const uint32_t mr = static_cast<uint32_t>(_mm512_cmp_ps_mask(kr0, gr, _CMP_LE_OQ)) |
+                            (static_cast<uint32_t>(_mm512_cmp_ps_mask(kr1, gr, _CMP_LE_OQ)) << 16);
+        if (mr) {
+          _mm512_store_ps(keys, kr0);
+          _mm512_store_ps(keys + 16, kr1);
+          offer_bits(cand, mr, keys, j0, i, true);
+        }
+        if (kBoth) {
+          const __m512 cti = _mm512_set1_ps(ct[i]);
+          const __m512 kc0 = kMetric == spread::kL2 ? _mm512_sub_ps(cti, t0) : _mm512_mul_ps(cti, t0);
+          const __m512 kc1 = kMetric == spread::kL2 ? _mm512_sub_ps(cti, t1) : _mm512_mul_ps(cti, t1);
+          const uint32_t mc = static_cast<uint32_t>(_mm512_cmp_ps_mask(kc0, gc0, _CMP_LE_OQ)) |
+                              (static_cast<uint32_t>(_mm512_cmp_ps_mask(kc1, gc1, _CMP_LE_OQ)) << 16);
+          if (mc) {
+            _mm512_store_ps(keys, kc0);
+            _mm512_store_ps(keys + 16, kc1);
+            offer_bits(cand, mc, keys, j0, i, false);
+            gc0 = _mm512_mask_loadu_ps(neg_inf, cm0, gates + j0);  // the offers may have lowered them
+            gc1 = _mm512_mask_loadu_ps(neg_inf, cm1, gates + j0 + 16);
+          }
+        }
+      }
+    }
+  }
+}
+
+// dst[q * 16 + r] = rows[r][q0 + q] for q < nq (<= 16): a 16 x 16 transpose in registers (two
+// in-lane shuffle stages, two 128-bit lane stages); rows past `live` read as zero.
+__attribute__((target("avx512f"))) void transpose_16x16(const float* src, int64_t ld, int64_t live, int64_t nq,
+                                                        float* dst) {
+  const __mmask16 qm = static_cast<__mmask16>(nq >= 16 ? 0xFFFF : (1u << nq) - 1);
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = i < live ? _mm512_maskz_loadu_ps(qm, src + i * ld) : _mm512_setzero_ps();
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + m]: rows 4i..4i+3 of columns m, m + 4, m + 8, m + 12
+    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512 u = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88), v = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xDD);
+    const __m512 x = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
+    const __m512 y = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xDD);
+    const __m512 cols[4] = {_mm512_shuffle_f32x4(u, x, 0x88), _mm512_shuffle_f32x4(v, y, 0x88),
+                            _mm512_shuffle_f32x4(u, x, 0xDD), _mm512_shuffle_f32x4(v, y, 0xDD)};
+    for (int l = 0; l < 4; ++l) {
+      if (m + 4 * l < nq) _mm512_storeu_ps(dst + (m + 4 * l) * kPanel, cols[l]);
+    }
+  }
+}
+
+}  // namespace
+
+// Panels of 16 rows, dimension-major: row p, dim q at dst[(p / 16) * 16 d + q * 16 + p % 16];
+// rows past n (up to a multiple of 32) are zero so the kernel can always load two full panels.
+void pack_tile_rows(const float* w, int64_t r0, int64_t n, int64_t d, float* dst) {
+  for (int64_t p0 = 0; p0 < padded_rows(n); p0 += kPanel) {
+    const int64_t live = std::max<int64_t>(0, std::min(kPanel, n - p0));
+    const float* src = w + (r0 + std::min(p0, n)) * d;  // never formed past the rows that exist
+    for (int64_t q0 = 0; q0 < d; q0 += kPanel) {
+      transpose_16x16(src + q0, d, live, std::min(kPanel, d - q0), dst + p0 * d + q0 * kPanel);
+    }
+  }
+}
+
+bool fused_tiles_available() {
+  static const bool cpu_ok = __builtin_cpu_supports("avx512f");
+  return cpu_ok && std::getenv("FEDKERNELS_KNN_BLAS") == nullptr;
+}
+
+void fused_tile_pair(const float* rows, int64_t row0, int64_t na, const float* packed_cols, int64_t col0,
+                     int64_t nb, int64_t d, bool both_sides, Candidates<float>& cand) {
+  if (cand.metric == spread::kL2) {
+    if (both_sides) tile_pair<spread::kL2, true>(rows, row0, na, packed_cols, col0, nb, d, cand);
+    else tile_pair<spread::kL2, false>(rows, row0, na, packed_cols, col0, nb, d, cand);
+  } else {
+    if (both_sides) tile_pair<spread::kCosine, true>(rows, row0, na, packed_cols, col0, nb, d, cand);
+    else tile_pair<spread::kCosine, false>(rows, row0, na, packed_cols, col0, nb, d, cand);
+  }
+}
+
+#else  // no x86-64 AVX-512 intrinsics: the BLAS tile path is always used
+
+bool fused_tiles_available() { return false; }
+
+void pack_tile_rows(const float*, int64_t, int64_t, int64_t, float*) {}
+
+void fused_tile_pair(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, bool,
+                     Candidates<float>&) {}
+
+#endif
+
+}  // namespace spread_cpu
+}  // namespace fedkernels

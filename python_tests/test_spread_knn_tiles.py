@@ -1,0 +1,88 @@
+"""knn_classes over several CPU tiles: both tile paths (fused AVX-512 register tiles where the CPU has
+AVX-512, and the portable BLAS tiles forced by FEDKERNELS_KNN_BLAS) against the brute-force reference.
+
+Sizes are chosen to cross the 256-row block edges, leave partial 32-column micro-tiles and 16-float
+panels (C and d not multiples of 16), and to fill several block groups of the schedule.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fedkernels
+from python_tests.reference import spread_ref
+
+PATHS = ["default", "blas"]
+
+
+def _run(W: torch.Tensor, k: int, metric: str, path: str, monkeypatch) -> tuple[torch.Tensor, torch.Tensor]:
+    if path == "blas":
+        monkeypatch.setenv("FEDKERNELS_KNN_BLAS", "1")
+    else:
+        monkeypatch.delenv("FEDKERNELS_KNN_BLAS", raising=False)
+    try:
+        return fedkernels.knn_classes(W, k, metric)
+    finally:
+        monkeypatch.delenv("FEDKERNELS_KNN_BLAS", raising=False)
+
+
+def _assert_matches_reference(W, k, metric, got):
+    want_d, want_i = spread_ref.knn(W, k, metric)
+    assert torch.equal(got[1], want_i)
+    torch.testing.assert_close(got[0].double(), want_d, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("metric", ["l2", "cosine"])
+@pytest.mark.parametrize("c, d", [(700, 5), (529, 16), (613, 33), (300, 70)])
+def test_paths_match_reference_and_each_other(c, d, metric, monkeypatch):
+    W = torch.randn(c, d, generator=torch.Generator().manual_seed(c + d))
+    fused = _run(W, 10, metric, "default", monkeypatch)
+    blas = _run(W, 10, metric, "blas", monkeypatch)
+    _assert_matches_reference(W, 10, metric, fused)
+    assert torch.equal(fused[0], blas[0]) and torch.equal(fused[1], blas[1])
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_duplicates_across_blocks(path, monkeypatch):
+    # copies of a few vectors spread over all blocks: distance-0 ties across tiles, most rows overflow
+    g = torch.Generator().manual_seed(9)
+    base = torch.randn(7, 19, generator=g)
+    W = base[torch.randint(0, 7, (650,), generator=g)]
+    _assert_matches_reference(W, 12, "l2", _run(W, 12, "l2", path, monkeypatch))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_integer_ties_cosine_with_zero_rows(path, monkeypatch):
+    W = torch.randint(-2, 3, (560, 9), generator=torch.Generator().manual_seed(4)).float()
+    W[::37] = 0.0  # zero rows: cosine treats them as norm 1e-12
+    _assert_matches_reference(W, 9, "cosine", _run(W, 9, "cosine", path, monkeypatch))
+
+
+@settings(max_examples=12)
+@given(c=st.integers(257, 620), d=st.integers(1, 40), k=st.integers(1, 20), metric=st.sampled_from(["l2", "cosine"]),
+       scale=st.sampled_from([1e-3, 1.0, 1e3]), seed=st.integers(0, 2**31 - 1))
+def test_multi_block_matches_brute_force(c, d, k, metric, scale, seed):
+    W = torch.randn(c, d, generator=torch.Generator().manual_seed(seed)) * scale
+    _assert_matches_reference(W, k, metric, fedkernels.knn_classes(W, k, metric))
+
+
+def test_half_input_multi_block():
+    W = torch.randn(530, 24, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    _assert_matches_reference(W, 10, "l2", fedkernels.knn_classes(W, 10))
+
+
+def test_deterministic_across_threads_multi_group():
+    # 40 blocks of 256 rows: 16 block groups, so the round schedule has more tasks than threads
+    W = torch.randn(10240, 8, generator=torch.Generator().manual_seed(3))
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        a = fedkernels.knn_classes(W, 10)
+        torch.set_num_threads(max(2, old))
+        b = fedkernels.knn_classes(W, 10)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
