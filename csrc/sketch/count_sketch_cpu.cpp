@@ -21,6 +21,13 @@ namespace {
 constexpr int64_t kLanes = kSketchLanes;
 constexpr int64_t kLaneChunk = 2048;  // classes transposed at a time: 128 KiB of float lanes, L2-resident
 
+constexpr int64_t kAlign = 64;  // bytes; also an element count large enough for any acc_t
+
+template <typename T>
+T* align_up(T* ptr) {
+  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(ptr) + kAlign - 1) & ~uintptr_t(kAlign - 1));
+}
+
 // Transpose a chunk of kLanes rows to [class, lane] in acc_t (float stays on the SSE path).
 template <typename scalar_t, typename acc_t>
 void lanes_in(const scalar_t* x, int64_t p, int64_t nc, acc_t* xt) {
@@ -80,11 +87,14 @@ void scatter_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8
     const acc_t div = static_cast<acc_t>(divisor);
     if (blocks > 0) {
       at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-        std::vector<acc_t> acc(r * num_buckets * kLanes), xt(kLaneChunk * kLanes);
+        // 64-byte aligned, so a bucket's lanes are whole cache lines (no split loads/stores).
+        std::vector<acc_t> buf(r * num_buckets * kLanes + kLaneChunk * kLanes + 2 * kAlign);
+        acc_t* acc = align_up(buf.data());
+        acc_t* xt = align_up(acc + r * num_buckets * kLanes);
         for (int64_t blk = begin; blk < end; ++blk) {
-          count_sketch_block<scalar_t, acc_t>(x + blk * kLanes * p, p, t, signs, r, num_buckets, acc.data(), xt.data());
+          count_sketch_block<scalar_t, acc_t>(x + blk * kLanes * p, p, t, signs, r, num_buckets, acc, xt);
           for (int64_t j = 0; j < r; ++j) {
-            lanes_out<scalar_t, acc_t>(acc.data() + j * num_buckets * kLanes, num_buckets, div,
+            lanes_out<scalar_t, acc_t>(acc + j * num_buckets * kLanes, num_buckets, div,
                                        o + blk * kLanes * out_row_stride + j * out_table_stride, out_row_stride);
           }
         }
