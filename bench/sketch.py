@@ -113,7 +113,11 @@ def check_same(a: torch.Tensor, b: torch.Tensor, what: str, exact: bool = True) 
         raise AssertionError(f"{what}: fedkernels and the composition disagree")
 
 
-def bench_config(config: tuple[int, int, int], n: int, copy_gbs: float, seed: int = 0) -> list[dict]:
+OPS = ("label_hash", "bucket_merge", "bucket_merge_topk", "count_sketch", "count_sketch_query")
+
+
+def bench_config(config: tuple[int, int, int], n: int, copy_gbs: float, seed: int = 0,
+                 ops: tuple[str, ...] = OPS) -> list[dict]:
     p, r, b = config
     g = torch.Generator().manual_seed(seed)
     hf = HashFamily(r, b, seed)
@@ -126,33 +130,40 @@ def bench_config(config: tuple[int, int, int], n: int, copy_gbs: float, seed: in
     indices = torch.randint(0, p, (n * LABELS_PER_SAMPLE,), generator=g)
     check_same(fedkernels.label_hash(indptr, indices, table, b), compose_label_hash(indptr, indices, table, b), "label_hash")
     nbytes = r * n * b + indptr.numel() * 8 + indices.numel() * (8 + 4 * r)
-    rows.append(measure("label_hash", config, lambda: fedkernels.label_hash(indptr, indices, table, b),
-                        lambda: compose_label_hash(indptr, indices, table, b), nbytes, copy_gbs, False))
+    if "label_hash" in ops:
+        rows.append(measure("label_hash", config, lambda: fedkernels.label_hash(indptr, indices, table, b),
+                            lambda: compose_label_hash(indptr, indices, table, b), nbytes, copy_gbs, False))
 
     # merges: log-sigmoid bucket scores of N samples
     logp = F.logsigmoid(2 * torch.randn(r, n, b, generator=g) - 1)
     logp_bytes = logp.numel() * 4 + table.numel() * 4
     # bit-identical scores for the mean? the composition's mean(0) may add in another order: allclose
-    check_same(fedkernels.bucket_merge(logp[:, :64], table), compose_merge(logp[:, :64], table), "bucket_merge", exact=False)
-    rows.append(measure("bucket_merge", config, lambda: fedkernels.bucket_merge(logp, table),
-                        lambda: compose_merge(logp, table), logp_bytes + n * p * 4, copy_gbs, slow))
-    got_v, _ = fedkernels.bucket_merge_topk(logp[:, :64], table, TOPK)
-    want_v, _ = compose_merge_topk(logp[:, :64], table, TOPK)
-    check_same(got_v, want_v, "bucket_merge_topk values", exact=False)
-    rows.append(measure("bucket_merge_topk", config, lambda: fedkernels.bucket_merge_topk(logp, table, TOPK),
-                        lambda: compose_merge_topk(logp, table, TOPK), logp_bytes + n * TOPK * 12, copy_gbs, slow))
+    if "bucket_merge" in ops:
+        check_same(fedkernels.bucket_merge(logp[:, :64], table), compose_merge(logp[:, :64], table), "bucket_merge",
+                   exact=False)
+        rows.append(measure("bucket_merge", config, lambda: fedkernels.bucket_merge(logp, table),
+                            lambda: compose_merge(logp, table), logp_bytes + n * p * 4, copy_gbs, slow))
+    if "bucket_merge_topk" in ops:
+        got_v, _ = fedkernels.bucket_merge_topk(logp[:, :64], table, TOPK)
+        want_v, _ = compose_merge_topk(logp[:, :64], table, TOPK)
+        check_same(got_v, want_v, "bucket_merge_topk values", exact=False)
+        rows.append(measure("bucket_merge_topk", config, lambda: fedkernels.bucket_merge_topk(logp, table, TOPK),
+                            lambda: compose_merge_topk(logp, table, TOPK), logp_bytes + n * TOPK * 12, copy_gbs, slow))
 
     # count sketch of COUNT_SKETCH_ROWS vectors of length p, and its median query
     x = torch.randn(COUNT_SKETCH_ROWS, p, generator=g)
     check_same(fedkernels.count_sketch(x, table, signs, b), compose_count_sketch(x, table, signs, b), "count_sketch",
                exact=False)
     sk_bytes = x.numel() * 4 + table.numel() * 5 + COUNT_SKETCH_ROWS * r * b * 4
-    rows.append(measure("count_sketch", config, lambda: fedkernels.count_sketch(x, table, signs, b),
-                        lambda: compose_count_sketch(x, table, signs, b), sk_bytes, copy_gbs, False))
+    if "count_sketch" in ops:
+        rows.append(measure("count_sketch", config, lambda: fedkernels.count_sketch(x, table, signs, b),
+                            lambda: compose_count_sketch(x, table, signs, b), sk_bytes, copy_gbs, False))
     m = fedkernels.count_sketch(x, table, signs, b)
-    check_same(fedkernels.count_sketch_query(m, table, signs), compose_query_median(m, table, signs), "count_sketch_query")
-    rows.append(measure("count_sketch_query", config, lambda: fedkernels.count_sketch_query(m, table, signs),
-                        lambda: compose_query_median(m, table, signs), sk_bytes, copy_gbs, False))
+    if "count_sketch_query" in ops:
+        check_same(fedkernels.count_sketch_query(m, table, signs), compose_query_median(m, table, signs),
+                   "count_sketch_query")
+        rows.append(measure("count_sketch_query", config, lambda: fedkernels.count_sketch_query(m, table, signs),
+                            lambda: compose_query_median(m, table, signs), sk_bytes, copy_gbs, False))
     return rows
 
 
@@ -175,19 +186,27 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="two small configurations, N = 256")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    ap.add_argument("--ops", default=",".join(OPS),
+                    help="comma-separated subset of " + ", ".join(OPS) + " (a subset writes sketch-<ops>.json)")
     args = ap.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     configs, n = (QUICK_CONFIGS, 256) if args.quick else (CONFIGS, 1024)
+    ops = tuple(o for o in args.ops.split(",") if o)
+    unknown = sorted(set(ops) - set(OPS))
+    if unknown:
+        ap.error(f"unknown ops {unknown}; choose from {', '.join(OPS)}")
     torch.manual_seed(0)
     copy_gbs = common.copy_bandwidth_gbs()
     print(f"copy bandwidth {copy_gbs:.1f} GB/s, {torch.get_num_threads()} threads, N = {n}, k = {TOPK}, "
           f"load average {Path('/proc/loadavg').read_text().split()[0]}")
     rows = []
     for config in configs:
-        rows += bench_config(config, n, copy_gbs)
+        rows += bench_config(config, n, copy_gbs, ops=ops)
     goal_rows = goals(rows, copy_gbs)
     name = "sketch-quick" if args.quick else "sketch"
+    if set(ops) != set(OPS):
+        name += "-" + "-".join(ops)
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None
     path = common.write_results(name, rows, {"copy_bandwidth_gbs": copy_gbs, "N": n, "k": TOPK, "loadavg_at_end": load,
                                              "count_sketch_rows": COUNT_SKETCH_ROWS, "goals": goal_rows})

@@ -145,3 +145,22 @@ def test_bad_query_input(mutate, exc, match):
     m = torch.randn(2, 3, b)
     with pytest.raises(exc, match=match):
         fedkernels.count_sketch_query(*mutate(m, t, s))
+
+
+@given(seed=st.integers(0, 2**32 - 1), r=st.integers(1, 9), rows=st.integers(1, 3))
+def test_median_picks_stable_sort_bits(seed, r, rows):
+    # Ties and signed zeros everywhere: the median must return exactly the values a stable
+    # ascending sort puts in the middle (so -0.0 vs +0.0 is fixed too), bit for bit.
+    p, b = 40, 3
+    hf = HashFamily(r, b, seed)
+    t, s = hf.table(p), hf.signs(p)
+    g = torch.Generator().manual_seed(seed)
+    m = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.5])[torch.randint(0, 5, (rows, r, b), generator=g)]
+    got = fedkernels.count_sketch_query(m, t, s, "median")
+    want = torch.empty(rows, p)
+    for row in range(rows):
+        for i in range(p):
+            vals = [m[row, j, t[i, j]] * 1 if s[i, j] > 0 else -m[row, j, t[i, j]] for j in range(r)]
+            srt = sorted(vals, key=float)  # stable: equal values (and +-0) keep table order
+            want[row, i] = srt[r // 2] if r % 2 else (srt[r // 2 - 1] + srt[r // 2]) * 0.5
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))

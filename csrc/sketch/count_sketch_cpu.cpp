@@ -5,9 +5,12 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "common/dispatch.h"
+#include "common/huge_pages.h"
+#include "sketch/count_sketch_lanes.h"
 #include "sketch/sketch.h"
 #include "sketch/sketch_prepare.h"
 
@@ -15,31 +18,53 @@ namespace fedkernels {
 
 namespace {
 
-constexpr int64_t kLanes = 16;         // rows sketched together: one cache line of float accumulators
-constexpr int64_t kLaneChunk = 1024;   // classes transposed at a time
+constexpr int64_t kLanes = kSketchLanes;
+constexpr int64_t kLaneChunk = 2048;  // classes transposed at a time: 128 KiB of float lanes, L2-resident
 
-// kLanes rows at once: x transposed to [class, lane] so each (class, table) adds one contiguous
-// run of kLanes values into acc[(j * B + b) * kLanes + lane] (a loop the compiler vectorises).
-// Per bucket and lane the classes still add in ascending order from 0: the same bits as the
-// one-row scatter. a - x is a + (-x) exactly.
+constexpr int64_t kAlign = 64;  // bytes; also an element count large enough for any acc_t
+
+template <typename T>
+T* align_up(T* ptr) {
+  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(ptr) + kAlign - 1) & ~uintptr_t(kAlign - 1));
+}
+
+// Transpose a chunk of kLanes rows to [class, lane] in acc_t (float stays on the SSE path).
 template <typename scalar_t, typename acc_t>
-void count_sketch_lanes(const scalar_t* x, int64_t p, const int32_t* table, const int8_t* signs, int64_t r,
-                        int64_t nb, acc_t* acc, acc_t* xt) {
-  for (int64_t c0 = 0; c0 < p; c0 += kLaneChunk) {
-    const int64_t c1 = std::min(p, c0 + kLaneChunk);
-    for (int64_t lane = 0; lane < kLanes; ++lane) {
-      for (int64_t i = c0; i < c1; ++i) xt[(i - c0) * kLanes + lane] = static_cast<acc_t>(x[lane * p + i]);
+void lanes_in(const scalar_t* x, int64_t p, int64_t nc, acc_t* xt) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    sketch_lanes_transpose_in(x, p, nc, xt);
+  } else {
+    for (int64_t c = 0; c < nc; ++c) {
+      for (int64_t lane = 0; lane < kLanes; ++lane) xt[c * kLanes + lane] = static_cast<acc_t>(x[lane * p + c]);
     }
-    for (int64_t i = c0; i < c1; ++i) {
-      const acc_t* xi = xt + (i - c0) * kLanes;
-      for (int64_t j = 0; j < r; ++j) {
-        acc_t* a = acc + (j * nb + table[i * r + j]) * kLanes;
-        if (signs != nullptr && signs[i * r + j] < 0) {
-          for (int64_t lane = 0; lane < kLanes; ++lane) a[lane] -= xi[lane];
-        } else {
-          for (int64_t lane = 0; lane < kLanes; ++lane) a[lane] += xi[lane];
-        }
-      }
+  }
+}
+
+// One block of kLanes rows into acc [R, B, kLanes] (zeroed here). Chunk by chunk, one table at a
+// time, so a pass only touches that table's B * kLanes accumulators; chunks run in ascending class
+// order, so every bucket still adds its classes in ascending order.
+template <typename scalar_t, typename acc_t>
+void count_sketch_block(const scalar_t* x, int64_t p, const int32_t* table, const int8_t* signs, int64_t r,
+                        int64_t nb, acc_t* acc, acc_t* xt) {
+  std::fill(acc, acc + r * nb * kLanes, acc_t(0));
+  for (int64_t c0 = 0; c0 < p; c0 += kLaneChunk) {
+    const int64_t nc = std::min(p - c0, kLaneChunk);
+    lanes_in<scalar_t, acc_t>(x + c0, p, nc, xt);
+    for (int64_t j = 0; j < r; ++j) {
+      sketch_lanes_table(xt, nc, table + c0 * r + j, signs == nullptr ? nullptr : signs + c0 * r + j, r,
+                         acc + j * nb * kLanes);
+    }
+  }
+}
+
+// dst(lane) = acc[b, lane] / div for one table's buckets of the block's rows.
+template <typename scalar_t, typename acc_t>
+void lanes_out(const acc_t* acc, int64_t nb, acc_t div, scalar_t* dst, int64_t dst_stride) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    sketch_lanes_transpose_out(acc, nb, div, dst, dst_stride);
+  } else {
+    for (int64_t lane = 0; lane < kLanes; ++lane) {
+      for (int64_t b = 0; b < nb; ++b) dst[lane * dst_stride + b] = static_cast<scalar_t>(acc[b * kLanes + lane] / div);
     }
   }
 }
@@ -62,17 +87,15 @@ void scatter_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8
     const acc_t div = static_cast<acc_t>(divisor);
     if (blocks > 0) {
       at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-        std::vector<acc_t> acc(r * num_buckets * kLanes), xt(kLaneChunk * kLanes);
+        // 64-byte aligned, so a bucket's lanes are whole cache lines (no split loads/stores).
+        std::vector<acc_t> buf(r * num_buckets * kLanes + kLaneChunk * kLanes + 2 * kAlign);
+        acc_t* acc = align_up(buf.data());
+        acc_t* xt = align_up(acc + r * num_buckets * kLanes);
         for (int64_t blk = begin; blk < end; ++blk) {
-          std::fill(acc.begin(), acc.end(), acc_t(0));
-          count_sketch_lanes<scalar_t, acc_t>(x + blk * kLanes * p, p, t, signs, r, num_buckets, acc.data(), xt.data());
-          for (int64_t lane = 0; lane < kLanes; ++lane) {
-            const int64_t row = blk * kLanes + lane;
-            for (int64_t j = 0; j < r; ++j) {
-              scalar_t* dst = o + row * out_row_stride + j * out_table_stride;
-              const acc_t* a = acc.data() + j * num_buckets * kLanes + lane;
-              for (int64_t b = 0; b < num_buckets; ++b) dst[b] = static_cast<scalar_t>(a[b * kLanes] / div);
-            }
+          count_sketch_block<scalar_t, acc_t>(x + blk * kLanes * p, p, t, signs, r, num_buckets, acc, xt);
+          for (int64_t j = 0; j < r; ++j) {
+            lanes_out<scalar_t, acc_t>(acc + j * num_buckets * kLanes, num_buckets, div,
+                                       o + blk * kLanes * out_row_stride + j * out_table_stride, out_row_stride);
           }
         }
       });
@@ -100,6 +123,7 @@ static at::Tensor count_sketch_cpu(const at::Tensor& x, const at::Tensor& table,
                                    int64_t num_buckets) {
   CountSketchArgs a = prepare_count_sketch(x, table, signs, num_buckets);
   if (a.out.numel() == 0) return a.out;
+  advise_huge_pages(a.out.data_ptr(), a.out.nbytes());
   const int64_t r = a.table.size(1);
   scatter_rows_cpu(a.x2d, a.table, a.signs.const_data_ptr<int8_t>(), num_buckets, a.out, r * num_buckets, num_buckets,
                    1.0);
@@ -126,14 +150,18 @@ static at::Tensor count_sketch_query_cpu(const at::Tensor& sketch, const at::Ten
   const int32_t* t = a.table.const_data_ptr<int32_t>();
   const int8_t* s = a.signs.const_data_ptr<int8_t>();
   at::Tensor& out = a.out;
+  advise_huge_pages(out.data_ptr(), out.nbytes());
   FK_DISPATCH_FLOAT_HALF_BF16(m2d.scalar_type(), "count_sketch_query", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const scalar_t* src = m2d.const_data_ptr<scalar_t>();
     scalar_t* o = out.data_ptr<scalar_t>();
+    // Items are (row, class); a range walks its classes row by row (no division per item).
     at::parallel_for(0, rows * p, 4096, [&](int64_t begin, int64_t end) {
-      for (int64_t item = begin; item < end; ++item) {
-        const int64_t row = item / p, l = item % p;
-        o[item] = static_cast<scalar_t>(merge_score<scalar_t, acc_t>(src + row * r * nb, nb, t + l * r, s + l * r, r, reduce));
+      for (int64_t row = begin / p, l = begin % p, item = begin; item < end; ++row, l = 0) {
+        const scalar_t* m_row = src + row * r * nb;
+        for (; l < p && item < end; ++l, ++item) {
+          o[item] = static_cast<scalar_t>(merge_score<scalar_t, acc_t>(m_row, nb, t + l * r, s + l * r, r, reduce));
+        }
       }
     });
   });

@@ -2,6 +2,11 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <cstring>
+
+#include "common/huge_pages.h"
+
 #include "sketch/sketch.h"
 #include "sketch/sketch_checks.h"
 
@@ -14,17 +19,28 @@ static at::Tensor label_hash_cpu(const at::Tensor& indptr, const at::Tensor& ind
   const auto ix = indices.contiguous();
   const auto tb = table.contiguous();
   const int64_t n_samples = ip.numel() - 1, r = tb.size(1);
-  // One vectorised, parallel memset for the zeros; samples then only set their labels' buckets.
-  auto out = at::zeros({r, n_samples, num_buckets}, indices.options().dtype(at::kByte));
+  auto out = at::empty({r, n_samples, num_buckets}, indices.options().dtype(at::kByte));
+  if (out.numel() == 0) return out;
   const int64_t* p = ip.data_ptr<int64_t>();
   const int64_t* labels = ix.data_ptr<int64_t>();
   const int32_t* t = tb.data_ptr<int32_t>();
   uint8_t* o = out.data_ptr<uint8_t>();
-  // Each sample owns its R rows, so samples run in parallel with no shared writes.
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, r * (ix.numel() / std::max<int64_t>(1, n_samples) + 1)));
+  advise_huge_pages(o, static_cast<size_t>(out.numel()));
+  // One pass: a block of samples zeroes its R row runs (contiguous in each table) and sets its
+  // labels while those rows are still in cache. Each sample owns its R rows, so blocks run in
+  // parallel with no shared writes; a thread gets at least 1 MiB of output.
+  const int64_t row_bytes = r * num_buckets;
+  const int64_t block = std::max<int64_t>(1, (192 << 10) / row_bytes);  // rows of a block stay in L2
+  const int64_t grain = std::max<int64_t>(1, (1 << 20) / row_bytes);
   at::parallel_for(0, n_samples, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) {
-      label_hash_set(o, labels + p[n], p[n + 1] - p[n], t, n, n_samples, r, num_buckets, 0, 1);
+    for (int64_t n0 = begin; n0 < end; n0 += block) {
+      const int64_t n1 = std::min(end, n0 + block);
+      for (int64_t j = 0; j < r; ++j) {
+        std::memset(o + (j * n_samples + n0) * num_buckets, 0, static_cast<size_t>((n1 - n0) * num_buckets));
+      }
+      for (int64_t n = n0; n < n1; ++n) {
+        label_hash_set(o, labels + p[n], p[n + 1] - p[n], t, n, n_samples, r, num_buckets, 0, 1);
+      }
     }
   });
   return out;
