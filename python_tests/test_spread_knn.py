@@ -124,14 +124,18 @@ def test_opcheck_and_compile():
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
-def test_deterministic_across_threads():
-    W = _matrix("gauss", 3000, 32, 7, torch.float32)
+def assert_knn_thread_invariant(W: torch.Tensor, k: int = 10) -> None:
+    """knn_classes gives the same bits on 1 thread as on 2 or more."""
     old = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        a = fedkernels.knn_classes(W, 10)
+        a = fedkernels.knn_classes(W, k)
         torch.set_num_threads(max(2, old))
-        b = fedkernels.knn_classes(W, 10)
+        b = fedkernels.knn_classes(W, k)
     finally:
         torch.set_num_threads(old)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_deterministic_across_threads():
+    assert_knn_thread_invariant(_matrix("gauss", 3000, 32, 7, torch.float32))

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import fedkernels
 from python_tests.reference import spread_ref
+from python_tests.test_spread_knn import assert_knn_thread_invariant
 
 PATHS = ["default", "blas"]
 
@@ -76,13 +77,4 @@ def test_half_input_multi_block():
 
 def test_deterministic_across_threads_multi_group():
     # 40 blocks of 256 rows: 16 block groups, so the round schedule has more tasks than threads
-    W = torch.randn(10240, 8, generator=torch.Generator().manual_seed(3))
-    old = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        a = fedkernels.knn_classes(W, 10)
-        torch.set_num_threads(max(2, old))
-        b = fedkernels.knn_classes(W, 10)
-    finally:
-        torch.set_num_threads(old)
-    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert_knn_thread_invariant(torch.randn(10240, 8, generator=torch.Generator().manual_seed(3)))
