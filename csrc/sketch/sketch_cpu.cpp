@@ -28,10 +28,11 @@ static at::Tensor label_hash_cpu(const at::Tensor& indptr, const at::Tensor& ind
   advise_huge_pages(o, static_cast<size_t>(out.numel()));
   // One pass: a block of samples zeroes its R row runs (contiguous in each table) and sets its
   // labels while those rows are still in cache. Each sample owns its R rows, so blocks run in
-  // parallel with no shared writes; a thread gets at least 1 MiB of output.
+  // parallel with no shared writes; a thread gets at least 256 KiB of output (one core cannot write
+  // a 1 MB output at copy bandwidth on its own).
   const int64_t row_bytes = r * num_buckets;
   const int64_t block = std::max<int64_t>(1, (192 << 10) / row_bytes);  // rows of a block stay in L2
-  const int64_t grain = std::max<int64_t>(1, (1 << 20) / row_bytes);
+  const int64_t grain = std::max<int64_t>(1, (256 << 10) / row_bytes);
   at::parallel_for(0, n_samples, grain, [&](int64_t begin, int64_t end) {
     for (int64_t n0 = begin; n0 < end; n0 += block) {
       const int64_t n1 = std::min(end, n0 + block);
