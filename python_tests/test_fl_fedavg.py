@@ -7,7 +7,7 @@ import torch
 
 from fedkernels.fl import FedAvg, PayloadError, RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms.fedavg import weighted_average
-from python_tests.fl_data import assert_training_improves, tiny_clients
+from python_tests.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients
 
 
 def _server(seed=0, rounds=3, **kw):
@@ -24,12 +24,7 @@ def test_round_trip_and_bytes():
 
 
 def test_same_seed_bit_identical():
-    a, b = _server(seed=3), _server(seed=3)
-    a.run(), b.run()
-    assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
-    c = _server(seed=4)
-    c.run()
-    assert any(not torch.equal(a.state[k], c.state[k]) for k in a.state)
+    assert_seed_reproducible(_server)
 
 
 def test_aggregation_is_weighted_mean():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -9,7 +11,7 @@ import fedkernels.fl.algorithms.fedss as fedss_mod
 from fedkernels.fl import ClientResult, RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms import FedSS, FullSoftmax, NegOnly, PosOnly
 from fedkernels.fl.seeding import derive_seed
-from python_tests.fl_data import assert_training_improves, tiny_clients
+from python_tests.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients
 
 VARIANTS = [FedSS, NegOnly, PosOnly, FullSoftmax]
 
@@ -57,10 +59,7 @@ def test_sampled_variants_download_less_than_full():
 
 @pytest.mark.parametrize("cls", VARIANTS)
 def test_same_seed_bit_identical(cls):
-    a, b, c = _server(cls, seed=3), _server(cls, seed=3), _server(cls, seed=4)
-    a.run(), b.run(), c.run()
-    assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
-    assert any(not torch.equal(a.state[k], c.state[k]) for k in a.state)
+    assert_seed_reproducible(functools.partial(_server, cls))
 
 
 def test_aggregation_matches_hand_computed():
