@@ -19,6 +19,9 @@ TORCH_LIBRARY(fedkernels, m) {
 
   // ---- sketch: FedMLH label hashing and count sketches
   m.def("label_hash(Tensor indptr, Tensor indices, Tensor table, int num_buckets) -> Tensor");
+  // out= variant: writes every element of out (uint8 [R, N, B]); Tag::out lets torch.compile functionalize it.
+  m.def("label_hash.out(Tensor indptr, Tensor indices, Tensor table, int num_buckets, *, Tensor(a!) out) -> Tensor(a!)",
+        {at::Tag::out});
   m.def("bucket_merge(Tensor logp, Tensor table, str reduce=\"mean\") -> Tensor");
   m.def("bucket_merge_backward(Tensor grad, Tensor table, int num_buckets) -> Tensor");
   m.def("bucket_merge_topk(Tensor logp, Tensor table, int k, str reduce=\"mean\") -> (Tensor, Tensor)");

@@ -25,6 +25,20 @@ inline void check_label_hash_args(const at::Tensor& indptr, const at::Tensor& in
   check_index_range(indices, 0, table.size(0), "indices (class ids)");
 }
 
+// label_hash.out: out must be exactly what label_hash would return (uint8 [R, N, B], contiguous, on the
+// inputs' device) and must not share memory with an input: the kernel zeroes out while it reads them.
+inline void check_label_hash_out(const at::Tensor& out, const at::Tensor& indptr, const at::Tensor& indices,
+                                 const at::Tensor& table, int64_t num_buckets) {
+  check_dtype(out, at::kByte, "out");
+  check_same_device(out, "out", indices, "indices");
+  const int64_t n_samples = indptr.numel() - 1, r = table.size(1);
+  TORCH_CHECK_VALUE(out.dim() == 3 && out.size(0) == r && out.size(1) == n_samples && out.size(2) == num_buckets,
+                    "out must have shape [R, N, B] = [", r, ", ", n_samples, ", ", num_buckets, "], got ", out.sizes());
+  TORCH_CHECK_VALUE(out.is_contiguous(), "out must be contiguous, got strides ", out.strides());
+  TORCH_CHECK_VALUE(!out.is_alias_of(indptr) && !out.is_alias_of(indices) && !out.is_alias_of(table),
+                    "out must not share memory with indptr, indices or table");
+}
+
 
 // reduce: "mean" or "median" ("sum" too where allow_sum: the adjoint of count_sketch).
 inline int64_t parse_reduce(c10::string_view reduce, bool allow_sum = false) {

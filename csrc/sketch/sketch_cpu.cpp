@@ -12,20 +12,15 @@
 
 namespace fedkernels {
 
-static at::Tensor label_hash_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& table,
-                                 int64_t num_buckets) {
-  check_label_hash_args(indptr, indices, table, num_buckets);
-  const auto ip = indptr.contiguous();
-  const auto ix = indices.contiguous();
-  const auto tb = table.contiguous();
+// Fills out [R, N, B] (validated, contiguous) from contiguous inputs; every byte is written.
+static void label_hash_fill_cpu(const at::Tensor& ip, const at::Tensor& ix, const at::Tensor& tb, int64_t num_buckets,
+                                at::Tensor& out) {
+  if (out.numel() == 0) return;
   const int64_t n_samples = ip.numel() - 1, r = tb.size(1);
-  auto out = at::empty({r, n_samples, num_buckets}, indices.options().dtype(at::kByte));
-  if (out.numel() == 0) return out;
   const int64_t* p = ip.data_ptr<int64_t>();
   const int64_t* labels = ix.data_ptr<int64_t>();
   const int32_t* t = tb.data_ptr<int32_t>();
   uint8_t* o = out.data_ptr<uint8_t>();
-  advise_huge_pages(o, static_cast<size_t>(out.numel()));
   // One pass: a block of samples zeroes its R row runs (contiguous in each table) and sets its
   // labels while those rows are still in cache. Each sample owns its R rows, so blocks run in
   // parallel with no shared writes; a thread gets at least 256 KiB of output (one core cannot write
@@ -44,9 +39,30 @@ static at::Tensor label_hash_cpu(const at::Tensor& indptr, const at::Tensor& ind
       }
     }
   });
+}
+
+static at::Tensor label_hash_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& table,
+                                 int64_t num_buckets) {
+  check_label_hash_args(indptr, indices, table, num_buckets);
+  const int64_t n_samples = indptr.numel() - 1, r = table.size(1);
+  auto out = at::empty({r, n_samples, num_buckets}, indices.options().dtype(at::kByte));
+  advise_huge_pages(out.data_ptr(), static_cast<size_t>(out.numel()));  // fresh pages only; see huge_pages.h
+  label_hash_fill_cpu(indptr.contiguous(), indices.contiguous(), table.contiguous(), num_buckets, out);
   return out;
 }
 
-TORCH_LIBRARY_IMPL(fedkernels, CPU, m) { m.impl("label_hash", &label_hash_cpu); }
+// The out= overload: a reused, already resident buffer skips the page faults of a fresh output.
+static at::Tensor& label_hash_out_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& table,
+                                      int64_t num_buckets, at::Tensor& out) {
+  check_label_hash_args(indptr, indices, table, num_buckets);
+  check_label_hash_out(out, indptr, indices, table, num_buckets);
+  label_hash_fill_cpu(indptr.contiguous(), indices.contiguous(), table.contiguous(), num_buckets, out);
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
+  m.impl("label_hash", &label_hash_cpu);
+  m.impl("label_hash.out", &label_hash_out_cpu);
+}
 
 }  // namespace fedkernels

@@ -7,7 +7,8 @@ import torch
 from .. import _C  # noqa: F401  (registers the schemas)
 
 
-def label_hash(indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor, num_buckets: int) -> torch.Tensor:
+def label_hash(indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor, num_buckets: int, *,
+               out: torch.Tensor | None = None) -> torch.Tensor:
     """Hash multi-label targets into R tables of B buckets.
 
     ``z[j, n, table[l, j]] = 1`` for every label ``l`` of sample ``n`` (a bucket is 1 when any of
@@ -18,15 +19,24 @@ def label_hash(indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor,
         indices: int64 ``[nnz]``, class ids in ``[0, p)``.
         table: int32 ``[p, R]``, buckets per class (``HashFamily.table(p)``).
         num_buckets: B.
+        out: optional uint8 ``[R, N, B]``, contiguous, on the inputs' device, sharing no memory with
+            them. Every element is overwritten (its old contents do not matter) and ``out`` itself is
+            returned. A loop that hashes same-shape batches can reuse one buffer and so skip the
+            page faults of a fresh output (large outputs come fresh from the OS on every call).
+            All arguments, ``out`` included, are checked before anything is written.
 
     Returns:
-        uint8 ``[R, N, B]``.
+        uint8 ``[R, N, B]`` (``out`` when given).
 
     Example:
         >>> hf = HashFamily(2, 8, seed=0)
         >>> z = label_hash(torch.tensor([0, 2]), torch.tensor([1, 5]), hf.table(10), 8)  # [2, 1, 8]
+        >>> buf = torch.empty(2, 1, 8, dtype=torch.uint8)
+        >>> z = label_hash(torch.tensor([0, 2]), torch.tensor([1, 5]), hf.table(10), 8, out=buf)  # z is buf
     """
-    return torch.ops.fedkernels.label_hash(indptr, indices, table, num_buckets)
+    if out is None:
+        return torch.ops.fedkernels.label_hash(indptr, indices, table, num_buckets)
+    return torch.ops.fedkernels.label_hash.out(indptr, indices, table, num_buckets, out=out)
 
 
 @torch.library.register_fake("fedkernels::label_hash")
@@ -34,6 +44,20 @@ def _label_hash_fake(indptr, indices, table, num_buckets):
     n = indptr.shape[0] - 1
     return table.new_empty((table.shape[1], n, num_buckets), dtype=torch.uint8)
 
+
+@torch.library.register_fake("fedkernels::label_hash.out")
+def _label_hash_out_fake(indptr, indices, table, num_buckets, *, out):
+    # The shape/dtype/device checks the kernels make, so a compiled graph fails at trace time too.
+    want = (table.shape[1], indptr.shape[0] - 1, num_buckets)
+    if out.dtype != torch.uint8:
+        raise ValueError(f"out must have dtype torch.uint8, got {out.dtype}")
+    if out.device != indices.device:
+        raise ValueError(f"out and indices must be on the same device, got {out.device} and {indices.device}")
+    if tuple(out.shape) != want:
+        raise ValueError(f"out must have shape [R, N, B] = {list(want)}, got {list(out.shape)}")
+    if not out.is_contiguous():
+        raise ValueError(f"out must be contiguous, got strides {out.stride()}")
+    return out
 
 
 def bucket_merge(logp: torch.Tensor, table: torch.Tensor, reduce: str = "mean") -> torch.Tensor:
