@@ -141,3 +141,32 @@ def test_round_trip_through_fl_payloads_and_per_table_average():
             want = sum(w * h.table_state(j)[name] for w, h in zip(weights, heads)) / sum(weights)
             torch.testing.assert_close(got, want)
     assert torch.equal(server.table, heads[0].table)
+
+
+def test_loss_reuses_target_buffers_without_changing_results():
+    """loss() hashes into one kept buffer per batch size (the two most recently used are kept); the
+    loss of each step is bit-identical to BCE against freshly hashed reference targets, and
+    state_dict() is unchanged."""
+    torch.manual_seed(0)
+    head = FedMLHHead(10, num_classes=400, num_tables=4, num_buckets=32, hidden=(16,), seed=3)
+    keys = set(head.state_dict())
+    bufs = []
+    for step, n in enumerate([6, 6, 3, 6, 5, 6, 3]):
+        x = torch.randn(n, 10)
+        indptr, indices = csr_from_lists(_random_labels(n, 400, step))
+        z = sketch_ref.label_hash(indptr, indices, head.table, 32).float()
+        want = F.binary_cross_entropy_with_logits(head(x), z)
+        torch.testing.assert_close(head.loss(x, indptr, indices), want, rtol=0, atol=0)
+        bufs.append(head._target_buffers[(n, torch.device("cpu"))])
+        assert len(head._target_buffers) <= 2
+    assert bufs[1] is bufs[0] and bufs[3] is bufs[0] and bufs[5] is bufs[0]  # N = 6 kept throughout
+    assert bufs[2] is not bufs[6]  # N = 3 was the least recently used when N = 5 came
+    assert set(head.state_dict()) == keys
+
+
+def test_targets_into_out():
+    head = FedMLHHead(10, num_classes=400, num_tables=4, num_buckets=32, seed=3)
+    indptr, indices = csr_from_lists(_random_labels(6, 400, 1))
+    buf = torch.full((4, 6, 32), 0xFF, dtype=torch.uint8)
+    assert head.targets(indptr, indices, out=buf) is buf
+    assert torch.equal(buf, sketch_ref.label_hash(indptr, indices, head.table, 32))

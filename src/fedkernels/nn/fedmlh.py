@@ -44,6 +44,8 @@ class FedMLHHead(nn.Module):
         # weights[i]: [R, d_in, d_out], biases[i]: [R, d_out]
         self.weights = nn.ParameterList(nn.Parameter(torch.empty(self.num_tables, a, b)) for a, b in zip(dims, dims[1:]))
         self.biases = nn.ParameterList(nn.Parameter(torch.empty(self.num_tables, b)) for b in dims[1:])
+        # loss()'s uint8 target buffers by (N, device): plain attributes, never in state_dict()
+        self._target_buffers: dict[tuple[int, torch.device], torch.Tensor] = {}
         self.reset_parameters()
 
     @torch.no_grad()
@@ -67,9 +69,26 @@ class FedMLHHead(nn.Module):
                 h = F.relu(h)
         return h
 
-    def targets(self, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-        """Bucket targets of CSR label sets: uint8 ``[R, N, B]`` (``label_hash``)."""
-        return label_hash(indptr, indices, self.table, self.num_buckets)
+    def targets(self, indptr: torch.Tensor, indices: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Bucket targets of CSR label sets: uint8 ``[R, N, B]`` (``label_hash``), written into
+        ``out`` (uint8 ``[R, N, B]``, returned) when given."""
+        return label_hash(indptr, indices, self.table, self.num_buckets, out=out)
+
+    # Batch sizes whose target buffer is kept: a training loop has the full batch and one short last batch.
+    _MAX_TARGET_BUFFERS = 2
+
+    def _target_buffer(self, n: int, device: torch.device) -> torch.Tensor:
+        """A reused uint8 ``[R, n, B]`` buffer for loss(): large targets would otherwise come as
+        fresh pages from the OS on every step (see label_hash's ``out``)."""
+        buffers = self.__dict__.setdefault("_target_buffers", {})  # also for heads pickled before it existed
+        key = (n, torch.device(device))
+        buf = buffers.pop(key, None)  # re-inserted below: the dict's order is least recently used first
+        if buf is None:
+            while len(buffers) >= self._MAX_TARGET_BUFFERS:
+                buffers.pop(next(iter(buffers)))
+            buf = torch.empty(self.num_tables, n, self.num_buckets, dtype=torch.uint8, device=device)
+        buffers[key] = buf
+        return buf
 
     def loss(self, x: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         """Mean BCE-with-logits of all R sub-models against their hashed labels (a scalar).
@@ -78,7 +97,11 @@ class FedMLHHead(nn.Module):
             x: ``[N, F]``; indptr: int64 ``[N + 1]``; indices: int64 ``[nnz]`` class ids in ``[0, p)``.
         """
         logits = self(x)
-        z = self.targets(indptr, indices).to(logits.dtype)
+        if torch.compiler.is_compiling():  # keep traced graphs free of module-held mutable state
+            z = self.targets(indptr, indices)
+        else:  # the uint8 targets live only until the cast below, so one buffer per batch size serves every step
+            z = self.targets(indptr, indices, out=self._target_buffer(indptr.numel() - 1, self.table.device))
+        z = z.to(logits.dtype)
         return F.binary_cross_entropy_with_logits(logits, z)
 
     def log_probs(self, x: torch.Tensor) -> torch.Tensor:
