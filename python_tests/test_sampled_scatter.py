@@ -162,3 +162,28 @@ def test_exact_rounding_order_any_threads(n, t, d, popular, dtype):
             assert torch.equal(_bits(got), _bits(want)), f"{threads} threads"
     finally:
         torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_streamed_rows_any_alignment(dtype):
+    # Outputs of many MiB are streamed past the cache in 16-byte stores: rows that start off a
+    # 16-byte boundary (out one element into its storage, odd d) must still get every element.
+    g = torch.Generator().manual_seed(7)
+    n, t, d = 200_000, 150_000, 61
+    idx = torch.randint(0, n, (t,), generator=g)
+    src = torch.randn(t, d, generator=g).to(dtype)
+    w = torch.rand(t, generator=g) + 0.01
+    for offset in (0, 1):
+        storage = torch.randn(n * d + 1, generator=g).to(dtype)
+        base = storage[offset:offset + n * d].view(n, d)
+        want = sampled_ref.scatter_rows_mean_in_order(base, idx, src, w)
+        old = torch.get_num_threads()
+        try:
+            for threads in (1, max(2, old)):
+                torch.set_num_threads(threads)
+                out = base.clone() if offset == 0 else storage.clone()[offset:offset + n * d].view(n, d)
+                got = fedkernels.scatter_rows_mean(out, idx, src, w)
+                assert got.data_ptr() == out.data_ptr()
+                assert torch.equal(_bits(got), _bits(want)), f"offset {offset}, {threads} threads"
+        finally:
+            torch.set_num_threads(old)

@@ -23,6 +23,7 @@ struct CpuRowSegments {
 // threads share the count and place passes and the order is still (idx, t).
 inline void counting_row_order(const int64_t* idx, int64_t t_count, int64_t n, CpuRowSegments& s) {
   constexpr int64_t kBlock = 32768;  // sources per block: enough work to be worth a thread
+  constexpr int64_t kRowsPerPart = 65536;  // rows per range of the prefix pass
   const int64_t blocks = std::min<int64_t>((t_count + kBlock - 1) / kBlock, std::max(1, at::get_num_threads()));
   const int64_t per = (t_count + blocks - 1) / blocks;
   // cursor[b * n + r]: next slot of block b's sources of row r (counts first); int32 (T < 2^31 here)
@@ -34,23 +35,52 @@ inline void counting_row_order(const int64_t* idx, int64_t t_count, int64_t n, C
       for (int64_t t = b * per, e = std::min(t_count, (b + 1) * per); t < e; ++t) ++c[idx[t]];
     }
   });
-  s.rows.clear();
-  s.rows.reserve(std::min(n, t_count));
-  s.seg.reserve(std::min(n, t_count) + 1);
-  s.seg.assign(1, 0);
-  int32_t next = 0;
-  for (int64_t r = 0; r < n; ++r) {
-    const int32_t first = next;
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int32_t c = cursor[b * n + r];
-      cursor[b * n + r] = next;
-      next += c;
+  // The prefix over rows, in row ranges run in parallel: each range first counts its sources and
+  // distinct rows, then writes its cursors, rows and segment ends from those offsets. The row and
+  // segment writes are branch-free (which rows are named is random: a branch mispredicts).
+  const int64_t parts = std::min<int64_t>(std::max(1, at::get_num_threads()), (n + kRowsPerPart - 1) / kRowsPerPart);
+  std::vector<int64_t> part_sources(parts + 1, 0), part_rows(parts + 1, 0);
+  at::parallel_for(0, parts, 1, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      int64_t sources = 0, distinct = 0;
+      for (int64_t r = n * q / parts, e = n * (q + 1) / parts; r < e; ++r) {
+        int64_t c = 0;
+        for (int64_t b = 0; b < blocks; ++b) c += cursor[b * n + r];
+        sources += c;
+        distinct += c != 0;
+      }
+      part_sources[q + 1] = sources;
+      part_rows[q + 1] = distinct;
     }
-    if (next != first) {
-      s.rows.push_back(r);
-      s.seg.push_back(next);
-    }
+  });
+  for (int64_t q = 0; q < parts; ++q) {
+    part_sources[q + 1] += part_sources[q];
+    part_rows[q + 1] += part_rows[q];
   }
+  const int64_t num_rows = part_rows[parts];
+  s.rows.resize(num_rows);
+  s.seg.resize(num_rows + 1);
+  s.seg[0] = 0;
+  at::parallel_for(0, parts, 1, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      int32_t next = static_cast<int32_t>(part_sources[q]);
+      int64_t u = part_rows[q];
+      const int64_t u_end = part_rows[q + 1];
+      int64_t spare_row = 0, spare_seg = 0;  // where an unnamed row after the range's last named one writes
+      for (int64_t r = n * q / parts, e = n * (q + 1) / parts; r < e; ++r) {
+        const int32_t first = next;
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int32_t c = cursor[b * n + r];
+          cursor[b * n + r] = next;
+          next += c;
+        }
+        const bool room = u < u_end;
+        *(room ? &s.rows[u] : &spare_row) = r;
+        *(room ? &s.seg[u + 1] : &spare_seg) = next;
+        u += next != first;
+      }
+    }
+  });
   s.perm.resize(t_count);
   at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
@@ -82,8 +112,10 @@ inline void comparison_row_order(const int64_t* idx, int64_t t_count, int64_t n,
   s.rows.clear();
   s.seg.assign(1, 0);
   for (int64_t t = 0; t < t_count; ++t) {
-    if (t > 0 && idx[s.perm[t]] != idx[s.perm[t - 1]]) s.seg.push_back(t);
-    if (t == 0 || idx[s.perm[t]] != idx[s.perm[t - 1]]) s.rows.push_back(idx[s.perm[t]]);
+    if (t == 0 || idx[s.perm[t]] != idx[s.perm[t - 1]]) {  // a new row starts at t
+      if (t > 0) s.seg.push_back(t);
+      s.rows.push_back(idx[s.perm[t]]);
+    }
   }
   if (t_count > 0) s.seg.push_back(t_count);
 }

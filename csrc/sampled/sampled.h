@@ -193,22 +193,31 @@ FK_HOST_DEVICE FK_INLINE void weighted_row_first(acc_t* __restrict__ acc, const 
   for (int64_t k = start; k < d; k += stride) acc[k] = acc_t(0) + w * static_cast<acc_t>(src_row[k]);
 }
 
+// One output element of the last source: (acc + w x) / weight_sum. (The CPU's streaming stores
+// write these same values.)
+template <typename acc_t, typename scalar_t>
+FK_HOST_DEVICE FK_INLINE scalar_t weighted_last_value(acc_t acc, scalar_t x, acc_t w, acc_t weight_sum) {
+  return static_cast<scalar_t>((acc + w * static_cast<acc_t>(x)) / weight_sum);
+}
+
+// One output element of a row with a single source: (0 + w x) / weight_sum.
+template <typename acc_t, typename scalar_t>
+FK_HOST_DEVICE FK_INLINE scalar_t weighted_only_value(scalar_t x, acc_t w, acc_t weight_sum) {
+  return weighted_last_value(acc_t(0), x, w, weight_sum);
+}
+
 template <typename acc_t, typename scalar_t>
 FK_HOST_DEVICE FK_INLINE void weighted_row_last(scalar_t* __restrict__ out_row, const acc_t* __restrict__ acc,
                                                 const scalar_t* __restrict__ src_row, acc_t w, acc_t weight_sum,
                                                 int64_t d, int64_t start, int64_t stride) {
-  for (int64_t k = start; k < d; k += stride) {
-    out_row[k] = static_cast<scalar_t>((acc[k] + w * static_cast<acc_t>(src_row[k])) / weight_sum);
-  }
+  for (int64_t k = start; k < d; k += stride) out_row[k] = weighted_last_value(acc[k], src_row[k], w, weight_sum);
 }
 
 // A row with a single source: out = (0 + w x) / weight_sum.
 template <typename acc_t, typename scalar_t>
 FK_HOST_DEVICE FK_INLINE void weighted_row_only(scalar_t* __restrict__ out_row, const scalar_t* __restrict__ src_row,
                                                 acc_t w, acc_t weight_sum, int64_t d, int64_t start, int64_t stride) {
-  for (int64_t k = start; k < d; k += stride) {
-    out_row[k] = static_cast<scalar_t>((acc_t(0) + w * static_cast<acc_t>(src_row[k])) / weight_sum);
-  }
+  for (int64_t k = start; k < d; k += stride) out_row[k] = weighted_only_value(src_row[k], w, weight_sum);
 }
 
 }  // namespace fedkernels

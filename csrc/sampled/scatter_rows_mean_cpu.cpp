@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
 #include "common/dispatch.h"
 #include "common/macros.h"
+#include "common/stream_store.h"
 #include "sampled/row_order_cpu.h"
 #include "sampled/sampled.h"
 #include "sampled/sampled_checks.h"
@@ -44,50 +46,76 @@ inline void prefetch_row(const scalar_t* row, int64_t d) {
   for (; p < end; p += 64) __builtin_prefetch(p, 0, 0);  // read once: non-temporal hint
 }
 
+// Output rows of at least this many bytes in all are streamed past the cache (stream_store.h): they
+// are written once here, and at the benchmark's largest size (50 MiB of rows) the reads for
+// ownership were a third of the memory traffic. Smaller outputs can stay in the shared L3 for
+// whoever reads them next.
+inline int64_t stream_output_bytes() {
+  static const int64_t bytes = [] {
+    const char* env = std::getenv("FK_DEV_STREAM_BYTES");  // TEMPORARY tuning knob
+    return env ? std::atoll(env) : (int64_t(16) << 20);
+  }();
+  return bytes;
+}
+
 // Rows u in [u0, u1). Single-source rows go straight to out; longer ones start acc with their first
 // source and fold the last one into the division, the same operations as zero / add all / divide.
-template <typename scalar_t, typename acc_t>
-inline void mean_rows(const ScatterJob<scalar_t, acc_t>& j, int64_t u0, int64_t u1, acc_t* acc) {
+// kStream: each out row is computed into `row` (d elements, in L1) and streamed to out from there.
+template <bool kStream, typename scalar_t, typename acc_t>
+inline void mean_rows(const ScatterJob<scalar_t, acc_t>& j, int64_t u0, int64_t u1, acc_t* acc, scalar_t* row) {
   const int64_t d = j.d;
   const int64_t t_begin = j.seg[u0], t_end = j.seg[u1];
   for (int64_t t = t_begin; t < std::min(t_end, t_begin + kAhead); ++t) prefetch_row(j.src + j.perm[t] * d, d);
   for (int64_t u = u0; u < u1; ++u) {
     const int64_t s0 = j.seg[u], s1 = j.seg[u + 1];
     scalar_t* o = j.out + j.rows[u] * d;
+    const acc_t ws = j.wsum[u];
     for (int64_t t = s0; t < s1; ++t) {
       if (t + kAhead < t_end) prefetch_row(j.src + j.perm[t + kAhead] * d, d);
       const int64_t p = j.perm[t];
       const scalar_t* x = j.src + p * d;
+      const acc_t w = j.w[p];
       if (s1 - s0 == 1) {
-        weighted_row_only(o, x, j.w[p], j.wsum[u], d, 0, 1);
+        if constexpr (kStream) {
+          weighted_row_only(row, x, w, ws, d, 0, 1);
+          stream_copy_row(o, row, d);
+        } else {
+          weighted_row_only(o, x, w, ws, d, 0, 1);
+        }
       } else if (t == s0) {
-        weighted_row_first(acc, x, j.w[p], d, 0, 1);
+        weighted_row_first(acc, x, w, d, 0, 1);
       } else if (t + 1 < s1) {
-        weighted_row_accumulate(acc, x, j.w[p], d, 0, 1);
+        weighted_row_accumulate(acc, x, w, d, 0, 1);
+      } else if constexpr (kStream) {
+        weighted_row_last(row, acc, x, w, ws, d, 0, 1);
+        stream_copy_row(o, row, d);
       } else {
-        weighted_row_last(o, acc, x, j.w[p], j.wsum[u], d, 0, 1);
+        weighted_row_last(o, acc, x, w, ws, d, 0, 1);
       }
     }
   }
+  if constexpr (kStream) stream_store_fence();
 }
 
 // Non-template wrappers for the two hot dtypes, built for AVX2 and baseline x86-64 (macros.h).
-FK_CPU_AVX2_CLONE void mean_rows_float(const ScatterJob<float, float>& j, int64_t u0, int64_t u1, float* acc) {
-  mean_rows(j, u0, u1, acc);
+FK_CPU_AVX2_CLONE void mean_rows_float(const ScatterJob<float, float>& j, int64_t u0, int64_t u1, float* acc,
+                                       bool stream) {
+  stream ? mean_rows<true>(j, u0, u1, acc, acc + j.d) : mean_rows<false>(j, u0, u1, acc, acc + j.d);
 }
 
-FK_CPU_AVX2_CLONE void mean_rows_double(const ScatterJob<double, double>& j, int64_t u0, int64_t u1, double* acc) {
-  mean_rows(j, u0, u1, acc);
+FK_CPU_AVX2_CLONE void mean_rows_double(const ScatterJob<double, double>& j, int64_t u0, int64_t u1, double* acc,
+                                        bool stream) {
+  stream ? mean_rows<true>(j, u0, u1, acc, acc + j.d) : mean_rows<false>(j, u0, u1, acc, acc + j.d);
 }
 
 template <typename scalar_t, typename acc_t>
-inline void mean_rows_any(const ScatterJob<scalar_t, acc_t>& j, int64_t u0, int64_t u1, acc_t* acc) {
+inline void mean_rows_any(const ScatterJob<scalar_t, acc_t>& j, int64_t u0, int64_t u1, acc_t* acc, bool stream) {
   if constexpr (std::is_same_v<scalar_t, float>) {
-    mean_rows_float(j, u0, u1, acc);
+    mean_rows_float(j, u0, u1, acc, stream);
   } else if constexpr (std::is_same_v<scalar_t, double>) {
-    mean_rows_double(j, u0, u1, acc);
+    mean_rows_double(j, u0, u1, acc, stream);
   } else {
-    mean_rows(j, u0, u1, acc);
+    mean_rows<false>(j, u0, u1, acc, static_cast<scalar_t*>(nullptr));
   }
 }
 
@@ -101,12 +129,13 @@ void mean_all_rows(const ScatterJob<scalar_t, acc_t>& j, int64_t num_rows, int64
   const int64_t rows_per_chunk = std::max<int64_t>(1, num_rows * kChunkSources / t_count);
   const int64_t chunks = (num_rows + rows_per_chunk - 1) / rows_per_chunk;
   const int64_t workers = std::min<int64_t>(chunks, at::get_num_threads());
+  const bool stream = num_rows * j.d * static_cast<int64_t>(sizeof(scalar_t)) >= stream_output_bytes();
   std::atomic<int64_t> next{0};
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
-    std::vector<acc_t> acc(j.d);
+    std::vector<acc_t> acc(2 * j.d);  // the accumulator, and the row to stream (float/double)
     for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
          c = next.fetch_add(1, std::memory_order_relaxed)) {
-      mean_rows_any(j, c * rows_per_chunk, std::min(num_rows, (c + 1) * rows_per_chunk), acc.data());
+      mean_rows_any(j, c * rows_per_chunk, std::min(num_rows, (c + 1) * rows_per_chunk), acc.data(), stream);
     }
   });
 }
@@ -129,11 +158,16 @@ static void scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx, const 
     // Every row's weight sum first (in stable order), so a zero-weight row is reported before out
     // is touched.
     std::vector<acc_t> wsum(num_rows);
-    for (int64_t u = 0; u < num_rows; ++u) {
-      acc_t s = 0;
-      for (int64_t t = segs.seg[u]; t < segs.seg[u + 1]; ++t) s += w[segs.perm[t]];
-      TORCH_CHECK_VALUE(s > 0, "weight of the sources of row ", segs.rows[u], " sums to 0: its mean is undefined");
-      wsum[u] = s;
+    at::parallel_for(0, num_rows, 4096, [&](int64_t u0, int64_t u1) {
+      for (int64_t u = u0; u < u1; ++u) {
+        acc_t s = 0;
+        for (int64_t t = segs.seg[u]; t < segs.seg[u + 1]; ++t) s += w[segs.perm[t]];
+        wsum[u] = s;
+      }
+    });
+    for (int64_t u = 0; u < num_rows; ++u) {  // the smallest such row is the one reported
+      TORCH_CHECK_VALUE(wsum[u] > 0, "weight of the sources of row ", segs.rows[u],
+                        " sums to 0: its mean is undefined");
     }
     const ScatterJob<scalar_t, acc_t> job{out.data_ptr<scalar_t>(), source.data_ptr<scalar_t>(), segs.rows.data(),
                                           segs.seg.data(), segs.perm.data(), w, wsum.data(), d};
