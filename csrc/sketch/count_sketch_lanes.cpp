@@ -70,14 +70,21 @@ void sketch_lanes_transpose_in(const float* x, int64_t p, int64_t nc, float* xt)
   }
 }
 
-// _mm_div_ps is IEEE division per lane: the same bits as the scalar a / div.
-void sketch_lanes_transpose_out(const float* acc, int64_t nb, float div, float* dst, int64_t dst_stride) {
+// _mm_div_ps is IEEE division per lane: the same bits as the scalar a / div. Each bucket's line
+// is zeroed right after it is read, while it is in L1, ready for the next block.
+void sketch_lanes_transpose_out(float* acc, int64_t nb, float div, float* dst, int64_t dst_stride) {
   const __m128 d = _mm_set1_ps(div);
+  const __m128 zero = _mm_setzero_ps();
   int64_t b = 0;
   for (; b + 4 <= nb; b += 4) {
     for (int64_t l = 0; l < kSketchLanes; l += 4) {
-      __m128 r0 = _mm_loadu_ps(acc + (b + 0) * kSketchLanes + l), r1 = _mm_loadu_ps(acc + (b + 1) * kSketchLanes + l);
-      __m128 r2 = _mm_loadu_ps(acc + (b + 2) * kSketchLanes + l), r3 = _mm_loadu_ps(acc + (b + 3) * kSketchLanes + l);
+      float* a = acc + b * kSketchLanes + l;
+      __m128 r0 = _mm_loadu_ps(a), r1 = _mm_loadu_ps(a + kSketchLanes);
+      __m128 r2 = _mm_loadu_ps(a + 2 * kSketchLanes), r3 = _mm_loadu_ps(a + 3 * kSketchLanes);
+      _mm_storeu_ps(a, zero);
+      _mm_storeu_ps(a + kSketchLanes, zero);
+      _mm_storeu_ps(a + 2 * kSketchLanes, zero);
+      _mm_storeu_ps(a + 3 * kSketchLanes, zero);
       _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
       _mm_storeu_ps(dst + (l + 0) * dst_stride + b, _mm_div_ps(r0, d));
       _mm_storeu_ps(dst + (l + 1) * dst_stride + b, _mm_div_ps(r1, d));
@@ -86,7 +93,10 @@ void sketch_lanes_transpose_out(const float* acc, int64_t nb, float div, float* 
     }
   }
   for (; b < nb; ++b) {
-    for (int64_t l = 0; l < kSketchLanes; ++l) dst[l * dst_stride + b] = acc[b * kSketchLanes + l] / div;
+    for (int64_t l = 0; l < kSketchLanes; ++l) {
+      dst[l * dst_stride + b] = acc[b * kSketchLanes + l] / div;
+      acc[b * kSketchLanes + l] = 0.0f;
+    }
   }
 }
 
