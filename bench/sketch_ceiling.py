@@ -6,10 +6,12 @@
 Part "configs": count_sketch on x = [64, p] float32 at the issue's (p, R, B), against the index_add
 composition in the same run; % of the copy bandwidth measured in the same run (bytes = x + 5 B per
 class-table + output, as bench/sketch.py counts them), and the lane-adds per cycle per core the op
-would need to reach 60% of copy (64 * p * R float adds in bytes / (0.6 * copy) seconds on 2 cores).
+would need to reach 60% of copy (64 * p * R float adds in bytes / (0.6 * copy) seconds on 2 cores),
+and the time of the same call on x[:0] (argument checks and output allocation only: the fixed cost).
 
 Part "rmw": the kernel's read-modify-write rate on ONE thread. x = [64, p] (4 blocks of 16 rows),
-timed at R = 1 and R = 5; (t5 - t1) / 4 is the cost of one extra table pass (transposes and output
+timed at R = 1 and R = 5, each minus the same call on 0 rows (the per-call argument checks, which
+scan table and signs); (t5 - t1) / 4 is the cost of one extra table pass (transposes and output
 excluded), i.e. p * 4 16-lane RMWs acc[bucket][16] += +-xt[class][16]. B sets where acc lives:
 B * 64 bytes per table (<= 48 KiB: L1, <= 1 MiB: L2). Cycles use the TSC clock of /proc/cpuinfo
 (the VM exposes no cycle counter), so they are nominal cycles.
@@ -70,9 +72,9 @@ def part_configs(ghz: float) -> None:
     copy = common.copy_bandwidth_gbs()
     cores = torch.get_num_threads()
     print(f"copy {copy:.1f} GB/s, {cores} threads, TSC {ghz:.2f} GHz, load {os.getloadavg()[0]:.2f}")
-    print("| p | R | B | ours min ms | ours med ms | torch med ms | %copy (min) | %copy (med) "
+    print("| p | R | B | ours min ms | ours med ms | 0-row call ms | torch med ms | %copy (min) | %copy (med) "
           "| adds/cycle/core for 60% | achieved adds/cycle/core (min) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     g = torch.Generator().manual_seed(0)
     for p, r, b in CONFIGS:
         hf = HashFamily(r, b, seed=0)
@@ -80,12 +82,13 @@ def part_configs(ghz: float) -> None:
         x = torch.randn(ROWS, p, generator=g)
         nbytes = x.numel() * 4 + t.numel() * 5 + ROWS * r * b * 4
         mn, med = best_of(lambda: fedkernels.count_sketch(x, t, s, b))
+        fixed = best_of(lambda: fedkernels.count_sketch(x[:0], t, s, b))[0]  # argument checks, output
         _, tmed = best_of(lambda: compose(x, t, s, b), repeat=5, min_time=0.0)
         adds = ROWS * p * r
         need = adds / (nbytes / (0.6 * copy * 1e9)) / (ghz * 1e9) / cores
         got = adds / mn / (ghz * 1e9) / cores
         pct = lambda sec: 100 * nbytes / sec / 1e9 / copy  # noqa: E731
-        print(f"| {p} | {r} | {b} | {1e3 * mn:.3f} | {1e3 * med:.3f} | {1e3 * tmed:.2f} | {pct(mn):.0f}% "
+        print(f"| {p} | {r} | {b} | {1e3 * mn:.3f} | {1e3 * med:.3f} | {1e3 * fixed:.3f} | {1e3 * tmed:.2f} | {pct(mn):.0f}% "
               f"| {pct(med):.0f}% | {need:.2f} | {got:.2f} |", flush=True)
 
 
@@ -102,7 +105,9 @@ def part_rmw(ghz: float, p: int = 65536) -> None:
             for r in (1, 5):
                 hf = HashFamily(r, b, seed=2)
                 t, s = hf.table(p), hf.signs(p)
-                ts[r] = best_of(lambda: fedkernels.count_sketch(x, t, s, b), repeat=15)[0]
+                # minus the fixed per-call cost (argument checks scan table and signs) of a 0-row call
+                fixed = best_of(lambda: fedkernels.count_sketch(x[:0], t, s, b), repeat=15)[0]
+                ts[r] = best_of(lambda: fedkernels.count_sketch(x, t, s, b), repeat=15)[0] - fixed
             rmws = (ROWS // LANES) * p * 4
             ns = 1e9 * (ts[5] - ts[1]) / rmws
             print(f"| {b} | {b * LANES * 4 / 1024:.0f} | {ns:.2f} | {ns * ghz:.2f} | {LANES / (ns * ghz):.2f} |",
