@@ -1,7 +1,8 @@
 """count_sketch across the CPU kernel's 16-row blocks and 2048-class chunks, bit for bit.
 
 The hypothesis tests of test_sketch_count.py use p <= 80; these sizes cross chunk boundaries
-(p around 2048 and several chunks), mix blocks with leftover rows, and change the thread count.
+(p around 2048 and several chunks), mix blocks with leftover rows, change the thread count, and
+take B on both sides of the switch between the 32- and 64-byte float passes (sketch_lanes_use_wide).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def _x(rows: int, p: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
 
 @settings(max_examples=25, deadline=None)
 @given(rows=st.sampled_from([16, 17, 32, 37, 64]), p=st.sampled_from([2047, 2048, 2049, 4100, 6200]),
-       r=st.integers(1, 4), b=st.sampled_from([1, 7, 250, 1000]), seed=st.integers(0, 2**31 - 1),
+       r=st.integers(1, 4), b=st.sampled_from([1, 7, 64, 65, 250, 1000, 5000]), seed=st.integers(0, 2**31 - 1),
        threads=st.sampled_from([1, 2]))
 def test_blocks_match_reference(rows, p, r, b, seed, threads):
     hf = HashFamily(r, b, seed)

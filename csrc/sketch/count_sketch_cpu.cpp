@@ -52,8 +52,14 @@ void count_sketch_block(const scalar_t* x, int64_t p, const int32_t* table, cons
     const int64_t nc = std::min(p - c0, kLaneChunk);
     lanes_in<scalar_t, acc_t>(x + c0, p, nc, xt);
     for (int64_t j = 0; j < r; ++j) {
-      sketch_lanes_table(xt, nc, table + c0 * r + j, signs == nullptr ? nullptr : signs + c0 * r + j, r,
-                         acc + j * nb * kLanes);
+      const int8_t* scol = signs == nullptr ? nullptr : signs + c0 * r + j;
+      if constexpr (std::is_same_v<acc_t, float>) {
+        if (sketch_lanes_use_wide(nb)) {
+          sketch_lanes_table_wide(xt, nc, table + c0 * r + j, scol, r, acc + j * nb * kLanes);
+          continue;
+        }
+      }
+      sketch_lanes_table(xt, nc, table + c0 * r + j, scol, r, acc + j * nb * kLanes);
     }
   }
 }
