@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -40,32 +41,40 @@ void lanes_in(const scalar_t* x, int64_t p, int64_t nc, acc_t* xt) {
   }
 }
 
-// One block of kLanes rows into acc [R, B, kLanes] (zeroed here). Chunk by chunk, one table at a
-// time, so a pass only touches that table's B * kLanes accumulators; chunks run in ascending class
-// order, so every bucket still adds its classes in ascending order.
+// One block of kLanes rows into acc [R, B, kLanes], which must hold zeros on entry (lanes_out
+// leaves it so). Chunk by chunk, one table at a time, so a pass only touches that table's
+// B * kLanes accumulators; chunks run in ascending class order, so every bucket still adds its
+// classes in ascending order.
 template <typename scalar_t, typename acc_t>
 void count_sketch_block(const scalar_t* x, int64_t p, const int32_t* table, const int8_t* signs, int64_t r,
                         int64_t nb, acc_t* acc, acc_t* xt) {
-  std::fill(acc, acc + r * nb * kLanes, acc_t(0));
   for (int64_t c0 = 0; c0 < p; c0 += kLaneChunk) {
     const int64_t nc = std::min(p - c0, kLaneChunk);
     lanes_in<scalar_t, acc_t>(x + c0, p, nc, xt);
     for (int64_t j = 0; j < r; ++j) {
-      sketch_lanes_table(xt, nc, table + c0 * r + j, signs == nullptr ? nullptr : signs + c0 * r + j, r,
-                         acc + j * nb * kLanes);
+      const int8_t* scol = signs == nullptr ? nullptr : signs + c0 * r + j;
+      if constexpr (std::is_same_v<acc_t, float>) {
+        if (sketch_lanes_use_wide(nb)) {
+          sketch_lanes_table_wide(xt, nc, table + c0 * r + j, scol, r, acc + j * nb * kLanes);
+          continue;
+        }
+      }
+      sketch_lanes_table(xt, nc, table + c0 * r + j, scol, r, acc + j * nb * kLanes);
     }
   }
 }
 
-// dst(lane) = acc[b, lane] / div for one table's buckets of the block's rows.
+// dst(lane) = acc[b, lane] / div for one table's buckets of the block's rows; acc is left zeroed
+// for the next block while its lines are still in cache (no separate fill pass).
 template <typename scalar_t, typename acc_t>
-void lanes_out(const acc_t* acc, int64_t nb, acc_t div, scalar_t* dst, int64_t dst_stride) {
+void lanes_out(acc_t* acc, int64_t nb, acc_t div, scalar_t* dst, int64_t dst_stride) {
   if constexpr (std::is_same_v<scalar_t, float>) {
     sketch_lanes_transpose_out(acc, nb, div, dst, dst_stride);
   } else {
     for (int64_t lane = 0; lane < kLanes; ++lane) {
       for (int64_t b = 0; b < nb; ++b) dst[lane * dst_stride + b] = static_cast<scalar_t>(acc[b * kLanes + lane] / div);
     }
+    std::fill(acc, acc + nb * kLanes, acc_t(0));
   }
 }
 
@@ -87,10 +96,14 @@ void scatter_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8
     const acc_t div = static_cast<acc_t>(divisor);
     if (blocks > 0) {
       at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-        // 64-byte aligned, so a bucket's lanes are whole cache lines (no split loads/stores).
-        std::vector<acc_t> buf(r * num_buckets * kLanes + kLaneChunk * kLanes + 2 * kAlign);
-        acc_t* acc = align_up(buf.data());
-        acc_t* xt = align_up(acc + r * num_buckets * kLanes);
+        // 64-byte aligned, so a bucket's lanes are whole cache lines (no split loads/stores). Only
+        // acc is zeroed (xt is written before it is read), and only once per thread: lanes_out
+        // re-zeroes it block after block.
+        const int64_t acc_n = r * num_buckets * kLanes, xt_n = std::min(p, kLaneChunk) * kLanes;
+        std::unique_ptr<acc_t[]> buf(new acc_t[acc_n + xt_n + 2 * kAlign]);
+        acc_t* acc = align_up(buf.get());
+        acc_t* xt = align_up(acc + acc_n);
+        std::fill(acc, acc + acc_n, acc_t(0));
         for (int64_t blk = begin; blk < end; ++blk) {
           count_sketch_block<scalar_t, acc_t>(x + blk * kLanes * p, p, t, signs, r, num_buckets, acc, xt);
           for (int64_t j = 0; j < r; ++j) {

@@ -1,0 +1,132 @@
+"""What limits the CPU count_sketch: its speed at the issue's configurations and the add rate it needs.
+
+    PYTHONPATH=src python bench/sketch_ceiling.py            # both parts
+    PYTHONPATH=src python bench/sketch_ceiling.py --part rmw  # only the add-rate measurement
+
+Part "configs": count_sketch on x = [64, p] float32 at the issue's (p, R, B), against the index_add
+composition in the same run; % of the copy bandwidth measured in the same run (bytes = x + 5 B per
+class-table + output, as bench/sketch.py counts them), and the lane-adds per cycle per core the op
+would need to reach 60% of copy (64 * p * R float adds in bytes / (0.6 * copy) seconds on 2 cores),
+and the time of the same call on x[:0] (argument checks and output allocation only: the fixed cost).
+
+Part "rmw": the kernel's read-modify-write rate on ONE thread. x = [64, p] (4 blocks of 16 rows),
+timed at R = 1 and R = 5, each minus the same call on 0 rows (the per-call argument checks, which
+scan table and signs); (t5 - t1) / 4 is the cost of one extra table pass (transposes and output
+excluded), i.e. p * 4 16-lane RMWs acc[bucket][16] += +-xt[class][16]. B sets where acc lives:
+B * 64 bytes per table (<= 48 KiB: L1, <= 1 MiB: L2). Cycles use the TSC clock of /proc/cpuinfo
+(the VM exposes no cycle counter), so they are nominal cycles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+import fedkernels  # noqa: E402
+from fedkernels import HashFamily  # noqa: E402
+
+CONFIGS = [(3993, 4, 250), (30938, 4, 1000), (131073, 4, 4000), (312330, 8, 5000)]
+ROWS = 64
+LANES = 16
+
+
+def tsc_ghz() -> float:
+    """The clock /proc/cpuinfo reports (the TSC rate in this VM), in GHz."""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("cpu MHz"):
+                return float(line.split(":")[1]) / 1e3
+    raise RuntimeError("no 'cpu MHz' in /proc/cpuinfo")
+
+
+def best_of(fn, repeat: int = 30, min_time: float = 0.3) -> tuple[float, float]:
+    """(min, median) seconds of one call: min is the least disturbed by the shared machine."""
+    for _ in range(3):
+        fn()
+    times: list[float] = []
+    while len(times) < repeat or (sum(times) < min_time and len(times) < 2000):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), statistics.median(times)
+
+
+def compose(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, b: int) -> torch.Tensor:
+    """The index_add composition of bench/sketch.py."""
+    m = torch.zeros(x.shape[0], table.shape[1], b, dtype=x.dtype)
+    for j in range(table.shape[1]):
+        m[:, j].index_add_(1, table[:, j].long(), x * signs[:, j].to(x.dtype))
+    return m
+
+
+def part_configs(ghz: float) -> None:
+    copy = common.copy_bandwidth_gbs()
+    cores = torch.get_num_threads()
+    print(f"copy {copy:.1f} GB/s, {cores} threads, TSC {ghz:.2f} GHz, load {os.getloadavg()[0]:.2f}")
+    print("| p | R | B | ours min ms | ours med ms | 0-row call ms | torch med ms | %copy (min) | %copy (med) "
+          "| adds/cycle/core for 60% | achieved adds/cycle/core (min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    g = torch.Generator().manual_seed(0)
+    for p, r, b in CONFIGS:
+        hf = HashFamily(r, b, seed=0)
+        t, s = hf.table(p), hf.signs(p)
+        x = torch.randn(ROWS, p, generator=g)
+        nbytes = x.numel() * 4 + t.numel() * 5 + ROWS * r * b * 4
+        mn, med = best_of(lambda: fedkernels.count_sketch(x, t, s, b))
+        fixed = best_of(lambda: fedkernels.count_sketch(x[:0], t, s, b))[0]  # argument checks, output
+        _, tmed = best_of(lambda: compose(x, t, s, b), repeat=5, min_time=0.0)
+        adds = ROWS * p * r
+        need = adds / (nbytes / (0.6 * copy * 1e9)) / (ghz * 1e9) / cores
+        got = adds / mn / (ghz * 1e9) / cores
+        pct = lambda sec: 100 * nbytes / sec / 1e9 / copy  # noqa: E731
+        print(f"| {p} | {r} | {b} | {1e3 * mn:.3f} | {1e3 * med:.3f} | {1e3 * fixed:.3f} | {1e3 * tmed:.2f} | {pct(mn):.0f}% "
+              f"| {pct(med):.0f}% | {need:.2f} | {got:.2f} |", flush=True)
+
+
+def part_rmw(ghz: float, p: int = 65536) -> None:
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        print(f"one thread, x = [{ROWS}, {p}], TSC {ghz:.2f} GHz, load {os.getloadavg()[0]:.2f}")
+        print("| B | acc KiB per table | ns per 16-lane RMW | cycles per RMW | lane-adds per cycle |")
+        print("|---|---|---|---|---|")
+        x = torch.randn(ROWS, p, generator=torch.Generator().manual_seed(1))
+        for b in (16, 250, 500, 700, 1000, 2000, 4000, 5000, 16000):
+            ts = {}
+            for r in (1, 5):
+                hf = HashFamily(r, b, seed=2)
+                t, s = hf.table(p), hf.signs(p)
+                # minus the fixed per-call cost (argument checks scan table and signs) of a 0-row call
+                fixed = best_of(lambda: fedkernels.count_sketch(x[:0], t, s, b), repeat=15)[0]
+                ts[r] = best_of(lambda: fedkernels.count_sketch(x, t, s, b), repeat=15)[0] - fixed
+            rmws = (ROWS // LANES) * p * 4
+            ns = 1e9 * (ts[5] - ts[1]) / rmws
+            print(f"| {b} | {b * LANES * 4 / 1024:.0f} | {ns:.2f} | {ns * ghz:.2f} | {LANES / (ns * ghz):.2f} |",
+                  flush=True)
+    finally:
+        torch.set_num_threads(old)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--part", choices=["all", "configs", "rmw"], default="all")
+    args = ap.parse_args(argv)
+    ghz = tsc_ghz()
+    if args.part in ("all", "configs"):
+        part_configs(ghz)
+    if args.part in ("all", "rmw"):
+        part_rmw(ghz)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
