@@ -187,3 +187,31 @@ def test_streamed_rows_any_alignment(dtype):
                 assert torch.equal(_bits(got), _bits(want)), f"offset {offset}, {threads} threads"
         finally:
             torch.set_num_threads(old)
+
+
+def test_concurrent_callers_keep_their_own_scratch():
+    # The sort's arrays are kept per calling thread between calls: threads calling at once, at
+    # different sizes, must each get the single-caller answer.
+    import threading
+
+    cases = []
+    for k, (n, t) in enumerate([(5000, 40000), (200_000, 30000), (64, 9000), (3000, 3)]):
+        g = torch.Generator().manual_seed(k)
+        idx = torch.randint(0, n, (t,), generator=g)
+        src, w, base = torch.randn(t, 8, generator=g), torch.rand(t, generator=g) + 0.1, torch.randn(n, 8, generator=g)
+        cases.append((base, idx, src, w, fedkernels.scatter_rows_mean(base.clone(), idx, src, w)))
+    failures = []
+
+    def worker(case):
+        base, idx, src, w, want = case
+        for _ in range(20):
+            got = fedkernels.scatter_rows_mean(base.clone(), idx, src, w)
+            if not torch.equal(got, want):
+                failures.append(idx.numel())
+
+    threads = [threading.Thread(target=worker, args=(c,)) for c in cases]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not failures

@@ -164,3 +164,21 @@ def test_median_picks_stable_sort_bits(seed, r, rows):
             srt = sorted(vals, key=float)  # stable: equal values (and +-0) keep table order
             want[row, i] = srt[r // 2] if r % 2 else (srt[r // 2 - 1] + srt[r // 2]) * 0.5
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+@pytest.mark.parametrize("value", [v for v in range(-128, 128) if v not in (-1, 1)])
+def test_every_bad_sign_value_rejected(value):
+    # The CPU check ORs a byte test over all signs in parallel chunks: one bad byte anywhere, of any
+    # value, must fail it. 300000 x 2 entries span several chunks; the bad one lands in a late one.
+    hf = HashFamily(2, 16, seed=3)
+    p = 300_000
+    table, signs = hf.table(p), hf.signs(p)
+    fedkernels.count_sketch(torch.zeros(1, p), table, signs, 16)  # the valid signs pass
+    pos = (value * 7919) % (p * 2)
+    bad = signs.clone().view(-1)
+    bad[pos] = value
+    with pytest.raises(ValueError, match="signs values must be"):
+        fedkernels.count_sketch(torch.zeros(1, p), table, bad.view(p, 2), 16)
+    # a non-contiguous view of the same values is checked the same way
+    with pytest.raises(ValueError, match="signs values must be"):
+        fedkernels.count_sketch_query(torch.zeros(2, 16), table, bad.view(p, 2).t().contiguous().t(), "mean")

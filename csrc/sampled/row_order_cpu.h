@@ -13,9 +13,15 @@
 namespace fedkernels {
 
 struct CpuRowSegments {
-  std::vector<int64_t> perm;  // [T]
-  std::vector<int64_t> rows;  // [U], ascending
-  std::vector<int64_t> seg;   // [U + 1]
+  std::vector<int64_t> perm;    // [T]
+  std::vector<int64_t> rows;    // [U], ascending
+  std::vector<int64_t> seg;     // [U + 1]
+  std::vector<int32_t> cursor;  // scratch of the counting sort
+
+  size_t bytes() const {
+    return perm.capacity() * sizeof(int64_t) + rows.capacity() * sizeof(int64_t) + seg.capacity() * sizeof(int64_t) +
+           cursor.capacity() * sizeof(int32_t);
+  }
 };
 
 // Counting sort by row id: O(n + T), stable by construction. The ids are split into fixed blocks;
@@ -28,7 +34,8 @@ inline void counting_row_order(const int64_t* idx, int64_t t_count, int64_t n, C
   const int64_t per = (t_count + blocks - 1) / blocks;
   // cursor[b * n + r]: next slot of block b's sources of row r (counts first); int32 (T < 2^31 here)
   // halves the pages this scratch touches.
-  std::vector<int32_t> cursor(static_cast<size_t>(blocks * n), 0);
+  std::vector<int32_t>& cursor = s.cursor;
+  cursor.assign(static_cast<size_t>(blocks * n), 0);
   at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       int32_t* c = cursor.data() + b * n;
@@ -122,14 +129,13 @@ inline void comparison_row_order(const int64_t* idx, int64_t t_count, int64_t n,
 
 // Ids in [0, n). The counting sort touches n counters per block, so it is used while n is at most
 // a few times T (then its O(n) passes cost less than the sources' own bytes do).
-inline CpuRowSegments cpu_row_segments(const int64_t* idx, int64_t t_count, int64_t n) {
-  CpuRowSegments s;
+// s may hold the vectors of an earlier call: their memory is reused (see scatter_rows_mean_cpu.cpp).
+inline void cpu_row_segments(const int64_t* idx, int64_t t_count, int64_t n, CpuRowSegments& s) {
   if (n <= 16 * t_count + 4096 && t_count <= INT32_MAX) {
     counting_row_order(idx, t_count, n, s);
   } else {
     comparison_row_order(idx, t_count, n, s);
   }
-  return s;
 }
 
 }  // namespace fedkernels
