@@ -55,8 +55,9 @@ constexpr int64_t kStreamOutputBytes = int64_t(16) << 20;
 // Rows u in [u0, u1). Single-source rows go straight to out; longer ones start acc with their first
 // source and fold the last one into the division, the same operations as zero / add all / divide.
 // kStream: each out row is computed into `row` (d elements, in L1) and streamed to out from there.
+// Always inlined: the AVX2 clones below only vectorise what is inlined into them.
 template <bool kStream, typename scalar_t, typename acc_t>
-inline void mean_rows(const ScatterJob<scalar_t, acc_t>& j, int64_t u0, int64_t u1, acc_t* acc, scalar_t* row) {
+inline __attribute__((always_inline)) void mean_rows(const ScatterJob<scalar_t, acc_t>& j, int64_t u0, int64_t u1, acc_t* acc, scalar_t* row) {
   const int64_t d = j.d;
   const int64_t t_begin = j.seg[u0], t_end = j.seg[u1];
   for (int64_t t = t_begin; t < std::min(t_end, t_begin + kAhead); ++t) prefetch_row(j.src + j.perm[t] * d, d);
