@@ -164,6 +164,21 @@ def test_loss_reuses_target_buffers_without_changing_results():
     assert set(head.state_dict()) == keys
 
 
+def test_copies_and_pickles_leave_target_buffers_behind():
+    import copy
+    import pickle
+
+    head = FedMLHHead(10, num_classes=400, num_tables=4, num_buckets=32, hidden=(16,), seed=3)
+    indptr, indices = csr_from_lists(_random_labels(6, 400, 1))
+    x = torch.randn(6, 10)
+    want = head.loss(x, indptr, indices)
+    assert head._target_buffers
+    for twin in (copy.deepcopy(head), pickle.loads(pickle.dumps(head))):
+        assert not getattr(twin, "_target_buffers", {})
+        torch.testing.assert_close(twin.loss(x, indptr, indices), want, rtol=0, atol=0)  # and it still works
+    assert head._target_buffers  # the original keeps its own
+
+
 def test_targets_into_out():
     head = FedMLHHead(10, num_classes=400, num_tables=4, num_buckets=32, seed=3)
     indptr, indices = csr_from_lists(_random_labels(6, 400, 1))
