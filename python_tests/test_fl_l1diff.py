@@ -165,6 +165,26 @@ def test_corrupt_upload_is_dropped_not_applied():
     assert all(torch.equal(new[k], only[k]) for k in new) and s.strategy.rejected
 
 
+@pytest.mark.parametrize("make", [_server, _net_server])
+def test_each_stream_decoded_once_per_round(make, monkeypatch):
+    """check_upload decodes every stream and aggregate reuses it: one decode per stream per round,
+    the same state as decoding again in aggregate, and nothing kept after the round."""
+    from fedkernels.fl.algorithms import l1diff_codec
+
+    fresh = make()
+    fresh.strategy._checked.decoded = lambda upload, shapes: l1diff_codec.decode_upload(upload, shapes)
+    fresh.run_round()
+    calls = []
+    real = l1diff_codec.decode_direction
+    monkeypatch.setattr(l1diff_codec, "decode_direction", lambda wire, shape: calls.append(1) or real(wire, shape))
+    s = make()
+    streams = 2 * len(s.state)  # two clients per round, one stream per tensor
+    rec = s.run_round()
+    assert not rec.failed and len(calls) == streams
+    assert all(torch.equal(s.state[k], fresh.state[k]) for k in s.state)
+    assert not s.strategy._checked._by_id
+
+
 def test_bad_config():
     with pytest.raises(ValueError, match="gamma"):
         L1Diff(gamma=-1.0)

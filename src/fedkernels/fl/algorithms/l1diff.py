@@ -18,7 +18,7 @@ from ..payload import Payload, PayloadSpec, TensorSpec
 from ..strategy import State
 from ..types import ClientData, ClientResult, TrainConfig
 from .fedavg import FedAvg, multilabel_loss
-from .l1diff_codec import check_upload_decodes, decode_upload, encode_direction, full_gradient, l1diff_direction
+from .l1diff_codec import CheckedUploads, encode_direction, full_gradient, l1diff_direction
 
 
 class L1Diff(FedAvg):
@@ -53,6 +53,7 @@ class L1Diff(FedAvg):
         # (round, client, why): uploads aggregate() dropped at decode. The loop rejects corrupt streams
         # earlier (check_upload), so only direct callers of aggregate() can add to this.
         self.rejected: list[tuple[int, int, str]] = []
+        self._checked = CheckedUploads()  # check_upload's decoded streams, for aggregate
 
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
         model = self._model(payload)
@@ -66,17 +67,18 @@ class L1Diff(FedAvg):
         return PayloadSpec({n: TensorSpec(torch.uint8, (None,)) for n in state})
 
     def check_upload(self, state: State, payload_sent: Payload, upload: Payload) -> None:
-        check_upload_decodes(upload, {n: t.shape for n, t in state.items()})
+        self._checked.check(upload, {n: t.shape for n, t in state.items()})
 
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
         decoded, weights = [], []
         for r in results:  # decode every upload before touching the state
             try:
-                decoded.append(decode_upload(r.payload, {n: t.shape for n, t in state.items()}))
+                decoded.append(self._checked.decoded(r.payload, {n: t.shape for n, t in state.items()}))
                 weights.append(float(r.num_examples))
             except ValueError as e:
                 self.rejected.append((round, r.client_id, str(e)))
                 warnings.warn(f"round {round}: dropped client {r.client_id}'s update: {e}")
+        self._checked.clear()  # whatever a client checked but not aggregated held
         if not decoded:
             return dict(state)
         total = sum(weights)

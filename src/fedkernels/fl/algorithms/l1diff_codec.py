@@ -65,11 +65,35 @@ def decode_upload(upload: Payload, shapes: dict[str, torch.Size]) -> dict[str, t
     return {n: decode_direction(upload[n], shape) for n, shape in shapes.items()}
 
 
-def check_upload_decodes(upload: Payload, shapes: dict[str, torch.Size]) -> None:
-    """The loop's content check of an l1-difference upload: raises PayloadError (so the client is
-    recorded as rejected) when any tensor's codec stream is corrupt, mis-shaped or non-finite."""
-    for n, shape in shapes.items():
-        try:
-            decode_direction(upload[n], shape)
-        except ValueError as e:
-            raise PayloadError(f"tensor {n!r} is not a valid l1-difference stream: {e}") from e
+class CheckedUploads:
+    """Uploads decoded by the loop's content check, kept for ``aggregate`` so each codec stream is
+    decoded once per round, not twice. An entry is keyed by the upload dict's ``id`` and holds the
+    dict itself, so the id cannot be reused while the entry lives; ``aggregate`` takes each entry
+    once and clears the rest at the end of the round."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Payload, dict[str, torch.Tensor]]] = {}
+
+    def check(self, upload: Payload, shapes: dict[str, torch.Size]) -> None:
+        """Decode every tensor of ``upload`` (the l1-difference content check) and keep the result;
+        raises PayloadError (the client is recorded as rejected) when a stream is corrupt,
+        mis-shaped or non-finite."""
+        decoded = {}
+        for n, shape in shapes.items():
+            try:
+                decoded[n] = decode_direction(upload[n], shape)
+            except ValueError as e:
+                raise PayloadError(f"tensor {n!r} is not a valid l1-difference stream: {e}") from e
+        self._by_id[id(upload)] = (upload, decoded)
+
+    def decoded(self, upload: Payload, shapes: dict[str, torch.Size]) -> dict[str, torch.Tensor]:
+        """``upload`` decoded to ``shapes``: the kept result when this very dict was checked with the
+        same shapes, else decoded now (ValueError on a bad stream, as :func:`decode_upload`)."""
+        kept = self._by_id.pop(id(upload), None)
+        if kept is not None and kept[0] is upload and {n: d.shape for n, d in kept[1].items()} == dict(shapes):
+            return kept[1]
+        return decode_upload(upload, shapes)
+
+    def clear(self) -> None:
+        """Drop what is kept (end of a round)."""
+        self._by_id.clear()

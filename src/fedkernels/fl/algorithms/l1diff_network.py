@@ -26,7 +26,7 @@ from ..payload import Payload, PayloadSpec, TensorSpec
 from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
 from .fedavg import multilabel_loss
-from .l1diff_codec import check_upload_decodes, decode_upload, encode_direction, full_gradient, l1diff_direction
+from .l1diff_codec import CheckedUploads, encode_direction, full_gradient, l1diff_direction
 
 PERSONAL = "personal."
 
@@ -61,6 +61,7 @@ class L1DiffNetwork(Strategy):
         self.edges: torch.Tensor | None = None
         self.last_gap: float | None = None
         self.rejected: list[tuple[int, int, str]] = []
+        self._checked = CheckedUploads()  # check_upload's decoded streams, for aggregate
         self._dims: tuple[int, int] | None = None
 
     # ---- model layout: shared layers + the personal last layer
@@ -112,18 +113,19 @@ class L1DiffNetwork(Strategy):
         return {n: (t.shape[1:] if n.startswith(PERSONAL) else t.shape) for n, t in state.items()}
 
     def check_upload(self, state: State, payload_sent: Payload, upload: Payload) -> None:
-        check_upload_decodes(upload, self._direction_shapes(state))
+        self._checked.check(upload, self._direction_shapes(state))
 
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
         shapes = self._direction_shapes(state)
         decoded, kept = [], []
         for r in results:  # decode everything before touching the state
             try:
-                decoded.append(decode_upload(r.payload, shapes))
+                decoded.append(self._checked.decoded(r.payload, shapes))
                 kept.append(r)
             except ValueError as e:
                 self.rejected.append((round, r.client_id, str(e)))
                 warnings.warn(f"round {round}: dropped client {r.client_id}'s update: {e}")
+        self._checked.clear()  # whatever a client checked but not aggregated held
         new = {n: t.clone() for n, t in state.items()}
         if not decoded:
             return new
