@@ -135,8 +135,25 @@ void mean_all_rows(const ScatterJob<scalar_t, acc_t>& j, int64_t num_rows, int64
   });
 }
 
-// Scratch above this many bytes is freed after the call rather than kept for the next one.
+// Scratch kept by the calling thread between calls (see scatter_rows_mean_cpu); above this many
+// bytes it is freed when the call ends instead.
 constexpr size_t kKeepScratchBytes = size_t(64) << 20;
+
+inline size_t scratch_bytes(const CpuRowSegments& s) { return s.bytes(); }
+
+template <typename T>
+size_t scratch_bytes(const std::vector<T>& v) {
+  return v.capacity() * sizeof(T);
+}
+
+// Frees `scratch` when the call ends, returned or thrown, if it grew past kKeepScratchBytes.
+template <typename T>
+struct ReleaseIfLarge {
+  T& scratch;
+  ~ReleaseIfLarge() {
+    if (scratch_bytes(scratch) > kKeepScratchBytes) scratch = T();
+  }
+};
 
 CpuRowSegments& row_segments_scratch() {
   static thread_local CpuRowSegments segs;
@@ -147,7 +164,6 @@ CpuRowSegments& row_segments_scratch() {
 template <typename acc_t>
 std::vector<acc_t>& weight_sums_scratch() {
   static thread_local std::vector<acc_t> sums;
-  if (sums.capacity() * sizeof(acc_t) > kKeepScratchBytes) std::vector<acc_t>().swap(sums);
   return sums;
 }
 
@@ -165,13 +181,8 @@ static void scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx, const 
   // blocks this large back to the OS), a quarter of the op at 131072 rows. Big ones are released.
   // (A reference: lambdas below must reach this thread's arrays, not their worker thread's own.)
   CpuRowSegments& segs = row_segments_scratch();
+  const ReleaseIfLarge<CpuRowSegments> release_segs{segs};
   cpu_row_segments(ix.data_ptr<int64_t>(), t_count, out.size(0), segs);
-  struct Release {
-    CpuRowSegments& s;
-    ~Release() {
-      if (s.bytes() > kKeepScratchBytes) s = CpuRowSegments();
-    }
-  } release{segs};
   const int64_t num_rows = static_cast<int64_t>(segs.rows.size());
   FK_DISPATCH_FLOAT_HALF_BF16(out.scalar_type(), "scatter_rows_mean_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -180,6 +191,7 @@ static void scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx, const 
     // Every row's weight sum first (in stable order), so a zero-weight row is reported before out
     // is touched.
     std::vector<acc_t>& wsum = weight_sums_scratch<acc_t>();
+    const ReleaseIfLarge<std::vector<acc_t>> release_wsum{wsum};
     wsum.resize(num_rows);
     at::parallel_for(0, num_rows, 4096, [&](int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) {

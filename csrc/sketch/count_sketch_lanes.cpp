@@ -11,13 +11,6 @@
 
 #include "common/macros.h"
 
-// Like FK_CPU_AVX2_CLONE (common/macros.h), with an AVX-512 build as well.
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && defined(__linux__)
-#define FK_SKETCH_AVX512_CLONE __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define FK_SKETCH_AVX512_CLONE
-#endif
-
 namespace fedkernels {
 
 namespace {
@@ -57,7 +50,7 @@ FK_CPU_AVX2_CLONE void sketch_lanes_table(const float* xt, int64_t nc, const int
   add_lanes<f32x8, i32x8>(xt, nc, tcol, scol, r, acc, static_cast<int32_t>(0x80000000u));
 }
 
-FK_SKETCH_AVX512_CLONE void sketch_lanes_table_wide(const float* xt, int64_t nc, const int32_t* tcol,
+FK_CPU_AVX512_CLONE void sketch_lanes_table_wide(const float* xt, int64_t nc, const int32_t* tcol,
                                                     const int8_t* scol, int64_t r, float* acc) {
   add_lanes<f32x16, i32x16>(xt, nc, tcol, scol, r, acc, static_cast<int32_t>(0x80000000u));
 }

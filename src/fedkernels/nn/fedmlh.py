@@ -92,8 +92,7 @@ class FedMLHHead(nn.Module):
 
     def __getstate__(self) -> dict:
         """Pickling and ``copy.deepcopy`` leave the target buffers behind: they are scratch."""
-        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
-        return {k: v for k, v in state.items() if k != "_target_buffers"}
+        return {k: v for k, v in super().__getstate__().items() if k != "_target_buffers"}
 
     def loss(self, x: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         """Mean BCE-with-logits of all R sub-models against their hashed labels (a scalar).
