@@ -29,6 +29,68 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DATA_DIR = Path(os.environ.get("FEDKERNELS_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 
 
+# ---- the CUDA execution emulator (docs/EMULATOR.md): `pytest --emulate-cuda` runs every fedkernels op
+# through its CUDA launcher and kernels on host tensors (FK_CUDA_EMU_MODULE names the built module).
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fedkernels CUDA emulator")
+    group.addoption("--emulate-cuda", action="store_true",
+                    help="route every fedkernels op to its CUDA kernel, executed by the emulator")
+    group.addoption("--emu-order", choices=["forward", "reverse", "random"], default="forward",
+                    help="order in which the emulator runs blocks and resumes threads")
+    group.addoption("--emu-seed", type=int, default=0, help="seed of the random order")
+    group.addoption("--emu-coverage", default=None, help="write launched-kernel counts (JSON) to this path")
+
+
+EMULATING = False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global EMULATING
+    config.addinivalue_line("markers", "emu_direct: runs the CPU kernels and calls CUDA kernels itself "
+                                       "(the emulator's routing is not installed for it)")
+    if config.getoption("--emulate-cuda"):
+        from fedkernels.testing import cuda_emulator
+
+        module = cuda_emulator.load()
+        module.set_order(config.getoption("--emu-order"), config.getoption("--emu-seed"))
+        EMULATING = True
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not EMULATING:
+        return None
+    from fedkernels.testing import cuda_emulator
+
+    m = cuda_emulator.loaded()
+    return (f"fedkernels: ops run their CUDA kernels in the emulator ({Path(m.__file__).name}, checks={m.checks}, "
+            f"order={config.getoption('--emu-order')}, seed={config.getoption('--emu-seed')})")
+
+
+@pytest.fixture(autouse=True)
+def _emulated_cuda_routing(request: pytest.FixtureRequest):
+    """Under --emulate-cuda, every test runs with fedkernels ops routed to their CUDA kernels."""
+    if not EMULATING or request.node.get_closest_marker("emu_direct"):
+        yield
+        return
+    from fedkernels.testing import cuda_emulator
+
+    with cuda_emulator.routed_to_cuda():
+        yield
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    path = session.config.getoption("--emu-coverage")
+    if not (EMULATING and path):
+        return
+    import json
+
+    from fedkernels.testing import cuda_emulator
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    out = Path(f"{path}.{worker}" if worker else path)
+    out.write_text(json.dumps(cuda_emulator.loaded().launch_counts(), indent=1, sort_keys=True))
+
+
 @pytest.fixture(params=DEVICES)
 def device(request) -> str:
     return request.param

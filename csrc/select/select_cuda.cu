@@ -19,9 +19,15 @@ constexpr int kThreads = 256;
 
 // Host vector -> device tensor through pinned memory, asynchronously on the current stream (the
 // caching host allocator keeps the pinned block alive until the copy has run).
+// (The CUDA emulator has no pinned memory; there the staging tensor is ordinary host memory.)
 template <typename T>
 static at::Tensor to_device(const std::vector<T>& host, at::ScalarType dtype, const at::Device& device) {
-  auto pinned = at::empty({static_cast<int64_t>(host.size())}, at::TensorOptions().dtype(dtype).pinned_memory(true));
+#if defined(FK_CUDA_EMU)
+  constexpr bool kPinned = false;
+#else
+  constexpr bool kPinned = true;
+#endif
+  auto pinned = at::empty({static_cast<int64_t>(host.size())}, at::TensorOptions().dtype(dtype).pinned_memory(kPinned));
   std::copy(host.begin(), host.end(), static_cast<T*>(pinned.data_ptr()));
   return pinned.to(device, /*non_blocking=*/true);
 }
@@ -100,7 +106,9 @@ static void masked_weighted_average_cuda(at::TensorList dst, at::TensorList sent
   const MaskedPlan plan = make_masked_plan(dst, sent, client_of, tensor_of, weights);
   if (plan.total_chunks == 0) return;
   const at::Device device = dst[0].device();
+#if !defined(FK_CUDA_EMU)  // the emulator runs this launcher on host tensors
   TORCH_CHECK_VALUE(device.is_cuda(), "dst must be CUDA tensors here, got ", device);
+#endif
   const c10::cuda::CUDAGuard guard(device);
   const auto packed = to_device(plan.packed, at::kLong, device);
   const auto mw = to_device(plan.member_weight, at::kDouble, device);

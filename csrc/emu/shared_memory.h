@@ -1,0 +1,22 @@
+// __shared__ memory of the emulated kernels: one arena holding every declared variable (each behind
+// a redzone), poisoned per block before first use, and (in the race-check build) a shadow of every
+// access between barriers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace fk_emu {
+
+void set_poison(bool on);
+size_t shared_size();  // bytes of variables allocated so far (redzones excluded)
+
+void begin_block();          // a new block: every variable is poisoned again at its first use
+std::string end_block();     // the race / uninitialised-read reports of this block ("" if none)
+void block_synced();         // a __syncthreads released: accesses before it are ordered
+void warp_synced(int warp);  // a warp operation completed: that warp's earlier accesses are ordered
+// One access by the running kernel thread (called by the race-check build's instrumentation).
+void shared_access(const void* p, size_t n, bool write);
+
+}  // namespace fk_emu

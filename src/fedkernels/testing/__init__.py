@@ -1,0 +1,1 @@
+"""Testing utilities: the CUDA execution emulator's Python side (``cuda_emulator``)."""

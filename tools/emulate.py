@@ -1,0 +1,86 @@
+"""Build the emulated CUDA module and run the op tests against the CUDA kernels on this CPU.
+
+    python tools/emulate.py build [--checks none|asan|race]      # prints the module's path
+    python tools/emulate.py test  [--checks ...] [--order forward|reverse|random] [--seed N]
+                                  [--coverage FILE] [-- PYTEST_ARGS...]
+
+`test` builds (incrementally, in build/emu-<checks>), then runs pytest with --emulate-cuda over the
+op tests (every python_tests/test_*.py except the federated-loop, Flower and hardening ones) or
+the given pytest arguments. With --checks asan the interpreter preloads ASan, as tools/sanitize.sh
+does. See docs/EMULATOR.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKS = ("none", "asan", "race")
+
+
+def build(checks: str, python: str = sys.executable) -> Path:
+    """Configure and build ``_C_emu`` with ``checks`` compiled in; returns the module's path."""
+    build_dir = ROOT / "build" / f"emu-{checks}"
+    out_dir = build_dir / "module"
+    subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                    f"-DPython_EXECUTABLE={python}", "-DFK_CUDA=OFF", "-DFK_CUDA_EMU=ON",
+                    f"-DFK_CUDA_EMU_CHECKS={checks}", f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_dir}"],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", str(build_dir), "--target", "_C_emu", "-j", str(os.cpu_count() or 2)],
+                   check=True)
+    found = sorted(glob.glob(str(out_dir / "_C_emu*.so")))
+    if not found:
+        raise SystemExit(f"emulate: no _C_emu module under {out_dir}")
+    return Path(found[0])
+
+
+def op_test_files() -> list[str]:
+    """The op tests: every test file except the federated loop's, Flower's and the hardening ones."""
+    skip = ("test_fl_", "test_flower", "test_hardening", "test_readme")
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "python_tests").glob("test_*.py")
+                  if not p.name.startswith(skip))
+
+
+def asan_env() -> dict[str, str]:
+    """Environment that loads ASan into an uninstrumented interpreter (as tools/sanitize.sh)."""
+    lib = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    return {"LD_PRELOAD": lib, "PYTHONMALLOC": "malloc",
+            "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:"
+                            "allocator_may_return_null=1"}
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["build", "test"])
+    ap.add_argument("--checks", choices=CHECKS, default="none")
+    ap.add_argument("--order", choices=["forward", "reverse", "random"], default="forward")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--coverage", help="write the launched-kernel counts (JSON) to this file")
+    ap.add_argument("pytest_args", nargs="*")
+    a = ap.parse_args(argv)
+    module = build(a.checks)
+    if a.command == "build":
+        print(module)
+        return 0
+    env = dict(os.environ, FK_CUDA_EMU_MODULE=str(module))
+    if a.checks == "asan":
+        env.update(asan_env())
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--emulate-cuda",
+            f"--emu-order={a.order}", f"--emu-seed={a.seed}"]
+    if a.coverage:
+        args.append(f"--emu-coverage={a.coverage}")
+    if a.checks == "asan":  # one process, so a report aborts the run; fd 2 not captured
+        args += ["--capture=sys", "-p", "no:xdist"]
+    args += a.pytest_args or op_test_files()
+    print(f"emulate: {module.name} (checks={a.checks}, order={a.order}, seed={a.seed})", flush=True)
+    return subprocess.run(args, cwd=ROOT, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
