@@ -48,9 +48,12 @@ def op_test_files() -> list[str]:
 
 def asan_env() -> dict[str, str]:
     """Environment that loads ASan into an uninstrumented interpreter (as tools/sanitize.sh)."""
-    lib = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    return {"LD_PRELOAD": lib, "PYTHONMALLOC": "malloc",
+    def gcc_lib(name: str) -> str:
+        return subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    # libstdc++ too: ASan's __cxa_throw interceptor needs the real one present at start-up.
+    return {"LD_PRELOAD": f"{gcc_lib('libasan.so')}:{gcc_lib('libstdc++.so')}", "PYTHONMALLOC": "malloc",
             "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:"
                             "allocator_may_return_null=1"}
 
@@ -62,8 +65,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--order", choices=["forward", "reverse", "random"], default="forward")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--coverage", help="write the launched-kernel counts (JSON) to this file")
-    ap.add_argument("pytest_args", nargs="*")
-    a = ap.parse_args(argv)
+    own, pytest_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    a = ap.parse_args(own)
     module = build(a.checks)
     if a.command == "build":
         print(module)
@@ -77,7 +80,7 @@ def main(argv: list[str]) -> int:
         args.append(f"--emu-coverage={a.coverage}")
     if a.checks == "asan":  # one process, so a report aborts the run; fd 2 not captured
         args += ["--capture=sys", "-p", "no:xdist"]
-    args += a.pytest_args or op_test_files()
+    args += pytest_args or op_test_files()
     print(f"emulate: {module.name} (checks={a.checks}, order={a.order}, seed={a.seed})", flush=True)
     return subprocess.run(args, cwd=ROOT, env=env).returncode
 

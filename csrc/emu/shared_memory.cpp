@@ -39,6 +39,12 @@ struct Cell {
   uint8_t many_readers = 0, written = 0;
 };
 
+struct Var {
+  size_t offset, bytes;
+  const char* name;
+};
+std::vector<Var> g_vars;  // every __shared__ variable placed so far, by offset
+
 std::vector<Cell> g_shadow;
 uint32_t g_epoch = 0;
 uint16_t g_warp_gen[32];
@@ -52,7 +58,12 @@ bool ordered(int other, uint16_t other_gen, int tid) {
 void report(const char* what, size_t offset, int a, int b) {
   if (g_reports.size() >= 4) return;
   std::ostringstream o;
-  o << what << " at __shared__ arena byte " << offset;
+  o << what << " at";
+  const Var* var = nullptr;
+  for (const Var& v : g_vars)
+    if (offset >= v.offset && offset < v.offset + v.bytes) var = &v;
+  if (var) o << " byte " << offset - var->offset << " of __shared__ " << var->name;
+  else o << " __shared__ arena byte " << offset;
   if (a >= 0) o << " between thread " << a << " and thread " << b << " (no barrier orders them)";
   else o << " by thread " << b;
   g_reports.push_back(o.str());
@@ -75,6 +86,7 @@ size_t shared_allocate(size_t bytes, size_t align, const char* name) {
   TORCH_CHECK(off + bytes + kRedzone <= kArenaBytes, "CUDA emulator: __shared__ ", name, " does not fit the arena");
   g_used = off + bytes + kRedzone;
   g_var_bytes += bytes;
+  g_vars.push_back(Var{off, bytes, name});
 #if defined(__SANITIZE_ADDRESS__)
   __asan_unpoison_memory_region(g_arena + off, bytes);
 #endif
@@ -118,7 +130,8 @@ void shared_access(const void* p, size_t n, bool write) {
   if (g_shadow.size() < g_used) g_shadow.resize(kArenaBytes < 2 * g_used ? kArenaBytes : 2 * g_used);
   const int tid = t->tid;
   const uint16_t gen = g_warp_gen[tid / 32];
-  for (size_t i = off; i < off + n && i < g_used; ++i) {
+  const size_t reported = g_reports.size();
+  for (size_t i = off; i < off + n && i < g_used && g_reports.size() == reported; ++i) {  // one report per access
     Cell& c = g_shadow[i];
     if (c.block != g_block) {
       c = Cell{};

@@ -69,6 +69,9 @@ static unsigned blocks_for(int64_t items) {
 
 static at::Tensor delta_norms_cuda(at::TensorList new_, at::TensorList old, bool normalize) {
   check_tensor_pairs(new_, old);
+  // Empty lists carry no device (the dispatcher never routes them here on a GPU; the emulator can):
+  // no tensors, no norms, and no new_[0] to read.
+  if (new_.empty()) return at::empty({0}, at::TensorOptions().dtype(at::kFloat));
   const at::Device device = new_[0].device();
   const c10::cuda::CUDAGuard guard(device);
   const NormPlan plan = make_norm_plan(new_, old);
