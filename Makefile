@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr>=1.41,<2'
 
-.PHONY: demo test install bench inplace clean
+.PHONY: demo test install bench gpu-check inplace clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,13 @@ test: install
 
 bench: install
 	$(PY) bench/sketch.py
+
+# Verify the CUDA kernels on this machine's NVIDIA GPU (README "Verifying the CUDA kernels on your GPU"):
+# builds them into its own venv (.venv-cuda, torch 2.14.1 CUDA 13.0; needs nvcc 13), runs every test
+# and every op benchmark on cuda, writes gpu-check/gpu-check.json. Without a GPU it says so and exits 2.
+# Options through GPU_CHECK_ARGS, e.g. GPU_CHECK_ARGS="--venv ~/venvs/cu130 --full".
+gpu-check:
+	$(PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
 
 # Development: build _C into src/fedkernels with any venv's python (PYTHONPATH=src to import).
 inplace:

@@ -6,6 +6,7 @@ write, in the same run, and reports ratios, peak extra memory and achieved bandw
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -18,6 +19,8 @@ from typing import Callable
 import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# Where a run on a non-CPU device writes when --out is not given: bench/results holds the CPU tables.
+DEVICE_RESULTS = Path(__file__).resolve().parents[1] / "gpu-check" / "bench"
 
 
 def sync(device: str | torch.device) -> None:
@@ -102,11 +105,74 @@ def machine() -> dict:
     }
 
 
-def write_results(name: str, rows: list[dict], extra: dict | None = None) -> Path:
-    """Write ``bench/results/<name>.json`` with the rows, the machine and the copy bandwidth."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def add_device_arguments(ap: argparse.ArgumentParser) -> None:
+    """Add ``--device`` (default cpu) and ``--out`` to a benchmark's argument parser."""
+    ap.add_argument("--device", default="cpu",
+                    help="cpu (default) or cuda[:N]: where both the op and its PyTorch composition run")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="result JSON (default: bench/results/<name>.json on cpu, "
+                         "gpu-check/bench/<name>.json on cuda; a cuda run never writes bench/results)")
+
+
+def check_device_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """Validate ``--device`` / ``--out`` and return the device; errors exit via ``ap.error`` (status 2).
+
+    cuda needs a visible GPU and a fedkernels build with CUDA kernels; a non-CPU run may not write
+    into bench/results (those files are the CPU tables the README quotes).
+    """
+    try:
+        dev = torch.device(args.device)
+    except (RuntimeError, ValueError) as e:
+        ap.error(f"--device {args.device!r}: {e}")
+    if dev.type not in ("cpu", "cuda"):
+        ap.error(f"--device {args.device!r}: choose cpu or cuda[:N]")
+    if dev.type != "cpu" and args.out is not None and RESULTS.resolve() in args.out.resolve().parents:
+        ap.error(f"--out {args.out}: a {dev.type} run must not write into bench/results (the CPU tables)")
+    if dev.type == "cuda":
+        built = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build"
+        if not torch.cuda.is_available():
+            ap.error(f"--device {args.device}: no CUDA GPU is available (torch {torch.__version__}, {built}); "
+                     "use --device cpu, or see the README section 'Verifying the CUDA kernels on your GPU'")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            ap.error(f"--device {args.device}: only {torch.cuda.device_count()} CUDA device(s) visible")
+        import fedkernels
+
+        if not fedkernels._C.build_info()["cuda_kernels"]:
+            ap.error(f"--device {args.device}: this fedkernels build has no CUDA kernels "
+                     "(rebuild with FK_CUDA=ON against a CUDA torch)")
+        torch.cuda.set_device(dev.index or 0)
+    return str(dev)
+
+
+def results_path(name: str, device: str = "cpu", out: Path | None = None) -> Path:
+    """Where a run writes: ``out`` if given, else bench/results/<name>.json on cpu and
+    gpu-check/bench/<name>.json on any other device."""
+    if out is not None:
+        return Path(out)
+    return (RESULTS if torch.device(device).type == "cpu" else DEVICE_RESULTS) / f"{name}.json"
+
+
+def device_info(device: str) -> dict:
+    """The device a non-CPU run measured on (name, compute capability, torch's CUDA version)."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return {"device": str(dev)}
+    props = torch.cuda.get_device_properties(dev)
+    return {"device": str(dev), "device_name": props.name, "compute_capability": f"{props.major}.{props.minor}",
+            "torch_cuda": torch.version.cuda}
+
+
+def write_results(name: str, rows: list[dict], extra: dict | None = None, path: Path | None = None,
+                  device: str = "cpu") -> Path:
+    """Write the rows, the machine and ``extra`` as JSON to ``path`` (default bench/results/<name>.json).
+
+    A non-CPU ``device`` adds its :func:`device_info` under "device" (CPU files are unchanged).
+    """
+    path = Path(path) if path is not None else RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"benchmark": name, "machine": machine(), "rows": rows, **(extra or {})}
+    if torch.device(device).type != "cpu":
+        payload["device"] = device_info(device)
     path.write_text(json.dumps(payload, indent=2))
     return path
 

@@ -9,7 +9,11 @@ Compares, in the same run:
 - bits per parameter of the l1-difference update sent through fedkernels.comm, for a gamma sweep,
   on the gradient of a linear multi-label model on the real Delicious dataset.
 
-Run: PYTHONPATH=src python bench/prox.py [--quick]
+Run: PYTHONPATH=src python bench/prox.py [--quick] [--device cuda] [--out PATH]
+
+With --device cuda only the speed sweep runs (prox_tv1d and the FISTA composition on the GPU, GB/s
+against a copy on the GPU); Condat's C code, the one/two-thread batches and the host-only codec are
+CPU measurements and are skipped. A cuda run writes gpu-check/bench/prox.json unless --out is given.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ def pg_baseline(z: torch.Tensor, lam: float, anchored: bool, iters: int) -> torc
     """FISTA on the dual of the TV prox (box constraints |p| <= lam), in plain PyTorch."""
     d = z.shape[-1]
     m = d if anchored else d - 1
-    p = torch.zeros(*z.shape[:-1], m, dtype=z.dtype)
+    p = torch.zeros(*z.shape[:-1], m, dtype=z.dtype, device=z.device)
     p_prev, t = p, 1.0
 
     def dt(q: torch.Tensor) -> torch.Tensor:  # D^T q, (D^T q)_i = q_i - q_{i-1}
@@ -89,31 +93,36 @@ def cpu_time(fn: callable, calls: int) -> float:
     return statistics.median(per)
 
 
-def speed_rows(quick: bool) -> list[dict]:
+def speed_rows(quick: bool, device: str = "cpu") -> list[dict]:
+    on_cpu = torch.device(device).type == "cpu"
     try:
         import prox_tv  # noqa: F401  (bench-only optional dependency)
     except ImportError:
         prox_tv = None
-    copy_gbs = common.copy_bandwidth_gbs("cpu")
+    if not on_cpu:
+        prox_tv = None  # Condat's C code runs on the host: no same-device comparison
+    copy_gbs = common.copy_bandwidth_gbs(device)
     rows = []
     old = torch.get_num_threads()
-    torch.set_num_threads(1)
+    if on_cpu:
+        torch.set_num_threads(1)
     sizes = [10**3, 10**4, 10**5, 10**6] + ([] if quick else [10**7])
     g = torch.Generator().manual_seed(0)
     lam = 1.0
     for d in sizes:
-        pool64 = torch.randn(max(1, POOL // d), d, generator=g, dtype=torch.float64)
+        pool64 = torch.randn(max(1, POOL // d), d, generator=g, dtype=torch.float64).to(device)
         pool32 = pool64.float()
         z64, z32 = pool64[0], pool32[0]
         next32, next64 = cycler(list(pool32)), cycler(list(pool64))
         row = {"d": d, "lam": lam, "distinct rows": pool64.shape[0]}
-        t = common.timeit(lambda: fedkernels.prox_tv1d(next32(), lam, True), repeat=5)
+        t = common.timeit(lambda: fedkernels.prox_tv1d(next32(), lam, True), device, repeat=5)
         row["ns/elem f32 anchored"] = t / d * 1e9
         calls = max(1, min(200, 10**7 // d))
-        row["cpu ns/elem f32 anchored"] = cpu_time(lambda: fedkernels.prox_tv1d(next32(), lam, True), calls) / d * 1e9
+        if on_cpu:
+            row["cpu ns/elem f32 anchored"] = cpu_time(lambda: fedkernels.prox_tv1d(next32(), lam, True), calls) / d * 1e9
         row["GB/s f32"] = 8 * d / t / 1e9
         row["copy GB/s"] = copy_gbs
-        t_free = common.timeit(lambda: fedkernels.prox_tv1d(next64(), lam, False), repeat=5)
+        t_free = common.timeit(lambda: fedkernels.prox_tv1d(next64(), lam, False), device, repeat=5)
         row["ns/elem f64 free"] = t_free / d * 1e9
         if prox_tv is not None:
             nextn = cycler([r.numpy() for r in pool64])
@@ -126,7 +135,7 @@ def speed_rows(quick: bool) -> list[dict]:
             row["max |ours-condat|"] = float((fedkernels.prox_tv1d(z64, lam, False) - ref).abs().max())
         if d <= 10**6:
             iters = 100
-            t_pg = common.timeit(lambda: pg_baseline(z32, lam, True, iters), repeat=3, warmup=1)
+            t_pg = common.timeit(lambda: pg_baseline(z32, lam, True, iters), device, repeat=3, warmup=1)
             exact = fedkernels.prox_tv1d(z64, lam, True)
             f_star = objective(z64, exact, lam, True)
             f_pg = objective(z64, pg_baseline(z64, lam, True, iters).double(), lam, True)
@@ -134,8 +143,9 @@ def speed_rows(quick: bool) -> list[dict]:
             row["pg100/ours"] = t_pg / t
             row["pg100 rel. gap"] = (f_pg - f_star) / abs(f_star)
         if d == 10**6:
-            row["ours peak MiB"] = common.mib(common.peak_extra_bytes(lambda: fedkernels.prox_tv1d(z32, lam, True)))
-            row["pg peak MiB"] = common.mib(common.peak_extra_bytes(lambda: pg_baseline(z32, lam, True, 5)))
+            row["ours peak MiB"] = common.mib(common.peak_extra_bytes(lambda: fedkernels.prox_tv1d(z32, lam, True),
+                                                                      device))
+            row["pg peak MiB"] = common.mib(common.peak_extra_bytes(lambda: pg_baseline(z32, lam, True, 5), device))
         rows.append(row)
         print(row, flush=True)
     torch.set_num_threads(old)
@@ -201,13 +211,21 @@ def codec_rows(quick: bool) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
+    common.add_device_arguments(ap)
     args = ap.parse_args()
-    speed = speed_rows(args.quick)
-    batch = batch_rows(args.quick)
-    codec = codec_rows(args.quick)
+    device = common.check_device_arguments(ap, args)
+    on_cpu = torch.device(device).type == "cpu"
+    speed = speed_rows(args.quick, device)
+    batch = batch_rows(args.quick) if on_cpu else []   # thread scaling is a CPU question
+    codec = codec_rows(args.quick) if on_cpu else []   # the codec runs on bytes on the host
     note = ("machine shared with other engineers' builds while measuring: absolute times are noisy; "
             "ratios were measured in the same run")
-    path = common.write_results("prox", speed, {"batches": batch, "codec": codec, "note": note})
+    extra = {"batches": batch, "codec": codec, "note": note}
+    if not on_cpu:
+        extra = {"copy_bandwidth_gbs": common.copy_bandwidth_gbs(device),
+                 "note": "device run: speed sweep only (Condat, thread batches and the host codec are CPU-only)"}
+    path = common.write_results("prox", speed, extra, path=common.results_path("prox", device, args.out),
+                                device=device)
     print(f"\nwrote {path}\n")
     print(common.markdown_table(speed, ["d", "ns/elem f32 anchored", "ns/elem f64 free", "condat ns/elem",
                                         "ours/condat", "cpu ns/elem f32 anchored", "condat cpu ns/elem", "f32 anchored/condat", "pg100 ns/elem", "pg100/ours", "pg100 rel. gap",

@@ -1,6 +1,6 @@
 """Benchmark of the sampled-softmax kernels against the PyTorch compositions a user would write.
 
-    PYTHONPATH=src python bench/sampled.py [--device cpu] [--quick]
+    PYTHONPATH=src python bench/sampled.py [--device cpu|cuda] [--quick] [--out PATH]
 
 - linear_cross_entropy vs ``F.cross_entropy(h @ W.T + bias, target)``: N = 4096, d = 256,
   s in {1024, 16384, 131072}, float32; forward (no grad) and forward + backward; time ratio and peak
@@ -13,7 +13,11 @@
 The linear_cross_entropy part runs in a child process with MALLOC_MMAP_THRESHOLD_=65536 so that
 peak memory can be read from the resident set; scatter_rows_mean is timed with glibc's defaults.
 
-Writes bench/results/sampled.json and prints markdown tables.
+On cuda both parts run in this process (peak memory is the caching allocator's peak) and the copy
+bandwidth is a copy on the GPU.
+
+Writes bench/results/sampled.json (cpu) or gpu-check/bench/sampled.json (cuda, unless --out) and
+prints markdown tables.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import torch
 import torch.nn.functional as F
 
 import fedkernels
-from common import RESULTS, copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, timeit, write_results
+from common import (add_device_arguments, check_device_arguments, copy_bandwidth_gbs, markdown_table, mib,
+                    peak_extra_bytes, results_path, timeit, write_results)
 
 
 def lce_rows(device: str, sizes: list[int], n: int = 4096, d: int = 256) -> list[dict]:
@@ -128,15 +133,17 @@ def scatter_rows(device: str, configs: list[tuple[int, int]], d: int = 256) -> l
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="small sizes only (a smoke run, not the issue's table)")
     ap.add_argument("--parts", default="lce,scatter", help="which parts to (re)run; others keep their saved rows")
     ap.add_argument("--threads", type=int, default=0, help="torch threads for both sides (0: torch's default)")
+    add_device_arguments(ap)
     args = ap.parse_args()
+    args.device = check_device_arguments(ap, args)
+    out = results_path("sampled", args.device, args.out)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     parts = set(args.parts.split(","))
-    if "lce" in parts and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:
+    if "lce" in parts and args.device == "cpu" and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:
         # The LCE goal is peak memory, read from the resident set: there every allocation above
         # 64 KiB must be its own mmap, so freed blocks leave the process instead of being reused
         # silently (which would read as 0 extra). That child process writes its rows first. The
@@ -151,16 +158,19 @@ def main() -> None:
     sizes = [1024, 16384] if args.quick else [1024, 16384, 131072]
     # (n output rows, T sources): the issue's N = 4096 rows, and wider matrices where most rows get one source
     configs = [(4096, 16384)] if args.quick else [(4096, 16384), (4096, 65536), (16384, 16384), (131072, 65536)]
-    saved = json.loads((RESULTS / "sampled.json").read_text())["rows"] if (RESULTS / "sampled.json").exists() else []
+    saved = json.loads(out.read_text())["rows"] if out.exists() else []
     keep = {"lce": "linear_cross_entropy", "scatter": "scatter_rows_mean"}
     lce = lce_rows(args.device, sizes) if "lce" in parts else [r for r in saved if r["op"] == keep["lce"]]
     sc = scatter_rows(args.device, configs) if "scatter" in parts else [r for r in saved if r["op"] == keep["scatter"]]
-    path = write_results("sampled", lce + sc, {"copy_bandwidth_gbs": copy_bandwidth_gbs(args.device),
-                                               "load_average_start": load_start, "load_average_end": os.getloadavg(),
-                                               "note": "2-core machine shared with other jobs; ratios are "
-                                                       "from the same run",
-                                               "malloc": "linear_cross_entropy rows: MALLOC_MMAP_THRESHOLD_=65536 "
-                                                         "(peak memory); scatter_rows_mean rows: glibc defaults"})
+    extra = {"copy_bandwidth_gbs": copy_bandwidth_gbs(args.device),
+             "load_average_start": load_start, "load_average_end": os.getloadavg(),
+             "note": "2-core machine shared with other jobs; ratios are from the same run",
+             "malloc": "linear_cross_entropy rows: MALLOC_MMAP_THRESHOLD_=65536 "
+                       "(peak memory); scatter_rows_mean rows: glibc defaults"}
+    if args.device != "cpu":
+        extra["note"] = "ratios are from the same run"
+        extra["malloc"] = "peak memory: the CUDA caching allocator's peak"
+    path = write_results("sampled", lce + sc, extra, path=out, device=args.device)
     print(markdown_table(lce, ["mode", "s", "fedkernels_ms", "torch_ms", "speedup", "fedkernels_peak_MiB",
                                "torch_peak_MiB", "peak_ratio"]))
     print()

@@ -3,6 +3,8 @@ the server's masked weighted average, against the PyTorch a user would write, in
 
 Models: the parameter shapes of ResNet-50 (161 tensors, 25.6M) and BERT-base (199 tensors, 109.5M).
 Run: ``PYTHONPATH=src python bench/select.py`` (the launcher; writes bench/results/select.json, prints a table).
+``--quick``: ResNet-50 only (writes select-quick.json); ``--device cuda``: on a GPU (writes
+gpu-check/bench/select[-quick].json unless ``--out`` names a file).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import argparse  # noqa: E402
 
 import torch  # noqa: E402
 
-from common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, timeit, write_results  # noqa: E402
+from common import (add_device_arguments, check_device_arguments, copy_bandwidth_gbs, markdown_table,  # noqa: E402
+                    mib, peak_extra_bytes, results_path, timeit, write_results)
 from select_shapes import bert_base_shapes, resnet50_shapes  # noqa: E402
 
 import fedkernels  # noqa: E402
@@ -24,12 +27,13 @@ import fedkernels  # noqa: E402
 MODELS = {"resnet50": resnet50_shapes, "bert-base": bert_base_shapes}
 
 
-def make_pair(shapes: list[tuple[int, ...]], dtype: torch.dtype, seed: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """(after, before) lists: random weights and a small random local update."""
+def make_pair(shapes: list[tuple[int, ...]], dtype: torch.dtype, seed: int,
+              device: str = "cpu") -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(after, before) lists: random weights and a small random local update (drawn on the CPU, then moved)."""
     g = torch.Generator().manual_seed(seed)
     old = [torch.randn(s, generator=g).to(dtype) for s in shapes]
     new = [(o.float() + 0.01 * torch.randn(s, generator=g)).to(dtype) for o, s in zip(old, shapes)]
-    return new, old
+    return [t.to(device) for t in new], [t.to(device) for t in old]
 
 
 def loop_norms(new: list[torch.Tensor], old: list[torch.Tensor]) -> torch.Tensor:
@@ -50,9 +54,9 @@ def loop_average(dst: list[torch.Tensor], sent: list[tuple[torch.Tensor, list[to
             dst[t].copy_(sum(w * x for w, x in contribs) / sum(w for w, _ in contribs))
 
 
-def bench_norms(model: str, dtype: torch.dtype, rows: list[dict], copy_gbs: float) -> None:
+def bench_norms(model: str, dtype: torch.dtype, rows: list[dict], copy_gbs: float, device: str = "cpu") -> None:
     shapes = MODELS[model]()
-    new, old = make_pair(shapes, dtype, seed=0)
+    new, old = make_pair(shapes, dtype, seed=0, device=device)
     nbytes = 2 * sum(t.numel() * t.element_size() for t in new)  # both tensors read once
     model_bytes = nbytes // 2
     # correctness against float64 (the loop rounds 16-bit differences to 16 bits, so it is no reference)
@@ -62,9 +66,9 @@ def bench_norms(model: str, dtype: torch.dtype, rows: list[dict], copy_gbs: floa
     methods = {"fedkernels.delta_norms": lambda: fedkernels.delta_norms(new, old),
                "python loop": lambda: loop_norms(new, old),
                "_foreach_norm(_foreach_sub)": lambda: foreach_norms(new, old)}
-    times = {name: timeit(fn, repeat=5) for name, fn in methods.items()}
+    times = {name: timeit(fn, device, repeat=5) for name, fn in methods.items()}
     for name, fn in methods.items():
-        peak = peak_extra_bytes(fn)
+        peak = peak_extra_bytes(fn, device)
         rows.append({"model": model, "dtype": str(dtype).replace("torch.", ""), "op": "delta_norms", "method": name,
                      "tensors": len(shapes), "time_ms": 1e3 * times[name],
                      "fk_speedup": times[name] / times["fedkernels.delta_norms"],
@@ -76,7 +80,7 @@ def bench_norms(model: str, dtype: torch.dtype, rows: list[dict], copy_gbs: floa
     k = fedkernels.num_selected(len(new), 0.1)
     want_idx = torch.sort(want, descending=True, stable=True)[1][:k]  # float64 ranking
     assert torch.equal(topk["fedkernels.select_topk_tensors"](), want_idx), "top-k disagrees with float64"
-    ttimes = {name: timeit(fn, repeat=5) for name, fn in topk.items()}
+    ttimes = {name: timeit(fn, device, repeat=5) for name, fn in topk.items()}
     for name in topk:
         rows.append({"model": model, "dtype": str(dtype).replace("torch.", ""), "op": "select_topk_tensors (p=0.1)",
                      "method": name, "tensors": len(shapes), "time_ms": 1e3 * ttimes[name],
@@ -84,16 +88,17 @@ def bench_norms(model: str, dtype: torch.dtype, rows: list[dict], copy_gbs: floa
                      "gbs": nbytes / ttimes[name] / 1e9, "pct_copy_bw": 100 * nbytes / ttimes[name] / 1e9 / copy_gbs})
 
 
-def bench_average(model: str, rows: list[dict], copy_gbs: float, clients: int = 4, fraction: float = 0.5) -> None:
+def bench_average(model: str, rows: list[dict], copy_gbs: float, clients: int = 4, fraction: float = 0.5,
+                  device: str = "cpu") -> None:
     shapes = MODELS[model]()
     g = torch.Generator().manual_seed(1)
     sent = []
     for c in range(clients):
-        new, old = make_pair(shapes, torch.float32, seed=10 + c)
+        new, old = make_pair(shapes, torch.float32, seed=10 + c, device=device)
         idx = fedkernels.select_topk_tensors(new, old, fraction)
         sent.append((idx, [new[i] for i in idx.tolist()], float(torch.randint(50, 500, (1,), generator=g))))
         del old
-    dst = [torch.zeros(s) for s in shapes]
+    dst = [torch.zeros(s, device=device) for s in shapes]
     nbytes = sum(x.numel() * x.element_size() for _, xs, _ in sent for x in xs)
     nbytes += sum(dst[t].numel() * 4 for t in {i for idx, _, _ in sent for i in idx.tolist()})  # reads + writes
     ref = [d.clone() for d in dst]
@@ -102,9 +107,9 @@ def bench_average(model: str, rows: list[dict], copy_gbs: float, clients: int = 
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(dst, ref)), "average disagrees"
     methods = {"fedkernels.masked_weighted_average": lambda: fedkernels.masked_weighted_average(dst, sent),
                "python loop": lambda: loop_average(ref, sent)}
-    times = {name: timeit(fn, repeat=5) for name, fn in methods.items()}
+    times = {name: timeit(fn, device, repeat=5) for name, fn in methods.items()}
     for name, fn in methods.items():
-        peak = peak_extra_bytes(fn)
+        peak = peak_extra_bytes(fn, device)
         rows.append({"model": model, "dtype": "float32", "op": f"masked_weighted_average ({clients} clients, p={fraction})",
                      "method": name, "tensors": len(shapes), "time_ms": 1e3 * times[name],
                      "fk_speedup": times[name] / times["fedkernels.masked_weighted_average"],
@@ -114,18 +119,27 @@ def bench_average(model: str, rows: list[dict], copy_gbs: float, clients: int = 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--models", nargs="*", default=None, help=f"default: {' '.join(MODELS)} (--quick: resnet50)")
     parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
+    parser.add_argument("--quick", action="store_true", help="ResNet-50 only (a smoke run); writes select-quick.json")
+    add_device_arguments(parser)
     args = parser.parse_args()
-    copy_gbs = copy_bandwidth_gbs()
+    device = check_device_arguments(parser, args)
+    unknown = sorted(set(args.models or []) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
+    models = args.models if args.models is not None else (["resnet50"] if args.quick else list(MODELS))
+    name = "select-quick" if args.quick else "select"
+    copy_gbs = copy_bandwidth_gbs(device)
     rows: list[dict] = []
-    for model in args.models:
+    for model in models:
         for dtype in args.dtypes:
-            bench_norms(model, getattr(torch, dtype), rows, copy_gbs)
-        bench_average(model, rows, copy_gbs)
-    path = write_results("select", rows, {"copy_bandwidth_gbs": copy_gbs,
-                                          "note": "2-core machine shared with other engineers' builds; "
-                                                  "ratios are measured in the same run"})
+            bench_norms(model, getattr(torch, dtype), rows, copy_gbs, device)
+        bench_average(model, rows, copy_gbs, device=device)
+    note = ("2-core machine shared with other engineers' builds; ratios are measured in the same run"
+            if device == "cpu" else "ratios are measured in the same run")
+    path = write_results(name, rows, {"copy_bandwidth_gbs": copy_gbs, "note": note},
+                         path=results_path(name, device, args.out), device=device)
     cols = ["model", "dtype", "op", "method", "time_ms", "fk_speedup", "gbs", "pct_copy_bw", "peak_extra_mib"]
     print(f"copy bandwidth {copy_gbs:.1f} GB/s, threads {torch.get_num_threads()}\n")
     print(markdown_table(rows, cols))

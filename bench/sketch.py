@@ -2,6 +2,7 @@
 
     python bench/sketch.py            # the issue's configurations, N = 1024; writes bench/results/sketch.json
     python bench/sketch.py --quick    # two small configurations, N = 256 (under a minute)
+    python bench/sketch.py --quick --device cuda   # on a GPU; writes gpu-check/bench/sketch-quick.json
 
 Per op and configuration: median time of both (same run), their ratio, the peak extra memory of
 each, and the op's achieved GB/s against the measured copy bandwidth (bytes = every input read
@@ -37,20 +38,20 @@ BASELINE_ROW_CHUNK = 128  # the merge compositions run in row chunks when [R, N,
 
 def compose_label_hash(indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor, b: int) -> torch.Tensor:
     """Table lookup + scatter: ``z[j, n, table[l, j]] = 1``."""
-    n, r = indptr.numel() - 1, table.shape[1]
-    rows = torch.repeat_interleave(torch.arange(n), indptr.diff())
-    z = torch.zeros(r, n, b, dtype=torch.uint8)
-    z[torch.arange(r)[None, :], rows[:, None], table[indices].long()] = 1
+    n, r, dev = indptr.numel() - 1, table.shape[1], indptr.device
+    rows = torch.repeat_interleave(torch.arange(n, device=dev), indptr.diff())
+    z = torch.zeros(r, n, b, dtype=torch.uint8, device=dev)
+    z[torch.arange(r, device=dev)[None, :], rows[:, None], table[indices].long()] = 1
     return z
 
 
 def compose_label_hash_into(buf: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor,
                             b: int) -> torch.Tensor:
     """The same composition writing into a reused ``[R, N, B]`` uint8 buffer: zero it, then index-put."""
-    n, r = indptr.numel() - 1, table.shape[1]
-    rows = torch.repeat_interleave(torch.arange(n), indptr.diff())
+    n, r, dev = indptr.numel() - 1, table.shape[1], indptr.device
+    rows = torch.repeat_interleave(torch.arange(n, device=dev), indptr.diff())
     buf.zero_()
-    buf[torch.arange(r)[None, :], rows[:, None], table[indices].long()] = 1
+    buf[torch.arange(r, device=dev)[None, :], rows[:, None], table[indices].long()] = 1
     return buf
 
 
@@ -84,7 +85,7 @@ def compose_merge_topk(logp: torch.Tensor, table: torch.Tensor, k: int) -> tuple
 def compose_count_sketch(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, b: int) -> torch.Tensor:
     """index_add per table: ``M[:, j].index_add_(1, table[:, j], x * signs[:, j])``."""
     r = table.shape[1]
-    m = torch.zeros(x.shape[0], r, b, dtype=x.dtype)
+    m = torch.zeros(x.shape[0], r, b, dtype=x.dtype, device=x.device)
     for j in range(r):
         m[:, j].index_add_(1, table[:, j].long(), x * signs[:, j].to(x.dtype))
     return m
@@ -100,13 +101,15 @@ def compose_query_median(m: torch.Tensor, table: torch.Tensor, signs: torch.Tens
 # ---- measurement
 
 def measure(name: str, config: tuple[int, int, int], ours: Callable[[], object], theirs: Callable[[], object],
-            nbytes: int, copy_gbs: float, slow: bool) -> dict:
+            nbytes: int, copy_gbs: float, slow: bool, device: str = "cpu") -> dict:
     # Seconds-long compositions at the big configurations: one warm-up, then the median of 3 (ours)
     # or 2 (the composition) calls.
-    t_ours = common.timeit(ours, **(dict(warmup=1, repeat=3, min_time=0.0) if slow else dict(warmup=2, repeat=7)))
-    t_theirs = common.timeit(theirs, **(dict(warmup=1, repeat=2, min_time=0.0) if slow else dict(warmup=2, repeat=7)))
-    mem_ours = common.peak_extra_bytes(ours)
-    mem_theirs = common.peak_extra_bytes(theirs)
+    t_ours = common.timeit(ours, device,
+                           **(dict(warmup=1, repeat=3, min_time=0.0) if slow else dict(warmup=2, repeat=7)))
+    t_theirs = common.timeit(theirs, device,
+                             **(dict(warmup=1, repeat=2, min_time=0.0) if slow else dict(warmup=2, repeat=7)))
+    mem_ours = common.peak_extra_bytes(ours, device)
+    mem_theirs = common.peak_extra_bytes(theirs, device)
     gbs = nbytes / t_ours / 1e9
     p, r, b = config
     row = {"op": name, "p": p, "R": r, "B": b, "ours_ms": 1e3 * t_ours, "torch_ms": 1e3 * t_theirs,
@@ -131,63 +134,66 @@ OPS = ("label_hash", "bucket_merge", "bucket_merge_topk", "count_sketch", "count
 
 
 def bench_config(config: tuple[int, int, int], n: int, copy_gbs: float, seed: int = 0,
-                 ops: tuple[str, ...] = OPS) -> list[dict]:
+                 ops: tuple[str, ...] = OPS, device: str = "cpu") -> list[dict]:
+    """Rows for one (p, R, B): inputs drawn on the CPU (same values on every device), then moved to ``device``."""
     p, r, b = config
     g = torch.Generator().manual_seed(seed)
     hf = HashFamily(r, b, seed)
-    table, signs = hf.table(p), hf.signs(p)
+    table, signs = hf.table(p).to(device), hf.signs(p).to(device)
     slow = p * r * n > 100_000_000
     rows = []
 
     # label_hash: N samples with LABELS_PER_SAMPLE labels each
-    indptr = torch.arange(0, (n + 1) * LABELS_PER_SAMPLE, LABELS_PER_SAMPLE, dtype=torch.int64)
-    indices = torch.randint(0, p, (n * LABELS_PER_SAMPLE,), generator=g)
+    indptr = torch.arange(0, (n + 1) * LABELS_PER_SAMPLE, LABELS_PER_SAMPLE, dtype=torch.int64).to(device)
+    indices = torch.randint(0, p, (n * LABELS_PER_SAMPLE,), generator=g).to(device)
     check_same(fedkernels.label_hash(indptr, indices, table, b), compose_label_hash(indptr, indices, table, b), "label_hash")
     nbytes = r * n * b + indptr.numel() * 8 + indices.numel() * (8 + 4 * r)
     if "label_hash" in ops:
         # (1) fresh output every call, as a one-off caller gets it; (2) both sides write into a buffer
         # reused across calls, as a training loop can (no page faults for outputs above the mmap threshold)
         row = measure("label_hash", config, lambda: fedkernels.label_hash(indptr, indices, table, b),
-                      lambda: compose_label_hash(indptr, indices, table, b), nbytes, copy_gbs, False)
+                      lambda: compose_label_hash(indptr, indices, table, b), nbytes, copy_gbs, False, device)
         rows.append({**row, "variant": VARIANT_FRESH})
-        buf_ours = torch.empty(r, n, b, dtype=torch.uint8)
-        buf_theirs = torch.empty(r, n, b, dtype=torch.uint8)
+        buf_ours = torch.empty(r, n, b, dtype=torch.uint8, device=device)
+        buf_theirs = torch.empty(r, n, b, dtype=torch.uint8, device=device)
         check_same(fedkernels.label_hash(indptr, indices, table, b, out=buf_ours),
                    compose_label_hash_into(buf_theirs, indptr, indices, table, b), "label_hash out=")
         row = measure(LABEL_HASH_OUT, config, lambda: fedkernels.label_hash(indptr, indices, table, b, out=buf_ours),
-                      lambda: compose_label_hash_into(buf_theirs, indptr, indices, table, b), nbytes, copy_gbs, False)
+                      lambda: compose_label_hash_into(buf_theirs, indptr, indices, table, b), nbytes, copy_gbs, False,
+                      device)
         rows.append({**row, "variant": VARIANT_OUT})
 
     # merges: log-sigmoid bucket scores of N samples
-    logp = F.logsigmoid(2 * torch.randn(r, n, b, generator=g) - 1)
+    logp = F.logsigmoid(2 * torch.randn(r, n, b, generator=g) - 1).to(device)
     logp_bytes = logp.numel() * 4 + table.numel() * 4
     # bit-identical scores for the mean? the composition's mean(0) may add in another order: allclose
     if "bucket_merge" in ops:
         check_same(fedkernels.bucket_merge(logp[:, :64], table), compose_merge(logp[:, :64], table), "bucket_merge",
                    exact=False)
         rows.append(measure("bucket_merge", config, lambda: fedkernels.bucket_merge(logp, table),
-                            lambda: compose_merge(logp, table), logp_bytes + n * p * 4, copy_gbs, slow))
+                            lambda: compose_merge(logp, table), logp_bytes + n * p * 4, copy_gbs, slow, device))
     if "bucket_merge_topk" in ops:
         got_v, _ = fedkernels.bucket_merge_topk(logp[:, :64], table, TOPK)
         want_v, _ = compose_merge_topk(logp[:, :64], table, TOPK)
         check_same(got_v, want_v, "bucket_merge_topk values", exact=False)
         rows.append(measure("bucket_merge_topk", config, lambda: fedkernels.bucket_merge_topk(logp, table, TOPK),
-                            lambda: compose_merge_topk(logp, table, TOPK), logp_bytes + n * TOPK * 12, copy_gbs, slow))
+                            lambda: compose_merge_topk(logp, table, TOPK), logp_bytes + n * TOPK * 12, copy_gbs, slow,
+                            device))
 
     # count sketch of COUNT_SKETCH_ROWS vectors of length p, and its median query
-    x = torch.randn(COUNT_SKETCH_ROWS, p, generator=g)
+    x = torch.randn(COUNT_SKETCH_ROWS, p, generator=g).to(device)
     check_same(fedkernels.count_sketch(x, table, signs, b), compose_count_sketch(x, table, signs, b), "count_sketch",
                exact=False)
     sk_bytes = x.numel() * 4 + table.numel() * 5 + COUNT_SKETCH_ROWS * r * b * 4
     if "count_sketch" in ops:
         rows.append(measure("count_sketch", config, lambda: fedkernels.count_sketch(x, table, signs, b),
-                            lambda: compose_count_sketch(x, table, signs, b), sk_bytes, copy_gbs, False))
+                            lambda: compose_count_sketch(x, table, signs, b), sk_bytes, copy_gbs, False, device))
     m = fedkernels.count_sketch(x, table, signs, b)
     if "count_sketch_query" in ops:
         check_same(fedkernels.count_sketch_query(m, table, signs), compose_query_median(m, table, signs),
                    "count_sketch_query")
         rows.append(measure("count_sketch_query", config, lambda: fedkernels.count_sketch_query(m, table, signs),
-                            lambda: compose_query_median(m, table, signs), sk_bytes, copy_gbs, False))
+                            lambda: compose_query_median(m, table, signs), sk_bytes, copy_gbs, False, device))
     return rows
 
 
@@ -213,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     ap.add_argument("--ops", default=",".join(OPS),
                     help="comma-separated subset of " + ", ".join(OPS) + " (a subset writes sketch-<ops>.json)")
+    common.add_device_arguments(ap)
     args = ap.parse_args(argv)
+    device = common.check_device_arguments(ap, args)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     configs, n = (QUICK_CONFIGS, 256) if args.quick else (CONFIGS, 1024)
@@ -222,19 +230,20 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown ops {unknown}; choose from {', '.join(OPS)}")
     torch.manual_seed(0)
-    copy_gbs = common.copy_bandwidth_gbs()
-    print(f"copy bandwidth {copy_gbs:.1f} GB/s, {torch.get_num_threads()} threads, N = {n}, k = {TOPK}, "
+    copy_gbs = common.copy_bandwidth_gbs(device)
+    print(f"device {device}, copy bandwidth {copy_gbs:.1f} GB/s, {torch.get_num_threads()} threads, N = {n}, k = {TOPK}, "
           f"load average {Path('/proc/loadavg').read_text().split()[0]}")
     rows = []
     for config in configs:
-        rows += bench_config(config, n, copy_gbs, ops=ops)
+        rows += bench_config(config, n, copy_gbs, ops=ops, device=device)
     goal_rows = goals(rows, copy_gbs)
     name = "sketch-quick" if args.quick else "sketch"
     if set(ops) != set(OPS):
         name += "-" + "-".join(ops)
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None
     path = common.write_results(name, rows, {"copy_bandwidth_gbs": copy_gbs, "N": n, "k": TOPK, "loadavg_at_end": load,
-                                             "count_sketch_rows": COUNT_SKETCH_ROWS, "goals": goal_rows})
+                                             "count_sketch_rows": COUNT_SKETCH_ROWS, "goals": goal_rows},
+                                path=common.results_path(name, device, args.out), device=device)
     cols = ["op", "p", "R", "B", "ours_ms", "torch_ms", "speedup", "ours_extra_MiB", "torch_extra_MiB", "GB/s", "%copy"]
     print()
     print(common.markdown_table(rows, cols))

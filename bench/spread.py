@@ -7,6 +7,7 @@ C^2 * 4 bytes = 40 GB for the forward alone: it is not run there, its memory is 
     PYTHONPATH=src python bench/spread.py            # full (C = 100000, d = 512 takes several minutes)
     PYTHONPATH=src python bench/spread.py --quick    # skips C = 100000
     PYTHONPATH=src python bench/spread.py --only 20000,512 --append   # one configuration
+    PYTHONPATH=src python bench/spread.py --quick --device cuda        # on a GPU: gpu-check/bench/spread.json
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 import torch
 
 import fedkernels
-from common import RESULTS, copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, timeit, write_results
+from common import (add_device_arguments, check_device_arguments, copy_bandwidth_gbs, markdown_table, mib,
+                    peak_extra_bytes, results_path, sync, timeit, write_results)
 
 K = 10
 MARGIN = 1.0
@@ -36,7 +38,7 @@ def composition_knn(W: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
 def composition_loss_fwd_bwd(W: torch.Tensor, k: int) -> torch.Tensor:
     W = W.detach().requires_grad_(True)
     D = torch.cdist(W, W)
-    D = D + torch.diag(torch.full((W.shape[0],), float("inf"), dtype=W.dtype))
+    D = D + torch.diag(torch.full((W.shape[0],), float("inf"), dtype=W.dtype, device=W.device))
     vals, _ = D.topk(k, dim=1, largest=False)
     loss = (torch.clamp(MARGIN - vals, min=0) ** 2).sum()
     loss.backward()
@@ -49,38 +51,41 @@ def fused_loss_fwd_bwd(W: torch.Tensor, k: int) -> torch.Tensor:
     return W.grad
 
 
-def once(fn) -> tuple[float, int]:
+def once(fn, device: str = "cpu") -> tuple[float, int]:
     """Wall time and peak extra memory of a single call (for the configurations too slow to repeat)."""
     t = [0.0]
 
     def run():
+        sync(device)
         t0 = time.perf_counter()
         out = fn()
+        sync(device)
         t[0] = time.perf_counter() - t0
         return out
-    peak = peak_extra_bytes(run)
+    peak = peak_extra_bytes(run, device)
     return t[0], peak
 
 
-def measure(fn, repeat: int) -> tuple[float, int]:
+def measure(fn, repeat: int, device: str = "cpu") -> tuple[float, int]:
     if repeat <= 1:
-        return once(fn)
-    return timeit(fn, warmup=1, repeat=repeat, min_time=0.0), peak_extra_bytes(fn)
+        return once(fn, device)
+    return timeit(fn, device, warmup=1, repeat=repeat, min_time=0.0), peak_extra_bytes(fn, device)
 
 
-def bench_config(c: int, d: int, run_composition: bool, repeat: int) -> dict:
+def bench_config(c: int, d: int, run_composition: bool, repeat: int, device: str = "cpu") -> dict:
+    """One (C, d) row: W drawn on the CPU (same values on every device), then moved to ``device``."""
     g = torch.Generator().manual_seed(0)
-    W = torch.randn(c, d, generator=g) / d**0.5
+    W = (torch.randn(c, d, generator=g) / d**0.5).to(device)
     row: dict = {"C": c, "d": d, "k": K, "load_avg_1min": os.getloadavg()[0]}
-    t_knn, m_knn = measure(lambda: fedkernels.knn_classes(W, K), repeat)
-    t_loss, m_loss = measure(lambda: fused_loss_fwd_bwd(W, K), repeat)
+    t_knn, m_knn = measure(lambda: fedkernels.knn_classes(W, K), repeat, device)
+    t_loss, m_loss = measure(lambda: fused_loss_fwd_bwd(W, K), repeat, device)
     row.update(fk_knn_s=t_knn, fk_knn_peak_mib=mib(m_knn), fk_loss_fwd_bwd_s=t_loss, fk_loss_peak_mib=mib(m_loss),
                fk_knn_gflops=2 * c * c * d / t_knn / 1e9,
                # compute-bound: the minimum traffic (read W, write dist+idx) is tiny against copy bandwidth
                fk_knn_gbs=(c * d * 4 + c * K * 12) / t_knn / 1e9)
     if run_composition:
-        t_cknn, m_cknn = measure(lambda: composition_knn(W, K), repeat)
-        t_closs, m_closs = measure(lambda: composition_loss_fwd_bwd(W, K), repeat)
+        t_cknn, m_cknn = measure(lambda: composition_knn(W, K), repeat, device)
+        t_closs, m_closs = measure(lambda: composition_loss_fwd_bwd(W, K), repeat, device)
         # same answer check: the neighbour sets of both paths agree
         _, idx_fk = fedkernels.knn_classes(W, K)
         _, idx_ref = composition_knn(W, K)
@@ -108,9 +113,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="skip C = 100000")
     ap.add_argument("--only", nargs="*", metavar="C,d", help="run just these configurations, e.g. 20000,512")
-    ap.add_argument("--append", action="store_true", help="merge into the existing bench/results/spread.json")
+    ap.add_argument("--append", action="store_true", help="merge into the existing result file")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    add_device_arguments(ap)
     args = ap.parse_args()
+    device = check_device_arguments(ap, args)
+    on_cpu = torch.device(device).type == "cpu"
+    out = results_path("spread", device, args.out)
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes = [1000, 20000] + ([] if args.quick else [100000])
@@ -118,19 +127,21 @@ def main() -> None:
     if args.only:
         configs = [tuple(int(v) for v in item.split(",")) for item in args.only]
     previous = {}
-    if args.append and (RESULTS / "spread.json").exists():
-        previous = {(r["C"], r["d"]): r for r in json.loads((RESULTS / "spread.json").read_text())["rows"]}
+    if args.append and out.exists():
+        previous = {(r["C"], r["d"]): r for r in json.loads(out.read_text())["rows"]}
     for c, d in configs:
         # one timed run per configuration from C = 20000 on: they take minutes on 2 shared cores
-        repeat = 5 if c <= 1000 else 1
-        row = bench_config(c, d, run_composition=c <= 20000, repeat=repeat)
+        # (a GPU repeats every configuration: a single call would time its first-launch costs)
+        repeat = 5 if c <= 1000 or not on_cpu else 1
+        row = bench_config(c, d, run_composition=c <= 20000, repeat=repeat, device=device)
         print(row, flush=True)
         previous[(c, d)] = row
     rows = [previous[key] for key in sorted(previous)]
-    extra = {"copy_bandwidth_gbs": copy_bandwidth_gbs(), "k": K, "margin": MARGIN, "knn_tile_path": knn_tile_path(),
+    extra = {"copy_bandwidth_gbs": copy_bandwidth_gbs(device), "k": K, "margin": MARGIN,
+             "knn_tile_path": knn_tile_path() if on_cpu else f"{device} kernels",
              "load_avg_end": os.getloadavg(),
              "note": "machine shared with other engineers' builds/tests; compare ratios within this run"}
-    path = write_results("spread", rows, extra)
+    path = write_results("spread", rows, extra, path=out, device=device)
     cols = ["C", "d", "fk_knn_s", "torch_knn_s", "knn_speedup", "fk_knn_peak_mib", "torch_knn_peak_mib",
             "fk_loss_fwd_bwd_s", "torch_loss_fwd_bwd_s", "loss_speedup", "fk_loss_peak_mib", "torch_loss_peak_mib",
             "fk_knn_gflops", "load_avg_1min", "composition"]
