@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr>=1.41,<2'
 
-.PHONY: demo test install bench gpu-check inplace clean
+.PHONY: demo test test-cuda-emu install bench gpu-check inplace clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,17 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q -n 2 python_tests
+
+# Every CUDA kernel executed on this CPU by the CUDA emulator (docs/EMULATOR.md), as CI runs it:
+# default order with the coverage check, a random order under AddressSanitizer, the race check.
+# FK_EMU_SEED picks the random order (default: from the clock, printed).
+EMU_SEED ?= $(or $(FK_EMU_SEED),$(shell date +%s))
+test-cuda-emu: install
+	rm -f build/emu-coverage.json*
+	$(PY) tools/emulate.py test --coverage build/emu-coverage.json -- -n 2
+	$(PY) tools/emu_coverage.py build/emu-coverage.json*
+	HYPOTHESIS_PROFILE=sanitize $(PY) tools/emulate.py test --checks asan --order random --seed $(EMU_SEED)
+	HYPOTHESIS_PROFILE=sanitize $(PY) tools/emulate.py test --checks race -- -n 2
 
 bench: install
 	$(PY) bench/sketch.py

@@ -5,8 +5,8 @@
                                   [--coverage FILE] [-- PYTEST_ARGS...]
 
 `test` builds (incrementally, in build/emu-<checks>), then runs pytest with --emulate-cuda over the
-op tests (every python_tests/test_*.py except the federated-loop, Flower and hardening ones) or
-the given pytest arguments. With --checks asan the interpreter preloads ASan, as tools/sanitize.sh
+op tests (every python_tests/test_*.py except the federated-loop, Flower and hardening ones), or
+over the test files the pytest arguments name. With --checks asan the interpreter preloads ASan, as tools/sanitize.sh
 does. See docs/EMULATOR.md.
 """
 
@@ -41,7 +41,7 @@ def build(checks: str, python: str = sys.executable) -> Path:
 
 def op_test_files() -> list[str]:
     """The op tests: every test file except the federated loop's, Flower's and the hardening ones."""
-    skip = ("test_fl_", "test_flower", "test_hardening", "test_readme")
+    skip = ("test_fl_", "test_flower", "test_hardening", "test_readme", "test_gpu_check")
     return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "python_tests").glob("test_*.py")
                   if not p.name.startswith(skip))
 
@@ -80,7 +80,8 @@ def main(argv: list[str]) -> int:
         args.append(f"--emu-coverage={a.coverage}")
     if a.checks == "asan":  # one process, so a report aborts the run; fd 2 not captured
         args += ["--capture=sys", "-p", "no:xdist"]
-    args += pytest_args or op_test_files()
+    names_tests = any(a.endswith(".py") or "::" in a or os.path.isdir(a) for a in pytest_args)
+    args += pytest_args + ([] if names_tests else op_test_files())
     print(f"emulate: {module.name} (checks={a.checks}, order={a.order}, seed={a.seed})", flush=True)
     return subprocess.run(args, cwd=ROOT, env=env).returncode
 
