@@ -226,6 +226,11 @@ def goals(rows: list[dict], copy_gbs: float) -> list[dict]:
 # assumes every gather of logp hits on chip: true where the row is staged in shared memory (R B <= 8192
 # floats); at the two large configurations the row (64 KB, 160 KB) exceeds the 48 KB of static shared
 # memory and the N p R gathers (0.54 G and 2.56 G) go through L1/L2, so those will sit above the floor.
+# The table is read once per row too: N p R 4 bytes from L2 (65 MB, 0.51 GB, 2.1 GB, 10.2 GB at the four
+# configurations), which at an L2 rate of about 5.5 TB/s is ~12, 92, 390 and 1860 us: more than the HBM
+# floor everywhere. Sharing each table read among several rows of a block (G rows per block: table
+# traffic / G) is the next step; it needs per-row lists per thread (registers) or dynamic shared memory,
+# which the emulator does not model yet.
 
 H100_SMS = 132
 H100_HBM_TBS = 3.35
@@ -259,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", default=",".join(OPS),
                     help="comma-separated subset of " + ", ".join(OPS) + " (a subset writes sketch-<ops>.json)")
     ap.add_argument("--topk-launch", action="store_true",
-                    help="print bucket_merge_topk's CUDA launch shape and memory-bound time per configuration, and exit")
+                    help="print bucket_merge_topk's CUDA launch shape and HBM-bound time per config, and exit")
     args = ap.parse_args(argv)
     if args.topk_launch:
         n = 256 if args.quick else 1024
