@@ -3,6 +3,7 @@
     python bench/sketch.py            # the issue's configurations, N = 1024; writes bench/results/sketch.json
     python bench/sketch.py --quick    # two small configurations, N = 256 (under a minute)
     python bench/sketch.py --quick --device cuda   # on a GPU; writes gpu-check/bench/sketch-quick.json
+    python bench/sketch.py --topk-launch   # bucket_merge_topk's CUDA launch shape per configuration (no GPU needed)
 
 Per op and configuration: median time of both (same run), their ratio, the peak extra memory of
 each, and the op's achieved GB/s against the measured copy bandwidth (bytes = every input read
@@ -213,6 +214,55 @@ def goals(rows: list[dict], copy_gbs: float) -> list[dict]:
     return out
 
 
+# ---- bucket_merge_topk's CUDA launch (csrc/sketch/merge_topk_cuda.cu) at the bench sizes, on an H100
+# (132 SMs, 3.35 TB/s HBM3). No GPU measures it here: the shape follows the launcher's rule (mirrored
+# below; python_tests/test_sketch_topk.py checks the mirror against the emulator's launch record) and
+# the time is the memory-bound floor: logp read once (N R B 4 bytes), the table once (p R 4), the
+# output written once (N k 12). At N = 1024, k = 5 (`python bench/sketch.py --topk-launch` prints it):
+#
+# | p      | R | B    | blocks x threads | splits | warps/SM (grid) | resident warps/SM | row staged | MB moved | floor us |
+# |--------|---|------|------------------|--------|-----------------|-------------------|------------|----------|----------|
+# | 3993   | 4 | 250  | 1024 x 256       | 1      | 62.1            | 32                | yes (4 KB) | 4.22     | 1.26     |
+# | 30938  | 4 | 1000 | 1024 x 256       | 1      | 62.1            | 32                | yes (16 KB)| 16.94    | 5.06     |
+# | 131073 | 4 | 4000 | 1024 x 256       | 1      | 62.1            | 32                | no (64 KB) | 67.69    | 20.21    |
+# | 312330 | 8 | 5000 | 1024 x 256       | 1      | 62.1            | 32                | no (160 KB)| 173.90   | 51.91    |
+#
+# "warps/SM (grid)" is the grid's warps over 132 SMs; "resident" what registers allow at once (k <= 8:
+# __launch_bounds__(256, 4), 64 registers, so 4 blocks of 8 warps; k <= 32: 2 blocks). The floor
+# assumes every gather of logp hits on chip: true where the row is staged in shared memory (R B <= 8192
+# floats); at the two large configurations the row (64 KB, 160 KB) exceeds the 48 KB of static shared
+# memory and the N p R gathers (0.54 G and 2.56 G) go through L1/L2, so those will sit above the floor.
+# The table is read once per row too: N p R 4 bytes from L2 (65 MB, 0.51 GB, 2.1 GB, 10.2 GB at the four
+# configurations), which at an L2 rate of about 5.5 TB/s is ~12, 92, 390 and 1860 us: more than the HBM
+# floor everywhere. Sharing each table read among several rows of a block (G rows per block: table
+# traffic / G) is the next step; it needs per-row lists per thread (registers) or dynamic shared memory,
+# which the emulator does not model yet.
+
+H100_SMS = 132
+H100_HBM_TBS = 3.35
+TOPK_THREADS, TOPK_STAGE_FLOATS, TOPK_TARGET_BLOCKS, TOPK_MIN_CLASSES, TOPK_MAX_SPLITS = 256, 8192, 528, 8, 256
+
+
+def topk_cuda_launch(p: int, r: int, b: int, n: int, k: int) -> dict:
+    """The fast path's launch (k <= 32, float/half/bfloat16), as topk_launch in merge_topk_cuda.cu decides it."""
+    splits = 1
+    if n < TOPK_TARGET_BLOCKS:
+        by_rows = -(-TOPK_TARGET_BLOCKS // n)
+        by_work = max(1, p // (TOPK_THREADS * TOPK_MIN_CLASSES))
+        splits = max(1, min(TOPK_MAX_SPLITS, by_rows, by_work))
+    split_len = -(-p // splits)
+    splits = -(-p // split_len)
+    blocks = n * splits
+    resident_blocks = 4 if k <= 8 else 2
+    nbytes = n * r * b * 4 + p * r * 4 + n * k * 12
+    return {"p": p, "R": r, "B": b, "N": n, "k": k, "blocks": blocks, "threads": TOPK_THREADS, "splits": splits,
+            "merge_threads": 32 * -(-splits // 32) if splits > 1 else 0,
+            "warps_per_SM": blocks * TOPK_THREADS / 32 / H100_SMS,
+            "resident_warps_per_SM": min(blocks / H100_SMS, resident_blocks) * TOPK_THREADS / 32,
+            "row_staged": r * b <= TOPK_STAGE_FLOATS, "MB": nbytes / 1e6,
+            "floor_us": nbytes / (H100_HBM_TBS * 1e12) * 1e6}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="two small configurations, N = 256")
@@ -220,7 +270,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", default=",".join(OPS),
                     help="comma-separated subset of " + ", ".join(OPS) + " (a subset writes sketch-<ops>.json)")
     common.add_device_arguments(ap)
+    ap.add_argument("--topk-launch", action="store_true",
+                    help="print bucket_merge_topk's CUDA launch shape and HBM-bound time per config, and exit")
     args = ap.parse_args(argv)
+    if args.topk_launch:
+        n = 256 if args.quick else 1024
+        shapes = [topk_cuda_launch(p, r, b, n, TOPK) for p, r, b in (QUICK_CONFIGS if args.quick else CONFIGS)]
+        print(common.markdown_table(shapes, ["p", "R", "B", "N", "k", "blocks", "threads", "splits", "merge_threads",
+                                             "warps_per_SM", "resident_warps_per_SM", "row_staged", "MB", "floor_us"]))
+        return 0
     device = common.check_device_arguments(ap, args)
     if args.threads > 0:
         torch.set_num_threads(args.threads)

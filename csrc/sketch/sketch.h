@@ -5,6 +5,7 @@
 
 #include <ATen/OpMathType.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -163,6 +164,40 @@ FK_HOST_DEVICE FK_INLINE bool ranks_before(acc_t va, int64_t ia, acc_t vb, int64
   return va > vb || (va == vb && ia < ib);
 }
 
+// The top-k order as one unsigned integer per value (the CUDA top-k selects on these):
+// ranks_before(a, ia, b, ib) holds exactly when topk_key(a) > topk_key(b), or the keys are equal and
+// ia < ib. Every NaN gets the largest key (NaN ranks first, whatever its payload); -0 and +0 share
+// a key (they compare equal); every other value's key is above 0, so 0 can mark an empty slot.
+template <typename acc_t>
+struct TopkKeyInt;
+template <>
+struct TopkKeyInt<float> {
+  using type = uint32_t;
+};
+template <>
+struct TopkKeyInt<double> {
+  using type = uint64_t;
+};
+
+template <typename acc_t>
+FK_HOST_DEVICE FK_INLINE typename TopkKeyInt<acc_t>::type topk_key(acc_t x) {
+  using U = typename TopkKeyInt<acc_t>::type;
+  if (fk_isnan(x)) return ~U(0);
+  return static_cast<U>(order_key(x)) ^ (U(1) << (8 * sizeof(U) - 1));  // signed order -> unsigned order
+}
+
+// The key of a (scalar_t-rounded) mean score, knowing only table 0's value v0: no class with that v0
+// has a larger key. When the bound is +inf or NaN some table may hold +inf, so the score could be
+// NaN (inf - inf), which outranks every number: then the largest key, which excludes nothing.
+// For a NaN-free row (row_max holds its per-table maxima).
+template <typename scalar_t, typename acc_t>
+FK_HOST_DEVICE FK_INLINE typename TopkKeyInt<acc_t>::type mean_bound_key(acc_t v0, const acc_t* row_max, int64_t r) {
+  using U = typename TopkKeyInt<acc_t>::type;
+  const acc_t bound = mean_bound(v0, row_max, r);
+  if (!(bound < static_cast<acc_t>(INFINITY))) return ~U(0);
+  return topk_key(static_cast<acc_t>(static_cast<scalar_t>(bound)));
+}
+
 template <typename scalar_t>
 FK_HOST_DEVICE FK_INLINE void heap_swap(scalar_t* vals, int64_t* ids, int64_t a, int64_t b) {
   const scalar_t tv = vals[a];
@@ -237,9 +272,8 @@ FK_HOST_DEVICE FK_INLINE void merge_topk_range(const scalar_t* src, int64_t tabl
     const int32_t* trow = table + l * r;
     if (size == k && row_max != nullptr) {
       const acc_t v0 = static_cast<acc_t>(src[trow[0]]);
-      const scalar_t bound = static_cast<scalar_t>(mean_bound(v0, row_max, r));
-      // Ids only grow, so a newcomer must be strictly larger than the root to enter.
-      if (static_cast<acc_t>(bound) <= static_cast<acc_t>(vals[0])) continue;
+      // Ids only grow, so a newcomer must rank strictly above the root by value to enter.
+      if (mean_bound_key<scalar_t, acc_t>(v0, row_max, r) <= topk_key(static_cast<acc_t>(vals[0]))) continue;
     }
     const scalar_t v = static_cast<scalar_t>(merge_score<scalar_t, acc_t>(src, table_stride, trow, nullptr, r, reduce));
     heap_offer(vals, ids, size, k, v, l);
