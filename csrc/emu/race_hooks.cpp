@@ -17,13 +17,17 @@ FK_HIDDEN void __tsan_vptr_read(void**) {}
 FK_HIDDEN void __tsan_read_range(void* p, size_t n) { fk_emu::shared_access(p, n, false); }
 FK_HIDDEN void __tsan_write_range(void* p, size_t n) { fk_emu::shared_access(p, n, true); }
 
-#define FK_ACCESS_HOOKS(N)                                                                 \
-  FK_HIDDEN void __tsan_read##N(void* p) { fk_emu::shared_access(p, N, false); }           \
-  FK_HIDDEN void __tsan_write##N(void* p) { fk_emu::shared_access(p, N, true); }           \
-  FK_HIDDEN void __tsan_unaligned_read##N(void* p) { fk_emu::shared_access(p, N, false); } \
-  FK_HIDDEN void __tsan_unaligned_write##N(void* p) { fk_emu::shared_access(p, N, true); } \
-  FK_HIDDEN void __tsan_volatile_read##N(void* p) { fk_emu::shared_access(p, N, false); }  \
-  FK_HIDDEN void __tsan_volatile_write##N(void* p) { fk_emu::shared_access(p, N, true); }
+static inline void access(void* p, size_t n, bool write) {
+  if (fk_emu::in_shared_arena(p)) fk_emu::shared_access(p, n, write);
+}
+
+#define FK_ACCESS_HOOKS(N)                                                       \
+  FK_HIDDEN void __tsan_read##N(void* p) { access(p, N, false); }                \
+  FK_HIDDEN void __tsan_write##N(void* p) { access(p, N, true); }                \
+  FK_HIDDEN void __tsan_unaligned_read##N(void* p) { access(p, N, false); }      \
+  FK_HIDDEN void __tsan_unaligned_write##N(void* p) { access(p, N, true); }      \
+  FK_HIDDEN void __tsan_volatile_read##N(void* p) { access(p, N, false); }       \
+  FK_HIDDEN void __tsan_volatile_write##N(void* p) { access(p, N, true); }
 FK_ACCESS_HOOKS(1)
 FK_ACCESS_HOOKS(2)
 FK_ACCESS_HOOKS(4)

@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -23,8 +24,6 @@ namespace {
 constexpr size_t kArenaBytes = size_t(16) << 20;  // address space only; pages come on first touch
 constexpr size_t kRedzone = 64;                   // before every variable (ASan-poisoned in ASan builds)
 
-char* g_arena = nullptr;
-size_t g_used = kRedzone;  // the end of the last variable
 size_t g_var_bytes = 0;
 std::mutex g_alloc_mutex;
 bool g_poison = true;
@@ -71,30 +70,33 @@ void report(const char* what, size_t offset, int a, int b) {
 
 }  // namespace
 
+char* g_shared_arena = nullptr;
+size_t g_shared_used = 0;  // the end of the last variable (0 until the first is placed)
+
 size_t shared_allocate(size_t bytes, size_t align, const char* name) {
   std::lock_guard<std::mutex> lock(g_alloc_mutex);
-  if (!g_arena) {
+  if (!g_shared_arena) {
     void* p = mmap(nullptr, kArenaBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     TORCH_CHECK(p != MAP_FAILED, "CUDA emulator: cannot map the shared-memory arena");
-    g_arena = static_cast<char*>(p);
+    g_shared_arena = static_cast<char*>(p);
 #if defined(__SANITIZE_ADDRESS__)
-    __asan_poison_memory_region(g_arena, kArenaBytes);  // all redzone until a variable is placed
+    __asan_poison_memory_region(g_shared_arena, kArenaBytes);  // all redzone until a variable is placed
 #endif
   }
   align = align < 16 ? 16 : align;
-  const size_t off = (g_used + align - 1) / align * align;
+  const size_t off = (std::max(g_shared_used, kRedzone) + align - 1) / align * align;
   TORCH_CHECK(off + bytes + kRedzone <= kArenaBytes, "CUDA emulator: __shared__ ", name, " does not fit the arena");
-  g_used = off + bytes + kRedzone;
+  g_shared_used = off + bytes + kRedzone;
   g_var_bytes += bytes;
   g_vars.push_back(Var{off, bytes, name});
 #if defined(__SANITIZE_ADDRESS__)
-  __asan_unpoison_memory_region(g_arena + off, bytes);
+  __asan_unpoison_memory_region(g_shared_arena + off, bytes);
 #endif
   return off;
 }
 
 void* shared_enter(size_t offset, size_t bytes, uint64_t* poisoned_in_block) {
-  char* p = g_arena + offset;
+  char* p = g_shared_arena + offset;
   if (*poisoned_in_block != g_block) {  // the first thread of this block to reach the declaration
     *poisoned_in_block = g_block;
     if (g_poison) std::memset(p, 0xFF, bytes);
@@ -123,15 +125,15 @@ void block_synced() { ++g_epoch; }
 void warp_synced(int warp) { ++g_warp_gen[warp]; }
 
 void shared_access(const void* p, size_t n, bool write) {
+  if (!in_shared_arena(p)) return;
   const ThreadCtx* t = current_thread();
-  if (!t || !g_arena) return;  // host code of the launcher, or no shared memory at all
-  const size_t off = static_cast<size_t>(static_cast<const char*>(p) - g_arena);
-  if (off >= g_used) return;
-  if (g_shadow.size() < g_used) g_shadow.resize(kArenaBytes < 2 * g_used ? kArenaBytes : 2 * g_used);
+  if (!t) return;  // host code of the launcher
+  const size_t off = static_cast<size_t>(static_cast<const char*>(p) - g_shared_arena);
+  if (g_shadow.size() < g_shared_used) g_shadow.resize(kArenaBytes < 2 * g_shared_used ? kArenaBytes : 2 * g_shared_used);
   const int tid = t->tid;
   const uint16_t gen = g_warp_gen[tid / 32];
   const size_t reported = g_reports.size();
-  for (size_t i = off; i < off + n && i < g_used && g_reports.size() == reported; ++i) {  // one report per access
+  for (size_t i = off; i < off + n && i < g_shared_used && g_reports.size() == reported; ++i) {  // one report per access
     Cell& c = g_shadow[i];
     if (c.block != g_block) {
       c = Cell{};

@@ -19,4 +19,12 @@ void warp_synced(int warp);  // a warp operation completed: that warp's earlier 
 // One access by the running kernel thread (called by the race-check build's instrumentation).
 void shared_access(const void* p, size_t n, bool write);
 
+// [arena, arena + arena_used): where __shared__ variables live; the race hooks test this first,
+// so the loads and stores that are not to shared memory (nearly all) cost one compare.
+extern char* g_shared_arena;
+extern size_t g_shared_used;
+inline bool in_shared_arena(const void* p) {
+  return static_cast<size_t>(static_cast<const char*>(p) - g_shared_arena) < g_shared_used;
+}
+
 }  // namespace fk_emu
