@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import fedkernels
-from fedkernels.comm import decode_runs
-from fedkernels.fl import RunConfig, Server, TrainConfig, decode, encode
+from fedkernels.comm import decode_runs, encode_runs
+from fedkernels.fl import PayloadError, RunConfig, Server, TrainConfig, decode, encode
 from fedkernels.fl.algorithms import L1Diff, L1DiffNetwork
 from fedkernels.fl.algorithms.l1diff_codec import full_gradient, l1diff_direction
 from fedkernels.fl.algorithms.fedavg import multilabel_loss
@@ -150,6 +150,63 @@ def test_corrupt_stream_is_rejected_by_the_loop(cut):
     assert all(torch.equal(s.state[k], expect[k]) for k in expect) and not s.strategy.rejected
 
 
+def _hostile_streams(shape: torch.Size) -> dict[str, bytes]:
+    """Streams a hostile client could send for a tensor of ``shape``: each must be rejected."""
+    from python_tests.fuzz.codec_streams import AUDIT_V1, stream, v2
+    wrong = torch.zeros(shape).reshape(-1)[:-1] if torch.Size(shape).numel() else torch.zeros(1)
+    return {
+        "bomb": v2(AUDIT_V1["audit_35B_bias_bomb"]),            # 600e6 elements claimed
+        "audit_literal": AUDIT_V1["audit_28B_shape_2pow33"],    # version 1
+        "numel_2pow64": v2(AUDIT_V1["audit_36B_numel_2pow64"]),
+        "zero_beside_huge": v2(AUDIT_V1["audit_zero_beside_huge"]),
+        "wrong_shape": encode_runs(wrong),
+        "float16": encode_runs(torch.zeros(shape), "float16"),  # the strategy sends float32 values
+        "nan": encode_runs(torch.full(shape, float("nan"))),
+        "bit_flip": bytes([b ^ (i == 9) for i, b in enumerate(encode_runs(torch.ones(shape)))]),
+        "liar": stream(list(shape), 1, b"\x00\x00\x80\x3f", b"\x80"),  # one run of length 1
+    }
+
+
+@pytest.mark.parametrize("kind", ["bomb", "audit_literal", "numel_2pow64", "zero_beside_huge", "wrong_shape",
+                                  "float16", "nan", "bit_flip", "liar"])
+def test_hostile_streams_are_rejected_not_crashed(kind):
+    """The server decodes each tensor against its expected shape and value dtype before allocating:
+    a hostile stream for the bias is recorded as "rejected: ..." (never "crashed"), and the state is
+    the honest clients' aggregate."""
+    honest = _server()
+    chosen = honest.select_clients(0)
+    liar = chosen[0]
+    expect = honest.strategy.aggregate(honest.state, [honest.run_client(c, 0)[0] for c in chosen[1:]], 0)
+    s = _server()
+    inner = s.endpoints[liar]
+    bias = next(n for n in s.state if n.endswith("bias"))
+    bad = _hostile_streams(s.state[bias].shape)[kind]
+
+    class Hostile:
+        def request(self, round, seed):
+            return inner.request(round, seed)
+
+        def update(self, raw_down, round, seed):
+            up = decode(inner.update(raw_down, round, seed))
+            return encode({**up, bias: torch.frombuffer(bytearray(bad), dtype=torch.uint8)})
+
+    s.endpoints[liar] = Hostile()
+    rec = s.run_round()
+    assert [c for c, _ in rec.failed] == [liar]
+    why = rec.failed[0][1]
+    assert why.startswith(f"rejected: tensor {bias!r} is not a valid l1-difference stream: data "), why
+    assert all(torch.equal(s.state[k], expect[k]) for k in expect)
+
+
+def test_float16_strategy_expects_float16_streams():
+    s = _server(value_dtype="float16")
+    rec = s.run_round()
+    assert not rec.failed
+    with pytest.raises(PayloadError, match="holds float32 values, expected float16"):
+        s.strategy._checked.check({n: torch.frombuffer(bytearray(encode_runs(t.float())), dtype=torch.uint8)
+                                   for n, t in s.state.items()}, {n: t.shape for n, t in s.state.items()})
+
+
 def test_corrupt_upload_is_dropped_not_applied():
     """aggregate() called directly (not through the loop) still never applies a corrupt stream."""
     s = _server()
@@ -176,7 +233,7 @@ def test_each_stream_decoded_once_per_round(make, monkeypatch):
     fresh.run_round()
     calls = []
     real = l1diff_codec.decode_direction
-    monkeypatch.setattr(l1diff_codec, "decode_direction", lambda wire, shape: calls.append(1) or real(wire, shape))
+    monkeypatch.setattr(l1diff_codec, "decode_direction", lambda *a: calls.append(1) or real(*a))
     s = make()
     streams = 2 * len(s.state)  # two clients per round, one stream per tensor
     rec = s.run_round()

@@ -140,3 +140,33 @@ def test_requests_match_in_process():
     assert [h.failed for h in fk.history] == [h.failed for h in ref.history]
     assert [(h.bytes_up, h.bytes_down) for h in fk.history] == [(h.bytes_up, h.bytes_down) for h in ref.history]
     assert ref.history[1].failed == [(1, "rejected: tensor 'want' has values >= 8")]
+
+
+def test_codec_bomb_is_rejected_and_the_round_completes():
+    """An l1-difference client uploads a 39-byte stream claiming 600e6 elements for a bias of 8 (and
+    in round 2 the audit's version-1 stream): aggregate_train records it as rejected, the round
+    completes with the others, and the result is the in-process run's, to the bits."""
+    from python_tests.fuzz.codec_streams import AUDIT_V1, v2
+    from python_tests.hardening_helpers import Tampered, edit_tensors
+
+    bombs = {0: v2(AUDIT_V1["audit_35B_bias_bomb"]), 1: AUDIT_V1["audit_28B_shape_2pow33"],
+             2: v2(AUDIT_V1["audit_36B_numel_2pow64"])}
+
+    class Bomber(Tampered):
+        def update(self, download, round, seed):
+            up = self.inner.update(download, round, seed)
+            bomb = torch.frombuffer(bytearray(bombs[round % 3]), dtype=torch.uint8)
+            return edit_tensors(lambda t: {**t, next(k for k in sorted(t) if k.endswith("bias")): bomb})(up)
+
+    wrap = lambda cid, inner: Bomber(cid, inner, None, {1}) if cid == 1 else inner  # noqa: E731
+    l1diff = lambda: make_strategy("l1diff")  # noqa: E731
+    fk = flower(strategy=l1diff)
+    fk.start(grid(wrap=lambda ctx, cid, inner: wrap(cid, inner), strategy=l1diff), fk.initial_arrays(),
+             num_rounds=3, timeout=5)
+    ref = in_process(wrapper=wrap, strategy=l1diff)
+    assert same_state(fk.state, ref.state)
+    assert [h.failed for h in fk.history] == [h.failed for h in ref.history]
+    failed = [why for h in fk.history for c, why in h.failed]
+    assert failed and all(why.startswith("rejected: tensor ") and "not a valid l1-difference stream: data " in why
+                          for why in failed), failed
+    assert all(h.round == r for r, h in enumerate(fk.history)) and len(fk.history) == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -44,10 +45,10 @@ def test_layout_matches_reference_bytes(x):
     data = encode_runs(x)
     words = prox_ref.float32_words(x.reshape(-1).numpy())
     values, lengths = prox_ref.runs_of_bits(words)
-    want = (b"FKRL" + struct.pack("<BBB", 1, 0, x.dim()) + struct.pack(f"<{x.dim()}Q", *x.shape)
+    body = (b"FKRL" + struct.pack("<BBB", 2, 0, x.dim()) + struct.pack(f"<{x.dim()}Q", *x.shape)
             + struct.pack("<Q", len(values)) + struct.pack(f"<{len(values)}I", *values)
             + prox_ref.elias_gamma_bytes(lengths))
-    assert data == want
+    assert data == body + struct.pack("<I", zlib.crc32(body))  # version 2: CRC-32 trailer
 
 
 @given(x=piecewise())
@@ -60,7 +61,7 @@ def test_adversarial_inputs():
     distinct = torch.arange(1000, dtype=torch.float32) * 0.5  # all distinct: 1000 runs of length 1
     data = encode_runs(distinct)
     assert read_header(data).runs == 1000 and _bits_equal(decode_runs(data), distinct)
-    assert len(data) == 7 + 8 + 8 + 4 * 1000 + 125  # one gamma bit per run
+    assert len(data) == 7 + 8 + 8 + 4 * 1000 + 125 + 4  # one gamma bit per run, 4 checksum bytes
     one_run = torch.full((3, 1_000_000), -2.5)
     data = encode_runs(one_run)
     assert read_header(data).runs == 1 and len(data) < 50 and _bits_equal(decode_runs(data), one_run)
@@ -79,15 +80,30 @@ def test_prox_update_compresses():
     assert len(data) < 4 * u.numel() / 10
 
 
+def _reseal(data: bytes) -> bytes:
+    """``data`` minus its trailer, with a correct CRC-32 appended: how a hostile sender gets past the
+    checksum, so the checks behind it are tested too."""
+    return data[:-4] + struct.pack("<I", zlib.crc32(data[:-4]))
+
+
 @pytest.mark.parametrize("mangle, match", [
     (lambda d: d[:3], "bad magic"),
     (lambda d: b"XXXX" + d[4:], "bad magic"),
-    (lambda d: d[:4] + b"\x07" + d[5:], "version"),
+    (lambda d: d[:4] + b"\x07" + d[5:], "version 7"),
+    (lambda d: d[:4] + b"\x01" + d[5:-4], "version 1, this build reads only version 2"),
     (lambda d: d[:5] + b"\x09" + d[6:], "dtype code"),
+    (lambda d: d[:6] + b"\x11" + d[7:], "17 dims"),
     (lambda d: d[:10], "truncated"),
-    (lambda d: d[:-1], "ends early|truncated|sum"),
-    (lambda d: d + b"\x80", "trailing"),
-    (lambda d: d[:7] + struct.pack("<Q", 999) + d[15:], "run lengths|runs"),
+    (lambda d: d[:-1], "checksum"),
+    (lambda d: d + b"\x80", "checksum"),
+    (lambda d: d[:20] + bytes([d[20] ^ 4]) + d[21:], "checksum"),
+    (lambda d: _reseal(d[:-5] + d[-4:]), "run lengths|truncated"),
+    (lambda d: _reseal(d[:-4] + b"\x80" + d[-4:]), "bits after its last run"),
+    (lambda d: _reseal(d[:7] + struct.pack("<Q", 999) + d[15:]), "run lengths"),
+    (lambda d: _reseal(d[:7] + struct.pack("<Q", 29) + d[15:]), "adding up to more"),
+    (lambda d: _reseal(d[:15] + struct.pack("<Q", 31) + d[23:]), "31 runs for 30 elements"),
+    (lambda d: _reseal(d[:15] + struct.pack("<Q", 0) + d[23:]), "0 runs for 30"),
+    (lambda d: _reseal(d[:15] + struct.pack("<Q", 25) + d[23:]), "truncated: 25 run values"),
 ])
 def test_corrupt_payloads_raise(mangle, match):
     x = torch.tensor([1.0, 1.0, 2.0, 3.0, 3.0, 3.0] * 5)

@@ -215,3 +215,92 @@ def test_concurrent_callers_keep_their_own_scratch():
     for th in threads:
         th.join()
     assert not failures
+
+
+# ---- inputs that are views of out, and weights whose sum overflows ---------------------------
+
+@pytest.mark.parametrize("make, name", [
+    (lambda out: (torch.tensor([3, 4, 0]), out[:3], torch.ones(3)), "src"),          # the audit's case
+    (lambda out: (torch.tensor([0, 1, 2]), out[3:6], torch.ones(3)), "src"),         # disjoint rows, same storage
+    (lambda out: (torch.tensor([5, 5, 5]), out[::2], torch.ones(3)), "src"),          # strided rows
+    (lambda out: (torch.tensor([5, 5, 5]), out.t()[:, :3].t(), torch.ones(3)), "src"),
+    (lambda out: (torch.tensor([1, 2, 3]), torch.ones(3, 2), out.view(-1)[4:7]), "weight"),
+    (lambda out: (out.view(torch.int64).view(-1)[:3], torch.ones(3, 2), torch.ones(3)), "idx"),
+])
+def test_inputs_sharing_out_memory_are_refused(make, name, device):
+    """A source (or weight, or idx) that is a view of out would be read after its rows were written:
+    ValueError naming it, before out is touched, on every device's launcher (the check is in the
+    shared host-side checks)."""
+    dtype = torch.float64 if name == "idx" else torch.float32
+    out = torch.zeros(6, 2, dtype=dtype, device=device) if name == "idx" else \
+        torch.arange(12.0, device=device).reshape(6, 2)
+    idx, src, w = make(out)
+    idx, src, w = idx.to(device), src.to(device=device, dtype=dtype), w.to(device)
+    before = out.clone()
+    with pytest.raises(ValueError, match=f"{name} must not share memory with out"):
+        fedkernels.scatter_rows_mean(out, idx, src, w)
+    assert torch.equal(out, before)
+
+
+def test_same_storage_without_overlap_is_fine():
+    big = torch.arange(20.0).reshape(10, 2)
+    out, src = big[:5], big[5:8]  # one storage, disjoint ranges
+    want = sampled_ref.scatter_rows_mean_in_order(out.clone(), torch.tensor([0, 0, 4]), src.clone(), torch.ones(3))
+    fedkernels.scatter_rows_mean(out, torch.tensor([0, 0, 4]), src, torch.ones(3))
+    assert torch.equal(out, want) and torch.equal(big[5:], torch.arange(10.0, 20.0).reshape(5, 2))
+
+
+@pytest.mark.parametrize("dtype, wdtype, big", [
+    (torch.float32, torch.float32, 3e38),     # the float32 weight sum overflows
+    (torch.bfloat16, torch.float32, 3e38),
+    (torch.float16, torch.float16, 6e4),
+    (torch.float32, torch.float64, 3e38),
+    (torch.float64, torch.float64, 1.5e308),  # the float64 weight sum overflows
+    (torch.float32, torch.float32, 1e38),     # no weight sum overflows, but w x does (x = 7, 8)
+])
+def test_large_finite_weights_give_the_mean(dtype, wdtype, big, device):
+    """Finite weights whose sum (or product with a value) overflows the accumulation dtype: the row is
+    the weighted mean, not inf/inf = NaN or inf. Its weights are scaled by a power of two (a mean does
+    not depend on the scale), so the result is the documented rounding of the scaled weights, and the
+    rows with weights <= 1 are untouched by it."""
+    idx = torch.tensor([0, 0, 0, 1, 2, 2])
+    src = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, -6.0], [7.0, 8.0], [1.0, 1.0], [3.0, 5.0]]).to(dtype)
+    w = torch.tensor([big, big, big / 2, big * 0.75, 0.25, 0.75], dtype=wdtype)
+    out = torch.zeros(4, 2, dtype=dtype)
+    got = fedkernels.scatter_rows_mean(out.clone().to(device), idx.to(device), src.to(device), w.to(device)).cpu()
+    assert bool(torch.isfinite(got).all())
+    want = sampled_ref.scatter_rows_mean(out, idx, src, w / big)  # the exact mean (scale-free), float64
+    torch.testing.assert_close(got, want.to(dtype))
+    assert torch.equal(_bits(got), _bits(sampled_ref.scatter_rows_mean_in_order(out, idx, src, w)))
+
+
+def test_float64_weights_beyond_float32_are_refused_for_float32_rows():
+    out = torch.zeros(3, 2)
+    with pytest.raises(ValueError, match=r"weight values must be at most float32's max .* got max 1e\+300"):
+        fedkernels.scatter_rows_mean(out, torch.tensor([0, 0]), torch.ones(2, 2),
+                                     torch.tensor([1e300, 1.0], dtype=torch.float64))
+    assert torch.equal(out, torch.zeros(3, 2))
+    out64 = torch.zeros(3, 2, dtype=torch.float64)  # float64 rows sum float64 weights: fine
+    fedkernels.scatter_rows_mean(out64, torch.tensor([0, 0]), torch.tensor([[1.0, 2.0], [3.0, 4.0]],
+                                                                           dtype=torch.float64),
+                                 torch.tensor([1e300, 1e300], dtype=torch.float64))
+    assert out64[0].tolist() == [2.0, 3.0]
+
+
+@given(n=st.integers(1, 6), t=st.integers(1, 30), seed=st.integers(0, 2**31),
+       dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]))
+def test_huge_and_ordinary_weights_mixed(n, t, seed, dtype):
+    """Weights anywhere in [0, the accumulation dtype's max]: finite rows, each the documented
+    rounding (sampled_ref.scatter_rows_mean_in_order) to the bit, and close to the exact mean."""
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, n, (t,), generator=g)
+    src = torch.randn(t, 3, generator=g).to(dtype)
+    wdt = torch.float64 if dtype == torch.float64 else torch.float32
+    top = torch.finfo(wdt).max
+    w = torch.where(torch.rand(t, generator=g) < 0.5, torch.rand(t, generator=g, dtype=torch.float64) * top,
+                    torch.rand(t, generator=g, dtype=torch.float64) + 0.01).to(wdt)
+    out = torch.randn(n, 3, generator=g).to(dtype)
+    got = fedkernels.scatter_rows_mean(out.clone(), idx, src, w)
+    assert bool(torch.isfinite(got).all())
+    assert torch.equal(_bits(got), _bits(sampled_ref.scatter_rows_mean_in_order(out, idx, src, w)))
+    torch.testing.assert_close(got, sampled_ref.scatter_rows_mean(out, idx, src, w / top).to(dtype))

@@ -4,7 +4,8 @@
 # process, so a report fails the run.
 #
 #   tools/sanitize.sh [pytest args...]        (default: every op test, python_tests/test_*.py
-#                                              minus the federated-loop and Flower tests)
+#                                              minus the federated-loop and Flower tests, and the
+#                                              fuzz tests, python_tests/fuzz/test_*.py)
 # Env: PYTHON (an interpreter whose torch is CPU-only; default: python3 on PATH),
 #      FK_SANITIZE_BUILD (build dir; default build/sanitize), HYPOTHESIS_PROFILE (default: sanitize).
 set -euo pipefail
@@ -46,7 +47,7 @@ export PYTHONPATH="$OUT:$ROOT"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-sanitize}"
 
 if [ $# -eq 0 ]; then
-  set -- $(ls python_tests/test_*.py | grep -v -e '/test_fl_' -e '/test_flower' -e '/test_hardening')
+  set -- $(ls python_tests/test_*.py python_tests/fuzz/test_*.py | grep -v -e '/test_fl_' -e '/test_flower' -e '/test_hardening')
 fi
 # An editable install (pip install -e ., as `make install` does) puts an import hook ahead of
 # PYTHONPATH; drop it so the sanitized module is the one imported, and prove it is.

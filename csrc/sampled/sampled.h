@@ -172,7 +172,41 @@ FK_HOST_DEVICE FK_INLINE void lce_dlogits(T* z, int64_t cols, T lse, T g_loss, T
 // scatter_rows_mean: out[r] = sum_t w_t src_t / sum_t w_t over the segment of sources of row r,
 // summed in the segment's (stable) order: acc = 0 + w x_first, acc += w x for the middle ones,
 // out = (acc + w x_last) / sum w (a single source: out = (0 + w x) / sum w). acc has the row's d
-// columns; (start, stride) split them.
+// columns; (start, stride) split them. The w here are the row's weights times its scale (below).
+
+// The scale of a row's weights: 1 when its largest weight is at most 1, else 2^-e with e the
+// exponent of that weight (frexp), so the scaled weights are < 1. Why: with finite weights such as
+// 3e38 and 3e38 the weight sum (or a product w x) overflows and the row would be inf/inf = NaN; with
+// weights < 1 no product overflows where x does not, and the sum is at most the source count. A
+// weighted mean does not depend on the scale of its weights, and a power of two scales exactly: a
+// row gets the same bits as unscaled wherever the unscaled sums neither overflow nor fall into
+// subnormals.
+template <typename acc_t>
+FK_HOST_DEVICE FK_INLINE acc_t row_weight_scale(acc_t max_weight) {
+  if (!(max_weight > acc_t(1))) return acc_t(1);
+  int e = 0;
+  std::frexp(max_weight, &e);  // max_weight = m 2^e, m in [0.5, 1)
+  return std::ldexp(acc_t(1), -e);
+}
+
+// Row segment [s0, s1) of perm: its weight scale, and the sum of its scaled weights in stable order
+// (each weight scaled before it is added, as the row's sums use them). A row with no weight above 1
+// takes one pass, as before the scale existed; the others a second one.
+template <typename acc_t>
+FK_HOST_DEVICE FK_INLINE acc_t row_scaled_weight_sum(const acc_t* w, const int64_t* perm, int64_t s0, int64_t s1,
+                                                     acc_t* scale) {
+  acc_t mx = 0, sum = 0;
+  for (int64_t t = s0; t < s1; ++t) {
+    const acc_t v = w[perm[t]];
+    mx = v > mx ? v : mx;
+    sum += v;
+  }
+  *scale = row_weight_scale(mx);
+  if (*scale == acc_t(1)) return sum;
+  sum = 0;
+  for (int64_t t = s0; t < s1; ++t) sum += w[perm[t]] * *scale;
+  return sum;
+}
 
 template <typename acc_t, typename scalar_t>
 FK_HOST_DEVICE FK_INLINE void weighted_row_accumulate(acc_t* __restrict__ acc, const scalar_t* __restrict__ src_row,

@@ -1,7 +1,9 @@
 // Argument checks of the sampled-softmax ops, shared by the CPU and CUDA launchers.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
 
 #include "common/checks.h"
 
@@ -80,8 +82,35 @@ inline void check_lce_backward_args(const at::Tensor& h, const at::Tensor& lse, 
   check_one(grad_lse, "grad_lse");
 }
 
+// The address range [first, last byte + 1) that t's elements span (for t with elements).
+inline std::pair<uintptr_t, uintptr_t> byte_range(const at::Tensor& t) {
+  int64_t lo = 0, hi = 0;  // element offsets from data_ptr of the lowest and highest element
+  for (int64_t k = 0; k < t.dim(); ++k) {
+    const int64_t reach = (t.size(k) - 1) * t.stride(k);
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const auto base = reinterpret_cast<uintptr_t>(t.data_ptr());
+  const auto item = static_cast<intptr_t>(t.element_size());
+  return {base + lo * item, base + (hi + 1) * item};
+}
+
+// An input must not share memory with an output written in place: scatter_rows_mean writes rows
+// of out while it still reads its sources and weights, so a view of out (src = out[:T], say) would
+// be read after its own rows changed, and give wrong rows without any error. The test is on
+// address ranges, so a strided input whose range straddles out is refused even if no element is
+// shared (out is contiguous, so it is exact whenever the input is contiguous too).
+inline void check_no_overlap(const at::Tensor& out, const at::Tensor& t, const char* name) {
+  if (out.numel() == 0 || t.numel() == 0 || !out.has_storage() || !t.has_storage()) return;
+  if (!out.storage().is_alias_of(t.storage())) return;
+  const auto [o_lo, o_hi] = byte_range(out);
+  const auto [t_lo, t_hi] = byte_range(t);
+  TORCH_CHECK_VALUE(t_hi <= o_lo || o_hi <= t_lo, name, " must not share memory with out (out is written in place "
+                    "while ", name, " is read): pass a copy, e.g. ", name, ".clone()");
+}
+
 // out [n, d] contiguous floating, src [T, d] of out's dtype, idx int64 [T] in [0, n), weight [T]
-// floating, finite and >= 0; one device.
+// floating, finite, >= 0 and representable in the accumulation dtype; one device; no input sharing
+// memory with out.
 inline void check_scatter_rows_mean_args(const at::Tensor& out, const at::Tensor& idx, const at::Tensor& src,
                                          const at::Tensor& weight) {
   check_floating(out, "out");
@@ -100,10 +129,24 @@ inline void check_scatter_rows_mean_args(const at::Tensor& out, const at::Tensor
   check_same_device(out, "out", idx, "idx");
   check_same_device(out, "out", src, "src");
   check_same_device(out, "out", weight, "weight");
+  check_no_overlap(out, idx, "idx");
+  check_no_overlap(out, src, "src");
+  check_no_overlap(out, weight, "weight");
   check_index_range(idx, 0, out.size(0), "idx");
   if (weight.numel() > 0) {
-    const bool ok = weight.ge(0).logical_and_(weight.isfinite()).all().item<bool>();
-    TORCH_CHECK_VALUE(ok, "weight must be finite and >= 0");
+    // Weights are summed in the accumulation dtype: float64 weights for a float32/float16/bfloat16
+    // out must fit in float32 (one reduction either way; the cause is sorted out only on failure).
+    const bool narrowed = weight.scalar_type() == at::kDouble && acc_dtype_of(out.scalar_type()) == at::kFloat;
+    constexpr double kFloatMax = 3.4028234663852886e38;
+    auto good = weight.ge(0).logical_and_(weight.isfinite());
+    if (narrowed) good.logical_and_(weight.le(kFloatMax));
+    if (!good.all().item<bool>()) {
+      TORCH_CHECK_VALUE(weight.ge(0).logical_and_(weight.isfinite()).all().item<bool>(),
+                        "weight must be finite and >= 0");
+      TORCH_CHECK_VALUE(false, "weight values must be at most float32's max (3.4e38) for a ", out.scalar_type(),
+                        " out (weights are summed in float32), got max ", weight.max().item<double>(),
+                        ": scale them down (a weighted mean does not depend on the weights' scale)");
+    }
   }
 }
 

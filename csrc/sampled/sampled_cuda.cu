@@ -58,19 +58,18 @@ static at::Tensor sample_negatives_batched_cuda(const at::Tensor& indptr, const 
 
 template <typename acc_t>
 __global__ void segment_weight_sum_kernel(const int64_t* seg, const int64_t* perm, const acc_t* w, int64_t num_rows,
-                                          acc_t* wsum) {
+                                          acc_t* wsum, acc_t* wscale) {
   const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (u >= num_rows) return;
-  acc_t s = 0;
-  for (int64_t t = seg[u]; t < seg[u + 1]; ++t) s += w[perm[t]];
-  wsum[u] = s;
+  wsum[u] = row_scaled_weight_sum(w, perm, seg[u], seg[u + 1], &wscale[u]);
 }
 
 constexpr int64_t kScatterCols = 1024;  // columns per block (the accumulator lives in shared memory)
 
 template <typename scalar_t, typename acc_t>
 __global__ void scatter_rows_mean_kernel(scalar_t* out, const scalar_t* src, const int64_t* rows, const int64_t* seg,
-                                         const int64_t* perm, const acc_t* w, const acc_t* wsum, int64_t d) {
+                                         const int64_t* perm, const acc_t* w, const acc_t* wsum, const acc_t* wscale,
+                                         int64_t d) {
   __shared__ acc_t acc[kScatterCols];
   const int64_t u = blockIdx.x, c0 = static_cast<int64_t>(blockIdx.y) * kScatterCols;
   const int64_t cols = d - c0 < kScatterCols ? d - c0 : kScatterCols;
@@ -79,16 +78,17 @@ __global__ void scatter_rows_mean_kernel(scalar_t* out, const scalar_t* src, con
   const int64_t s0 = seg[u], s1 = seg[u + 1];
   scalar_t* o = out + rows[u] * d + c0;
   const int64_t first = perm[s0], last = perm[s1 - 1];
+  const acc_t sc = wscale[u];
   if (s1 - s0 == 1) {
-    weighted_row_only(o, src + first * d + c0, w[first], wsum[u], cols, threadIdx.x, blockDim.x);
+    weighted_row_only(o, src + first * d + c0, w[first] * sc, wsum[u], cols, threadIdx.x, blockDim.x);
     return;
   }
-  weighted_row_first(acc, src + first * d + c0, w[first], cols, threadIdx.x, blockDim.x);
+  weighted_row_first(acc, src + first * d + c0, w[first] * sc, cols, threadIdx.x, blockDim.x);
   for (int64_t t = s0 + 1; t + 1 < s1; ++t) {
     const int64_t p = perm[t];
-    weighted_row_accumulate(acc, src + p * d + c0, w[p], cols, threadIdx.x, blockDim.x);
+    weighted_row_accumulate(acc, src + p * d + c0, w[p] * sc, cols, threadIdx.x, blockDim.x);
   }
-  weighted_row_last(o, acc, src + last * d + c0, w[last], wsum[u], cols, threadIdx.x, blockDim.x);
+  weighted_row_last(o, acc, src + last * d + c0, w[last] * sc, wsum[u], cols, threadIdx.x, blockDim.x);
 }
 
 static void scatter_rows_mean_cuda(at::Tensor& out, const at::Tensor& idx, const at::Tensor& src,
@@ -104,9 +104,10 @@ static void scatter_rows_mean_cuda(at::Tensor& out, const at::Tensor& idx, const
     using acc_t = at::opmath_type<scalar_t>;
     const auto w_acc = weight.to(c10::CppTypeToScalarType<acc_t>::value).contiguous();
     auto wsum = at::empty({num_rows}, w_acc.options());
+    auto wscale = at::empty({num_rows}, w_acc.options());
     segment_weight_sum_kernel<acc_t><<<static_cast<unsigned>((num_rows + 255) / 256), 256, 0, stream>>>(
         segs.seg.data_ptr<int64_t>(), segs.perm.data_ptr<int64_t>(), w_acc.data_ptr<acc_t>(), num_rows,
-        wsum.data_ptr<acc_t>());
+        wsum.data_ptr<acc_t>(), wscale.data_ptr<acc_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     // A zero-weight row is reported before out is touched.
     const auto zero = wsum.le(0);
@@ -119,7 +120,7 @@ static void scatter_rows_mean_cuda(at::Tensor& out, const at::Tensor& idx, const
     scatter_rows_mean_kernel<scalar_t, acc_t><<<grid, 256, 0, stream>>>(
         out.data_ptr<scalar_t>(), source.data_ptr<scalar_t>(), segs.rows.data_ptr<int64_t>(),
         segs.seg.data_ptr<int64_t>(), segs.perm.data_ptr<int64_t>(), w_acc.data_ptr<acc_t>(),
-        wsum.data_ptr<acc_t>(), d);
+        wsum.data_ptr<acc_t>(), wscale.data_ptr<acc_t>(), d);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }

@@ -30,7 +30,8 @@ struct ScatterJob {
   const int64_t* seg;
   const int64_t* perm;
   const acc_t* w;
-  const acc_t* wsum;
+  const acc_t* wsum;    // [U] sum of the row's scaled weights
+  const acc_t* wscale;  // [U] the row's weight scale (sampled.h: row_weight_scale)
   int64_t d;
 };
 
@@ -64,12 +65,12 @@ inline __attribute__((always_inline)) void mean_rows(const ScatterJob<scalar_t, 
   for (int64_t u = u0; u < u1; ++u) {
     const int64_t s0 = j.seg[u], s1 = j.seg[u + 1];
     scalar_t* o = j.out + j.rows[u] * d;
-    const acc_t ws = j.wsum[u];
+    const acc_t ws = j.wsum[u], sc = j.wscale[u];
     for (int64_t t = s0; t < s1; ++t) {
       if (t + kAhead < t_end) prefetch_row(j.src + j.perm[t + kAhead] * d, d);
       const int64_t p = j.perm[t];
       const scalar_t* x = j.src + p * d;
-      const acc_t w = j.w[p];
+      const acc_t w = j.w[p] * sc;
       if (s1 - s0 == 1) {
         if constexpr (kStream) {
           weighted_row_only(row, x, w, ws, d, 0, 1);
@@ -160,7 +161,8 @@ CpuRowSegments& row_segments_scratch() {
   return segs;
 }
 
-// Each row's weight sum, kept like the row segments (one array per accumulation type and thread).
+// Each row's weight sum and weight scale ([2U]: sums, then scales), kept like the row segments (one
+// array per accumulation type and thread).
 template <typename acc_t>
 std::vector<acc_t>& weight_sums_scratch() {
   static thread_local std::vector<acc_t> sums;
@@ -188,16 +190,16 @@ static void scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx, const 
     using acc_t = at::opmath_type<scalar_t>;
     const auto w_acc = weight.to(c10::CppTypeToScalarType<acc_t>::value).contiguous();
     const acc_t* w = w_acc.data_ptr<acc_t>();
-    // Every row's weight sum first (in stable order), so a zero-weight row is reported before out
-    // is touched.
-    std::vector<acc_t>& wsum = weight_sums_scratch<acc_t>();
-    const ReleaseIfLarge<std::vector<acc_t>> release_wsum{wsum};
-    wsum.resize(num_rows);
+    // Every row's weight scale and scaled weight sum first (in stable order), so a zero-weight row
+    // is reported before out is touched.
+    std::vector<acc_t>& sums = weight_sums_scratch<acc_t>();
+    const ReleaseIfLarge<std::vector<acc_t>> release_sums{sums};
+    sums.resize(2 * num_rows);
+    acc_t* wsum = sums.data();
+    acc_t* wscale = sums.data() + num_rows;
     at::parallel_for(0, num_rows, 4096, [&](int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) {
-        acc_t s = 0;
-        for (int64_t t = segs.seg[u]; t < segs.seg[u + 1]; ++t) s += w[segs.perm[t]];
-        wsum[u] = s;
+        wsum[u] = row_scaled_weight_sum(w, segs.perm.data(), segs.seg[u], segs.seg[u + 1], &wscale[u]);
       }
     });
     for (int64_t u = 0; u < num_rows; ++u) {  // the smallest such row is the one reported
@@ -205,7 +207,7 @@ static void scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx, const 
                         " sums to 0: its mean is undefined");
     }
     const ScatterJob<scalar_t, acc_t> job{out.data_ptr<scalar_t>(), source.data_ptr<scalar_t>(), segs.rows.data(),
-                                          segs.seg.data(), segs.perm.data(), w, wsum.data(), d};
+                                          segs.seg.data(), segs.perm.data(), w, wsum, wscale, d};
     mean_all_rows(job, num_rows, t_count);
   });
 }

@@ -42,7 +42,9 @@ def scatter_rows_mean_in_order(out: torch.Tensor, idx: torch.Tensor, src: torch.
                                weight: torch.Tensor) -> torch.Tensor:
     """A new tensor of out's dtype with the kernels' exact rounding: per named row, in the
     accumulation dtype, acc = 0, then acc = acc + w_t * src_t over its sources in order of t, then
-    acc / (the weights added in the same order). Step k does the k-th source of every row at once."""
+    acc / (the weights added in the same order). The weights are row_scaled_weights (a power-of-two
+    scale per row, 1 unless the row has a weight above 1). Step k does the k-th source of every row
+    at once."""
     acc_dtype = torch.float64 if out.dtype == torch.float64 else torch.float32
     res = out.clone()
     if idx.numel() == 0:
@@ -54,7 +56,7 @@ def scatter_rows_mean_in_order(out: torch.Tensor, idx: torch.Tensor, src: torch.
     by_rank = torch.sort(rank, stable=True).indices
     acc = torch.zeros(rows.numel(), src.shape[1], dtype=acc_dtype)
     den = torch.zeros(rows.numel(), dtype=acc_dtype)
-    w = weight.to(acc_dtype)
+    w = row_scaled_weights(idx, weight, acc_dtype)
     start = 0
     for size in torch.bincount(rank).tolist():
         sel = by_rank[start:start + size]
@@ -70,3 +72,15 @@ def complement(positives: list[int], num_classes: int) -> list[int]:
     """The classes in [0, num_classes) that are not positives, ascending."""
     pos = set(positives)
     return [c for c in range(num_classes) if c not in pos]
+
+
+def row_scaled_weights(idx: torch.Tensor, weight: torch.Tensor, acc_dtype: torch.dtype) -> torch.Tensor:
+    """The weights scatter_rows_mean sums, in acc_dtype: a row whose largest weight (in acc_dtype) is
+    above 1 has them times 2^-e, e that weight's frexp exponent (so they are < 1); other rows' are
+    weight.to(acc_dtype)."""
+    w = weight.to(acc_dtype)
+    if idx.numel() == 0:
+        return w
+    top = torch.zeros(int(idx.max()) + 1, dtype=acc_dtype).scatter_reduce(0, idx, w, "amax")
+    scale = torch.where(top > 1, torch.ldexp(torch.ones_like(top), -torch.frexp(top)[1]), torch.ones_like(top))
+    return w * scale[idx]

@@ -1,29 +1,43 @@
 """Run-length + Elias-gamma codec of piecewise-constant tensors (the l1-difference update).
 
-Layout (little-endian)::
+Layout (little-endian, version 2)::
 
-    b"FKRL" | version u8 = 1 | value dtype u8 (0 float32, 1 float16) | ndim u8 | shape: ndim x u64
+    b"FKRL" | version u8 = 2 | value dtype u8 (0 float32, 1 float16) | ndim u8 | shape: ndim x u64
     | runs u64 | run values: runs x (4 or 2) bytes | run lengths: Elias-gamma codes, MSB first,
-    zero-padded to a byte
+    zero-padded to a byte | CRC-32 of all bytes before it (``zlib.crc32``), u32
 
 Runs are maximal stretches of bit-identical values of the flattened (row-major) tensor, so every
-float32 value, -0.0 and NaN payloads included, comes back bit for bit.
+float32 value, -0.0 and NaN payloads included, comes back bit for bit. The 4-byte checksum is the
+only overhead of version 2 over version 1 (which had none); version 1 streams are refused.
+
+Streams are decoded from untrusted bytes. The compiled decoder checks the framing, the checksum,
+the run count against the stream's length and the claimed shape against the caller's expected
+shape (or ``max_numel``) before it allocates anything for the output, then allocates exactly the
+output: memory <= expected tensor bytes + O(len(data)). Malformed data raises ``ValueError`` only.
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
+from typing import Sequence, Union
 
 import torch
 
 from .. import _C
 
 MAGIC = b"FKRL"
-VERSION = 1
+VERSION = 2
+CHECKSUM_BYTES = 4
+# Without an expected shape, a stream may claim at most this many elements (256 MiB of float32).
+# A few dozen bytes can legitimately describe that much (one long run), so untrusted data should be
+# decoded with ``expected_shape``; this bound only caps what a caller without a shape risks.
+DEFAULT_MAX_NUMEL = 1 << 26
 _DTYPES = {"float32": (0, torch.float32, torch.int32, 4), "float16": (1, torch.float16, torch.int16, 2)}
 _BY_CODE = {v[0]: k for k, v in _DTYPES.items()}
 _MAX_DIMS = 16
+_INT64_MAX = (1 << 63) - 1
+
+Bytes = Union[bytes, bytearray, memoryview]
 
 
 @dataclass(frozen=True)
@@ -37,7 +51,7 @@ class RunHeader:
 
 
 def encode_runs(x: torch.Tensor, value_dtype: str = "float32") -> bytes:
-    """Encode a (piecewise-constant) tensor as run values plus Elias-gamma run lengths.
+    """Encode a (piecewise-constant) tensor as run values plus Elias-gamma run lengths and a CRC-32.
 
     Args:
         x: float32 tensor of any shape (float16 also accepted with ``value_dtype="float16"``), on any
@@ -47,11 +61,11 @@ def encode_runs(x: torch.Tensor, value_dtype: str = "float32") -> bytes:
             the same value merge; decoding gives exactly ``x.half()``).
 
     Returns:
-        The encoded bytes; ``len()`` of it is the payload size.
+        The encoded bytes (header, runs, 4-byte checksum); ``len()`` of it is the payload size.
 
     Example:
         >>> data = encode_runs(torch.tensor([0.5, 0.5, 0.5, -1.0, 0.0, 0.0]))
-        >>> len(data), decode_runs(data)     # (36, tensor([ 0.5,  0.5,  0.5, -1.,  0.,  0.]))
+        >>> len(data), decode_runs(data)     # (40, tensor([ 0.5,  0.5,  0.5, -1.,  0.,  0.]))
     """
     if value_dtype not in _DTYPES:
         raise ValueError(f"value_dtype must be 'float32' or 'float16', got {value_dtype!r}")
@@ -59,58 +73,105 @@ def encode_runs(x: torch.Tensor, value_dtype: str = "float32") -> bytes:
         raise ValueError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() > _MAX_DIMS:
         raise ValueError(f"x must have at most {_MAX_DIMS} dims, got {x.dim()}")
-    code, dtype, word, size = _DTYPES[value_dtype]
+    code, dtype, word, _ = _DTYPES[value_dtype]
     allowed = (torch.float32,) if value_dtype == "float32" else (torch.float32, torch.float16)
     if x.dtype not in allowed:
         raise ValueError(f"x must have dtype {' or '.join(map(str, allowed))} for value_dtype={value_dtype!r}, "
                          f"got {x.dtype}")
     words = x.detach().to("cpu", dtype).contiguous().reshape(-1).view(word)
-    values, bits, runs = _C.rle_encode(memoryview(words.numpy()).cast("B"), size)
-    head = MAGIC + struct.pack("<BBB", VERSION, code, x.dim()) + struct.pack(f"<{x.dim()}Q", *x.shape)
-    return head + struct.pack("<Q", runs) + values + bits
+    return _C.rle_encode(memoryview(words.numpy()).cast("B"), code, list(x.shape))
 
 
-def read_header(data: bytes) -> RunHeader:
-    """Parse and check the front of an encoded update (ValueError naming ``data`` if malformed)."""
+def _byte_view(data: object) -> memoryview:
+    """``data`` as a flat memoryview of bytes, without copying (ValueError naming ``data`` if it is not
+    bytes-like: bytes, bytearray, memoryview, or a 1-D uint8 CPU tensor)."""
+    if isinstance(data, torch.Tensor):
+        if data.dtype != torch.uint8 or data.dim() != 1 or data.device.type != "cpu":
+            raise ValueError(f"data as a tensor must be 1-D uint8 on the CPU, got {data.dtype} {tuple(data.shape)} "
+                             f"on {data.device}")
+        return memoryview(data.contiguous().numpy()).cast("B")
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"data must be bytes, got {type(data).__name__}")
-    data = bytes(data)
-    if len(data) < 7 or data[:4] != MAGIC:
-        raise ValueError("data is not a fedkernels run-length payload (bad magic)")
-    version, code, ndim = struct.unpack_from("<BBB", data, 4)
-    if version != VERSION:
-        raise ValueError(f"data has codec version {version}, this build reads {VERSION}")
-    if code not in _BY_CODE:
-        raise ValueError(f"data has unknown value dtype code {code}")
-    if ndim > _MAX_DIMS:
-        raise ValueError(f"data claims {ndim} dims (corrupt)")
-    end = 7 + 8 * ndim + 8
-    if len(data) < end:
-        raise ValueError("data is truncated inside its header")
-    shape = struct.unpack_from(f"<{ndim}Q", data, 7)
-    (runs,) = struct.unpack_from("<Q", data, 7 + 8 * ndim)
-    return RunHeader(_BY_CODE[code], tuple(int(s) for s in shape), int(runs), end)
+    view = memoryview(data)
+    if not view.c_contiguous:
+        raise ValueError("data must be a contiguous buffer")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
-def decode_runs(data: bytes) -> torch.Tensor:
-    """Decode bytes from :func:`encode_runs` back to the tensor (float32, or float16 in float16 mode).
+def _dtype_code(expected_dtype: str | torch.dtype | None) -> int:
+    if expected_dtype is None:
+        return -1
+    for name, (code, dtype, _, _) in _DTYPES.items():
+        if expected_dtype in (name, dtype):
+            return code
+    raise ValueError(f"expected_dtype must be 'float32', 'float16', torch.float32, torch.float16 or None, "
+                     f"got {expected_dtype!r}")
 
-    Payloads come from untrusted clients: every length and size is checked, and a corrupt or
-    truncated payload raises ``ValueError`` rather than decoding to something else.
+
+def _shape_list(expected_shape: Sequence[int] | None) -> list[int] | None:
+    if expected_shape is None:
+        return None
+    try:
+        shape = [int(s) for s in expected_shape]
+    except (TypeError, ValueError):
+        raise ValueError(f"expected_shape must be a sequence of ints, got {expected_shape!r}") from None
+    if len(shape) > _MAX_DIMS or any(not 0 <= s <= _INT64_MAX for s in shape):
+        raise ValueError(f"expected_shape must have at most {_MAX_DIMS} dims in [0, 2**63), got {expected_shape!r}")
+    return shape
+
+
+def read_header(data: Bytes) -> RunHeader:
+    """Parse and check the front of an encoded update (ValueError naming ``data`` if malformed).
+
+    Checks the magic, version, dtype code, dims, that the shape's size fits in 63 bits, that the run
+    count fits the shape and the run values fit the stream. The checksum is not checked here (it
+    needs the whole stream): :func:`decode_runs` checks it.
+    """
+    code, shape, runs, header_bytes = _C.rle_read_header(_byte_view(data))
+    return RunHeader(_BY_CODE[code], tuple(int(s) for s in shape), int(runs), int(header_bytes))
+
+
+def decode_runs(data: Bytes | torch.Tensor, expected_shape: Sequence[int] | None = None,
+                expected_dtype: str | torch.dtype | None = None, *, max_numel: int = DEFAULT_MAX_NUMEL,
+                require_finite: bool = False, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Decode bytes from :func:`encode_runs` back to the tensor, checked (``data`` may come from anyone).
+
+    Before anything is allocated for the output, the compiled decoder checks the framing, the CRC-32
+    trailer, that the run count fits the shape and the run values fit the stream, the claimed shape
+    against ``expected_shape`` (or its size against ``max_numel``), the value dtype against
+    ``expected_dtype``, and with ``require_finite`` every run value. Only then is the output allocated
+    (its exact size), so memory stays within the expected tensor's bytes plus O(len(data)), and time
+    within O(len(data) + numel). Any malformed stream raises ``ValueError`` saying what is wrong.
+
+    Args:
+        data: the encoded bytes (bytes, bytearray, memoryview or a 1-D uint8 CPU tensor; not copied).
+        expected_shape: the shape the caller expects; any other claimed shape is a ValueError.
+        expected_dtype: ``"float32"``/``"float16"`` (or the torch dtypes): the value dtype the stream must hold.
+        max_numel: with no ``expected_shape``, the most elements a stream may claim.
+        require_finite: reject a stream with a NaN or infinite value (checked on the run values).
+        out_dtype: ``None`` (the stream's value dtype) or ``torch.float32`` (float16 values widened
+            exactly while decoding, with no float16 copy).
+
+    Returns:
+        The tensor of the claimed shape: float32, or float16 for float16 streams unless ``out_dtype``.
 
     Example:
         >>> x = torch.zeros(2, 3); x[1] = 4.0
-        >>> torch.equal(decode_runs(encode_runs(x)), x)   # True
+        >>> torch.equal(decode_runs(encode_runs(x), expected_shape=(2, 3)), x)   # True
     """
-    h = read_header(data)
-    _, dtype, word, size = _DTYPES[h.value_dtype]
-    numel = 1
-    for s in h.shape:
-        numel *= s
-    data = bytes(data)
-    values_end = h.header_bytes + h.runs * size
-    if len(data) < values_end:
-        raise ValueError("data is truncated inside its run values")
-    raw = _C.rle_decode(data[h.header_bytes:values_end], data[values_end:], h.runs, numel, size)
-    return torch.frombuffer(bytearray(raw), dtype=word).view(dtype).reshape(h.shape) if numel else \
-        torch.empty(h.shape, dtype=dtype)
+    view = _byte_view(data)
+    shape = _shape_list(expected_shape)
+    code = _dtype_code(expected_dtype)
+    if isinstance(max_numel, bool) or not isinstance(max_numel, int) or not 0 <= max_numel <= _INT64_MAX:
+        raise ValueError(f"max_numel must be an int in [0, 2**63), got {max_numel!r}")
+    if out_dtype not in (None, torch.float32):
+        raise ValueError(f"out_dtype must be None or torch.float32, got {out_dtype!r}")
+    got_code, got_shape, raw = _C.rle_decode(view, shape, code, max_numel, bool(require_finite),
+                                             out_dtype == torch.float32)
+    _, dtype, word, _ = _DTYPES[_BY_CODE[got_code]]
+    if out_dtype is not None:
+        dtype, word = torch.float32, torch.int32
+    got_shape = tuple(int(s) for s in got_shape)
+    if not raw:  # frombuffer refuses an empty buffer
+        return torch.empty(got_shape, dtype=dtype)
+    return torch.frombuffer(raw, dtype=word).view(dtype).reshape(got_shape)

@@ -110,12 +110,22 @@ def scatter_rows_mean(out: torch.Tensor, idx: torch.Tensor, src: torch.Tensor, w
     their original order (no atomics), so the bits never depend on threads or runs. This is the
     server's aggregation of sparse row updates from many clients.
 
+    Weights of any finite size work: a row whose largest weight is above 1 has its weights scaled
+    by a power of two (to below 1) before summing, which leaves the mean unchanged and the bits the
+    same wherever the unscaled sums would not overflow, and keeps ``weight_t * src_t`` and the weight
+    sum finite where they would overflow (finite weights summing past the dtype's max gave NaN).
+
     Args:
         out: ``[n, d]`` contiguous float tensor, updated in place.
         idx: int64 ``[T]`` rows in ``[0, n)`` (IndexError otherwise); repeats are what get averaged.
         src: ``[T, d]``, dtype of ``out``.
         weight: ``[T]`` float, finite and ``>= 0``; a named row whose weights sum to 0 is a ValueError
-            (raised before ``out`` is touched).
+            (raised before ``out`` is touched). float64 weights for a float32/float16/bfloat16 ``out``
+            (summed in float32) must be at most float32's max (ValueError otherwise).
+
+    ``idx``, ``src`` and ``weight`` must not share memory with ``out`` (ValueError, before ``out`` is
+    touched): rows of ``out`` are written while the inputs are read, so ``src = out[:T]`` would give
+    wrong rows. Pass a copy (``out[:T].clone()``).
 
     Returns:
         ``out``.

@@ -53,7 +53,7 @@ class L1Diff(FedAvg):
         # (round, client, why): uploads aggregate() dropped at decode. The loop rejects corrupt streams
         # earlier (check_upload), so only direct callers of aggregate() can add to this.
         self.rejected: list[tuple[int, int, str]] = []
-        self._checked = CheckedUploads()  # check_upload's decoded streams, for aggregate
+        self._checked = CheckedUploads(value_dtype)  # check_upload's decoded streams, for aggregate
 
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
         model = self._model(payload)

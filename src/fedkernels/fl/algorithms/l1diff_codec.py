@@ -48,21 +48,31 @@ def encode_direction(d: torch.Tensor, value_dtype: str, levels: int | None) -> t
     return torch.frombuffer(bytearray(encode_runs(d, value_dtype)), dtype=torch.uint8)
 
 
-def decode_direction(wire: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def decode_direction(wire: torch.Tensor, shape: torch.Size, value_dtype: str | None = None) -> torch.Tensor:
     """Inverse of :func:`encode_direction`, checked: raises ValueError on corrupt bytes, a wrong
-    shape or non-finite values (uploads come from untrusted clients)."""
-    d = decode_runs(bytes(wire.numpy().tobytes())).float()
-    if d.shape != shape:
-        raise ValueError(f"decoded update has shape {tuple(d.shape)}, expected {tuple(shape)}")
-    if not bool(torch.isfinite(d).all()):
-        raise ValueError("decoded update has NaN or inf values")
-    return d
+    shape or value dtype, or non-finite values (uploads come from untrusted clients).
+
+    Args:
+        wire: uint8 ``[len]`` codec bytes of one tensor.
+        shape: the shape the server expects (the state tensor's); the stream's claimed shape is
+            compared with it before anything is allocated.
+        value_dtype: ``"float32"``/``"float16"``: the strategy's run-value dtype, or None for either.
+
+    Returns:
+        float32 tensor of ``shape`` (float16 run values widened while decoding: memory is the float32
+        tensor plus O(len(wire))).
+    """
+    if not isinstance(wire, torch.Tensor) or wire.dtype != torch.uint8 or wire.dim() != 1:
+        raise ValueError("the upload must be a 1-D uint8 tensor of codec bytes")
+    return decode_runs(wire, expected_shape=tuple(shape), expected_dtype=value_dtype, require_finite=True,
+                       out_dtype=torch.float32)
 
 
-def decode_upload(upload: Payload, shapes: dict[str, torch.Size]) -> dict[str, torch.Tensor]:
+def decode_upload(upload: Payload, shapes: dict[str, torch.Size], value_dtype: str | None = None
+                  ) -> dict[str, torch.Tensor]:
     """Every tensor of an l1-difference upload decoded to its ``shapes[name]``; raises ValueError on
     the first that does not decode (see :func:`decode_direction`)."""
-    return {n: decode_direction(upload[n], shape) for n, shape in shapes.items()}
+    return {n: decode_direction(upload[n], shape, value_dtype) for n, shape in shapes.items()}
 
 
 class CheckedUploads:
@@ -71,7 +81,8 @@ class CheckedUploads:
     dict itself, so the id cannot be reused while the entry lives; ``aggregate`` takes each entry
     once and clears the rest at the end of the round."""
 
-    def __init__(self) -> None:
+    def __init__(self, value_dtype: str | None = None) -> None:
+        self.value_dtype = value_dtype  # the run-value dtype every stream must hold (None: either)
         self._by_id: dict[int, tuple[Payload, dict[str, torch.Tensor]]] = {}
 
     def check(self, upload: Payload, shapes: dict[str, torch.Size]) -> None:
@@ -81,8 +92,8 @@ class CheckedUploads:
         decoded = {}
         for n, shape in shapes.items():
             try:
-                decoded[n] = decode_direction(upload[n], shape)
-            except ValueError as e:
+                decoded[n] = decode_direction(upload[n], shape, self.value_dtype)
+            except ValueError as e:  # the decoder raises nothing else on malformed bytes
                 raise PayloadError(f"tensor {n!r} is not a valid l1-difference stream: {e}") from e
         self._by_id[id(upload)] = (upload, decoded)
 
@@ -92,7 +103,7 @@ class CheckedUploads:
         kept = self._by_id.pop(id(upload), None)
         if kept is not None and kept[0] is upload and {n: d.shape for n, d in kept[1].items()} == dict(shapes):
             return kept[1]
-        return decode_upload(upload, shapes)
+        return decode_upload(upload, shapes, self.value_dtype)
 
     def clear(self) -> None:
         """Drop what is kept (end of a round)."""

@@ -55,13 +55,15 @@ class L1DiffNetwork(Strategy):
             raise ValueError(f"need gamma >= 0, eta > 0, lam >= 0, p in (1, 2); got {gamma}, {eta}, {lam}, {p}")
         if graph not in ("features", "models") or not hidden:
             raise ValueError("graph must be 'features' or 'models', and hidden must name at least one layer")
+        if value_dtype not in ("float32", "float16"):
+            raise ValueError(f"value_dtype must be 'float32' or 'float16', got {value_dtype!r}")
         self.num_clients, self.gamma, self.eta, self.lam, self.p, self.k = num_clients, gamma, eta, lam, p, k
         self.graph, self.hidden, self.loss = graph, tuple(hidden), loss
         self.value_dtype, self.levels, self.tol = value_dtype, levels, tol
         self.edges: torch.Tensor | None = None
         self.last_gap: float | None = None
         self.rejected: list[tuple[int, int, str]] = []
-        self._checked = CheckedUploads()  # check_upload's decoded streams, for aggregate
+        self._checked = CheckedUploads(value_dtype)  # check_upload's decoded streams, for aggregate
         self._dims: tuple[int, int] | None = None
 
     # ---- model layout: shared layers + the personal last layer
