@@ -148,6 +148,11 @@ def bytes_bucket_merge_topk(n, p, r, b, k, es):
     return r * n * b * es + 4 * p * r + n * k * (es + 8)
 
 
+def bytes_topk_merge(n, k, splits, es):
+    """Split rows: each split's k sorted 8-byte composites read once; k values and ids written per row."""
+    return n * splits * k * 8 + n * k * (es + 8)
+
+
 def bytes_bucket_merge_backward(n, p, r, b, es):
     """grad [N, p] read once, table read once, grad logp [R, N, B] written once."""
     return n * p * es + 4 * p * r + r * n * b * es
@@ -525,8 +530,13 @@ def fedmlh_models(p: int, r: int, b: int, n: int) -> list[OpModel]:
 
     m = OpModel("bucket_merge_topk", cfg + f" k={FEDMLH_K}")
     m.launches = record(lambda: fedkernels.bucket_merge_topk(logp, table, FEDMLH_K))
-    m.kernel_bytes["bucket_merge_topk_kernel"] = B(bytes_bucket_merge_topk, n, p, r, b, FEDMLH_K, es)
-    m.floor = m.kernel_bytes["bucket_merge_topk_kernel"]
+    # One block per (row, class range): the scan reads logp and the table; split rows add a merge pass.
+    m.kernel_bytes["topk_scan_kernel"] = B(bytes_bucket_merge_topk, n, p, r, b, FEDMLH_K, es)
+    splits = max((grid[0] * grid[1] * grid[2] for name, grid, _ in m.launches if name == "topk_scan_kernel"),
+                 default=n) // max(n, 1)
+    if splits > 1:
+        m.kernel_bytes["topk_merge_kernel"] = B(bytes_topk_merge, n, FEDMLH_K, splits, es)
+    m.floor = m.kernel_bytes["topk_scan_kernel"]
     m.torch = B(torch_bucket_merge_topk, n, p, r, b, FEDMLH_K, es, chunks)
     out.append(m)
 

@@ -119,6 +119,7 @@ def rewrite_launches(text: str) -> str:
 def global_kernels(text: str) -> list[str]:
     """Names of the ``__global__`` functions defined in ``text`` (comments ignored)."""
     code = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
+    code = re.sub(r"__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)", " ", code)  # may sit before the name
     return _GLOBAL_FN.findall(code)
 
 
