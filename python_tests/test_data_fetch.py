@@ -153,6 +153,9 @@ def test_zip_archive_is_unpacked_and_placed(serve, cache, registered, tmp_path):
     assert (folder / "train.txt").read_text() == XC_SMALL and not (folder / "Small.zip").exists()
     ds = load_dataset("small-zip")
     assert (len(ds.train), ds.num_features, ds.num_classes) == (3, 4, 2)
+    # a manual download: --url file:///... (checked against the recorded checksum all the same)
+    assert main(["data", "get", "small-zip", "--force", "--no-progress", "--url", (site / "Small.zip").as_uri()]) == 0
+    assert (folder / "test.txt").read_text() == XC_SMALL
     (site / "Small.zip").write_bytes(b"not a zip at all")
     with pytest.raises(DownloadError, match="checksum mismatch"):
         fetch("small-zip", force=True, progress=False)
@@ -209,4 +212,13 @@ def test_cli_reports_network_errors(cache, registered, capsys):
                              "x.txt", "y.txt"))
     assert main(["data", "get", "refused", "--no-progress"]) == 2
     assert "connection refused" in capsys.readouterr().err
-    assert not is_fetched("refused")
+    assert not is_fetched("refused") and not (cache / "refused").exists()  # nothing half-fetched is kept
+
+
+def test_bad_archive_without_checksum(serve, cache, registered, tmp_path):
+    (tmp_path / "Bad.zip").write_bytes(b"PK but not really a zip")
+    registered(RemoteDataset("bad-zip", (RemoteFile(serve(tmp_path) + "/Bad.zip", "Bad.zip", None, "zip"),),
+                             "a_train.txt", "a_test.txt"))
+    with pytest.raises(DownloadError, match="Bad.zip is not a valid zip archive"):
+        fetch("bad-zip", progress=False)
+    assert not (cache / "bad-zip").exists()

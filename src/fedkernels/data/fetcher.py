@@ -186,12 +186,16 @@ def fetch(name: str, url: str | None = None, force: bool = False, progress: bool
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     digests = {}
-    for f in files:
-        path = folder / f.name
-        digests[f.name] = download(f.url, path, f.sha256, progress, log=log)
-        if f.extract == "zip":
-            _unzip(path, folder)
-    _place(ds, folder)
+    try:
+        for f in files:
+            path = folder / f.name
+            digests[f.name] = download(f.url, path, f.sha256, progress, log=log)
+            if f.extract == "zip":
+                _unzip(path, folder)
+        _place(ds, folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)  # nothing half-fetched stays in the cache
+        raise
     (folder / MARKER).write_text(json.dumps({"name": ds.name, "sha256": digests,
                                              "urls": [f.url for f in files]}, indent=1))
     return folder
