@@ -222,3 +222,28 @@ def test_bad_archive_without_checksum(serve, cache, registered, tmp_path):
     with pytest.raises(DownloadError, match="Bad.zip is not a valid zip archive"):
         fetch("bad-zip", progress=False)
     assert not (cache / "bad-zip").exists()
+
+
+def test_small_xc_dataset_split_from_manual_zip(cache, capsys, tmp_path):
+    """Bibtex as the XC repository ships it (one _data.txt + split files, 1-based rows, a column per
+    split), fetched with --url file://: train.txt/test.txt are cut by the first split."""
+    data = "5 4 3\n0 0:1\n1 1:1\n2 2:1\n0,2 3:0.5\n 0:2\n"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("Bibtex/Bibtex_data.txt", data)
+        z.writestr("Bibtex/bibtex_trSplit.txt", "1 2\n3 3\n5 4\n")
+        z.writestr("Bibtex/bibtex_tstSplit.txt", "2 1\n4 5\n")
+    (tmp_path / "Bibtex.zip").write_bytes(buf.getvalue())
+    assert main(["data", "get", "Bibtex", "--no-progress", "--url", (tmp_path / "Bibtex.zip").as_uri()]) == 0
+    assert "Bibtex.zip: SHA-256 " in capsys.readouterr().out
+    lines = data.splitlines()
+    assert (cache / "Bibtex" / "train.txt").read_text().splitlines() == ["3 4 3", lines[1], lines[3], lines[5]]
+    assert (cache / "Bibtex" / "test.txt").read_text().splitlines() == ["2 4 3", lines[2], lines[4]]
+    ds = load_dataset("bibtex")
+    assert (len(ds.train), len(ds.test), ds.num_classes) == (3, 2, 3)
+    with zipfile.ZipFile(tmp_path / "Bibtex.zip", "w") as z:
+        z.writestr("Bibtex/Bibtex_data.txt", data)
+        z.writestr("Bibtex/bibtex_trSplit.txt", "1\n9\n")
+        z.writestr("Bibtex/bibtex_tstSplit.txt", "2\n")
+    assert main(["data", "get", "Bibtex", "--force", "--no-progress", "--url", (tmp_path / "Bibtex.zip").as_uri()]) == 2
+    assert "names rows outside 1..5" in capsys.readouterr().err and not is_fetched("Bibtex")

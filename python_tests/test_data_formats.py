@@ -72,3 +72,13 @@ def test_load_dataset_reads_npz_and_libsvm_folders(tmp_path):
     (svm / "all.svm").write_text(LIBSVM * 4)
     ds = load_dataset(svm, test_fraction=0.25)
     assert (len(ds.train), len(ds.test), ds.num_features, ds.num_classes) == (9, 3, 4, 3)
+
+
+def test_write_xc_round_trip(tmp_path):
+    from fedkernels.data import write_xc
+
+    (tmp_path / "a.txt").write_text("4 4 3\n0,2 0:1 3:0.5\n 1:2\n1 2:1.5 2:1\n\n")
+    a = read_xc(tmp_path / "a.txt")
+    write_xc(a, tmp_path / "b.txt")
+    b = read_xc(tmp_path / "b.txt")
+    assert (a.features != b.features).nnz == 0 and (a.labels != b.labels).nnz == 0 and b.num_samples == 4

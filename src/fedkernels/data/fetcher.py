@@ -179,9 +179,8 @@ def fetch(name: str, url: str | None = None, force: bool = False, progress: bool
     missing = [f.name for f in files if f.url is None]
     if missing:
         raise ValueError(f"{ds.name}: {ds.notes or 'no download URL recorded'} (page: {ds.page})")
-    if ds.train == ds.test:
-        raise ValueError(f"{ds.name} ships one data file with split files, which fedkernels does not apply yet; "
-                         "read it with fedkernels.data.read_xc and index the rows of a split yourself")
+    if ds.train == ds.test and not (ds.train_split and ds.test_split):
+        raise ValueError(f"{ds.name}: train and test are one file but no split files are recorded")
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
@@ -215,7 +214,11 @@ def _unzip(path: Path, folder: Path) -> None:
 
 
 def _place(ds: RemoteDataset, folder: Path) -> None:
-    """Move the train/test files to ``train.<ext>``/``test.<ext>`` (npz: ``train_X.npz`` stays paired)."""
+    """Move the train/test files to ``train.<ext>``/``test.<ext>`` (npz: ``train_X.npz`` stays paired),
+    or cut them from one data file by the first split of its split files."""
+    if ds.train_split and ds.test_split:
+        _apply_split(ds, folder)
+        return
     for part, rel in (("train", ds.train), ("test", ds.test)):
         src = folder / rel
         if not src.is_file():
@@ -226,3 +229,24 @@ def _place(ds: RemoteDataset, folder: Path) -> None:
                 os.replace(s, folder / f"{part}_{kind}.npz")
         else:
             os.replace(src, folder / f"{part}.{'txt' if ds.format == 'xc' else 'svm'}")
+
+
+def _apply_split(ds: RemoteDataset, folder: Path) -> None:
+    """Write ``train.txt``/``test.txt`` from the data file and the first column of each split file."""
+    import numpy as np
+
+    from .formats import write_xc
+    from .xc_format import read_xc
+
+    for rel in (ds.train, ds.train_split, ds.test_split):
+        if not (folder / rel).is_file():
+            raise DownloadError(f"{ds.name}: expected {rel} in the download, but it is not there")
+    data = read_xc(folder / ds.train)
+    for part, rel in (("train", ds.train_split), ("test", ds.test_split)):
+        try:
+            rows = np.loadtxt(folder / rel, dtype=np.int64, ndmin=2)[:, 0] - 1
+        except ValueError as e:
+            raise DownloadError(f"{ds.name}: split file {rel} is not columns of row numbers ({e})") from None
+        if rows.size and (rows.min() < 0 or rows.max() >= data.num_samples):
+            raise DownloadError(f"{ds.name}: split file {rel} names rows outside 1..{data.num_samples}")
+        write_xc(data.subset(rows), folder / f"{part}.txt")

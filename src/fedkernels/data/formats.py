@@ -135,3 +135,16 @@ def read_any(path: str | Path) -> XCData:
     except ValueError:
         return read_libsvm(path)
     return read_xc(path)
+
+
+def write_xc(data: XCData, path: str | Path) -> None:
+    """Write :class:`XCData` in the XC text format (header ``N F L``, then ``l1,l2 f:v ...``), which
+    :func:`read_xc` reads back to the same matrices (values written with 9 significant digits)."""
+    feats, labels = data.features.tocsr(), data.labels.tocsr()
+    with Path(path).open("w", encoding="utf-8") as out:
+        out.write(f"{data.num_samples} {data.num_features} {data.num_labels}\n")
+        for i in range(data.num_samples):
+            lab = ",".join(str(int(c)) for c in labels.indices[labels.indptr[i]:labels.indptr[i + 1]])
+            lo, hi = feats.indptr[i], feats.indptr[i + 1]
+            ft = " ".join(f"{int(c)}:{float(v):.9g}" for c, v in zip(feats.indices[lo:hi], feats.data[lo:hi]))
+            out.write(f"{lab} {ft}".rstrip() + "\n" if lab or ft else "\n")

@@ -50,6 +50,9 @@ class RemoteDataset:
         num_features, num_labels, num_train, num_test: as the source publishes them.
         page: the human page describing the dataset.
         notes: anything a user should know (e.g. a manual download).
+        train_split, test_split: for datasets published as one data file (``train == test``) with
+            split files: the split files' paths. Each column of a split file is one split of 1-based
+            row numbers; ``get`` uses the first column and writes ``train.txt``/``test.txt`` from it.
     """
 
     name: str
@@ -64,6 +67,8 @@ class RemoteDataset:
     page: str = XC_PAGE
     notes: str = ""
     aliases: tuple[str, ...] = field(default=())
+    train_split: str | None = None
+    test_split: str | None = None
 
 
 def _xc(name: str, drive_id: str | None, folder: str, stem: str, sizes: tuple[int, int, int, int],
@@ -74,21 +79,25 @@ def _xc(name: str, drive_id: str | None, folder: str, stem: str, sizes: tuple[in
                          f"{folder}/{stem}_test.txt", "xc", f, l, ntr, nte, XC_PAGE, notes, aliases)
 
 
-_MANUAL = ("no direct download link recorded; the XC repository ships it as one _data.txt with split files, "
-           "which fedkernels does not apply yet: download a train/test copy by hand and pass its folder to "
-           "--dataset")
+_MANUAL = ("no direct download link recorded: download the zip from the XC repository page, then "
+           "`fedkernels data get {name} --url file:///path/to/{name}.zip` (the zip's file names are those of "
+           "the repository's README, not checked here); or pass a train/test copy to --dataset")
+
+
+def _small(name: str, sizes: tuple[int, int, int, int]) -> RemoteDataset:
+    """A small XC dataset: one ``<Name>_data.txt`` plus ``<name>_trSplit.txt``/``_tstSplit.txt``."""
+    f, l, ntr, nte = sizes
+    data, low = f"{name}/{name}_data.txt", name.lower()
+    return RemoteDataset(name, (RemoteFile(None, f"{name}.zip", None, "zip"),), data, data, "xc", f, l, ntr, nte,
+                         XC_PAGE, _MANUAL.format(name=name), (), f"{name}/{low}_trSplit.txt",
+                         f"{name}/{low}_tstSplit.txt")
+
 
 # (F, L, N train, N test) as the XC repository's table lists them.
 _BUILTIN: tuple[RemoteDataset, ...] = (
-    RemoteDataset("Mediamill", (RemoteFile(None, "Mediamill.zip", None, "zip"),), "Mediamill/Mediamill_data.txt",
-                  "Mediamill/Mediamill_data.txt", "xc", 120, 101, 30993, 12914, XC_PAGE,
-                  _MANUAL),
-    RemoteDataset("Bibtex", (RemoteFile(None, "Bibtex.zip", None, "zip"),), "Bibtex/Bibtex_data.txt",
-                  "Bibtex/Bibtex_data.txt", "xc", 1836, 159, 4880, 2515, XC_PAGE,
-                  _MANUAL),
-    RemoteDataset("Delicious", (RemoteFile(None, "Delicious.zip", None, "zip"),), "Delicious/Delicious_data.txt",
-                  "Delicious/Delicious_data.txt", "xc", 500, 983, 12920, 3185, XC_PAGE,
-                  _MANUAL),
+    _small("Mediamill", (120, 101, 30993, 12914)),
+    _small("Bibtex", (1836, 159, 4880, 2515)),
+    _small("Delicious", (500, 983, 12920, 3185)),
     _xc("EURLex-4K", "0B3lPMIHmG6vGU0VTR1pCejFpWjg", "Eurlex", "eurlex", (5000, 3993, 15539, 3809),
         aliases=("eurlex",)),
     _xc("Wiki10-31K", "0B3lPMIHmG6vGaDdOeGliWF9EOTA", "Wiki10", "wiki10", (101938, 30938, 14146, 6616),
