@@ -63,8 +63,9 @@ def _xc_parts(path: Path, test_fraction: float, seed: int) -> tuple[XCData, XCDa
                 parts = {"all": path / f"all{ext}"}
                 break
         else:
-            raise FileNotFoundError(f"{path}: expected a data file, or a folder with train+test or all "
-                                    "(.txt XC or libsvm, .svm libsvm, or _X.npz/_Y.npz pairs)")
+            raise FileNotFoundError(f"{path}: expected an XC-format, libsvm or .npz data file, or a folder with "
+                                    "train+test or all (.txt XC or libsvm, .svm libsvm, or _X.npz/_Y.npz pairs), "
+                                    "or a dataset name from `fedkernels data list`")
     full = read_any(parts["all"])
     tr, te = train_test_split(full.num_samples, test_fraction, seed)
     note = {"split": f"seeded permutation (fedkernels.data.train_test_split, seed={seed}, "
