@@ -5,6 +5,8 @@
     fedkernels run --demo                    # FedAvg vs FedMLH vs FedSS on synthetic data
     fedkernels run --config exp.toml --rounds 30
     fedkernels run --dataset ../shared/data/bibtex --algorithms FedAvg FedMLH --option FedMLH.num_buckets=40
+    fedkernels data list                     # public datasets; `data get NAME` downloads one
+    fedkernels run --dataset EURLex-4K       # a dataset fetched by `fedkernels data get`
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Sequence
 
 # Flags map one to one onto ExperimentConfig fields (dashes for underscores).
 _RUN_FLAGS: dict[str, tuple[type, str]] = {
-    "dataset": (str, "'synthetic' (default) or an XC-format file/folder"),
+    "dataset": (str, "'synthetic' (default), a file/folder (XC, libsvm, .npz) or a name from `fedkernels data list`"),
     "partition": (str, "fedmlh | dirichlet | iid | one_label"),
     "rounds": (int, "federated rounds"),
     "clients": (int, "number of clients"),
@@ -206,15 +208,19 @@ def parser() -> argparse.ArgumentParser:
     for name, (typ, help_) in _RUN_FLAGS.items():
         r.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, help=help_)
     r.set_defaults(fn=cmd_run)
+    from .cli_data import add_parser
+    add_parser(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fedkernels`` script."""
     args = parser().parse_args(argv)
+    from .data.fetcher import DownloadError
+
     try:
         return int(args.fn(args) or 0)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, DownloadError) as e:
         print(f"fedkernels {args.command}: error: {e}", file=sys.stderr)
         return 2
 

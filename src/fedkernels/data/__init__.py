@@ -1,7 +1,10 @@
-"""Data for the federated loop: the XC-format reader, feature hashing, splits, partitioners and
-the synthetic power-law default."""
+"""Data for the federated loop: the XC-format, libsvm and .npz readers, the registry and fetcher of
+public datasets (``fedkernels data``), feature hashing, splits, partitioners and the synthetic default."""
 
-from .datasets import Dataset, load_dataset, load_xc_dataset, to_client_data
+from .datasets import Dataset, load_dataset, load_xc_dataset, resolve_dataset, to_client_data
+from .fetcher import DownloadError, cache_dir, dataset_dir, fetch, is_fetched, sha256_of
+from .formats import read_any, read_libsvm, read_npz, write_xc
+from .remote import RemoteDataset, RemoteFile, find_remote, get_remote, register, remote_datasets, unregister
 from .feature_hashing import hash_features, idf_weights
 from .partition import (Shard, dirichlet_partition, fedmlh_partition, frequent_classes, iid_partition,
                         label_counts, make_clients, one_label_per_client)
@@ -10,7 +13,9 @@ from .synthetic import synthetic_multilabel
 from .xc_format import XCData, read_xc
 
 __all__ = [
-    "Dataset", "Shard", "XCData", "dirichlet_partition", "fedmlh_partition", "frequent_classes", "hash_features",
+    "Dataset", "DownloadError", "RemoteDataset", "RemoteFile", "Shard", "cache_dir", "dataset_dir", "fetch",
+    "find_remote", "get_remote", "is_fetched", "read_any", "read_libsvm", "read_npz", "register", "remote_datasets",
+    "resolve_dataset", "sha256_of", "unregister", "write_xc", "XCData", "dirichlet_partition", "fedmlh_partition", "frequent_classes", "hash_features",
     "idf_weights", "iid_partition", "label_counts", "load_dataset", "load_xc_dataset", "make_clients",
     "one_label_per_client", "read_xc", "synthetic_multilabel", "to_client_data", "train_test_split",
 ]

@@ -1,4 +1,5 @@
-"""One entry point for the datasets a run uses: ``synthetic`` or an XC-format file or folder."""
+"""One entry point for the datasets a run uses: ``synthetic``, a registered dataset fetched by
+``fedkernels data get NAME``, or a file or folder (XC text, libsvm multi-label, or scipy ``.npz``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from ..fl.types import ClientData
 from .feature_hashing import hash_features, idf_weights, l2_normalize_rows
 from .split import train_test_split
 from .synthetic import synthetic_multilabel
-from .xc_format import XCData, read_xc
+from .formats import read_any
+from .xc_format import XCData
 
 
 @dataclass
@@ -51,13 +53,20 @@ def to_client_data(x: torch.Tensor, labels: sp.csr_matrix) -> ClientData:
 def _xc_parts(path: Path, test_fraction: float, seed: int) -> tuple[XCData, XCData, dict]:
     if path.is_file():
         parts = {"all": path}
-    elif (path / "train.txt").is_file() and (path / "test.txt").is_file():
-        return read_xc(path / "train.txt"), read_xc(path / "test.txt"), {"split": "official train.txt/test.txt"}
-    elif (path / "all.txt").is_file():
-        parts = {"all": path / "all.txt"}
     else:
-        raise FileNotFoundError(f"{path}: expected an XC-format file, or a folder with train.txt+test.txt or all.txt")
-    full = read_xc(parts["all"])
+        for ext in (".txt", ".svm", "_X.npz"):
+            if (path / f"train{ext}").is_file() and (path / f"test{ext}").is_file():
+                return (read_any(path / f"train{ext}"), read_any(path / f"test{ext}"),
+                        {"split": f"official train{ext}/test{ext}"})
+        for ext in (".txt", ".svm", "_X.npz"):
+            if (path / f"all{ext}").is_file():
+                parts = {"all": path / f"all{ext}"}
+                break
+        else:
+            raise FileNotFoundError(f"{path}: expected an XC-format, libsvm or .npz data file, or a folder with "
+                                    "train+test or all (.txt XC or libsvm, .svm libsvm, or _X.npz/_Y.npz pairs), "
+                                    "or a dataset name from `fedkernels data list`")
+    full = read_any(parts["all"])
     tr, te = train_test_split(full.num_samples, test_fraction, seed)
     note = {"split": f"seeded permutation (fedkernels.data.train_test_split, seed={seed}, "
                      f"test_fraction={test_fraction})"}
@@ -70,6 +79,7 @@ def load_xc_dataset(path: str | Path, feature_dim: int | None = None, seed: int 
 
     Args:
         path: a file, or a folder with ``train.txt`` and ``test.txt`` (the official split) or ``all.txt``
+            (XC or libsvm text; also ``.svm``, or ``train_X.npz``/``train_Y.npz`` pairs, see ``formats.py``)
             (split by :func:`train_test_split` with ``seed`` and ``test_fraction``).
         feature_dim: hash the features to this many signed buckets (FedMLH's feature hashing);
             ``None`` keeps the original F features.
@@ -97,10 +107,29 @@ def load_xc_dataset(path: str | Path, feature_dim: int | None = None, seed: int 
 def load_dataset(spec: str | Path = "synthetic", seed: int = 0, feature_dim: int | None = None,
                  test_fraction: float = 0.2, **synthetic_kw) -> Dataset:
     """``"synthetic"`` (see :func:`synthetic_multilabel`; ``synthetic_kw`` passes its arguments,
-    train and test drawn together then split) or a path for :func:`load_xc_dataset`."""
+    train and test drawn together then split), a path for :func:`load_xc_dataset`, or the name of a
+    dataset fetched with ``fedkernels data get`` (see :func:`resolve_dataset`)."""
     if str(spec) == "synthetic":
         full = synthetic_multilabel(seed=seed, **synthetic_kw)
         tr, te = train_test_split(len(full), test_fraction, seed)
         return Dataset(full.rows(torch.from_numpy(tr)), full.rows(torch.from_numpy(te)), "synthetic",
                        {"split": f"seeded permutation (seed={seed}, test_fraction={test_fraction})", **synthetic_kw})
-    return load_xc_dataset(spec, feature_dim, seed, test_fraction)
+    return load_xc_dataset(resolve_dataset(spec), feature_dim, seed, test_fraction)
+
+
+def resolve_dataset(spec: str | Path) -> Path:
+    """A path as given if it exists, else the cache folder of the registered dataset ``spec``.
+
+    Raises:
+        FileNotFoundError: neither a path nor a fetched dataset (the message says how to fetch it).
+    """
+    from .fetcher import dataset_dir, is_fetched
+    from .remote import find_remote
+
+    path = Path(spec)
+    if path.exists() or find_remote(str(spec)) is None:
+        return path
+    if not is_fetched(str(spec)):
+        raise FileNotFoundError(f"dataset {spec!r} is registered but not downloaded: run "
+                                f"`fedkernels data get {find_remote(str(spec)).name}` first")
+    return dataset_dir(str(spec))
