@@ -26,6 +26,60 @@ K = 10
 MARGIN = 1.0
 
 
+# ---- the CUDA kernels' launches on an H100, analytically (no GPU on the build machines) ------------
+H100_SMS = 132
+H100_HBM_BYTES_S = 3.35e12      # HBM3, SXM
+H100_FP32_FLOPS = 67e12         # CUDA cores (cuBLAS sgemm without TF32, which knn_classes needs)
+H100_FP64_FLOPS = 34e12         # CUDA cores
+KNN_TILE = 8192                 # csrc/spread/spread_cuda.cu: kRowTile = kColTile (float32)
+WARP_BLOCK = 256                # warp-per-row kernels: 8 warps per block
+
+
+def cuda_launch_model(c: int, d: int, k: int = K) -> list[dict]:
+    """Launch shape, bytes and bound time of every CUDA kernel of knn_classes + spreadout_loss fwd/bwd.
+
+    warps/SM is the warps one launch puts on each of the 132 SMs (at most 64 are resident at once;
+    more means several waves). bytes is the DRAM traffic the kernel cannot avoid (gathered rows counted
+    once per use: at these sizes W does not stay in the 50 MB L2 between uses, except at d = 64 where
+    part of it may). Time: bytes at 3.35 TB/s, or FLOPs at the CUDA-core peak where that is larger.
+    """
+    cap = k + 8
+    tiles = -(-c // KNN_TILE)
+    t = min(KNN_TILE, c)
+    ceil = lambda a, b: -(-a // b)  # noqa: E731
+    rows = []
+
+    def add(kernel, launches, blocks, threads, nbytes, flops=0.0, peak=H100_FP32_FLOPS, note=""):
+        warps = blocks * threads // 32
+        t_bw = nbytes / H100_HBM_BYTES_S
+        t_fl = flops / peak if flops else 0.0
+        rows.append({"kernel": kernel, "launches": launches, "blocks": blocks, "threads": threads,
+                     "warps/SM": round(warps / H100_SMS, 1), "MB": round(nbytes / 1e6, 1),
+                     "us@3.35TB/s": round(t_bw * 1e6, 1),
+                     "GFLOP": round(flops / 1e9, 1), "us@peak": round(t_fl * 1e6, 1),
+                     "bound": "compute" if t_fl > t_bw else "memory", "note": note})
+
+    # knn_classes
+    add("row_norms_kernel", 1, ceil(c, 128), 128, c * d * 4 + c * 8)
+    add("at::mm (cuBLAS sgemm)", tiles * tiles, 0, 0, c * c * 4 + tiles * tiles * 2 * t * d * 4,
+        2.0 * c * c * d, note=f"{tiles}x{tiles} tiles [{t},{d}]x[{d},{t}]; writes G")
+    add("knn_tile_merge_kernel", tiles * tiles, ceil(t, 8), WARP_BLOCK, c * c * 4 + tiles * c * cap * 12,
+        note="per launch: blocks/warps of one tile; bytes: all tiles (reads G)")
+    add("knn_finalize_kernel", 1, ceil(c, 8), WARP_BLOCK, c * (cap + 1) * d * 4 + c * cap * 24 + c * k * 12,
+        3.0 * c * cap * d, H100_FP64_FLOPS, note="float64 recompute of k+8 candidates")
+    # spreadout_loss forward + backward (FedAwS: no pair weights, so no gather)
+    add("pair_weight_gather_kernel", 1, ceil(c * k, 128), 128, c * k * 28, note="FedALC only; empty CSR")
+    add("pair_terms_kernel", 2, ceil(c, 8), WARP_BLOCK, c * (k + 1) * d * 4 + c * k * 20,
+        3.0 * c * k * d, H100_FP64_FLOPS, note="fwd (row sums) and bwd (coefs): each")
+    add("ordered_sum_kernel", 2, ceil(c, 1024), 256, c * 8, note="pass 1; pass 2 is 1 block over the chunk sums")
+    add("pair_grad_kernel", 1, ceil(c, 8), WARP_BLOCK, c * (2 * k + 1) * d * 4 + c * d * 4 + c * k * 32,
+        4.0 * c * 2 * k * d, H100_FP64_FLOPS, note="l2; cosine reads the partners twice")
+    for r in rows:
+        if r["blocks"] == 0:
+            r["blocks"], r["threads"], r["warps/SM"] = "cuBLAS", "", ""
+    return rows
+
+
 def composition_knn(W: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """What a user writes: the full distance matrix, self masked, then topk."""
     D = torch.cdist(W, W)
@@ -110,7 +164,11 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", metavar="C,d", help="run just these configurations, e.g. 20000,512")
     ap.add_argument("--append", action="store_true", help="merge into the existing bench/results/spread.json")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    ap.add_argument("--cuda-model", action="store_true", help="only print the CUDA launch model and exit")
     args = ap.parse_args()
+    if args.cuda_model:
+        print_cuda_launch_model()
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes = [1000, 20000] + ([] if args.quick else [100000])
@@ -137,6 +195,15 @@ def main() -> None:
     print(markdown_table(rows, cols))
     print(f"knn tile path: {extra['knn_tile_path']}; copy bandwidth {extra['copy_bandwidth_gbs']:.1f} GB/s; "
           f"results in {path}")
+    print_cuda_launch_model()
+
+
+def print_cuda_launch_model() -> None:
+    cols = ["kernel", "launches", "blocks", "threads", "warps/SM", "MB", "us@3.35TB/s", "GFLOP", "us@peak", "bound",
+            "note"]
+    for d in (64, 512):
+        print(f"\nCUDA launches on an H100 (132 SMs), C = 100000, d = {d}, k = {K} (analytic):")
+        print(markdown_table(cuda_launch_model(100000, d), cols))
 
 
 if __name__ == "__main__":
