@@ -100,6 +100,25 @@ def test_bad_tile_variable(bad, monkeypatch):
         fedkernels.knn_classes(torch.randn(10, 3), 2)
 
 
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_reduced_precision_matmul_stays_exact(precision, monkeypatch):
+    # The CUDA launcher widens the key band to the GEMM's real unit roundoff; under the emulator the
+    # GEMM is the CPU's (mkldnn setting), on a GPU cuBLAS's. Exact either way, most rows rescanned.
+    if not _emulator_loaded():
+        pytest.skip("the CPU op's tile path does not read the matmul precision")
+    W = _matrix("gauss", 120, 20, 12)
+    backends = [torch.backends.mkldnn.matmul, torch.backends.cuda.matmul]
+    old = [b.fp32_precision for b in backends]
+    try:
+        for b in backends:
+            b.fp32_precision = precision if b is torch.backends.mkldnn.matmul or precision == "tf32" else "tf32"
+        got = _knn_with_tiles(W, 7, "l2", (50, 33), monkeypatch)
+    finally:
+        for b, o in zip(backends, old):
+            b.fp32_precision = o
+    _assert_reference(W, 7, "l2", got)
+
+
 def test_loss_sum_over_several_chunks():
     # C > 1024 row terms: the two-pass ordered sum has several chunks (and a partial last one)
     W = _matrix("gauss", 2500, 3, 6) * 0.05

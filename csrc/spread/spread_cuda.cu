@@ -1,12 +1,12 @@
 // CUDA launcher of knn_classes, shaped for a real GPU (launch table: bench/spread.py).
 //
 //  1. row_norms_kernel: float64 row norms (spread_cuda_utils.cuh).
-//  2. For each tile of up to kRowTile rows x kColTile columns: at::mm (cuBLAS on a GPU, tensor-core
-//     free: see gemm_unit_roundoff) writes the dot products G [rows, cols] into one reused buffer, and
-//     knn_tile_merge_kernel, a warp per row, turns a row of G into keys (l2: |w_j|^2 - 2 g, cosine:
+//  2. For each tile of up to kRowTile rows x kColTile columns: at::mm (cuBLAS on a GPU; IEEE float32
+//     by default, see gemm_unit_roundoff) writes the dot products G [rows, cols] into one reused
+//     buffer, and knn_tile_merge_kernel, a warp per row, turns a row of G into keys (l2: |w_j|^2 - 2 g, cosine:
 //     -g / |w_j|), tests 128 of them per step against the row's gate with one warp vote, and lane 0
 //     offers the few that pass, in ascending column order, to the row's candidate list (global
-//     scratch [C, k + 8], the CPU's candidate_offer). Peak extra memory: the G tile (256 MiB in
+//     scratch [C, k + 8], the CPU's candidate_offer). Peak extra memory: the G tile (320 MiB in
 //     float32) plus O(C (k + 8)); never [C, C].
 //  3. knn_finalize_kernel, a warp per row: the lanes recompute the kept candidates' distances in
 //     float64 (spread::exact_distance, the CPU's per-pair arithmetic), lane 0 orders them by
@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "spread/spread.h"
 #include "spread/spread_checks.h"
@@ -40,21 +41,33 @@ using spread_cuda::kFullMask;
 using spread_cuda::lane_id;
 using spread_cuda::warp_item;
 
-// G tile: kRowTile x kColTile products (256 MiB float32; float64 halves the columns). At C = 100000
-// that is 13 x 13 tiles; each merge launch is 8192 warps (62 per SM on 132 SMs).
-constexpr int64_t kRowTile = 8192;
+// G tile: kRowTile x kColTile products (320 MiB float32; float64 halves the columns). At C = 100000
+// that is 10 x 13 tiles. A merge launch is 10240 warps: the merge kernel takes 45 registers on sm_90,
+// so an H100 SM holds 5 of its 8-warp blocks (40 warps) and a launch is 1.94 waves of 132 x 40 warps
+// (8192 rows would be 1.55 waves, the last one half empty).
+constexpr int64_t kRowTile = 10240;
 constexpr int64_t kColTile = 8192;
 constexpr int kMergeUnroll = 4;  // 4 x 32 keys per lane step, one warp vote
 
 // Unit roundoff of the GEMM that fills the key tiles (key_band's u). float64: 2^-53. float32: 2^-24,
-// unless torch lets cuBLAS round the inputs (TF32: 2^-11 with "high", bf16: 2^-8 with "medium").
-double gemm_unit_roundoff(bool is_double) {
+// unless torch lets the matmul round its inputs (fp32_precision "tf32": 2^-11, "bf16": 2^-8) on the
+// backend that runs it (cuBLAS on a GPU; the CPU's under the emulator). A setting that cannot be read
+// is taken as the widest.
+double gemm_unit_roundoff(const at::Tensor& W, bool is_double) {
   if (is_double) return 0x1p-53;
   const auto& ctx = at::globalContext();
-  const auto precision = ctx.float32MatmulPrecision();
-  if (precision == at::Float32MatmulPrecision::MEDIUM) return 0x1p-8;
-  if (precision == at::Float32MatmulPrecision::HIGH || ctx.allowTF32CuBLAS()) return 0x1p-11;
-  return 0x1p-24;
+  at::Float32Precision p = at::Float32Precision::NONE;
+  try {
+    p = ctx.float32Precision(W.is_cuda() ? at::Float32Backend::CUDA : at::Float32Backend::MKLDNN,
+                             at::Float32Op::MATMUL);
+    if (p == at::Float32Precision::NONE || p == at::Float32Precision::DEFAULT)
+      p = ctx.float32Precision(at::Float32Backend::GENERIC, at::Float32Op::ALL);
+  } catch (const c10::Error&) {
+    return 0x1p-8;
+  }
+  if (p == at::Float32Precision::TF32) return 0x1p-11;
+  if (p == at::Float32Precision::BF16) return 0x1p-8;
+  return 0x1p-24;  // IEEE, or unset (IEEE is the default)
 }
 
 // Tile sizes: kRowTile x kColTile, or FEDKERNELS_KNN_CUDA_TILES="rows,cols" (tests use small tiles
@@ -226,7 +239,7 @@ std::tuple<at::Tensor, at::Tensor> knn_classes_cuda(const at::Tensor& W_in, int6
   at::Tensor overflow = at::zeros({c}, W.options().dtype(at::kBool));
   const double max_norm = norms.max().item<double>();
   const bool is_double = acc_type == at::kDouble;
-  const double unit_roundoff = gemm_unit_roundoff(is_double);
+  const double unit_roundoff = gemm_unit_roundoff(W, is_double);
   const auto [row_tile, col_tile] = knn_tiles(is_double ? 8 : 4);
   const int64_t tr = std::min(row_tile, c), tc = std::min(col_tile, c);
   at::Tensor g_buf = at::empty({tr * tc}, W.options().dtype(acc_type));
