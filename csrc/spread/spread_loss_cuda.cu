@@ -92,6 +92,11 @@ __global__ void pair_grad_kernel(const T* w, const double* norms, const int64_t*
   spread::pair_grad_row(w, t, d, k, metric, norms, nbr, coefs, rev, rb, re, grad, lane, 32, proj);
 }
 
+// Row norms when the metric needs them (cosine); l2 kernels never read them: an empty tensor.
+at::Tensor norms_if_cosine(const at::Tensor& W, int metric) {
+  return metric == spread::kCosine ? spread_cuda::row_norms(W) : at::empty({0}, W.options().dtype(at::kDouble));
+}
+
 at::Tensor pair_weight_gather_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& values,
                                    const at::Tensor& idx_in) {
   check_pair_weight_gather_args(indptr, indices, values, idx_in);
@@ -129,7 +134,7 @@ at::Tensor spreadout_pair_loss_cuda(const at::Tensor& W_in, const at::Tensor& id
   at::Tensor total = at::zeros({}, W.options().dtype(at::kDouble));
   if (c > 0 && idx.size(1) > 0) {
     at::Tensor rows = at::empty({c}, W.options().dtype(at::kDouble));
-    launch_pair_terms(W, idx, weight, spread_cuda::row_norms(W), metric, margin, 1.0, rows.data_ptr<double>(), nullptr);
+    launch_pair_terms(W, idx, weight, norms_if_cosine(W, metric), metric, margin, 1.0, rows.data_ptr<double>(), nullptr);
     // Two passes of fixed shape (spread.h: block_tree_sum): chunk sums, then one block over them in order.
     const int64_t chunks = (c + spread::kSumChunk - 1) / spread::kSumChunk;
     TORCH_CHECK(chunks <= INT32_MAX, "spreadout_pair_loss: too many classes for one CUDA grid");
@@ -155,7 +160,7 @@ at::Tensor spreadout_pair_loss_backward_cuda(const at::Tensor& grad, const at::T
   const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
   at::Tensor gw = at::zeros_like(W);
   if (k == 0 || c == 0 || d == 0) return gw;
-  const at::Tensor norms = spread_cuda::row_norms(W);
+  const at::Tensor norms = norms_if_cosine(W, metric);
   at::Tensor coefs = at::empty({c * k}, W.options().dtype(at::kDouble));
   launch_pair_terms(W, idx, weight, norms, metric, margin, grad.item<double>(), nullptr, coefs.data_ptr<double>());
   const auto [order, bounds] = reverse_pairs(idx);
