@@ -188,7 +188,11 @@ FK_HOST_DEVICE FK_INLINE double lane_distance(const T* a, const T* b, int64_t d,
   const bool unit = cosine_unit(norm_a, norm_b);
   double p[kLanes];
   for (int l = 0; l < kLanes; ++l) p[l] = 0.0;
-  for (int64_t i = 0; i < d; ++i) p[i % kLanes] += distance_term(a[i], b[i], metric, unit, norm_a, norm_b);
+  // Dims in rows of kLanes: p[l] gets dims l, l + 32, ... in order (the inner loop vectorises).
+  int64_t i0 = 0;
+  for (; i0 + kLanes <= d; i0 += kLanes)
+    for (int l = 0; l < kLanes; ++l) p[l] += distance_term(a[i0 + l], b[i0 + l], metric, unit, norm_a, norm_b);
+  for (int l = 0; i0 + l < d; ++l) p[l] += distance_term(a[i0 + l], b[i0 + l], metric, unit, norm_a, norm_b);
   return distance_from_sum(lane_tree_sum(p), metric, norm_a, norm_b);
 }
 
