@@ -8,6 +8,38 @@ C^2 * 4 bytes = 40 GB for the forward alone: it is not run there, its memory is 
     PYTHONPATH=src python bench/spread.py --quick    # skips C = 100000
     PYTHONPATH=src python bench/spread.py --only 20000,512 --append   # one configuration
     PYTHONPATH=src python bench/spread.py --quick --device cuda        # on a GPU: gpu-check/bench/spread.json
+    PYTHONPATH=src python bench/spread.py --cuda-model   # the CUDA launch table below, and exit
+
+CUDA kernels on an H100 (132 SMs, 3.35 TB/s, 67 TFLOP/s FP32 and 34 TFLOP/s FP64 on CUDA cores), C =
+100000, k = 10, analytic (cuda_launch_model; no GPU has run them). warps/SM: warps one launch puts on
+each SM; resident: warps an SM holds at once given the registers ptxas reports for sm_90 (PTXAS_REGS);
+waves = warps/SM / resident. MB: unavoidable DRAM traffic; us: that at 3.35 TB/s, or at the FLOP peak
+where that is longer (the GEMM). knn_classes:
+
+| kernel | launches | blocks x threads | warps/SM | resident | waves | d=64: MB / us | d=512: MB / us | bound |
+|---|---|---|---|---|---|---|---|---|
+| row_norms_kernel (block per 128 rows, smem-staged) | 1 | 782 x 128 | 23.7 | 24 | 0.99 | 26 / 8 | 206 / 61 | memory |
+| at::mm = cuBLAS sgemm, 10 x 13 tiles of [10240, d] x [d, 8192] | 130 | cuBLAS | - | - | - | 40613 / 12123; 1.28 TFLOP: 19105 | 44907 / 13405; 10.2 TFLOP: 152836 | compute |
+| knn_tile_merge_kernel (warp per row of a tile) | 130 | 1280 x 256 | 77.6 | 40 | 1.94 | 40281 / 12024 (reads G) | 40281 / 12024 | memory |
+| knn_finalize_kernel (warp per row) | 1 | 12500 x 256 | 758 | 24 | 31.6 | 542 / 162 | 3946 / 1178 | memory |
+
+spreadout_loss forward + backward (FedAwS, l2):
+
+| kernel | launches | blocks x threads | warps/SM | resident | waves | d=64: MB / us | d=512: MB / us | bound |
+|---|---|---|---|---|---|---|---|---|
+| pair_weight_gather_kernel (thread per pair; FedALC only) | 1 | 7813 x 128 | 237 | 64 | 3.7 | 28 / 8 | 28 / 8 | memory (latency) |
+| pair_terms_kernel (warp per row, lanes over d), fwd and bwd | 2 | 12500 x 256 | 758 | 32 | 23.7 | 302 / 90 each | 2273 / 678 each | memory |
+| ordered_sum_kernel (chunks of 1024, then 1 block) | 2 | 98 x 256, 1 x 256 | 5.9 | 64 | 0.09 | 0.8 / 0.2 | 0.8 / 0.2 | launch latency |
+| pair_grad_kernel (warp per row, lanes over d) | 1 | 12500 x 256 | 758 | 32 | 23.7 | 595 / 178 | 4538 / 1355 | memory |
+
+So knn_classes is bounded by about 31 ms at d = 64 (the GEMM plus the G round trip, 2 x 40 GB) and
+165 ms at d = 512 (the FP32 GEMM), and the loss's own kernels by about 0.5 ms / 3 ms. The GEMM stays on
+FP32 CUDA cores: TF32 tensor cores would widen the exactness band 8192-fold (csrc/spread/spread_cuda.cu).
+The row tile of 10240 makes a merge launch 1.94 waves of 40 resident warps per SM (8192: 1.55 waves).
+Before this shape, knn ran one thread per row (782 x 128, 23.7 warps/SM, each thread reading its own
+row at stride d, the C^2 d multiply-adds on CUDA cores from a 32-column shared tile, the candidate list
+serial per thread), finalize one thread per row, the loss sum in 1 block of 128 threads and the
+gradient a 128-thread block per row (half idle at d = 64; cosine's projection redone by every thread).
 """
 
 from __future__ import annotations
@@ -26,6 +58,79 @@ from common import (add_device_arguments, check_device_arguments, copy_bandwidth
 
 K = 10
 MARGIN = 1.0
+
+
+# ---- the CUDA kernels' launches on an H100, analytically (no GPU on the build machines) ------------
+H100_SMS = 132
+H100_HBM_BYTES_S = 3.35e12      # HBM3, SXM
+H100_FP32_FLOPS = 67e12         # CUDA cores (cuBLAS sgemm without TF32, which knn_classes needs)
+H100_FP64_FLOPS = 34e12         # CUDA cores
+KNN_ROW_TILE, KNN_COL_TILE = 10240, 8192   # csrc/spread/spread_cuda.cu: kRowTile, kColTile (float32)
+WARP_BLOCK = 256                # warp-per-row kernels: 8 warps per block
+
+
+# Registers per thread that ptxas reports for sm_90 (float32 W; nvcc 13.0, -Xptxas=-v), and the warps
+# one SM then holds at once (65536 registers, whole blocks; row_norms: 33 KiB of shared memory per block).
+PTXAS_REGS = {"row_norms_kernel": 29, "knn_tile_merge_kernel": 45, "knn_finalize_kernel": 72,
+              "pair_weight_gather_kernel": 20, "pair_terms_kernel": 56, "ordered_sum_kernel": 30,
+              "pair_grad_kernel": 64}
+
+
+def resident_warps(kernel: str, threads: int) -> int:
+    regs = -(-PTXAS_REGS[kernel] // 8) * 8
+    warps_per_block = threads // 32
+    blocks = min(65536 // (regs * threads), 32, 64 // warps_per_block)
+    if kernel == "row_norms_kernel":
+        blocks = min(blocks, (228 * 1024) // (33792 + 1024))
+    return blocks * warps_per_block
+
+
+def cuda_launch_model(c: int, d: int, k: int = K) -> list[dict]:
+    """Launch shape, bytes and bound time of every CUDA kernel of knn_classes + spreadout_loss fwd/bwd.
+
+    warps/SM is the warps one launch puts on each of the 132 SMs (at most 64 are resident at once;
+    more means several waves). bytes is the DRAM traffic the kernel cannot avoid (gathered rows counted
+    once per use: at these sizes W does not stay in the 50 MB L2 between uses, except at d = 64 where
+    part of it may). Time: bytes at 3.35 TB/s, or FLOPs at the CUDA-core peak where that is larger.
+    """
+    cap = k + 8
+    row_tiles, col_tiles = -(-c // KNN_ROW_TILE), -(-c // KNN_COL_TILE)
+    tr, tc = min(KNN_ROW_TILE, c), min(KNN_COL_TILE, c)
+    ceil = lambda a, b: -(-a // b)  # noqa: E731
+    rows = []
+
+    def add(kernel, launches, blocks, threads, nbytes, flops=0.0, peak=H100_FP32_FLOPS, note=""):
+        warps = blocks * threads // 32
+        resident = resident_warps(kernel, threads) if kernel in PTXAS_REGS else 0
+        t_bw = nbytes / H100_HBM_BYTES_S
+        t_fl = flops / peak if flops else 0.0
+        rows.append({"kernel": kernel, "launches": launches, "blocks": blocks, "threads": threads,
+                     "warps/SM": round(warps / H100_SMS, 1), "resident": resident,
+                     "waves": round(warps / (resident * H100_SMS), 2) if resident else "",
+                     "MB": round(nbytes / 1e6, 1),
+                     "us@3.35TB/s": round(t_bw * 1e6, 1),
+                     "GFLOP": round(flops / 1e9, 1), "us@peak": round(t_fl * 1e6, 1),
+                     "bound": "compute" if t_fl > t_bw else "memory", "note": note})
+
+    # knn_classes
+    add("row_norms_kernel", 1, ceil(c, 128), 128, c * d * 4 + c * 8)
+    add("at::mm (cuBLAS sgemm)", row_tiles * col_tiles, 0, 0, c * c * 4 + row_tiles * col_tiles * (tr + tc) * d * 4,
+        2.0 * c * c * d, note=f"{row_tiles}x{col_tiles} tiles [{tr},{d}]x[{d},{tc}]; writes G")
+    add("knn_tile_merge_kernel", row_tiles * col_tiles, ceil(tr, 8), WARP_BLOCK, c * c * 4 + col_tiles * c * cap * 12,
+        note="per launch: blocks/warps of one tile; bytes: all tiles (reads G)")
+    add("knn_finalize_kernel", 1, ceil(c, 8), WARP_BLOCK, c * (cap + 1) * d * 4 + c * cap * 24 + c * k * 12,
+        3.0 * c * cap * d, H100_FP64_FLOPS, note="float64 recompute of k+8 candidates")
+    # spreadout_loss forward + backward (FedAwS: no pair weights, so no gather)
+    add("pair_weight_gather_kernel", 1, ceil(c * k, 128), 128, c * k * 28, note="FedALC only; empty CSR")
+    add("pair_terms_kernel", 2, ceil(c, 8), WARP_BLOCK, c * (k + 1) * d * 4 + c * k * 20,
+        3.0 * c * k * d, H100_FP64_FLOPS, note="fwd (row sums) and bwd (coefs): each")
+    add("ordered_sum_kernel", 2, ceil(c, 1024), 256, c * 8, note="pass 1; pass 2 is 1 block over the chunk sums")
+    add("pair_grad_kernel", 1, ceil(c, 8), WARP_BLOCK, c * (2 * k + 1) * d * 4 + c * d * 4 + c * k * 32,
+        4.0 * c * 2 * k * d, H100_FP64_FLOPS, note="l2; cosine reads the partners twice")
+    for r in rows:
+        if r["blocks"] == 0:
+            r["blocks"], r["threads"], r["warps/SM"], r["resident"] = "cuBLAS", "", "", ""
+    return rows
 
 
 def composition_knn(W: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,7 +221,11 @@ def main() -> None:
     ap.add_argument("--append", action="store_true", help="merge into the existing result file")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     add_device_arguments(ap)
+    ap.add_argument("--cuda-model", action="store_true", help="only print the CUDA launch model and exit")
     args = ap.parse_args()
+    if args.cuda_model:
+        print_cuda_launch_model()
+        return
     device = check_device_arguments(ap, args)
     on_cpu = torch.device(device).type == "cpu"
     out = results_path("spread", device, args.out)
@@ -148,6 +257,15 @@ def main() -> None:
     print(markdown_table(rows, cols))
     print(f"knn tile path: {extra['knn_tile_path']}; copy bandwidth {extra['copy_bandwidth_gbs']:.1f} GB/s; "
           f"results in {path}")
+    print_cuda_launch_model()
+
+
+def print_cuda_launch_model() -> None:
+    cols = ["kernel", "launches", "blocks", "threads", "warps/SM", "resident", "waves", "MB", "us@3.35TB/s", "GFLOP",
+            "us@peak", "bound", "note"]
+    for d in (64, 512):
+        print(f"\nCUDA launches on an H100 (132 SMs), C = 100000, d = {d}, k = {K} (analytic):")
+        print(markdown_table(cuda_launch_model(100000, d), cols))
 
 
 if __name__ == "__main__":

@@ -77,6 +77,14 @@ FK_HOST_DEVICE FK_INLINE void candidate_offer(K* keys, int64_t* ids, int64_t& si
   candidate_insert(keys, ids, size, cap, key, id);
 }
 
+// A full list's gate: a key above it can neither enter the list nor signal an overflow.
+template <typename K>
+FK_HOST_DEVICE FK_INLINE K candidate_gate(const K* keys, int64_t size, int64_t cap, int64_t k, K band, K inf) {
+  if (size < cap) return inf;
+  const K g = keys[k - 1] + band;
+  return keys[cap - 1] > g ? keys[cap - 1] : g;
+}
+
 // Worst-case distance between a GEMM key and its true value, doubled (see the top of this file):
 // a length-d dot product in a type with unit roundoff u errs by at most (d + 4) u |a| |b|.
 FK_HOST_DEVICE FK_INLINE double key_band(int metric, int64_t d, double unit_roundoff, double norm_i, double max_norm) {
@@ -96,35 +104,96 @@ FK_HOST_DEVICE FK_INLINE double row_sq_norm(const T* a, int64_t d) {
   return s;
 }
 
-// The true distance between two rows, computed directly in float64 (not via the GEMM identity),
-// summing over dims in order. l2: Euclidean distance (not squared). cosine: 1 - cos, as
-// |a/|a| - b/|b||^2 / 2 when both norms exceed kCosineEps, else 1 - a.b / (clamped norms);
-// norm_a / norm_b are the rows' float64 norms (only used for cosine).
+// The true distance between two rows, computed directly in float64 (not via the GEMM identity).
+// l2: Euclidean distance (not squared). cosine: 1 - cos, as |a/|a| - b/|b||^2 / 2 when both norms
+// exceed kCosineEps, else 1 - a.b / (clamped norms); norm_a / norm_b are the rows' float64 norms
+// (only used for cosine). It is a sum over dims of distance_term, finished by distance_from_sum:
+// exact_distance sums the dims in order (knn_classes, CPU and CUDA alike); lane_distance sums them
+// in the order a warp does (pair loss, CPU and CUDA alike).
+FK_HOST_DEVICE FK_INLINE bool cosine_unit(double norm_a, double norm_b) {
+  return norm_a > kCosineEps && norm_b > kCosineEps;
+}
+
+// Dim i's term of the distance sum (unit: cosine_unit(norm_a, norm_b), only read for cosine).
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double distance_term(T ai, T bi, int metric, bool unit, double norm_a, double norm_b) {
+  if (metric == kL2) {
+    const double t = as_double(ai) - as_double(bi);
+    return t * t;
+  }
+  if (unit) {
+    // 1 - cos = |u_a - u_b|^2 / 2 for unit u: exactly 0 for equal directions (so they tie).
+    const double t = as_double(ai) / norm_a - as_double(bi) / norm_b;
+    return t * t;
+  }
+  return as_double(ai) * as_double(bi);
+}
+
+FK_HOST_DEVICE FK_INLINE double distance_from_sum(double s, int metric, double norm_a, double norm_b) {
+  if (metric == kL2) return sqrt(s);
+  if (cosine_unit(norm_a, norm_b)) return 0.5 * s;
+  const double na = norm_a > kCosineEps ? norm_a : kCosineEps;
+  const double nb = norm_b > kCosineEps ? norm_b : kCosineEps;
+  return 1.0 - s / (na * nb);
+}
+
+// Sum over dims start, start + stride, ... of distance_term, in that order (one lane's share).
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double distance_partial(const T* a, const T* b, int64_t d, int metric, double norm_a,
+                                                 double norm_b, int64_t start, int64_t stride) {
+  const bool unit = cosine_unit(norm_a, norm_b);
+  double s = 0.0;
+  for (int64_t i = start; i < d; i += stride) s += distance_term(a[i], b[i], metric, unit, norm_a, norm_b);
+  return s;
+}
+
 template <typename T>
 FK_HOST_DEVICE FK_INLINE double exact_distance(const T* a, const T* b, int64_t d, int metric, double norm_a,
                                                double norm_b) {
-  if (metric == kL2) {
-    double s = 0.0;
-    for (int64_t i = 0; i < d; ++i) {
-      const double t = as_double(a[i]) - as_double(b[i]);
-      s += t * t;
-    }
-    return sqrt(s);
-  }
-  if (norm_a > kCosineEps && norm_b > kCosineEps) {
-    // 1 - cos = |u_a - u_b|^2 / 2 for unit u: exactly 0 for equal directions (so they tie).
-    double s = 0.0;
-    for (int64_t i = 0; i < d; ++i) {
-      const double t = as_double(a[i]) / norm_a - as_double(b[i]) / norm_b;
-      s += t * t;
-    }
-    return 0.5 * s;
-  }
-  double dot = 0.0;
-  for (int64_t i = 0; i < d; ++i) dot += as_double(a[i]) * as_double(b[i]);
-  const double na = norm_a > kCosineEps ? norm_a : kCosineEps;
-  const double nb = norm_b > kCosineEps ? norm_b : kCosineEps;
-  return 1.0 - dot / (na * nb);
+  return distance_from_sum(distance_partial(a, b, d, metric, norm_a, norm_b, 0, 1), metric, norm_a, norm_b);
+}
+
+// Warp-order sums. A warp of kLanes lanes sums per-dim terms as: lane l adds the terms of dims
+// l, l + 32, ... in order, then the lanes combine by the xor butterfly (v += shfl_xor(v, o) for
+// o = 16, 8, 4, 2, 1), which leaves every lane the same bits. lane_tree_sum is that combination on
+// the host (p[l] + p[l + o] is what lane l adds; IEEE addition commutes, so lane l + o gets the same).
+constexpr int kLanes = 32;
+
+FK_HOST_DEVICE FK_INLINE double lane_tree_sum(double* p) {
+  for (int o = kLanes / 2; o > 0; o /= 2)
+    for (int l = 0; l < o; ++l) p[l] = p[l] + p[l + o];
+  return p[0];
+}
+
+// The loss's deterministic sum of the C row terms, in the CUDA launcher's two passes: blocks of
+// kSumThreads threads each reduce a fixed chunk of kSumChunk terms (thread t adds terms t, t + 256,
+// ... of the chunk in order, then a halving tree part[t] += part[t + h]), and one block reduces the
+// chunk sums the same way. block_tree_sum is one block's reduction on the host.
+constexpr int kSumThreads = 256;
+constexpr int64_t kSumChunk = 1024;
+
+FK_HOST_DEVICE FK_INLINE double block_tree_sum(const double* x, int64_t n) {
+  double part[kSumThreads];
+  for (int t = 0; t < kSumThreads; ++t) part[t] = 0.0;
+  for (int64_t i = 0; i < n; ++i) part[i % kSumThreads] += x[i];
+  for (int h = kSumThreads / 2; h > 0; h /= 2)
+    for (int t = 0; t < h; ++t) part[t] += part[t + h];
+  return part[0];
+}
+
+// exact_distance summed in warp order: the CPU's twin of a warp computing one pair with lanes over dims.
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double lane_distance(const T* a, const T* b, int64_t d, int metric, double norm_a,
+                                              double norm_b) {
+  const bool unit = cosine_unit(norm_a, norm_b);
+  double p[kLanes];
+  for (int l = 0; l < kLanes; ++l) p[l] = 0.0;
+  // Dims in rows of kLanes: p[l] gets dims l, l + 32, ... in order (the inner loop vectorises).
+  int64_t i0 = 0;
+  for (; i0 + kLanes <= d; i0 += kLanes)
+    for (int l = 0; l < kLanes; ++l) p[l] += distance_term(a[i0 + l], b[i0 + l], metric, unit, norm_a, norm_b);
+  for (int l = 0; i0 + l < d; ++l) p[l] += distance_term(a[i0 + l], b[i0 + l], metric, unit, norm_a, norm_b);
+  return distance_from_sum(lane_tree_sum(p), metric, norm_a, norm_b);
 }
 
 // exact_distance(l2) of row a to the four rows ids[0..3] of w at once: the same operations per pair
@@ -148,6 +217,15 @@ FK_HOST_DEVICE FK_INLINE void exact_l2_x4(const T* a, const T* w, const int64_t*
   out[3] = sqrt(s3);
 }
 
+// Insertion sort of (exact, id) pairs by key_less, in place: entry s goes into the sorted prefix [0, s).
+FK_HOST_DEVICE FK_INLINE void sort_candidates(double* exact, int64_t* ids, int64_t size) {
+  for (int64_t s = 0, sorted = 0; s < size; ++s) {
+    const double e = exact[s];
+    const int64_t id = ids[s];
+    candidate_insert(exact, ids, sorted, size, e, id);
+  }
+}
+
 // Final pass of one row: recompute the true distance of each of its `size` candidates, order them by
 // (distance, index) and write the first k. exact[] is scratch of at least `size` doubles.
 template <typename T, typename OUT>
@@ -164,12 +242,7 @@ FK_HOST_DEVICE FK_INLINE void knn_finalize_row(const T* w, int64_t row, int64_t 
     const int64_t j = cand_ids[s];
     exact[s] = exact_distance(a, w + j * d, d, metric, na, metric == kCosine ? norms[j] : 0.0);
   }
-  // Insertion sort by (exact, index) in place: entry s goes into the sorted prefix [0, s).
-  for (int64_t s = 0, sorted = 0; s < size; ++s) {
-    const double e = exact[s];
-    const int64_t id = cand_ids[s];
-    candidate_insert(exact, cand_ids, sorted, size, e, id);
-  }
+  sort_candidates(exact, cand_ids, size);
   for (int64_t s = 0; s < k; ++s) {
     out_dist[row * k + s] = static_cast<OUT>(exact[s]);
     out_idx[row * k + s] = cand_ids[s];
@@ -208,16 +281,13 @@ FK_HOST_DEVICE FK_INLINE float pair_weight_lookup(const int64_t* indptr, const i
   return (lo < indptr[row + 1] && indices[lo] == col) ? values[lo] : 1.0f;
 }
 
-// One pair's hinge h = max(0, margin - dist) and its loss weight * h^2 (float64).
+// One pair's hinge h = max(0, margin - dist) and its loss weight * h^2 (float64), from its distance.
 // coef is dLoss/d(geometry) scaled so the row gradients below are linear in it:
 //   l2:     coef = -2 weight h / dist  (0 when dist == 0: the norm's subgradient at 0),
 //           dLoss/dw_c = coef (w_c - w_c'),  dLoss/dw_c' = coef (w_c' - w_c);
 //   cosine: coef = 2 weight h (h grows with cos),  dLoss/dw_c = coef P_c(u_c') / n_c.
-template <typename T>
-FK_HOST_DEVICE FK_INLINE double pair_term(const T* w, int64_t c, int64_t cp, int64_t d, int metric, const double* norms,
-                                          double weight, double margin, double* coef) {
-  const double dist = exact_distance(w + c * d, w + cp * d, d, metric, metric == kCosine ? norms[c] : 0.0,
-                                     metric == kCosine ? norms[cp] : 0.0);
+FK_HOST_DEVICE FK_INLINE double pair_term_from_distance(double dist, int metric, double weight, double margin,
+                                                        double* coef) {
   const double h = margin - dist > 0.0 ? margin - dist : 0.0;
   if (metric == kL2) {
     *coef = (h > 0.0 && dist > 0.0) ? -2.0 * weight * h / dist : 0.0;
@@ -225,6 +295,16 @@ FK_HOST_DEVICE FK_INLINE double pair_term(const T* w, int64_t c, int64_t cp, int
     *coef = 2.0 * weight * h;
   }
   return weight * h * h;
+}
+
+// pair_term_from_distance of pair (c, cp), the distance summed in warp order (lane_distance), so the
+// CPU's terms are bit-identical to the CUDA kernel's (a warp per row, lanes over dims).
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double pair_term(const T* w, int64_t c, int64_t cp, int64_t d, int metric, const double* norms,
+                                          double weight, double margin, double* coef) {
+  const double dist = lane_distance(w + c * d, w + cp * d, d, metric, metric == kCosine ? norms[c] : 0.0,
+                                    metric == kCosine ? norms[cp] : 0.0);
+  return pair_term_from_distance(dist, metric, weight, margin, coef);
 }
 
 // Dim i of v = sum over row t's pairs (own, then reverse, in order) of coef * u_partner (cosine).
@@ -246,25 +326,42 @@ FK_HOST_DEVICE FK_INLINE double cosine_partner_sum(const T* w, int64_t t, int64_
   return v;
 }
 
-// Gradient of row t over dims [start, end) with stride: its own pairs (t, nbr[t, j]) and the reverse
+// Dim i's term of u_t . v (cosine, |w_t| > eps): the projection the row gradient needs, summed over
+// dims in warp order (cosine_projection on the host, a warp reduction on CUDA).
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double cosine_projection_term(const T* w, int64_t t, int64_t i, int64_t d, int64_t k,
+                                                       const double* norms, const int64_t* nbr, const double* coefs,
+                                                       const int64_t* rev_pairs, int64_t rev_begin, int64_t rev_end) {
+  return cosine_partner_sum(w, t, i, d, k, norms, nbr, coefs, rev_pairs, rev_begin, rev_end) *
+         as_double(w[t * d + i]) / norms[t];
+}
+
+// u_t . v for row t (0 unless cosine with |w_t| > eps), in warp order: the host twin of the CUDA kernel's.
+template <typename T>
+FK_HOST_DEVICE FK_INLINE double cosine_projection(const T* w, int64_t t, int64_t d, int64_t k, int metric,
+                                                  const double* norms, const int64_t* nbr, const double* coefs,
+                                                  const int64_t* rev_pairs, int64_t rev_begin, int64_t rev_end) {
+  if (metric != kCosine || !(norms[t] > kCosineEps)) return 0.0;
+  double p[kLanes];
+  for (int l = 0; l < kLanes; ++l) p[l] = 0.0;
+  for (int64_t i = 0; i < d; ++i)
+    p[i % kLanes] += cosine_projection_term(w, t, i, d, k, norms, nbr, coefs, rev_pairs, rev_begin, rev_end);
+  return lane_tree_sum(p);
+}
+
+// Gradient of row t over dims start, start + stride, ...: its own pairs (t, nbr[t, j]) and the reverse
 // pairs (r, t) listed, in a fixed order, by rev_pairs[rev_begin .. rev_end) (flat pair ids r*k + j).
-// coefs are per flat pair id, already multiplied by the incoming gradient.
+// coefs are per flat pair id, already multiplied by the incoming gradient; proj is u_t . v
+// (cosine_projection, or its warp-reduced twin; 0 for l2). Each dim sums its pairs in order.
 template <typename T, typename G>
 FK_HOST_DEVICE FK_INLINE void pair_grad_row(const T* w, int64_t t, int64_t d, int64_t k, int metric,
                                             const double* norms, const int64_t* nbr, const double* coefs,
                                             const int64_t* rev_pairs, int64_t rev_begin, int64_t rev_end,
-                                            G* grad, int64_t start, int64_t stride) {
+                                            G* grad, int64_t start, int64_t stride, double proj) {
   const T* wt = w + t * d;
-  double nt = 1.0, proj = 0.0;
+  double nt = 1.0;
   if (metric == kCosine) {
     nt = norms[t] > kCosineEps ? norms[t] : kCosineEps;
-  }
-  // cosine needs u_t . v for the projection, v = sum coef u_partner; a first sweep over all dims.
-  if (metric == kCosine && norms[t] > kCosineEps) {
-    for (int64_t i = 0; i < d; ++i) {
-      proj += cosine_partner_sum(w, t, i, d, k, norms, nbr, coefs, rev_pairs, rev_begin, rev_end) *
-              as_double(wt[i]) / nt;
-    }
   }
   for (int64_t i = start; i < d; i += stride) {
     double g = 0.0;

@@ -1,10 +1,13 @@
 // CPU launchers of the spreadout loss over selected pairs: weight lookup, forward, fused backward.
 // Deterministic: every row sums its own pairs in order; reverse pairs reach their target through a
-// stable sort by target (no atomics); the row sums are added in index order.
+// stable sort by target (no atomics). Pair distances and the cosine projection are summed over dims in
+// warp order (spread.h: lane_distance, cosine_projection) and the row sums in the CUDA launcher's
+// two-pass tree (ordered_sum below), so the CPU's loss and gradient are bit-identical to the CUDA kernels'.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "common/dispatch.h"
@@ -29,6 +32,17 @@ at::Tensor pair_weight_gather_cpu(const at::Tensor& indptr, const at::Tensor& in
       for (int64_t j = 0; j < k; ++j) o[r * k + j] = spread::pair_weight_lookup(p, cols, v, r, nb[r * k + j]);
   });
   return out;
+}
+
+// The sum of the row terms in the CUDA launcher's order (spread.h: kSumChunk, block_tree_sum).
+double ordered_sum(const double* x, int64_t n) {
+  if (n == 0) return 0.0;
+  std::vector<double> chunks(static_cast<size_t>((n + spread::kSumChunk - 1) / spread::kSumChunk));
+  for (size_t b = 0; b < chunks.size(); ++b) {
+    const int64_t base = static_cast<int64_t>(b) * spread::kSumChunk;
+    chunks[b] = spread::block_tree_sum(x + base, std::min(spread::kSumChunk, n - base));
+  }
+  return spread::block_tree_sum(chunks.data(), static_cast<int64_t>(chunks.size()));
 }
 
 std::vector<double> norms_if_cosine(const at::Tensor& W, int metric) {
@@ -76,8 +90,7 @@ at::Tensor spreadout_pair_loss_cpu(const at::Tensor& W_in, const at::Tensor& idx
   const int64_t c = W.size(0);
   std::vector<double> rows(static_cast<size_t>(c), 0.0);
   if (idx.size(1) > 0) pair_terms_cpu(W, idx, weight, margin, metric, norms_if_cosine(W, metric), rows.data(), nullptr, 1.0);
-  double total = 0.0;
-  for (int64_t r = 0; r < c; ++r) total += rows[r];  // fixed order: independent of the thread count
+  const double total = ordered_sum(rows.data(), c);  // fixed order: independent of the thread count
   return at::scalar_tensor(total, W.options().dtype(out_type));
 }
 
@@ -101,8 +114,12 @@ at::Tensor spreadout_pair_loss_backward_cpu(const at::Tensor& grad, const at::Te
     const scalar_t* w = W.data_ptr<scalar_t>();
     scalar_t* out = gw.data_ptr<scalar_t>();
     at::parallel_for(0, c, 16, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t)
-        spread::pair_grad_row(w, t, d, k, metric, norms.data(), nb, coefs.data(), rev, bd[t], bd[t + 1], out, 0, 1);
+      for (int64_t t = b; t < e; ++t) {
+        const double proj = spread::cosine_projection(w, t, d, k, metric, norms.data(), nb, coefs.data(), rev, bd[t],
+                                                      bd[t + 1]);
+        spread::pair_grad_row(w, t, d, k, metric, norms.data(), nb, coefs.data(), rev, bd[t], bd[t + 1], out, 0, 1,
+                              proj);
+      }
     });
   });
   return gw;
