@@ -131,3 +131,27 @@ def test_complex_nan_and_inf_fail_the_finite_check(value):
     with pytest.raises(PayloadError, match="NaN or inf"):
         pl.decode(raw, spec)
     assert pl.decode(pl.encode({"z": torch.ones(3, dtype=torch.complex64)}), spec)["z"].shape == (3,)
+
+
+# ---- the other readers (libsvm shares the XC line parser; .npz) ------------------------------------
+@pytest.mark.parametrize("line, what", [("1 3:nan", "not a finite"), ("1 \u0663:1", "bad feature"),
+                                        (f"1 {10**30}:1", "out of range"), (f"{2**26} 1:1", "out of range")])
+def test_libsvm_rejects_what_xc_rejects_and_huge_ids(tmp_path, line, what):
+    from fedkernels.data.formats import read_libsvm
+    f = tmp_path / "bad.svm"
+    f.write_text(f"0 1:1\n{line}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"{f}:2: .*{what}"):
+        read_libsvm(f)
+
+
+def test_npz_rejects_non_finite_features(tmp_path):
+    import numpy as np
+    import scipy.sparse as sp
+
+    from fedkernels.data.formats import read_npz
+    x = sp.csr_matrix(np.array([[1.0, np.nan], [0.0, 1e39]]))
+    y = sp.csr_matrix(np.eye(2))
+    sp.save_npz(tmp_path / "a_X.npz", x)
+    sp.save_npz(tmp_path / "a_Y.npz", y)
+    with pytest.raises(ValueError, match="a_X.npz: NaN or inf"):
+        read_npz(tmp_path / "a_X.npz", tmp_path / "a_Y.npz")
