@@ -10,13 +10,14 @@ NUM_FEATURES, NUM_CLASSES = 16, 8
 
 
 # Small options for the tiny data; a registered strategy not listed here runs with its defaults.
+CLIENT_SECRET = b"test clients' shared secret"  # FedALC: same secret, same run (the seed cannot give it)
 SMALL = {"fedavg": dict(hidden=(8,)), "fedmlh": dict(num_tables=2, num_buckets=4, hidden=(8,)),
          "partialexchange": dict(fraction=0.5, hidden=(8,)),
          "fedss": dict(num_negatives=3, embed_dim=8, hidden=(8,)), "fedss-negonly": dict(num_negatives=3, embed_dim=8, hidden=(8,)),
          "fedss-posonly": dict(num_negatives=3, embed_dim=8, hidden=(8,)), "fedss-fullsoftmax": dict(embed_dim=8, hidden=(8,)),
          "l1diff": dict(gamma=0.01, hidden=(8,)), "l1diffnetwork": dict(num_clients=5, k=2, gamma=0.01, hidden=(8,)),
-         "fedaws": dict(dim=8, hidden=(8,), k=2), "fedalc": dict(dim=8, hidden=(8,), k=2),
-         "fedalc-fixed": dict(dim=8, hidden=(8,), k=2, fixed_steps=20)}
+         "fedaws": dict(dim=8, hidden=(8,), k=2), "fedalc": dict(dim=8, hidden=(8,), k=2, client_secret=CLIENT_SECRET),
+         "fedalc-fixed": dict(dim=8, hidden=(8,), k=2, fixed_steps=20, client_secret=CLIENT_SECRET)}
 
 
 def make_strategy(name: str) -> Strategy:

@@ -33,6 +33,8 @@ def one_label_clients(n: int = 240, seed: int = 0) -> list[ClientData]:
 
 def _server(cls=FedAwS, seed=0, rounds=2, **kw):
     cfg = RunConfig(rounds=rounds, clients_per_round=3, train=TrainConfig(epochs=1, batch_size=16, lr=0.1), seed=seed)
+    if cls is not FedAwS:  # the clients' secret: same secret and seed, same run (the seed alone cannot give it)
+        kw.setdefault("client_secret", b"test clients' shared secret")
     strategy = cls(dim=8, hidden=(16,), k=3, **kw) if cls is not FedALCFixed else cls(dim=8, hidden=(16,), k=3,
                                                                                        fixed_steps=30, **kw)
     return Server(strategy, one_label_clients(), 16, NUM_CLASSES, cfg)

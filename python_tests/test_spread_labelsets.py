@@ -63,17 +63,17 @@ def test_matches_plain_label_reference(clients):
 
 
 def test_digest_is_hmac_sha256_and_keyed():
-    key = b"secret"
+    key = b"secret of the clients"
     want = hmac.new(key, b"fedkernels/label\x00" + (5).to_bytes(8, "little"), hashlib.sha256).digest()
     assert ls.label_digest(key, 5) == want and len(want) == 32
-    assert ls.label_digest(b"other", 5) != want
+    assert ls.label_digest(b"other clients secret", 5) != want
     assert ls.instance_digest(key, b"abc") != ls.instance_digest(key, b"abd")
     # an instance whose bytes equal a label's encoding does not collide with that label (domains)
     assert ls.instance_digest(key, (5).to_bytes(8, "little")) != want
 
 
 def test_array_instances_include_dtype_and_shape():
-    key = b"s"
+    key = b"s" * 16
     a = np.zeros(4, dtype=np.float32)
     assert ls.instance_digest(key, a) == ls.instance_digest(key, torch.zeros(4))
     assert ls.instance_digest(key, a) != ls.instance_digest(key, a.reshape(2, 2))
@@ -81,7 +81,7 @@ def test_array_instances_include_dtype_and_shape():
 
 
 def test_server_sees_no_names():
-    key = b"clients only"
+    key = b"clients only, 16+ bytes"
     rep = ls.client_report(key, [b"the text of a secret document"], [42])
     blob = rep.to_tensor().numpy().tobytes()
     assert b"secret document" not in blob and (42).to_bytes(8, "little") not in blob
@@ -89,7 +89,7 @@ def test_server_sees_no_names():
 
 
 def test_hand_example():
-    key = b"k"
+    key = b"k" * 16
     r1 = ls.client_report(key, [b"doc-1", b"doc-2"], [3, 3])
     r2 = ls.client_report(key, [b"doc-1"], [7])
     sets = ls.merge_reports([r1, r2])
@@ -102,16 +102,20 @@ def test_hand_example():
 
 def test_bad_input():
     with pytest.raises(ValueError, match="same length"):
-        ls.client_report(b"k", [b"a"], [1, 2])
+        ls.client_report(b"k" * 16, [b"a"], [1, 2])
     with pytest.raises(ValueError, match="label"):
-        ls.label_digest(b"k", -1)
+        ls.label_digest(b"k" * 16, -1)
     with pytest.raises(TypeError, match="instance"):
-        ls.instance_digest(b"k", 3.5)
+        ls.instance_digest(b"k" * 16, 3.5)
+    with pytest.raises(ValueError, match="at least 16 bytes"):  # a short key is brute-forced
+        ls.label_digest(b"k", 1)
+    with pytest.raises(ValueError, match="must be bytes"):
+        ls.instance_digest("a str key of 16+ chars", b"a")
     with pytest.raises(ValueError, match="report tensor"):
         ls.LabelReport.from_tensor(torch.zeros(2, 10, dtype=torch.uint8))
 
 
 def test_empty():
-    sets = ls.merge_reports([ls.client_report(b"k", [], [])])
+    sets = ls.merge_reports([ls.client_report(b"k" * 16, [], [])])
     assert sets.num_classes == 0 and sets.num_instances == 0
     assert sets.pair_weights().indptr.tolist() == [0]

@@ -5,8 +5,11 @@ from __future__ import annotations
 import torch
 
 from . import _C
+from ._validate import check_int
 
 _UINT64_MAX = (1 << 64) - 1
+MAX_TABLES = 1 << 16  # R: far above any sketch's use, small enough that 4R parameters cost nothing
+MAX_BUCKETS = (1 << 31) - 1  # B: buckets are int32
 
 
 @torch.library.register_fake("fedkernels::hash_buckets")
@@ -20,7 +23,8 @@ class HashFamily:
 
     ``h_j(l) = ((a_j l + b_j) mod P) mod B`` and ``s_j(l) = +1`` if ``(c_j l + d_j) mod P`` is even
     else ``-1``, with ``P = 2**61 - 1`` and (a, b, c, d) drawn from splitmix64(seed). The server
-    broadcasts only ``(num_tables, num_buckets, seed)``.
+    broadcasts only ``(num_tables, num_buckets, seed)``: integers with ``1 <= R <= 2**16``,
+    ``1 <= B < 2**31`` (buckets are int32) and ``0 <= seed < 2**64`` (else ``ValueError`` naming it).
 
     Example:
         >>> hf = HashFamily(num_tables=4, num_buckets=4000, seed=42)
@@ -29,15 +33,9 @@ class HashFamily:
     """
 
     def __init__(self, num_tables: int, num_buckets: int, seed: int = 0) -> None:
-        if int(num_tables) < 1:
-            raise ValueError(f"num_tables (R) must be >= 1, got {num_tables}")
-        if int(num_buckets) < 1:
-            raise ValueError(f"num_buckets (B) must be >= 1, got {num_buckets}")
-        if not 0 <= int(seed) <= _UINT64_MAX:
-            raise ValueError(f"seed must lie in [0, 2**64), got {seed}")
-        self.num_tables = int(num_tables)
-        self.num_buckets = int(num_buckets)
-        self.seed = int(seed)
+        self.num_tables = check_int("num_tables (R)", num_tables, 1, MAX_TABLES)
+        self.num_buckets = check_int("num_buckets (B)", num_buckets, 1, MAX_BUCKETS)
+        self.seed = check_int("seed", seed, 0, _UINT64_MAX)
         flat = _C.hash_params(self.seed, self.num_tables)
         # Every parameter is < 2**61, so int64 holds it exactly.
         self.params = torch.tensor(flat, dtype=torch.int64).view(self.num_tables, 4)
@@ -53,7 +51,12 @@ class HashFamily:
         return hash((self.num_tables, self.num_buckets, self.seed))
 
     def _hash(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = torch.as_tensor(ids)
+        if not isinstance(ids, torch.Tensor):
+            try:
+                ids = torch.as_tensor(ids, dtype=torch.int64)
+            except (RuntimeError, OverflowError, TypeError, ValueError) as e:
+                raise ValueError(f"ids must be integers in [0, 2**63), got values torch cannot hold as int64 ({e})") \
+                    from None
         if ids.dtype != torch.int64:
             raise ValueError(f"ids must be int64, got {ids.dtype}")
         flat = ids.reshape(-1)

@@ -50,6 +50,18 @@ def to_client_data(x: torch.Tensor, labels: sp.csr_matrix) -> ClientData:
                       torch.from_numpy(labels.indices.astype(np.int64)), int(labels.shape[1]))
 
 
+MAX_DENSE_ELEMENTS = 2**27
+"""The most N * F elements :func:`load_xc_dataset` turns dense without ``feature_dim`` (134,217,728:
+512 MiB as float32, about 1.5 GiB at peak while densifying); checked before allocating."""
+
+
+def check_dense_size(n: int, f: int, path: Path, part: str) -> None:
+    """``ValueError`` naming ``path`` if a dense ``[n, f]`` feature matrix exceeds :data:`MAX_DENSE_ELEMENTS`."""
+    if n * f > MAX_DENSE_ELEMENTS:
+        raise ValueError(f"{path}: the {part} features would be {n} x {f} = {n * f} dense elements, above the "
+                         f"bound {MAX_DENSE_ELEMENTS} (2**27); pass feature_dim= to hash them to fewer columns")
+
+
 def _xc_parts(path: Path, test_fraction: float, seed: int) -> tuple[XCData, XCData, dict]:
     if path.is_file():
         parts = {"all": path}
@@ -90,6 +102,10 @@ def load_xc_dataset(path: str | Path, feature_dim: int | None = None, seed: int 
     path = Path(path)
     train, test, notes = _xc_parts(path, test_fraction, seed)
     idf = idf_weights(train.features) if tfidf else None
+
+    if feature_dim is None:
+        check_dense_size(train.num_samples, train.num_features, path, "training")
+        check_dense_size(test.num_samples, test.num_features, path, "test")
 
     def dense(feats: sp.csr_matrix) -> torch.Tensor:
         if feature_dim is not None:

@@ -16,15 +16,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from .xc_format import XCData, _parse_header, _parse_line, read_xc
-
-_UNBOUNDED = sys.maxsize
+from .xc_format import MAX_DIM, XCData, _parse_header, _parse_line, read_xc
 
 
 def read_libsvm(path: str | Path, num_features: int | None = None, num_labels: int | None = None,
@@ -42,8 +39,9 @@ def read_libsvm(path: str | Path, num_features: int | None = None, num_labels: i
         :class:`XCData` with float32 CSR features and 0/1 labels.
 
     Raises:
-        ValueError: a malformed line, a 0 feature id with ``zero_based=False``, or an id at or above
-            a given ``num_features``/``num_labels``.
+        ValueError: a malformed line (as :func:`read_xc`: non-finite values, non-ASCII ids), an id
+            at or above ``MAX_DIM`` (2**26), a 0 feature id with ``zero_based=False``, or an id at or
+            above a given ``num_features``/``num_labels``.
     """
     path = Path(path)
     if zero_based not in (True, False, "auto"):
@@ -57,7 +55,7 @@ def read_libsvm(path: str | Path, num_features: int | None = None, num_labels: i
             line = line.split("#", 1)[0].rstrip()
             if not line:
                 continue  # blank lines and comment lines are not samples in libsvm files
-            _parse_line(line, lineno, path, _UNBOUNDED, _UNBOUNDED, labels, feat_ids, feat_vals)
+            _parse_line(line, lineno, path, MAX_DIM, MAX_DIM, labels, feat_ids, feat_vals)  # ids < 2**26
             lab_ptr.append(len(labels))
             feat_ptr.append(len(feat_ids))
     fids = np.asarray(feat_ids, dtype=np.int64)
@@ -95,13 +93,19 @@ def read_npz(features: str | Path, labels: str | Path) -> XCData:
     Features stay sparse (float32 CSR); labels become 0/1 float32 CSR (any non-zero is a label).
 
     Raises:
-        ValueError: a file that is not a scipy sparse ``.npz``, or X and Y with different N.
+        ValueError: a file that is not a scipy sparse ``.npz``, X and Y with different N, more than
+            ``MAX_DIM`` (2**26) columns, or non-finite feature values.
     """
     x = _load_sparse(Path(features), "features")
     y = _load_sparse(Path(labels), "labels")
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"features {features} has {x.shape[0]} rows but labels {labels} has {y.shape[0]}")
+    for path, m, what in ((features, x, "features"), (labels, y, "labels")):
+        if m.shape[1] > MAX_DIM:
+            raise ValueError(f"{what} {path}: {m.shape[1]} columns exceed the bound {MAX_DIM} (2**26)")
     x = sp.csr_matrix(x, dtype=np.float32)
+    if not np.isfinite(x.data).all():
+        raise ValueError(f"features {features}: NaN or inf values (or beyond float32)")
     x.sum_duplicates()
     y = sp.csr_matrix(y, dtype=np.float32)
     y.sum_duplicates()

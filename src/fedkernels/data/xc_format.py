@@ -10,11 +10,23 @@ A line starting with a space has no labels; an empty line has neither labels nor
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+MAX_DIM = 2**26
+"""The largest F and L a header may claim (67,108,864; the largest XC datasets have a few million),
+checked before anything is sized from them."""
+
+
+def _is_id(tok: str) -> bool:
+    """A non-negative decimal id in ASCII digits only (``str.isdigit`` also takes e.g. '٣' and '²')."""
+    return tok.isascii() and tok.isdigit()
 
 
 @dataclass
@@ -48,9 +60,12 @@ class XCData:
 
 def _parse_header(line: str, path: Path) -> tuple[int, int, int]:
     parts = line.split()
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+    if len(parts) != 3 or not all(_is_id(p) for p in parts):
         raise ValueError(f"{path}: header must be 'N F L' (three non-negative integers), got {line.strip()!r}")
     n, f, l = (int(p) for p in parts)
+    for name, value in (("F", f), ("L", l)):
+        if value > MAX_DIM:
+            raise ValueError(f"{path}: header's {name}={value} exceeds the bound {MAX_DIM} (2**26)")
     return n, f, l
 
 
@@ -67,23 +82,26 @@ def _parse_line(line: str, lineno: int, path: Path, num_features: int, num_label
         head, rest = "", line
     if head:
         for tok in head.split(","):
-            if not tok.isdigit():
-                raise ValueError(f"{where}: bad label id {tok!r}")
+            if not _is_id(tok):
+                raise ValueError(f"{where}: bad label id {tok!r} (ASCII digits only)")
             lab = int(tok)
             if lab >= num_labels:
                 raise ValueError(f"{where}: label id {lab} out of range [0, {num_labels})")
             labels.append(lab)
     for tok in rest.split():
         fid, sep, val = tok.partition(":")
-        if not sep or not fid.isdigit():
-            raise ValueError(f"{where}: bad feature {tok!r} (expected id:value)")
+        if not sep or not _is_id(fid):
+            raise ValueError(f"{where}: bad feature {tok!r} (expected id:value, the id in ASCII digits)")
         f = int(fid)
         if f >= num_features:
             raise ValueError(f"{where}: feature id {f} out of range [0, {num_features})")
         try:
-            v = float(val)
+            v = float(val) if val.isascii() and "_" not in val else math.nan
         except ValueError:
             raise ValueError(f"{where}: bad feature value {tok!r}") from None
+        if not math.isfinite(v) or abs(v) > _FLOAT32_MAX:
+            raise ValueError(f"{where}: feature value {tok!r} is not a finite float32 in ASCII (NaN, inf, "
+                             "out of range or non-ASCII)")
         feat_ids.append(f)
         feat_vals.append(v)
 
@@ -99,8 +117,9 @@ def read_xc(path: str | Path) -> XCData:
         line collapse to one; duplicate feature ids add up (as scipy does).
 
     Raises:
-        ValueError: a malformed header or line, an id out of the header's range, or a sample count
-            that differs from the header's N.
+        ValueError: naming the file (and line): a malformed header or line, F or L above
+            :data:`MAX_DIM`, an id out of the header's range or not in ASCII digits, a feature value
+            that is NaN, inf or overflows (``1e999``), or a sample count that differs from the header's N.
 
     Example:
         >>> d = read_xc("/work/shared/data/bibtex/train.txt")

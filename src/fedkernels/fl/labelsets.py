@@ -9,8 +9,13 @@ and builds the sparse FedALC weights ``alpha[c, c'] = 1 - cooc(c, c') / count(c)
 pairs only. Classes are the distinct label digests in sorted order; clients find their class's row
 by digesting their own label (:meth:`LabelSets.row_of`), so the server never sees a label id.
 
+The key must be a secret the server cannot know: agreed among the clients out of band (or made by
+:func:`new_client_secret`), never derived from the run seed or anything else the server holds. With
+it, the server cannot map a label digest back to a label id by trying all ids (it cannot compute
+HMACs), nor an instance digest to a feature row. A client that colludes with the server can do both.
+
 Example:
-    >>> key = b"shared client secret"
+    >>> key = new_client_secret()
     >>> r1 = client_report(key, [b"doc-1", b"doc-2"], [3, 3])       # client holding label 3
     >>> r2 = client_report(key, [b"doc-1"], [7])                     # client holding label 7
     >>> sets = merge_reports([r1, r2])
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -33,6 +39,47 @@ from ..ops.spread import PairWeights
 DIGEST_BYTES = 32
 _INSTANCE_DOMAIN = b"fedkernels/instance\x00"
 _LABEL_DOMAIN = b"fedkernels/label\x00"
+_ROW_DOMAIN = b"fedkernels/class-row\x00"
+_KEY_ID_DOMAIN = b"fedkernels/key-id\x00"
+MIN_SECRET_BYTES = 16
+
+
+def new_client_secret() -> bytes:
+    """A fresh 32-byte client secret from :mod:`secrets` (the OS's CSPRNG), to hand to the clients."""
+    return secrets.token_bytes(32)
+
+
+def check_secret(secret: object) -> bytes:
+    """``secret`` as bytes, if it is bytes of at least :data:`MIN_SECRET_BYTES` (else ``ValueError``)."""
+    if not isinstance(secret, (bytes, bytearray)):
+        raise ValueError(f"client_secret must be bytes, got {type(secret).__name__}")
+    if len(secret) < MIN_SECRET_BYTES:
+        raise ValueError(f"client_secret must hold at least {MIN_SECRET_BYTES} bytes, got {len(secret)}")
+    return bytes(secret)
+
+
+def key_id(secret: bytes) -> str:
+    """A 16-hex-digit tag of the secret (HMAC of a constant), to tell two secrets apart without
+    revealing either (e.g. in a checkpoint's run identity)."""
+    return hmac.new(check_secret(secret), _KEY_ID_DOMAIN, hashlib.sha256).hexdigest()[:16]
+
+
+def class_permutation(secret: bytes, num_classes: int) -> torch.Tensor:
+    """int64 ``[num_classes]``: ``perm[c]``, the server row of class ``c`` under ``secret``.
+
+    A keyed random permutation (the rank of ``HMAC(secret, c)`` among all classes): clients name
+    their class to the server only by this row, so a server without the secret sees a uniformly
+    random relabelling of the classes and guesses a class id right with probability 1/C.
+    """
+    secret = check_secret(secret)
+    if not 0 <= int(num_classes) < 2**31:
+        raise ValueError(f"num_classes must lie in [0, 2**31), got {num_classes}")
+    tags = [hmac.new(secret, _ROW_DOMAIN + c.to_bytes(8, "little"), hashlib.sha256).digest()
+            for c in range(int(num_classes))]
+    order = sorted(range(len(tags)), key=tags.__getitem__)  # order[r] = class at row r
+    perm = torch.empty(len(tags), dtype=torch.int64)
+    perm[torch.tensor(order, dtype=torch.int64)] = torch.arange(len(tags), dtype=torch.int64)
+    return perm
 
 
 def _instance_bytes(instance: bytes | bytearray | np.ndarray | torch.Tensor) -> bytes:
@@ -49,14 +96,14 @@ def _instance_bytes(instance: bytes | bytearray | np.ndarray | torch.Tensor) -> 
 
 def instance_digest(key: bytes, instance: bytes | np.ndarray | torch.Tensor) -> bytes:
     """HMAC-SHA-256 (32 bytes) of an instance's bytes under the clients' shared ``key``."""
-    return hmac.new(key, _INSTANCE_DOMAIN + _instance_bytes(instance), hashlib.sha256).digest()
+    return hmac.new(check_secret(key), _INSTANCE_DOMAIN + _instance_bytes(instance), hashlib.sha256).digest()
 
 
 def label_digest(key: bytes, label: int) -> bytes:
     """HMAC-SHA-256 (32 bytes) of a label id (as 8 little-endian bytes) under the shared ``key``."""
     if not 0 <= int(label) < 2**63:
         raise ValueError(f"label must lie in [0, 2**63), got {label}")
-    return hmac.new(key, _LABEL_DOMAIN + int(label).to_bytes(8, "little"), hashlib.sha256).digest()
+    return hmac.new(check_secret(key), _LABEL_DOMAIN + int(label).to_bytes(8, "little"), hashlib.sha256).digest()
 
 
 @dataclass(frozen=True)

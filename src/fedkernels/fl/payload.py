@@ -182,9 +182,10 @@ def check(tensors: Payload, spec: PayloadSpec) -> None:
             raise PayloadError(f"tensor {name!r} has dtype {t.dtype}, expected {ts.dtype}")
         if ts.shape is not None:
             _check_shape(name, t, ts.shape, lengths)
-        if t.is_floating_point() and ts.finite and t.numel() and not _all_finite(t):
+        inexact = t.is_floating_point() or t.is_complex()  # complex NaN/inf too (is_floating_point is False)
+        if inexact and ts.finite and t.numel() and not _all_finite(t):
             raise PayloadError(f"tensor {name!r} has NaN or inf values")
-        if not t.is_floating_point() and t.numel():
+        if not inexact and t.numel():
             if ts.min_value is not None and int(t.min()) < ts.min_value:
                 raise PayloadError(f"tensor {name!r} has values below {ts.min_value}")
             if ts.max_value is not None and int(t.max()) >= ts.max_value:

@@ -9,6 +9,7 @@ atomically after every round and resumes from there, bit-identical to an uninter
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ import torch
 
 from ..metrics import ranking_metrics
 from . import payload as pl
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import clean_stale_temps, load_checkpoint, save_checkpoint
 from .client import ClientEndpoint, ClientTimeout, LocalClient, call_with_deadline
 from .seeding import derive_seed, numpy_rng
 from .strategy import State, Strategy
@@ -75,8 +76,10 @@ class Server:
         self.endpoints: list[ClientEndpoint] = [LocalClient(strategy, d, config.train) for d in clients]
         if client_wrapper is not None:
             self.endpoints = [client_wrapper(i, e) for i, e in enumerate(self.endpoints)]
-        if config.checkpoint is not None and Path(config.checkpoint).exists():
-            self.load_checkpoint(config.checkpoint)
+        if config.checkpoint is not None:
+            clean_stale_temps(config.checkpoint)  # an earlier save killed before its rename
+            if Path(config.checkpoint).exists():
+                self.load_checkpoint(config.checkpoint)
 
     def select_clients(self, round: int) -> list[int]:
         """The clients of ``round``: a seeded sample without replacement, in ascending id order."""
@@ -131,9 +134,8 @@ class Server:
                 continue
             down_total += down
             results.append(res)
-        if results:
-            self.state = self.strategy.aggregate(self.state, results, r)
-        rec = RoundRecord(r, chosen, failed, down_total, sum(x.bytes_up for x in results))
+        self.state, skipped = aggregate_round(self.strategy, self.state, results, r)
+        rec = RoundRecord(r, chosen, failed, down_total, sum(x.bytes_up for x in results), skipped=skipped)
         rec.seconds = time.perf_counter() - t0
         self.history.append(rec)
         self.round += 1
@@ -149,14 +151,13 @@ class Server:
         """Resume from a checkpoint written by :meth:`save_checkpoint` for the same run.
 
         Raises:
-            PayloadError: the file is not a checkpoint of this state's shapes.
-            ValueError: it was written by a run with another seed, strategy or clients.
+            PayloadError: the file is not a checkpoint of this state's shapes, is damaged (checksum)
+                or has malformed metadata (the message names the path and the field).
+            ValueError: it was written by a run with another seed, strategy, strategy options,
+                TrainConfig or clients (the message names what differs).
         """
         state, meta = load_checkpoint(path, self.state)
-        mine = self._identity()
-        for key, want in mine.items():
-            if meta.get(key) != want:
-                raise ValueError(f"checkpoint {path} has {key}={meta.get(key)!r}, this run has {want!r}")
+        check_identity(meta, self._identity(), path)
         self.state = state
         self.round = int(meta["round"])
         self.history = [record_from_json(h) for h in meta["history"]]
@@ -203,9 +204,39 @@ def client_seed(seed: int, round: int, client_id: int) -> int:
 
 
 def run_identity(strategy: Strategy, config: RunConfig, num_clients: int) -> dict:
-    """What a checkpoint must match to be resumed by a run."""
-    return {"strategy": strategy.name, "seed": config.seed, "num_clients": num_clients,
-            "clients_per_round": config.clients_per_round}
+    """What a checkpoint must match to be resumed by a run (as it reads back from JSON)."""
+    ident = {"strategy": strategy.name, "seed": config.seed, "num_clients": num_clients,
+             "clients_per_round": config.clients_per_round, "train": dataclasses.asdict(config.train),
+             "strategy_options": strategy.options()}
+    return json.loads(json.dumps(ident))
+
+
+def check_identity(meta: dict, mine: dict, path: str | Path) -> None:
+    """Raise ``ValueError`` naming the first field (``train.lr``, ``strategy_options.loss``, ...)
+    where the checkpoint's run identity ``meta`` differs from this run's ``mine``."""
+    for key, want in mine.items():
+        have = meta.get(key)
+        if isinstance(want, dict) and isinstance(have, dict):
+            for sub in sorted(set(want) | set(have)):
+                if have.get(sub) != want.get(sub):
+                    raise ValueError(f"checkpoint {path} has {key}.{sub}={have.get(sub)!r}, "
+                                     f"this run has {want.get(sub)!r}")
+        elif have != want:
+            raise ValueError(f"checkpoint {path} has {key}={have!r}, this run has {want!r}")
+
+
+def aggregate_round(strategy: Strategy, state: State, results: list[ClientResult],
+                    round: int) -> tuple[State, str]:
+    """The state after a round and why its update was skipped ("" if applied or nobody succeeded).
+
+    A round whose successful clients all hold 0 examples has nothing to average (example-weighted
+    averages have no weight): the state is kept and the reason recorded, instead of aborting the run.
+    """
+    if not results:
+        return state, ""
+    if sum(r.num_examples for r in results) <= 0:
+        return state, f"update skipped: the {len(results)} successful clients hold 0 examples"
+    return strategy.aggregate(state, results, round), ""
 
 
 def record_to_json(rec: RoundRecord) -> dict:

@@ -10,6 +10,8 @@ which counts the real bytes both ways.
 
 from __future__ import annotations
 
+import inspect
+import json
 from abc import ABC, abstractmethod
 
 import torch
@@ -70,6 +72,31 @@ class Strategy(ABC):
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
         """Top-k class ids ``[N, k]`` for features ``x [N, F]`` under the global model."""
 
+    def options(self) -> dict:
+        """The strategy's configuration as JSON values: every ``__init__`` argument (of any class in
+        the MRO) that the instance keeps under the same public name. A checkpoint's run identity holds
+        it, so resuming with other options is refused. Override to add (never a secret)."""
+        out: dict = {}
+        for cls in type(self).__mro__:
+            init = cls.__dict__.get("__init__")
+            if init is None:
+                continue
+            for name, param in inspect.signature(init).parameters.items():
+                if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or name == "self" or name in out:
+                    continue
+                value = getattr(self, name, None) if not name.startswith("_") else None
+                if value is not None and _json_value(value) is not None:
+                    out[name] = _json_value(value)
+        return dict(sorted(out.items()))
+
     def model_bytes(self, state: State) -> int:
         """Bytes of the model a client holds (for the model-size column)."""
         return sum(t.numel() * t.element_size() for t in state.values())
+
+
+def _json_value(value: object) -> object | None:
+    """``value`` as it reads back from JSON (tuples become lists), or None if JSON cannot hold it."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        return None

@@ -71,7 +71,8 @@ class ClientResult:
 
 @dataclass
 class RoundRecord:
-    """One round's accounting and evaluation."""
+    """One round's accounting and evaluation. ``skipped`` says why the update was skipped (e.g. every
+    successful client held 0 examples), empty when it was applied or no client succeeded."""
 
     round: int
     clients: list[int]
@@ -80,3 +81,4 @@ class RoundRecord:
     bytes_up: int
     metrics: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    skipped: str = ""

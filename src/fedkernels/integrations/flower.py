@@ -35,7 +35,7 @@ from ..fl import payload as pl
 from ..fl.checkpoint import save_checkpoint
 from ..fl.client import ClientEndpoint, LocalClient
 from ..fl.seeding import derive_seed
-from ..fl.server import (RunConfig, bounded, client_seed, record_to_json, run_identity, select_clients)
+from ..fl.server import (RunConfig, aggregate_round, bounded, client_seed, record_to_json, run_identity, select_clients)
 from ..fl.strategy import State, Strategy
 from ..fl.types import ClientData, ClientResult, RoundRecord, TrainConfig
 
@@ -130,11 +130,11 @@ class FlowerStrategy(_FlowerStrategy):
                 continue
             rnd.bytes_up[c] = rnd.bytes_up.get(c, 0) + len(raw)
             results.append(ClientResult(c, checked, self.nodes[c][1], rnd.bytes_up[c]))
-        if results:
-            self.state = self.strategy.aggregate(self.state, results, rnd.round)
+        self.state, skipped = aggregate_round(self.strategy, self.state, results, rnd.round)
         ok = {x.client_id for x in results}
         rec = RoundRecord(rnd.round, rnd.chosen, sorted(rnd.failed.items()),
-                          sum(n for c, (_, n) in rnd.sent.items() if c in ok), sum(x.bytes_up for x in results))
+                          sum(n for c, (_, n) in rnd.sent.items() if c in ok), sum(x.bytes_up for x in results),
+                          skipped=skipped)
         rec.seconds = time.perf_counter() - rnd.t0
         self.history.append(rec)
         if self.config.checkpoint is not None:

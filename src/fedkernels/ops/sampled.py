@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
+from .._validate import check_int
 
 _MASK64 = (1 << 64) - 1
 _REDUCTIONS = ("mean", "sum", "none")
@@ -44,6 +45,7 @@ def sample_negatives(positives: torch.Tensor, num_classes: int, m: int, seed: in
     Example:
         >>> neg = sample_negatives(torch.tensor([3, 7]), num_classes=1000, m=16, seed=0)  # [16]
     """
+    num_classes, m, seed = _int_args(num_classes, m, seed)
     return torch.ops.fedkernels.sample_negatives(positives, num_classes, m, seed)
 
 
@@ -62,7 +64,13 @@ def sample_negatives_batched(indptr: torch.Tensor, indices: torch.Tensor, num_cl
     Example:
         >>> neg = sample_negatives_batched(torch.tensor([0, 2, 3]), torch.tensor([1, 5, 9]), 100, 8, seed=1)  # [2, 8]
     """
+    num_classes, m, seed = _int_args(num_classes, m, seed)
     return torch.ops.fedkernels.sample_negatives_batched(indptr, indices, num_classes, m, seed)
+
+
+def _int_args(num_classes: int, m: int, seed: int) -> tuple[int, int, int]:
+    """The int arguments of the sampling ops, each checked to fit int64 (``ValueError`` naming it)."""
+    return check_int("num_classes", num_classes), check_int("m", m), check_int("seed", seed)
 
 
 def linear_cross_entropy(h: torch.Tensor, W: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None = None,

@@ -15,10 +15,16 @@ on ``W`` so classes do not collapse (compiled ``spreadout_loss``, forward and fu
   (:func:`fedkernels.nn.learn_fixed_class_embeddings`) and then held fixed: clients still download
   their ``w_c`` (they need it for the loss) but never upload it, and the server takes no spreadout steps.
 
-The class a client holds travels in its request as a class index (FedAwS must know which row to
-send). Label-set collection works on keyed digests, so the server learns co-occurrence counts over
-class rows, never instance contents or label names; in this one-process simulation the strategy
-also plays the clients (it derives their shared key from the seed and maps digests to rows).
+The class a client holds travels in its request as a row of ``W`` (the server must know which row to
+send). FedAwS uses the class id as the row. FedALC and FedALC-fixed use a row the server cannot
+relate to a class id: ``perm[c]``, a keyed random permutation under ``client_secret``, a secret the
+clients hold and the server does not (given to the clients' side of the run out of band, or made with
+:func:`fedkernels.fl.labelsets.new_client_secret`; never derived from the run seed). Label-set
+collection uses keyed digests under the same secret, so the server learns co-occurrence counts
+between opaque rows, never label ids, instance contents or which feature row an instance digest is
+(see ``docs/api/spread.md`` for what it does learn). In this one-process simulation the strategy
+object also plays the clients: only the methods marked "client side" touch the secret, and the
+server-side state (``State``, checkpoints, run identity) never holds it.
 """
 
 from __future__ import annotations
@@ -56,26 +62,29 @@ def positive_loss(z: torch.Tensor, w: torch.Tensor, margin: float) -> torch.Tens
     return torch.clamp(margin - cos, min=0).pow(2).mean()
 
 
-def class_pair_weights(clients: Sequence[ClientData], key: bytes, num_classes: int) -> tuple[PairWeights, int]:
-    """FedALC weights over class indices from private label-set collection.
+def class_pair_weights(clients: Sequence[ClientData], key: bytes, num_classes: int,
+                       class_rows: torch.Tensor | None = None) -> tuple[PairWeights, int]:
+    """FedALC weights over server rows from private label-set collection.
 
-    Every client reports keyed digests of (instance, label) pairs; the server merges them and builds
-    ``alpha`` over digest rows; digest rows are then mapped to class indices with the digests of the
-    classes the clients hold (computed by the key-holding clients). Also returns the bytes the
-    reports take serialised (safetensors), i.e. the one-off upload of the collection.
+    Client side: every client reports keyed digests of its (instance, label) pairs and, once the
+    server has merged them, links its own label digest to the server row it trains
+    (``class_rows[c]``; default: the class id itself). Server side: merge the reports, build
+    ``alpha`` over digest rows and move it to the linked rows. The server sees only digests and
+    rows, never ``key`` or a class id (when ``class_rows`` is a keyed permutation). Also returns the
+    bytes the reports take serialised (safetensors), i.e. the one-off upload of the collection.
     """
+    rows_of_class = torch.arange(num_classes) if class_rows is None else class_rows
     reports = [ls.client_report(key, [row.numpy() for row in c.x],
                                 [c.indices[c.indptr[i]:c.indptr[i + 1]].tolist() for i in range(len(c))])
                for c in clients]
     report_bytes = sum(len(encode({"pairs": r.to_tensor()})) for r in reports)
-    sets = ls.merge_reports(reports)
+    sets = ls.merge_reports(reports)  # server side from here, except the links
     held = sorted({int(l) for c in clients for l in c.indices.tolist()})
-    to_class = torch.empty(sets.num_classes, dtype=torch.int64)
-    for label in held:
-        to_class[sets.row_of(ls.label_digest(key, label))] = label
+    links = {sets.row_of(ls.label_digest(key, label)): int(rows_of_class[label]) for label in held}  # clients
+    to_row = torch.tensor([links[r] for r in range(sets.num_classes)], dtype=torch.int64)
     pw = sets.pair_weights()
     rows = torch.repeat_interleave(torch.arange(sets.num_classes), pw.indptr.diff())
-    return PairWeights.from_pairs(to_class[rows], to_class[pw.indices], pw.values, num_classes), report_bytes
+    return PairWeights.from_pairs(to_row[rows], to_row[pw.indices], pw.values, num_classes), report_bytes
 
 
 class FedAwS(Strategy):
@@ -189,15 +198,54 @@ class FedAwS(Strategy):
 
 
 class FedALC(FedAwS):
-    """FedAwS with label-correlation pair weights collected privately in ``setup``."""
+    """FedAwS with label-correlation pair weights collected privately in ``setup``.
+
+    Args (beyond FedAwS's):
+        client_secret: the clients' shared secret (bytes, >= 16), handed to the clients' side of the
+            run out of band; ``None`` makes a fresh one with :mod:`secrets` (then the server state's
+            row order differs between runs, while class-space results do not). Never derived from the
+            run seed: the server knows the seed. Keys the label digests and the class-to-row
+            permutation; the server-side state never holds it. Same seed and same secret give
+            bit-identical runs; resuming a checkpoint needs the same secret (its run identity holds
+            :func:`~fedkernels.fl.labelsets.key_id`, a one-way tag of it).
+    """
 
     name = "FedALC"
     uses_pair_weights = True
 
+    def __init__(self, *args, client_secret: bytes | None = None, **kw) -> None:
+        super().__init__(*args, **kw)
+        self._secret = ls.new_client_secret() if client_secret is None else ls.check_secret(client_secret)
+        self._perm: torch.Tensor | None = None  # client side: class -> server row
+        self._class_at: torch.Tensor | None = None  # client side: server row -> class
+
+    def options(self) -> dict:
+        """FedAwS's options plus the secret's one-way tag (a resumed run must use the same secret)."""
+        return {**super().options(), "client_key_id": ls.key_id(self._secret)}
+
+    def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
+        state = super().init_state(num_features, num_classes, seed)
+        self._perm = ls.class_permutation(self._secret, num_classes)
+        self._class_at = torch.argsort(self._perm)
+        W = torch.empty_like(state["W"])
+        W[self._perm] = state["W"]  # class c's initial embedding sits at its row, as in FedAwS at c
+        state["W"] = W
+        return state
+
+    def client_request(self, data: ClientData, round: int, seed: int) -> Payload:
+        """Client side: ask for the row of this client's class (never the class id)."""
+        assert self._perm is not None, "init_state first"
+        return {"class_id": self._perm[client_class(data)].reshape(1).clone()}
+
     def setup(self, clients: list[ClientData], seed: int) -> None:
-        key = derive_seed(seed, "labelset-key").to_bytes(8, "little") * 4  # the clients' shared secret
-        assert self._dims is not None, "init_state first"
-        self.pair_weight, self.setup_bytes_up = class_pair_weights(clients, key, self._dims[1])
+        assert self._dims is not None and self._perm is not None, "init_state first"
+        self.pair_weight, self.setup_bytes_up = class_pair_weights(clients, self._secret, self._dims[1], self._perm)
+
+    @torch.no_grad()
+    def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
+        """Client side (it maps rows back to class ids with the secret's permutation)."""
+        assert self._class_at is not None, "init_state first"
+        return self._class_at[super().predict_topk(state, x, k)]
 
 
 class FedALCFixed(FedALC):
