@@ -36,7 +36,7 @@ warps and 32 blocks are resident per SM, fewer when registers or shared memory l
 (the emulator cannot see either), so "waves" is an upper-bound-occupancy estimate. The bytes are
 global-memory traffic at kernel boundaries (L2 reuse inside a kernel counts once); launchers also
 run ATen ops on the device (sorts, segment builds, fills, reductions) that are not modelled, except
-linear_cross_entropy's cuBLAS GEMMs, which are listed as their own rows. knn_scan_kernel and the
+linear_cross_entropy's and knn_classes' cuBLAS GEMMs, which are listed as their own rows. The
 GEMMs are compute-bound: their bandwidth bound is far below their real time (flops are given).
 """
 
@@ -81,6 +81,7 @@ PROX_D = 10**7
 SPREAD = [(100000, 64), (100000, 512)]      # bench/spread.py's C = 100000, k = 10
 SPREAD_K, SPREAD_MARGIN, PAIRS_PER_CLASS = 10, 1.0, 10
 KNN_SLACK = 8                               # spread.h candidate_capacity(k) = k + 8
+KNN_ROW_TILE, KNN_COL_TILE = 10240, 8192     # spread_cuda.cu kRowTile, kColTile (FEDKERNELS_KNN_CUDA_TILES unset)
 
 
 def quick_configs() -> dict:
@@ -251,10 +252,16 @@ def bytes_row_norms(c, d, es):
     return c * d * es + 8 * c
 
 
-def bytes_knn_scan(c, d, cap, es, acc):
-    """W read once (the column tiles every block re-reads counted as cache hits) and the norms (8 C); per row cap
-    candidate keys and int64 ids, a size and a flag written."""
-    return c * d * es + 8 * c + c * cap * (acc + 8) + 9 * c
+def bytes_knn_tile_merge(c, cap, acc, col_tiles):
+    """The [C, C] float32 products read once (the GEMMs wrote them), column norms (8 C per row tile, counted once), and
+    each row's candidate list (cap keys and int64 ids, size, flag) read and written once per column tile."""
+    return 4 * c * c + 8 * c + col_tiles * c * (2 * cap * (acc + 8) + 18)
+
+
+def bytes_knn_gemm(c, d, row_tiles, es):
+    """cuBLAS products per (row tile, column tile): W's rows read once, all of W re-read per row tile, [C, C] float32
+    products written once."""
+    return c * d * es + row_tiles * c * d * es + 4 * c * c
 
 
 def bytes_knn_finalize(c, d, cap, k, es, acc):
@@ -785,13 +792,17 @@ def spread_models(c: int, d: int, with_pair_weights: bool) -> list[OpModel]:
     out = []
     m = OpModel("knn_classes", cfg)
     m.launches = record(lambda: fedkernels.knn_classes(W, k))
+    # The launcher runs one at::mm (cuBLAS) per (row tile, column tile), then a merge launch per tile.
+    row_tiles, col_tiles = -(-c // KNN_ROW_TILE), -(-c // KNN_COL_TILE)
     m.kernel_bytes["row_norms_kernel"] = B(bytes_row_norms, c, d, es)
-    m.kernel_bytes["knn_scan_kernel"] = B(bytes_knn_scan, c, d, cap, es, acc)
+    m.kernel_bytes["knn_tile_merge_kernel"] = B(bytes_knn_tile_merge, c, cap, acc, col_tiles)
     m.kernel_bytes["knn_finalize_kernel"] = B(bytes_knn_finalize, c, d, cap, k, es, acc)
-    m.flops["knn_scan_kernel"] = 2 * c * c * d
+    gemm = "at::mm (cuBLAS, not recorded)"
+    m.extra_rows.append((gemm, row_tiles * col_tiles, B(bytes_knn_gemm, c, d, row_tiles, es)))
+    m.flops[gemm] = 2 * c * c * d
     m.floor = B(floor_knn, c, d, k, es, acc)
     m.torch = B(torch_knn, c, d, k, es)
-    m.note = "knn_scan_kernel is compute-bound (2 C^2 d flops); launcher reads norms.max() back"
+    m.note = "the tile GEMMs are compute-bound (2 C^2 d flops) and write the [C, C] products the merge reads back"
     out.append(m)
     knn_launches = m.launches
 
@@ -801,15 +812,16 @@ def spread_models(c: int, d: int, with_pair_weights: bool) -> list[OpModel]:
     pair_fwd = record(lambda: torch.ops.fedkernels.spreadout_pair_loss(Wv, idx, ones, SPREAD_MARGIN, "l2"))
     m = OpModel("spreadout_loss", cfg + " FedAwS", how="execute=False, recorded as knn_classes + spreadout_pair_loss")
     m.launches = knn_launches + pair_fwd
-    for kname in ("row_norms_kernel", "knn_scan_kernel", "knn_finalize_kernel"):
+    for kname in ("row_norms_kernel", "knn_tile_merge_kernel", "knn_finalize_kernel"):
         m.kernel_bytes[kname] = out[0].kernel_bytes[kname]
+    m.extra_rows = list(out[0].extra_rows)
     # row_norms runs twice (knn, pair loss): its bytes function covers one launch, so count both
     n_norms = sum(1 for name, _, _ in m.launches if name == "row_norms_kernel")
     nb, w = bytes_row_norms(c, d, es), why(bytes_row_norms)
     m.kernel_bytes["row_norms_kernel"] = (n_norms * nb, f"{w} (x{n_norms} launches)")
     m.kernel_bytes["pair_terms_kernel"] = B(bytes_pair_terms, c, d, k, es, False)
     m.kernel_bytes["ordered_sum_kernel"] = B(bytes_ordered_sum, c)
-    m.flops["knn_scan_kernel"] = 2 * c * c * d
+    m.flops[gemm] = 2 * c * c * d
     m.floor = B(floor_spread_forward, c, d, es)
     m.torch = B(torch_spread_forward, c, d, k, es)
     out.append(m)

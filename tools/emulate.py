@@ -30,9 +30,10 @@ def build(checks: str, python: str = sys.executable) -> Path:
     subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
                     f"-DPython_EXECUTABLE={python}", "-DFK_CUDA=OFF", "-DFK_CUDA_EMU=ON",
                     f"-DFK_CUDA_EMU_CHECKS={checks}", f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_dir}"],
-                   check=True, stdout=subprocess.DEVNULL)
+                   check=True, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    # Build output goes to stderr: stdout carries only the module's path (`$(... build)` in a shell).
     subprocess.run(["cmake", "--build", str(build_dir), "--target", "_C_emu", "-j", str(os.cpu_count() or 2)],
-                   check=True)
+                   check=True, stdout=sys.stderr)
     found = sorted(glob.glob(str(out_dir / "_C_emu*.so")))
     if not found:
         raise SystemExit(f"emulate: no _C_emu module under {out_dir}")
