@@ -13,8 +13,8 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -28,8 +28,9 @@ def sync(device: str | torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def timeit(fn: Callable[[], object], device: str = "cpu", warmup: int = 2, repeat: int = 7,
-           min_time: float = 0.2) -> float:
+def timeit(
+    fn: Callable[[], object], device: str = "cpu", warmup: int = 2, repeat: int = 7, min_time: float = 0.2
+) -> float:
     """Median wall time of one call of ``fn`` in seconds (repeats until ``min_time`` is covered)."""
     for _ in range(warmup):
         fn()
@@ -107,11 +108,16 @@ def machine() -> dict:
 
 def add_device_arguments(ap: argparse.ArgumentParser) -> None:
     """Add ``--device`` (default cpu) and ``--out`` to a benchmark's argument parser."""
-    ap.add_argument("--device", default="cpu",
-                    help="cpu (default) or cuda[:N]: where both the op and its PyTorch composition run")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="result JSON (default: bench/results/<name>.json on cpu, "
-                         "gpu-check/bench/<name>.json on cuda; a cuda run never writes bench/results)")
+    ap.add_argument(
+        "--device", default="cpu", help="cpu (default) or cuda[:N]: where both the op and its PyTorch composition run"
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="result JSON (default: bench/results/<name>.json on cpu, "
+        "gpu-check/bench/<name>.json on cuda; a cuda run never writes bench/results)",
+    )
 
 
 def check_device_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace) -> str:
@@ -131,15 +137,19 @@ def check_device_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace
     if dev.type == "cuda":
         built = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build"
         if not torch.cuda.is_available():
-            ap.error(f"--device {args.device}: no CUDA GPU is available (torch {torch.__version__}, {built}); "
-                     "use --device cpu, or see the README section 'Verifying the CUDA kernels on your GPU'")
+            ap.error(
+                f"--device {args.device}: no CUDA GPU is available (torch {torch.__version__}, {built}); "
+                "use --device cpu, or see the README section 'Verifying the CUDA kernels on your GPU'"
+            )
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             ap.error(f"--device {args.device}: only {torch.cuda.device_count()} CUDA device(s) visible")
         import fedkernels
 
         if not fedkernels._C.build_info()["cuda_kernels"]:
-            ap.error(f"--device {args.device}: this fedkernels build has no CUDA kernels "
-                     "(rebuild with FK_CUDA=ON against a CUDA torch)")
+            ap.error(
+                f"--device {args.device}: this fedkernels build has no CUDA kernels "
+                "(rebuild with FK_CUDA=ON against a CUDA torch)"
+            )
         torch.cuda.set_device(dev.index or 0)
     return str(dev)
 
@@ -158,12 +168,17 @@ def device_info(device: str) -> dict:
     if dev.type != "cuda":
         return {"device": str(dev)}
     props = torch.cuda.get_device_properties(dev)
-    return {"device": str(dev), "device_name": props.name, "compute_capability": f"{props.major}.{props.minor}",
-            "torch_cuda": torch.version.cuda}
+    return {
+        "device": str(dev),
+        "device_name": props.name,
+        "compute_capability": f"{props.major}.{props.minor}",
+        "torch_cuda": torch.version.cuda,
+    }
 
 
-def write_results(name: str, rows: list[dict], extra: dict | None = None, path: Path | None = None,
-                  device: str = "cpu") -> Path:
+def write_results(
+    name: str, rows: list[dict], extra: dict | None = None, path: Path | None = None, device: str = "cpu"
+) -> Path:
     """Write the rows, the machine and ``extra`` as JSON to ``path`` (default bench/results/<name>.json).
 
     A non-CPU ``device`` adds its :func:`device_info` under "device" (CPU files are unchanged).
@@ -179,10 +194,12 @@ def write_results(name: str, rows: list[dict], extra: dict | None = None, path: 
 
 def markdown_table(rows: list[dict], columns: list[str]) -> str:
     """A markdown table of ``rows`` restricted to ``columns`` (floats to 3 significant digits)."""
+
     def fmt(v: object) -> str:
         if isinstance(v, float):
             return f"{v:.3g}"
         return str(v)
+
     head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
     return head + "\n".join("| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows)
 

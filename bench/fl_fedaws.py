@@ -10,17 +10,18 @@ alone (a sample with several labels is at several clients). Reads ../shared/data
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import torch
+from common import (
+    markdown_table,
+    read_xc_dense,
+    write_results,
+)
 
-from common import RESULTS, markdown_table, write_results
 from fedkernels.fl import ClientData, FedAvg, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import FedALC, FedALCFixed, FedAwS
-
-from common import read_xc_dense  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "bibtex"
 
@@ -35,8 +36,9 @@ def one_label_per_client(data: ClientData) -> list[ClientData]:
         sel = rows[data.indices == c]
         if sel.numel() == 0:
             continue
-        clients.append(ClientData(data.x[sel], torch.arange(sel.numel() + 1), torch.full((sel.numel(),), c),
-                                  data.num_classes))
+        clients.append(
+            ClientData(data.x[sel], torch.arange(sel.numel() + 1), torch.full((sel.numel(),), c), data.num_classes)
+        )
     return clients
 
 
@@ -53,22 +55,32 @@ def main() -> None:
     ap.add_argument("--spread-lr", type=float, default=0.5, help="server spreadout step size")
     ap.add_argument("--spread-steps", type=int, default=1, help="server spreadout steps per round")
     ap.add_argument("--k", type=int, default=10, help="spreadout: the k nearest other classes per class")
-    ap.add_argument("--algorithms", nargs="+", default=["FedAvg", "FedAwS", "FedALC", "FedALC-fixed"],
-                    choices=["FedAvg", "FedAwS", "FedALC", "FedALC-fixed"])
+    ap.add_argument(
+        "--algorithms",
+        nargs="+",
+        default=["FedAvg", "FedAwS", "FedALC", "FedALC-fixed"],
+        choices=["FedAvg", "FedAwS", "FedALC", "FedALC-fixed"],
+    )
     ap.add_argument("--out", default="fl_fedaws", help="results name: bench/results/<out>.json")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     train, test = read_xc(DATA / "train.txt"), read_xc(DATA / "test.txt")
     clients = one_label_per_client(train)
-    cfg = RunConfig(rounds=args.rounds, clients_per_round=args.clients_per_round,
-                    train=TrainConfig(epochs=args.epochs, batch_size=32, lr=args.lr), seed=args.seed,
-                    eval_every=args.rounds)
+    cfg = RunConfig(
+        rounds=args.rounds,
+        clients_per_round=args.clients_per_round,
+        train=TrainConfig(epochs=args.epochs, batch_size=32, lr=args.lr),
+        seed=args.seed,
+        eval_every=args.rounds,
+    )
     spread = {"dim": 64, "hidden": (256,), "k": args.k, "margin": args.margin}
-    make = {"FedAvg": lambda: FedAvg(hidden=(256,), loss="softmax"),
-            "FedAwS": lambda: FedAwS(**spread, spread_lr=args.spread_lr, spread_steps=args.spread_steps),
-            "FedALC": lambda: FedALC(**spread, spread_lr=args.spread_lr, spread_steps=args.spread_steps),
-            "FedALC-fixed": lambda: FedALCFixed(**spread, fixed_steps=200)}
+    make = {
+        "FedAvg": lambda: FedAvg(hidden=(256,), loss="softmax"),
+        "FedAwS": lambda: FedAwS(**spread, spread_lr=args.spread_lr, spread_steps=args.spread_steps),
+        "FedALC": lambda: FedALC(**spread, spread_lr=args.spread_lr, spread_steps=args.spread_steps),
+        "FedALC-fixed": lambda: FedALCFixed(**spread, fixed_steps=200),
+    }
     strategies = [make[a]() for a in args.algorithms]
     rows = []
     for s in strategies:
@@ -76,12 +88,22 @@ def main() -> None:
         server = Server(s, clients, train.x.shape[1], train.num_classes, cfg)
         hist = server.run(test)
         m = hist[-1].metrics
-        rows.append({"algorithm": s.name, "P@1": m.get("P@1"), "P@3": m.get("P@3"), "P@5": m.get("P@5"),
-                     "MB_up": sum(h.bytes_up for h in hist) / 1e6, "MB_down": sum(h.bytes_down for h in hist) / 1e6,
-                     "setup_MB_up": getattr(s, "setup_bytes_up", 0) / 1e6, "seconds": time.perf_counter() - t0})
+        rows.append(
+            {
+                "algorithm": s.name,
+                "P@1": m.get("P@1"),
+                "P@3": m.get("P@3"),
+                "P@5": m.get("P@5"),
+                "MB_up": sum(h.bytes_up for h in hist) / 1e6,
+                "MB_down": sum(h.bytes_down for h in hist) / 1e6,
+                "setup_MB_up": getattr(s, "setup_bytes_up", 0) / 1e6,
+                "seconds": time.perf_counter() - t0,
+            }
+        )
         print(rows[-1], flush=True)
-    path = write_results(args.out, rows, {"dataset": "bibtex (official split)", "clients": len(clients),
-                                             "args": vars(args)})
+    path = write_results(
+        args.out, rows, {"dataset": "bibtex (official split)", "clients": len(clients), "args": vars(args)}
+    )
     print(markdown_table(rows, list(rows[0])))
     print(f"results in {path}")
 

@@ -24,10 +24,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS, machine, markdown_table, write_results  # noqa: E402
+from common import RESULTS, machine, markdown_table, write_results
 
-from fedkernels.fl.experiment import ExperimentConfig, add_common_target, prepare_data, run_algorithm  # noqa: E402
-from fedkernels.fl.report import plot_accuracy, summary_rows  # noqa: E402
+from fedkernels.fl.experiment import ExperimentConfig, add_common_target, prepare_data, run_algorithm
+from fedkernels.fl.report import plot_accuracy, summary_rows
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
@@ -39,8 +39,25 @@ SETTINGS = {
     "bibtex": {"num_tables": 4, "num_buckets": 20, "num_frequent": 16, "rounds": 10},
 }
 
-COLUMNS = ["dataset", "algorithm", "P@1", "P@3", "P@5", "PSP@1", "PSP@5", "P@1_freq", "P@1_infreq", "P@5_freq",
-           "P@5_infreq", "best P@1", "rounds to best", "MB to best", "MB to target", "model MB", "s"]
+COLUMNS = [
+    "dataset",
+    "algorithm",
+    "P@1",
+    "P@3",
+    "P@5",
+    "PSP@1",
+    "PSP@5",
+    "P@1_freq",
+    "P@1_infreq",
+    "P@5_freq",
+    "P@5_infreq",
+    "best P@1",
+    "rounds to best",
+    "MB to best",
+    "MB to target",
+    "model MB",
+    "s",
+]
 
 
 def run_dataset(name: str, data_dir: Path, rounds: int | None, seed: int, plot: bool = True) -> tuple[list[dict], dict]:
@@ -48,15 +65,32 @@ def run_dataset(name: str, data_dir: Path, rounds: int | None, seed: int, plot: 
     s = SETTINGS[name]
     cfg = ExperimentConfig(
         algorithms=["FedAvg", "FedMLH"],
-        algorithm_options={"FedAvg": {"hidden": []},
-                           "FedMLH": {"num_tables": s["num_tables"], "num_buckets": s["num_buckets"], "hidden": []}},
-        dataset=str(data_dir / name), partition="fedmlh", num_frequent=s["num_frequent"], clients=10,
-        clients_per_round=4, rounds=rounds or s["rounds"], local_epochs=5, batch_size=64, optimizer="adam", lr=0.01, seed=seed)
+        algorithm_options={
+            "FedAvg": {"hidden": []},
+            "FedMLH": {"num_tables": s["num_tables"], "num_buckets": s["num_buckets"], "hidden": []},
+        },
+        dataset=str(data_dir / name),
+        partition="fedmlh",
+        num_frequent=s["num_frequent"],
+        clients=10,
+        clients_per_round=4,
+        rounds=rounds or s["rounds"],
+        local_epochs=5,
+        batch_size=64,
+        optimizer="adam",
+        lr=0.01,
+        seed=seed,
+    )
     cfg.validate()
     data = prepare_data(cfg)
+
     def progress(rec, name=name) -> None:
-        print(f"  {name} round {rec.round + 1}/{cfg.rounds}: P@1 {rec.metrics.get('P@1', float('nan')):.4f}, "
-              f"{rec.seconds:.0f} s", flush=True)
+        print(
+            f"  {name} round {rec.round + 1}/{cfg.rounds}: P@1 {rec.metrics.get('P@1', float('nan')):.4f}, "
+            f"{rec.seconds:.0f} s",
+            flush=True,
+        )
+
     results = []
     for a in cfg.algorithms:
         print(f"{name}: {a}", flush=True)
@@ -66,15 +100,27 @@ def run_dataset(name: str, data_dir: Path, rounds: int | None, seed: int, plot: 
     avg, mlh = results
     ratio = {
         "model_bytes_FedAvg_over_FedMLH": avg["model_bytes"] / mlh["model_bytes"],
-        "bytes_to_target_FedAvg_over_FedMLH": (avg["comm"]["bytes_to_target"] / mlh["comm"]["bytes_to_target"]
-                                               if avg["comm"]["bytes_to_target"] and mlh["comm"]["bytes_to_target"]
-                                               else None),
+        "bytes_to_target_FedAvg_over_FedMLH": (
+            avg["comm"]["bytes_to_target"] / mlh["comm"]["bytes_to_target"]
+            if avg["comm"]["bytes_to_target"] and mlh["comm"]["bytes_to_target"]
+            else None
+        ),
     }
     if plot:
-        plot_accuracy(RESULTS / f"fl_fedmlh_{name}.png", results, "P@1",
-                      f"{name}: FedMLH partition, 10 clients, 4/round, 5 local epochs")
-    full = {"config": asdict(cfg), "dataset": data.dataset.notes, "clients": [len(c) for c in data.clients],
-            "target_P@1": target, "ratios": ratio, "results": results}
+        plot_accuracy(
+            RESULTS / f"fl_fedmlh_{name}.png",
+            results,
+            "P@1",
+            f"{name}: FedMLH partition, 10 clients, 4/round, 5 local epochs",
+        )
+    full = {
+        "config": asdict(cfg),
+        "dataset": data.dataset.notes,
+        "clients": [len(c) for c in data.clients],
+        "target_P@1": target,
+        "ratios": ratio,
+        "results": results,
+    }
     return rows, full
 
 
@@ -98,8 +144,13 @@ def seed_summary(rows: list[dict]) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=None, help="rounds for every dataset (default: per dataset)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0],
-                    help="one run per seed; with several, rows carry the seed and a mean +- std table is added")
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="one run per seed; with several, rows carry the seed and a mean +- std table is added",
+    )
     ap.add_argument("--data-dir", type=Path, default=DATA)
     ap.add_argument("--datasets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     ap.add_argument("--append", action="store_true", help="keep the other datasets' results already in the JSON")
@@ -121,13 +172,24 @@ def main() -> None:
             r, f = run_dataset(name, args.data_dir, args.rounds, seed, plot=seed == args.seeds[0])
             rows += [{**row, "seed": seed} for row in r]
             full[name if seed == args.seeds[0] else f"{name}/seed{seed}"] = f
-            print(f"{name} seed {seed}: model bytes FedAvg/FedMLH = {f['ratios']['model_bytes_FedAvg_over_FedMLH']:.2f}x, "
-                  f"bytes to P@1 >= {f['target_P@1']:.4f}: FedAvg/FedMLH = "
-                  f"{f['ratios']['bytes_to_target_FedAvg_over_FedMLH']}", flush=True)
+            print(
+                f"{name} seed {seed}: model bytes FedAvg/FedMLH = {f['ratios']['model_bytes_FedAvg_over_FedMLH']:.2f}x, "
+                f"bytes to P@1 >= {f['target_P@1']:.4f}: FedAvg/FedMLH = "
+                f"{f['ratios']['bytes_to_target_FedAvg_over_FedMLH']}",
+                flush=True,
+            )
     summary = seed_summary(rows)
-    path = write_results("fl_fedmlh", rows, {"runs": full, "seed_summary": summary, "seconds": time.perf_counter() - t0,
-                                             "loadavg_at_end": os.getloadavg(),
-                                             "note": "shared 2-core machine; compare rows within this run"})
+    path = write_results(
+        "fl_fedmlh",
+        rows,
+        {
+            "runs": full,
+            "seed_summary": summary,
+            "seconds": time.perf_counter() - t0,
+            "loadavg_at_end": os.getloadavg(),
+            "note": "shared 2-core machine; compare rows within this run",
+        },
+    )
     print(markdown_table(rows, ["seed", *COLUMNS]))
     print("\nmean +- std over seeds\n")
     print(markdown_table(summary, ["dataset", "algorithm", "seeds", *SUMMARY]))

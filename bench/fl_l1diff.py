@@ -21,11 +21,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-from xc_reader import DATA, multi_hot, read_xc  # noqa: E402
+import common
+from xc_reader import DATA, multi_hot, read_xc
 
-from fedkernels.fl import ClientData, RunConfig, Server, TrainConfig  # noqa: E402
-from fedkernels.fl.algorithms import L1Diff, L1DiffNetwork  # noqa: E402
+from fedkernels.fl import ClientData, RunConfig, Server, TrainConfig
+from fedkernels.fl.algorithms import L1Diff, L1DiffNetwork
 
 
 def to_client(x: torch.Tensor, labels: list[list[int]], num_labels: int) -> ClientData:
@@ -57,12 +57,18 @@ def main() -> None:
     params = w.numel() + b.numel()
 
     rows = []
-    cfg = RunConfig(rounds=args.rounds, clients_per_round=4, train=TrainConfig(batch_size=512), seed=0,
-                    eval_every=args.rounds)
+    cfg = RunConfig(
+        rounds=args.rounds, clients_per_round=4, train=TrainConfig(batch_size=512), seed=0, eval_every=args.rounds
+    )
     runs = [("L1Diff", rel, lambda g: L1Diff(gamma=g, eta=args.eta)) for rel in (0.0, 0.1, 0.3, 1.0, 3.0)]
     runs.append(("L1Diff f16", 1.0, lambda g: L1Diff(gamma=g, eta=args.eta, value_dtype="float16")))
-    runs.append(("L1DiffNetwork", 1.0, lambda g: L1DiffNetwork(10, gamma=g, eta=args.eta, lam=0.01, k=3,
-                                                                 hidden=(64,), tol=1e-4)))
+    runs.append(
+        (
+            "L1DiffNetwork",
+            1.0,
+            lambda g: L1DiffNetwork(10, gamma=g, eta=args.eta, lam=0.01, k=3, hidden=(64,), tol=1e-4),
+        )
+    )
     for name, rel, make in runs:
         t0 = time.perf_counter()
         s = Server(make(rel * gscale), clients, x.shape[1], nl, cfg)
@@ -71,14 +77,31 @@ def main() -> None:
         ups = sum(len(r.clients) - len(r.failed) for r in s.history)
         up_bytes = sum(r.bytes_up for r in s.history)
         n_params = sum(t[0].numel() if k.startswith("personal.") else t.numel() for k, t in s.state.items())
-        rows.append({"strategy": name, "gamma / mean|g0|": rel, "rounds": args.rounds, "P@1": m["P@1"],
-                     "P@3": m["P@3"], "P@5": m["P@5"], "KiB per update": up_bytes / ups / 1024,
-                     "bits/param": 8 * up_bytes / ups / n_params, "dense f32 KiB": 4 * n_params / 1024,
-                     "seconds": time.perf_counter() - t0})
+        rows.append(
+            {
+                "strategy": name,
+                "gamma / mean|g0|": rel,
+                "rounds": args.rounds,
+                "P@1": m["P@1"],
+                "P@3": m["P@3"],
+                "P@5": m["P@5"],
+                "KiB per update": up_bytes / ups / 1024,
+                "bits/param": 8 * up_bytes / ups / n_params,
+                "dense f32 KiB": 4 * n_params / 1024,
+                "seconds": time.perf_counter() - t0,
+            }
+        )
         print(rows[-1], flush=True)
-    path = common.write_results("fl_l1diff", rows, {
-        "dataset": "bibtex (official split), iid 10 clients (seeded permutation 0), 4 per round",
-        "eta": args.eta, "mean_abs_grad_at_init": gscale, "linear_params": params})
+    path = common.write_results(
+        "fl_l1diff",
+        rows,
+        {
+            "dataset": "bibtex (official split), iid 10 clients (seeded permutation 0), 4 per round",
+            "eta": args.eta,
+            "mean_abs_grad_at_init": gscale,
+            "linear_params": params,
+        },
+    )
     print(f"\nwrote {path}\n")
     print(common.markdown_table(rows, list(rows[0].keys())))
 

@@ -18,13 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from common import read_xc_dense
 
 from fedkernels.fl import FedAvg, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import PartialExchange
 from fedkernels.fl.seeding import numpy_rng
 from fedkernels.fl.types import ClientData
-
-from common import read_xc_dense  # noqa: E402
 
 DATA = Path(os.environ.get("FEDKERNELS_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -52,10 +51,13 @@ def dirichlet_split(data: ClientData, num_clients: int, beta: float, seed: int) 
 
 
 def run_one(strategy, clients, test, args, seed: int) -> dict:
-    cfg = RunConfig(rounds=args.rounds, clients_per_round=args.per_round,
-                    train=TrainConfig(epochs=args.epochs, batch_size=64, lr=args.lr,
-                                      optimizer=args.optimizer), seed=seed,
-                    eval_every=args.eval_every)
+    cfg = RunConfig(
+        rounds=args.rounds,
+        clients_per_round=args.per_round,
+        train=TrainConfig(epochs=args.epochs, batch_size=64, lr=args.lr, optimizer=args.optimizer),
+        seed=seed,
+        eval_every=args.eval_every,
+    )
     server = Server(strategy, clients, clients[0].x.shape[1], clients[0].num_classes, cfg)
     t0 = time.perf_counter()
     server.run(test)
@@ -63,9 +65,14 @@ def run_one(strategy, clients, test, args, seed: int) -> dict:
     if not hist[-1].metrics:  # the last round is always evaluated
         hist[-1].metrics = server.evaluate(test)
     curve = [(r.round + 1, r.metrics["P@1"]) for r in hist if r.metrics]
-    return {"metrics": hist[-1].metrics, "P@1_curve": curve, "bytes_up": sum(r.bytes_up for r in hist),
-            "bytes_down": sum(r.bytes_down for r in hist), "seconds": time.perf_counter() - t0,
-            "model_tensors": len(server.state)}
+    return {
+        "metrics": hist[-1].metrics,
+        "P@1_curve": curve,
+        "bytes_up": sum(r.bytes_up for r in hist),
+        "bytes_down": sum(r.bytes_down for r in hist),
+        "seconds": time.perf_counter() - t0,
+        "model_tensors": len(server.state),
+    }
 
 
 def main() -> int:
@@ -95,19 +102,44 @@ def main() -> int:
     for beta in args.betas:
         clients = dirichlet_split(train, args.clients, beta, args.seed)
         runs = [("FedAvg", None, FedAvg(hidden=args.hidden))]
-        runs += [("PartialExchange", p, PartialExchange(fraction=p, normalize=args.normalize, hidden=args.hidden)) for p in args.fractions]
+        runs += [
+            ("PartialExchange", p, PartialExchange(fraction=p, normalize=args.normalize, hidden=args.hidden))
+            for p in args.fractions
+        ]
         for name, p, strategy in runs:
             r = run_one(strategy, clients, test, args, args.seed)
-            rows.append({"beta": beta, "algorithm": name, "p": p, **r["metrics"], "MB_up": r["bytes_up"] / 1e6,
-                         "MB_down": r["bytes_down"] / 1e6, "seconds": r["seconds"], "tensors": r["model_tensors"],
-                         "P@1_curve": r["P@1_curve"]})
-            print(f"beta={beta} {name} p={p}: P@1 {r['metrics']['P@1']:.4f} P@3 {r['metrics']['P@3']:.4f} "
-                  f"P@5 {r['metrics']['P@5']:.4f} up {r['bytes_up'] / 1e6:.2f} MB ({r['seconds']:.0f} s)", flush=True)
+            rows.append(
+                {
+                    "beta": beta,
+                    "algorithm": name,
+                    "p": p,
+                    **r["metrics"],
+                    "MB_up": r["bytes_up"] / 1e6,
+                    "MB_down": r["bytes_down"] / 1e6,
+                    "seconds": r["seconds"],
+                    "tensors": r["model_tensors"],
+                    "P@1_curve": r["P@1_curve"],
+                }
+            )
+            print(
+                f"beta={beta} {name} p={p}: P@1 {r['metrics']['P@1']:.4f} P@3 {r['metrics']['P@3']:.4f} "
+                f"P@5 {r['metrics']['P@5']:.4f} up {r['bytes_up'] / 1e6:.2f} MB ({r['seconds']:.0f} s)",
+                flush=True,
+            )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / args.out
-    out.write_text(json.dumps({"dataset": args.dataset, "args": vars(args), "rows": rows,
-                               "note": "2-core machine shared with other engineers",
-                               "loadavg_at_end": os.getloadavg()}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "dataset": args.dataset,
+                "args": vars(args),
+                "rows": rows,
+                "note": "2-core machine shared with other engineers",
+                "loadavg_at_end": os.getloadavg(),
+            },
+            indent=2,
+        )
+    )
     cols = ["beta", "algorithm", "p", "P@1", "P@3", "P@5", "MB_up", "MB_down"]
     print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:

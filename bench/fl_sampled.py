@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import torch
-
 from common import markdown_table, write_results
+
 from fedkernels.fl import ClientData, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import FedSS, FullSoftmax, NegOnly, PosOnly
 from fedkernels.fl.seeding import generator
@@ -33,7 +33,7 @@ def read_xc(path: Path) -> ClientData:
     n, f, p = (int(v) for v in lines[0].split())
     x = torch.zeros(n, f)
     indptr, indices = [0], []
-    for i, line in enumerate(lines[1:n + 1]):
+    for i, line in enumerate(lines[1 : n + 1]):
         parts = line.split(" ")
         labels = [int(v) for v in parts[0].split(",") if v] if parts and ":" not in parts[0] else []
         feats = parts[1:] if parts and ":" not in parts[0] else parts
@@ -52,10 +52,10 @@ def label_skew(data: ClientData, num_clients: int, seed: int) -> list[ClientData
     g = generator(seed, "partition")
     rank = torch.argsort(torch.randperm(data.num_classes, generator=g))
     lens = data.indptr.diff()
-    first = torch.where(lens > 0, data.indices[data.indptr[:-1].clamp_max(max(len(data.indices) - 1, 0))],
-                        torch.zeros_like(lens))
-    client = torch.where(lens > 0, rank[first] % num_clients, torch.randint(0, num_clients, (len(data),),
-                                                                            generator=g))
+    first = torch.where(
+        lens > 0, data.indices[data.indptr[:-1].clamp_max(max(len(data.indices) - 1, 0))], torch.zeros_like(lens)
+    )
+    client = torch.where(lens > 0, rank[first] % num_clients, torch.randint(0, num_clients, (len(data),), generator=g))
     return [data.rows(torch.nonzero(client == c)[:, 0]) for c in range(num_clients)]
 
 
@@ -80,8 +80,12 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, nargs="*", default=[256], help="hidden widths of the body MLP")
     ap.add_argument("--embed-dim", type=int, default=64)
     ap.add_argument("--scale", type=float, default=1.0, help="logit temperature")
-    ap.add_argument("--variants", nargs="+", default=["FullSoftmax", "FedSS", "NegOnly", "PosOnly"],
-                    choices=["FullSoftmax", "FedSS", "NegOnly", "PosOnly"])
+    ap.add_argument(
+        "--variants",
+        nargs="+",
+        default=["FullSoftmax", "FedSS", "NegOnly", "PosOnly"],
+        choices=["FullSoftmax", "FedSS", "NegOnly", "PosOnly"],
+    )
     ap.add_argument("--eval-every", type=int, default=5, help="rounds between test evaluations (P@1 curve)")
     ap.add_argument("--out", default="fl_sampled", help="results name: bench/results/<out>.json")
     ap.add_argument("--seed", type=int, default=0)
@@ -93,8 +97,13 @@ def main() -> None:
     clients = label_skew(train, args.clients, args.seed)
     popularity = popularity_baseline(train, test)
     print(f"popularity baseline (the k most frequent training labels for everyone): {popularity}", flush=True)
-    cfg = RunConfig(rounds=args.rounds, clients_per_round=args.per_round, seed=args.seed, eval_every=args.eval_every,
-                    train=TrainConfig(epochs=args.epochs, batch_size=64, lr=args.lr, optimizer=args.optimizer))
+    cfg = RunConfig(
+        rounds=args.rounds,
+        clients_per_round=args.per_round,
+        seed=args.seed,
+        eval_every=args.eval_every,
+        train=TrainConfig(epochs=args.epochs, batch_size=64, lr=args.lr, optimizer=args.optimizer),
+    )
     opts = {"embed_dim": args.embed_dim, "hidden": args.hidden, "scale": args.scale}
     runs: list[tuple[str, int | None, object]] = []
     if "FullSoftmax" in args.variants:
@@ -113,15 +122,32 @@ def main() -> None:
         server.run(test)
         hist = server.history
         metrics = hist[-1].metrics or server.evaluate(test)
-        rows.append({"algorithm": name, "m": m, "rounds": len(hist),
-                     "P@1_curve": [(r.round + 1, r.metrics["P@1"]) for r in hist if r.metrics],
-                     "P@1": metrics["P@1"], "P@3": metrics["P@3"], "P@5": metrics["P@5"],
-                     "MB_down": sum(r.bytes_down for r in hist) / 1e6, "MB_up": sum(r.bytes_up for r in hist) / 1e6,
-                     "seconds": time.perf_counter() - t0})
+        rows.append(
+            {
+                "algorithm": name,
+                "m": m,
+                "rounds": len(hist),
+                "P@1_curve": [(r.round + 1, r.metrics["P@1"]) for r in hist if r.metrics],
+                "P@1": metrics["P@1"],
+                "P@3": metrics["P@3"],
+                "P@5": metrics["P@5"],
+                "MB_down": sum(r.bytes_down for r in hist) / 1e6,
+                "MB_up": sum(r.bytes_up for r in hist) / 1e6,
+                "seconds": time.perf_counter() - t0,
+            }
+        )
         print(rows[-1], flush=True)
-    path = write_results(args.out, rows, {"dataset": args.dataset, "args": vars(args), "popularity": popularity,
-                                          "loadavg_at_end": os.getloadavg(),
-                                          "partition": "label-skew (first label rank mod clients)"})
+    path = write_results(
+        args.out,
+        rows,
+        {
+            "dataset": args.dataset,
+            "args": vars(args),
+            "popularity": popularity,
+            "loadavg_at_end": os.getloadavg(),
+            "partition": "label-skew (first label rank mod clients)",
+        },
+    )
     print(markdown_table(rows, ["algorithm", "m", "P@1", "P@3", "P@5", "MB_down", "MB_up", "seconds"]))
     print(f"\nwrote {path}")
 

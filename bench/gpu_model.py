@@ -47,56 +47,77 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-from select_shapes import bert_base_shapes, resnet50_shapes  # noqa: E402
+import common
+from select_shapes import bert_base_shapes, resnet50_shapes
 
-import fedkernels  # noqa: E402
-from fedkernels import HashFamily  # noqa: E402
+import fedkernels
+from fedkernels import HashFamily
 
 # ---- the machine: NVIDIA H100 SXM
 SMS = 132
 HBM_BYTES_PER_S = 3.35e12
-FP32_FLOPS = 67e12           # non-tensor FP32 peak (for the compute-bound notes only)
+FP32_FLOPS = 67e12  # non-tensor FP32 peak (for the compute-bound notes only)
 WARP = 32
 MAX_WARPS_PER_SM = 64
 MAX_BLOCKS_PER_SM = 32
-FEW_WARPS_PER_SM = 4         # flag launches that offer fewer warps than this per SM
+FEW_WARPS_PER_SM = 4  # flag launches that offer fewer warps than this per SM
 
 # ---- the bench configurations
 FEDMLH = [(3993, 4, 250), (30938, 4, 1000), (131073, 4, 4000), (312330, 8, 5000)]  # bench/sketch.py (p, R, B)
 FEDMLH_N, FEDMLH_K, LABELS_PER_SAMPLE, COUNT_SKETCH_ROWS = 1024, 5, 5, 64
 FEDMLH_K_GENERAL = 100  # a top-100 (recall@100-style evaluation): beyond the 32-entry fast path
-FEDSS = dict(n=4096, s=131072, d=256)       # bench/sampled.py's largest LCE
+FEDSS = dict(n=4096, s=131072, d=256)  # bench/sampled.py's largest LCE
 SCATTER = [(4096, 16384), (131072, 65536)]  # bench/sampled.py's (n rows, T sources), d = 256 (first and last)
-NEGATIVES, SAMPLER_CLIENTS = 16384, 64      # sampler: m negatives of s classes; batched over 64 clients
+NEGATIVES, SAMPLER_CLIENTS = 16384, 64  # sampler: m negatives of s classes; batched over 64 clients
 PARTIAL_CLIENTS, PARTIAL_FRACTION = 4, 0.5  # bench/select_bench.py's average
 PROX_D = 10**7
-SPREAD = [(100000, 64), (100000, 512)]      # bench/spread.py's C = 100000, k = 10
+SPREAD = [(100000, 64), (100000, 512)]  # bench/spread.py's C = 100000, k = 10
 SPREAD_K, SPREAD_MARGIN, PAIRS_PER_CLASS = 10, 1.0, 10
-KNN_SLACK = 8                               # spread.h candidate_capacity(k) = k + 8
-KNN_ROW_TILE, KNN_COL_TILE = 10240, 8192     # spread_cuda.cu kRowTile, kColTile (FEDKERNELS_KNN_CUDA_TILES unset)
+KNN_SLACK = 8  # spread.h candidate_capacity(k) = k + 8
+KNN_ROW_TILE, KNN_COL_TILE = 10240, 8192  # spread_cuda.cu kRowTile, kColTile (FEDKERNELS_KNN_CUDA_TILES unset)
 
 
 def quick_configs() -> dict:
-    return dict(fedmlh=FEDMLH[:2], fedmlh_n=256, fedss=dict(n=256, s=16384, d=64), scatter=[(1024, 2048)],
-                scatter_d=64, negatives=1024, sampler_clients=8, models=["resnet50"], dtypes=[torch.float32],
-                prox=[(10**5, 0), (10**5, 1000)], spread=[(2000, 64)])
+    return dict(
+        fedmlh=FEDMLH[:2],
+        fedmlh_n=256,
+        fedss=dict(n=256, s=16384, d=64),
+        scatter=[(1024, 2048)],
+        scatter_d=64,
+        negatives=1024,
+        sampler_clients=8,
+        models=["resnet50"],
+        dtypes=[torch.float32],
+        prox=[(10**5, 0), (10**5, 1000)],
+        spread=[(2000, 64)],
+    )
 
 
 def full_configs() -> dict:
-    return dict(fedmlh=FEDMLH, fedmlh_n=FEDMLH_N, fedss=FEDSS, scatter=SCATTER, scatter_d=256, negatives=NEGATIVES,
-                sampler_clients=SAMPLER_CLIENTS, models=["resnet50", "bert-base"],
-                dtypes=[torch.float32, torch.bfloat16], prox=[(PROX_D, 0), (PROX_D, 1000)], spread=SPREAD)
+    return dict(
+        fedmlh=FEDMLH,
+        fedmlh_n=FEDMLH_N,
+        fedss=FEDSS,
+        scatter=SCATTER,
+        scatter_d=256,
+        negatives=NEGATIVES,
+        sampler_clients=SAMPLER_CLIENTS,
+        models=["resnet50", "bert-base"],
+        dtypes=[torch.float32, torch.bfloat16],
+        prox=[(PROX_D, 0), (PROX_D, 1000)],
+        spread=SPREAD,
+    )
 
 
 # ---- launch arithmetic
+
 
 def launch_stats(grid: tuple[int, int, int], block: tuple[int, int, int]) -> dict:
     """Blocks, threads, warps and per-SM occupancy of one launch on the H100."""
@@ -106,9 +127,14 @@ def launch_stats(grid: tuple[int, int, int], block: tuple[int, int, int]) -> dic
     warps = blocks * warps_per_block
     # resident blocks per SM: 64 warps and 32 blocks at most (registers / shared memory may cut this further)
     blocks_per_sm = max(1, min(MAX_BLOCKS_PER_SM, MAX_WARPS_PER_SM // max(warps_per_block, 1)))
-    return {"blocks": blocks, "threads_per_block": threads, "warps": warps, "warps_per_sm": warps / SMS,
-            "resident_warps_per_sm": min(-(-blocks // SMS), blocks_per_sm) * warps_per_block,
-            "waves": -(-blocks // (SMS * blocks_per_sm))}
+    return {
+        "blocks": blocks,
+        "threads_per_block": threads,
+        "warps": warps,
+        "warps_per_sm": warps / SMS,
+        "resident_warps_per_sm": min(-(-blocks // SMS), blocks_per_sm) * warps_per_block,
+        "waves": -(-blocks // (SMS * blocks_per_sm)),
+    }
 
 
 def bound_us(nbytes: float | None) -> float | None:
@@ -128,6 +154,7 @@ def B(fn: Callable, *args) -> tuple[int, str]:
 
 # ---- bytes the kernels must move (analytic minimum: inputs read once, outputs written once)
 # es = element size of the data dtype; int32 table entries 4, int8 signs 1, int64 ids 8.
+
 
 def bytes_hash_buckets(n, r):
     """ids read (8 n) and 4 int64 parameters per table (32 R); int32 buckets and int8 signs written (5 n R)."""
@@ -294,6 +321,7 @@ def bytes_pair_grad(c, d, k, es):
 
 # ---- op floors (the op's own inputs read once and outputs written once, whatever its kernels)
 
+
 def floor_lce_forward(n, s, d, es):
     """h, W, bias read once (es (N d + s d + s)), target (8 N); lse written (es N), loss a scalar."""
     return es * (n * d + s * d + s + n) + 8 * n
@@ -320,6 +348,7 @@ def floor_spread_backward(c, d, k, es):
 
 
 # ---- the PyTorch compositions (the eager ops the benches time), lower bounds of their traffic
+
 
 def torch_label_hash(n, nnz, r, b):
     """bench compose_label_hash: zeros [R,N,B], repeat_interleave rows, table[indices] gather, .long(), index_put of R
@@ -362,8 +391,12 @@ def torch_bucket_merge_backward(n, p, r, b, es):
 def torch_count_sketch(rows, p, r, b, es):
     """bench compose_count_sketch: zeros [rows,R,B]; per table signs .to(dtype), x * signs, table .long(), index_add_
     (x*s read, slice read+written)."""
-    per_table = (p + p * es) + (rows * p * es + p * es + rows * p * es) + (4 * p + 8 * p) + (rows * p * es + 8 * p
-                                                                                              + 2 * rows * b * es)
+    per_table = (
+        (p + p * es)
+        + (rows * p * es + p * es + rows * p * es)
+        + (4 * p + 8 * p)
+        + (rows * p * es + 8 * p + 2 * rows * b * es)
+    )
     return rows * r * b * es + r * per_table
 
 
@@ -400,8 +433,18 @@ def torch_lce_backward(n, s, d, es):
 def torch_scatter_rows_mean(n, u, t, d, es):
     """bench composition: src * w, zeros_like(out), index_add_ rows, zeros + index_add_ weights, unique, gather
     num/den, divide, index_put into out."""
-    return (2 * t * d * es + 4 * t) + n * d * es + (t * d * es + 8 * t + 2 * u * d * es) + 4 * n + (12 * t + 8 * u) \
-        + (8 * t + 8 * u) + (8 * u + 2 * u * d * es) + (16 * u) + (2 * u * d * es + 4 * u) + (8 * u + 2 * u * d * es)
+    return (
+        (2 * t * d * es + 4 * t)
+        + n * d * es
+        + (t * d * es + 8 * t + 2 * u * d * es)
+        + 4 * n
+        + (12 * t + 8 * u)
+        + (8 * t + 8 * u)
+        + (8 * u + 2 * u * d * es)
+        + (16 * u)
+        + (2 * u * d * es + 4 * u)
+        + (8 * u + 2 * u * d * es)
+    )
 
 
 def torch_delta_norms(model_bytes, m):
@@ -458,16 +501,17 @@ def torch_spread_backward(c, d, k, es):
 
 # ---- recording
 
+
 @dataclass
 class OpModel:
     op: str
     config: str
-    launches: list = field(default_factory=list)          # (kernel, grid, block) as recorded (or extrapolated)
-    kernel_bytes: dict = field(default_factory=dict)      # kernel -> (bytes over all its launches, why)
-    extra_rows: list = field(default_factory=list)        # non-recorded device work we model (cuBLAS GEMMs)
-    floor: tuple | None = None                            # (bytes, why): the op's own inputs and outputs
-    torch: tuple | None = None                            # (bytes, why) of the PyTorch composition, None: none
-    flops: dict = field(default_factory=dict)             # kernel -> flops (compute-bound kernels)
+    launches: list = field(default_factory=list)  # (kernel, grid, block) as recorded (or extrapolated)
+    kernel_bytes: dict = field(default_factory=dict)  # kernel -> (bytes over all its launches, why)
+    extra_rows: list = field(default_factory=list)  # non-recorded device work we model (cuBLAS GEMMs)
+    floor: tuple | None = None  # (bytes, why): the op's own inputs and outputs
+    torch: tuple | None = None  # (bytes, why) of the PyTorch composition, None: none
+    flops: dict = field(default_factory=dict)  # kernel -> flops (compute-bound kernels)
     how: str = "execute=False"
     note: str = ""
 
@@ -501,6 +545,7 @@ def grouped(launches: list) -> dict[str, list]:
 
 
 # ---- FedMLH
+
 
 def fedmlh_models(p: int, r: int, b: int, n: int) -> list[OpModel]:
     cfg = f"p={p} R={r} B={b} N={n}"
@@ -542,8 +587,9 @@ def fedmlh_models(p: int, r: int, b: int, n: int) -> list[OpModel]:
         scan = "topk_scan_kernel" if k <= 32 else "topk_general_kernel"
         # One block per (row, class range): the scan reads logp and the table; split rows add a merge pass.
         m.kernel_bytes[scan] = B(bytes_bucket_merge_topk, n, p, r, b, k, es)
-        splits = max((grid[0] * grid[1] * grid[2] for name, grid, _ in m.launches if name == scan),
-                     default=n) // max(n, 1)
+        splits = max((grid[0] * grid[1] * grid[2] for name, grid, _ in m.launches if name == scan), default=n) // max(
+            n, 1
+        )
         if splits > 1:
             m.kernel_bytes["topk_merge_kernel"] = B(bytes_topk_merge, n, k, splits, es)
         m.floor = m.kernel_bytes[scan]
@@ -579,6 +625,7 @@ def fedmlh_models(p: int, r: int, b: int, n: int) -> list[OpModel]:
 
 # ---- FedSS
 
+
 def sampler_models(num_classes: int, n: int, m_neg: int, clients: int) -> list[OpModel]:
     g = torch.Generator().manual_seed(1)
     out = []
@@ -594,8 +641,9 @@ def sampler_models(num_classes: int, n: int, m_neg: int, clients: int) -> list[O
     rows = [torch.unique(torch.randint(0, num_classes, (n * LABELS_PER_SAMPLE,), generator=g)) for _ in range(clients)]
     indptr = torch.tensor([0] + [r.numel() for r in rows]).cumsum(0)
     indices = torch.cat(rows)
-    m = OpModel("sample_negatives_batched", f"classes={num_classes} clients={clients} positives={indices.numel()} "
-                                            f"m={m_neg}")
+    m = OpModel(
+        "sample_negatives_batched", f"classes={num_classes} clients={clients} positives={indices.numel()} m={m_neg}"
+    )
     m.launches = record(lambda: fedkernels.sample_negatives_batched(indptr, indices, num_classes, m_neg, seed=0))
     m.kernel_bytes["sample_rows_kernel"] = B(bytes_sample_rows, clients, indices.numel(), m_neg)
     m.floor = m.kernel_bytes["sample_rows_kernel"]
@@ -608,7 +656,7 @@ def sampler_models(num_classes: int, n: int, m_neg: int, clients: int) -> list[O
 def _lce_record(n: int, s: int, d: int) -> tuple[list, list]:
     """Launches of one forward and one backward at (n, s, d), float32 with bias."""
     g = torch.Generator().manual_seed(s)
-    h = torch.randn(n, d, generator=g) / d ** 0.5
+    h = torch.randn(n, d, generator=g) / d**0.5
     W = torch.randn(s, d, generator=g)
     bias = torch.randn(s, generator=g)
     t = torch.randint(0, s, (n,), generator=g)
@@ -648,8 +696,10 @@ def lce_models(n: int, s: int, d: int, exact: bool = False) -> list[OpModel]:
         f1, b1 = _lce_record(n, s1, d)
         f2, b2 = _lce_record(n, s2, d)
         fwd, bwd = extrapolate(f1, f2, s1, s2, s), extrapolate(b1, b2, s1, s2, s)
-        how = (f"recorded at s={s1} and s={s2} (execute=False, {time.perf_counter() - t0:.1f} s of host GEMMs), "
-               f"launch counts extrapolated to s={s}")
+        how = (
+            f"recorded at s={s1} and s={s2} (execute=False, {time.perf_counter() - t0:.1f} s of host GEMMs), "
+            f"launch counts extrapolated to s={s}"
+        )
     cfg = f"N={n} s={s} d={d} f32 bias"
     out = []
     m = OpModel("linear_cross_entropy", cfg, launches=fwd, how=how)
@@ -661,19 +711,24 @@ def lce_models(n: int, s: int, d: int, exact: bool = False) -> list[OpModel]:
     m.kernel_bytes["lce_forward_finish_kernel"] = B(bytes_lce_forward_finish, n, es)
     m.floor = B(floor_lce_forward, n, s, d, es)
     m.torch = B(torch_lce_forward, n, s, d, es)
-    m.note = (f"h ({n * d * es / 1e6:.1f} MB) is re-read by every chunk's GEMM ({chunks * n * d * es / 1e9:.2f} GB "
-              "counted; L2 hits on an H100); loss.sum() and the mean on the device are not modelled")
+    m.note = (
+        f"h ({n * d * es / 1e6:.1f} MB) is re-read by every chunk's GEMM ({chunks * n * d * es / 1e9:.2f} GB "
+        "counted; L2 hits on an H100); loss.sum() and the mean on the device are not modelled"
+    )
     out.append(m)
     m = OpModel("linear_cross_entropy_backward", cfg, launches=bwd, how=how)
     chunks = len(grouped(bwd).get("lce_backward_chunk_kernel", []))
     if chunks:
         m.kernel_bytes["lce_backward_chunk_kernel"] = B(bytes_lce_backward_chunks, n, s, chunks, es)
-        m.extra_rows.append(("at::mm/addmm (cuBLAS, not recorded)", 3 * chunks,
-                             B(bytes_lce_gemm_backward, n, s, d, chunks, es, True)))
+        m.extra_rows.append(
+            ("at::mm/addmm (cuBLAS, not recorded)", 3 * chunks, B(bytes_lce_gemm_backward, n, s, d, chunks, es, True))
+        )
         m.flops["at::mm/addmm (cuBLAS, not recorded)"] = 3 * 2 * n * s * d
     m.floor = B(floor_lce_backward, n, s, d, es)
-    m.note = (f"h and grad_h ({n * d * es / 1e6:.1f} MB each) are re-read (grad_h also rewritten) by every chunk's "
-              f"GEMMs ({chunks * 4 * n * d * es / 1e9:.2f} GB counted; L2 hits on an H100)")
+    m.note = (
+        f"h and grad_h ({n * d * es / 1e6:.1f} MB each) are re-read (grad_h also rewritten) by every chunk's "
+        f"GEMMs ({chunks * 4 * n * d * es / 1e9:.2f} GB counted; L2 hits on an H100)"
+    )
     m.torch = B(torch_lce_backward, n, s, d, es)
     out.append(m)
     return out
@@ -739,8 +794,9 @@ def partial_models(model: str, dtypes: list[torch.dtype]) -> list[OpModel]:
     idx = torch.tensor(order, dtype=torch.int64)
     dst = [torch.empty(s) for s in shapes]
     sent = [(idx, [torch.empty(shapes[i]) for i in order], float(c + 1)) for c in range(PARTIAL_CLIENTS)]
-    m = OpModel("masked_weighted_average", f"{model} M={len(shapes)} f32 clients={PARTIAL_CLIENTS} "
-                                           f"fraction={PARTIAL_FRACTION}")
+    m = OpModel(
+        "masked_weighted_average", f"{model} M={len(shapes)} f32 clients={PARTIAL_CLIENTS} fraction={PARTIAL_FRACTION}"
+    )
     m.launches = record(lambda: fedkernels.masked_weighted_average(dst, sent))
     sent_bytes = sum(x.numel() * 4 for _, xs, _ in sent for x in xs)
     written = sum(math.prod(shapes[i]) * 4 for i in order)
@@ -753,6 +809,7 @@ def partial_models(model: str, dtypes: list[torch.dtype]) -> list[OpModel]:
 
 
 # ---- prox
+
 
 def prox_models(d: int, block_size: int) -> list[OpModel]:
     g = torch.Generator().manual_seed(0)
@@ -783,11 +840,12 @@ def prox_models(d: int, block_size: int) -> list[OpModel]:
 
 # ---- spreadout
 
+
 def spread_models(c: int, d: int, with_pair_weights: bool) -> list[OpModel]:
     es, acc, k = 4, 4, SPREAD_K
     cap = min(k + KNN_SLACK, c - 1)
     g = torch.Generator().manual_seed(c + d)
-    W = torch.randn(c, d, generator=g) / d ** 0.5  # real values: the launcher checks W is finite
+    W = torch.randn(c, d, generator=g) / d**0.5  # real values: the launcher checks W is finite
     cfg = f"C={c} d={d} k={k} f32"
     out = []
     m = OpModel("knn_classes", cfg)
@@ -828,8 +886,9 @@ def spread_models(c: int, d: int, with_pair_weights: bool) -> list[OpModel]:
 
     gout = torch.tensor(1.0)
     m = OpModel("spreadout_loss backward", cfg, how="execute=False (spreadout_pair_loss_backward)")
-    m.launches = record(lambda: torch.ops.fedkernels.spreadout_pair_loss_backward(gout, Wv, idx, ones, SPREAD_MARGIN,
-                                                                                 "l2"))
+    m.launches = record(
+        lambda: torch.ops.fedkernels.spreadout_pair_loss_backward(gout, Wv, idx, ones, SPREAD_MARGIN, "l2")
+    )
     n_norms = sum(1 for name, _, _ in m.launches if name == "row_norms_kernel")
     m.kernel_bytes["row_norms_kernel"] = (n_norms * nb, f"{w} (x{n_norms} launches)")
     m.kernel_bytes["pair_terms_kernel"] = B(bytes_pair_terms, c, d, k, es, True)
@@ -854,6 +913,7 @@ def spread_models(c: int, d: int, with_pair_weights: bool) -> list[OpModel]:
 
 
 # ---- the model
+
 
 def build_models(quick: bool, log: Callable[[str], None] = print, exact_lce: bool = False) -> list[OpModel]:
     cfg = quick_configs() if quick else full_configs()
@@ -901,35 +961,63 @@ def rows_of(models: list[OpModel]) -> tuple[list[dict], list[dict]]:
             if (nbytes or 0) > main[0]:
                 main = (nbytes or 0, s["warps_per_sm"])
             distinct = sorted({(gr, bl) for gr, bl in shapes})
-            row = {"op": m.op, "config": m.config, "kernel": name, "launches": len(shapes),
-                   "grid": list(shapes[big][0]), "block": list(shapes[big][1]), **s,
-                   "shapes": [[list(gr), list(bl)] for gr, bl in distinct],
-                   "few_warps": s["warps_per_sm"] < FEW_WARPS_PER_SM,
-                   "bytes": nbytes, "bound_us": bound_us(nbytes), "bytes_why": reason}
+            row = {
+                "op": m.op,
+                "config": m.config,
+                "kernel": name,
+                "launches": len(shapes),
+                "grid": list(shapes[big][0]),
+                "block": list(shapes[big][1]),
+                **s,
+                "shapes": [[list(gr), list(bl)] for gr, bl in distinct],
+                "few_warps": s["warps_per_sm"] < FEW_WARPS_PER_SM,
+                "bytes": nbytes,
+                "bound_us": bound_us(nbytes),
+                "bytes_why": reason,
+            }
             if name in m.flops:
                 row["flops"] = m.flops[name]
                 row["fp32_bound_us"] = m.flops[name] / FP32_FLOPS * 1e6
             krows.append(row)
         for name, count, (nbytes, reason) in m.extra_rows:
             fk_total += nbytes
-            row = {"op": m.op, "config": m.config, "kernel": name, "launches": count, "bytes": nbytes,
-                   "bound_us": bound_us(nbytes), "bytes_why": reason, "few_warps": False}
+            row = {
+                "op": m.op,
+                "config": m.config,
+                "kernel": name,
+                "launches": count,
+                "bytes": nbytes,
+                "bound_us": bound_us(nbytes),
+                "bytes_why": reason,
+                "few_warps": False,
+            }
             if name in m.flops:
                 row["flops"] = m.flops[name]
                 row["fp32_bound_us"] = m.flops[name] / FP32_FLOPS * 1e6
             krows.append(row)
         torch_bytes = m.torch[0] if m.torch else None
-        orows.append({"op": m.op, "config": m.config, "kernels": len(groups), "launches": len(m.launches),
-                      "fk_bytes": fk_total if known else None, "fk_bound_us": bound_us(fk_total) if known else None,
-                      "floor_bytes": m.floor[0] if m.floor else None,
-                      "floor_bound_us": bound_us(m.floor[0]) if m.floor else None,
-                      "floor_why": m.floor[1] if m.floor else None,
-                      "torch_bytes": torch_bytes, "torch_bound_us": bound_us(torch_bytes),
-                      "torch_why": m.torch[1] if m.torch else m.note,
-                      "torch_over_fk": (torch_bytes / fk_total) if (torch_bytes and known and fk_total) else None,
-                      "min_warps_per_sm": min_wps, "main_kernel_warps_per_sm": main[1],
-                      "few_warps": min_wps is not None and min_wps < FEW_WARPS_PER_SM,
-                      "how": m.how, "note": m.note})
+        orows.append(
+            {
+                "op": m.op,
+                "config": m.config,
+                "kernels": len(groups),
+                "launches": len(m.launches),
+                "fk_bytes": fk_total if known else None,
+                "fk_bound_us": bound_us(fk_total) if known else None,
+                "floor_bytes": m.floor[0] if m.floor else None,
+                "floor_bound_us": bound_us(m.floor[0]) if m.floor else None,
+                "floor_why": m.floor[1] if m.floor else None,
+                "torch_bytes": torch_bytes,
+                "torch_bound_us": bound_us(torch_bytes),
+                "torch_why": m.torch[1] if m.torch else m.note,
+                "torch_over_fk": (torch_bytes / fk_total) if (torch_bytes and known and fk_total) else None,
+                "min_warps_per_sm": min_wps,
+                "main_kernel_warps_per_sm": main[1],
+                "few_warps": min_wps is not None and min_wps < FEW_WARPS_PER_SM,
+                "how": m.how,
+                "note": m.note,
+            }
+        )
     return krows, orows
 
 
@@ -950,8 +1038,10 @@ def _fmt_us(t: float | None) -> str:
 
 def markdown(krows: list[dict], orows: list[dict]) -> str:
     """One table: each op's kernels, then the op's total beside the PyTorch composition's bound."""
-    head = ("| op | config | kernel | launches | blocks | threads | warps/SM | waves | bytes | bound µs "
-            "| torch bytes | torch bound µs | torch/fk |\n|" + "---|" * 13 + "\n")
+    head = (
+        "| op | config | kernel | launches | blocks | threads | warps/SM | waves | bytes | bound µs "
+        "| torch bytes | torch bound µs | torch/fk |\n|" + "---|" * 13 + "\n"
+    )
     lines = []
     for o in orows:
         for k in (r for r in krows if r["op"] == o["op"] and r["config"] == o["config"]):
@@ -962,21 +1052,28 @@ def markdown(krows: list[dict], orows: list[dict]) -> str:
                     shape[0] += f" (max of {len(k['shapes'])} shapes)"
             else:
                 shape = ["—", "—", "—", "—"]
-            lines.append(f"| {o['op']} | {o['config']} | {k['kernel']} | {k['launches']} | " + " | ".join(shape)
-                         + f" | {_fmt_bytes(k['bytes'])} | {_fmt_us(k['bound_us'])} |  |  |  |")
+            lines.append(
+                f"| {o['op']} | {o['config']} | {k['kernel']} | {k['launches']} | "
+                + " | ".join(shape)
+                + f" | {_fmt_bytes(k['bytes'])} | {_fmt_us(k['bound_us'])} |  |  |  |"
+            )
         ratio = f"{o['torch_over_fk']:.3g}x" if o["torch_over_fk"] else "—"
-        lines.append(f"| {o['op']} | {o['config']} | **total** | {o['launches']} |  |  |  |  "
-                     f"| **{_fmt_bytes(o['fk_bytes'])}** | **{_fmt_us(o['fk_bound_us'])}** "
-                     f"| {_fmt_bytes(o['torch_bytes']) if o['torch_bytes'] else 'n/a'} "
-                     f"| {_fmt_us(o['torch_bound_us'])} | {ratio} |")
+        lines.append(
+            f"| {o['op']} | {o['config']} | **total** | {o['launches']} |  |  |  |  "
+            f"| **{_fmt_bytes(o['fk_bytes'])}** | **{_fmt_us(o['fk_bound_us'])}** "
+            f"| {_fmt_bytes(o['torch_bytes']) if o['torch_bytes'] else 'n/a'} "
+            f"| {_fmt_us(o['torch_bound_us'])} | {ratio} |"
+        )
     return head + "\n".join(lines)
 
 
 def summary_markdown(orows: list[dict]) -> str:
     """One row per op and configuration: the fewest warps per SM of its launches and of its main kernel
     (the one moving the most bytes), and both bounds."""
-    head = ("| op | config | kernels | min warps/SM | main kernel warps/SM | fedkernels bytes | bound µs "
-            "| torch bytes | torch bound µs | torch/fk |\n|" + "---|" * 10 + "\n")
+    head = (
+        "| op | config | kernels | min warps/SM | main kernel warps/SM | fedkernels bytes | bound µs "
+        "| torch bytes | torch bound µs | torch/fk |\n|" + "---|" * 10 + "\n"
+    )
     lines = []
 
     def w(v: float | None) -> str:
@@ -985,29 +1082,41 @@ def summary_markdown(orows: list[dict]) -> str:
     for o in orows:
         wps = f"{w(o['min_warps_per_sm'])} | {w(o['main_kernel_warps_per_sm'])}"
         ratio = f"{o['torch_over_fk']:.3g}x" if o["torch_over_fk"] else "—"
-        lines.append(f"| {o['op']} | {o['config']} | {o['kernels']} | {wps} | {_fmt_bytes(o['fk_bytes'])} "
-                     f"| {_fmt_us(o['fk_bound_us'])} | {_fmt_bytes(o['torch_bytes']) if o['torch_bytes'] else 'n/a'} "
-                     f"| {_fmt_us(o['torch_bound_us'])} | {ratio} |")
+        lines.append(
+            f"| {o['op']} | {o['config']} | {o['kernels']} | {wps} | {_fmt_bytes(o['fk_bytes'])} "
+            f"| {_fmt_us(o['fk_bound_us'])} | {_fmt_bytes(o['torch_bytes']) if o['torch_bytes'] else 'n/a'} "
+            f"| {_fmt_us(o['torch_bound_us'])} | {ratio} |"
+        )
     return head + "\n".join(lines)
 
 
 def flagged(krows: list[dict]) -> list[str]:
-    return [f"{k['op']} [{k['config']}] {k['kernel']}: {k['warps_per_sm']:.3g} warps/SM "
-            f"({k['blocks']} blocks x {k['threads_per_block']} threads)" for k in krows if k.get("few_warps")]
+    return [
+        f"{k['op']} [{k['config']}] {k['kernel']}: {k['warps_per_sm']:.3g} warps/SM "
+        f"({k['blocks']} blocks x {k['threads_per_block']} threads)"
+        for k in krows
+        if k.get("few_warps")
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small configurations (the test's run, seconds)")
-    ap.add_argument("--exact-lce", action="store_true",
-                    help="record linear_cross_entropy at the real s (minutes of host GEMMs) instead of extrapolating")
+    ap.add_argument(
+        "--exact-lce",
+        action="store_true",
+        help="record linear_cross_entropy at the real s (minutes of host GEMMs) instead of extrapolating",
+    )
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/gpu_model[-quick].json)")
     args = ap.parse_args(argv)
     if not os.environ.get("FK_CUDA_EMU_MODULE"):
         ap.error("set FK_CUDA_EMU_MODULE to the module `python tools/emulate.py build` prints")
     t0 = time.perf_counter()
-    print(f"H100 model: {SMS} SMs, {HBM_BYTES_PER_S / 1e12:.2f} TB/s; recording launches "
-          f"({'quick' if args.quick else 'bench'} configurations)", flush=True)
+    print(
+        f"H100 model: {SMS} SMs, {HBM_BYTES_PER_S / 1e12:.2f} TB/s; recording launches "
+        f"({'quick' if args.quick else 'bench'} configurations)",
+        flush=True,
+    )
     models = build_models(args.quick, log=lambda s: print(s, flush=True), exact_lce=args.exact_lce)
     krows, orows = rows_of(models)
     print()
@@ -1020,27 +1129,41 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  - {f}")
     unknown = sorted({k["kernel"] for k in krows if k.get("blocks") is not None and k["bytes"] is None})
     if unknown:
-        print("\nKernels without a bytes function (add one beside the others; their ops' totals show ?): "
-              + ", ".join(unknown))
+        print(
+            "\nKernels without a bytes function (add one beside the others; their ops' totals show ?): "
+            + ", ".join(unknown)
+        )
     compute = [k for k in krows if "flops" in k]
     if compute:
         print("\nCompute-bound rows (FP32 non-tensor peak 67 TFLOP/s; TF32 tensor cores are faster for the GEMMs):")
         for k in compute:
-            print(f"  - {k['op']} [{k['config']}] {k['kernel']}: {k['flops']:.3g} flop "
-                  f"-> >= {k['fp32_bound_us']:,.0f} µs")
+            print(
+                f"  - {k['op']} [{k['config']}] {k['kernel']}: {k['flops']:.3g} flop -> >= {k['fp32_bound_us']:,.0f} µs"
+            )
     notes = [(o["op"], o["config"], o["how"], o["note"]) for o in orows]
     print("\nHow each op was recorded / what is not modelled:")
     for op, cfg, how, note in notes:
         print(f"  - {op} [{cfg}]: {how}" + (f"; {note}" if note else ""))
     name = "gpu_model-quick" if args.quick else "gpu_model"
-    extra = {"machine_model": {"gpu": "H100 SXM", "sms": SMS, "hbm_bytes_per_s": HBM_BYTES_PER_S,
-                               "max_warps_per_sm": MAX_WARPS_PER_SM, "max_blocks_per_sm": MAX_BLOCKS_PER_SM,
-                               "fp32_flops": FP32_FLOPS, "few_warps_per_sm": FEW_WARPS_PER_SM},
-             "ops": orows, "flagged": flags, "elapsed_s": time.perf_counter() - t0}
+    extra = {
+        "machine_model": {
+            "gpu": "H100 SXM",
+            "sms": SMS,
+            "hbm_bytes_per_s": HBM_BYTES_PER_S,
+            "max_warps_per_sm": MAX_WARPS_PER_SM,
+            "max_blocks_per_sm": MAX_BLOCKS_PER_SM,
+            "fp32_flops": FP32_FLOPS,
+            "few_warps_per_sm": FEW_WARPS_PER_SM,
+        },
+        "ops": orows,
+        "flagged": flags,
+        "elapsed_s": time.perf_counter() - t0,
+    }
     if args.out:
         path = Path(args.out)
         path.parent.mkdir(parents=True, exist_ok=True)
         import json
+
         path.write_text(json.dumps({"benchmark": name, "rows": krows, **extra}, indent=2))
     else:
         path = common.write_results(name, krows, extra)

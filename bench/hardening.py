@@ -19,10 +19,10 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, timeit, write_results  # noqa: E402
+from common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, timeit, write_results
 
-from fedkernels.fl.checkpoint import save_checkpoint  # noqa: E402
-from fedkernels.fl.payload import PayloadSpec, TensorSpec, decode, encode, state_spec  # noqa: E402
+from fedkernels.fl.checkpoint import save_checkpoint
+from fedkernels.fl.payload import PayloadSpec, TensorSpec, decode, encode, state_spec
 
 
 def payloads(total_mib: int) -> dict[str, tuple[dict[str, torch.Tensor], PayloadSpec]]:
@@ -35,8 +35,12 @@ def payloads(total_mib: int) -> dict[str, tuple[dict[str, torch.Tensor], Payload
     rows = n_big // 2
     p = 4 * rows
     sparse = {"ids": torch.randperm(p, generator=g)[:rows].sort().values, "rows": torch.randn(rows, d, generator=g)}
-    sparse_spec = PayloadSpec({"ids": TensorSpec(torch.int64, ("n",), min_value=0, max_value=p, unique=True),
-                               "rows": TensorSpec(torch.float32, ("n", d))})
+    sparse_spec = PayloadSpec(
+        {
+            "ids": TensorSpec(torch.int64, ("n",), min_value=0, max_value=p, unique=True),
+            "rows": TensorSpec(torch.float32, ("n", d)),
+        }
+    )
     return {"dense state": (dense, PayloadSpec(state_spec(dense))), "ids + rows": (sparse, sparse_spec)}
 
 
@@ -50,12 +54,19 @@ def main() -> None:
         raw = encode(tensors)
         t_checked = timeit(lambda: decode(raw, spec))
         t_plain = timeit(lambda: st_load(raw))
-        rows.append({
-            "case": f"decode {name}", "MiB": mib(len(raw)), "checked ms": 1e3 * t_checked, "unchecked ms": 1e3 * t_plain,
-            "ratio": t_checked / t_plain, "checked GB/s": len(raw) / t_checked / 1e9, "copy GB/s": copy,
-            "checked peak MiB": mib(peak_extra_bytes(lambda: decode(raw, spec))),
-            "unchecked peak MiB": mib(peak_extra_bytes(lambda: st_load(raw))),
-        })
+        rows.append(
+            {
+                "case": f"decode {name}",
+                "MiB": mib(len(raw)),
+                "checked ms": 1e3 * t_checked,
+                "unchecked ms": 1e3 * t_plain,
+                "ratio": t_checked / t_plain,
+                "checked GB/s": len(raw) / t_checked / 1e9,
+                "copy GB/s": copy,
+                "checked peak MiB": mib(peak_extra_bytes(lambda: decode(raw, spec))),
+                "unchecked peak MiB": mib(peak_extra_bytes(lambda: st_load(raw))),
+            }
+        )
     dense = payloads(args.mib)["dense state"][0]
     nbytes = len(encode(dense))
     with tempfile.TemporaryDirectory(dir=Path(__file__).resolve().parent) as tmp:
@@ -63,13 +74,38 @@ def main() -> None:
         meta = {"round": 1, "history": []}
         t_atomic = timeit(lambda: save_checkpoint(ckpt, dense, meta), repeat=5)
         t_plain = timeit(lambda: save_file(dense, str(plain)), repeat=5)
-    rows.append({"case": "checkpoint dense state (atomic + fsync vs save_file)", "MiB": mib(nbytes),
-                 "checked ms": 1e3 * t_atomic, "unchecked ms": 1e3 * t_plain, "ratio": t_atomic / t_plain,
-                 "checked GB/s": nbytes / t_atomic / 1e9, "copy GB/s": copy})
-    path = write_results("hardening", rows, {"note": "shared 2-core machine: other builds ran at the same time; "
-                                                     "ratios within one run are what counts"})
-    print(markdown_table(rows, ["case", "MiB", "checked ms", "unchecked ms", "ratio", "checked GB/s", "copy GB/s",
-                                "checked peak MiB", "unchecked peak MiB"]))
+    rows.append(
+        {
+            "case": "checkpoint dense state (atomic + fsync vs save_file)",
+            "MiB": mib(nbytes),
+            "checked ms": 1e3 * t_atomic,
+            "unchecked ms": 1e3 * t_plain,
+            "ratio": t_atomic / t_plain,
+            "checked GB/s": nbytes / t_atomic / 1e9,
+            "copy GB/s": copy,
+        }
+    )
+    path = write_results(
+        "hardening",
+        rows,
+        {"note": "shared 2-core machine: other builds ran at the same time; ratios within one run are what counts"},
+    )
+    print(
+        markdown_table(
+            rows,
+            [
+                "case",
+                "MiB",
+                "checked ms",
+                "unchecked ms",
+                "ratio",
+                "checked GB/s",
+                "copy GB/s",
+                "checked peak MiB",
+                "unchecked peak MiB",
+            ],
+        )
+    )
     print(f"\nwritten to {path}")
 
 

@@ -28,12 +28,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-from xc_reader import DATA, multi_hot, read_xc  # noqa: E402
+import common
+from xc_reader import DATA, multi_hot, read_xc
 
-import fedkernels  # noqa: E402
-from fedkernels.comm import decode_runs, encode_runs, quantize_runs  # noqa: E402
-
+import fedkernels
+from fedkernels.comm import decode_runs, encode_runs, quantize_runs
 
 
 def pg_baseline(z: torch.Tensor, lam: float, anchored: bool, iters: int) -> torch.Tensor:
@@ -51,7 +50,7 @@ def pg_baseline(z: torch.Tensor, lam: float, anchored: bool, iters: int) -> torc
         t_next = 0.5 * (1 + math.sqrt(1 + 4 * t * t))
         v = p + ((t - 1) / t_next) * (p - p_prev)
         r = z - dt(v)
-        grad = -(r[..., :m] - torch.nn.functional.pad(r, (0, 1))[..., 1:m + 1])
+        grad = -(r[..., :m] - torch.nn.functional.pad(r, (0, 1))[..., 1 : m + 1])
         p_prev, p, t = p, (v - 0.25 * grad).clamp(-lam, lam), t_next
     return z - dt(p)
 
@@ -77,6 +76,7 @@ def cycler(rows) -> callable:
         r = rows[state["i"] % len(rows)]
         state["i"] += 1
         return r
+
     return nxt
 
 
@@ -96,7 +96,7 @@ def cpu_time(fn: callable, calls: int) -> float:
 def speed_rows(quick: bool, device: str = "cpu") -> list[dict]:
     on_cpu = torch.device(device).type == "cpu"
     try:
-        import prox_tv  # noqa: F401  (bench-only optional dependency)
+        import prox_tv
     except ImportError:
         prox_tv = None
     if not on_cpu:
@@ -119,7 +119,9 @@ def speed_rows(quick: bool, device: str = "cpu") -> list[dict]:
         row["ns/elem f32 anchored"] = t / d * 1e9
         calls = max(1, min(200, 10**7 // d))
         if on_cpu:
-            row["cpu ns/elem f32 anchored"] = cpu_time(lambda: fedkernels.prox_tv1d(next32(), lam, True), calls) / d * 1e9
+            row["cpu ns/elem f32 anchored"] = (
+                cpu_time(lambda: fedkernels.prox_tv1d(next32(), lam, True), calls) / d * 1e9
+            )
         row["GB/s f32"] = 8 * d / t / 1e9
         row["copy GB/s"] = copy_gbs
         t_free = common.timeit(lambda: fedkernels.prox_tv1d(next64(), lam, False), device, repeat=5)
@@ -143,8 +145,9 @@ def speed_rows(quick: bool, device: str = "cpu") -> list[dict]:
             row["pg100/ours"] = t_pg / t
             row["pg100 rel. gap"] = (f_pg - f_star) / abs(f_star)
         if d == 10**6:
-            row["ours peak MiB"] = common.mib(common.peak_extra_bytes(lambda: fedkernels.prox_tv1d(z32, lam, True),
-                                                                      device))
+            row["ours peak MiB"] = common.mib(
+                common.peak_extra_bytes(lambda: fedkernels.prox_tv1d(z32, lam, True), device)
+            )
             row["pg peak MiB"] = common.mib(common.peak_extra_bytes(lambda: pg_baseline(z32, lam, True, 5), device))
         rows.append(row)
         print(row, flush=True)
@@ -165,9 +168,13 @@ def batch_rows(quick: bool) -> list[dict]:
         one = torch.randn(n_rows * d, generator=g)
         torch.set_num_threads(2)
         t_block = common.timeit(lambda: fedkernels.prox_tv1d(one, 0.5, block_size=d), repeat=5)
-        row = {"rows x d": f"{n_rows} x {d}", "rows/s 1 thread": n_rows / times[1], "rows/s 2 threads": n_rows / times[2],
-               "parallel efficiency": times[1] / (2 * times[2]),
-               "blockwise 1-vector ns/elem (2 thr)": t_block / (n_rows * d) * 1e9}
+        row = {
+            "rows x d": f"{n_rows} x {d}",
+            "rows/s 1 thread": n_rows / times[1],
+            "rows/s 2 threads": n_rows / times[2],
+            "parallel efficiency": times[1] / (2 * times[2]),
+            "blockwise 1-vector ns/elem (2 thr)": t_block / (n_rows * d) * 1e9,
+        }
         rows.append(row)
         print(row, flush=True)
     torch.set_num_threads(old)
@@ -191,18 +198,22 @@ def codec_rows(quick: bool) -> list[dict]:
     eta = 1.0
     rows = []
     gscale = float(g.abs().mean())
-    for rel in ([0.0, 0.1, 0.3, 1.0, 3.0, 10.0] if not quick else [0.1, 1.0]):
+    for rel in [0.0, 0.1, 0.3, 1.0, 3.0, 10.0] if not quick else [0.1, 1.0]:
         gamma = rel * gscale
         u = fedkernels.prox_tv1d(-eta * g, eta * gamma) if gamma > 0 else -eta * g
         update = -u / eta  # (x - v) / eta, what the client sends
         data = encode_runs(update)
         assert torch.equal(decode_runs(data), update)
-        row = {"gamma / mean|g|": rel, "params": g.numel(), "runs": int(torch.unique_consecutive(update).numel()),
-               "bits/param f32 runs": 8 * len(data) / g.numel(),
-               "bits/param f16 runs": 8 * len(encode_runs(update, "float16")) / g.numel(),
-               "bits/param kmeans16": 8 * len(encode_runs(quantize_runs(update, 16))) / g.numel(),
-               "ratio vs dense f32": dense_bits / (8 * len(data)),
-               "rel. error vs g": float((update - g).norm() / g.norm())}
+        row = {
+            "gamma / mean|g|": rel,
+            "params": g.numel(),
+            "runs": int(torch.unique_consecutive(update).numel()),
+            "bits/param f32 runs": 8 * len(data) / g.numel(),
+            "bits/param f16 runs": 8 * len(encode_runs(update, "float16")) / g.numel(),
+            "bits/param kmeans16": 8 * len(encode_runs(quantize_runs(update, 16))) / g.numel(),
+            "ratio vs dense f32": dense_bits / (8 * len(data)),
+            "rel. error vs g": float((update - g).norm() / g.norm()),
+        }
         rows.append(row)
         print(row, flush=True)
     return rows
@@ -216,20 +227,40 @@ def main() -> None:
     device = common.check_device_arguments(ap, args)
     on_cpu = torch.device(device).type == "cpu"
     speed = speed_rows(args.quick, device)
-    batch = batch_rows(args.quick) if on_cpu else []   # thread scaling is a CPU question
-    codec = codec_rows(args.quick) if on_cpu else []   # the codec runs on bytes on the host
-    note = ("machine shared with other engineers' builds while measuring: absolute times are noisy; "
-            "ratios were measured in the same run")
+    batch = batch_rows(args.quick) if on_cpu else []  # thread scaling is a CPU question
+    codec = codec_rows(args.quick) if on_cpu else []  # the codec runs on bytes on the host
+    note = (
+        "machine shared with other engineers' builds while measuring: absolute times are noisy; "
+        "ratios were measured in the same run"
+    )
     extra = {"batches": batch, "codec": codec, "note": note}
     if not on_cpu:
-        extra = {"copy_bandwidth_gbs": common.copy_bandwidth_gbs(device),
-                 "note": "device run: speed sweep only (Condat, thread batches and the host codec are CPU-only)"}
-    path = common.write_results("prox", speed, extra, path=common.results_path("prox", device, args.out),
-                                device=device)
+        extra = {
+            "copy_bandwidth_gbs": common.copy_bandwidth_gbs(device),
+            "note": "device run: speed sweep only (Condat, thread batches and the host codec are CPU-only)",
+        }
+    path = common.write_results("prox", speed, extra, path=common.results_path("prox", device, args.out), device=device)
     print(f"\nwrote {path}\n")
-    print(common.markdown_table(speed, ["d", "ns/elem f32 anchored", "ns/elem f64 free", "condat ns/elem",
-                                        "ours/condat", "cpu ns/elem f32 anchored", "condat cpu ns/elem", "f32 anchored/condat", "pg100 ns/elem", "pg100/ours", "pg100 rel. gap",
-                                        "GB/s f32", "copy GB/s"]))
+    print(
+        common.markdown_table(
+            speed,
+            [
+                "d",
+                "ns/elem f32 anchored",
+                "ns/elem f64 free",
+                "condat ns/elem",
+                "ours/condat",
+                "cpu ns/elem f32 anchored",
+                "condat cpu ns/elem",
+                "f32 anchored/condat",
+                "pg100 ns/elem",
+                "pg100/ours",
+                "pg100 rel. gap",
+                "GB/s f32",
+                "copy GB/s",
+            ],
+        )
+    )
     print()
     print(common.markdown_table(batch, list(batch[0].keys()) if batch else []))
     print()

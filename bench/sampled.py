@@ -30,17 +30,26 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from common import (
+    add_device_arguments,
+    check_device_arguments,
+    copy_bandwidth_gbs,
+    markdown_table,
+    mib,
+    peak_extra_bytes,
+    results_path,
+    timeit,
+    write_results,
+)
 
 import fedkernels
-from common import (add_device_arguments, check_device_arguments, copy_bandwidth_gbs, markdown_table, mib,
-                    peak_extra_bytes, results_path, timeit, write_results)
 
 
 def lce_rows(device: str, sizes: list[int], n: int = 4096, d: int = 256) -> list[dict]:
     rows = []
     for s in sizes:
         g = torch.Generator().manual_seed(s)
-        h = torch.randn(n, d, generator=g).to(device) / d ** 0.5
+        h = torch.randn(n, d, generator=g).to(device) / d**0.5
         W = torch.randn(s, d, generator=g).to(device)
         b = torch.randn(s, generator=g).to(device)
         t = torch.randint(0, s, (n,), generator=g).to(device)
@@ -77,10 +86,21 @@ def lce_rows(device: str, sizes: list[int], n: int = 4096, d: int = 256) -> list
             t_ref = timeit(ref, device, **reps)
             m_ours = peak_extra_bytes(ours, device)
             m_ref = peak_extra_bytes(ref, device)
-            rows.append({"op": "linear_cross_entropy", "mode": mode, "N": n, "d": d, "s": s,
-                         "fedkernels_ms": t_ours * 1e3, "torch_ms": t_ref * 1e3, "speedup": t_ref / t_ours,
-                         "fedkernels_peak_MiB": mib(m_ours), "torch_peak_MiB": mib(m_ref),
-                         "peak_ratio": m_ours / max(m_ref, 1)})
+            rows.append(
+                {
+                    "op": "linear_cross_entropy",
+                    "mode": mode,
+                    "N": n,
+                    "d": d,
+                    "s": s,
+                    "fedkernels_ms": t_ours * 1e3,
+                    "torch_ms": t_ref * 1e3,
+                    "speedup": t_ref / t_ours,
+                    "fedkernels_peak_MiB": mib(m_ours),
+                    "torch_peak_MiB": mib(m_ref),
+                    "peak_ratio": m_ours / max(m_ref, 1),
+                }
+            )
             print(rows[-1], flush=True)
     return rows
 
@@ -122,11 +142,23 @@ def scatter_rows(device: str, configs: list[tuple[int, int]], d: int = 256) -> l
         # timing and compare against the faster one (the stricter fraction).
         bw = max(bw_before, copy_bandwidth_now(device))
         nbytes = t_count * (d * 4 + 8 + 4) + unique_rows * d * 4
-        rows.append({"op": "scatter_rows_mean", "n": n, "d": d, "T": t_count, "rows_written": unique_rows,
-                     "fedkernels_ms": t_ours * 1e3, "torch_ms": t_ref * 1e3, "speedup": t_ref / t_ours,
-                     "GB/s": nbytes / t_ours / 1e9, "copy_GB/s": bw, "frac_of_copy": nbytes / t_ours / 1e9 / bw,
-                     "fedkernels_peak_MiB": mib(peak_extra_bytes(ours, device)),
-                     "torch_peak_MiB": mib(peak_extra_bytes(composition, device))})
+        rows.append(
+            {
+                "op": "scatter_rows_mean",
+                "n": n,
+                "d": d,
+                "T": t_count,
+                "rows_written": unique_rows,
+                "fedkernels_ms": t_ours * 1e3,
+                "torch_ms": t_ref * 1e3,
+                "speedup": t_ref / t_ours,
+                "GB/s": nbytes / t_ours / 1e9,
+                "copy_GB/s": bw,
+                "frac_of_copy": nbytes / t_ours / 1e9 / bw,
+                "fedkernels_peak_MiB": mib(peak_extra_bytes(ours, device)),
+                "torch_peak_MiB": mib(peak_extra_bytes(composition, device)),
+            }
+        )
         print(rows[-1], flush=True)
     return rows
 
@@ -149,8 +181,11 @@ def main() -> None:
         # silently (which would read as 0 extra). That child process writes its rows first. The
         # scatter part is timed here, under the allocator users run: with the 64 KiB threshold every
         # scratch array of every call is a fresh mmap paying page faults (30-80% of the op's time).
-        subprocess.run([sys.executable, *sys.argv, "--parts", "lce"], check=True,
-                       env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
+        subprocess.run(
+            [sys.executable, *sys.argv, "--parts", "lce"],
+            check=True,
+            env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
+        )
         parts.discard("lce")
         if not parts:
             return
@@ -162,20 +197,39 @@ def main() -> None:
     keep = {"lce": "linear_cross_entropy", "scatter": "scatter_rows_mean"}
     lce = lce_rows(args.device, sizes) if "lce" in parts else [r for r in saved if r["op"] == keep["lce"]]
     sc = scatter_rows(args.device, configs) if "scatter" in parts else [r for r in saved if r["op"] == keep["scatter"]]
-    extra = {"copy_bandwidth_gbs": copy_bandwidth_gbs(args.device),
-             "load_average_start": load_start, "load_average_end": os.getloadavg(),
-             "note": "2-core machine shared with other jobs; ratios are from the same run",
-             "malloc": "linear_cross_entropy rows: MALLOC_MMAP_THRESHOLD_=65536 "
-                       "(peak memory); scatter_rows_mean rows: glibc defaults"}
+    extra = {
+        "copy_bandwidth_gbs": copy_bandwidth_gbs(args.device),
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
+        "note": "2-core machine shared with other jobs; ratios are from the same run",
+        "malloc": "linear_cross_entropy rows: MALLOC_MMAP_THRESHOLD_=65536 "
+        "(peak memory); scatter_rows_mean rows: glibc defaults",
+    }
     if args.device != "cpu":
         extra["note"] = "ratios are from the same run"
         extra["malloc"] = "peak memory: the CUDA caching allocator's peak"
     path = write_results("sampled", lce + sc, extra, path=out, device=args.device)
-    print(markdown_table(lce, ["mode", "s", "fedkernels_ms", "torch_ms", "speedup", "fedkernels_peak_MiB",
-                               "torch_peak_MiB", "peak_ratio"]))
+    print(
+        markdown_table(
+            lce,
+            [
+                "mode",
+                "s",
+                "fedkernels_ms",
+                "torch_ms",
+                "speedup",
+                "fedkernels_peak_MiB",
+                "torch_peak_MiB",
+                "peak_ratio",
+            ],
+        )
+    )
     print()
-    print(markdown_table(sc, ["n", "T", "rows_written", "fedkernels_ms", "torch_ms", "speedup", "GB/s", "copy_GB/s",
-                              "frac_of_copy"]))
+    print(
+        markdown_table(
+            sc, ["n", "T", "rows_written", "fedkernels_ms", "torch_ms", "speedup", "GB/s", "copy_GB/s", "frac_of_copy"]
+        )
+    )
     print(f"\nload average (1, 5, 15 min) at start {load_start}, at end {os.getloadavg()}")
     print(f"wrote {path}")
 

@@ -14,21 +14,30 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import argparse  # noqa: E402
+import argparse
 
-import torch  # noqa: E402
+import torch
+from common import (
+    add_device_arguments,
+    check_device_arguments,
+    copy_bandwidth_gbs,
+    markdown_table,
+    mib,
+    peak_extra_bytes,
+    results_path,
+    timeit,
+    write_results,
+)
+from select_shapes import bert_base_shapes, resnet50_shapes
 
-from common import (add_device_arguments, check_device_arguments, copy_bandwidth_gbs, markdown_table,  # noqa: E402
-                    mib, peak_extra_bytes, results_path, timeit, write_results)
-from select_shapes import bert_base_shapes, resnet50_shapes  # noqa: E402
-
-import fedkernels  # noqa: E402
+import fedkernels
 
 MODELS = {"resnet50": resnet50_shapes, "bert-base": bert_base_shapes}
 
 
-def make_pair(shapes: list[tuple[int, ...]], dtype: torch.dtype, seed: int,
-              device: str = "cpu") -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def make_pair(
+    shapes: list[tuple[int, ...]], dtype: torch.dtype, seed: int, device: str = "cpu"
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(after, before) lists: random weights and a small random local update (drawn on the CPU, then moved)."""
     g = torch.Generator().manual_seed(seed)
     old = [torch.randn(s, generator=g).to(dtype) for s in shapes]
@@ -63,33 +72,58 @@ def bench_norms(model: str, dtype: torch.dtype, rows: list[dict], copy_gbs: floa
     want = torch.stack([(a.double() - b.double()).norm() for a, b in zip(new, old)])
     got = fedkernels.delta_norms(new, old).double()
     assert torch.allclose(got, want, rtol=1e-5, atol=0.0), "delta_norms disagrees with float64"
-    methods = {"fedkernels.delta_norms": lambda: fedkernels.delta_norms(new, old),
-               "python loop": lambda: loop_norms(new, old),
-               "_foreach_norm(_foreach_sub)": lambda: foreach_norms(new, old)}
+    methods = {
+        "fedkernels.delta_norms": lambda: fedkernels.delta_norms(new, old),
+        "python loop": lambda: loop_norms(new, old),
+        "_foreach_norm(_foreach_sub)": lambda: foreach_norms(new, old),
+    }
     times = {name: timeit(fn, device, repeat=5) for name, fn in methods.items()}
     for name, fn in methods.items():
         peak = peak_extra_bytes(fn, device)
-        rows.append({"model": model, "dtype": str(dtype).replace("torch.", ""), "op": "delta_norms", "method": name,
-                     "tensors": len(shapes), "time_ms": 1e3 * times[name],
-                     "fk_speedup": times[name] / times["fedkernels.delta_norms"],
-                     "gbs": nbytes / times[name] / 1e9, "pct_copy_bw": 100 * nbytes / times[name] / 1e9 / copy_gbs,
-                     "peak_extra_mib": mib(peak), "peak_extra_pct_model": 100 * peak / model_bytes})
-    topk = {"fedkernels.select_topk_tensors": lambda: fedkernels.select_topk_tensors(new, old, 0.1),
-            "foreach + sort": lambda: torch.sort(foreach_norms(new, old), descending=True, stable=True)[1][
-                :fedkernels.num_selected(len(new), 0.1)]}
+        rows.append(
+            {
+                "model": model,
+                "dtype": str(dtype).replace("torch.", ""),
+                "op": "delta_norms",
+                "method": name,
+                "tensors": len(shapes),
+                "time_ms": 1e3 * times[name],
+                "fk_speedup": times[name] / times["fedkernels.delta_norms"],
+                "gbs": nbytes / times[name] / 1e9,
+                "pct_copy_bw": 100 * nbytes / times[name] / 1e9 / copy_gbs,
+                "peak_extra_mib": mib(peak),
+                "peak_extra_pct_model": 100 * peak / model_bytes,
+            }
+        )
+    topk = {
+        "fedkernels.select_topk_tensors": lambda: fedkernels.select_topk_tensors(new, old, 0.1),
+        "foreach + sort": lambda: torch.sort(foreach_norms(new, old), descending=True, stable=True)[1][
+            : fedkernels.num_selected(len(new), 0.1)
+        ],
+    }
     k = fedkernels.num_selected(len(new), 0.1)
     want_idx = torch.sort(want, descending=True, stable=True)[1][:k]  # float64 ranking
     assert torch.equal(topk["fedkernels.select_topk_tensors"](), want_idx), "top-k disagrees with float64"
     ttimes = {name: timeit(fn, device, repeat=5) for name, fn in topk.items()}
     for name in topk:
-        rows.append({"model": model, "dtype": str(dtype).replace("torch.", ""), "op": "select_topk_tensors (p=0.1)",
-                     "method": name, "tensors": len(shapes), "time_ms": 1e3 * ttimes[name],
-                     "fk_speedup": ttimes[name] / ttimes["fedkernels.select_topk_tensors"],
-                     "gbs": nbytes / ttimes[name] / 1e9, "pct_copy_bw": 100 * nbytes / ttimes[name] / 1e9 / copy_gbs})
+        rows.append(
+            {
+                "model": model,
+                "dtype": str(dtype).replace("torch.", ""),
+                "op": "select_topk_tensors (p=0.1)",
+                "method": name,
+                "tensors": len(shapes),
+                "time_ms": 1e3 * ttimes[name],
+                "fk_speedup": ttimes[name] / ttimes["fedkernels.select_topk_tensors"],
+                "gbs": nbytes / ttimes[name] / 1e9,
+                "pct_copy_bw": 100 * nbytes / ttimes[name] / 1e9 / copy_gbs,
+            }
+        )
 
 
-def bench_average(model: str, rows: list[dict], copy_gbs: float, clients: int = 4, fraction: float = 0.5,
-                  device: str = "cpu") -> None:
+def bench_average(
+    model: str, rows: list[dict], copy_gbs: float, clients: int = 4, fraction: float = 0.5, device: str = "cpu"
+) -> None:
     shapes = MODELS[model]()
     g = torch.Generator().manual_seed(1)
     sent = []
@@ -105,16 +139,27 @@ def bench_average(model: str, rows: list[dict], copy_gbs: float, clients: int = 
     loop_average(ref, sent)
     fedkernels.masked_weighted_average(dst, sent)
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(dst, ref)), "average disagrees"
-    methods = {"fedkernels.masked_weighted_average": lambda: fedkernels.masked_weighted_average(dst, sent),
-               "python loop": lambda: loop_average(ref, sent)}
+    methods = {
+        "fedkernels.masked_weighted_average": lambda: fedkernels.masked_weighted_average(dst, sent),
+        "python loop": lambda: loop_average(ref, sent),
+    }
     times = {name: timeit(fn, device, repeat=5) for name, fn in methods.items()}
     for name, fn in methods.items():
         peak = peak_extra_bytes(fn, device)
-        rows.append({"model": model, "dtype": "float32", "op": f"masked_weighted_average ({clients} clients, p={fraction})",
-                     "method": name, "tensors": len(shapes), "time_ms": 1e3 * times[name],
-                     "fk_speedup": times[name] / times["fedkernels.masked_weighted_average"],
-                     "gbs": nbytes / times[name] / 1e9, "pct_copy_bw": 100 * nbytes / times[name] / 1e9 / copy_gbs,
-                     "peak_extra_mib": mib(peak)})
+        rows.append(
+            {
+                "model": model,
+                "dtype": "float32",
+                "op": f"masked_weighted_average ({clients} clients, p={fraction})",
+                "method": name,
+                "tensors": len(shapes),
+                "time_ms": 1e3 * times[name],
+                "fk_speedup": times[name] / times["fedkernels.masked_weighted_average"],
+                "gbs": nbytes / times[name] / 1e9,
+                "pct_copy_bw": 100 * nbytes / times[name] / 1e9 / copy_gbs,
+                "peak_extra_mib": mib(peak),
+            }
+        )
 
 
 def main() -> int:
@@ -136,10 +181,18 @@ def main() -> int:
         for dtype in args.dtypes:
             bench_norms(model, getattr(torch, dtype), rows, copy_gbs, device)
         bench_average(model, rows, copy_gbs, device=device)
-    note = ("2-core machine shared with other engineers' builds; ratios are measured in the same run"
-            if device == "cpu" else "ratios are measured in the same run")
-    path = write_results(name, rows, {"copy_bandwidth_gbs": copy_gbs, "note": note},
-                         path=results_path(name, device, args.out), device=device)
+    note = (
+        "2-core machine shared with other engineers' builds; ratios are measured in the same run"
+        if device == "cpu"
+        else "ratios are measured in the same run"
+    )
+    path = write_results(
+        name,
+        rows,
+        {"copy_bandwidth_gbs": copy_gbs, "note": note},
+        path=results_path(name, device, args.out),
+        device=device,
+    )
     cols = ["model", "dtype", "op", "method", "time_ms", "fk_speedup", "gbs", "pct_copy_bw", "peak_extra_mib"]
     print(f"copy bandwidth {copy_gbs:.1f} GB/s, threads {torch.get_num_threads()}\n")
     print(markdown_table(rows, cols))

@@ -15,27 +15,28 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
 
-import fedkernels  # noqa: E402
-from fedkernels import HashFamily  # noqa: E402
+import fedkernels
+from fedkernels import HashFamily
 
 CONFIGS = [(3993, 4, 250), (30938, 4, 1000), (131073, 4, 4000), (312330, 8, 5000)]
 QUICK_CONFIGS = CONFIGS[:2]
-LABELS_PER_SAMPLE = 5   # label_hash input: 5 random labels per sample
-TOPK = 5                # P@1..5 is what FedMLH reports
+LABELS_PER_SAMPLE = 5  # label_hash input: 5 random labels per sample
+TOPK = 5  # P@1..5 is what FedMLH reports
 COUNT_SKETCH_ROWS = 64  # count_sketch input x: [64, p]
 BASELINE_ROW_CHUNK = 128  # the merge compositions run in row chunks when [R, N, p] would exceed 2 GiB
 
 
 # ---- the PyTorch compositions a user would write
+
 
 def compose_label_hash(indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor, b: int) -> torch.Tensor:
     """Table lookup + scatter: ``z[j, n, table[l, j]] = 1``."""
@@ -46,8 +47,9 @@ def compose_label_hash(indptr: torch.Tensor, indices: torch.Tensor, table: torch
     return z
 
 
-def compose_label_hash_into(buf: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor,
-                            b: int) -> torch.Tensor:
+def compose_label_hash_into(
+    buf: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor, b: int
+) -> torch.Tensor:
     """The same composition writing into a reused ``[R, N, B]`` uint8 buffer: zero it, then index-put."""
     n, r, dev = indptr.numel() - 1, table.shape[1], indptr.device
     rows = torch.repeat_interleave(torch.arange(n, device=dev), indptr.diff())
@@ -65,8 +67,10 @@ def compose_merge(logp: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """Gather + mean: ``[R, N, p]`` of gathered scores averaged over R."""
     idx = table.t().long()
     chunk = _row_chunks(logp, table.shape[0])
-    outs = [torch.stack([logp[j, s:s + chunk][:, idx[j]] for j in range(logp.shape[0])]).mean(0)
-            for s in range(0, logp.shape[1], chunk)]
+    outs = [
+        torch.stack([logp[j, s : s + chunk][:, idx[j]] for j in range(logp.shape[0])]).mean(0)
+        for s in range(0, logp.shape[1], chunk)
+    ]
     return torch.cat(outs)
 
 
@@ -76,7 +80,7 @@ def compose_merge_topk(logp: torch.Tensor, table: torch.Tensor, k: int) -> tuple
     chunk = _row_chunks(logp, table.shape[0])
     vals, ids = [], []
     for s in range(0, logp.shape[1], chunk):
-        scores = torch.stack([logp[j, s:s + chunk][:, idx[j]] for j in range(logp.shape[0])]).mean(0)
+        scores = torch.stack([logp[j, s : s + chunk][:, idx[j]] for j in range(logp.shape[0])]).mean(0)
         v, i = torch.topk(scores, k)
         vals.append(v)
         ids.append(i)
@@ -101,24 +105,48 @@ def compose_query_median(m: torch.Tensor, table: torch.Tensor, signs: torch.Tens
 
 # ---- measurement
 
-def measure(name: str, config: tuple[int, int, int], ours: Callable[[], object], theirs: Callable[[], object],
-            nbytes: int, copy_gbs: float, slow: bool, device: str = "cpu") -> dict:
+
+def measure(
+    name: str,
+    config: tuple[int, int, int],
+    ours: Callable[[], object],
+    theirs: Callable[[], object],
+    nbytes: int,
+    copy_gbs: float,
+    slow: bool,
+    device: str = "cpu",
+) -> dict:
     # Seconds-long compositions at the big configurations: one warm-up, then the median of 3 (ours)
     # or 2 (the composition) calls.
-    t_ours = common.timeit(ours, device,
-                           **(dict(warmup=1, repeat=3, min_time=0.0) if slow else dict(warmup=2, repeat=7)))
-    t_theirs = common.timeit(theirs, device,
-                             **(dict(warmup=1, repeat=2, min_time=0.0) if slow else dict(warmup=2, repeat=7)))
+    t_ours = common.timeit(
+        ours, device, **(dict(warmup=1, repeat=3, min_time=0.0) if slow else dict(warmup=2, repeat=7))
+    )
+    t_theirs = common.timeit(
+        theirs, device, **(dict(warmup=1, repeat=2, min_time=0.0) if slow else dict(warmup=2, repeat=7))
+    )
     mem_ours = common.peak_extra_bytes(ours, device)
     mem_theirs = common.peak_extra_bytes(theirs, device)
     gbs = nbytes / t_ours / 1e9
     p, r, b = config
-    row = {"op": name, "p": p, "R": r, "B": b, "ours_ms": 1e3 * t_ours, "torch_ms": 1e3 * t_theirs,
-           "speedup": t_theirs / t_ours, "ours_extra_MiB": common.mib(mem_ours),
-           "torch_extra_MiB": common.mib(mem_theirs), "GB/s": gbs, "%copy": 100 * gbs / copy_gbs}
-    print(f"  {name:20s} p={p:<7d} ours {row['ours_ms']:9.2f} ms  torch {row['torch_ms']:9.2f} ms  "
-          f"x{row['speedup']:6.1f}  mem {row['ours_extra_MiB']:8.1f} / {row['torch_extra_MiB']:8.1f} MiB  "
-          f"{gbs:6.2f} GB/s ({row['%copy']:.0f}% copy)", flush=True)
+    row = {
+        "op": name,
+        "p": p,
+        "R": r,
+        "B": b,
+        "ours_ms": 1e3 * t_ours,
+        "torch_ms": 1e3 * t_theirs,
+        "speedup": t_theirs / t_ours,
+        "ours_extra_MiB": common.mib(mem_ours),
+        "torch_extra_MiB": common.mib(mem_theirs),
+        "GB/s": gbs,
+        "%copy": 100 * gbs / copy_gbs,
+    }
+    print(
+        f"  {name:20s} p={p:<7d} ours {row['ours_ms']:9.2f} ms  torch {row['torch_ms']:9.2f} ms  "
+        f"x{row['speedup']:6.1f}  mem {row['ours_extra_MiB']:8.1f} / {row['torch_extra_MiB']:8.1f} MiB  "
+        f"{gbs:6.2f} GB/s ({row['%copy']:.0f}% copy)",
+        flush=True,
+    )
     return row
 
 
@@ -134,8 +162,14 @@ VARIANT_OUT = "reused buffer"
 OPS = ("label_hash", "bucket_merge", "bucket_merge_topk", "count_sketch", "count_sketch_query")
 
 
-def bench_config(config: tuple[int, int, int], n: int, copy_gbs: float, seed: int = 0,
-                 ops: tuple[str, ...] = OPS, device: str = "cpu") -> list[dict]:
+def bench_config(
+    config: tuple[int, int, int],
+    n: int,
+    copy_gbs: float,
+    seed: int = 0,
+    ops: tuple[str, ...] = OPS,
+    device: str = "cpu",
+) -> list[dict]:
     """Rows for one (p, R, B): inputs drawn on the CPU (same values on every device), then moved to ``device``."""
     p, r, b = config
     g = torch.Generator().manual_seed(seed)
@@ -147,21 +181,41 @@ def bench_config(config: tuple[int, int, int], n: int, copy_gbs: float, seed: in
     # label_hash: N samples with LABELS_PER_SAMPLE labels each
     indptr = torch.arange(0, (n + 1) * LABELS_PER_SAMPLE, LABELS_PER_SAMPLE, dtype=torch.int64).to(device)
     indices = torch.randint(0, p, (n * LABELS_PER_SAMPLE,), generator=g).to(device)
-    check_same(fedkernels.label_hash(indptr, indices, table, b), compose_label_hash(indptr, indices, table, b), "label_hash")
+    check_same(
+        fedkernels.label_hash(indptr, indices, table, b), compose_label_hash(indptr, indices, table, b), "label_hash"
+    )
     nbytes = r * n * b + indptr.numel() * 8 + indices.numel() * (8 + 4 * r)
     if "label_hash" in ops:
         # (1) fresh output every call, as a one-off caller gets it; (2) both sides write into a buffer
         # reused across calls, as a training loop can (no page faults for outputs above the mmap threshold)
-        row = measure("label_hash", config, lambda: fedkernels.label_hash(indptr, indices, table, b),
-                      lambda: compose_label_hash(indptr, indices, table, b), nbytes, copy_gbs, False, device)
+        row = measure(
+            "label_hash",
+            config,
+            lambda: fedkernels.label_hash(indptr, indices, table, b),
+            lambda: compose_label_hash(indptr, indices, table, b),
+            nbytes,
+            copy_gbs,
+            False,
+            device,
+        )
         rows.append({**row, "variant": VARIANT_FRESH})
         buf_ours = torch.empty(r, n, b, dtype=torch.uint8, device=device)
         buf_theirs = torch.empty(r, n, b, dtype=torch.uint8, device=device)
-        check_same(fedkernels.label_hash(indptr, indices, table, b, out=buf_ours),
-                   compose_label_hash_into(buf_theirs, indptr, indices, table, b), "label_hash out=")
-        row = measure(LABEL_HASH_OUT, config, lambda: fedkernels.label_hash(indptr, indices, table, b, out=buf_ours),
-                      lambda: compose_label_hash_into(buf_theirs, indptr, indices, table, b), nbytes, copy_gbs, False,
-                      device)
+        check_same(
+            fedkernels.label_hash(indptr, indices, table, b, out=buf_ours),
+            compose_label_hash_into(buf_theirs, indptr, indices, table, b),
+            "label_hash out=",
+        )
+        row = measure(
+            LABEL_HASH_OUT,
+            config,
+            lambda: fedkernels.label_hash(indptr, indices, table, b, out=buf_ours),
+            lambda: compose_label_hash_into(buf_theirs, indptr, indices, table, b),
+            nbytes,
+            copy_gbs,
+            False,
+            device,
+        )
         rows.append({**row, "variant": VARIANT_OUT})
 
     # merges: log-sigmoid bucket scores of N samples
@@ -169,32 +223,80 @@ def bench_config(config: tuple[int, int, int], n: int, copy_gbs: float, seed: in
     logp_bytes = logp.numel() * 4 + table.numel() * 4
     # bit-identical scores for the mean? the composition's mean(0) may add in another order: allclose
     if "bucket_merge" in ops:
-        check_same(fedkernels.bucket_merge(logp[:, :64], table), compose_merge(logp[:, :64], table), "bucket_merge",
-                   exact=False)
-        rows.append(measure("bucket_merge", config, lambda: fedkernels.bucket_merge(logp, table),
-                            lambda: compose_merge(logp, table), logp_bytes + n * p * 4, copy_gbs, slow, device))
+        check_same(
+            fedkernels.bucket_merge(logp[:, :64], table),
+            compose_merge(logp[:, :64], table),
+            "bucket_merge",
+            exact=False,
+        )
+        rows.append(
+            measure(
+                "bucket_merge",
+                config,
+                lambda: fedkernels.bucket_merge(logp, table),
+                lambda: compose_merge(logp, table),
+                logp_bytes + n * p * 4,
+                copy_gbs,
+                slow,
+                device,
+            )
+        )
     if "bucket_merge_topk" in ops:
         got_v, _ = fedkernels.bucket_merge_topk(logp[:, :64], table, TOPK)
         want_v, _ = compose_merge_topk(logp[:, :64], table, TOPK)
         check_same(got_v, want_v, "bucket_merge_topk values", exact=False)
-        rows.append(measure("bucket_merge_topk", config, lambda: fedkernels.bucket_merge_topk(logp, table, TOPK),
-                            lambda: compose_merge_topk(logp, table, TOPK), logp_bytes + n * TOPK * 12, copy_gbs, slow,
-                            device))
+        rows.append(
+            measure(
+                "bucket_merge_topk",
+                config,
+                lambda: fedkernels.bucket_merge_topk(logp, table, TOPK),
+                lambda: compose_merge_topk(logp, table, TOPK),
+                logp_bytes + n * TOPK * 12,
+                copy_gbs,
+                slow,
+                device,
+            )
+        )
 
     # count sketch of COUNT_SKETCH_ROWS vectors of length p, and its median query
     x = torch.randn(COUNT_SKETCH_ROWS, p, generator=g).to(device)
-    check_same(fedkernels.count_sketch(x, table, signs, b), compose_count_sketch(x, table, signs, b), "count_sketch",
-               exact=False)
+    check_same(
+        fedkernels.count_sketch(x, table, signs, b),
+        compose_count_sketch(x, table, signs, b),
+        "count_sketch",
+        exact=False,
+    )
     sk_bytes = x.numel() * 4 + table.numel() * 5 + COUNT_SKETCH_ROWS * r * b * 4
     if "count_sketch" in ops:
-        rows.append(measure("count_sketch", config, lambda: fedkernels.count_sketch(x, table, signs, b),
-                            lambda: compose_count_sketch(x, table, signs, b), sk_bytes, copy_gbs, False, device))
+        rows.append(
+            measure(
+                "count_sketch",
+                config,
+                lambda: fedkernels.count_sketch(x, table, signs, b),
+                lambda: compose_count_sketch(x, table, signs, b),
+                sk_bytes,
+                copy_gbs,
+                False,
+                device,
+            )
+        )
     m = fedkernels.count_sketch(x, table, signs, b)
     if "count_sketch_query" in ops:
-        check_same(fedkernels.count_sketch_query(m, table, signs), compose_query_median(m, table, signs),
-                   "count_sketch_query")
-        rows.append(measure("count_sketch_query", config, lambda: fedkernels.count_sketch_query(m, table, signs),
-                            lambda: compose_query_median(m, table, signs), sk_bytes, copy_gbs, False, device))
+        check_same(
+            fedkernels.count_sketch_query(m, table, signs), compose_query_median(m, table, signs), "count_sketch_query"
+        )
+        rows.append(
+            measure(
+                "count_sketch_query",
+                config,
+                lambda: fedkernels.count_sketch_query(m, table, signs),
+                lambda: compose_query_median(m, table, signs),
+                sk_bytes,
+                copy_gbs,
+                False,
+                device,
+            )
+        )
     return rows
 
 
@@ -203,14 +305,24 @@ def goals(rows: list[dict], copy_gbs: float) -> list[dict]:
     out = []
     for row in rows:
         if row["op"] == "bucket_merge_topk" and (row["p"], row["R"], row["B"]) == (131073, 4, 4000):
-            out.append({"goal": "bucket_merge_topk >= 10x the composition at (131073, 4, 4000)",
-                        "value": row["speedup"], "met": row["speedup"] >= 10})
+            out.append(
+                {
+                    "goal": "bucket_merge_topk >= 10x the composition at (131073, 4, 4000)",
+                    "value": row["speedup"],
+                    "met": row["speedup"] >= 10,
+                }
+            )
     for op in ("label_hash", LABEL_HASH_OUT, "count_sketch"):
         for row in rows:
             if row["op"] == op:
                 what = f"{op} ({row['variant']})" if "variant" in row else op
-                out.append({"goal": f"{what} >= 60% of copy bandwidth at p={row['p']}", "value": row["%copy"],
-                            "met": row["%copy"] >= 60})
+                out.append(
+                    {
+                        "goal": f"{what} >= 60% of copy bandwidth at p={row['p']}",
+                        "value": row["%copy"],
+                        "met": row["%copy"] >= 60,
+                    }
+                )
     return out
 
 
@@ -255,29 +367,64 @@ def topk_cuda_launch(p: int, r: int, b: int, n: int, k: int) -> dict:
     blocks = n * splits
     resident_blocks = 4 if k <= 8 else 2
     nbytes = n * r * b * 4 + p * r * 4 + n * k * 12
-    return {"p": p, "R": r, "B": b, "N": n, "k": k, "blocks": blocks, "threads": TOPK_THREADS, "splits": splits,
-            "merge_threads": 32 * -(-splits // 32) if splits > 1 else 0,
-            "warps_per_SM": blocks * TOPK_THREADS / 32 / H100_SMS,
-            "resident_warps_per_SM": min(blocks / H100_SMS, resident_blocks) * TOPK_THREADS / 32,
-            "row_staged": r * b <= TOPK_STAGE_FLOATS, "MB": nbytes / 1e6,
-            "floor_us": nbytes / (H100_HBM_TBS * 1e12) * 1e6}
+    return {
+        "p": p,
+        "R": r,
+        "B": b,
+        "N": n,
+        "k": k,
+        "blocks": blocks,
+        "threads": TOPK_THREADS,
+        "splits": splits,
+        "merge_threads": 32 * -(-splits // 32) if splits > 1 else 0,
+        "warps_per_SM": blocks * TOPK_THREADS / 32 / H100_SMS,
+        "resident_warps_per_SM": min(blocks / H100_SMS, resident_blocks) * TOPK_THREADS / 32,
+        "row_staged": r * b <= TOPK_STAGE_FLOATS,
+        "MB": nbytes / 1e6,
+        "floor_us": nbytes / (H100_HBM_TBS * 1e12) * 1e6,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="two small configurations, N = 256")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
-    ap.add_argument("--ops", default=",".join(OPS),
-                    help="comma-separated subset of " + ", ".join(OPS) + " (a subset writes sketch-<ops>.json)")
+    ap.add_argument(
+        "--ops",
+        default=",".join(OPS),
+        help="comma-separated subset of " + ", ".join(OPS) + " (a subset writes sketch-<ops>.json)",
+    )
     common.add_device_arguments(ap)
-    ap.add_argument("--topk-launch", action="store_true",
-                    help="print bucket_merge_topk's CUDA launch shape and HBM-bound time per config, and exit")
+    ap.add_argument(
+        "--topk-launch",
+        action="store_true",
+        help="print bucket_merge_topk's CUDA launch shape and HBM-bound time per config, and exit",
+    )
     args = ap.parse_args(argv)
     if args.topk_launch:
         n = 256 if args.quick else 1024
         shapes = [topk_cuda_launch(p, r, b, n, TOPK) for p, r, b in (QUICK_CONFIGS if args.quick else CONFIGS)]
-        print(common.markdown_table(shapes, ["p", "R", "B", "N", "k", "blocks", "threads", "splits", "merge_threads",
-                                             "warps_per_SM", "resident_warps_per_SM", "row_staged", "MB", "floor_us"]))
+        print(
+            common.markdown_table(
+                shapes,
+                [
+                    "p",
+                    "R",
+                    "B",
+                    "N",
+                    "k",
+                    "blocks",
+                    "threads",
+                    "splits",
+                    "merge_threads",
+                    "warps_per_SM",
+                    "resident_warps_per_SM",
+                    "row_staged",
+                    "MB",
+                    "floor_us",
+                ],
+            )
+        )
         return 0
     device = common.check_device_arguments(ap, args)
     if args.threads > 0:
@@ -289,8 +436,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown ops {unknown}; choose from {', '.join(OPS)}")
     torch.manual_seed(0)
     copy_gbs = common.copy_bandwidth_gbs(device)
-    print(f"device {device}, copy bandwidth {copy_gbs:.1f} GB/s, {torch.get_num_threads()} threads, N = {n}, k = {TOPK}, "
-          f"load average {Path('/proc/loadavg').read_text().split()[0]}")
+    print(
+        f"device {device}, copy bandwidth {copy_gbs:.1f} GB/s, {torch.get_num_threads()} threads, N = {n}, k = {TOPK}, "
+        f"load average {Path('/proc/loadavg').read_text().split()[0]}"
+    )
     rows = []
     for config in configs:
         rows += bench_config(config, n, copy_gbs, ops=ops, device=device)
@@ -299,15 +448,28 @@ def main(argv: list[str] | None = None) -> int:
     if set(ops) != set(OPS):
         name += "-" + "-".join(ops)
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None
-    path = common.write_results(name, rows, {"copy_bandwidth_gbs": copy_gbs, "N": n, "k": TOPK, "loadavg_at_end": load,
-                                             "count_sketch_rows": COUNT_SKETCH_ROWS, "goals": goal_rows},
-                                path=common.results_path(name, device, args.out), device=device)
+    path = common.write_results(
+        name,
+        rows,
+        {
+            "copy_bandwidth_gbs": copy_gbs,
+            "N": n,
+            "k": TOPK,
+            "loadavg_at_end": load,
+            "count_sketch_rows": COUNT_SKETCH_ROWS,
+            "goals": goal_rows,
+        },
+        path=common.results_path(name, device, args.out),
+        device=device,
+    )
     cols = ["op", "p", "R", "B", "ours_ms", "torch_ms", "speedup", "ours_extra_MiB", "torch_extra_MiB", "GB/s", "%copy"]
     print()
     print(common.markdown_table(rows, cols))
     if any(row["op"] == LABEL_HASH_OUT for row in rows):
-        print("\nlabel_hash: a fresh output every call (both sides). label_hash out=: one buffer per side reused "
-              "across calls (ours: label_hash(..., out=buf); torch: buf.zero_() then the same index-put into buf).")
+        print(
+            "\nlabel_hash: a fresh output every call (both sides). label_hash out=: one buffer per side reused "
+            "across calls (ours: label_hash(..., out=buf); torch: buf.zero_() then the same index-put into buf)."
+        )
     print()
     print(common.markdown_table(goal_rows, ["goal", "value", "met"]))
     print(f"\nwrote {path}")

@@ -29,10 +29,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
 
-import fedkernels  # noqa: E402
-from fedkernels import HashFamily  # noqa: E402
+import fedkernels
+from fedkernels import HashFamily
 
 CONFIGS = [(3993, 4, 250), (30938, 4, 1000), (131073, 4, 4000), (312330, 8, 5000)]
 ROWS = 64
@@ -72,8 +72,10 @@ def part_configs(ghz: float) -> None:
     copy = common.copy_bandwidth_gbs()
     cores = torch.get_num_threads()
     print(f"copy {copy:.1f} GB/s, {cores} threads, TSC {ghz:.2f} GHz, load {os.getloadavg()[0]:.2f}")
-    print("| p | R | B | ours min ms | ours med ms | 0-row call ms | torch med ms | %copy (min) | %copy (med) "
-          "| adds/cycle/core for 60% | achieved adds/cycle/core (min) |")
+    print(
+        "| p | R | B | ours min ms | ours med ms | 0-row call ms | torch med ms | %copy (min) | %copy (med) "
+        "| adds/cycle/core for 60% | achieved adds/cycle/core (min) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     g = torch.Generator().manual_seed(0)
     for p, r, b in CONFIGS:
@@ -88,8 +90,11 @@ def part_configs(ghz: float) -> None:
         need = adds / (nbytes / (0.6 * copy * 1e9)) / (ghz * 1e9) / cores
         got = adds / mn / (ghz * 1e9) / cores
         pct = lambda sec: 100 * nbytes / sec / 1e9 / copy  # noqa: E731
-        print(f"| {p} | {r} | {b} | {1e3 * mn:.3f} | {1e3 * med:.3f} | {1e3 * fixed:.3f} | {1e3 * tmed:.2f} | {pct(mn):.0f}% "
-              f"| {pct(med):.0f}% | {need:.2f} | {got:.2f} |", flush=True)
+        print(
+            f"| {p} | {r} | {b} | {1e3 * mn:.3f} | {1e3 * med:.3f} | {1e3 * fixed:.3f} | {1e3 * tmed:.2f} | {pct(mn):.0f}% "
+            f"| {pct(med):.0f}% | {need:.2f} | {got:.2f} |",
+            flush=True,
+        )
 
 
 def part_rmw(ghz: float, p: int = 65536) -> None:
@@ -110,8 +115,10 @@ def part_rmw(ghz: float, p: int = 65536) -> None:
                 ts[r] = best_of(lambda: fedkernels.count_sketch(x, t, s, b), repeat=15)[0] - fixed
             rmws = (ROWS // LANES) * p * 4
             ns = 1e9 * (ts[5] - ts[1]) / rmws
-            print(f"| {b} | {b * LANES * 4 / 1024:.0f} | {ns:.2f} | {ns * ghz:.2f} | {LANES / (ns * ghz):.2f} |",
-                  flush=True)
+            print(
+                f"| {b} | {b * LANES * 4 / 1024:.0f} | {ns:.2f} | {ns * ghz:.2f} | {LANES / (ns * ghz):.2f} |",
+                flush=True,
+            )
     finally:
         torch.set_num_threads(old)
 

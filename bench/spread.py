@@ -51,10 +51,20 @@ import time
 from pathlib import Path
 
 import torch
+from common import (
+    add_device_arguments,
+    check_device_arguments,
+    copy_bandwidth_gbs,
+    markdown_table,
+    mib,
+    peak_extra_bytes,
+    results_path,
+    sync,
+    timeit,
+    write_results,
+)
 
 import fedkernels
-from common import (add_device_arguments, check_device_arguments, copy_bandwidth_gbs, markdown_table, mib,
-                    peak_extra_bytes, results_path, sync, timeit, write_results)
 
 K = 10
 MARGIN = 1.0
@@ -62,18 +72,24 @@ MARGIN = 1.0
 
 # ---- the CUDA kernels' launches on an H100, analytically (no GPU on the build machines) ------------
 H100_SMS = 132
-H100_HBM_BYTES_S = 3.35e12      # HBM3, SXM
-H100_FP32_FLOPS = 67e12         # CUDA cores (cuBLAS sgemm without TF32, which knn_classes needs)
-H100_FP64_FLOPS = 34e12         # CUDA cores
-KNN_ROW_TILE, KNN_COL_TILE = 10240, 8192   # csrc/spread/spread_cuda.cu: kRowTile, kColTile (float32)
-WARP_BLOCK = 256                # warp-per-row kernels: 8 warps per block
+H100_HBM_BYTES_S = 3.35e12  # HBM3, SXM
+H100_FP32_FLOPS = 67e12  # CUDA cores (cuBLAS sgemm without TF32, which knn_classes needs)
+H100_FP64_FLOPS = 34e12  # CUDA cores
+KNN_ROW_TILE, KNN_COL_TILE = 10240, 8192  # csrc/spread/spread_cuda.cu: kRowTile, kColTile (float32)
+WARP_BLOCK = 256  # warp-per-row kernels: 8 warps per block
 
 
 # Registers per thread that ptxas reports for sm_90 (float32 W; nvcc 13.0, -Xptxas=-v), and the warps
 # one SM then holds at once (65536 registers, whole blocks; row_norms: 33 KiB of shared memory per block).
-PTXAS_REGS = {"row_norms_kernel": 29, "knn_tile_merge_kernel": 45, "knn_finalize_kernel": 72,
-              "pair_weight_gather_kernel": 20, "pair_terms_kernel": 56, "ordered_sum_kernel": 30,
-              "pair_grad_kernel": 64}
+PTXAS_REGS = {
+    "row_norms_kernel": 29,
+    "knn_tile_merge_kernel": 45,
+    "knn_finalize_kernel": 72,
+    "pair_weight_gather_kernel": 20,
+    "pair_terms_kernel": 56,
+    "ordered_sum_kernel": 30,
+    "pair_grad_kernel": 64,
+}
 
 
 def resident_warps(kernel: str, threads: int) -> int:
@@ -104,29 +120,76 @@ def cuda_launch_model(c: int, d: int, k: int = K) -> list[dict]:
         resident = resident_warps(kernel, threads) if kernel in PTXAS_REGS else 0
         t_bw = nbytes / H100_HBM_BYTES_S
         t_fl = flops / peak if flops else 0.0
-        rows.append({"kernel": kernel, "launches": launches, "blocks": blocks, "threads": threads,
-                     "warps/SM": round(warps / H100_SMS, 1), "resident": resident,
-                     "waves": round(warps / (resident * H100_SMS), 2) if resident else "",
-                     "MB": round(nbytes / 1e6, 1),
-                     "us@3.35TB/s": round(t_bw * 1e6, 1),
-                     "GFLOP": round(flops / 1e9, 1), "us@peak": round(t_fl * 1e6, 1),
-                     "bound": "compute" if t_fl > t_bw else "memory", "note": note})
+        rows.append(
+            {
+                "kernel": kernel,
+                "launches": launches,
+                "blocks": blocks,
+                "threads": threads,
+                "warps/SM": round(warps / H100_SMS, 1),
+                "resident": resident,
+                "waves": round(warps / (resident * H100_SMS), 2) if resident else "",
+                "MB": round(nbytes / 1e6, 1),
+                "us@3.35TB/s": round(t_bw * 1e6, 1),
+                "GFLOP": round(flops / 1e9, 1),
+                "us@peak": round(t_fl * 1e6, 1),
+                "bound": "compute" if t_fl > t_bw else "memory",
+                "note": note,
+            }
+        )
 
     # knn_classes
     add("row_norms_kernel", 1, ceil(c, 128), 128, c * d * 4 + c * 8)
-    add("at::mm (cuBLAS sgemm)", row_tiles * col_tiles, 0, 0, c * c * 4 + row_tiles * col_tiles * (tr + tc) * d * 4,
-        2.0 * c * c * d, note=f"{row_tiles}x{col_tiles} tiles [{tr},{d}]x[{d},{tc}]; writes G")
-    add("knn_tile_merge_kernel", row_tiles * col_tiles, ceil(tr, 8), WARP_BLOCK, c * c * 4 + col_tiles * c * cap * 12,
-        note="per launch: blocks/warps of one tile; bytes: all tiles (reads G)")
-    add("knn_finalize_kernel", 1, ceil(c, 8), WARP_BLOCK, c * (cap + 1) * d * 4 + c * cap * 24 + c * k * 12,
-        3.0 * c * cap * d, H100_FP64_FLOPS, note="float64 recompute of k+8 candidates")
+    add(
+        "at::mm (cuBLAS sgemm)",
+        row_tiles * col_tiles,
+        0,
+        0,
+        c * c * 4 + row_tiles * col_tiles * (tr + tc) * d * 4,
+        2.0 * c * c * d,
+        note=f"{row_tiles}x{col_tiles} tiles [{tr},{d}]x[{d},{tc}]; writes G",
+    )
+    add(
+        "knn_tile_merge_kernel",
+        row_tiles * col_tiles,
+        ceil(tr, 8),
+        WARP_BLOCK,
+        c * c * 4 + col_tiles * c * cap * 12,
+        note="per launch: blocks/warps of one tile; bytes: all tiles (reads G)",
+    )
+    add(
+        "knn_finalize_kernel",
+        1,
+        ceil(c, 8),
+        WARP_BLOCK,
+        c * (cap + 1) * d * 4 + c * cap * 24 + c * k * 12,
+        3.0 * c * cap * d,
+        H100_FP64_FLOPS,
+        note="float64 recompute of k+8 candidates",
+    )
     # spreadout_loss forward + backward (FedAwS: no pair weights, so no gather)
     add("pair_weight_gather_kernel", 1, ceil(c * k, 128), 128, c * k * 28, note="FedALC only; empty CSR")
-    add("pair_terms_kernel", 2, ceil(c, 8), WARP_BLOCK, c * (k + 1) * d * 4 + c * k * 20,
-        3.0 * c * k * d, H100_FP64_FLOPS, note="fwd (row sums) and bwd (coefs): each")
+    add(
+        "pair_terms_kernel",
+        2,
+        ceil(c, 8),
+        WARP_BLOCK,
+        c * (k + 1) * d * 4 + c * k * 20,
+        3.0 * c * k * d,
+        H100_FP64_FLOPS,
+        note="fwd (row sums) and bwd (coefs): each",
+    )
     add("ordered_sum_kernel", 2, ceil(c, 1024), 256, c * 8, note="pass 1; pass 2 is 1 block over the chunk sums")
-    add("pair_grad_kernel", 1, ceil(c, 8), WARP_BLOCK, c * (2 * k + 1) * d * 4 + c * d * 4 + c * k * 32,
-        4.0 * c * 2 * k * d, H100_FP64_FLOPS, note="l2; cosine reads the partners twice")
+    add(
+        "pair_grad_kernel",
+        1,
+        ceil(c, 8),
+        WARP_BLOCK,
+        c * (2 * k + 1) * d * 4 + c * d * 4 + c * k * 32,
+        4.0 * c * 2 * k * d,
+        H100_FP64_FLOPS,
+        note="l2; cosine reads the partners twice",
+    )
     for r in rows:
         if r["blocks"] == 0:
             r["blocks"], r["threads"], r["warps/SM"], r["resident"] = "cuBLAS", "", "", ""
@@ -167,6 +230,7 @@ def once(fn, device: str = "cpu") -> tuple[float, int]:
         sync(device)
         t[0] = time.perf_counter() - t0
         return out
+
     peak = peak_extra_bytes(run, device)
     return t[0], peak
 
@@ -184,10 +248,15 @@ def bench_config(c: int, d: int, run_composition: bool, repeat: int, device: str
     row: dict = {"C": c, "d": d, "k": K, "load_avg_1min": os.getloadavg()[0]}
     t_knn, m_knn = measure(lambda: fedkernels.knn_classes(W, K), repeat, device)
     t_loss, m_loss = measure(lambda: fused_loss_fwd_bwd(W, K), repeat, device)
-    row.update(fk_knn_s=t_knn, fk_knn_peak_mib=mib(m_knn), fk_loss_fwd_bwd_s=t_loss, fk_loss_peak_mib=mib(m_loss),
-               fk_knn_gflops=2 * c * c * d / t_knn / 1e9,
-               # compute-bound: the minimum traffic (read W, write dist+idx) is tiny against copy bandwidth
-               fk_knn_gbs=(c * d * 4 + c * K * 12) / t_knn / 1e9)
+    row.update(
+        fk_knn_s=t_knn,
+        fk_knn_peak_mib=mib(m_knn),
+        fk_loss_fwd_bwd_s=t_loss,
+        fk_loss_peak_mib=mib(m_loss),
+        fk_knn_gflops=2 * c * c * d / t_knn / 1e9,
+        # compute-bound: the minimum traffic (read W, write dist+idx) is tiny against copy bandwidth
+        fk_knn_gbs=(c * d * 4 + c * K * 12) / t_knn / 1e9,
+    )
     if run_composition:
         t_cknn, m_cknn = measure(lambda: composition_knn(W, K), repeat, device)
         t_closs, m_closs = measure(lambda: composition_loss_fwd_bwd(W, K), repeat, device)
@@ -195,12 +264,22 @@ def bench_config(c: int, d: int, run_composition: bool, repeat: int, device: str
         _, idx_fk = fedkernels.knn_classes(W, K)
         _, idx_ref = composition_knn(W, K)
         agree = (idx_fk.sort(1).values == idx_ref.sort(1).values).all(1).float().mean().item()
-        row.update(torch_knn_s=t_cknn, torch_knn_peak_mib=mib(m_cknn), torch_loss_fwd_bwd_s=t_closs,
-                   torch_loss_peak_mib=mib(m_closs), knn_speedup=t_cknn / t_knn, loss_speedup=t_closs / t_loss,
-                   rows_same_neighbours=agree, composition="run")
+        row.update(
+            torch_knn_s=t_cknn,
+            torch_knn_peak_mib=mib(m_cknn),
+            torch_loss_fwd_bwd_s=t_closs,
+            torch_loss_peak_mib=mib(m_closs),
+            knn_speedup=t_cknn / t_knn,
+            loss_speedup=t_closs / t_loss,
+            rows_same_neighbours=agree,
+            composition="run",
+        )
     else:
-        row.update(composition="not run (needs >= %.0f GB for the [C, C] matrix)" % (c * c * 4 / 1e9),
-                   torch_knn_peak_mib=mib(c * c * 4), torch_loss_peak_mib=mib(3 * c * c * 4))
+        row.update(
+            composition="not run (needs >= %.0f GB for the [C, C] matrix)" % (c * c * 4 / 1e9),
+            torch_knn_peak_mib=mib(c * c * 4),
+            torch_loss_peak_mib=mib(3 * c * c * 4),
+        )
     return row
 
 
@@ -246,23 +325,56 @@ def main() -> None:
         print(row, flush=True)
         previous[(c, d)] = row
     rows = [previous[key] for key in sorted(previous)]
-    extra = {"copy_bandwidth_gbs": copy_bandwidth_gbs(device), "k": K, "margin": MARGIN,
-             "knn_tile_path": knn_tile_path() if on_cpu else f"{device} kernels",
-             "load_avg_end": os.getloadavg(),
-             "note": "machine shared with other engineers' builds/tests; compare ratios within this run"}
+    extra = {
+        "copy_bandwidth_gbs": copy_bandwidth_gbs(device),
+        "k": K,
+        "margin": MARGIN,
+        "knn_tile_path": knn_tile_path() if on_cpu else f"{device} kernels",
+        "load_avg_end": os.getloadavg(),
+        "note": "machine shared with other engineers' builds/tests; compare ratios within this run",
+    }
     path = write_results("spread", rows, extra, path=out, device=device)
-    cols = ["C", "d", "fk_knn_s", "torch_knn_s", "knn_speedup", "fk_knn_peak_mib", "torch_knn_peak_mib",
-            "fk_loss_fwd_bwd_s", "torch_loss_fwd_bwd_s", "loss_speedup", "fk_loss_peak_mib", "torch_loss_peak_mib",
-            "fk_knn_gflops", "load_avg_1min", "composition"]
+    cols = [
+        "C",
+        "d",
+        "fk_knn_s",
+        "torch_knn_s",
+        "knn_speedup",
+        "fk_knn_peak_mib",
+        "torch_knn_peak_mib",
+        "fk_loss_fwd_bwd_s",
+        "torch_loss_fwd_bwd_s",
+        "loss_speedup",
+        "fk_loss_peak_mib",
+        "torch_loss_peak_mib",
+        "fk_knn_gflops",
+        "load_avg_1min",
+        "composition",
+    ]
     print(markdown_table(rows, cols))
-    print(f"knn tile path: {extra['knn_tile_path']}; copy bandwidth {extra['copy_bandwidth_gbs']:.1f} GB/s; "
-          f"results in {path}")
+    print(
+        f"knn tile path: {extra['knn_tile_path']}; copy bandwidth {extra['copy_bandwidth_gbs']:.1f} GB/s; "
+        f"results in {path}"
+    )
     print_cuda_launch_model()
 
 
 def print_cuda_launch_model() -> None:
-    cols = ["kernel", "launches", "blocks", "threads", "warps/SM", "resident", "waves", "MB", "us@3.35TB/s", "GFLOP",
-            "us@peak", "bound", "note"]
+    cols = [
+        "kernel",
+        "launches",
+        "blocks",
+        "threads",
+        "warps/SM",
+        "resident",
+        "waves",
+        "MB",
+        "us@3.35TB/s",
+        "GFLOP",
+        "us@peak",
+        "bound",
+        "note",
+    ]
     for d in (64, 512):
         print(f"\nCUDA launches on an H100 (132 SMs), C = 100000, d = {d}, k = {K} (analytic):")
         print(markdown_table(cuda_launch_model(100000, d), cols))

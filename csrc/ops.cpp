@@ -32,10 +32,12 @@ TORCH_LIBRARY(fedkernels, m) {
   // ---- sampled: FedSS sampled softmax
   m.def("sample_negatives(Tensor positives, int num_classes, int m, int seed) -> Tensor");
   m.def("sample_negatives_batched(Tensor indptr, Tensor indices, int num_classes, int m, int seed) -> Tensor");
-  m.def("linear_cross_entropy(Tensor h, Tensor W, Tensor target, Tensor? bias=None, float scale=1.0, "
-        "int ignore_index=-100, str reduction=\"mean\", int chunk_size=0) -> (Tensor, Tensor)");
-  m.def("linear_cross_entropy_backward(Tensor h, Tensor W, Tensor target, Tensor? bias, Tensor lse, "
-        "Tensor grad_loss, Tensor grad_lse, float scale, int ignore_index, int chunk_size) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "linear_cross_entropy(Tensor h, Tensor W, Tensor target, Tensor? bias=None, float scale=1.0, "
+      "int ignore_index=-100, str reduction=\"mean\", int chunk_size=0) -> (Tensor, Tensor)");
+  m.def(
+      "linear_cross_entropy_backward(Tensor h, Tensor W, Tensor target, Tensor? bias, Tensor lse, "
+      "Tensor grad_loss, Tensor grad_lse, float scale, int ignore_index, int chunk_size) -> (Tensor, Tensor, Tensor)");
   // In place on out; returns nothing (an aliased return cannot be functionalised); the Python wrapper returns out.
   m.def("scatter_rows_mean(Tensor(a!) out, Tensor idx, Tensor src, Tensor weight) -> ()");
   // (sampled: schemas here)
@@ -45,8 +47,9 @@ TORCH_LIBRARY(fedkernels, m) {
   // which breaks register_autograd's structure check for ops with Tensor[] inputs.
   m.def("delta_norms(Tensor[] new, Tensor[] old, bool normalize) -> Tensor");
   m.def("select_topk_tensors(Tensor[] new, Tensor[] old, float fraction, bool normalize) -> Tensor");
-  m.def("masked_weighted_average(Tensor(a!)[] dst, Tensor[] sent, Tensor client_of, Tensor tensor_of, "
-        "Tensor weights) -> ()");
+  m.def(
+      "masked_weighted_average(Tensor(a!)[] dst, Tensor[] sent, Tensor client_of, Tensor tensor_of, "
+      "Tensor weights) -> ()");
 
   // ---- prox: proximal l1-difference (TV1D) and the network prox
   m.def("prox_tv1d(Tensor z, Tensor lam, bool anchored=True, int block_size=0) -> Tensor");
@@ -57,10 +60,12 @@ TORCH_LIBRARY(fedkernels, m) {
   m.def("knn_classes(Tensor W, int k, str metric=\"l2\") -> (Tensor, Tensor)");
   m.def("pair_weight_gather(Tensor indptr, Tensor indices, Tensor values, Tensor idx) -> Tensor");
   m.def("spreadout_pair_loss(Tensor W, Tensor idx, Tensor weight, float margin, str metric=\"l2\") -> Tensor");
-  m.def("spreadout_pair_loss_backward(Tensor grad, Tensor W, Tensor idx, Tensor weight, float margin, "
-        "str metric=\"l2\") -> Tensor");
-  m.def("spreadout_loss(Tensor W, float margin, int k, Tensor? pw_indptr=None, Tensor? pw_indices=None, "
-        "Tensor? pw_values=None, str metric=\"l2\") -> Tensor");
+  m.def(
+      "spreadout_pair_loss_backward(Tensor grad, Tensor W, Tensor idx, Tensor weight, float margin, "
+      "str metric=\"l2\") -> Tensor");
+  m.def(
+      "spreadout_loss(Tensor W, float margin, int k, Tensor? pw_indptr=None, Tensor? pw_indices=None, "
+      "Tensor? pw_values=None, str metric=\"l2\") -> Tensor");
 }
 
 namespace {

@@ -57,8 +57,9 @@ class Model(nn.Module):
         if self.kind == "fedmlh":
             return self.head.loss(h, batch.indptr, batch.indices), None
         positives = torch.unique(batch.indices)
-        neg = fedkernels.sample_negatives(positives, self.num_classes, min(negatives, self.num_classes - len(positives)),
-                                          seed=step)
+        neg = fedkernels.sample_negatives(
+            positives, self.num_classes, min(negatives, self.num_classes - len(positives)), seed=step
+        )
         head = SampledSoftmaxHead.gather(self.classes.detach(), positives, neg, self.num_classes)
         rows, labels = label_pairs(batch)
         return head(h[rows], labels), head
@@ -73,8 +74,9 @@ class Model(nn.Module):
         return (h @ self.classes.T).topk(k, dim=1).indices
 
 
-def train(kind: str, train_set: ClientData, epochs: int, batch_size: int, lr: float, row_lr: float, negatives: int,
-          seed: int) -> tuple[Model, list[float]]:
+def train(
+    kind: str, train_set: ClientData, epochs: int, batch_size: int, lr: float, row_lr: float, negatives: int, seed: int
+) -> tuple[Model, list[float]]:
     """Train one model; returns it and the mean loss of every epoch."""
     model = Model(kind, train_set.x.shape[1], train_set.num_classes, 128, seed)
     opt = torch.optim.Adam([p for p in model.parameters() if p is not getattr(model, "classes", None)], lr=lr)
@@ -99,8 +101,12 @@ def train(kind: str, train_set: ClientData, epochs: int, batch_size: int, lr: fl
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default="../shared/data/bibtex", help="Bibtex folder (train.txt, test.txt) or dataset name")
-    p.add_argument("--heads", nargs="+", default=["linear", "fedmlh", "sampled"], choices=["linear", "fedmlh", "sampled"])
+    p.add_argument(
+        "--data", default="../shared/data/bibtex", help="Bibtex folder (train.txt, test.txt) or dataset name"
+    )
+    p.add_argument(
+        "--heads", nargs="+", default=["linear", "fedmlh", "sampled"], choices=["linear", "fedmlh", "sampled"]
+    )
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=5e-3)
@@ -112,8 +118,10 @@ def main() -> int:
     try:
         ds = load_dataset(args.data)
     except FileNotFoundError as e:
-        print(f"bibtex_heads.py: {e}\n(get Bibtex in XC format, train.txt + test.txt, and pass --data FOLDER)",
-              file=sys.stderr)
+        print(
+            f"bibtex_heads.py: {e}\n(get Bibtex in XC format, train.txt + test.txt, and pass --data FOLDER)",
+            file=sys.stderr,
+        )
         return 2
     tr, te = ds.train, ds.test
     counts = torch.bincount(tr.indices, minlength=tr.num_classes)
@@ -123,8 +131,11 @@ def main() -> int:
         t0 = time.perf_counter()
         model, losses = train(kind, tr, args.epochs, args.batch_size, args.lr, args.row_lr, args.negatives, args.seed)
         p1 = precision_at_k(model.topk(te.x, 1), te.indptr, te.indices, 1)
-        print(f"head={kind:<8} loss {losses[0]:.4f} -> {losses[-1]:.4f}  test P@1 {p1:.3f}  "
-              f"(label prior P@1 {prior:.3f})  {time.perf_counter() - t0:.1f} s", flush=True)
+        print(
+            f"head={kind:<8} loss {losses[0]:.4f} -> {losses[-1]:.4f}  test P@1 {p1:.3f}  "
+            f"(label prior P@1 {prior:.3f})  {time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
     return 0
 
 

@@ -27,17 +27,19 @@ P, R, B, N, D = 5000, 4, 64, 32, 16  # classes, hash tables, buckets, batch, fea
 
 
 def fedmlh_step(w: torch.Tensor, x: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor):
-    logits = torch.einsum("nd,rdb->rnb", x, w)                       # [R, N, B]
+    logits = torch.einsum("nd,rdb->rnb", x, w)  # [R, N, B]
     z = fedkernels.label_hash(indptr, indices, table, B).to(logits.dtype)
     loss = F.binary_cross_entropy_with_logits(logits, z)
-    values, classes = fedkernels.bucket_merge_topk(F.logsigmoid(logits.detach()), table, 5, "mean")  # not differentiable
+    values, classes = fedkernels.bucket_merge_topk(
+        F.logsigmoid(logits.detach()), table, 5, "mean"
+    )  # not differentiable
     return loss, values, classes
 
 
 def sampled_step(h: torch.Tensor, w_full: torch.Tensor, target: torch.Tensor, positives: torch.Tensor):
     neg = fedkernels.sample_negatives(positives, P, 64, 7)
     ids = torch.cat([positives, neg])
-    local = torch.searchsorted(positives, target)                    # targets are positives (sorted)
+    local = torch.searchsorted(positives, target)  # targets are positives (sorted)
     return fedkernels.linear_cross_entropy(h, w_full[ids], local)
 
 
@@ -56,8 +58,10 @@ def with_grads(fn, params: list[torch.Tensor], *rest) -> list[torch.Tensor]:
 
 def check(name: str, eager, compiled) -> bool:
     """Compare outputs (and the gradients the functions return) of eager and compiled runs."""
-    ok = all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) if a.is_floating_point() else torch.equal(a, b)
-             for a, b in zip(eager, compiled))
+    ok = all(
+        torch.allclose(a, b, rtol=1e-5, atol=1e-6) if a.is_floating_point() else torch.equal(a, b)
+        for a, b in zip(eager, compiled)
+    )
     print(f"{name}: compiled {'matches' if ok else 'DIFFERS FROM'} eager")
     return ok
 
@@ -78,18 +82,26 @@ def main() -> int:
     t0 = time.perf_counter()
     w = torch.randn(R, D, B, requires_grad=True)
     compiled = torch.compile(fedmlh_step, fullgraph=True, backend=args.backend)  # the backward is compiled too
-    results.append(check("fedmlh step (label_hash, BCE + grad, bucket_merge_topk)",
-                         with_grads(fedmlh_step, [w], x, indptr, indices, table),
-                         with_grads(compiled, [w], x, indptr, indices, table)))
+    results.append(
+        check(
+            "fedmlh step (label_hash, BCE + grad, bucket_merge_topk)",
+            with_grads(fedmlh_step, [w], x, indptr, indices, table),
+            with_grads(compiled, [w], x, indptr, indices, table),
+        )
+    )
 
     h = torch.randn(N, D, requires_grad=True)
     w_full = torch.randn(P, D, requires_grad=True)
     positives = torch.unique(indices[:N])
     target = positives[torch.randint(0, len(positives), (N,))]
     compiled = torch.compile(sampled_step, fullgraph=True, backend=args.backend)
-    results.append(check("sampled softmax (sample_negatives, linear_cross_entropy + grads)",
-                         with_grads(sampled_step, [h, w_full], target, positives),
-                         with_grads(compiled, [h, w_full], target, positives)))
+    results.append(
+        check(
+            "sampled softmax (sample_negatives, linear_cross_entropy + grads)",
+            with_grads(sampled_step, [h, w_full], target, positives),
+            with_grads(compiled, [h, w_full], target, positives),
+        )
+    )
 
     u1, u2 = torch.zeros(P), torch.zeros(P)
     u1[[3, 100]], u2[[3, 4000]] = torch.tensor([1.0, 2.0]), torch.tensor([0.5, -1.0])
@@ -97,8 +109,10 @@ def main() -> int:
     got = compiled(u1, u2, table, signs)
     results.append(check("count sketch sum and query", (sketch_sum(u1, u2, table, signs),), (got,)))
     print(f"sketch recovers the summed update at [3, 100, 4000]: {got[[3, 100, 4000]].tolist()}")
-    print(f"backend {args.backend}: {sum(results)}/{len(results)} compiled graphs match eager "
-          f"({time.perf_counter() - t0:.1f} s including compilation)")
+    print(
+        f"backend {args.backend}: {sum(results)}/{len(results)} compiled graphs match eager "
+        f"({time.perf_counter() - t0:.1f} s including compilation)"
+    )
     return 0 if all(results) else 1
 
 

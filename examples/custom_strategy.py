@@ -21,8 +21,7 @@ import torch.nn.functional as F
 
 import fedkernels
 from fedkernels.data import fedmlh_partition, load_dataset, make_clients
-from fedkernels.fl import (ClientData, ClientResult, PayloadSpec, RunConfig, Server, State, Strategy,
-                           TrainConfig)
+from fedkernels.fl import ClientData, ClientResult, PayloadSpec, RunConfig, Server, State, Strategy, TrainConfig
 from fedkernels.fl.local import train_local
 from fedkernels.fl.models import load_state, mlp, state_of
 from fedkernels.fl.payload import Payload, state_spec
@@ -59,9 +58,13 @@ class ClippedFedAvgM(Strategy):
 
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
         model = load_state(mlp(*self.dims, self.hidden), payload)
-        train_local(list(model.parameters()),
-                    lambda b: F.binary_cross_entropy_with_logits(model(b.x), b.dense_labels()),
-                    data, config, generator(seed, "shuffle"))
+        train_local(
+            list(model.parameters()),
+            lambda b: F.binary_cross_entropy_with_logits(model(b.x), b.dense_labels()),
+            data,
+            config,
+            generator(seed, "shuffle"),
+        )
         return state_of(model)
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
@@ -70,8 +73,9 @@ class ClippedFedAvgM(Strategy):
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
         names = list(self._weights(state))
         old = [state[k] for k in names]
-        norms = [float(fedkernels.delta_norms([r.payload[k] for k in names], old).square().sum().sqrt())
-                 for r in results]
+        norms = [
+            float(fedkernels.delta_norms([r.payload[k] for k in names], old).square().sum().sqrt()) for r in results
+        ]
         bound = float(torch.tensor(norms).median())
         self.last_norms = norms
         total = float(sum(r.num_examples for r in results))
@@ -100,8 +104,12 @@ def main() -> int:
     shards = fedmlh_partition(ds.train.indptr, ds.train.indices, ds.num_classes, num_clients=8, num_frequent=10)
     clients = make_clients(ds.train.x, shards, ds.num_classes)
     strategy = ClippedFedAvgM(hidden=(64,))
-    cfg = RunConfig(rounds=args.rounds, clients_per_round=4, seed=args.seed,
-                    train=TrainConfig(epochs=2, batch_size=32, lr=0.01, optimizer="adam"))
+    cfg = RunConfig(
+        rounds=args.rounds,
+        clients_per_round=4,
+        seed=args.seed,
+        train=TrainConfig(epochs=2, batch_size=32, lr=0.01, optimizer="adam"),
+    )
     server = Server(strategy, clients, ds.num_features, ds.num_classes, cfg)
     test = ds.test
     counts = torch.bincount(ds.train.indices, minlength=ds.num_classes)
@@ -110,15 +118,20 @@ def main() -> int:
     def after_round(rec) -> None:
         p1 = precision_at_k(strategy.predict_topk(server.state, test.x, 1), test.indptr, test.indices, 1)
         norms = ", ".join(f"{n:.2f}" for n in strategy.last_norms)
-        print(f"round {rec.round + 1}: clients {rec.clients}, update norms [{norms}], "
-              f"{(rec.bytes_up + rec.bytes_down) / 1e6:.2f} MB, test P@1 {p1:.3f}", flush=True)
+        print(
+            f"round {rec.round + 1}: clients {rec.clients}, update norms [{norms}], "
+            f"{(rec.bytes_up + rec.bytes_down) / 1e6:.2f} MB, test P@1 {p1:.3f}",
+            flush=True,
+        )
 
     initial = dict(server.state)
     server.run(None, after_round)
     first = precision_at_k(strategy.predict_topk(initial, test.x, 1), test.indptr, test.indices, 1)
     final = precision_at_k(strategy.predict_topk(server.state, test.x, 1), test.indptr, test.indices, 1)
-    print(f"{strategy.name}: test P@1 {first:.3f} (untrained) -> {final:.3f} after {args.rounds} rounds "
-          f"(label prior P@1 {prior:.3f})")
+    print(
+        f"{strategy.name}: test P@1 {first:.3f} (untrained) -> {final:.3f} after {args.rounds} rounds "
+        f"(label prior P@1 {prior:.3f})"
+    )
     return 0
 
 

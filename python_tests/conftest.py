@@ -12,14 +12,23 @@ from hypothesis import HealthCheck, settings
 import fedkernels  # noqa: F401  (registers the ops)
 
 settings.register_profile(
-    "default", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    "default", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 settings.register_profile(
-    "ci", deadline=None, max_examples=40, derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    "ci",
+    deadline=None,
+    max_examples=40,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 # Few examples under ASan/UBSan (tools/sanitize.sh): every call is several times slower there.
 settings.register_profile(
-    "sanitize", deadline=None, max_examples=8, derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    "sanitize",
+    deadline=None,
+    max_examples=8,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default"))
 
 # Every op test runs on CPU, and on CUDA automatically wherever a GPU exists.
@@ -33,10 +42,17 @@ DATA_DIR = Path(os.environ.get("FEDKERNELS_DATA", Path(__file__).resolve().paren
 # through its CUDA launcher and kernels on host tensors (FK_CUDA_EMU_MODULE names the built module).
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fedkernels CUDA emulator")
-    group.addoption("--emulate-cuda", action="store_true",
-                    help="route every fedkernels op to its CUDA kernel, executed by the emulator")
-    group.addoption("--emu-order", choices=["forward", "reverse", "random"], default="forward",
-                    help="order in which the emulator runs blocks and resumes threads")
+    group.addoption(
+        "--emulate-cuda",
+        action="store_true",
+        help="route every fedkernels op to its CUDA kernel, executed by the emulator",
+    )
+    group.addoption(
+        "--emu-order",
+        choices=["forward", "reverse", "random"],
+        default="forward",
+        help="order in which the emulator runs blocks and resumes threads",
+    )
     group.addoption("--emu-seed", type=int, default=0, help="seed of the random order")
     group.addoption("--emu-coverage", default=None, help="write launched-kernel counts (JSON) to this path")
 
@@ -46,8 +62,11 @@ EMULATING = False
 
 def pytest_configure(config: pytest.Config) -> None:
     global EMULATING
-    config.addinivalue_line("markers", "emu_direct: runs the CPU kernels and calls CUDA kernels itself "
-                                       "(the emulator's routing is not installed for it)")
+    config.addinivalue_line(
+        "markers",
+        "emu_direct: runs the CPU kernels and calls CUDA kernels itself "
+        "(the emulator's routing is not installed for it)",
+    )
     if config.getoption("--emulate-cuda"):
         from fedkernels.testing import cuda_emulator
 
@@ -62,8 +81,10 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     from fedkernels.testing import cuda_emulator
 
     m = cuda_emulator.loaded()
-    return (f"fedkernels: ops run their CUDA kernels in the emulator ({Path(m.__file__).name}, checks={m.checks}, "
-            f"order={config.getoption('--emu-order')}, seed={config.getoption('--emu-seed')})")
+    return (
+        f"fedkernels: ops run their CUDA kernels in the emulator ({Path(m.__file__).name}, checks={m.checks}, "
+        f"order={config.getoption('--emu-order')}, seed={config.getoption('--emu-seed')})"
+    )
 
 
 @pytest.fixture(autouse=True)

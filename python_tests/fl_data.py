@@ -39,8 +39,14 @@ def one_label_clients(num_clients: int = 5, per_client: int = 20, seed: int = 0,
     out = []
     for i, d in enumerate(tiny_clients(num_clients, per_client, seed, **kw)):
         n = len(d)
-        out.append(ClientData(d.x, torch.arange(n + 1, dtype=torch.int64),
-                              torch.full((n,), i % d.num_classes, dtype=torch.int64), d.num_classes))
+        out.append(
+            ClientData(
+                d.x,
+                torch.arange(n + 1, dtype=torch.int64),
+                torch.full((n,), i % d.num_classes, dtype=torch.int64),
+                d.num_classes,
+            )
+        )
     return out
 
 

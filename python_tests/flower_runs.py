@@ -11,13 +11,20 @@ NUM_FEATURES, NUM_CLASSES = 16, 8
 
 # Small options for the tiny data; a registered strategy not listed here runs with its defaults.
 CLIENT_SECRET = b"test clients' shared secret"  # FedALC: same secret, same run (the seed cannot give it)
-SMALL = {"fedavg": dict(hidden=(8,)), "fedmlh": dict(num_tables=2, num_buckets=4, hidden=(8,)),
-         "partialexchange": dict(fraction=0.5, hidden=(8,)),
-         "fedss": dict(num_negatives=3, embed_dim=8, hidden=(8,)), "fedss-negonly": dict(num_negatives=3, embed_dim=8, hidden=(8,)),
-         "fedss-posonly": dict(num_negatives=3, embed_dim=8, hidden=(8,)), "fedss-fullsoftmax": dict(embed_dim=8, hidden=(8,)),
-         "l1diff": dict(gamma=0.01, hidden=(8,)), "l1diffnetwork": dict(num_clients=5, k=2, gamma=0.01, hidden=(8,)),
-         "fedaws": dict(dim=8, hidden=(8,), k=2), "fedalc": dict(dim=8, hidden=(8,), k=2, client_secret=CLIENT_SECRET),
-         "fedalc-fixed": dict(dim=8, hidden=(8,), k=2, fixed_steps=20, client_secret=CLIENT_SECRET)}
+SMALL = {
+    "fedavg": dict(hidden=(8,)),
+    "fedmlh": dict(num_tables=2, num_buckets=4, hidden=(8,)),
+    "partialexchange": dict(fraction=0.5, hidden=(8,)),
+    "fedss": dict(num_negatives=3, embed_dim=8, hidden=(8,)),
+    "fedss-negonly": dict(num_negatives=3, embed_dim=8, hidden=(8,)),
+    "fedss-posonly": dict(num_negatives=3, embed_dim=8, hidden=(8,)),
+    "fedss-fullsoftmax": dict(embed_dim=8, hidden=(8,)),
+    "l1diff": dict(gamma=0.01, hidden=(8,)),
+    "l1diffnetwork": dict(num_clients=5, k=2, gamma=0.01, hidden=(8,)),
+    "fedaws": dict(dim=8, hidden=(8,), k=2),
+    "fedalc": dict(dim=8, hidden=(8,), k=2, client_secret=CLIENT_SECRET),
+    "fedalc-fixed": dict(dim=8, hidden=(8,), k=2, fixed_steps=20, client_secret=CLIENT_SECRET),
+}
 
 
 def make_strategy(name: str) -> Strategy:
@@ -29,11 +36,17 @@ def client_data(partition: int, num_clients: int) -> ClientData:
     return tiny_clients(num_clients, seed=3)[partition]
 
 
-def run_config(rounds: int, clients_per_round: int, seed: int, timeout: float | None = None,
-               checkpoint: str | None = None) -> RunConfig:
-    return RunConfig(rounds=rounds, clients_per_round=clients_per_round, seed=seed,
-                     train=TrainConfig(epochs=1, batch_size=16, lr=0.3), client_timeout=timeout,
-                     checkpoint=checkpoint)
+def run_config(
+    rounds: int, clients_per_round: int, seed: int, timeout: float | None = None, checkpoint: str | None = None
+) -> RunConfig:
+    return RunConfig(
+        rounds=rounds,
+        clients_per_round=clients_per_round,
+        seed=seed,
+        train=TrainConfig(epochs=1, batch_size=16, lr=0.3),
+        client_timeout=timeout,
+        checkpoint=checkpoint,
+    )
 
 
 class Drill:

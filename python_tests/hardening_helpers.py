@@ -4,13 +4,23 @@ strategy whose uploads carry class ids (to test id ranges and matching lengths t
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
-import torch._dynamo  # noqa: F401  (optimizer.step imports it lazily: seconds that would count against a deadline)
+import torch._dynamo
 
-from fedkernels.fl import ClientData, ClientResult, FedAvg, PayloadSpec, RunConfig, Server, State, Strategy, \
-    TensorSpec, TrainConfig
+from fedkernels.fl import (
+    ClientData,
+    ClientResult,
+    FedAvg,
+    PayloadSpec,
+    RunConfig,
+    Server,
+    State,
+    Strategy,
+    TensorSpec,
+    TrainConfig,
+)
 from fedkernels.fl import payload as pl
 from fedkernels.fl.client import ClientEndpoint
 from fedkernels.fl.seeding import generator
@@ -29,8 +39,7 @@ def make_server(strategy: Strategy | None = None, num_clients: int = 5, wrapper=
     strategy = strategy or FedAvg(hidden=(8,))
     one_label = strategy.name.lower() in ("fedaws", "fedalc", "fedalc-fixed")  # they need one label per client
     clients = one_label_clients(num_clients) if one_label else tiny_clients(num_clients)
-    return Server(strategy, clients, NUM_FEATURES, NUM_CLASSES,
-                  run_config(**cfg), client_wrapper=wrapper)
+    return Server(strategy, clients, NUM_FEATURES, NUM_CLASSES, run_config(**cfg), client_wrapper=wrapper)
 
 
 def snapshot(state: State) -> State:
@@ -44,8 +53,9 @@ def same_state(a: State, b: State) -> bool:
 class Tampered:
     """A client whose upload bytes pass through ``tamper`` (only for clients in ``bad``)."""
 
-    def __init__(self, client_id: int, inner: ClientEndpoint, tamper: Callable[[bytes], bytes | None],
-                 bad: set[int]) -> None:
+    def __init__(
+        self, client_id: int, inner: ClientEndpoint, tamper: Callable[[bytes], bytes | None], bad: set[int]
+    ) -> None:
         self.client_id, self.inner, self.tamper, self.bad = client_id, inner, tamper, bad
 
     def request(self, round: int, seed: int) -> bytes | None:
@@ -120,8 +130,12 @@ class SparseRows(Strategy):
 
     def upload_spec(self, state, payload_sent) -> PayloadSpec:
         p, f = state["W"].shape
-        return PayloadSpec({"ids": TensorSpec(torch.int64, ("n",), min_value=0, max_value=p, unique=True),
-                            "rows": TensorSpec(torch.float32, ("n", f))})
+        return PayloadSpec(
+            {
+                "ids": TensorSpec(torch.int64, ("n",), min_value=0, max_value=p, unique=True),
+                "rows": TensorSpec(torch.float32, ("n", f)),
+            }
+        )
 
     def aggregate(self, state, results: list[ClientResult], round) -> State:
         W = state["W"].clone()
@@ -148,8 +162,9 @@ class SparseRowsAsking(SparseRows):
         return {"want": torch.unique(data.indices)}
 
     def request_spec(self, state) -> PayloadSpec:
-        return PayloadSpec({"want": TensorSpec(torch.int64, (None,), min_value=0, max_value=state["W"].shape[0],
-                                               unique=True)})
+        return PayloadSpec(
+            {"want": TensorSpec(torch.int64, (None,), min_value=0, max_value=state["W"].shape[0], unique=True)}
+        )
 
     def client_payload(self, state, client_id, request, round, seed):
         return {"ids": request["want"], "W": state["W"][request["want"]]}

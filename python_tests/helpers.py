@@ -13,8 +13,10 @@ def csr_from_lists(rows: list[list[int]], device: str | torch.device = "cpu") ->
     for r in rows:
         indptr.append(indptr[-1] + len(r))
     flat = [x for r in rows for x in r]
-    return (torch.tensor(indptr, dtype=torch.int64, device=device),
-            torch.tensor(flat, dtype=torch.int64, device=device).reshape(-1))
+    return (
+        torch.tensor(indptr, dtype=torch.int64, device=device),
+        torch.tensor(flat, dtype=torch.int64, device=device).reshape(-1),
+    )
 
 
 def child_pythonpath() -> str:

@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 FLOAT_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 
 
-def bucket_scores(shape: tuple[int, ...], dtype: torch.dtype, seed: int, ties: bool = False,
-                  specials: bool = False) -> torch.Tensor:
+def bucket_scores(
+    shape: tuple[int, ...], dtype: torch.dtype, seed: int, ties: bool = False, specials: bool = False
+) -> torch.Tensor:
     """Random log-probability-like scores; ``ties`` draws from 4 values, ``specials`` sprinkles NaN/±inf."""
     g = torch.Generator().manual_seed(seed)
     if ties:
@@ -28,10 +29,16 @@ def bucket_scores(shape: tuple[int, ...], dtype: torch.dtype, seed: int, ties: b
 def merge_problems(draw, max_p: int = 200):
     """(R, N, B, p, dtype, reduce, seed, ties, specials) for bucket_merge-style tests."""
     return dict(
-        r=draw(st.integers(1, 6)), n=draw(st.integers(0, 6)), b=draw(st.integers(1, 40)),
-        p=draw(st.integers(0, max_p)), dtype=draw(st.sampled_from(FLOAT_DTYPES)),
-        reduce=draw(st.sampled_from(["mean", "median"])), seed=draw(st.integers(0, 2**32 - 1)),
-        ties=draw(st.booleans()), specials=draw(st.booleans()))
+        r=draw(st.integers(1, 6)),
+        n=draw(st.integers(0, 6)),
+        b=draw(st.integers(1, 40)),
+        p=draw(st.integers(0, max_p)),
+        dtype=draw(st.sampled_from(FLOAT_DTYPES)),
+        reduce=draw(st.sampled_from(["mean", "median"])),
+        seed=draw(st.integers(0, 2**32 - 1)),
+        ties=draw(st.booleans()),
+        specials=draw(st.booleans()),
+    )
 
 
 def assert_same(got: torch.Tensor, want: torch.Tensor) -> None:

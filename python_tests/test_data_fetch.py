@@ -15,8 +15,19 @@ from pathlib import Path
 import pytest
 
 from fedkernels.cli import main
-from fedkernels.data import (DownloadError, RemoteDataset, RemoteFile, cache_dir, fetch, get_remote, is_fetched,
-                             load_dataset, register, remote_datasets, unregister)
+from fedkernels.data import (
+    DownloadError,
+    RemoteDataset,
+    RemoteFile,
+    cache_dir,
+    fetch,
+    get_remote,
+    is_fetched,
+    load_dataset,
+    register,
+    remote_datasets,
+    unregister,
+)
 from fedkernels.data.fetcher import MARKER, download
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -117,14 +128,24 @@ def test_cache_dir_env(monkeypatch, tmp_path):
 def test_get_bibtex_from_loopback_and_run_it(serve, cache, registered, capsys, tmp_path):
     base = serve(SHARED)
     sha = hashlib.sha256((SHARED / "bibtex" / "train.txt").read_bytes()).hexdigest()
-    registered(RemoteDataset("bibtex-loopback", (RemoteFile(f"{base}/bibtex/train.txt", "tr.txt", sha),
-                                                 RemoteFile(f"{base}/bibtex/test.txt", "te.txt")),
-                             "tr.txt", "te.txt", "xc", 1836, 159, 4880, 2515))
+    registered(
+        RemoteDataset(
+            "bibtex-loopback",
+            (RemoteFile(f"{base}/bibtex/train.txt", "tr.txt", sha), RemoteFile(f"{base}/bibtex/test.txt", "te.txt")),
+            "tr.txt",
+            "te.txt",
+            "xc",
+            1836,
+            159,
+            4880,
+            2515,
+        )
+    )
     assert main(["data", "get", "bibtex-loopback", "--no-progress"]) == 0
     out = capsys.readouterr().out
     te_sha = hashlib.sha256((SHARED / "bibtex" / "test.txt").read_bytes()).hexdigest()
     assert f"te.txt: SHA-256 {te_sha} (no checksum recorded" in out  # printed, not invented
-    assert f"tr.txt: SHA-256" not in out  # recorded, so verified silently
+    assert "tr.txt: SHA-256" not in out  # recorded, so verified silently
     folder = cache / "bibtex-loopback"
     assert (folder / "train.txt").read_bytes() == (SHARED / "bibtex" / "train.txt").read_bytes()
     assert (folder / MARKER).is_file() and is_fetched("BIBTEX-loopback")
@@ -132,9 +153,31 @@ def test_get_bibtex_from_loopback_and_run_it(serve, cache, registered, capsys, t
     assert (len(ds.train), len(ds.test), ds.num_features, ds.num_classes) == (4880, 2515, 1836, 159)
     assert main(["data", "list"]) == 0 and "bibtex-loopback" in capsys.readouterr().out
     # `fedkernels run --dataset NAME` reads it from the cache
-    assert main(["run", "--dataset", "bibtex-loopback", "--rounds", "1", "--clients", "2", "--clients-per-round", "1",
-                 "--algorithms", "FedAvg", "--option", "FedAvg.hidden=[8]", "--no-progress", "--max-test", "200",
-                 "--output", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--dataset",
+                "bibtex-loopback",
+                "--rounds",
+                "1",
+                "--clients",
+                "2",
+                "--clients-per-round",
+                "1",
+                "--algorithms",
+                "FedAvg",
+                "--option",
+                "FedAvg.hidden=[8]",
+                "--no-progress",
+                "--max-test",
+                "200",
+                "--output",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     assert "dataset " in capsys.readouterr().out
 
 
@@ -147,8 +190,14 @@ def test_zip_archive_is_unpacked_and_placed(serve, cache, registered, tmp_path):
         z.writestr("Small/small_test.txt", XC_SMALL)
     (site / "Small.zip").write_bytes(buf.getvalue())
     sha = hashlib.sha256(buf.getvalue()).hexdigest()
-    registered(RemoteDataset("small-zip", (RemoteFile(serve(site) + "/Small.zip", "Small.zip", sha, "zip"),),
-                             "Small/small_train.txt", "Small/small_test.txt"))
+    registered(
+        RemoteDataset(
+            "small-zip",
+            (RemoteFile(serve(site) + "/Small.zip", "Small.zip", sha, "zip"),),
+            "Small/small_train.txt",
+            "Small/small_test.txt",
+        )
+    )
     folder = fetch("small-zip", progress=False)
     assert (folder / "train.txt").read_text() == XC_SMALL and not (folder / "Small.zip").exists()
     ds = load_dataset("small-zip")
@@ -207,9 +256,17 @@ def test_html_page_instead_of_file(serve, tmp_path):
 
 
 def test_cli_reports_network_errors(cache, registered, capsys):
-    registered(RemoteDataset("refused", (RemoteFile(f"http://127.0.0.1:{free_port()}/x.txt", "x.txt"),
-                                         RemoteFile(f"http://127.0.0.1:{free_port()}/y.txt", "y.txt")),
-                             "x.txt", "y.txt"))
+    registered(
+        RemoteDataset(
+            "refused",
+            (
+                RemoteFile(f"http://127.0.0.1:{free_port()}/x.txt", "x.txt"),
+                RemoteFile(f"http://127.0.0.1:{free_port()}/y.txt", "y.txt"),
+            ),
+            "x.txt",
+            "y.txt",
+        )
+    )
     assert main(["data", "get", "refused", "--no-progress"]) == 2
     assert "connection refused" in capsys.readouterr().err
     assert not is_fetched("refused") and not (cache / "refused").exists()  # nothing half-fetched is kept
@@ -217,8 +274,11 @@ def test_cli_reports_network_errors(cache, registered, capsys):
 
 def test_bad_archive_without_checksum(serve, cache, registered, tmp_path):
     (tmp_path / "Bad.zip").write_bytes(b"PK but not really a zip")
-    registered(RemoteDataset("bad-zip", (RemoteFile(serve(tmp_path) + "/Bad.zip", "Bad.zip", None, "zip"),),
-                             "a_train.txt", "a_test.txt"))
+    registered(
+        RemoteDataset(
+            "bad-zip", (RemoteFile(serve(tmp_path) + "/Bad.zip", "Bad.zip", None, "zip"),), "a_train.txt", "a_test.txt"
+        )
+    )
     with pytest.raises(DownloadError, match="Bad.zip is not a valid zip archive"):
         fetch("bad-zip", progress=False)
     assert not (cache / "bad-zip").exists()

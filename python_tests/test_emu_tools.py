@@ -8,37 +8,49 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
-import emu_coverage  # noqa: E402
-import emu_rewrite  # noqa: E402
+import emu_coverage
+import emu_rewrite
 
 
 def test_launch_rewrite_keeps_everything_else() -> None:
-    src = ("  ns::k<T, acc_t><<<grid_for(n), 256, 0, at::cuda::getCurrentCUDAStream()>>>(a, f(b, c));\n"
-           "  plain<<<1, 32>>>();\n")
+    src = (
+        "  ns::k<T, acc_t><<<grid_for(n), 256, 0, at::cuda::getCurrentCUDAStream()>>>(a, f(b, c));\n"
+        "  plain<<<1, 32>>>();\n"
+    )
     out = emu_rewrite.rewrite(src)
-    assert out == ('  ::fk_emu::launch("k", ns::k<T, acc_t>, ::fk_emu::Config(grid_for(n), 256, 0, '
-                   'at::cuda::getCurrentCUDAStream()), a, f(b, c));\n'
-                   '  ::fk_emu::launch("plain", plain, ::fk_emu::Config(1, 32));\n')
+    assert out == (
+        '  ::fk_emu::launch("k", ns::k<T, acc_t>, ::fk_emu::Config(grid_for(n), 256, 0, '
+        "at::cuda::getCurrentCUDAStream()), a, f(b, c));\n"
+        '  ::fk_emu::launch("plain", plain, ::fk_emu::Config(1, 32));\n'
+    )
     assert out.count("\n") == src.count("\n")  # lines stay where they were (the #line mapping holds)
 
 
 def test_shared_declarations_become_references() -> None:
-    src = ("  __shared__ ACC tile[kCols][kDims + 1];\n"
-           "  __shared__ typename Reduce::TempStorage tmp;\n"
-           "  // a __shared__ word in a comment; stays\n")
+    src = (
+        "  __shared__ ACC tile[kCols][kDims + 1];\n"
+        "  __shared__ typename Reduce::TempStorage tmp;\n"
+        "  // a __shared__ word in a comment; stays\n"
+    )
     out = emu_rewrite.rewrite(src).splitlines()
-    assert out[0] == ('  static ::fk_emu::SharedSlot fk_emu_slot_tile(sizeof(ACC[kCols][kDims + 1]), '
-                      'alignof(ACC[kCols][kDims + 1]), "tile"); ACC (&tile)[kCols][kDims + 1] = '
-                      '*reinterpret_cast<ACC (*)[kCols][kDims + 1]>(fk_emu_slot_tile.get());')
-    assert out[1].endswith("typename Reduce::TempStorage &tmp = "
-                           "*reinterpret_cast<typename Reduce::TempStorage (*)>(fk_emu_slot_tmp.get());")
+    assert out[0] == (
+        "  static ::fk_emu::SharedSlot fk_emu_slot_tile(sizeof(ACC[kCols][kDims + 1]), "
+        'alignof(ACC[kCols][kDims + 1]), "tile"); ACC (&tile)[kCols][kDims + 1] = '
+        "*reinterpret_cast<ACC (*)[kCols][kDims + 1]>(fk_emu_slot_tile.get());"
+    )
+    assert out[1].endswith(
+        "typename Reduce::TempStorage &tmp = "
+        "*reinterpret_cast<typename Reduce::TempStorage (*)>(fk_emu_slot_tmp.get());"
+    )
     assert out[2] == "  // a __shared__ word in a comment; stays"
 
 
 def test_global_kernel_names() -> None:
-    src = ("// __global__ void in_comment(int);\n"
-           "template <typename T>\n__global__ void __launch_bounds__(256, K <= 8 ? 4 : 2)\n  scan(const T* x) {}\n"
-           "__global__ void plain_kernel(int n) {}\n/* __global__ void gone() */\n")
+    src = (
+        "// __global__ void in_comment(int);\n"
+        "template <typename T>\n__global__ void __launch_bounds__(256, K <= 8 ? 4 : 2)\n  scan(const T* x) {}\n"
+        "__global__ void plain_kernel(int n) {}\n/* __global__ void gone() */\n"
+    )
     assert emu_rewrite.global_kernels(src) == ["scan", "plain_kernel"]
 
 

@@ -45,14 +45,15 @@ def warp_ops_reference(x: list[int]) -> list[list[int]]:
     out = []
     for t in range(64):
         w, lane = t // 32, t % 32
-        warp = x[w * 32:(w + 1) * 32]
+        warp = x[w * 32 : (w + 1) * 32]
         seg = (lane // 16) * 16
         up = warp[lane - 1] if lane - 1 >= seg else warp[lane]
         down = warp[lane + 3] if lane + 3 < 32 else warp[lane]
         idx = warp[(lane // 8) * 8 + 5]
         ballot = sum(1 << m for m in range(32) if warp[m] & 1)
-        out.append([sum(warp), up, down, idx, ballot, int(any(v > 60 for v in warp)),
-                    int(all(v >= 0 for v in warp)), sum(x)])
+        out.append(
+            [sum(warp), up, down, idx, ballot, int(any(v > 60 for v in warp)), int(all(v >= 0 for v in warp)), sum(x)]
+        )
     return out
 
 
@@ -90,8 +91,9 @@ def test_uninitialised_shared_read_is_caught() -> None:
     assert torch.isnan(torch.ops.fk_emu_selftest.block_sum(x, 1))  # the 0xFF poison shows the unwritten slot
 
 
-@pytest.mark.parametrize("variant, message", [(0, "divergent __syncthreads"), (1, "deadlock"),
-                                              (2, "names lane 16, which has exited")])
+@pytest.mark.parametrize(
+    "variant, message", [(0, "divergent __syncthreads"), (1, "deadlock"), (2, "names lane 16, which has exited")]
+)
 def test_barrier_misuse_raises_instead_of_hanging(variant: int, message: str) -> None:
     with pytest.raises(RuntimeError, match=message):
         torch.ops.fk_emu_selftest.barrier_misuse(torch.zeros(64), variant)
@@ -143,7 +145,12 @@ print("no report")
 def test_out_of_bounds_access_is_reported_by_asan(where: int, report: str) -> None:
     if emu().checks != "asan":
         pytest.skip("needs the ASan build of the emulator (tools/emulate.py test --checks asan)")
-    child = subprocess.run([sys.executable, "-c", ASAN_CHILD.format(where=where)], capture_output=True, text=True,
-                           env=dict(os.environ), timeout=120)
+    child = subprocess.run(
+        [sys.executable, "-c", ASAN_CHILD.format(where=where)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=120,
+    )
     assert child.returncode != 0 and "no report" not in child.stdout
     assert "AddressSanitizer" in child.stderr and report in child.stderr, child.stderr[-2000:]

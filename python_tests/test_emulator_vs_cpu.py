@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 import fedkernels
 
@@ -45,8 +46,9 @@ def assert_same(cpu, cuda) -> None:
     assert len(cpu) == len(cuda)
     for a, b in zip(cpu, cuda):
         assert a.dtype == b.dtype and a.shape == b.shape
-        assert torch.equal(a.view(torch.uint8) if a.is_floating_point() else a,
-                           b.view(torch.uint8) if b.is_floating_point() else b), (a, b)
+        assert torch.equal(
+            a.view(torch.uint8) if a.is_floating_point() else a, b.view(torch.uint8) if b.is_floating_point() else b
+        ), (a, b)
 
 
 def csr(rng: torch.Generator, n: int, p: int, max_labels: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,11 +69,21 @@ def test_sketch_hashing(seed: int, n: int, r: int, b: int) -> None:
     assert_same(OPS.hash_buckets.default(ids, hf.params, b), on_cuda(OPS.hash_buckets.default, ids, hf.params, b))
     indptr, indices = csr(rng, n, 1000, 30)
     table = hf.table(1000)
-    assert_same(OPS.label_hash.default(indptr, indices, table, b), on_cuda(OPS.label_hash.default, indptr, indices, table, b))
+    assert_same(
+        OPS.label_hash.default(indptr, indices, table, b), on_cuda(OPS.label_hash.default, indptr, indices, table, b)
+    )
 
 
-@given(seed=seeds, n=st.integers(0, 12), r=st.integers(1, 5), b=st.integers(1, 64), p=st.integers(1, 400),
-       dtype=float_dtypes, reduce=st.sampled_from(["mean", "median"]), k=st.integers(1, 20))
+@given(
+    seed=seeds,
+    n=st.integers(0, 12),
+    r=st.integers(1, 5),
+    b=st.integers(1, 64),
+    p=st.integers(1, 400),
+    dtype=float_dtypes,
+    reduce=st.sampled_from(["mean", "median"]),
+    k=st.integers(1, 20),
+)
 def test_sketch_merge_and_query(seed: int, n: int, r: int, b: int, p: int, dtype, reduce: str, k: int) -> None:
     rng = torch.Generator().manual_seed(seed)
     hf = fedkernels.HashFamily(r, b, seed)
@@ -79,30 +91,41 @@ def test_sketch_merge_and_query(seed: int, n: int, r: int, b: int, p: int, dtype
     logp = torch.nn.functional.logsigmoid(torch.randn(r, n, b, generator=rng)).to(dtype)
     assert_same(OPS.bucket_merge.default(logp, table, reduce), on_cuda(OPS.bucket_merge.default, logp, table, reduce))
     k = min(k, p)
-    assert_same(OPS.bucket_merge_topk.default(logp, table, k, reduce),
-                on_cuda(OPS.bucket_merge_topk.default, logp, table, k, reduce))
+    assert_same(
+        OPS.bucket_merge_topk.default(logp, table, k, reduce),
+        on_cuda(OPS.bucket_merge_topk.default, logp, table, k, reduce),
+    )
     grad = torch.randn(n, p, generator=rng).to(dtype)
-    assert_same(OPS.bucket_merge_backward.default(grad, table, b),
-                on_cuda(OPS.bucket_merge_backward.default, grad, table, b))
+    assert_same(
+        OPS.bucket_merge_backward.default(grad, table, b), on_cuda(OPS.bucket_merge_backward.default, grad, table, b)
+    )
     x = torch.randn(n, p, generator=rng).to(dtype)
     assert_same(OPS.count_sketch.default(x, table, signs, b), on_cuda(OPS.count_sketch.default, x, table, signs, b))
     m = torch.randn(n, r, b, generator=rng).to(dtype)
-    assert_same(OPS.count_sketch_query.default(m, table, signs, reduce),
-                on_cuda(OPS.count_sketch_query.default, m, table, signs, reduce))
+    assert_same(
+        OPS.count_sketch_query.default(m, table, signs, reduce),
+        on_cuda(OPS.count_sketch_query.default, m, table, signs, reduce),
+    )
 
 
 @given(seed=seeds, clients=st.integers(0, 6), p=st.integers(20, 500), m=st.integers(0, 8))
 def test_sampled_negatives(seed: int, clients: int, p: int, m: int) -> None:
     rng = torch.Generator().manual_seed(seed)
     positives = torch.randperm(p, generator=rng)[: p // 3]
-    assert_same(OPS.sample_negatives.default(positives, p, m, seed),
-                on_cuda(OPS.sample_negatives.default, positives, p, m, seed))
-    rows = [torch.unique(torch.randint(0, p, (int(torch.randint(0, 6, (1,), generator=rng)),), generator=rng))
-            for _ in range(clients)]
+    assert_same(
+        OPS.sample_negatives.default(positives, p, m, seed),
+        on_cuda(OPS.sample_negatives.default, positives, p, m, seed),
+    )
+    rows = [
+        torch.unique(torch.randint(0, p, (int(torch.randint(0, 6, (1,), generator=rng)),), generator=rng))
+        for _ in range(clients)
+    ]
     indptr = torch.tensor([0] + [len(r) for r in rows]).cumsum(0)
     indices = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
-    assert_same(fedkernels.sample_negatives_batched(indptr, indices, p, m, seed),
-                routed(lambda: fedkernels.sample_negatives_batched(indptr, indices, p, m, seed)))
+    assert_same(
+        fedkernels.sample_negatives_batched(indptr, indices, p, m, seed),
+        routed(lambda: fedkernels.sample_negatives_batched(indptr, indices, p, m, seed)),
+    )
 
 
 @given(seed=seeds, n=st.integers(1, 30), t=st.integers(0, 60), d=st.integers(1, 1100), dtype=float_dtypes)
@@ -118,8 +141,14 @@ def test_scatter_rows_mean(seed: int, n: int, t: int, d: int, dtype) -> None:
     assert_same(a, b)
 
 
-@given(seed=seeds, n=st.integers(0, 50), s=st.integers(1, 300), d=st.integers(1, 40), bias=st.booleans(),
-       chunk=st.sampled_from([0, 7, 64]))
+@given(
+    seed=seeds,
+    n=st.integers(0, 50),
+    s=st.integers(1, 300),
+    d=st.integers(1, 40),
+    bias=st.booleans(),
+    chunk=st.sampled_from([0, 7, 64]),
+)
 def test_linear_cross_entropy(seed: int, n: int, s: int, d: int, bias: bool, chunk: int) -> None:
     # The forward's per-chunk GEMM is the same at::mm on both, but the CPU kernel blocks classes its
     # own way: losses agree to float32 rounding of a log-sum-exp, not bit for bit.
@@ -133,24 +162,36 @@ def test_linear_cross_entropy(seed: int, n: int, s: int, d: int, bias: bool, chu
         torch.testing.assert_close(x, y, rtol=2e-6, atol=2e-6)
 
 
-@given(seed=seeds, sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=8), dtype=float_dtypes,
-       fraction=st.floats(0.01, 1.0))
+@given(
+    seed=seeds,
+    sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=8),
+    dtype=float_dtypes,
+    fraction=st.floats(0.01, 1.0),
+)
 def test_select_family(seed: int, sizes: list[int], dtype, fraction: float) -> None:
     rng = torch.Generator().manual_seed(seed)
     old = [torch.randn(n, generator=rng).to(dtype) for n in sizes]
     new = [o + torch.randn(o.shape, generator=rng).to(dtype) for o in old]
     # Norms: CUB's block tree (CUDA) and 16 lanes (CPU) sum in different fixed orders.
-    torch.testing.assert_close(on_cuda(OPS.delta_norms.default, new, old, False),
-                               OPS.delta_norms.default(new, old, False), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        on_cuda(OPS.delta_norms.default, new, old, False),
+        OPS.delta_norms.default(new, old, False),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     norms = OPS.delta_norms.default(new, old, False)
     gaps = norms.sort().values.diff().abs()
     if norms.numel() < 2 or float(gaps.min()) > 1e-3 * float(norms.max()):  # no near-tie the order could flip
-        assert_same(OPS.select_topk_tensors.default(new, old, fraction, False),
-                    on_cuda(OPS.select_topk_tensors.default, new, old, fraction, False))
+        assert_same(
+            OPS.select_topk_tensors.default(new, old, fraction, False),
+            on_cuda(OPS.select_topk_tensors.default, new, old, fraction, False),
+        )
     # Masked averaging: each element is the same weighted sum in client order on both devices.
     picked = [i for i in range(len(sizes)) if i % 2 == 0]
-    sent = [(torch.tensor(picked, dtype=torch.long), [new[i] for i in picked], 2.0),
-            (torch.tensor(list(range(len(sizes))), dtype=torch.long), list(old), 1.0)]
+    sent = [
+        (torch.tensor(picked, dtype=torch.long), [new[i] for i in picked], 2.0),
+        (torch.tensor(list(range(len(sizes))), dtype=torch.long), list(old), 1.0),
+    ]
     cpu_dst, cuda_dst = [o.clone() for o in old], [o.clone() for o in old]
     fedkernels.masked_weighted_average(cpu_dst, sent)
     routed(lambda: fedkernels.masked_weighted_average(cuda_dst, sent))
@@ -158,8 +199,14 @@ def test_select_family(seed: int, sizes: list[int], dtype, fraction: float) -> N
         assert_same(a, b)
 
 
-@given(seed=seeds, rows=st.integers(0, 5), d=st.integers(1, 300), lam=st.floats(0.0, 3.0),
-       anchored=st.booleans(), dtype=st.sampled_from([torch.float32, torch.float64]))
+@given(
+    seed=seeds,
+    rows=st.integers(0, 5),
+    d=st.integers(1, 300),
+    lam=st.floats(0.0, 3.0),
+    anchored=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
 def test_prox_tv1d(seed: int, rows: int, d: int, lam: float, anchored: bool, dtype) -> None:
     rng = torch.Generator().manual_seed(seed)
     z = torch.randn(rows, d, generator=rng).to(dtype)
@@ -169,8 +216,14 @@ def test_prox_tv1d(seed: int, rows: int, d: int, lam: float, anchored: bool, dty
     assert_same(cpu, cuda)  # the same sequential FK_HOST_DEVICE solver per row
 
 
-@given(seed=seeds, c=st.integers(2, 80), d=st.integers(1, 70), k=st.integers(1, 12),
-       metric=st.sampled_from(["l2", "cosine"]), dtype=float_dtypes)
+@given(
+    seed=seeds,
+    c=st.integers(2, 80),
+    d=st.integers(1, 70),
+    k=st.integers(1, 12),
+    metric=st.sampled_from(["l2", "cosine"]),
+    dtype=float_dtypes,
+)
 def test_spread_family(seed: int, c: int, d: int, k: int, metric: str, dtype) -> None:
     rng = torch.Generator().manual_seed(seed)
     W = torch.randn(c, d, generator=rng).to(dtype)
@@ -182,12 +235,17 @@ def test_spread_family(seed: int, c: int, d: int, k: int, metric: str, dtype) ->
     indices = torch.randint(0, c, (c, 3), generator=rng).sort(1).values.flatten()
     values = torch.rand(3 * c, generator=rng)
     if bool((indices.view(c, 3).diff(1) > 0).all()):  # the pair-weight CSR needs strictly sorted rows
-        assert_same(OPS.pair_weight_gather.default(indptr, indices, values, idx),
-                    on_cuda(OPS.pair_weight_gather.default, indptr, indices, values, idx))
+        assert_same(
+            OPS.pair_weight_gather.default(indptr, indices, values, idx),
+            on_cuda(OPS.pair_weight_gather.default, indptr, indices, values, idx),
+        )
     loss_cpu = OPS.spreadout_pair_loss.default(W, idx, weight, 1.0, metric)
     loss_cuda = on_cuda(OPS.spreadout_pair_loss.default, W, idx, weight, 1.0, metric)
     torch.testing.assert_close(loss_cuda, loss_cpu, rtol=1e-12 if dtype == torch.float64 else 1e-6, atol=0)
     g = torch.tensor(1.5, dtype=loss_cpu.dtype)
-    torch.testing.assert_close(on_cuda(OPS.spreadout_pair_loss_backward.default, g, W, idx, weight, 1.0, metric),
-                               OPS.spreadout_pair_loss_backward.default(g, W, idx, weight, 1.0, metric),
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        on_cuda(OPS.spreadout_pair_loss_backward.default, g, W, idx, weight, 1.0, metric),
+        OPS.spreadout_pair_loss_backward.default(g, W, idx, weight, 1.0, metric),
+        rtol=1e-5,
+        atol=1e-6,
+    )

@@ -16,22 +16,35 @@ import fedkernels
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 BIBTEX = ROOT.parent / "shared" / "data" / "bibtex"
-needs_bibtex = pytest.mark.skipif(not (BIBTEX / "train.txt").is_file(),
-                                  reason="../shared/data/bibtex (the real Bibtex data) is absent on this machine")
+needs_bibtex = pytest.mark.skipif(
+    not (BIBTEX / "train.txt").is_file(),
+    reason="../shared/data/bibtex (the real Bibtex data) is absent on this machine",
+)
 
 
 def run_example(tmp_path: Path, script: str, *args: str, timeout: float = 240) -> str:
     """Run ``examples/<script>`` in ``tmp_path``; PYTHONPATH holds only the folder fedkernels comes from."""
     env = {**os.environ, "PYTHONPATH": str(Path(fedkernels.__file__).resolve().parents[1])}
-    done = subprocess.run([sys.executable, str(EXAMPLES / script), *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert done.returncode == 0, f"{script} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
 
 def test_every_example_is_tested():
-    tested = {"bibtex_heads.py", "compile_ops.py", "custom_strategy.py", "flower_app/run_local.py",
-              "flower_app/fk_example_app.py"}
+    tested = {
+        "bibtex_heads.py",
+        "compile_ops.py",
+        "custom_strategy.py",
+        "flower_app/run_local.py",
+        "flower_app/fk_example_app.py",
+    }
     assert {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*.py")} == tested
 
 
@@ -41,15 +54,21 @@ def test_bibtex_heads(tmp_path):
     rows = re.findall(r"head=(\w+)\s+loss ([\d.]+) -> ([\d.]+)\s+test P@1 ([\d.]+)\s+\(label prior P@1 ([\d.]+)\)", out)
     assert [r[0] for r in rows] == ["linear", "fedmlh", "sampled"], out
     for head, first, last, p1, prior in rows:
-        assert float(last) < 0.8 * float(first), (head, out)        # the loss went down
-        assert float(p1) > float(prior) + 0.2, (head, out)          # far above always guessing the top label
+        assert float(last) < 0.8 * float(first), (head, out)  # the loss went down
+        assert float(p1) > float(prior) + 0.2, (head, out)  # far above always guessing the top label
         assert float(p1) > 0.4, (head, out)
 
 
 def test_bibtex_heads_missing_data_is_a_clear_error(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(fedkernels.__file__).resolve().parents[1])}
-    done = subprocess.run([sys.executable, str(EXAMPLES / "bibtex_heads.py"), "--data", str(tmp_path / "none")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "bibtex_heads.py"), "--data", str(tmp_path / "none")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "pass --data FOLDER" in done.stderr
 
 

@@ -8,21 +8,32 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedkernels.data import (dirichlet_partition, fedmlh_partition, frequent_classes, iid_partition, label_counts,
-                             make_clients, one_label_per_client, synthetic_multilabel)
+from fedkernels.data import (
+    dirichlet_partition,
+    fedmlh_partition,
+    frequent_classes,
+    iid_partition,
+    label_counts,
+    make_clients,
+    one_label_per_client,
+    synthetic_multilabel,
+)
 from python_tests.helpers import csr_from_lists
 
 
 def _labels_of(shard, i):
-    return shard.indices[shard.indptr[i]:shard.indptr[i + 1]].tolist()
+    return shard.indices[shard.indptr[i] : shard.indptr[i + 1]].tolist()
 
 
 def _row_labels(indptr, indices, r):
-    return indices[indptr[r]:indptr[r + 1]].tolist()
+    return indices[indptr[r] : indptr[r + 1]].tolist()
 
 
-label_sets = st.integers(1, 12).flatmap(lambda p: st.tuples(
-    st.just(p), st.lists(st.lists(st.integers(0, p - 1), max_size=4, unique=True), min_size=1, max_size=40)))
+label_sets = st.integers(1, 12).flatmap(
+    lambda p: st.tuples(
+        st.just(p), st.lists(st.lists(st.integers(0, p - 1), max_size=4, unique=True), min_size=1, max_size=40)
+    )
+)
 
 
 @given(label_sets, st.integers(1, 6), st.integers(0, 15), st.integers(0, 2**32))
@@ -96,6 +107,7 @@ def test_dirichlet_skew_grows_as_beta_shrinks():
     def skew(beta):  # mean over clients of the share of its most common primary label
         shards = dirichlet_partition(d.indptr, d.indices, 20, 5, beta, seed=1)
         return np.mean([np.bincount(s.indices, minlength=20).max() / len(s) for s in shards])
+
     assert skew(0.05) > skew(100.0) + 0.2
 
 
@@ -134,7 +146,7 @@ def test_synthetic_power_law_and_learnable():
     counts = np.sort(label_counts(d.indptr, d.indices, 100))[::-1]
     assert counts[0] > 10 * counts[50]  # head much heavier than the middle of the tail
     for r in range(len(d)):  # sorted, distinct labels per sample
-        lab = d.indices[d.indptr[r]:d.indptr[r + 1]]
+        lab = d.indices[d.indptr[r] : d.indptr[r + 1]]
         assert torch.all(lab[1:] > lab[:-1])
     # informative: nearest class prototype (least squares on one-hot) beats chance by far
     y = d.dense_labels()

@@ -40,15 +40,18 @@ def test_reader_handmade(tmp_path):
     assert d.features.dtype == np.float32
 
 
-@pytest.mark.parametrize("text, match", [
-    ("2 3\n", "header"),
-    ("1 3 2\n5 0:1\n", "label id 5 out of range"),
-    ("1 3 2\n0 7:1\n", "feature id 7 out of range"),
-    ("1 3 2\n0 1-1\n", "bad feature"),
-    ("1 3 2\n0 1:x\n", "bad feature value"),
-    ("3 3 2\n0 1:1\n", "N=3"),
-    ("", "empty file"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("2 3\n", "header"),
+        ("1 3 2\n5 0:1\n", "label id 5 out of range"),
+        ("1 3 2\n0 7:1\n", "feature id 7 out of range"),
+        ("1 3 2\n0 1-1\n", "bad feature"),
+        ("1 3 2\n0 1:x\n", "bad feature value"),
+        ("3 3 2\n0 1:1\n", "N=3"),
+        ("", "empty file"),
+    ],
+)
 def test_reader_rejects(tmp_path, text, match):
     p = tmp_path / "bad.txt"
     p.write_text(text)
@@ -67,8 +70,10 @@ def _xc_text(rows_labels, rows_feats, f, l):
 def test_reader_and_hashing_match_reference(f, l, data):
     n = data.draw(st.integers(0, 8))
     labs = [data.draw(st.lists(st.integers(0, l - 1), max_size=4)) for _ in range(n)]
-    fs = [data.draw(st.lists(st.tuples(st.integers(0, f - 1), st.sampled_from([1, 0.5, 2.25, -3])), max_size=5))
-          for _ in range(n)]
+    fs = [
+        data.draw(st.lists(st.tuples(st.integers(0, f - 1), st.sampled_from([1, 0.5, 2.25, -3])), max_size=5))
+        for _ in range(n)
+    ]
     text = _xc_text(labs, fs, f, l)
     with tempfile.TemporaryDirectory() as td:
         p = Path(td) / "x.txt"

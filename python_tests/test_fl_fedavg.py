@@ -66,5 +66,6 @@ def test_bad_config():
 
 def test_payload_rejects_garbage():
     from fedkernels.fl import decode
+
     with pytest.raises(PayloadError, match="safetensors"):
         decode(b"\x00\x01garbage")

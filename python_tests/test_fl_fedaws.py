@@ -25,7 +25,7 @@ def one_label_clients(n: int = 240, seed: int = 0) -> list[ClientData]:
     data = tiny_dataset(n, num_classes=NUM_CLASSES, seed=seed)
     clients = []
     for c in range(NUM_CLASSES):
-        rows = [i for i in range(n) if c in data.indices[data.indptr[i]:data.indptr[i + 1]].tolist()]
+        rows = [i for i in range(n) if c in data.indices[data.indptr[i] : data.indptr[i + 1]].tolist()]
         x = data.x[torch.tensor(rows)]
         clients.append(ClientData(x, torch.arange(len(rows) + 1), torch.full((len(rows),), c), NUM_CLASSES))
     return clients
@@ -35,8 +35,11 @@ def _server(cls=FedAwS, seed=0, rounds=2, **kw):
     cfg = RunConfig(rounds=rounds, clients_per_round=3, train=TrainConfig(epochs=1, batch_size=16, lr=0.1), seed=seed)
     if cls is not FedAwS:  # the clients' secret: same secret and seed, same run (the seed alone cannot give it)
         kw.setdefault("client_secret", b"test clients' shared secret")
-    strategy = cls(dim=8, hidden=(16,), k=3, **kw) if cls is not FedALCFixed else cls(dim=8, hidden=(16,), k=3,
-                                                                                       fixed_steps=30, **kw)
+    strategy = (
+        cls(dim=8, hidden=(16,), k=3, **kw)
+        if cls is not FedALCFixed
+        else cls(dim=8, hidden=(16,), k=3, fixed_steps=30, **kw)
+    )
     return Server(strategy, one_label_clients(), 16, NUM_CLASSES, cfg)
 
 
@@ -127,7 +130,8 @@ def test_rejects_multi_label_client():
 def test_spreadout_step_uses_compiled_op(monkeypatch):
     calls = []
     real = fedkernels.ops.spread.spreadout_loss
-    monkeypatch.setattr("fedkernels.fl.algorithms.fedaws.spreadout_loss",
-                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(
+        "fedkernels.fl.algorithms.fedaws.spreadout_loss", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
     _server(FedALC).run_round()
     assert calls

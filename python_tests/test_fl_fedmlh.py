@@ -10,7 +10,6 @@ from fedkernels.fl import RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms.fedmlh import HASH_KEY, FedMLH, per_table_average
 from python_tests.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients, tiny_dataset
 
-
 R, B = 3, 4
 
 
@@ -95,6 +94,7 @@ def test_training_improves_precision():
 
 def test_fewer_bytes_than_fedavg_when_buckets_are_few():
     from fedkernels.fl import FedAvg
+
     p, f = 400, 16
     mlh = FedMLH(num_tables=2, num_buckets=20, hidden=(8,))
     avg = FedAvg(hidden=(8,))

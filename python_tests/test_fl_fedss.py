@@ -101,6 +101,7 @@ def test_hot_paths_use_the_compiled_ops(monkeypatch):
         def wrapper(*a, **k):
             calls[name] += 1
             return real(*a, **k)
+
         monkeypatch.setattr(module, name, wrapper)
 
     counting(fedss_mod, "sample_negatives")

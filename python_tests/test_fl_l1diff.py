@@ -9,8 +9,8 @@ import fedkernels
 from fedkernels.comm import decode_runs, encode_runs
 from fedkernels.fl import PayloadError, RunConfig, Server, TrainConfig, decode, encode
 from fedkernels.fl.algorithms import L1Diff, L1DiffNetwork
-from fedkernels.fl.algorithms.l1diff_codec import full_gradient, l1diff_direction
 from fedkernels.fl.algorithms.fedavg import multilabel_loss
+from fedkernels.fl.algorithms.l1diff_codec import full_gradient, l1diff_direction
 from fedkernels.fl.models import load_state, mlp
 from python_tests.fl_data import assert_training_improves, tiny_clients
 
@@ -153,10 +153,11 @@ def test_corrupt_stream_is_rejected_by_the_loop(cut):
 def _hostile_streams(shape: torch.Size) -> dict[str, bytes]:
     """Streams a hostile client could send for a tensor of ``shape``: each must be rejected."""
     from python_tests.fuzz.codec_streams import AUDIT_V1, stream, v2
+
     wrong = torch.zeros(shape).reshape(-1)[:-1] if torch.Size(shape).numel() else torch.zeros(1)
     return {
-        "bomb": v2(AUDIT_V1["audit_35B_bias_bomb"]),            # 600e6 elements claimed
-        "audit_literal": AUDIT_V1["audit_28B_shape_2pow33"],    # version 1
+        "bomb": v2(AUDIT_V1["audit_35B_bias_bomb"]),  # 600e6 elements claimed
+        "audit_literal": AUDIT_V1["audit_28B_shape_2pow33"],  # version 1
         "numel_2pow64": v2(AUDIT_V1["audit_36B_numel_2pow64"]),
         "zero_beside_huge": v2(AUDIT_V1["audit_zero_beside_huge"]),
         "wrong_shape": encode_runs(wrong),
@@ -167,8 +168,10 @@ def _hostile_streams(shape: torch.Size) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.parametrize("kind", ["bomb", "audit_literal", "numel_2pow64", "zero_beside_huge", "wrong_shape",
-                                  "float16", "nan", "bit_flip", "liar"])
+@pytest.mark.parametrize(
+    "kind",
+    ["bomb", "audit_literal", "numel_2pow64", "zero_beside_huge", "wrong_shape", "float16", "nan", "bit_flip", "liar"],
+)
 def test_hostile_streams_are_rejected_not_crashed(kind):
     """The server decodes each tensor against its expected shape and value dtype before allocating:
     a hostile stream for the bias is recorded as "rejected: ..." (never "crashed"), and the state is
@@ -203,8 +206,10 @@ def test_float16_strategy_expects_float16_streams():
     rec = s.run_round()
     assert not rec.failed
     with pytest.raises(PayloadError, match="holds float32 values, expected float16"):
-        s.strategy._checked.check({n: torch.frombuffer(bytearray(encode_runs(t.float())), dtype=torch.uint8)
-                                   for n, t in s.state.items()}, {n: t.shape for n, t in s.state.items()})
+        s.strategy._checked.check(
+            {n: torch.frombuffer(bytearray(encode_runs(t.float())), dtype=torch.uint8) for n, t in s.state.items()},
+            {n: t.shape for n, t in s.state.items()},
+        )
 
 
 def test_corrupt_upload_is_dropped_not_applied():

@@ -45,6 +45,7 @@ def test_upload_holds_the_most_changed_tensors():
     sent = strategy.client_update(payload, data, s.config.train, 0, 7)
     # retrain with the same seed through FedAvg's update (same model, data, shuffle) to see all changes
     from fedkernels.fl.algorithms import FedAvg
+
     full = FedAvg.client_update(strategy, payload, data, s.config.train, 0, 7)
     change = {n: (full[n].double() - payload[n].double()).norm().item() for n in payload}
     top = sorted(change, key=lambda n: -change[n])[:2]

@@ -12,8 +12,21 @@ from fedkernels.fl import FedAvg
 from fedkernels.fl.experiment import ExperimentConfig, load_config
 from fedkernels.fl.registry import is_registered, make_strategy, strategies
 
-TINY = ["--rounds", "2", "--clients", "3", "--clients-per-round", "2", "--batch-size", "32", "--no-progress",
-        "--algorithms", "FedAvg", "--option", "FedAvg.hidden=[8]"]
+TINY = [
+    "--rounds",
+    "2",
+    "--clients",
+    "3",
+    "--clients-per-round",
+    "2",
+    "--batch-size",
+    "32",
+    "--no-progress",
+    "--algorithms",
+    "FedAvg",
+    "--option",
+    "FedAvg.hidden=[8]",
+]
 TINY_SYNTH = {"num_samples": 300, "num_features": 8, "num_classes": 20}
 
 
@@ -22,7 +35,7 @@ def test_registry_finds_exported_strategies():
     assert reg["fedavg"] is FedAvg and is_registered("FEDAVG")
     s = make_strategy("fedavg", hidden=[4], loss="softmax")
     assert isinstance(s, FedAvg) and s.hidden == (4,)
-    with pytest.raises(ValueError, match="unknown algorithm 'nope'; registered: FedAvg"):
+    with pytest.raises(ValueError, match="unknown algorithm 'nope'; registered: FedAvg, FedALC"):
         make_strategy("nope")
     with pytest.raises(ValueError, match="no option"):
         make_strategy("FedAvg", wings=2)
@@ -104,6 +117,7 @@ def test_info_and_bench(capsys):
 
 def test_demo_compares_fedavg_fedmlh_fedss():
     from fedkernels.cli import demo_config
+
     algos = demo_config()["algorithms"]
     assert algos == ["FedAvg", "FedMLH", "FedSS"] and all(is_registered(a) for a in algos)
     cfg = build_config(parser().parse_args(["run", "--demo", "--rounds", "1"]))

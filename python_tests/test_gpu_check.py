@@ -60,11 +60,13 @@ def _env(path: str, **extra: str) -> dict[str, str]:
 
 
 def _run_tool(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(TOOL), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, str(TOOL), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 # ---- the tool on a machine without a GPU
+
 
 @pytest.mark.parametrize("explicit_paths", [False, True], ids=["defaults", "venv-and-out-given"])
 def test_no_nvidia_smi_exits_2_and_creates_nothing(tmp_path, explicit_paths):
@@ -84,10 +86,13 @@ def test_no_nvidia_smi_exits_2_and_creates_nothing(tmp_path, explicit_paths):
 def test_nvidia_smi_without_driver_exits_2(tmp_path):
     fake = tmp_path / "bin"
     fake.mkdir()
-    _script(fake / "nvidia-smi", "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA "
-                                 "driver.'; exit 9")
-    res = _run_tool(["--venv", str(tmp_path / "venv"), "--out", str(tmp_path / "out" / "g.json")], tmp_path,
-                    _env(str(fake)))
+    _script(
+        fake / "nvidia-smi",
+        "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'; exit 9",
+    )
+    res = _run_tool(
+        ["--venv", str(tmp_path / "venv"), "--out", str(tmp_path / "out" / "g.json")], tmp_path, _env(str(fake))
+    )
     assert res.returncode == 2 and NO_GPU in res.stderr and "could not communicate" in res.stderr
     assert not (tmp_path / "venv").exists() and not (tmp_path / "out").exists()
 
@@ -103,11 +108,12 @@ def test_gpu_listed_but_torch_cannot_use_it(tmp_path):
     _script(fake / "nvidia-smi", "echo 'NVIDIA H100 80GB HBM3, 580.65.06, 9.0, 81559 MiB'")
     nvcc = _script(fake / "nvcc", "echo 'Cuda compilation tools, release 13.0, V13.0.48'")
     before = [p.exists() for p in ROOT_OUTPUTS]
-    res = _run_tool(["--venv", str(venv), "--out", str(tmp_path / "out" / "g.json")], tmp_path,
-                    _env(str(fake), CUDACXX=str(nvcc)))
-    if torch.version.cuda:   # a CUDA torch without a GPU: the same refusal as without nvidia-smi
+    res = _run_tool(
+        ["--venv", str(venv), "--out", str(tmp_path / "out" / "g.json")], tmp_path, _env(str(fake), CUDACXX=str(nvcc))
+    )
+    if torch.version.cuda:  # a CUDA torch without a GPU: the same refusal as without nvidia-smi
         assert res.returncode == 2 and NO_GPU in res.stderr and "sees no GPU" in res.stderr
-    else:                    # a CPU-only torch in the given venv: a prerequisite, exit 3
+    else:  # a CPU-only torch in the given venv: a prerequisite, exit 3
         assert res.returncode == 3 and "CPU-only build" in res.stderr
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "out").exists()
@@ -121,12 +127,26 @@ def test_out_inside_bench_results_is_refused(tmp_path):
 
 # ---- the benchmarks' --device / --out
 
+
 @needs_no_gpu
 @pytest.mark.parametrize("bench", BENCHES)
 def test_bench_device_cuda_without_gpu_is_a_clear_error(bench, tmp_path):
-    res = subprocess.run([sys.executable, str(ROOT / "bench" / f"{bench}.py"), "--device", "cuda", "--quick",
-                          "--out", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": child_pythonpath()})
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / f"{bench}.py"),
+            "--device",
+            "cuda",
+            "--quick",
+            "--out",
+            str(tmp_path / "r.json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": child_pythonpath()},
+    )
     assert res.returncode == 2, res.stderr
     assert "--device cuda: no CUDA GPU is available" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "r.json").exists()
@@ -143,12 +163,17 @@ def test_device_argument_defaults_to_cpu():
     assert _check(["--device", "cpu", "--out", "x.json"]) == "cpu"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--device", "mps"], "choose cpu or cuda"),
-    (["--device", "cuda:x"], "--device 'cuda:x'"),
-    (["--device", "cuda", "--out", str(ROOT / "bench" / "results" / "sketch.json")],
-     "must not write into bench/results"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--device", "mps"], "choose cpu or cuda"),
+        (["--device", "cuda:x"], "--device 'cuda:x'"),
+        (
+            ["--device", "cuda", "--out", str(ROOT / "bench" / "results" / "sketch.json")],
+            "must not write into bench/results",
+        ),
+    ],
+)
 def test_device_argument_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         _check(argv)
@@ -163,13 +188,17 @@ def test_results_path():
 
 # ---- parsing and assembly (fake inputs)
 
-@pytest.mark.parametrize("text, want", [
-    ("....\n3 failed, 120 passed, 2 skipped, 4 warnings in 9.12s\n", dict(failed=3, passed=120, skipped=2)),
-    ("===== 1201 passed, 7 skipped in 245.03s (0:04:05) =====", dict(passed=1201, skipped=7)),
-    ("x\n1 error in 0.50s\n", dict(errors=1)),
-    ("2 passed, 1 xfailed, 1 xpassed, 3 errors in 1.0s", dict(passed=2, xfailed=1, xpassed=1, errors=3)),
-    ("no tests ran in 0.01s", {}),
-])
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("....\n3 failed, 120 passed, 2 skipped, 4 warnings in 9.12s\n", dict(failed=3, passed=120, skipped=2)),
+        ("===== 1201 passed, 7 skipped in 245.03s (0:04:05) =====", dict(passed=1201, skipped=7)),
+        ("x\n1 error in 0.50s\n", dict(errors=1)),
+        ("2 passed, 1 xfailed, 1 xpassed, 3 errors in 1.0s", dict(passed=2, xfailed=1, xpassed=1, errors=3)),
+        ("no tests ran in 0.01s", {}),
+    ],
+)
 def test_parse_pytest_summary(text, want):
     got = report.parse_pytest_summary("test_x.py::test_passed [cuda] 5 passed earlier\n" + text)
     assert {k: v for k, v in got.items() if v and k != "warnings"} == want
@@ -205,8 +234,9 @@ def test_summarize_tests():
 
 
 def test_smi_and_nvcc_parsing():
-    gpus = report.parse_smi_csv("NVIDIA H100 80GB HBM3, 580.65.06, 9.0, 81559 MiB\n\nNVIDIA A100-SXM4-40GB, 580.65.06, "
-                                "8.0, 40960 MiB\n")
+    gpus = report.parse_smi_csv(
+        "NVIDIA H100 80GB HBM3, 580.65.06, 9.0, 81559 MiB\n\nNVIDIA A100-SXM4-40GB, 580.65.06, 8.0, 40960 MiB\n"
+    )
     assert [g["name"] for g in gpus] == ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"]
     assert gpus[0]["compute_cap"] == "9.0" and gpus[1]["driver"] == "580.65.06"
     assert report.parse_smi_csv("") == []
@@ -223,21 +253,69 @@ def test_arch_list(cap, want):
 
 FAKE_PAYLOADS = {
     "sketch": [{"op": "label_hash", "p": 3993, "R": 4, "B": 250, "ours_ms": 0.5, "torch_ms": 2.0, "GB/s": 1000.0}],
-    "sampled": [{"op": "linear_cross_entropy", "mode": "fwd", "N": 4096, "d": 256, "s": 1024, "fedkernels_ms": 1.0,
-                 "torch_ms": 1.5},
-                {"op": "scatter_rows_mean", "n": 4096, "d": 256, "T": 16384, "fedkernels_ms": 0.1, "torch_ms": 1.0,
-                 "GB/s": 2000.0}],
-    "select": [{"model": "resnet50", "dtype": "float32", "op": "delta_norms", "method": "fedkernels.delta_norms",
-                "time_ms": 1.0, "gbs": 1500.0},
-               {"model": "resnet50", "dtype": "float32", "op": "delta_norms", "method": "python loop",
-                "time_ms": 8.0, "gbs": 100.0},
-               {"model": "resnet50", "dtype": "float32", "op": "delta_norms", "method": "foreach", "time_ms": 2.0,
-                "gbs": 500.0}],
-    "prox": [{"d": 1000, "lam": 1.0, "ns/elem f32 anchored": 100.0, "pg100 ns/elem": 400.0, "GB/s f32": 0.08},
-             {"d": 10**7, "lam": 1.0, "ns/elem f32 anchored": 1.0, "GB/s f32": 8.0}],
-    "spread": [{"C": 1000, "d": 64, "k": 10, "fk_knn_s": 0.001, "torch_knn_s": 0.004, "fk_knn_gbs": 0.3,
-                "fk_loss_fwd_bwd_s": 0.002, "torch_loss_fwd_bwd_s": 0.01},
-               {"C": 100000, "d": 64, "k": 10, "fk_knn_s": 0.5, "fk_knn_gbs": 0.1, "fk_loss_fwd_bwd_s": 1.0}],
+    "sampled": [
+        {
+            "op": "linear_cross_entropy",
+            "mode": "fwd",
+            "N": 4096,
+            "d": 256,
+            "s": 1024,
+            "fedkernels_ms": 1.0,
+            "torch_ms": 1.5,
+        },
+        {
+            "op": "scatter_rows_mean",
+            "n": 4096,
+            "d": 256,
+            "T": 16384,
+            "fedkernels_ms": 0.1,
+            "torch_ms": 1.0,
+            "GB/s": 2000.0,
+        },
+    ],
+    "select": [
+        {
+            "model": "resnet50",
+            "dtype": "float32",
+            "op": "delta_norms",
+            "method": "fedkernels.delta_norms",
+            "time_ms": 1.0,
+            "gbs": 1500.0,
+        },
+        {
+            "model": "resnet50",
+            "dtype": "float32",
+            "op": "delta_norms",
+            "method": "python loop",
+            "time_ms": 8.0,
+            "gbs": 100.0,
+        },
+        {
+            "model": "resnet50",
+            "dtype": "float32",
+            "op": "delta_norms",
+            "method": "foreach",
+            "time_ms": 2.0,
+            "gbs": 500.0,
+        },
+    ],
+    "prox": [
+        {"d": 1000, "lam": 1.0, "ns/elem f32 anchored": 100.0, "pg100 ns/elem": 400.0, "GB/s f32": 0.08},
+        {"d": 10**7, "lam": 1.0, "ns/elem f32 anchored": 1.0, "GB/s f32": 8.0},
+    ],
+    "spread": [
+        {
+            "C": 1000,
+            "d": 64,
+            "k": 10,
+            "fk_knn_s": 0.001,
+            "torch_knn_s": 0.004,
+            "fk_knn_gbs": 0.3,
+            "fk_loss_fwd_bwd_s": 0.002,
+            "torch_loss_fwd_bwd_s": 0.01,
+        },
+        {"C": 100000, "d": 64, "k": 10, "fk_knn_s": 0.5, "fk_knn_gbs": 0.1, "fk_loss_fwd_bwd_s": 1.0},
+    ],
 }
 
 
@@ -248,8 +326,10 @@ def test_bench_rows_from_fake_payloads():
     lce, scatter = rows["sampled"]
     assert lce["op"] == "linear_cross_entropy fwd" and lce["gbs"] is None and lce["pct_copy"] is None
     assert scatter["speedup"] == 10.0 and scatter["pct_copy"] == 100.0
-    assert [(r["vs"], r["speedup"], r["gbs"]) for r in rows["select"]] == [("python loop", 8.0, 1500.0),
-                                                                           ("foreach", 2.0, 1500.0)]
+    assert [(r["vs"], r["speedup"], r["gbs"]) for r in rows["select"]] == [
+        ("python loop", 8.0, 1500.0),
+        ("foreach", 2.0, 1500.0),
+    ]
     small, big = rows["prox"]
     assert small["ours_ms"] == pytest.approx(0.1) and small["speedup"] == pytest.approx(4.0)
     assert big["torch_ms"] is None and big["speedup"] is None
@@ -290,8 +370,12 @@ def test_assemble_and_exit_code():
     assert rep["ok"] and report.exit_code(rep) == 0
     assert rep["bench_rows"] == [{"op": "a"}, {"op": "b"}]
     assert rep["timing"]["elapsed_s"] == 300.0 and rep["timing"]["check_s"] == 210.0 and rep["timing"]["within_target"]
-    for bad in (dict(build={"ok": False}), dict(tests={"ok": False}), dict(benches={}),
-                dict(benches={**benches, "spread": {"status": "timeout", "rows": []}})):
+    for bad in (
+        dict(build={"ok": False}),
+        dict(tests={"ok": False}),
+        dict(benches={}),
+        dict(benches={**benches, "spread": {"status": "timeout", "rows": []}}),
+    ):
         kw = {"build": build, "tests": tests, "benches": benches, **bad}
         assert report.exit_code(report.assemble({}, kw["build"], kw["tests"], kw["benches"], {})) == 1
     assert "| sketch |" in report.format_rows([{"bench": "sketch", "ours_ms": 1.0, "torch_ms": None}])
@@ -299,9 +383,14 @@ def test_assemble_and_exit_code():
 
 # ---- the tool's glue, GPU steps replaced
 
+
 def test_run_logged_kills_on_timeout(tmp_path):
-    rc, out = gpu_check.run_logged([sys.executable, "-c", "print('hi', flush=True); import time; time.sleep(60)"],
-                                   tmp_path / "log", dict(os.environ), timeout=2)
+    rc, out = gpu_check.run_logged(
+        [sys.executable, "-c", "print('hi', flush=True); import time; time.sleep(60)"],
+        tmp_path / "log",
+        dict(os.environ),
+        timeout=2,
+    )
     assert rc == 124 and "hi" in out and "killed after" in (tmp_path / "log").read_text()
 
 
@@ -327,19 +416,31 @@ def _fake_main(tmp_path, monkeypatch, tests_ok: bool, bench_fails: bool) -> tupl
     if not (Path(sys.prefix) / "bin" / "python").exists():
         pytest.skip("the test interpreter is not a venv-style prefix with bin/python")
     nvcc = _script(tmp_path / "nvcc", "echo 'Cuda compilation tools, release 13.0, V13.0.48'")
-    facts = {"torch": "2.14.1", "torch_cuda": "13.0", "cuda_available": True, "name": "NVIDIA H100",
-             "capability": "9.0", "missing": []}
+    facts = {
+        "torch": "2.14.1",
+        "torch_cuda": "13.0",
+        "cuda_available": True,
+        "name": "NVIDIA H100",
+        "capability": "9.0",
+        "missing": [],
+    }
     gpus = [{"name": "NVIDIA H100", "driver": "580.65.06", "compute_cap": "9.0"}]
     monkeypatch.setattr(gpu_check, "preflight", lambda args: (gpus, "13.0", nvcc, facts))
     monkeypatch.setattr(gpu_check, "build", lambda venv, nvcc, archs, out_dir: {"ok": True, "arch_list": archs})
     monkeypatch.setattr(gpu_check, "probe", lambda python, copy_bandwidth=False: {"copy_bandwidth_gbs": 2000.0})
-    monkeypatch.setattr(gpu_check, "run_tests", lambda *a: report.summarize_tests(
-        0 if tests_ok else 1, "10 passed in 1s" if tests_ok else "1 failed, 9 passed in 1s"))
+    monkeypatch.setattr(
+        gpu_check,
+        "run_tests",
+        lambda *a: report.summarize_tests(
+            0 if tests_ok else 1, "10 passed in 1s" if tests_ok else "1 failed, 9 passed in 1s"
+        ),
+    )
     benches = {}
     for name in ("sketch", "select"):
         script = tmp_path / f"{name}.py"
-        script.write_text(FAKE_BENCH.format(rows=FAKE_PAYLOADS[name], fail="yes" if bench_fails and name == "select"
-                                            else "no"))
+        script.write_text(
+            FAKE_BENCH.format(rows=FAKE_PAYLOADS[name], fail="yes" if bench_fails and name == "select" else "no")
+        )
         benches[name] = str(script)
     monkeypatch.setattr(gpu_check, "BENCHES", benches)
     out = tmp_path / "out" / "gpu-check.json"

@@ -89,8 +89,7 @@ CHILD = textwrap.dedent("""
 def test_resume_after_sigkill_mid_round(tmp_path):
     ckpt = str(tmp_path / "run.ckpt")
     env = {**os.environ, "PYTHONPATH": child_pythonpath()}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, ckpt], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                             text=True)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, ckpt], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     try:
         lines = []
         for line in child.stdout:  # type: ignore[union-attr]
@@ -138,6 +137,7 @@ def test_checkpoint_of_another_run_is_refused(tmp_path):
     with pytest.raises(ValueError, match="clients_per_round"):
         make_server(rounds=2, checkpoint=ckpt, clients_per_round=2)
     from fedkernels.fl import FedAvg
+
     with pytest.raises(PayloadError, match="shape"):
         make_server(FedAvg(hidden=(9,)), rounds=2, checkpoint=ckpt)
 
@@ -155,6 +155,7 @@ def test_checkpoint_is_plain_safetensors_and_json(tmp_path):
     import json
 
     from safetensors import safe_open
+
     ckpt = tmp_path / "run.ckpt"
     s = make_server(rounds=2, checkpoint=str(ckpt))
     s.run()

@@ -33,6 +33,7 @@ def _rewrite_meta(ckpt, edit, keep_checksum: bool = False) -> None:
     from safetensors.torch import load_file
 
     from fedkernels.fl import payload as pl
+
     with safe_open(str(ckpt), "pt") as f:
         md = f.metadata()
     meta = json.loads(md[ck._META_KEY])
@@ -62,12 +63,15 @@ def test_changed_metadata_without_reseal_is_refused(tmp_path):
         make_server(rounds=2, checkpoint=str(ckpt))
 
 
-@pytest.mark.parametrize("change, field", [
-    (dict(train=TrainConfig(epochs=1, batch_size=16, lr=0.01)), "train.lr=0.3, this run has 0.01"),
-    (dict(train=TrainConfig(epochs=2, batch_size=16, lr=0.3)), "train.epochs"),
-    (dict(train=TrainConfig(epochs=1, batch_size=16, lr=0.3, optimizer="adam")), "train.optimizer"),
-    (dict(strategy=FedAvg(hidden=(8,), loss="softmax")), "strategy_options.loss='bce', this run has 'softmax'"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (dict(train=TrainConfig(epochs=1, batch_size=16, lr=0.01)), "train.lr=0.3, this run has 0.01"),
+        (dict(train=TrainConfig(epochs=2, batch_size=16, lr=0.3)), "train.epochs"),
+        (dict(train=TrainConfig(epochs=1, batch_size=16, lr=0.3, optimizer="adam")), "train.optimizer"),
+        (dict(strategy=FedAvg(hidden=(8,), loss="softmax")), "strategy_options.loss='bce', this run has 'softmax'"),
+    ],
+)
 def test_resume_with_other_train_config_or_options_is_refused(tmp_path, change, field):
     ckpt = _written(tmp_path)
     with pytest.raises(ValueError, match=field.replace("(", r"\(").replace(".", r"\.")):
@@ -79,19 +83,22 @@ def test_same_config_still_resumes(tmp_path):
     assert make_server(rounds=2, checkpoint=str(ckpt)).round == 1
 
 
-@pytest.mark.parametrize("edit, field", [
-    (lambda m: "{not json", "'fedkernels.checkpoint' is not valid JSON"),
-    (lambda m: json.dumps([1, 2]), "must be a JSON object"),
-    (lambda m: json.dumps({k: v for k, v in m.items() if k != "round"}), "field 'round'"),
-    (lambda m: json.dumps({**m, "round": -5}), "field 'round'.*-5"),
-    (lambda m: json.dumps({**m, "round": 2**40}), "field 'round'"),
-    (lambda m: json.dumps({**m, "round": "1"}), "field 'round'"),
-    (lambda m: json.dumps({**m, "round": True}), "field 'round'"),
-    (lambda m: json.dumps({**m, "round": 3}), "field 'history'"),
-    (lambda m: json.dumps({**m, "history": {"a": 1}}), "field 'history'"),
-    (lambda m: json.dumps({**m, "history": [{"round": 0}]}), r"field 'history\[0\]'"),
-    (lambda m: json.dumps({**m, "history": [{**m["history"][0], "round": 4}]}), r"field 'history\[0\]'"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda m: "{not json", "'fedkernels.checkpoint' is not valid JSON"),
+        (lambda m: json.dumps([1, 2]), "must be a JSON object"),
+        (lambda m: json.dumps({k: v for k, v in m.items() if k != "round"}), "field 'round'"),
+        (lambda m: json.dumps({**m, "round": -5}), "field 'round'.*-5"),
+        (lambda m: json.dumps({**m, "round": 2**40}), "field 'round'"),
+        (lambda m: json.dumps({**m, "round": "1"}), "field 'round'"),
+        (lambda m: json.dumps({**m, "round": True}), "field 'round'"),
+        (lambda m: json.dumps({**m, "round": 3}), "field 'history'"),
+        (lambda m: json.dumps({**m, "history": {"a": 1}}), "field 'history'"),
+        (lambda m: json.dumps({**m, "history": [{"round": 0}]}), r"field 'history\[0\]'"),
+        (lambda m: json.dumps({**m, "history": [{**m["history"][0], "round": 4}]}), r"field 'history\[0\]'"),
+    ],
+)
 def test_malformed_metadata_names_path_and_field(tmp_path, edit, field):
     ckpt = _written(tmp_path)
     _rewrite_meta(ckpt, edit)
@@ -120,8 +127,9 @@ def test_temp_file_of_a_killed_save_is_removed(tmp_path):
     stale.write_bytes(b"again")
     s.run()  # and so does the next save
     assert not stale.exists() and live.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".other.ckpt.tmp-99999999", ".run.ckpt.tmp-1",
-                                                                 "run.ckpt"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [".other.ckpt.tmp-99999999", ".run.ckpt.tmp-1", "run.ckpt"]
+    )
 
 
 def test_sigkill_mid_save_leaves_a_temp_that_the_next_save_removes(tmp_path):
@@ -139,6 +147,7 @@ os.replace = die
 s.run()
 """
     from python_tests.helpers import child_pythonpath
+
     env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]

@@ -14,19 +14,23 @@ from python_tests.hardening_helpers import SilentWhereFaulty, Slow, make_server,
 def test_injector_is_deterministic_and_rates_match():
     inj = FaultInjector(crash=0.2, timeout=0.1, empty=0.1, seed=3)
     draws = [inj.fault(r, c) for r in range(200) for c in range(10)]
-    assert draws == [FaultInjector(crash=0.2, timeout=0.1, empty=0.1, seed=3).fault(r, c)
-                     for r in range(200) for c in range(10)]
+    assert draws == [
+        FaultInjector(crash=0.2, timeout=0.1, empty=0.1, seed=3).fault(r, c) for r in range(200) for c in range(10)
+    ]
     n = len(draws)
     for kind, p in [("crash", 0.2), ("timeout", 0.1), ("empty", 0.1), (None, 0.6)]:
         assert abs(draws.count(kind) / n - p) < 0.03, kind  # 2000 draws: 3 sigma is about 0.027
     assert FaultInjector(seed=3).fault(0, 0) is None
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(crash=-0.1), "crash must be a probability"),
-    (dict(timeout=1.5), "timeout must be a probability"),
-    (dict(crash=0.6, empty=0.6), "at most 1"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(crash=-0.1), "crash must be a probability"),
+        (dict(timeout=1.5), "timeout must be a probability"),
+        (dict(crash=0.6, empty=0.6), "at most 1"),
+    ],
+)
 def test_injector_bad_args(kw, match):
     with pytest.raises(ValueError, match=match):
         FaultInjector(**kw)
@@ -39,8 +43,9 @@ def test_server_bad_timeout():
         make_server(max_upload_bytes=0)
 
 
-@pytest.mark.parametrize("kind, reason", [("crash", "crashed: InjectedCrash: injected crash"),
-                                          ("empty", "sent no upload")])
+@pytest.mark.parametrize(
+    "kind, reason", [("crash", "crashed: InjectedCrash: injected crash"), ("empty", "sent no upload")]
+)
 def test_all_clients_fail_state_unchanged(kind, reason):
     s = make_server(wrapper=FaultInjector(**{kind: 1.0}, seed=1))
     before = snapshot(s.state)
@@ -65,8 +70,12 @@ def test_timeouts_are_recorded_and_do_not_block():
 
 
 def test_slow_client_times_out_fast_ones_count():
-    s = make_server(wrapper=lambda cid, inner: Slow(inner, 3.0) if cid == 0 else inner, client_timeout=1.5,
-                    num_clients=3, clients_per_round=3)
+    s = make_server(
+        wrapper=lambda cid, inner: Slow(inner, 3.0) if cid == 0 else inner,
+        client_timeout=1.5,
+        num_clients=3,
+        clients_per_round=3,
+    )
     rec = s.run_round()
     assert rec.failed == [(0, "timed out after 1.5 s")]
 
@@ -82,8 +91,9 @@ def test_crash_in_request_is_a_failure():
         def update(self, download, round, seed):
             return self.inner.update(download, round, seed)
 
-    s = make_server(wrapper=lambda cid, inner: BadRequest(inner) if cid % 2 else inner, num_clients=4,
-                    clients_per_round=4)
+    s = make_server(
+        wrapper=lambda cid, inner: BadRequest(inner) if cid % 2 else inner, num_clients=4, clients_per_round=4
+    )
     rec = s.run_round()
     assert rec.failed == [(1, "crashed: OSError: radio off"), (3, "crashed: OSError: radio off")]
 

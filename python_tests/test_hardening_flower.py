@@ -22,9 +22,8 @@ import torch  # noqa: E402
 
 from fedkernels.fl import Server  # noqa: E402
 from fedkernels.fl.checkpoint import load_checkpoint  # noqa: E402
+from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, drill_wrapper, make_strategy, run_config  # noqa: E402
 from python_tests.helpers import child_pythonpath  # noqa: E402
-from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, drill_wrapper, make_strategy, \
-    run_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "python_tests" / "flower_app"
@@ -49,26 +48,53 @@ class Deployment:
         self.home.mkdir()
         self.port = free_port()
         (self.home / "config.toml").write_text(
-            f'[superlink]\ndefault = "test"\n\n[superlink.test]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
-        self.env = {**os.environ, "FLWR_HOME": str(self.home),
-                    "PYTHONPATH": child_pythonpath(),
-                    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+            f'[superlink]\ndefault = "test"\n\n[superlink.test]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n'
+        )
+        self.env = {
+            **os.environ,
+            "FLWR_HOME": str(self.home),
+            "PYTHONPATH": child_pythonpath(),
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
 
     def spawn(self, name: str, *args: str) -> subprocess.Popen:
         log = open(self.tmp / f"{name}.log", "w")
         self.logs.append(log)
-        p = subprocess.Popen([str(BIN / args[0]), *args[1:]], env=self.env, cwd=self.tmp, stdout=log,
-                             stderr=subprocess.STDOUT, start_new_session=True)
+        p = subprocess.Popen(
+            [str(BIN / args[0]), *args[1:]],
+            env=self.env,
+            cwd=self.tmp,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs.append(p)
         return p
 
     def start(self) -> None:
-        self.spawn("superlink", "flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
-                   "--disable-runtime-dependency-installation")
+        self.spawn(
+            "superlink",
+            "flower-superlink",
+            "--insecure",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--disable-runtime-dependency-installation",
+        )
         self.wait_for_port(self.port)
         for i in range(NUM_CLIENTS):
-            self.spawn(f"supernode{i}", "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{self.port}",
-                       "--port", str(free_port()), "--node-config", f"partition-id={i} num-partitions={NUM_CLIENTS}")
+            self.spawn(
+                f"supernode{i}",
+                "flower-supernode",
+                "--insecure",
+                "--superlink",
+                f"127.0.0.1:{self.port}",
+                "--port",
+                str(free_port()),
+                "--node-config",
+                f"partition-id={i} num-partitions={NUM_CLIENTS}",
+            )
 
     def wait_for_port(self, port: int, timeout: float = 120.0) -> None:
         """Block until the SuperLink accepts connections (``flwr run`` does not retry)."""
@@ -81,8 +107,10 @@ class Deployment:
         raise RuntimeError(f"SuperLink did not listen on 127.0.0.1:{port} within {timeout} s:\n{self.tail()}")
 
     def run(self, strategy: str, checkpoint: Path) -> subprocess.CompletedProcess:
-        overrides = (f"strategy='{strategy}' checkpoint='{checkpoint}' drill='{DRILL}' rounds={ROUNDS} seed={SEED} "
-                     f"num-clients={NUM_CLIENTS} clients-per-round={PER_ROUND}")
+        overrides = (
+            f"strategy='{strategy}' checkpoint='{checkpoint}' drill='{DRILL}' rounds={ROUNDS} seed={SEED} "
+            f"num-clients={NUM_CLIENTS} clients-per-round={PER_ROUND}"
+        )
         cmd = [str(BIN / "flwr"), "run", str(APP), "test", "--stream", "-c", overrides]
         return subprocess.run(cmd, env=self.env, cwd=self.tmp, capture_output=True, text=True, timeout=DEADLINE)
 
@@ -108,8 +136,14 @@ class Deployment:
 
 def in_process_reference(strategy: str) -> Server:
     clients = [client_data(i, NUM_CLIENTS) for i in range(NUM_CLIENTS)]
-    s = Server(make_strategy(strategy), clients, NUM_FEATURES, NUM_CLASSES, run_config(ROUNDS, PER_ROUND, SEED),
-               client_wrapper=drill_wrapper(DRILL))
+    s = Server(
+        make_strategy(strategy),
+        clients,
+        NUM_FEATURES,
+        NUM_CLASSES,
+        run_config(ROUNDS, PER_ROUND, SEED),
+        client_wrapper=drill_wrapper(DRILL),
+    )
     s.run()
     return s
 
@@ -150,7 +184,11 @@ def check_strategy(deployment: Deployment, strategy: str) -> None:
             assert g.split(":")[0] == w.split(":")[0], (g, w)  # same kind: crashed / rejected
     assert [len(h.failed) for h in ref.history] == [1, 1, 0]  # the drill really failed clients
     # An in-process Server resumes from the Flower checkpoint (same format).
-    again = Server(make_strategy(strategy), [client_data(i, NUM_CLIENTS) for i in range(NUM_CLIENTS)],
-                   NUM_FEATURES, NUM_CLASSES, dataclasses.replace(run_config(ROUNDS, PER_ROUND, SEED),
-                                                                  checkpoint=str(ckpt)))
+    again = Server(
+        make_strategy(strategy),
+        [client_data(i, NUM_CLIENTS) for i in range(NUM_CLIENTS)],
+        NUM_FEATURES,
+        NUM_CLASSES,
+        dataclasses.replace(run_config(ROUNDS, PER_ROUND, SEED), checkpoint=str(ckpt)),
+    )
     assert again.round == ROUNDS and all(torch.equal(again.state[k], ref.state[k]) for k in ref.state)

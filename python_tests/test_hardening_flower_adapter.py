@@ -8,14 +8,14 @@ import torch
 
 pytest.importorskip("flwr", reason="flwr is not installed (pip install 'fedkernels[flower]')")
 
-from flwr.app import Context, Error, Message, RecordDict  # noqa: E402
+from flwr.app import Context, Error, Message, RecordDict
 
-from fedkernels.fl import Server  # noqa: E402
-from fedkernels.fl.faults import FaultInjector  # noqa: E402
-from fedkernels.integrations.flower import FlowerStrategy, client_app  # noqa: E402
-from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy, run_config  # noqa: E402
-from fedkernels.fl import payload as pl  # noqa: E402
-from python_tests.hardening_helpers import SilentWhereFaulty, SparseRowsAsking, same_state  # noqa: E402
+from fedkernels.fl import Server
+from fedkernels.fl import payload as pl
+from fedkernels.fl.faults import FaultInjector
+from fedkernels.integrations.flower import FlowerStrategy, client_app
+from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy, run_config
+from python_tests.hardening_helpers import SilentWhereFaulty, SparseRowsAsking, same_state
 
 NUM_CLIENTS = 4
 
@@ -25,6 +25,7 @@ def task_identity(monkeypatch):
     """Messages take their run and source node from the process's task identity (set by Flower's
     runtime in a deployment; here by hand)."""
     from flwr.supercore.task_identity import TaskIdentity
+
     for attr, value in [("_run_id", 1), ("_node_id", 1), ("_task_id", 1)]:
         monkeypatch.setattr(TaskIdentity, attr, value)
 
@@ -54,9 +55,12 @@ class MemoryGrid:
         return replies
 
 
-def grid(wrap=None, silent_clients=(), nodes=range(NUM_CLIENTS), strategy=lambda: make_strategy("fedavg")) -> MemoryGrid:
-    app = client_app(lambda ctx: strategy(), lambda ctx: client_data(int(ctx.node_config["partition-id"]), NUM_CLIENTS),
-                     wrap=wrap)
+def grid(
+    wrap=None, silent_clients=(), nodes=range(NUM_CLIENTS), strategy=lambda: make_strategy("fedavg")
+) -> MemoryGrid:
+    app = client_app(
+        lambda ctx: strategy(), lambda ctx: client_data(int(ctx.node_config["partition-id"]), NUM_CLIENTS), wrap=wrap
+    )
     apps = {1000 + c: (app, Context(1, 1000 + c, {"partition-id": c}, RecordDict(), {})) for c in nodes}
     return MemoryGrid(apps, {1000 + c for c in silent_clients})
 
@@ -66,8 +70,14 @@ def flower(rounds=3, strategy=lambda: make_strategy("fedavg"), **kw) -> FlowerSt
 
 
 def in_process(rounds=3, wrapper=None, strategy=lambda: make_strategy("fedavg")) -> Server:
-    s = Server(strategy(), [client_data(c, NUM_CLIENTS) for c in range(NUM_CLIENTS)], NUM_FEATURES,
-               NUM_CLASSES, run_config(rounds, 3, 9), client_wrapper=wrapper)
+    s = Server(
+        strategy(),
+        [client_data(c, NUM_CLIENTS) for c in range(NUM_CLIENTS)],
+        NUM_FEATURES,
+        NUM_CLASSES,
+        run_config(rounds, 3, 9),
+        client_wrapper=wrapper,
+    )
     s.run()
     return s
 
@@ -99,8 +109,12 @@ def test_silent_node_times_out_and_missing_node_fails():
 def test_no_survivors_leaves_state():
     fk = flower(rounds=1)
     before = {k: v.clone() for k, v in fk.state.items()}
-    fk.start(grid(wrap=lambda ctx, cid, inner: FaultInjector(crash=1.0).wrap(cid, inner)), fk.initial_arrays(),
-             num_rounds=1, timeout=5)
+    fk.start(
+        grid(wrap=lambda ctx, cid, inner: FaultInjector(crash=1.0).wrap(cid, inner)),
+        fk.initial_arrays(),
+        num_rounds=1,
+        timeout=5,
+    )
     assert len(fk.history[0].failed) == 3 and same_state(before, fk.state)
 
 
@@ -133,8 +147,12 @@ def test_requests_match_in_process():
     request all go as in-process, to the same bits."""
     wrap = lambda cid, inner: BadAsk(inner) if cid == 1 else inner  # noqa: E731
     fk = flower(strategy=SparseRowsAsking)
-    fk.start(grid(wrap=lambda ctx, cid, inner: wrap(cid, inner), strategy=SparseRowsAsking), fk.initial_arrays(),
-             num_rounds=3, timeout=5)
+    fk.start(
+        grid(wrap=lambda ctx, cid, inner: wrap(cid, inner), strategy=SparseRowsAsking),
+        fk.initial_arrays(),
+        num_rounds=3,
+        timeout=5,
+    )
     ref = in_process(wrapper=wrap, strategy=SparseRowsAsking)
     assert same_state(fk.state, ref.state)
     assert [h.failed for h in fk.history] == [h.failed for h in ref.history]
@@ -149,8 +167,11 @@ def test_codec_bomb_is_rejected_and_the_round_completes():
     from python_tests.fuzz.codec_streams import AUDIT_V1, v2
     from python_tests.hardening_helpers import Tampered, edit_tensors
 
-    bombs = {0: v2(AUDIT_V1["audit_35B_bias_bomb"]), 1: AUDIT_V1["audit_28B_shape_2pow33"],
-             2: v2(AUDIT_V1["audit_36B_numel_2pow64"])}
+    bombs = {
+        0: v2(AUDIT_V1["audit_35B_bias_bomb"]),
+        1: AUDIT_V1["audit_28B_shape_2pow33"],
+        2: v2(AUDIT_V1["audit_36B_numel_2pow64"]),
+    }
 
     class Bomber(Tampered):
         def update(self, download, round, seed):
@@ -161,12 +182,17 @@ def test_codec_bomb_is_rejected_and_the_round_completes():
     wrap = lambda cid, inner: Bomber(cid, inner, None, {1}) if cid == 1 else inner  # noqa: E731
     l1diff = lambda: make_strategy("l1diff")  # noqa: E731
     fk = flower(strategy=l1diff)
-    fk.start(grid(wrap=lambda ctx, cid, inner: wrap(cid, inner), strategy=l1diff), fk.initial_arrays(),
-             num_rounds=3, timeout=5)
+    fk.start(
+        grid(wrap=lambda ctx, cid, inner: wrap(cid, inner), strategy=l1diff),
+        fk.initial_arrays(),
+        num_rounds=3,
+        timeout=5,
+    )
     ref = in_process(wrapper=wrap, strategy=l1diff)
     assert same_state(fk.state, ref.state)
     assert [h.failed for h in fk.history] == [h.failed for h in ref.history]
     failed = [why for h in fk.history for c, why in h.failed]
-    assert failed and all(why.startswith("rejected: tensor ") and "not a valid l1-difference stream: data " in why
-                          for why in failed), failed
+    assert failed and all(
+        why.startswith("rejected: tensor ") and "not a valid l1-difference stream: data " in why for why in failed
+    ), failed
     assert all(h.round == r for r, h in enumerate(fk.history)) and len(fk.history) == 3

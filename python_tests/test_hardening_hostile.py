@@ -33,8 +33,11 @@ class Exploit:
 # (strategy, tamper, reason fragment): every case of the issue, against FedAvg (dense state) and
 # SparseRows (ids + rows, to test id ranges and lengths that must match).
 CASES = {
-    "wrong name": (FedAvg, edit_tensors(lambda t: {("x" + k if k == "0.weight" else k): v for k, v in t.items()}),
-                   r"lacks tensors \['0.weight'\]"),
+    "wrong name": (
+        FedAvg,
+        edit_tensors(lambda t: {("x" + k if k == "0.weight" else k): v for k, v in t.items()}),
+        r"lacks tensors \['0.weight'\]",
+    ),
     "extra name": (FedAvg, edit_tensors(lambda t: {**t, "backdoor": torch.ones(3)}), "unexpected tensors"),
     "wrong shape": (FedAvg, _set("0.weight", lambda w: w[:, :-1].contiguous()), "'0.weight' has shape"),
     "wrong dtype": (FedAvg, _set("0.bias", lambda b: b.double()), "'0.bias' has dtype torch.float64"),
@@ -44,10 +47,16 @@ CASES = {
     "truncated": (FedAvg, lambda up: up[: len(up) // 2], "not valid safetensors"),
     "pickle": (FedAvg, lambda up: pickle.dumps({"w": Exploit()}), "not valid safetensors"),
     "oversize": (FedAvg, lambda up: up + bytes(1 << 20), "exceeds the limit"),
-    "id too large": (SparseRows, _set("ids", lambda i: torch.where(i == i.max(), torch.tensor(2**40), i)),
-                     "'ids' has values >= 8"),
-    "negative id": (SparseRows, _set("ids", lambda i: torch.where(i == i.min(), torch.tensor(-1), i)),
-                    "'ids' has values below 0"),
+    "id too large": (
+        SparseRows,
+        _set("ids", lambda i: torch.where(i == i.max(), torch.tensor(2**40), i)),
+        "'ids' has values >= 8",
+    ),
+    "negative id": (
+        SparseRows,
+        _set("ids", lambda i: torch.where(i == i.min(), torch.tensor(-1), i)),
+        "'ids' has values below 0",
+    ),
     "repeated ids": (SparseRows, _set("ids", lambda i: torch.full_like(i, int(i[0]))), "'ids' has repeated values"),
     "ids vs rows": (SparseRows, _set("rows", lambda r: torch.cat([r, r[:1]])), "has n = "),
 }
@@ -90,8 +99,9 @@ def test_bad_request_rejected():
             return {"want": torch.unique(data.indices)}
 
         def request_spec(self, state):
-            return pl.PayloadSpec({"want": pl.TensorSpec(torch.int64, (None,), min_value=0,
-                                                         max_value=state["W"].shape[0])})
+            return pl.PayloadSpec(
+                {"want": pl.TensorSpec(torch.int64, (None,), min_value=0, max_value=state["W"].shape[0])}
+            )
 
     class BadAsk:
         def __init__(self, inner):
@@ -103,7 +113,8 @@ def test_bad_request_rejected():
         def update(self, download, round, seed):
             raise AssertionError("must not be reached: the request was rejected")
 
-    s = make_server(Asking(), wrapper=lambda cid, inner: BadAsk(inner) if cid == 0 else inner,
-                    num_clients=3, clients_per_round=3)
+    s = make_server(
+        Asking(), wrapper=lambda cid, inner: BadAsk(inner) if cid == 0 else inner, num_clients=3, clients_per_round=3
+    )
     rec = s.run_round()
     assert rec.failed == [(0, "rejected: tensor 'want' has values >= 8")]

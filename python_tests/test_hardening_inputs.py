@@ -19,13 +19,19 @@ from python_tests.hardening_helpers import NUM_CLASSES, NUM_FEATURES, run_config
 
 
 def _empty() -> ClientData:
-    return ClientData(torch.zeros(0, NUM_FEATURES), torch.zeros(1, dtype=torch.int64),
-                      torch.zeros(0, dtype=torch.int64), NUM_CLASSES)
+    return ClientData(
+        torch.zeros(0, NUM_FEATURES), torch.zeros(1, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), NUM_CLASSES
+    )
 
 
 def test_round_of_empty_clients_is_skipped_and_recorded():
-    s = Server(FedAvg(hidden=(8,)), [_empty() for _ in range(3)], NUM_FEATURES, NUM_CLASSES,
-               run_config(rounds=2, clients_per_round=3))
+    s = Server(
+        FedAvg(hidden=(8,)),
+        [_empty() for _ in range(3)],
+        NUM_FEATURES,
+        NUM_CLASSES,
+        run_config(rounds=2, clients_per_round=3),
+    )
     before = {k: v.clone() for k, v in s.state.items()}
     hist = s.run()
     assert len(hist) == 2 and all(not h.failed and "0 examples" in h.skipped for h in hist)
@@ -41,12 +47,21 @@ def test_round_with_some_empty_clients_still_aggregates():
 
 
 # ---- the XC reader ------------------------------------------------------------------------------
-@pytest.mark.parametrize("line, what", [
-    ("0 1:nan", "not a finite"), ("0 1:inf", "not a finite"), ("0 1:-Infinity", "not a finite"),
-    ("0 1:1e999", "not a finite"), ("0 1:1e39", "not a finite"), ("0 1:1_0", "not a finite"),
-    ("0 1:\u0663", "not a finite"),
-    ("\u0663 1:0.5", "bad label id"), ("0,\u00b2 1:0.5", "bad label id"), ("0 \u0661:0.5", "bad feature"),
-])
+@pytest.mark.parametrize(
+    "line, what",
+    [
+        ("0 1:nan", "not a finite"),
+        ("0 1:inf", "not a finite"),
+        ("0 1:-Infinity", "not a finite"),
+        ("0 1:1e999", "not a finite"),
+        ("0 1:1e39", "not a finite"),
+        ("0 1:1_0", "not a finite"),
+        ("0 1:\u0663", "not a finite"),
+        ("\u0663 1:0.5", "bad label id"),
+        ("0,\u00b2 1:0.5", "bad label id"),
+        ("0 \u0661:0.5", "bad feature"),
+    ],
+)
 def test_xc_rejects_non_finite_values_and_non_ascii_ids(tmp_path, line, what):
     f = tmp_path / "bad.txt"
     f.write_text(f"2 4 4\n0 0:1.0\n{line}\n", encoding="utf-8")
@@ -54,12 +69,15 @@ def test_xc_rejects_non_finite_values_and_non_ascii_ids(tmp_path, line, what):
         xc_format.read_xc(f)
 
 
-@pytest.mark.parametrize("header, what", [
-    (f"1 {2**26 + 1} 3", "F=67108865 exceeds the bound 67108864"),
-    (f"1 3 {2**64}", "L=18446744073709551616 exceeds"),
-    (f"1 {10**30} 3", "F=.* exceeds"),
-    ("1 \u0663 3", "header must be"),
-])
+@pytest.mark.parametrize(
+    "header, what",
+    [
+        (f"1 {2**26 + 1} 3", "F=67108865 exceeds the bound 67108864"),
+        (f"1 3 {2**64}", "L=18446744073709551616 exceeds"),
+        (f"1 {10**30} 3", "F=.* exceeds"),
+        ("1 \u0663 3", "header must be"),
+    ],
+)
 def test_xc_bounds_f_and_l_before_allocating(tmp_path, header, what):
     f = tmp_path / "huge.txt"
     f.write_text(f"{header}\n0 0:1.0\n", encoding="utf-8")
@@ -83,13 +101,20 @@ def test_load_dataset_bounds_the_dense_size(tmp_path):
 
 
 # ---- the hash family and int arguments ----------------------------------------------------------
-@pytest.mark.parametrize("kw, name", [
-    (dict(num_tables=4, num_buckets=2**40), "num_buckets"), (dict(num_tables=4, num_buckets=2**31), "num_buckets"),
-    (dict(num_tables=4, num_buckets=0), "num_buckets"), (dict(num_tables=0, num_buckets=8), "num_tables"),
-    (dict(num_tables=2**20, num_buckets=8), "num_tables"), (dict(num_tables=2.5, num_buckets=8), "num_tables"),
-    (dict(num_tables=True, num_buckets=8), "num_tables"), (dict(num_tables=4, num_buckets=8, seed=2**64), "seed"),
-    (dict(num_tables=4, num_buckets=8, seed=-1), "seed"),
-])
+@pytest.mark.parametrize(
+    "kw, name",
+    [
+        (dict(num_tables=4, num_buckets=2**40), "num_buckets"),
+        (dict(num_tables=4, num_buckets=2**31), "num_buckets"),
+        (dict(num_tables=4, num_buckets=0), "num_buckets"),
+        (dict(num_tables=0, num_buckets=8), "num_tables"),
+        (dict(num_tables=2**20, num_buckets=8), "num_tables"),
+        (dict(num_tables=2.5, num_buckets=8), "num_tables"),
+        (dict(num_tables=True, num_buckets=8), "num_tables"),
+        (dict(num_tables=4, num_buckets=8, seed=2**64), "seed"),
+        (dict(num_tables=4, num_buckets=8, seed=-1), "seed"),
+    ],
+)
 def test_hash_family_validates_its_integers(kw, name):
     with pytest.raises(ValueError, match=name):
         HashFamily(**kw)
@@ -106,10 +131,16 @@ def test_ids_beyond_int64_are_a_value_error():
         HashFamily(2, 8).buckets([2**63])
 
 
-@pytest.mark.parametrize("kw, name", [
-    (dict(seed=2**63), "seed"), (dict(seed=2**64 + 5), "seed"), (dict(num_classes=2**63), "num_classes"),
-    (dict(m=2**70), "m"), (dict(seed=1.5), "seed"),
-])
+@pytest.mark.parametrize(
+    "kw, name",
+    [
+        (dict(seed=2**63), "seed"),
+        (dict(seed=2**64 + 5), "seed"),
+        (dict(num_classes=2**63), "num_classes"),
+        (dict(m=2**70), "m"),
+        (dict(seed=1.5), "seed"),
+    ],
+)
 def test_sampling_int_arguments_beyond_int64_are_a_value_error(kw, name):
     args = dict(num_classes=100, m=4, seed=0) | kw
     with pytest.raises(ValueError, match=f"^{name} must"):
@@ -134,10 +165,18 @@ def test_complex_nan_and_inf_fail_the_finite_check(value):
 
 
 # ---- the other readers (libsvm shares the XC line parser; .npz) ------------------------------------
-@pytest.mark.parametrize("line, what", [("1 3:nan", "not a finite"), ("1 \u0663:1", "bad feature"),
-                                        (f"1 {10**30}:1", "out of range"), (f"{2**26} 1:1", "out of range")])
+@pytest.mark.parametrize(
+    "line, what",
+    [
+        ("1 3:nan", "not a finite"),
+        ("1 \u0663:1", "bad feature"),
+        (f"1 {10**30}:1", "out of range"),
+        (f"{2**26} 1:1", "out of range"),
+    ],
+)
 def test_libsvm_rejects_what_xc_rejects_and_huge_ids(tmp_path, line, what):
     from fedkernels.data.formats import read_libsvm
+
     f = tmp_path / "bad.svm"
     f.write_text(f"0 1:1\n{line}\n", encoding="utf-8")
     with pytest.raises(ValueError, match=f"{f}:2: .*{what}"):
@@ -149,6 +188,7 @@ def test_npz_rejects_non_finite_features(tmp_path):
     import scipy.sparse as sp
 
     from fedkernels.data.formats import read_npz
+
     x = sp.csr_matrix(np.array([[1.0, np.nan], [0.0, 1e39]]))
     y = sp.csr_matrix(np.eye(2))
     sp.save_npz(tmp_path / "a_X.npz", x)

@@ -28,7 +28,7 @@ def shared_instance_clients() -> list[ClientData]:
     data = tiny_dataset(160, num_features=F_DIM, num_classes=P, seed=3)
     out = []
     for c in range(P):
-        rows = [i for i in range(len(data)) if c in data.indices[data.indptr[i]:data.indptr[i + 1]].tolist()]
+        rows = [i for i in range(len(data)) if c in data.indices[data.indptr[i] : data.indptr[i + 1]].tolist()]
         out.append(ClientData(data.x[torch.tensor(rows)], torch.arange(len(rows) + 1), torch.full((len(rows),), c), P))
     return out
 
@@ -78,7 +78,8 @@ def row_recovery(obs: Observed, keys: list[bytes]) -> float:
     row == class, or the permutation of a candidate key, whichever is best."""
     truth = {cid: client_class(obs.clients[cid]) for cid in obs.requested_row}
     guesses = [{r: r for r in range(P)}] + [
-        {int(row): c for c, row in enumerate(ls.class_permutation(k, P))} for k in keys]
+        {int(row): c for c, row in enumerate(ls.class_permutation(k, P))} for k in keys
+    ]
     return max(sum(g[obs.requested_row[cid]] == truth[cid] for cid in truth) for g in guesses) / len(truth)
 
 
@@ -126,8 +127,9 @@ def test_secret_is_random_when_not_given_and_never_stored(tmp_path):
     assert a.options()["client_key_id"] != b.options()["client_key_id"]
     clients = shared_instance_clients()
     ckpt = tmp_path / "run.ckpt"
-    cfg = RunConfig(rounds=1, clients_per_round=4, train=TrainConfig(epochs=1, batch_size=16), seed=SEED,
-                    checkpoint=str(ckpt))
+    cfg = RunConfig(
+        rounds=1, clients_per_round=4, train=TrainConfig(epochs=1, batch_size=16), seed=SEED, checkpoint=str(ckpt)
+    )
     Server(FedALC(dim=8, hidden=(16,), k=3, client_secret=SECRET), clients, F_DIM, P, cfg).run()
     raw = ckpt.read_bytes()
     assert SECRET not in raw and SECRET.hex().encode() not in raw
@@ -157,8 +159,10 @@ def test_results_do_not_depend_on_the_secret():
         runs.append((srv.state["W"][ls.class_permutation(secret, P)], srv))
     torch.testing.assert_close(runs[0][0], runs[1][0], rtol=1e-5, atol=1e-6)
     x = clients[0].x
-    assert torch.equal(runs[0][1].strategy.predict_topk(runs[0][1].state, x, 3),
-                       runs[1][1].strategy.predict_topk(runs[1][1].state, x, 3))
+    assert torch.equal(
+        runs[0][1].strategy.predict_topk(runs[0][1].state, x, 3),
+        runs[1][1].strategy.predict_topk(runs[1][1].state, x, 3),
+    )
 
 
 def test_class_permutation_is_a_permutation_and_keyed():

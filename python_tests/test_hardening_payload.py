@@ -14,8 +14,17 @@ from safetensors.torch import load as st_load
 
 from fedkernels.fl.payload import PayloadError, PayloadSpec, TensorSpec, check_header, decode, encode
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int8,
-          torch.uint8, torch.bool]
+DTYPES = [
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int64,
+    torch.int32,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+]
 
 
 def raw(header: dict, body: bytes = b"") -> bytes:
@@ -70,7 +79,7 @@ def test_mutated_payloads(p, data):
         elif op == "insert":
             good[pos:pos] = data.draw(st.binary(min_size=1, max_size=8))
         elif op == "delete":
-            del good[pos:pos + data.draw(st.integers(1, 8))]
+            del good[pos : pos + data.draw(st.integers(1, 8))]
         else:
             del good[pos:]
     decode_or_reject(bytes(good))
@@ -91,9 +100,11 @@ def headers(draw) -> bytes:
     header = {}
     for i in range(draw(st.integers(0, 3))):
         begin = draw(st.integers(-2, body + 2))
-        header[f"t{i}"] = {"dtype": draw(st.sampled_from(["F32", "I64", "U8", "BOOL", "F16", "Q4", 7])),
-                           "shape": draw(st.lists(st.integers(-1, 2**62), max_size=3)),
-                           "data_offsets": [begin, begin + draw(st.integers(-2, 40))]}
+        header[f"t{i}"] = {
+            "dtype": draw(st.sampled_from(["F32", "I64", "U8", "BOOL", "F16", "Q4", 7])),
+            "shape": draw(st.lists(st.integers(-1, 2**62), max_size=3)),
+            "data_offsets": [begin, begin + draw(st.integers(-2, 40))],
+        }
     if draw(st.booleans()):
         header["__metadata__"] = {"k": "v"}
     return raw(header, bytes(body))
@@ -111,30 +122,49 @@ def test_our_header_check_is_never_looser_than_safetensors(data):
     decode_or_reject(data)
 
 
-@pytest.mark.parametrize("data, match", [
-    (b"", "too short"),
-    (struct.pack("<Q", 2**63) + b"{}", "header of"),
-    (struct.pack("<Q", 1000) + b"{}", "exceeds the 2 bytes"),
-    (struct.pack("<Q", 2) + b"\xff\xfe", "not JSON"),
-    (raw([1, 2]), "not a JSON object"),  # type: ignore[arg-type]
-    (struct.pack("<Q", 25) + b'{"a": 1, "a": 2}         ', "not JSON.*duplicate"),
-    (raw({"x": {"dtype": "F32", "shape": [1]}}, bytes(4)), "exactly dtype, shape and data_offsets"),
-    (raw({"x": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 4]}}, bytes(4)), "unsupported dtype"),
-    (raw({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}, bytes(4)), "invalid shape"),
-    (raw({"x": {"dtype": "F32", "shape": [1.0], "data_offsets": [0, 4]}}, bytes(4)), "invalid shape"),
-    (raw({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}, bytes(4)), "invalid data_offsets"),
-    (raw({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 8]}}, bytes(4)), "outside the body"),
-    (raw({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}}, bytes(4)), "outside the body"),
-    (raw({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, bytes(4)), "needs 8 bytes"),
-    # A huge declared tensor backed by 4 bytes: rejected before any allocation.
-    (raw({"x": {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 4]}}, bytes(4)), "needs"),
-    (raw({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
-          "y": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}}, bytes(8)), "overlaps"),
-    (raw({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
-          "y": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, bytes(4)), "overlaps"),
-    (raw({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, bytes(8)), "gap"),
-    (raw({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, bytes(12)), "cover 4 of 12"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        (b"", "too short"),
+        (struct.pack("<Q", 2**63) + b"{}", "header of"),
+        (struct.pack("<Q", 1000) + b"{}", "exceeds the 2 bytes"),
+        (struct.pack("<Q", 2) + b"\xff\xfe", "not JSON"),
+        (raw([1, 2]), "not a JSON object"),  # type: ignore[arg-type]
+        (struct.pack("<Q", 25) + b'{"a": 1, "a": 2}         ', "not JSON.*duplicate"),
+        (raw({"x": {"dtype": "F32", "shape": [1]}}, bytes(4)), "exactly dtype, shape and data_offsets"),
+        (raw({"x": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 4]}}, bytes(4)), "unsupported dtype"),
+        (raw({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}, bytes(4)), "invalid shape"),
+        (raw({"x": {"dtype": "F32", "shape": [1.0], "data_offsets": [0, 4]}}, bytes(4)), "invalid shape"),
+        (raw({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}, bytes(4)), "invalid data_offsets"),
+        (raw({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 8]}}, bytes(4)), "outside the body"),
+        (raw({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}}, bytes(4)), "outside the body"),
+        (raw({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, bytes(4)), "needs 8 bytes"),
+        # A huge declared tensor backed by 4 bytes: rejected before any allocation.
+        (raw({"x": {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 4]}}, bytes(4)), "needs"),
+        (
+            raw(
+                {
+                    "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                    "y": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]},
+                },
+                bytes(8),
+            ),
+            "overlaps",
+        ),
+        (
+            raw(
+                {
+                    "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                    "y": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                },
+                bytes(4),
+            ),
+            "overlaps",
+        ),
+        (raw({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, bytes(8)), "gap"),
+        (raw({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, bytes(12)), "cover 4 of 12"),
+    ],
+)
 def test_header_edge_cases(data, match):
     with pytest.raises(PayloadError, match=match):
         decode(data)
@@ -171,14 +201,20 @@ def test_pickle_is_never_unpickled(tmp_path):
 
 def torch_save_bytes(obj) -> bytes:
     import io
+
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
 
 
-IDS_ROWS = PayloadSpec({"ids": TensorSpec(torch.int64, ("n",), min_value=0, max_value=10, unique=True),
-                        "rows": TensorSpec(torch.float32, ("n", 3))},
-                       optional={"bias": TensorSpec(torch.float32, ("n",))}, max_bytes=4096)
+IDS_ROWS = PayloadSpec(
+    {
+        "ids": TensorSpec(torch.int64, ("n",), min_value=0, max_value=10, unique=True),
+        "rows": TensorSpec(torch.float32, ("n", 3)),
+    },
+    optional={"bias": TensorSpec(torch.float32, ("n",))},
+    max_bytes=4096,
+)
 
 
 def ids_rows(n=4, **over) -> dict[str, torch.Tensor]:
@@ -193,22 +229,25 @@ def test_spec_accepts_good():
     assert decode(encode(ids_rows(0)), IDS_ROWS)["rows"].shape == (0, 3)  # empty is fine
 
 
-@pytest.mark.parametrize("payload, match", [
-    ({"rows": torch.ones(4, 3)}, r"lacks tensors \['ids'\]"),
-    (ids_rows(extra=torch.ones(1)), r"unexpected tensors \['extra'\]"),
-    (ids_rows(ids=torch.arange(4, dtype=torch.int32)), "'ids' has dtype torch.int32"),
-    (ids_rows(rows=torch.ones(4, 2)), r"'rows' has shape \(4, 2\)"),
-    (ids_rows(rows=torch.ones(4, 3, 1)), r"'rows' has shape \(4, 3, 1\)"),
-    (ids_rows(rows=torch.ones(5, 3)), "'rows' has n = 5 but tensor 'ids' has n = 4"),
-    (ids_rows(bias=torch.zeros(3)), "'ids' has n = 4"),
-    (ids_rows(rows=torch.tensor([[0.0, float("nan"), 0]] * 4)), "'rows' has NaN or inf"),
-    (ids_rows(rows=torch.tensor([[0.0, float("-inf"), 0]] * 4)), "'rows' has NaN or inf"),
-    (ids_rows(ids=torch.tensor([0, 1, 2, 10])), "'ids' has values >= 10"),
-    (ids_rows(ids=torch.tensor([0, 1, 2, 2**62])), "'ids' has values >= 10"),
-    (ids_rows(ids=torch.tensor([0, -1, 2, 3])), "'ids' has values below 0"),
-    (ids_rows(ids=torch.tensor([0, 1, 1, 3])), "'ids' has repeated values"),
-    (ids_rows(4000), "exceeds the limit of 4096"),
-])
+@pytest.mark.parametrize(
+    "payload, match",
+    [
+        ({"rows": torch.ones(4, 3)}, r"lacks tensors \['ids'\]"),
+        (ids_rows(extra=torch.ones(1)), r"unexpected tensors \['extra'\]"),
+        (ids_rows(ids=torch.arange(4, dtype=torch.int32)), "'ids' has dtype torch.int32"),
+        (ids_rows(rows=torch.ones(4, 2)), r"'rows' has shape \(4, 2\)"),
+        (ids_rows(rows=torch.ones(4, 3, 1)), r"'rows' has shape \(4, 3, 1\)"),
+        (ids_rows(rows=torch.ones(5, 3)), "'rows' has n = 5 but tensor 'ids' has n = 4"),
+        (ids_rows(bias=torch.zeros(3)), "'ids' has n = 4"),
+        (ids_rows(rows=torch.tensor([[0.0, float("nan"), 0]] * 4)), "'rows' has NaN or inf"),
+        (ids_rows(rows=torch.tensor([[0.0, float("-inf"), 0]] * 4)), "'rows' has NaN or inf"),
+        (ids_rows(ids=torch.tensor([0, 1, 2, 10])), "'ids' has values >= 10"),
+        (ids_rows(ids=torch.tensor([0, 1, 2, 2**62])), "'ids' has values >= 10"),
+        (ids_rows(ids=torch.tensor([0, -1, 2, 3])), "'ids' has values below 0"),
+        (ids_rows(ids=torch.tensor([0, 1, 1, 3])), "'ids' has repeated values"),
+        (ids_rows(4000), "exceeds the limit of 4096"),
+    ],
+)
 def test_spec_rejects(payload, match):
     with pytest.raises(PayloadError, match=match):
         decode(encode(payload), IDS_ROWS)
@@ -217,13 +256,18 @@ def test_spec_rejects(payload, match):
 @given(payloads(), st.sampled_from(DTYPES))
 def test_spec_check_never_raises_other_errors(p, dtype):
     """Any decodable payload checked against any spec: accepted or PayloadError, nothing else."""
-    spec = PayloadSpec({k: TensorSpec(dtype, ("n",) * v.dim(), min_value=0, max_value=5, unique=True)
-                        for k, v in p.items()})
+    spec = PayloadSpec(
+        {k: TensorSpec(dtype, ("n",) * v.dim(), min_value=0, max_value=5, unique=True) for k, v in p.items()}
+    )
     decode_or_reject(encode(p), spec)
 
 
-@given(st.integers(1, 200), st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.float64]),
-       st.sampled_from(["none", "nan", "inf", "-inf", "overflow"]), st.integers(0, 2**31))
+@given(
+    st.integers(1, 200),
+    st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.float64]),
+    st.sampled_from(["none", "nan", "inf", "-inf", "overflow"]),
+    st.integers(0, 2**31),
+)
 def test_finite_check_is_exact(n, dtype, special, seed):
     """NaN/inf anywhere is rejected; finite values whose sum overflows are accepted."""
     g = torch.Generator().manual_seed(seed)

@@ -43,8 +43,13 @@ def test_faults_equal_survivors_only(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("tamper, reason", [(lambda up: up[:-5], "not valid safetensors"),
-                                            (_poison_first_tensor, "NaN or inf|not a valid l1-difference stream")])
+@pytest.mark.parametrize(
+    "tamper, reason",
+    [
+        (lambda up: up[:-5], "not valid safetensors"),
+        (_poison_first_tensor, "NaN or inf|not a valid l1-difference stream"),
+    ],
+)
 def test_hostile_client_rejected(name, tamper, reason):
     honest = make_server(make_strategy(name))
     chosen = honest.select_clients(0)

@@ -18,8 +18,12 @@ def test_design_example(device):
     assert hf.sign(ids).tolist() == [[1, -1, 1, 1]]
 
 
-@given(seed=st.integers(0, 2**64 - 1), r=st.integers(1, 9), b=st.integers(1, 70000),
-       ids=st.lists(st.integers(0, 2**31 - 1), min_size=0, max_size=40))
+@given(
+    seed=st.integers(0, 2**64 - 1),
+    r=st.integers(1, 9),
+    b=st.integers(1, 70000),
+    ids=st.lists(st.integers(0, 2**31 - 1), min_size=0, max_size=40),
+)
 def test_matches_python_integers(seed, r, b, ids):
     hf = HashFamily(r, b, seed)
     p = ref.params(seed, r)
@@ -62,12 +66,15 @@ def test_buckets_roughly_uniform():
     assert counts.min() > 1800 and counts.max() < 2200
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(num_tables=0, num_buckets=4), "num_tables"),
-    (dict(num_tables=2, num_buckets=0), "num_buckets"),
-    (dict(num_tables=2, num_buckets=4, seed=-1), "seed"),
-    (dict(num_tables=2, num_buckets=4, seed=2**64), "seed"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_tables=0, num_buckets=4), "num_tables"),
+        (dict(num_tables=2, num_buckets=0), "num_buckets"),
+        (dict(num_tables=2, num_buckets=4, seed=-1), "seed"),
+        (dict(num_tables=2, num_buckets=4, seed=2**64), "seed"),
+    ],
+)
 def test_bad_family(kwargs, match):
     with pytest.raises(ValueError, match=match):
         HashFamily(**kwargs)

@@ -55,19 +55,22 @@ def _args():
     return indptr, indices, hf.table(5), 8
 
 
-@pytest.mark.parametrize("mutate, exc, match", [
-    (lambda a: (a[0], torch.tensor([0, 1, 5]), a[2], a[3]), IndexError, "indices"),
-    (lambda a: (a[0], torch.tensor([0, -1, 4]), a[2], a[3]), IndexError, "indices"),
-    (lambda a: (a[0].int(), a[1], a[2], a[3]), ValueError, "indptr"),
-    (lambda a: (a[0], a[1].float(), a[2], a[3]), ValueError, "indices"),
-    (lambda a: (torch.tensor([0, 2, 1]), a[1], a[2], a[3]), ValueError, "indptr"),
-    (lambda a: (torch.tensor([1, 2, 3]), a[1], a[2], a[3]), ValueError, "indptr"),
-    (lambda a: (torch.tensor([0, 2, 4]), a[1], a[2], a[3]), ValueError, "indptr"),
-    (lambda a: (a[0], a[1], a[2].long(), a[3]), ValueError, "table"),
-    (lambda a: (a[0], a[1], a[2][:, :0], a[3]), ValueError, "table"),
-    (lambda a: (a[0], a[1], a[2], 0), ValueError, "num_buckets"),
-    (lambda a: (a[0], a[1], a[2], 4), IndexError, "table"),  # buckets >= B in the table
-])
+@pytest.mark.parametrize(
+    "mutate, exc, match",
+    [
+        (lambda a: (a[0], torch.tensor([0, 1, 5]), a[2], a[3]), IndexError, "indices"),
+        (lambda a: (a[0], torch.tensor([0, -1, 4]), a[2], a[3]), IndexError, "indices"),
+        (lambda a: (a[0].int(), a[1], a[2], a[3]), ValueError, "indptr"),
+        (lambda a: (a[0], a[1].float(), a[2], a[3]), ValueError, "indices"),
+        (lambda a: (torch.tensor([0, 2, 1]), a[1], a[2], a[3]), ValueError, "indptr"),
+        (lambda a: (torch.tensor([1, 2, 3]), a[1], a[2], a[3]), ValueError, "indptr"),
+        (lambda a: (torch.tensor([0, 2, 4]), a[1], a[2], a[3]), ValueError, "indptr"),
+        (lambda a: (a[0], a[1], a[2].long(), a[3]), ValueError, "table"),
+        (lambda a: (a[0], a[1], a[2][:, :0], a[3]), ValueError, "table"),
+        (lambda a: (a[0], a[1], a[2], 0), ValueError, "num_buckets"),
+        (lambda a: (a[0], a[1], a[2], 4), IndexError, "table"),  # buckets >= B in the table
+    ],
+)
 def test_bad_input(mutate, exc, match):
     with pytest.raises(exc, match=match):
         fedkernels.label_hash(*mutate(_args()))
@@ -83,7 +86,9 @@ def test_opcheck_and_compile():
 def test_deterministic_across_threads():
     hf = HashFamily(4, 1000, seed=2)
     g = torch.Generator().manual_seed(0)
-    rows = [torch.randint(0, 30938, (int(k),), generator=g).tolist() for k in torch.randint(0, 20, (2000,), generator=g)]
+    rows = [
+        torch.randint(0, 30938, (int(k),), generator=g).tolist() for k in torch.randint(0, 20, (2000,), generator=g)
+    ]
     indptr, indices = csr_from_lists(rows)
     t = hf.table(30938)
     old = torch.get_num_threads()

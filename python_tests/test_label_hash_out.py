@@ -23,8 +23,13 @@ def label_sets(draw):
     return p, rows
 
 
-@given(data=label_sets(), r=st.integers(1, 6), b=st.integers(1, 64), seed=st.integers(0, 2**32),
-       fill=st.sampled_from([0x00, 0x01, 0xFF, None]))
+@given(
+    data=label_sets(),
+    r=st.integers(1, 6),
+    b=st.integers(1, 64),
+    seed=st.integers(0, 2**32),
+    fill=st.sampled_from([0x00, 0x01, 0xFF, None]),
+)
 def test_out_matches_functional_and_reference(data, r, b, seed, fill):
     p, rows = data
     table = HashFamily(r, b, seed).table(p)
@@ -46,7 +51,9 @@ def test_reused_buffer_across_batches(device):
     g = torch.Generator().manual_seed(1)
     buf = torch.full((4, 300, 1000), 0xFF, dtype=torch.uint8, device=device)
     for _ in range(3):
-        rows = [torch.randint(0, 30938, (int(k),), generator=g).tolist() for k in torch.randint(0, 9, (300,), generator=g)]
+        rows = [
+            torch.randint(0, 30938, (int(k),), generator=g).tolist() for k in torch.randint(0, 9, (300,), generator=g)
+        ]
         indptr, indices = csr_from_lists(rows, device)
         fedkernels.label_hash(indptr, indices, t, 1000, out=buf)
         assert torch.equal(buf.cpu(), sketch_ref.label_hash(indptr.cpu(), indices.cpu(), hf.table(30938), 1000))
@@ -85,16 +92,19 @@ def _aliasing_indices():
     return backing[:3], backing.view(torch.uint8).view(2, 2, 8)
 
 
-@pytest.mark.parametrize("make_out, match", [
-    (lambda: torch.full((2, 2, 8), 7, dtype=torch.int64), "out must have dtype"),
-    (lambda: torch.full((2, 2, 8), 7, dtype=torch.bool), "out must have dtype"),
-    (lambda: torch.full((2, 2, 9), 7, dtype=torch.uint8), r"out must have shape \[R, N, B\] = \[2, 2, 8\]"),
-    (lambda: torch.full((2, 3, 8), 7, dtype=torch.uint8), r"out must have shape"),
-    (lambda: torch.full((4, 8), 7, dtype=torch.uint8), r"out must have shape"),
-    (lambda: torch.full((2, 2, 8, 1), 7, dtype=torch.uint8), r"out must have shape"),
-    (lambda: torch.full((2, 8, 2), 7, dtype=torch.uint8).transpose(1, 2), "out must be contiguous"),
-    (lambda: torch.full((2, 2, 16), 7, dtype=torch.uint8)[:, :, ::2], "out must be contiguous"),
-])
+@pytest.mark.parametrize(
+    "make_out, match",
+    [
+        (lambda: torch.full((2, 2, 8), 7, dtype=torch.int64), "out must have dtype"),
+        (lambda: torch.full((2, 2, 8), 7, dtype=torch.bool), "out must have dtype"),
+        (lambda: torch.full((2, 2, 9), 7, dtype=torch.uint8), r"out must have shape \[R, N, B\] = \[2, 2, 8\]"),
+        (lambda: torch.full((2, 3, 8), 7, dtype=torch.uint8), r"out must have shape"),
+        (lambda: torch.full((4, 8), 7, dtype=torch.uint8), r"out must have shape"),
+        (lambda: torch.full((2, 2, 8, 1), 7, dtype=torch.uint8), r"out must have shape"),
+        (lambda: torch.full((2, 8, 2), 7, dtype=torch.uint8).transpose(1, 2), "out must be contiguous"),
+        (lambda: torch.full((2, 2, 16), 7, dtype=torch.uint8)[:, :, ::2], "out must be contiguous"),
+    ],
+)
 def test_bad_out_raises_before_writing(make_out, match):
     out = make_out()
     before = out.clone()
@@ -150,8 +160,11 @@ def test_empty_batch_into_out():
 
 def test_opcheck_out_overload():
     indptr, indices, table, b = _args()
-    torch.library.opcheck(torch.ops.fedkernels.label_hash.out, (indptr, indices, table, b),
-                          {"out": torch.full((2, 2, 8), 0xFF, dtype=torch.uint8)})
+    torch.library.opcheck(
+        torch.ops.fedkernels.label_hash.out,
+        (indptr, indices, table, b),
+        {"out": torch.full((2, 2, 8), 0xFF, dtype=torch.uint8)},
+    )
 
 
 def test_compile_fullgraph_with_out():

@@ -11,18 +11,26 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fedkernels.fl.types import RoundRecord
-from fedkernels.metrics import (communication_summary, inverse_propensity, map_at_k, precision_at_k, psp_at_k,
-                                ranking_metrics, split_precision_at_k, top1_accuracy)
+from fedkernels.metrics import (
+    communication_summary,
+    inverse_propensity,
+    map_at_k,
+    precision_at_k,
+    psp_at_k,
+    ranking_metrics,
+    split_precision_at_k,
+    top1_accuracy,
+)
 from python_tests.helpers import csr_from_lists
 from python_tests.reference import metrics_ref
 
 
 def test_inverse_propensity_hand_worked():
     # N = 100, N_l = 10: C = (ln 100 - 1) * 2.5^0.55; 1/p = 1 + C * 11.5^-0.55
-    c = (math.log(100) - 1) * 2.5 ** 0.55
+    c = (math.log(100) - 1) * 2.5**0.55
     got = inverse_propensity(torch.tensor([10, 0]), 100)
-    assert got[0].item() == pytest.approx(1 + c * 11.5 ** -0.55, rel=1e-12)
-    assert got[1].item() == pytest.approx(1 + c * 1.5 ** -0.55, rel=1e-12)
+    assert got[0].item() == pytest.approx(1 + c * 11.5**-0.55, rel=1e-12)
+    assert got[1].item() == pytest.approx(1 + c * 1.5**-0.55, rel=1e-12)
     assert got[1] > got[0]  # rarer labels weigh more
 
 
@@ -47,9 +55,13 @@ def test_split_and_map_hand_worked():
     assert top1_accuracy(topk, indptr, indices) == 1.0
 
 
-labels_and_preds = st.integers(1, 25).flatmap(lambda p: st.tuples(
-    st.just(p), st.integers(1, p), st.lists(st.lists(st.integers(0, p - 1), max_size=6, unique=True),
-                                            min_size=1, max_size=8)))
+labels_and_preds = st.integers(1, 25).flatmap(
+    lambda p: st.tuples(
+        st.just(p),
+        st.integers(1, p),
+        st.lists(st.lists(st.integers(0, p - 1), max_size=6, unique=True), min_size=1, max_size=8),
+    )
+)
 
 
 @given(labels_and_preds, st.data())
@@ -68,7 +80,8 @@ def test_matches_reference(lp, data):
     for kk in range(1, k + 1):
         for norm in (False, True):
             assert psp_at_k(topk, indptr, indices, inv_p, kk, norm) == pytest.approx(
-                metrics_ref.psp_at_k(preds, ys, inv_ref, kk, norm), rel=1e-9, abs=1e-12)
+                metrics_ref.psp_at_k(preds, ys, inv_ref, kk, norm), rel=1e-9, abs=1e-12
+            )
         f, i = split_precision_at_k(topk, indptr, indices, torch.tensor(sorted(frequent), dtype=torch.int64), kk)
         rf, ri = metrics_ref.split_precision_at_k(preds, ys, frequent, kk)
         assert (f, i) == (pytest.approx(rf), pytest.approx(ri))

@@ -45,9 +45,14 @@ def test_layout_matches_reference_bytes(x):
     data = encode_runs(x)
     words = prox_ref.float32_words(x.reshape(-1).numpy())
     values, lengths = prox_ref.runs_of_bits(words)
-    body = (b"FKRL" + struct.pack("<BBB", 2, 0, x.dim()) + struct.pack(f"<{x.dim()}Q", *x.shape)
-            + struct.pack("<Q", len(values)) + struct.pack(f"<{len(values)}I", *values)
-            + prox_ref.elias_gamma_bytes(lengths))
+    body = (
+        b"FKRL"
+        + struct.pack("<BBB", 2, 0, x.dim())
+        + struct.pack(f"<{x.dim()}Q", *x.shape)
+        + struct.pack("<Q", len(values))
+        + struct.pack(f"<{len(values)}I", *values)
+        + prox_ref.elias_gamma_bytes(lengths)
+    )
     assert data == body + struct.pack("<I", zlib.crc32(body))  # version 2: CRC-32 trailer
 
 
@@ -86,25 +91,28 @@ def _reseal(data: bytes) -> bytes:
     return data[:-4] + struct.pack("<I", zlib.crc32(data[:-4]))
 
 
-@pytest.mark.parametrize("mangle, match", [
-    (lambda d: d[:3], "bad magic"),
-    (lambda d: b"XXXX" + d[4:], "bad magic"),
-    (lambda d: d[:4] + b"\x07" + d[5:], "version 7"),
-    (lambda d: d[:4] + b"\x01" + d[5:-4], "version 1, this build reads only version 2"),
-    (lambda d: d[:5] + b"\x09" + d[6:], "dtype code"),
-    (lambda d: d[:6] + b"\x11" + d[7:], "17 dims"),
-    (lambda d: d[:10], "truncated"),
-    (lambda d: d[:-1], "checksum"),
-    (lambda d: d + b"\x80", "checksum"),
-    (lambda d: d[:20] + bytes([d[20] ^ 4]) + d[21:], "checksum"),
-    (lambda d: _reseal(d[:-5] + d[-4:]), "run lengths|truncated"),
-    (lambda d: _reseal(d[:-4] + b"\x80" + d[-4:]), "bits after its last run"),
-    (lambda d: _reseal(d[:7] + struct.pack("<Q", 999) + d[15:]), "run lengths"),
-    (lambda d: _reseal(d[:7] + struct.pack("<Q", 29) + d[15:]), "adding up to more"),
-    (lambda d: _reseal(d[:15] + struct.pack("<Q", 31) + d[23:]), "31 runs for 30 elements"),
-    (lambda d: _reseal(d[:15] + struct.pack("<Q", 0) + d[23:]), "0 runs for 30"),
-    (lambda d: _reseal(d[:15] + struct.pack("<Q", 25) + d[23:]), "truncated: 25 run values"),
-])
+@pytest.mark.parametrize(
+    "mangle, match",
+    [
+        (lambda d: d[:3], "bad magic"),
+        (lambda d: b"XXXX" + d[4:], "bad magic"),
+        (lambda d: d[:4] + b"\x07" + d[5:], "version 7"),
+        (lambda d: d[:4] + b"\x01" + d[5:-4], "version 1, this build reads only version 2"),
+        (lambda d: d[:5] + b"\x09" + d[6:], "dtype code"),
+        (lambda d: d[:6] + b"\x11" + d[7:], "17 dims"),
+        (lambda d: d[:10], "truncated"),
+        (lambda d: d[:-1], "checksum"),
+        (lambda d: d + b"\x80", "checksum"),
+        (lambda d: d[:20] + bytes([d[20] ^ 4]) + d[21:], "checksum"),
+        (lambda d: _reseal(d[:-5] + d[-4:]), "run lengths|truncated"),
+        (lambda d: _reseal(d[:-4] + b"\x80" + d[-4:]), "bits after its last run"),
+        (lambda d: _reseal(d[:7] + struct.pack("<Q", 999) + d[15:]), "run lengths"),
+        (lambda d: _reseal(d[:7] + struct.pack("<Q", 29) + d[15:]), "adding up to more"),
+        (lambda d: _reseal(d[:15] + struct.pack("<Q", 31) + d[23:]), "31 runs for 30 elements"),
+        (lambda d: _reseal(d[:15] + struct.pack("<Q", 0) + d[23:]), "0 runs for 30"),
+        (lambda d: _reseal(d[:15] + struct.pack("<Q", 25) + d[23:]), "truncated: 25 run values"),
+    ],
+)
 def test_corrupt_payloads_raise(mangle, match):
     x = torch.tensor([1.0, 1.0, 2.0, 3.0, 3.0, 3.0] * 5)
     with pytest.raises(ValueError, match=match):
@@ -120,8 +128,7 @@ def test_bad_encode_args():
         decode_runs("abc")
 
 
-@given(vals=st.lists(st.floats(-100, 100), min_size=1, max_size=14),
-       k=st.integers(1, 6), seed=st.integers(0, 1000))
+@given(vals=st.lists(st.floats(-100, 100), min_size=1, max_size=14), k=st.integers(1, 6), seed=st.integers(0, 1000))
 def test_kmeans_is_optimal(vals, k, seed):
     w = np.random.default_rng(seed).integers(1, 20, size=len(vals)).astype(float)
     centres, labels, cost = kmeans_1d(torch.tensor(vals, dtype=torch.float64), torch.tensor(w), k)

@@ -43,6 +43,7 @@ def _decode_or_value_error(data: bytes, **kw) -> torch.Tensor | None:
 
 # ---- the audit's streams ---------------------------------------------------------------------
 
+
 def test_audit_literal_stream_is_the_one_in_the_corpus():
     assert AUDIT_V1["audit_28B_shape_2pow33"] == AUDIT_28B and len(AUDIT_28B) == 28
 
@@ -53,14 +54,17 @@ def test_audit_streams_rejected_as_version_1(name):
         decode_runs(AUDIT_V1[name])
 
 
-@pytest.mark.parametrize("name, match", [
-    ("audit_28B_shape_2pow33", "8589934593 elements .* more than max_numel"),
-    ("audit_24B_zero_runs", "0 runs for 1350000000 elements"),
-    ("audit_35B_bias_bomb", "600000000 elements .* more than max_numel"),
-    ("audit_36B_numel_2pow64", r"shape \[4294967296, 4294967296\], whose size does not fit in 63 bits"),
-    ("audit_zero_beside_huge", r"shape \[0, 4611686018427387904, 4611686018427387904\], whose size does not fit"),
-    ("audit_large_claim", "1099511627776 elements .* more than max_numel"),
-])
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("audit_28B_shape_2pow33", "8589934593 elements .* more than max_numel"),
+        ("audit_24B_zero_runs", "0 runs for 1350000000 elements"),
+        ("audit_35B_bias_bomb", "600000000 elements .* more than max_numel"),
+        ("audit_36B_numel_2pow64", r"shape \[4294967296, 4294967296\], whose size does not fit in 63 bits"),
+        ("audit_zero_beside_huge", r"shape \[0, 4611686018427387904, 4611686018427387904\], whose size does not fit"),
+        ("audit_large_claim", "1099511627776 elements .* more than max_numel"),
+    ],
+)
 def test_audit_claims_rejected_behind_a_valid_checksum(name, match):
     """The same claims as version 2 with a correct CRC (an attacker computes one): refused by the
     size checks themselves, without an expected shape and with one."""
@@ -73,14 +77,17 @@ def test_audit_claims_rejected_behind_a_valid_checksum(name, match):
         decode_runs(data, max_numel=0)
 
 
-@pytest.mark.parametrize("name, match", [
-    ("huge_runs_count", "18446744073709551615 runs for 1048576"),
-    ("runs_values_past_end", "truncated: 524288 run values"),
-    ("seventeen_dims", "17 dims"),
-    ("max_u64_dims", "does not fit in 63 bits"),
-    ("one_dim_2pow63", "does not fit in 63 bits"),
-    ("gamma_64_zeros", "longer than 63 bits"),
-])
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("huge_runs_count", "18446744073709551615 runs for 1048576"),
+        ("runs_values_past_end", "truncated: 524288 run values"),
+        ("seventeen_dims", "17 dims"),
+        ("max_u64_dims", "does not fit in 63 bits"),
+        ("one_dim_2pow63", "does not fit in 63 bits"),
+        ("gamma_64_zeros", "longer than 63 bits"),
+    ],
+)
 def test_other_hostile_claims(name, match):
     with pytest.raises(ValueError, match=match):
         decode_runs(HOSTILE_V2[name], max_numel=1 << 62)
@@ -89,8 +96,9 @@ def test_other_hostile_claims(name, match):
 def test_expected_shape_dtype_and_finite_are_enforced():
     data = encode_runs(torch.tensor([1.0, 1.0, 2.0]))
     assert _same(decode_runs(data, expected_shape=(3,), expected_dtype="float32"), torch.tensor([1.0, 1.0, 2.0]))
-    assert _same(decode_runs(data, expected_shape=torch.Size([3]), expected_dtype=torch.float32),
-                 torch.tensor([1.0, 1.0, 2.0]))
+    assert _same(
+        decode_runs(data, expected_shape=torch.Size([3]), expected_dtype=torch.float32), torch.tensor([1.0, 1.0, 2.0])
+    )
     with pytest.raises(ValueError, match=r"claims shape \[3\], expected \[1, 3\]"):
         decode_runs(data, expected_shape=(1, 3))
     with pytest.raises(ValueError, match="holds float32 values, expected float16"):
@@ -107,23 +115,27 @@ def test_expected_shape_dtype_and_finite_are_enforced():
         decode_runs(bad, require_finite=True)
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(expected_shape=(-1,)), "expected_shape"),
-    (dict(expected_shape=(1 << 63,)), "expected_shape"),
-    (dict(expected_shape="ab"), "expected_shape"),
-    (dict(expected_shape=(1,) * 17), "expected_shape"),
-    (dict(expected_dtype="int8"), "expected_dtype"),
-    (dict(max_numel=-1), "max_numel"),
-    (dict(max_numel=1.5), "max_numel"),
-    (dict(out_dtype=torch.float64), "out_dtype"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(expected_shape=(-1,)), "expected_shape"),
+        (dict(expected_shape=(1 << 63,)), "expected_shape"),
+        (dict(expected_shape="ab"), "expected_shape"),
+        (dict(expected_shape=(1,) * 17), "expected_shape"),
+        (dict(expected_dtype="int8"), "expected_dtype"),
+        (dict(max_numel=-1), "max_numel"),
+        (dict(max_numel=1.5), "max_numel"),
+        (dict(out_dtype=torch.float64), "out_dtype"),
+    ],
+)
 def test_bad_decode_args(kw, match):
     with pytest.raises(ValueError, match=match):
         decode_runs(encode_runs(torch.zeros(2)), **kw)
 
 
-@pytest.mark.parametrize("data", ["abc", 3, None, [1, 2], torch.zeros(4), torch.zeros(2, 2, dtype=torch.uint8),
-                                  memoryview(b"FKRL" * 8)[::2]])
+@pytest.mark.parametrize(
+    "data", ["abc", 3, None, [1, 2], torch.zeros(4), torch.zeros(2, 2, dtype=torch.uint8), memoryview(b"FKRL" * 8)[::2]]
+)
 def test_non_bytes_data_raises_value_error(data):
     with pytest.raises(ValueError, match="data"):
         decode_runs(data)
@@ -132,8 +144,13 @@ def test_non_bytes_data_raises_value_error(data):
 def test_every_bytes_like_input_decodes():
     x = torch.tensor([[4.0, 4.0], [-0.0, 5.0]])
     data = encode_runs(x)
-    for form in (data, bytearray(data), memoryview(data), torch.frombuffer(bytearray(data), dtype=torch.uint8),
-                 memoryview(struct.pack(f"<{len(data)}B", *data))):
+    for form in (
+        data,
+        bytearray(data),
+        memoryview(data),
+        torch.frombuffer(bytearray(data), dtype=torch.uint8),
+        memoryview(struct.pack(f"<{len(data)}B", *data)),
+    ):
         assert _same(decode_runs(form, expected_shape=(2, 2)), x)
 
 
@@ -206,8 +223,9 @@ def test_bombs_allocate_nothing_measured_in_a_child():
         env["FK_NO_RLIMIT"] = "1"
     control = stream([1 << 24], 1, struct.pack("<f", -2.5), prox_ref.elias_gamma_bytes([1 << 24]))
     payload = json.dumps([[(b.hex(), kw) for b, kw in cases], control.hex()])
-    res = subprocess.run([sys.executable, "-c", _CHILD], input=payload, capture_output=True, text=True, env=env,
-                         timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-c", _CHILD], input=payload, capture_output=True, text=True, env=env, timeout=300
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
     for (data, kw), outcome in zip(cases, got["outcomes"]):
@@ -217,6 +235,7 @@ def test_bombs_allocate_nothing_measured_in_a_child():
 
 
 # ---- checksum: damaged streams -----------------------------------------------------------------
+
 
 @st.composite
 def piecewise(draw, max_runs: int = 12):
@@ -244,8 +263,12 @@ def test_every_single_bit_flip_is_detected(case):
             decode_runs(bytes(b))
 
 
-@given(case=piecewise(), flips=st.lists(st.integers(0, 1 << 30), min_size=2, max_size=12),
-       cut=st.integers(-6, 6), seal=st.booleans())
+@given(
+    case=piecewise(),
+    flips=st.lists(st.integers(0, 1 << 30), min_size=2, max_size=12),
+    cut=st.integers(-6, 6),
+    seal=st.booleans(),
+)
 def test_damaged_streams_never_decode_to_another_tensor(case, flips, cut, seal):
     """Several flipped bits, a cut or extended end, and optionally a re-sealed checksum (a hostile
     sender): ValueError, or (unsealed) exactly the original tensor. A re-sealed stream that decodes is
@@ -294,6 +317,7 @@ def test_forged_headers_raise_only_value_error(data, shape):
 
 # ---- round trips -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("shape", [(), (0,), (1,), (0, 7), (3, 0, 2), (1, 1, 1), (5,), (2, 3, 4), (1,) * 16])
 @pytest.mark.parametrize("value_dtype", ["float32", "float16"])
 def test_round_trip_every_shape(shape, value_dtype):
@@ -327,7 +351,9 @@ def test_round_trip_exact_with_every_check_on(case):
 def test_default_bound_and_its_override():
     """Without an expected shape, a valid stream of a few dozen bytes may still claim only
     DEFAULT_MAX_NUMEL elements; the caller can raise the bound."""
-    big = stream([DEFAULT_MAX_NUMEL + 1], 1, struct.pack("<f", 0.0), prox_ref.elias_gamma_bytes([DEFAULT_MAX_NUMEL + 1]))
+    big = stream(
+        [DEFAULT_MAX_NUMEL + 1], 1, struct.pack("<f", 0.0), prox_ref.elias_gamma_bytes([DEFAULT_MAX_NUMEL + 1])
+    )
     assert len(big) < 64 and read_header(big).shape == (DEFAULT_MAX_NUMEL + 1,)
     with pytest.raises(ValueError, match="more than max_numel = 67108864"):
         decode_runs(big)

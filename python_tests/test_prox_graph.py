@@ -13,8 +13,14 @@ from python_tests.reference import prox_ref
 
 
 @settings(max_examples=25)
-@given(n=st.integers(2, 5), dim=st.integers(1, 3), lam=st.floats(0.0, 3.0), p=st.sampled_from([1, 2]),
-       seed=st.integers(0, 10_000), weighted=st.booleans())
+@given(
+    n=st.integers(2, 5),
+    dim=st.integers(1, 3),
+    lam=st.floats(0.0, 3.0),
+    p=st.sampled_from([1, 2]),
+    seed=st.integers(0, 10_000),
+    weighted=st.booleans(),
+)
 def test_matches_slow_exact_solve(n, dim, lam, p, seed, weighted):
     rng = np.random.default_rng(seed)
     y = rng.normal(0, 2, size=(n, dim))
@@ -22,11 +28,14 @@ def test_matches_slow_exact_solve(n, dim, lam, p, seed, weighted):
     keep = [e for e in pairs if rng.random() < 0.7] or pairs[:1]
     edges = np.array(keep)
     w = rng.uniform(0.2, 2.0, size=len(edges)) if weighted else None
-    r = fedkernels.graph_prox(torch.tensor(y), torch.tensor(edges), lam, p,
-                              None if w is None else torch.tensor(w), tol=1e-12)
+    r = fedkernels.graph_prox(
+        torch.tensor(y), torch.tensor(edges), lam, p, None if w is None else torch.tensor(w), tol=1e-12
+    )
     assert r.converged and r.gap >= -1e-9
     z_slow, _ = prox_ref.graph_prox_slow(y, edges, lam, p, w)
-    f_slow = prox_ref.graph_objective(z_slow, y, edges, lam, p, w)  # its true objective (SLSQP may be slightly infeasible)
+    f_slow = prox_ref.graph_objective(
+        z_slow, y, edges, lam, p, w
+    )  # its true objective (SLSQP may be slightly infeasible)
     f_fast = prox_ref.graph_objective(r.z.numpy(), y, edges, lam, p, w)
     assert abs(f_fast - r.primal) <= 1e-9 * (1 + abs(f_fast))
     assert f_fast <= f_slow + 1e-7 * (1 + abs(f_slow))  # no worse than the slow solver
@@ -82,16 +91,19 @@ def test_deterministic_across_threads():
     assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(y=torch.ones(3)), ValueError, "y must be"),
-    (dict(edges=torch.tensor([[0, 3]])), IndexError, "edges"),
-    (dict(edges=torch.tensor([[0, 0]])), ValueError, "self loops"),
-    (dict(edges=torch.tensor([[0, 1]]).int()), ValueError, "edges must be int64"),
-    (dict(lam=-1.0), ValueError, "lam"),
-    (dict(p=3), ValueError, "p must be"),
-    (dict(weights=torch.tensor([-1.0])), ValueError, "weights"),
-    (dict(y=torch.tensor([[float("nan")], [0.0], [1.0]])), ValueError, "y must be finite"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(y=torch.ones(3)), ValueError, "y must be"),
+        (dict(edges=torch.tensor([[0, 3]])), IndexError, "edges"),
+        (dict(edges=torch.tensor([[0, 0]])), ValueError, "self loops"),
+        (dict(edges=torch.tensor([[0, 1]]).int()), ValueError, "edges must be int64"),
+        (dict(lam=-1.0), ValueError, "lam"),
+        (dict(p=3), ValueError, "p must be"),
+        (dict(weights=torch.tensor([-1.0])), ValueError, "weights"),
+        (dict(y=torch.tensor([[float("nan")], [0.0], [1.0]])), ValueError, "y must be finite"),
+    ],
+)
 def test_bad_input(kwargs, exc, match):
     args = dict(y=torch.zeros(3, 1), edges=torch.tensor([[0, 1]]), lam=1.0, p=2)
     args.update(kwargs)

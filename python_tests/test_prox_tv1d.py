@@ -22,7 +22,7 @@ def _check_rows(z: torch.Tensor, u: torch.Tensor, lam_rows: np.ndarray, anchored
     for r in range(zr.shape[0]):
         lam = float(lam_rows[r])
         for a in range(0, d, max(bs, 1)):
-            zz, uu = zr[r, a:a + bs], ur[r, a:a + bs]
+            zz, uu = zr[r, a : a + bs], ur[r, a : a + bs]
             scale = 1.0 + np.abs(np.cumsum(zz)).max() + lam
             if z.dtype == torch.float32:
                 # the float32 output is the exact solution rounded once: certify the float64 solve
@@ -39,8 +39,14 @@ values = st.one_of(
 )
 
 
-@given(rows=st.integers(1, 4), d=st.integers(1, 40), lam=st.floats(0, 50), anchored=st.booleans(),
-       dtype=st.sampled_from([torch.float32, torch.float64]), data=st.data())
+@given(
+    rows=st.integers(1, 4),
+    d=st.integers(1, 40),
+    lam=st.floats(0, 50),
+    anchored=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    data=st.data(),
+)
 def test_certificate_random(rows, d, lam, anchored, dtype, data):
     z = torch.tensor(data.draw(st.lists(values, min_size=rows * d, max_size=rows * d)), dtype=dtype).view(rows, d)
     u = fedkernels.prox_tv1d(z, lam, anchored)
@@ -66,8 +72,8 @@ def test_blockwise_is_independent_blocks(d, seed, block, anchored):
     lam = torch.rand(3, 1, generator=g, dtype=torch.float64).squeeze(1) * 2
     u = fedkernels.prox_tv1d(z, lam, anchored, block_size=block)
     for a in range(0, d, block):
-        want = fedkernels.prox_tv1d(z[:, a:a + block].contiguous(), lam, anchored)
-        assert torch.equal(u[:, a:a + block], want)
+        want = fedkernels.prox_tv1d(z[:, a : a + block].contiguous(), lam, anchored)
+        assert torch.equal(u[:, a : a + block], want)
     _check_rows(z, u, lam.numpy(), anchored, block)
 
 
@@ -86,7 +92,9 @@ def test_edge_cases(device):
     assert torch.equal(fedkernels.prox_tv1d(z, 0.0), z)
     # d = 1: anchored soft-thresholds, free returns z
     one = torch.tensor([[2.0], [-0.5]], dtype=torch.float64, device=device)
-    assert torch.allclose(fedkernels.prox_tv1d(one, 1.0), torch.tensor([[1.0], [0.0]], dtype=torch.float64, device=device))
+    assert torch.allclose(
+        fedkernels.prox_tv1d(one, 1.0), torch.tensor([[1.0], [0.0]], dtype=torch.float64, device=device)
+    )
     assert torch.equal(fedkernels.prox_tv1d(one, 1.0, anchored=False), one)
     # constant input: free keeps it, anchored shrinks it towards 0 by lam / d
     c = torch.full((10,), 4.0, dtype=torch.float64, device=device)
@@ -109,7 +117,9 @@ def _slow_bend_row(n: int, sag: float, lam: float) -> np.ndarray:
     return np.concatenate([[100.0 * lam], -eps * (2.0 * k - 1)])
 
 
-@pytest.mark.parametrize("n, sag, anchored", [(300, 1.5, False), (2000, 1.5, False), (300, 4.0, True), (2000, 4.0, True)])
+@pytest.mark.parametrize(
+    "n, sag, anchored", [(300, 1.5, False), (2000, 1.5, False), (300, 4.0, True), (2000, 4.0, True)]
+)
 def test_quadratic_case_for_direct_scan_falls_back(n, sag, anchored):
     # These rows exhaust the direct algorithm's rescan budget, so the funnel solves them: still exact.
     z = torch.tensor(_slow_bend_row(n, sag, 1.0))
@@ -118,8 +128,14 @@ def test_quadratic_case_for_direct_scan_falls_back(n, sag, anchored):
     assert torch.equal(fedkernels.prox_tv1d(z.float(), 1.0, anchored), u.float())
 
 
-@given(n=st.integers(2, 400), sag=st.floats(0.5, 6.0), noise=st.sampled_from([0.0, 1e-3, 0.1]),
-       lam=st.floats(0.05, 5.0), anchored=st.booleans(), seed=st.integers(0, 2**31))
+@given(
+    n=st.integers(2, 400),
+    sag=st.floats(0.5, 6.0),
+    noise=st.sampled_from([0.0, 1e-3, 0.1]),
+    lam=st.floats(0.05, 5.0),
+    anchored=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
 def test_certificate_near_worst_case(n, sag, noise, lam, anchored, seed):
     # Rows around the direct scan's worst case (some take the fallback, some not), noise on top.
     z = _slow_bend_row(n, sag, lam) + noise * np.random.default_rng(seed).normal(size=n)
@@ -199,16 +215,19 @@ def test_deterministic_across_threads():
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("args, exc, match", [
-    ((torch.tensor([1.0, float("nan")]), 1.0), ValueError, "z must be finite"),
-    ((torch.tensor([1.0, float("inf")]), 0.0), ValueError, "z must be finite"),
-    ((torch.tensor([1.0, 2.0]), -0.1), ValueError, "lam must be >= 0"),
-    ((torch.tensor([1.0, 2.0]), float("nan")), ValueError, "lam must be finite"),
-    ((torch.tensor([1, 2]), 1.0), ValueError, "z must be float32 or float64"),
-    ((torch.tensor(1.0), 1.0), ValueError, "z must have at least one dimension"),
-    ((torch.ones(3, 4), torch.ones(2)), ValueError, "lam of shape"),
-    ((torch.ones(3, 4), torch.ones(3, dtype=torch.int64)), ValueError, "lam must be a float32 or float64"),
-])
+@pytest.mark.parametrize(
+    "args, exc, match",
+    [
+        ((torch.tensor([1.0, float("nan")]), 1.0), ValueError, "z must be finite"),
+        ((torch.tensor([1.0, float("inf")]), 0.0), ValueError, "z must be finite"),
+        ((torch.tensor([1.0, 2.0]), -0.1), ValueError, "lam must be >= 0"),
+        ((torch.tensor([1.0, 2.0]), float("nan")), ValueError, "lam must be finite"),
+        ((torch.tensor([1, 2]), 1.0), ValueError, "z must be float32 or float64"),
+        ((torch.tensor(1.0), 1.0), ValueError, "z must have at least one dimension"),
+        ((torch.ones(3, 4), torch.ones(2)), ValueError, "lam of shape"),
+        ((torch.ones(3, 4), torch.ones(3, dtype=torch.int64)), ValueError, "lam must be a float32 or float64"),
+    ],
+)
 def test_bad_input(args, exc, match):
     with pytest.raises(exc, match=match):
         fedkernels.prox_tv1d(*args)

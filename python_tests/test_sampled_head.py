@@ -39,7 +39,7 @@ def test_fedss_is_sampled_softmax_with_logq(seed, m, scale):
     ids = torch.cat([upos, neg])
     local = torch.tensor([ids.tolist().index(int(t)) for t in target])
     bias = torch.zeros(len(ids), dtype=torch.float64)
-    bias[len(upos):] = -math.log(m * (1.0 / (60 - len(upos)))) if m else 0.0  # -log(m q), q = 1/|complement|
+    bias[len(upos) :] = -math.log(m * (1.0 / (60 - len(upos)))) if m else 0.0  # -log(m q), q = 1/|complement|
     ref_rows = W_full[ids].clone().requires_grad_()
     ref = _dense_loss(h, ref_rows, local, bias, scale)
     loss = head(h, target)
@@ -108,13 +108,16 @@ def test_logq_correction():
     assert logq_correction(100, 10, 0) == 0.0
 
 
-@pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(variant="both"), ValueError, "variant"),
-    (dict(num_positives=9), ValueError, "num_positives"),
-    (dict(class_ids=torch.tensor([1, 1, 2])), ValueError, "distinct"),
-    (dict(class_ids=torch.tensor([1, 2, 99])), IndexError, "class_ids"),
-    (dict(class_ids=torch.tensor([1.0, 2.0, 3.0])), ValueError, "class_ids"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(variant="both"), ValueError, "variant"),
+        (dict(num_positives=9), ValueError, "num_positives"),
+        (dict(class_ids=torch.tensor([1, 1, 2])), ValueError, "distinct"),
+        (dict(class_ids=torch.tensor([1, 2, 99])), IndexError, "class_ids"),
+        (dict(class_ids=torch.tensor([1.0, 2.0, 3.0])), ValueError, "class_ids"),
+    ],
+)
 def test_bad_construction(kwargs, exc, match):
     args = dict(weight=torch.randn(3, 4), class_ids=torch.tensor([5, 1, 2]), num_positives=1, num_classes=10)
     args.update(kwargs)

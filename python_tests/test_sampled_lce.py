@@ -39,7 +39,11 @@ def lce_case(draw):
     ignore_index = draw(st.sampled_from([-100, 0, 3]))
     target = draw(st.lists(st.one_of(st.integers(0, s - 1), st.just(ignore_index)), min_size=n, max_size=n))
     return dict(
-        n=n, d=d, s=s, target=target, ignore_index=ignore_index,
+        n=n,
+        d=d,
+        s=s,
+        target=target,
+        ignore_index=ignore_index,
         chunk=draw(st.sampled_from([0, 1, 3, 7, 64, 512])),
         reduction=draw(st.sampled_from(["mean", "sum", "none"])),
         bias=draw(st.booleans()),
@@ -67,11 +71,13 @@ def test_loss_and_grads_match_reference(case):
     h, W, target, bias = _make(case)
     kw = dict(scale=case["scale"], ignore_index=case["ignore_index"], reduction=case["reduction"])
     leaves = [t.clone().requires_grad_() for t in (h, W) + ((bias,) if bias is not None else ())]
-    loss = fedkernels.linear_cross_entropy(leaves[0], leaves[1], target, leaves[2] if bias is not None else None,
-                                           chunk_size=case["chunk"], **kw)
+    loss = fedkernels.linear_cross_entropy(
+        leaves[0], leaves[1], target, leaves[2] if bias is not None else None, chunk_size=case["chunk"], **kw
+    )
     ref_leaves = [t.clone().requires_grad_() for t in leaves]
-    ref, _ = sampled_ref.linear_cross_entropy(ref_leaves[0], ref_leaves[1], target,
-                                              ref_leaves[2] if bias is not None else None, **kw)
+    ref, _ = sampled_ref.linear_cross_entropy(
+        ref_leaves[0], ref_leaves[1], target, ref_leaves[2] if bias is not None else None, **kw
+    )
     want_dtype = torch.float64 if case["dtype"] == torch.float64 else torch.float32
     assert loss.dtype == want_dtype and loss.shape == ref.shape
     assert_close_scaled(loss, ref)
@@ -110,10 +116,13 @@ def test_gradcheck_all_reductions_and_lse():
     bias = torch.randn(11, generator=g, dtype=torch.float64, requires_grad=True)
     target = torch.tensor([0, 10, -100, 3, 3, 7, -100])
     for reduction in ("mean", "sum", "none"):
+
         def f(h, W, bias, reduction=reduction):
-            loss, lse = fedkernels.linear_cross_entropy(h, W, target, bias, scale=1.5, reduction=reduction,
-                                                        chunk_size=4, return_lse=True)
+            loss, lse = fedkernels.linear_cross_entropy(
+                h, W, target, bias, scale=1.5, reduction=reduction, chunk_size=4, return_lse=True
+            )
             return loss, lse
+
         assert torch.autograd.gradcheck(f, (h, W, bias))
     assert torch.autograd.gradcheck(lambda h, W: fedkernels.linear_cross_entropy(h, W, target, chunk_size=3), (h, W))
 
@@ -208,18 +217,21 @@ def _args():
     return (torch.randn(4, 3), torch.randn(6, 3), torch.tensor([0, 5, -100, 2]), torch.randn(6))
 
 
-@pytest.mark.parametrize("mutate, exc, match", [
-    (lambda a: (a[0].long(), a[1], a[2], a[3]), ValueError, "h must"),
-    (lambda a: (a[0][0], a[1], a[2], a[3]), ValueError, "h must"),
-    (lambda a: (a[0], a[1].double(), a[2], a[3]), ValueError, "W must"),
-    (lambda a: (a[0], a[1][:, :2], a[2], a[3]), ValueError, "W must"),
-    (lambda a: (a[0], a[1], a[2].float(), a[3]), ValueError, "target"),
-    (lambda a: (a[0], a[1], a[2][:3], a[3]), ValueError, "target"),
-    (lambda a: (a[0], a[1], torch.tensor([0, 6, 1, 1]), a[3]), IndexError, "target"),
-    (lambda a: (a[0], a[1], torch.tensor([0, -1, 1, 1]), a[3]), IndexError, "target"),
-    (lambda a: (a[0], a[1], a[2], a[3][:5]), ValueError, "bias"),
-    (lambda a: (a[0], a[1], a[2], a[3].long()), ValueError, "bias"),
-])
+@pytest.mark.parametrize(
+    "mutate, exc, match",
+    [
+        (lambda a: (a[0].long(), a[1], a[2], a[3]), ValueError, "h must"),
+        (lambda a: (a[0][0], a[1], a[2], a[3]), ValueError, "h must"),
+        (lambda a: (a[0], a[1].double(), a[2], a[3]), ValueError, "W must"),
+        (lambda a: (a[0], a[1][:, :2], a[2], a[3]), ValueError, "W must"),
+        (lambda a: (a[0], a[1], a[2].float(), a[3]), ValueError, "target"),
+        (lambda a: (a[0], a[1], a[2][:3], a[3]), ValueError, "target"),
+        (lambda a: (a[0], a[1], torch.tensor([0, 6, 1, 1]), a[3]), IndexError, "target"),
+        (lambda a: (a[0], a[1], torch.tensor([0, -1, 1, 1]), a[3]), IndexError, "target"),
+        (lambda a: (a[0], a[1], a[2], a[3][:5]), ValueError, "bias"),
+        (lambda a: (a[0], a[1], a[2], a[3].long()), ValueError, "bias"),
+    ],
+)
 def test_bad_input(mutate, exc, match):
     with pytest.raises(exc, match=match):
         fedkernels.linear_cross_entropy(*mutate(_args()))
@@ -240,7 +252,9 @@ def test_opcheck_and_compile():
         args = (h.requires_grad_(), W.requires_grad_(), t, b.requires_grad_(), 2.0, -100, reduction, 2)
         torch.library.opcheck(torch.ops.fedkernels.linear_cross_entropy.default, args)
     lse = torch.logsumexp(2.0 * h.detach() @ W.detach().T + b.detach(), 1)
-    torch.library.opcheck(torch.ops.fedkernels.linear_cross_entropy_backward.default,
-                          (h.detach(), W.detach(), t, b.detach(), lse, torch.ones(4), torch.zeros(4), 2.0, -100, 2))
+    torch.library.opcheck(
+        torch.ops.fedkernels.linear_cross_entropy_backward.default,
+        (h.detach(), W.detach(), t, b.detach(), lse, torch.ones(4), torch.zeros(4), 2.0, -100, 2),
+    )
     compiled = torch.compile(lambda h, W: fedkernels.linear_cross_entropy(h, W, t, b, chunk_size=2), fullgraph=True)
     torch.testing.assert_close(compiled(h, W), fedkernels.linear_cross_entropy(h, W, t, b, chunk_size=2))

@@ -23,16 +23,16 @@ def positives_and_m(draw):
     return p, pos, m
 
 
-@given(data=positives_and_m(), seed=st.integers(-2**63, 2**63 - 1))
+@given(data=positives_and_m(), seed=st.integers(-(2**63), 2**63 - 1))
 def test_draws_distinct_sorted_negatives(data, seed):
     p, pos, m = data
     got = fedkernels.sample_negatives(torch.tensor(pos, dtype=torch.int64), p, m, seed)
     assert got.dtype == torch.int64 and got.shape == (m,)
     vals = got.tolist()
-    assert vals == sorted(set(vals))                     # distinct, ascending
+    assert vals == sorted(set(vals))  # distinct, ascending
     assert set(vals) <= set(sampled_ref.complement(pos, p))  # negatives only
     again = fedkernels.sample_negatives(torch.tensor(pos[::-1], dtype=torch.int64), p, m, seed)
-    assert torch.equal(got, again)                        # a function of the positive *set* and the seed
+    assert torch.equal(got, again)  # a function of the positive *set* and the seed
 
 
 def test_m_equal_to_complement_takes_all():
@@ -57,15 +57,17 @@ def test_seed_changes_the_draw():
     assert not torch.equal(a, b)
 
 
-@given(rows=st.lists(st.lists(st.integers(0, 59), max_size=10), max_size=6), m=st.integers(0, 40),
-       seed=st.integers(0, 2**63 - 1))
+@given(
+    rows=st.lists(st.lists(st.integers(0, 59), max_size=10), max_size=6),
+    m=st.integers(0, 40),
+    seed=st.integers(0, 2**63 - 1),
+)
 def test_batched_rows_equal_single_client_with_derived_seed(rows, m, seed):
     indptr, indices = csr_from_lists(rows)
     got = fedkernels.sample_negatives_batched(indptr, indices, 60, m, seed)
     assert got.shape == (len(rows), m)
     for c, pos in enumerate(rows):
-        want = fedkernels.sample_negatives(torch.tensor(pos, dtype=torch.int64), 60, m,
-                                           fedkernels.client_seed(seed, c))
+        want = fedkernels.sample_negatives(torch.tensor(pos, dtype=torch.int64), 60, m, fedkernels.client_seed(seed, c))
         assert torch.equal(got[c], want)
 
 
@@ -124,32 +126,39 @@ def test_on_device(device):
 def test_empty_inputs():
     assert fedkernels.sample_negatives(torch.zeros(0, dtype=torch.int64), 0, 0, 1).shape == (0,)
     assert fedkernels.sample_negatives(torch.zeros(0, dtype=torch.int64), 5, 5, 1).tolist() == [0, 1, 2, 3, 4]
-    out = fedkernels.sample_negatives_batched(torch.zeros(1, dtype=torch.int64), torch.zeros(0, dtype=torch.int64),
-                                              10, 3, 1)
+    out = fedkernels.sample_negatives_batched(
+        torch.zeros(1, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), 10, 3, 1
+    )
     assert out.shape == (0, 3)
 
 
-@pytest.mark.parametrize("args, exc, match", [
-    ((torch.tensor([0, 1, 2]), 5, 3, 0), ValueError, "too few classes"),
-    ((torch.tensor([0, 0, 0]), 5, 5, 0), ValueError, "too few classes"),
-    ((torch.tensor([0, 5]), 5, 1, 0), IndexError, "positives"),
-    ((torch.tensor([-1]), 5, 1, 0), IndexError, "positives"),
-    ((torch.tensor([0.0]), 5, 1, 0), ValueError, "positives"),
-    ((torch.tensor([[0]]), 5, 1, 0), ValueError, "positives"),
-    ((torch.tensor([0]), 5, -1, 0), ValueError, "m must"),
-    ((torch.tensor([0]), -5, 1, 0), ValueError, "num_classes"),
-])
+@pytest.mark.parametrize(
+    "args, exc, match",
+    [
+        ((torch.tensor([0, 1, 2]), 5, 3, 0), ValueError, "too few classes"),
+        ((torch.tensor([0, 0, 0]), 5, 5, 0), ValueError, "too few classes"),
+        ((torch.tensor([0, 5]), 5, 1, 0), IndexError, "positives"),
+        ((torch.tensor([-1]), 5, 1, 0), IndexError, "positives"),
+        ((torch.tensor([0.0]), 5, 1, 0), ValueError, "positives"),
+        ((torch.tensor([[0]]), 5, 1, 0), ValueError, "positives"),
+        ((torch.tensor([0]), 5, -1, 0), ValueError, "m must"),
+        ((torch.tensor([0]), -5, 1, 0), ValueError, "num_classes"),
+    ],
+)
 def test_bad_input(args, exc, match):
     with pytest.raises(exc, match=match):
         fedkernels.sample_negatives(*args)
 
 
-@pytest.mark.parametrize("indptr, indices, exc, match", [
-    ([0, 2, 3], [1, 2, 60], IndexError, "indices"),
-    ([0, 2, 2], [1, 2, 3], ValueError, "indptr"),
-    ([0, 3, 2], [1, 2, 3], ValueError, "indptr"),
-    ([0, 2, 3], [0, 1, 2, 3], ValueError, "indptr"),
-])
+@pytest.mark.parametrize(
+    "indptr, indices, exc, match",
+    [
+        ([0, 2, 3], [1, 2, 60], IndexError, "indices"),
+        ([0, 2, 2], [1, 2, 3], ValueError, "indptr"),
+        ([0, 3, 2], [1, 2, 3], ValueError, "indptr"),
+        ([0, 2, 3], [0, 1, 2, 3], ValueError, "indptr"),
+    ],
+)
 def test_batched_bad_input(indptr, indices, exc, match):
     with pytest.raises(exc, match=match):
         fedkernels.sample_negatives_batched(torch.tensor(indptr), torch.tensor(indices), 60, 4, 0)

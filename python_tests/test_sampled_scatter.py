@@ -50,9 +50,12 @@ def test_matches_reference(case):
 
 def test_hand_computed():
     out = torch.full((4, 2), 7.0)
-    fedkernels.scatter_rows_mean(out, torch.tensor([2, 0, 2, 2]), torch.tensor([[1.0, 2.0], [5.0, 5.0], [3.0, 4.0],
-                                                                               [9.0, 9.0]]),
-                                 torch.tensor([1.0, 2.0, 3.0, 0.0]))
+    fedkernels.scatter_rows_mean(
+        out,
+        torch.tensor([2, 0, 2, 2]),
+        torch.tensor([[1.0, 2.0], [5.0, 5.0], [3.0, 4.0], [9.0, 9.0]]),
+        torch.tensor([1.0, 2.0, 3.0, 0.0]),
+    )
     assert out.tolist() == [[5.0, 5.0], [7.0, 7.0], [2.5, 3.5], [7.0, 7.0]]
 
 
@@ -77,10 +80,13 @@ def test_bit_identical_across_threads_and_runs():
 
 def test_float64_weight_and_empty():
     out = torch.ones(3, 2)
-    assert torch.equal(fedkernels.scatter_rows_mean(out, torch.zeros(0, dtype=torch.int64), torch.zeros(0, 2),
-                                                    torch.zeros(0)), torch.ones(3, 2))
-    fedkernels.scatter_rows_mean(out, torch.tensor([1]), torch.tensor([[4.0, 6.0]]), torch.tensor([2.0],
-                                                                                                  dtype=torch.float64))
+    assert torch.equal(
+        fedkernels.scatter_rows_mean(out, torch.zeros(0, dtype=torch.int64), torch.zeros(0, 2), torch.zeros(0)),
+        torch.ones(3, 2),
+    )
+    fedkernels.scatter_rows_mean(
+        out, torch.tensor([1]), torch.tensor([[4.0, 6.0]]), torch.tensor([2.0], dtype=torch.float64)
+    )
     assert out[1].tolist() == [4.0, 6.0]
 
 
@@ -100,21 +106,24 @@ def _args():
     return torch.zeros(5, 3), torch.tensor([0, 4, 4]), torch.ones(3, 3), torch.tensor([1.0, 2.0, 3.0])
 
 
-@pytest.mark.parametrize("mutate, exc, match", [
-    (lambda a: (a[0], torch.tensor([0, 5, 1]), a[2], a[3]), IndexError, "idx"),
-    (lambda a: (a[0], torch.tensor([0, -1, 1]), a[2], a[3]), IndexError, "idx"),
-    (lambda a: (a[0], a[1].int(), a[2], a[3]), ValueError, "idx"),
-    (lambda a: (a[0], a[1], a[2].double(), a[3]), ValueError, "src"),
-    (lambda a: (a[0], a[1], a[2][:, :2], a[3]), ValueError, "src"),
-    (lambda a: (a[0], a[1], a[2][:2], a[3]), ValueError, "src"),
-    (lambda a: (a[0], a[1], a[2], a[3][:2]), ValueError, "weight"),
-    (lambda a: (a[0], a[1], a[2], torch.tensor([1.0, -1.0, 3.0])), ValueError, "weight"),
-    (lambda a: (a[0], a[1], a[2], torch.tensor([1.0, float("nan"), 3.0])), ValueError, "weight"),
-    (lambda a: (a[0], a[1], a[2], torch.tensor([1.0, 0.0, 0.0])), ValueError, "weight"),
-    (lambda a: (a[0], a[1], a[2], a[3].long()), ValueError, "weight"),
-    (lambda a: (a[0].long(), a[1], a[2].long(), a[3]), ValueError, "out"),
-    (lambda a: (torch.zeros(3, 5).t(), a[1], a[2], a[3]), ValueError, "out"),
-])
+@pytest.mark.parametrize(
+    "mutate, exc, match",
+    [
+        (lambda a: (a[0], torch.tensor([0, 5, 1]), a[2], a[3]), IndexError, "idx"),
+        (lambda a: (a[0], torch.tensor([0, -1, 1]), a[2], a[3]), IndexError, "idx"),
+        (lambda a: (a[0], a[1].int(), a[2], a[3]), ValueError, "idx"),
+        (lambda a: (a[0], a[1], a[2].double(), a[3]), ValueError, "src"),
+        (lambda a: (a[0], a[1], a[2][:, :2], a[3]), ValueError, "src"),
+        (lambda a: (a[0], a[1], a[2][:2], a[3]), ValueError, "src"),
+        (lambda a: (a[0], a[1], a[2], a[3][:2]), ValueError, "weight"),
+        (lambda a: (a[0], a[1], a[2], torch.tensor([1.0, -1.0, 3.0])), ValueError, "weight"),
+        (lambda a: (a[0], a[1], a[2], torch.tensor([1.0, float("nan"), 3.0])), ValueError, "weight"),
+        (lambda a: (a[0], a[1], a[2], torch.tensor([1.0, 0.0, 0.0])), ValueError, "weight"),
+        (lambda a: (a[0], a[1], a[2], a[3].long()), ValueError, "weight"),
+        (lambda a: (a[0].long(), a[1], a[2].long(), a[3]), ValueError, "out"),
+        (lambda a: (torch.zeros(3, 5).t(), a[1], a[2], a[3]), ValueError, "out"),
+    ],
+)
 def test_bad_input_leaves_out_untouched(mutate, exc, match):
     args = mutate(_args())
     before = args[0].clone()
@@ -128,17 +137,21 @@ def test_opcheck_and_compile():
 
     def agg(out, idx, src, w):
         return fedkernels.scatter_rows_mean(out, idx, src, w) * 1.0
+
     compiled = torch.compile(agg, fullgraph=True)
     a, b = _args(), _args()
     torch.testing.assert_close(compiled(*a), agg(*b))
 
 
-@pytest.mark.parametrize("n, t, d, popular", [
-    (4096, 70000, 37, False),       # every row many sources; the counting sort in several blocks
-    (131072, 40000, 256, False),    # mostly single-source rows, the benchmark's width
-    (2_000_000, 3000, 5, False),    # ids over far more rows than sources: the comparison sort
-    (5000, 50000, 19, True),        # a few popular rows hold half the sources
-])
+@pytest.mark.parametrize(
+    "n, t, d, popular",
+    [
+        (4096, 70000, 37, False),  # every row many sources; the counting sort in several blocks
+        (131072, 40000, 256, False),  # mostly single-source rows, the benchmark's width
+        (2_000_000, 3000, 5, False),  # ids over far more rows than sources: the comparison sort
+        (5000, 50000, 19, True),  # a few popular rows hold half the sources
+    ],
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_exact_rounding_order_any_threads(n, t, d, popular, dtype):
     # The documented order, to the bit: acc = 0, acc += w * src per source in order of t, then / sum w.
@@ -175,13 +188,13 @@ def test_streamed_rows_any_alignment(dtype):
     w = torch.rand(t, generator=g) + 0.01
     for offset in (0, 1):
         storage = torch.randn(n * d + 1, generator=g).to(dtype)
-        base = storage[offset:offset + n * d].view(n, d)
+        base = storage[offset : offset + n * d].view(n, d)
         want = sampled_ref.scatter_rows_mean_in_order(base, idx, src, w)
         old = torch.get_num_threads()
         try:
             for threads in (1, max(2, old)):
                 torch.set_num_threads(threads)
-                out = base.clone() if offset == 0 else storage.clone()[offset:offset + n * d].view(n, d)
+                out = base.clone() if offset == 0 else storage.clone()[offset : offset + n * d].view(n, d)
                 got = fedkernels.scatter_rows_mean(out, idx, src, w)
                 assert got.data_ptr() == out.data_ptr()
                 assert torch.equal(_bits(got), _bits(want)), f"offset {offset}, {threads} threads"
@@ -219,21 +232,28 @@ def test_concurrent_callers_keep_their_own_scratch():
 
 # ---- inputs that are views of out, and weights whose sum overflows ---------------------------
 
-@pytest.mark.parametrize("make, name", [
-    (lambda out: (torch.tensor([3, 4, 0]), out[:3], torch.ones(3)), "src"),          # the audit's case
-    (lambda out: (torch.tensor([0, 1, 2]), out[3:6], torch.ones(3)), "src"),         # disjoint rows, same storage
-    (lambda out: (torch.tensor([5, 5, 5]), out[::2], torch.ones(3)), "src"),          # strided rows
-    (lambda out: (torch.tensor([5, 5, 5]), out.t()[:, :3].t(), torch.ones(3)), "src"),
-    (lambda out: (torch.tensor([1, 2, 3]), torch.ones(3, 2), out.view(-1)[4:7]), "weight"),
-    (lambda out: (out.view(torch.int64).view(-1)[:3], torch.ones(3, 2), torch.ones(3)), "idx"),
-])
+
+@pytest.mark.parametrize(
+    "make, name",
+    [
+        (lambda out: (torch.tensor([3, 4, 0]), out[:3], torch.ones(3)), "src"),  # the audit's case
+        (lambda out: (torch.tensor([0, 1, 2]), out[3:6], torch.ones(3)), "src"),  # disjoint rows, same storage
+        (lambda out: (torch.tensor([5, 5, 5]), out[::2], torch.ones(3)), "src"),  # strided rows
+        (lambda out: (torch.tensor([5, 5, 5]), out.t()[:, :3].t(), torch.ones(3)), "src"),
+        (lambda out: (torch.tensor([1, 2, 3]), torch.ones(3, 2), out.view(-1)[4:7]), "weight"),
+        (lambda out: (out.view(torch.int64).view(-1)[:3], torch.ones(3, 2), torch.ones(3)), "idx"),
+    ],
+)
 def test_inputs_sharing_out_memory_are_refused(make, name, device):
     """A source (or weight, or idx) that is a view of out would be read after its rows were written:
     ValueError naming it, before out is touched, on every device's launcher (the check is in the
     shared host-side checks)."""
     dtype = torch.float64 if name == "idx" else torch.float32
-    out = torch.zeros(6, 2, dtype=dtype, device=device) if name == "idx" else \
-        torch.arange(12.0, device=device).reshape(6, 2)
+    out = (
+        torch.zeros(6, 2, dtype=dtype, device=device)
+        if name == "idx"
+        else torch.arange(12.0, device=device).reshape(6, 2)
+    )
     idx, src, w = make(out)
     idx, src, w = idx.to(device), src.to(device=device, dtype=dtype), w.to(device)
     before = out.clone()
@@ -250,14 +270,17 @@ def test_same_storage_without_overlap_is_fine():
     assert torch.equal(out, want) and torch.equal(big[5:], torch.arange(10.0, 20.0).reshape(5, 2))
 
 
-@pytest.mark.parametrize("dtype, wdtype, big", [
-    (torch.float32, torch.float32, 3e38),     # the float32 weight sum overflows
-    (torch.bfloat16, torch.float32, 3e38),
-    (torch.float16, torch.float16, 6e4),
-    (torch.float32, torch.float64, 3e38),
-    (torch.float64, torch.float64, 1.5e308),  # the float64 weight sum overflows
-    (torch.float32, torch.float32, 1e38),     # no weight sum overflows, but w x does (x = 7, 8)
-])
+@pytest.mark.parametrize(
+    "dtype, wdtype, big",
+    [
+        (torch.float32, torch.float32, 3e38),  # the float32 weight sum overflows
+        (torch.bfloat16, torch.float32, 3e38),
+        (torch.float16, torch.float16, 6e4),
+        (torch.float32, torch.float64, 3e38),
+        (torch.float64, torch.float64, 1.5e308),  # the float64 weight sum overflows
+        (torch.float32, torch.float32, 1e38),  # no weight sum overflows, but w x does (x = 7, 8)
+    ],
+)
 def test_large_finite_weights_give_the_mean(dtype, wdtype, big, device):
     """Finite weights whose sum (or product with a value) overflows the accumulation dtype: the row is
     the weighted mean, not inf/inf = NaN or inf. Its weights are scaled by a power of two (a mean does
@@ -277,18 +300,26 @@ def test_large_finite_weights_give_the_mean(dtype, wdtype, big, device):
 def test_float64_weights_beyond_float32_are_refused_for_float32_rows():
     out = torch.zeros(3, 2)
     with pytest.raises(ValueError, match=r"weight values must be at most float32's max .* got max 1e\+300"):
-        fedkernels.scatter_rows_mean(out, torch.tensor([0, 0]), torch.ones(2, 2),
-                                     torch.tensor([1e300, 1.0], dtype=torch.float64))
+        fedkernels.scatter_rows_mean(
+            out, torch.tensor([0, 0]), torch.ones(2, 2), torch.tensor([1e300, 1.0], dtype=torch.float64)
+        )
     assert torch.equal(out, torch.zeros(3, 2))
     out64 = torch.zeros(3, 2, dtype=torch.float64)  # float64 rows sum float64 weights: fine
-    fedkernels.scatter_rows_mean(out64, torch.tensor([0, 0]), torch.tensor([[1.0, 2.0], [3.0, 4.0]],
-                                                                           dtype=torch.float64),
-                                 torch.tensor([1e300, 1e300], dtype=torch.float64))
+    fedkernels.scatter_rows_mean(
+        out64,
+        torch.tensor([0, 0]),
+        torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64),
+        torch.tensor([1e300, 1e300], dtype=torch.float64),
+    )
     assert out64[0].tolist() == [2.0, 3.0]
 
 
-@given(n=st.integers(1, 6), t=st.integers(1, 30), seed=st.integers(0, 2**31),
-       dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]))
+@given(
+    n=st.integers(1, 6),
+    t=st.integers(1, 30),
+    seed=st.integers(0, 2**31),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+)
 def test_huge_and_ordinary_weights_mixed(n, t, seed, dtype):
     """Weights anywhere in [0, the accumulation dtype's max]: finite rows, each the documented
     rounding (sampled_ref.scatter_rows_mean_in_order) to the bit, and close to the exact mean."""
@@ -297,8 +328,11 @@ def test_huge_and_ordinary_weights_mixed(n, t, seed, dtype):
     src = torch.randn(t, 3, generator=g).to(dtype)
     wdt = torch.float64 if dtype == torch.float64 else torch.float32
     top = torch.finfo(wdt).max
-    w = torch.where(torch.rand(t, generator=g) < 0.5, torch.rand(t, generator=g, dtype=torch.float64) * top,
-                    torch.rand(t, generator=g, dtype=torch.float64) + 0.01).to(wdt)
+    w = torch.where(
+        torch.rand(t, generator=g) < 0.5,
+        torch.rand(t, generator=g, dtype=torch.float64) * top,
+        torch.rand(t, generator=g, dtype=torch.float64) + 0.01,
+    ).to(wdt)
     out = torch.randn(n, 3, generator=g).to(dtype)
     got = fedkernels.scatter_rows_mean(out.clone(), idx, src, w)
     assert bool(torch.isfinite(got).all())

@@ -13,8 +13,12 @@ from python_tests.reference import select_ref
 CHUNK = 8192  # kSelectChunk in csrc/select/select.h
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 # float32 accumulation of normalised weights vs a float64 reference rounded to the dtype.
-TOL = {torch.float32: dict(rtol=2e-6, atol=2e-6), torch.float64: dict(rtol=1e-12, atol=1e-12),
-       torch.float16: dict(rtol=1e-3, atol=1e-3), torch.bfloat16: dict(rtol=8e-3, atol=8e-3)}
+TOL = {
+    torch.float32: dict(rtol=2e-6, atol=2e-6),
+    torch.float64: dict(rtol=1e-12, atol=1e-12),
+    torch.float16: dict(rtol=1e-3, atol=1e-3),
+    torch.bfloat16: dict(rtol=8e-3, atol=8e-3),
+}
 
 
 @st.composite
@@ -60,8 +64,10 @@ def test_matches_reference(data):
 def test_on_device(device):
     g = torch.Generator().manual_seed(1)
     dst = [torch.randn(3 * CHUNK + 5, generator=g), torch.randn(4, 4, generator=g).half(), torch.randn(6, generator=g)]
-    sent = [(torch.tensor([0, 1]), [torch.randn(3 * CHUNK + 5, generator=g), torch.randn(4, 4, generator=g).half()], 2.0),
-            (torch.tensor([0]), [torch.randn(3 * CHUNK + 5, generator=g)], 6.0)]
+    sent = [
+        (torch.tensor([0, 1]), [torch.randn(3 * CHUNK + 5, generator=g), torch.randn(4, 4, generator=g).half()], 2.0),
+        (torch.tensor([0]), [torch.randn(3 * CHUNK + 5, generator=g)], 6.0),
+    ]
     want = select_ref.masked_weighted_average(dst, sent)
     dst_dev = [d.to(device) for d in dst]
     fedkernels.masked_weighted_average(dst_dev, [(i, [x.to(device) for x in xs], w) for i, xs, w in sent])
@@ -79,8 +85,13 @@ def test_single_sender_copies_exactly():
 
 def test_hand_computed():
     dst = [torch.zeros(2), torch.zeros(3)]
-    fedkernels.masked_weighted_average(dst, [(torch.tensor([1]), [torch.ones(3)], 1.0),
-                                             (torch.tensor([1, 0]), [torch.full((3,), 4.0), torch.ones(2)], 3.0)])
+    fedkernels.masked_weighted_average(
+        dst,
+        [
+            (torch.tensor([1]), [torch.ones(3)], 1.0),
+            (torch.tensor([1, 0]), [torch.full((3,), 4.0), torch.ones(2)], 3.0),
+        ],
+    )
     assert dst[0].tolist() == [1.0, 1.0] and dst[1].tolist() == [3.25, 3.25, 3.25]
 
 
@@ -88,7 +99,9 @@ def test_non_contiguous():
     base = torch.zeros(6, 8)
     dst = [base.t(), torch.zeros(3)]
     x1, x2 = torch.randn(6, 8).t(), torch.randn(16)[::2]
-    fedkernels.masked_weighted_average(dst, [(torch.tensor([0]), [x1], 1.0), (torch.tensor([0]), [x2.reshape(8, 1).expand(8, 6)], 1.0)])
+    fedkernels.masked_weighted_average(
+        dst, [(torch.tensor([0]), [x1], 1.0), (torch.tensor([0]), [x2.reshape(8, 1).expand(8, 6)], 1.0)]
+    )
     torch.testing.assert_close(base.t(), (x1 + x2.reshape(8, 1)) / 2, rtol=1e-6, atol=1e-6)
 
 
@@ -105,21 +118,28 @@ def _dst():
     return [torch.zeros(3), torch.zeros(2, 2)]
 
 
-@pytest.mark.parametrize("sent, exc, match", [
-    ([(torch.tensor([2]), [torch.ones(3)], 1.0)], IndexError, "idx"),
-    ([(torch.tensor([-1]), [torch.ones(3)], 1.0)], IndexError, "idx"),
-    ([(torch.tensor([0, 0]), [torch.ones(3), torch.ones(3)], 1.0)], ValueError, "duplicate idx"),
-    ([(torch.tensor([0]), [torch.ones(4)], 1.0)], ValueError, "shape"),
-    ([(torch.tensor([1]), [torch.ones(4)], 1.0)], ValueError, "shape"),
-    ([(torch.tensor([0]), [torch.ones(3).double()], 1.0)], ValueError, "dtype"),
-    ([(torch.tensor([0]), [torch.ones(3).to("meta")], 1.0)], ValueError, "device"),
-    ([(torch.tensor([0, 1]), [torch.ones(3)], 1.0)], ValueError, "idx has 2 entries"),
-    ([(torch.tensor([0]), [torch.ones(3)], -1.0)], ValueError, "weights"),
-    ([(torch.tensor([0]), [torch.ones(3)], float("nan"))], ValueError, "weights"),
-    ([(torch.tensor([0]), [torch.ones(3)], 0.0), (torch.tensor([0]), [torch.ones(3)], 0.0)], ValueError, "sum to zero"),
-    ([(torch.tensor([0.0]), [torch.ones(3)], 1.0)], ValueError, "idx"),
-    ([(torch.tensor([0]), [torch.ones(3)])], ValueError, "tuple"),
-])
+@pytest.mark.parametrize(
+    "sent, exc, match",
+    [
+        ([(torch.tensor([2]), [torch.ones(3)], 1.0)], IndexError, "idx"),
+        ([(torch.tensor([-1]), [torch.ones(3)], 1.0)], IndexError, "idx"),
+        ([(torch.tensor([0, 0]), [torch.ones(3), torch.ones(3)], 1.0)], ValueError, "duplicate idx"),
+        ([(torch.tensor([0]), [torch.ones(4)], 1.0)], ValueError, "shape"),
+        ([(torch.tensor([1]), [torch.ones(4)], 1.0)], ValueError, "shape"),
+        ([(torch.tensor([0]), [torch.ones(3).double()], 1.0)], ValueError, "dtype"),
+        ([(torch.tensor([0]), [torch.ones(3).to("meta")], 1.0)], ValueError, "device"),
+        ([(torch.tensor([0, 1]), [torch.ones(3)], 1.0)], ValueError, "idx has 2 entries"),
+        ([(torch.tensor([0]), [torch.ones(3)], -1.0)], ValueError, "weights"),
+        ([(torch.tensor([0]), [torch.ones(3)], float("nan"))], ValueError, "weights"),
+        (
+            [(torch.tensor([0]), [torch.ones(3)], 0.0), (torch.tensor([0]), [torch.ones(3)], 0.0)],
+            ValueError,
+            "sum to zero",
+        ),
+        ([(torch.tensor([0.0]), [torch.ones(3)], 1.0)], ValueError, "idx"),
+        ([(torch.tensor([0]), [torch.ones(3)])], ValueError, "tuple"),
+    ],
+)
 def test_bad_input(sent, exc, match):
     dst = _dst()
     # a valid first client, so a failure half-way would show as a changed dst

@@ -29,11 +29,13 @@ def tensor_pairs(draw, max_tensors: int = 8):
     for _ in range(m):
         dtype = draw(st.sampled_from(DTYPES))
         kind = draw(st.sampled_from(["small", "chunky", "matrix", "empty", "scalar"]))
-        shape = {"small": (draw(st.integers(1, 40)),),
-                 "chunky": (draw(st.sampled_from([CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 17])),),
-                 "matrix": (draw(st.integers(1, 70)), draw(st.integers(1, 70))),
-                 "empty": (draw(st.integers(0, 3)), 0),
-                 "scalar": ()}[kind]
+        shape = {
+            "small": (draw(st.integers(1, 40)),),
+            "chunky": (draw(st.sampled_from([CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 17])),),
+            "matrix": (draw(st.integers(1, 70)), draw(st.integers(1, 70))),
+            "empty": (draw(st.integers(0, 3)), 0),
+            "scalar": (),
+        }[kind]
         scale = draw(st.sampled_from([1e-3, 1.0, 50.0]))
         a = (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
         same = draw(st.booleans()) and kind == "small"
@@ -59,8 +61,12 @@ def test_norms_match_reference(pairs, normalize):
 
 def test_norms_on_device(device):
     g = torch.Generator().manual_seed(3)
-    new = [torch.randn(7, 5, generator=g), torch.randn(2 * CHUNK + 3, generator=g).half(),
-           torch.randn(40, generator=g).bfloat16(), torch.randn(3, generator=g).double()]
+    new = [
+        torch.randn(7, 5, generator=g),
+        torch.randn(2 * CHUNK + 3, generator=g).half(),
+        torch.randn(40, generator=g).bfloat16(),
+        torch.randn(3, generator=g).double(),
+    ]
     old = [torch.randn(t.shape, generator=g).to(t.dtype) for t in new]
     got = fedkernels.delta_norms(_to(new, device), _to(old, device))
     assert got.device.type == device
@@ -84,8 +90,12 @@ def test_non_contiguous(device):
 
 
 def test_nan_and_inf():
-    new = [torch.tensor([1.0, float("nan")]), torch.tensor([float("inf"), 0.0]), torch.tensor([float("inf")]),
-           torch.tensor([3.0, 4.0])]
+    new = [
+        torch.tensor([1.0, float("nan")]),
+        torch.tensor([float("inf"), 0.0]),
+        torch.tensor([float("inf")]),
+        torch.tensor([3.0, 4.0]),
+    ]
     old = [torch.zeros(2), torch.zeros(2), torch.tensor([float("inf")]), torch.zeros(2)]
     got = fedkernels.delta_norms(new, old)
     assert math.isnan(got[0]) and got[1] == float("inf") and math.isnan(got[2]) and got[3] == 5.0
@@ -130,8 +140,10 @@ def test_ties_go_to_smaller_index():
     assert fedkernels.select_topk_tensors(new, old, 0.4).tolist() == [0, 1]
 
 
-@pytest.mark.parametrize("m, fraction, k", [
-    (10, 0.3, 3), (10, 0.31, 4), (7, 1e-12, 1), (7, 1.0, 7), (161, 0.1, 17), (3, 2 / 3, 2), (1, 0.5, 1)])
+@pytest.mark.parametrize(
+    "m, fraction, k",
+    [(10, 0.3, 3), (10, 0.31, 4), (7, 1e-12, 1), (7, 1.0, 7), (161, 0.1, 17), (3, 2 / 3, 2), (1, 0.5, 1)],
+)
 def test_fraction_edges(m, fraction, k):
     new = [torch.full((2,), float(i)) for i in range(m)]
     old = [torch.zeros(2)] * m
@@ -143,14 +155,17 @@ def _pair():
     return [torch.randn(3, 2), torch.randn(5)], [torch.randn(3, 2), torch.randn(5)]
 
 
-@pytest.mark.parametrize("mutate, exc, match", [
-    (lambda n, o: (n, o[:1]), ValueError, "same length"),
-    (lambda n, o: (n, [o[0], torch.randn(6)]), ValueError, "shape"),
-    (lambda n, o: (n, [o[0].t(), o[1]]), ValueError, "shape"),
-    (lambda n, o: (n, [o[0].double(), o[1]]), ValueError, "dtype"),
-    (lambda n, o: ([n[0], n[1].long()], [o[0], o[1].long()]), ValueError, r"new\[1\]"),
-    (lambda n, o: ([n[0], n[1].to("meta")], o), ValueError, "device"),
-])
+@pytest.mark.parametrize(
+    "mutate, exc, match",
+    [
+        (lambda n, o: (n, o[:1]), ValueError, "same length"),
+        (lambda n, o: (n, [o[0], torch.randn(6)]), ValueError, "shape"),
+        (lambda n, o: (n, [o[0].t(), o[1]]), ValueError, "shape"),
+        (lambda n, o: (n, [o[0].double(), o[1]]), ValueError, "dtype"),
+        (lambda n, o: ([n[0], n[1].long()], [o[0], o[1].long()]), ValueError, r"new\[1\]"),
+        (lambda n, o: ([n[0], n[1].to("meta")], o), ValueError, "device"),
+    ],
+)
 def test_bad_input(mutate, exc, match):
     new, old = mutate(*_pair())
     with pytest.raises(exc, match=match):
@@ -196,8 +211,10 @@ def test_deterministic_across_threads():
 
 def test_gradients_match_reference():
     g = torch.Generator().manual_seed(4)
-    new = [torch.randn(4, 3, generator=g, dtype=torch.float64, requires_grad=True),
-           torch.randn(CHUNK + 9, generator=g, dtype=torch.float64, requires_grad=True)]
+    new = [
+        torch.randn(4, 3, generator=g, dtype=torch.float64, requires_grad=True),
+        torch.randn(CHUNK + 9, generator=g, dtype=torch.float64, requires_grad=True),
+    ]
     old = [torch.randn(t.shape, generator=g, dtype=torch.float64, requires_grad=True) for t in new]
     weights = torch.tensor([0.7, -1.3])
     for normalize in (False, True):
@@ -213,8 +230,9 @@ def test_gradcheck():
     g = torch.Generator().manual_seed(6)
     new = [torch.randn(3, 2, generator=g, dtype=torch.float64, requires_grad=True)]
     old = [torch.randn(3, 2, generator=g, dtype=torch.float64, requires_grad=True)]
-    assert torch.autograd.gradcheck(lambda a, b: fedkernels.delta_norms([a], [b]).double(), (new[0], old[0]),
-                                    eps=1e-3, atol=1e-3, rtol=1e-3)
+    assert torch.autograd.gradcheck(
+        lambda a, b: fedkernels.delta_norms([a], [b]).double(), (new[0], old[0]), eps=1e-3, atol=1e-3, rtol=1e-3
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

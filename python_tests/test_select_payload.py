@@ -41,8 +41,9 @@ def test_apply_matches_reference():
         after = {n: (t + torch.randn(t.shape, generator=g)) if t.is_floating_point() else t for n, t in state.items()}
         payload = make_partial_payload(state, after, fraction=0.5)
         payloads.append((payload, weight))
-        sent.append((torch.tensor([names.index(n) for n in payload["tensors"]]), list(payload["tensors"].values()),
-                     weight))
+        sent.append(
+            (torch.tensor([names.index(n) for n in payload["tensors"]]), list(payload["tensors"].values()), weight)
+        )
     want = select_ref.masked_weighted_average([state[n] for n in names], sent)
     apply_partial_payloads(state, payloads)
     for n, w in zip(names, want):

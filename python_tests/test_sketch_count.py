@@ -15,8 +15,15 @@ from python_tests.sketch_strategies import FLOAT_DTYPES, assert_same, bucket_sco
 LEADING = [(), (0,), (1,), (3,), (2, 2), (37,)]  # 37 rows: 16-row lane blocks plus leftovers
 
 
-@given(lead=st.sampled_from(LEADING), p=st.integers(0, 80), r=st.integers(1, 5), b=st.integers(1, 30),
-       dtype=st.sampled_from(FLOAT_DTYPES), seed=st.integers(0, 2**32 - 1), specials=st.booleans())
+@given(
+    lead=st.sampled_from(LEADING),
+    p=st.integers(0, 80),
+    r=st.integers(1, 5),
+    b=st.integers(1, 30),
+    dtype=st.sampled_from(FLOAT_DTYPES),
+    seed=st.integers(0, 2**32 - 1),
+    specials=st.booleans(),
+)
 def test_sketch_matches_reference(lead, p, r, b, dtype, seed, specials):
     hf = HashFamily(r, b, seed)
     x = bucket_scores((*lead, p), dtype, seed, specials=specials)
@@ -25,9 +32,16 @@ def test_sketch_matches_reference(lead, p, r, b, dtype, seed, specials):
     assert_same(got, sketch_ref.count_sketch(x, hf.table(p), hf.signs(p), b))
 
 
-@given(lead=st.sampled_from(LEADING), p=st.integers(0, 80), r=st.integers(1, 6), b=st.integers(1, 30),
-       dtype=st.sampled_from(FLOAT_DTYPES), seed=st.integers(0, 2**32 - 1),
-       reduce=st.sampled_from(["median", "mean", "sum"]), specials=st.booleans())
+@given(
+    lead=st.sampled_from(LEADING),
+    p=st.integers(0, 80),
+    r=st.integers(1, 6),
+    b=st.integers(1, 30),
+    dtype=st.sampled_from(FLOAT_DTYPES),
+    seed=st.integers(0, 2**32 - 1),
+    reduce=st.sampled_from(["median", "mean", "sum"]),
+    specials=st.booleans(),
+)
 def test_query_matches_reference(lead, p, r, b, dtype, seed, reduce, specials):
     hf = HashFamily(r, b, seed)
     m = bucket_scores((*lead, r, b), dtype, seed, specials=specials)
@@ -45,7 +59,7 @@ def test_linear(seed, p, r, b):
     lhs = fedkernels.count_sketch(x + y, t, s, b)
     rhs = fedkernels.count_sketch(x, t, s, b) + fedkernels.count_sketch(y, t, s, b)
     # float32 sums of <= p terms of size ~1 in different association: a few ulps of the bucket mass
-    torch.testing.assert_close(lhs, rhs, rtol=1e-5, atol=1e-5 * max(1.0, p ** 0.5))
+    torch.testing.assert_close(lhs, rhs, rtol=1e-5, atol=1e-5 * max(1.0, p**0.5))
 
 
 @given(seed=st.integers(0, 2**32 - 1), heavy=st.integers(1, 5), lead=st.sampled_from([(), (2,)]))
@@ -115,31 +129,37 @@ def _args():
     return torch.randn(2, 10), hf.table(10), hf.signs(10), 8
 
 
-@pytest.mark.parametrize("mutate, exc, match", [
-    (lambda x, t, s, b: (x.long(), t, s, b), ValueError, "x"),
-    (lambda x, t, s, b: (x[:, :9], t, s, b), ValueError, "x"),
-    (lambda x, t, s, b: (x[0, 0], t, s, b), ValueError, "x"),
-    (lambda x, t, s, b: (x, t.long(), s, b), ValueError, "table"),
-    (lambda x, t, s, b: (x, t[:, :0], s[:, :0], b), ValueError, "table"),
-    (lambda x, t, s, b: (x, t, s, 0), ValueError, "num_buckets"),
-    (lambda x, t, s, b: (x, t, s, 4), IndexError, "table"),
-    (lambda x, t, s, b: (x, t, s.int(), b), ValueError, "signs"),
-    (lambda x, t, s, b: (x, t, s[:, :2], b), ValueError, "signs"),
-    (lambda x, t, s, b: (x, t, s * 0, b), ValueError, "signs"),
-])
+@pytest.mark.parametrize(
+    "mutate, exc, match",
+    [
+        (lambda x, t, s, b: (x.long(), t, s, b), ValueError, "x"),
+        (lambda x, t, s, b: (x[:, :9], t, s, b), ValueError, "x"),
+        (lambda x, t, s, b: (x[0, 0], t, s, b), ValueError, "x"),
+        (lambda x, t, s, b: (x, t.long(), s, b), ValueError, "table"),
+        (lambda x, t, s, b: (x, t[:, :0], s[:, :0], b), ValueError, "table"),
+        (lambda x, t, s, b: (x, t, s, 0), ValueError, "num_buckets"),
+        (lambda x, t, s, b: (x, t, s, 4), IndexError, "table"),
+        (lambda x, t, s, b: (x, t, s.int(), b), ValueError, "signs"),
+        (lambda x, t, s, b: (x, t, s[:, :2], b), ValueError, "signs"),
+        (lambda x, t, s, b: (x, t, s * 0, b), ValueError, "signs"),
+    ],
+)
 def test_bad_sketch_input(mutate, exc, match):
     with pytest.raises(exc, match=match):
         fedkernels.count_sketch(*mutate(*_args()))
 
 
-@pytest.mark.parametrize("mutate, exc, match", [
-    (lambda m, t, s: (m.long(), t, s, "median"), ValueError, "sketch"),
-    (lambda m, t, s: (m[0, 0], t, s, "median"), ValueError, "sketch"),
-    (lambda m, t, s: (m[:, :2], t, s, "median"), ValueError, "sketch"),
-    (lambda m, t, s: (m[..., :5], t, s, "median"), IndexError, "table"),
-    (lambda m, t, s: (m, t, s.int(), "median"), ValueError, "signs"),
-    (lambda m, t, s: (m, t, s, "max"), ValueError, "reduce"),
-])
+@pytest.mark.parametrize(
+    "mutate, exc, match",
+    [
+        (lambda m, t, s: (m.long(), t, s, "median"), ValueError, "sketch"),
+        (lambda m, t, s: (m[0, 0], t, s, "median"), ValueError, "sketch"),
+        (lambda m, t, s: (m[:, :2], t, s, "median"), ValueError, "sketch"),
+        (lambda m, t, s: (m[..., :5], t, s, "median"), IndexError, "table"),
+        (lambda m, t, s: (m, t, s.int(), "median"), ValueError, "signs"),
+        (lambda m, t, s: (m, t, s, "max"), ValueError, "reduce"),
+    ],
+)
 def test_bad_query_input(mutate, exc, match):
     _, t, s, b = _args()
     m = torch.randn(2, 3, b)

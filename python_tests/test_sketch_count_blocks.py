@@ -27,9 +27,14 @@ def _x(rows: int, p: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
 
 
 @settings(max_examples=25, deadline=None)
-@given(rows=st.sampled_from([16, 17, 32, 37, 64]), p=st.sampled_from([2047, 2048, 2049, 4100, 6200]),
-       r=st.integers(1, 4), b=st.sampled_from([1, 7, 64, 65, 250, 1000, 5000]), seed=st.integers(0, 2**31 - 1),
-       threads=st.sampled_from([1, 2]))
+@given(
+    rows=st.sampled_from([16, 17, 32, 37, 64]),
+    p=st.sampled_from([2047, 2048, 2049, 4100, 6200]),
+    r=st.integers(1, 4),
+    b=st.sampled_from([1, 7, 64, 65, 250, 1000, 5000]),
+    seed=st.integers(0, 2**31 - 1),
+    threads=st.sampled_from([1, 2]),
+)
 def test_blocks_match_reference(rows, p, r, b, seed, threads):
     hf = HashFamily(r, b, seed)
     t, s = hf.table(p), hf.signs(p)

@@ -24,8 +24,14 @@ def test_layout_and_buffers():
     assert head.hash_family == HashFamily(3, 16, 7)
     assert head.table.dtype == torch.int32 and torch.equal(head.table, HashFamily(3, 16, 7).table(100))
     shapes = {name: tuple(p.shape) for name, p in head.named_parameters()}
-    assert shapes == {"weights.0": (3, 12, 8), "weights.1": (3, 8, 5), "weights.2": (3, 5, 16),
-                      "biases.0": (3, 8), "biases.1": (3, 5), "biases.2": (3, 16)}
+    assert shapes == {
+        "weights.0": (3, 12, 8),
+        "weights.1": (3, 8, 5),
+        "weights.2": (3, 5, 16),
+        "biases.0": (3, 8),
+        "biases.1": (3, 5),
+        "biases.2": (3, 16),
+    }
     assert set(head.state_dict()) == set(shapes)  # the table is rebuilt from the seed, never sent
     assert all(torch.equal(v, dict(head.named_parameters())[k][1]) for k, v in head.table_state(1).items())
 
@@ -36,7 +42,7 @@ def test_seeded_init_is_reproducible():
     a.reset_parameters(torch.Generator().manual_seed(11))
     b.reset_parameters(torch.Generator().manual_seed(11))
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
-    assert all(x.abs().max() <= 1 / 6 ** 0.5 for x in (a.weights[0], a.biases[0]))
+    assert all(x.abs().max() <= 1 / 6**0.5 for x in (a.weights[0], a.biases[0]))
 
 
 @given(r=st.integers(1, 4), hidden=st.sampled_from([(), (6,), (7, 3)]), n=st.integers(0, 5), seed=st.integers(0, 99))
@@ -95,13 +101,16 @@ def test_moves_with_to(device):
     assert v.shape == (3, 5) and i.device.type == device
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(in_features=0, num_classes=10, num_tables=2, num_buckets=4), "in_features"),
-    (dict(in_features=3, num_classes=0, num_tables=2, num_buckets=4), "num_classes"),
-    (dict(in_features=3, num_classes=10, num_tables=0, num_buckets=4), "num_tables"),
-    (dict(in_features=3, num_classes=10, num_tables=2, num_buckets=0), "num_buckets"),
-    (dict(in_features=3, num_classes=10, num_tables=2, num_buckets=4, hidden=(0,)), "hidden"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(in_features=0, num_classes=10, num_tables=2, num_buckets=4), "in_features"),
+        (dict(in_features=3, num_classes=0, num_tables=2, num_buckets=4), "num_classes"),
+        (dict(in_features=3, num_classes=10, num_tables=0, num_buckets=4), "num_tables"),
+        (dict(in_features=3, num_classes=10, num_tables=2, num_buckets=0), "num_buckets"),
+        (dict(in_features=3, num_classes=10, num_tables=2, num_buckets=4, hidden=(0,)), "hidden"),
+    ],
+)
 def test_bad_construction(kwargs, match):
     with pytest.raises(ValueError, match=match):
         FedMLHHead(**kwargs)
@@ -133,8 +142,10 @@ def test_round_trip_through_fl_payloads_and_per_table_average():
         heads.append(h)
     states = [decode(encode(state_of(h)), PayloadSpec(state_spec(state_of(heads[0])))) for h in heads]
     weights = [1.0, 2.0, 5.0]
-    merged = {name: torch.stack([sum(w * s[name][j] for w, s in zip(weights, states)) / sum(weights)
-                                 for j in range(3)]) for name in states[0]}
+    merged = {
+        name: torch.stack([sum(w * s[name][j] for w, s in zip(weights, states)) / sum(weights) for j in range(3)])
+        for name in states[0]
+    }
     server = load_state(FedMLHHead(5, num_classes=60, num_tables=3, num_buckets=8, hidden=(4,), seed=9), merged)
     for j in range(3):
         for name, got in server.table_state(j).items():

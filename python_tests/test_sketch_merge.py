@@ -108,19 +108,22 @@ def _args():
     return torch.randn(3, 2, 8), hf.table(10)
 
 
-@pytest.mark.parametrize("mutate, exc, match", [
-    (lambda lp, t: (lp.long(), t, "mean"), ValueError, "logp"),
-    (lambda lp, t: (lp[0], t, "mean"), ValueError, "logp"),
-    (lambda lp, t: (lp[:2], t, "mean"), ValueError, "logp"),  # R mismatch
-    (lambda lp, t: (lp[:, :, :0], t, "mean"), ValueError, "logp"),  # B = 0
-    (lambda lp, t: (lp, t.long(), "mean"), ValueError, "table"),
-    (lambda lp, t: (lp, t[:, :0], "mean"), ValueError, "table"),  # R = 0
-    (lambda lp, t: (lp, t[0], "mean"), ValueError, "table"),
-    (lambda lp, t: (lp, t.clone().fill_(8), "mean"), IndexError, "table"),  # bucket >= B
-    (lambda lp, t: (lp, t.clone().fill_(-1), "mean"), IndexError, "table"),
-    (lambda lp, t: (lp, t, "max"), ValueError, "reduce"),
-    (lambda lp, t: (torch.randn(65, 2, 8), torch.zeros(10, 65, dtype=torch.int32), "median"), ValueError, "median"),
-])
+@pytest.mark.parametrize(
+    "mutate, exc, match",
+    [
+        (lambda lp, t: (lp.long(), t, "mean"), ValueError, "logp"),
+        (lambda lp, t: (lp[0], t, "mean"), ValueError, "logp"),
+        (lambda lp, t: (lp[:2], t, "mean"), ValueError, "logp"),  # R mismatch
+        (lambda lp, t: (lp[:, :, :0], t, "mean"), ValueError, "logp"),  # B = 0
+        (lambda lp, t: (lp, t.long(), "mean"), ValueError, "table"),
+        (lambda lp, t: (lp, t[:, :0], "mean"), ValueError, "table"),  # R = 0
+        (lambda lp, t: (lp, t[0], "mean"), ValueError, "table"),
+        (lambda lp, t: (lp, t.clone().fill_(8), "mean"), IndexError, "table"),  # bucket >= B
+        (lambda lp, t: (lp, t.clone().fill_(-1), "mean"), IndexError, "table"),
+        (lambda lp, t: (lp, t, "max"), ValueError, "reduce"),
+        (lambda lp, t: (torch.randn(65, 2, 8), torch.zeros(10, 65, dtype=torch.int32), "median"), ValueError, "median"),
+    ],
+)
 def test_bad_input(mutate, exc, match):
     with pytest.raises(exc, match=match):
         fedkernels.bucket_merge(*mutate(*_args()))

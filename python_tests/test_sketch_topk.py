@@ -29,8 +29,13 @@ def test_matches_reference(prob, k_frac):
     _check(logp, table, round(k_frac * prob["p"]), prob["reduce"])
 
 
-@given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 40), r=st.integers(1, 5),
-       dtype=st.sampled_from([torch.float32, torch.bfloat16]), ties=st.booleans())
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    k=st.integers(1, 40),
+    r=st.integers(1, 5),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    ties=st.booleans(),
+)
 def test_many_classes_exercise_pruning(seed, k, r, dtype, ties):
     # p >> k, so the heap fills early and most classes go through the exact bound test.
     hf = HashFamily(r, 300, seed)
@@ -81,12 +86,15 @@ def test_bad_k(k, match):
         fedkernels.bucket_merge_topk(torch.zeros(3, 2, 10), hf.table(25), k)
 
 
-@pytest.mark.parametrize("args, exc, match", [
-    ((torch.zeros(3, 2, 10, dtype=torch.int32), 2, "mean"), ValueError, "logp"),
-    ((torch.zeros(2, 2, 10), 2, "mean"), ValueError, "logp"),
-    ((torch.zeros(3, 2, 9), 2, "mean"), IndexError, "table"),
-    ((torch.zeros(3, 2, 10), 2, "avg"), ValueError, "reduce"),
-])
+@pytest.mark.parametrize(
+    "args, exc, match",
+    [
+        ((torch.zeros(3, 2, 10, dtype=torch.int32), 2, "mean"), ValueError, "logp"),
+        ((torch.zeros(2, 2, 10), 2, "mean"), ValueError, "logp"),
+        ((torch.zeros(3, 2, 9), 2, "mean"), IndexError, "table"),
+        ((torch.zeros(3, 2, 10), 2, "avg"), ValueError, "reduce"),
+    ],
+)
 def test_bad_input(args, exc, match):
     hf = HashFamily(3, 10, seed=1)
     logp, k, reduce = args
@@ -97,7 +105,9 @@ def test_bad_input(args, exc, match):
 @pytest.mark.parametrize("reduce", ["mean", "median"])
 def test_opcheck(reduce):
     hf = HashFamily(3, 9, seed=5)
-    torch.library.opcheck(torch.ops.fedkernels.bucket_merge_topk.default, (torch.randn(3, 4, 9), hf.table(30), 7, reduce))
+    torch.library.opcheck(
+        torch.ops.fedkernels.bucket_merge_topk.default, (torch.randn(3, 4, 9), hf.table(30), 7, reduce)
+    )
 
 
 def test_compile_fullgraph():
@@ -128,6 +138,7 @@ def test_deterministic_across_threads(reduce):
 # not (R * B > 8192), and the general path (k > 32 or float64: bisection, compaction, bitonic sort).
 # On the CPU they are more cases of the same contract.
 
+
 def _scores(shape, dtype, seed, ties, values):
     """bucket_scores, or with +-inf but no NaN ("inf": inf - inf makes NaN scores in NaN-free rows)."""
     if values != "inf":
@@ -144,11 +155,17 @@ def topk_paths(draw):
     p = draw(st.one_of(st.integers(1, 300), st.integers(4000, 9000)))
     k = draw(st.one_of(st.just(1), st.integers(2, 8), st.integers(9, 32), st.integers(33, 90), st.just(p)))
     return dict(
-        p=p, k=min(k, p), r=draw(st.integers(1, 8)), n=draw(st.sampled_from([1, 2, 3, 7])),
-        b=draw(st.sampled_from([1, 5, 40, 1100, 3000])), dtype=draw(st.sampled_from([torch.float32, torch.bfloat16,
-                                                                                    torch.float16, torch.float64])),
-        reduce=draw(st.sampled_from(["mean", "median"])), seed=draw(st.integers(0, 2**32 - 1)),
-        ties=draw(st.booleans()), values=draw(st.sampled_from(["plain", "nan", "inf"])))
+        p=p,
+        k=min(k, p),
+        r=draw(st.integers(1, 8)),
+        n=draw(st.sampled_from([1, 2, 3, 7])),
+        b=draw(st.sampled_from([1, 5, 40, 1100, 3000])),
+        dtype=draw(st.sampled_from([torch.float32, torch.bfloat16, torch.float16, torch.float64])),
+        reduce=draw(st.sampled_from(["mean", "median"])),
+        seed=draw(st.integers(0, 2**32 - 1)),
+        ties=draw(st.booleans()),
+        values=draw(st.sampled_from(["plain", "nan", "inf"])),
+    )
 
 
 @given(prob=topk_paths())

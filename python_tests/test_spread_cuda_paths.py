@@ -56,9 +56,15 @@ def _assert_reference(W, k, metric, got):
 
 
 @settings(max_examples=25, deadline=None)
-@given(c=st.integers(2, 90), d=st.integers(1, 40), data=st.data(), kind=st.sampled_from(["gauss", "ints", "dups"]),
-       metric=st.sampled_from(["l2", "cosine"]), dtype=st.sampled_from([torch.float32, torch.float64]),
-       seed=st.integers(0, 2**31 - 1))
+@given(
+    c=st.integers(2, 90),
+    d=st.integers(1, 40),
+    data=st.data(),
+    kind=st.sampled_from(["gauss", "ints", "dups"]),
+    metric=st.sampled_from(["l2", "cosine"]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**31 - 1),
+)
 def test_tiles_match_brute_force(c, d, data, kind, metric, dtype, seed):
     k = data.draw(st.one_of(st.just(c - 1), st.integers(0, c - 1)), label="k")
     tiles = (data.draw(st.integers(1, c + 3), label="row tile"), data.draw(st.integers(1, c + 3), label="col tile"))
@@ -132,6 +138,7 @@ def test_loss_sum_over_several_chunks():
 
 # ---- CUDA launchers against the CPU ones, bit for bit (only under --emulate-cuda) ----------------
 
+
 def _cpu_and_cuda(fn):
     """fn() on the CPU kernels, then on the emulated CUDA kernels."""
     from fedkernels.testing import cuda_emulator
@@ -142,16 +149,23 @@ def _cpu_and_cuda(fn):
     return cpu, cuda
 
 
-needs_emulator = pytest.mark.skipif("not config.getoption('--emulate-cuda')",
-                                    reason="compares the emulated CUDA kernels with the CPU ones")
+needs_emulator = pytest.mark.skipif(
+    "not config.getoption('--emulate-cuda')", reason="compares the emulated CUDA kernels with the CPU ones"
+)
 
 
 @needs_emulator
 @pytest.mark.emu_direct
 @settings(max_examples=10, deadline=None)
-@given(c=st.integers(2, 70), d=st.integers(1, 70), kind=st.sampled_from(["gauss", "ints", "dups"]),
-       metric=st.sampled_from(["l2", "cosine"]), dtype=st.sampled_from([torch.float32, torch.float64]),
-       seed=st.integers(0, 2**31 - 1), data=st.data())
+@given(
+    c=st.integers(2, 70),
+    d=st.integers(1, 70),
+    kind=st.sampled_from(["gauss", "ints", "dups"]),
+    metric=st.sampled_from(["l2", "cosine"]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**31 - 1),
+    data=st.data(),
+)
 def test_knn_cuda_bitwise_equals_cpu(c, d, kind, metric, dtype, seed, data):
     k = data.draw(st.integers(0, c - 1), label="k")
     tiles = (data.draw(st.integers(1, 40), label="row tile"), data.draw(st.integers(1, 40), label="col tile"))
@@ -165,9 +179,14 @@ def test_knn_cuda_bitwise_equals_cpu(c, d, kind, metric, dtype, seed, data):
 @needs_emulator
 @pytest.mark.emu_direct
 @settings(max_examples=10, deadline=None)
-@given(c=st.integers(2, 60), d=st.integers(1, 80), metric=st.sampled_from(["l2", "cosine"]),
-       dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]), seed=st.integers(0, 2**31 - 1),
-       data=st.data())
+@given(
+    c=st.integers(2, 60),
+    d=st.integers(1, 80),
+    metric=st.sampled_from(["l2", "cosine"]),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+    seed=st.integers(0, 2**31 - 1),
+    data=st.data(),
+)
 def test_loss_and_grad_cuda_bitwise_equal_cpu(c, d, metric, dtype, seed, data):
     k = data.draw(st.integers(1, c - 1) if c > 1 else st.just(0), label="k")
     W = _matrix("gauss", c, d, seed, torch.float64).mul(0.3).to(dtype)

@@ -33,9 +33,15 @@ def _check_against_reference(W: torch.Tensor, k: int, metric: str) -> None:
     torch.testing.assert_close(dist.cpu().double(), want_d, rtol=tol, atol=tol)
 
 
-@given(c=st.integers(2, 70), d=st.integers(1, 12), data=st.data(), kind=st.sampled_from(["gauss", "ints", "dups"]),
-       metric=st.sampled_from(["l2", "cosine"]), dtype=st.sampled_from([torch.float32, torch.float64]),
-       seed=st.integers(0, 2**31 - 1))
+@given(
+    c=st.integers(2, 70),
+    d=st.integers(1, 12),
+    data=st.data(),
+    kind=st.sampled_from(["gauss", "ints", "dups"]),
+    metric=st.sampled_from(["l2", "cosine"]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**31 - 1),
+)
 def test_matches_brute_force(c, d, data, kind, metric, dtype, seed):
     k = data.draw(st.integers(0, c - 1))
     _check_against_reference(_matrix(kind, c, d, seed, dtype), k, metric)
@@ -92,17 +98,20 @@ def test_k_equals_c_minus_one():
     _check_against_reference(_matrix("gauss", 9, 3, 2, torch.float32), 8, "l2")
 
 
-@pytest.mark.parametrize("args, exc, match", [
-    ((torch.randn(5, 3), 5), ValueError, "k must be < C"),
-    ((torch.randn(5, 3), 9), ValueError, "k must be < C"),
-    ((torch.randn(0, 3), 1), ValueError, "k must be < C"),
-    ((torch.randn(5, 3), -1), ValueError, "k must be >= 0"),
-    ((torch.randn(5, 3), 2, "manhattan"), ValueError, "metric"),
-    ((torch.randn(5), 2), ValueError, "W must be 2-D"),
-    ((torch.randint(0, 3, (5, 3)), 2), ValueError, "W must be"),
-    ((torch.tensor([[0.0, float("nan")], [1.0, 2.0], [3.0, 4.0]]), 1), ValueError, "W must be finite"),
-    ((torch.tensor([[0.0, float("inf")], [1.0, 2.0], [3.0, 4.0]]), 1), ValueError, "W must be finite"),
-])
+@pytest.mark.parametrize(
+    "args, exc, match",
+    [
+        ((torch.randn(5, 3), 5), ValueError, "k must be < C"),
+        ((torch.randn(5, 3), 9), ValueError, "k must be < C"),
+        ((torch.randn(0, 3), 1), ValueError, "k must be < C"),
+        ((torch.randn(5, 3), -1), ValueError, "k must be >= 0"),
+        ((torch.randn(5, 3), 2, "manhattan"), ValueError, "metric"),
+        ((torch.randn(5), 2), ValueError, "W must be 2-D"),
+        ((torch.randint(0, 3, (5, 3)), 2), ValueError, "W must be"),
+        ((torch.tensor([[0.0, float("nan")], [1.0, 2.0], [3.0, 4.0]]), 1), ValueError, "W must be finite"),
+        ((torch.tensor([[0.0, float("inf")], [1.0, 2.0], [3.0, 4.0]]), 1), ValueError, "W must be finite"),
+    ],
+)
 def test_bad_input(args, exc, match):
     with pytest.raises(exc, match=match):
         fedkernels.knn_classes(*args)

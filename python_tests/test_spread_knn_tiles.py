@@ -63,8 +63,14 @@ def test_integer_ties_cosine_with_zero_rows(path, monkeypatch):
 
 
 @settings(max_examples=12)
-@given(c=st.integers(257, 620), d=st.integers(1, 40), k=st.integers(1, 20), metric=st.sampled_from(["l2", "cosine"]),
-       scale=st.sampled_from([1e-3, 1.0, 1e3]), seed=st.integers(0, 2**31 - 1))
+@given(
+    c=st.integers(257, 620),
+    d=st.integers(1, 40),
+    k=st.integers(1, 20),
+    metric=st.sampled_from(["l2", "cosine"]),
+    scale=st.sampled_from([1e-3, 1.0, 1e3]),
+    seed=st.integers(0, 2**31 - 1),
+)
 def test_multi_block_matches_brute_force(c, d, k, metric, scale, seed):
     W = torch.randn(c, d, generator=torch.Generator().manual_seed(seed)) * scale
     _assert_matches_reference(W, k, metric, fedkernels.knn_classes(W, k, metric))

@@ -38,12 +38,14 @@ def _plain_alpha(client_data: list[list[tuple[int, int]]], label_row: dict[int, 
     return alpha
 
 
-@given(clients=st.lists(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 12)), max_size=25), min_size=1,
-                        max_size=6))
+@given(
+    clients=st.lists(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 12)), max_size=25), min_size=1, max_size=6)
+)
 def test_matches_plain_label_reference(clients):
     key = b"k" * 16
-    reports = [ls.client_report(key, [f"instance {i}".encode() for i, _ in pairs], [l for _, l in pairs])
-               for pairs in clients]
+    reports = [
+        ls.client_report(key, [f"instance {i}".encode() for i, _ in pairs], [l for _, l in pairs]) for pairs in clients
+    ]
     sets = ls.merge_reports(reports)
     labels = sorted({l for pairs in clients for _, l in pairs})
     assert sets.num_classes == len(labels)

@@ -26,9 +26,16 @@ def _loss_and_grad(fn, W):
     return loss.detach(), grad
 
 
-@given(c=st.integers(2, 40), d=st.integers(1, 8), data=st.data(), margin=st.floats(0.0, 6.0),
-       metric=st.sampled_from(["l2", "cosine"]), density=st.sampled_from([0.0, 0.2, 0.7]),
-       dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**31 - 1))
+@given(
+    c=st.integers(2, 40),
+    d=st.integers(1, 8),
+    data=st.data(),
+    margin=st.floats(0.0, 6.0),
+    metric=st.sampled_from(["l2", "cosine"]),
+    density=st.sampled_from([0.0, 0.2, 0.7]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**31 - 1),
+)
 def test_matches_direct_formula(c, d, data, margin, metric, density, dtype, seed):
     k = data.draw(st.integers(0, c - 1))
     W = torch.randn(c, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
@@ -91,8 +98,9 @@ def test_on_device(device):
     pw = _random_pair_weights(300, 0.05, 5).to(device)
     loss = fedkernels.spreadout_loss(W, 4.0, 8, pw)
     loss.backward()
-    want_l, want_g = _loss_and_grad(lambda w: spread_ref.spreadout_loss(w, 4.0, 8, pw.dense().cpu(), "l2"),
-                                    W.detach().cpu().double())
+    want_l, want_g = _loss_and_grad(
+        lambda w: spread_ref.spreadout_loss(w, 4.0, 8, pw.dense().cpu(), "l2"), W.detach().cpu().double()
+    )
     assert W.grad.device.type == device
     torch.testing.assert_close(loss.detach().cpu().double(), want_l, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(W.grad.cpu().double(), want_g, rtol=1e-4, atol=1e-4)
@@ -111,25 +119,51 @@ def _pw(c=4):
     return PairWeights.from_pairs(torch.tensor([0, 1]), torch.tensor([2, 3]), torch.tensor([0.5, 0.25]), c)
 
 
-@pytest.mark.parametrize("make, exc, match", [
-    (lambda: (torch.randn(5, 2), -1.0, 2, None), ValueError, "margin"),
-    (lambda: (torch.randn(5, 2), float("nan"), 2, None), ValueError, "margin"),
-    (lambda: (torch.randn(5, 2), 1.0, 5, None), ValueError, "k must be < C"),
-    (lambda: (torch.randn(5, 2), 1.0, -2, None), ValueError, "k must be >= 0"),
-    (lambda: (torch.randn(5, 2), 1.0, 2, _pw(4)), ValueError, "indptr must have C \\+ 1"),
-    (lambda: (torch.randn(4, 2), 1.0, 2, PairWeights(_pw().indptr, torch.tensor([2, 7]), _pw().values)),
-     IndexError, "pair_weight indices"),
-    (lambda: (torch.randn(4, 2), 1.0, 2, PairWeights(torch.tensor([0, 2, 2, 2, 2]), torch.tensor([3, 1]),
-                                                     _pw().values)), ValueError, "strictly increasing"),
-    (lambda: (torch.randn(4, 2), 1.0, 2, PairWeights(_pw().indptr, _pw().indices, torch.tensor([0.5, -1.0]))),
-     ValueError, "pair_weight values must be >= 0"),
-    (lambda: (torch.randn(4, 2), 1.0, 2, PairWeights(_pw().indptr, _pw().indices, _pw().values.double())),
-     ValueError, "pair_weight values must have dtype"),
-    (lambda: (torch.randn(4, 2), 1.0, 2, PairWeights(_pw().indptr, _pw().indices, torch.tensor([0.5]))),
-     ValueError, "pair_weight values must have one entry"),
-    (lambda: (torch.randn(4, 2), 1.0, 2, PairWeights(_pw().indptr.int(), _pw().indices, _pw().values)),
-     ValueError, "pair_weight indptr"),
-])
+@pytest.mark.parametrize(
+    "make, exc, match",
+    [
+        (lambda: (torch.randn(5, 2), -1.0, 2, None), ValueError, "margin"),
+        (lambda: (torch.randn(5, 2), float("nan"), 2, None), ValueError, "margin"),
+        (lambda: (torch.randn(5, 2), 1.0, 5, None), ValueError, "k must be < C"),
+        (lambda: (torch.randn(5, 2), 1.0, -2, None), ValueError, "k must be >= 0"),
+        (lambda: (torch.randn(5, 2), 1.0, 2, _pw(4)), ValueError, "indptr must have C \\+ 1"),
+        (
+            lambda: (torch.randn(4, 2), 1.0, 2, PairWeights(_pw().indptr, torch.tensor([2, 7]), _pw().values)),
+            IndexError,
+            "pair_weight indices",
+        ),
+        (
+            lambda: (
+                torch.randn(4, 2),
+                1.0,
+                2,
+                PairWeights(torch.tensor([0, 2, 2, 2, 2]), torch.tensor([3, 1]), _pw().values),
+            ),
+            ValueError,
+            "strictly increasing",
+        ),
+        (
+            lambda: (torch.randn(4, 2), 1.0, 2, PairWeights(_pw().indptr, _pw().indices, torch.tensor([0.5, -1.0]))),
+            ValueError,
+            "pair_weight values must be >= 0",
+        ),
+        (
+            lambda: (torch.randn(4, 2), 1.0, 2, PairWeights(_pw().indptr, _pw().indices, _pw().values.double())),
+            ValueError,
+            "pair_weight values must have dtype",
+        ),
+        (
+            lambda: (torch.randn(4, 2), 1.0, 2, PairWeights(_pw().indptr, _pw().indices, torch.tensor([0.5]))),
+            ValueError,
+            "pair_weight values must have one entry",
+        ),
+        (
+            lambda: (torch.randn(4, 2), 1.0, 2, PairWeights(_pw().indptr.int(), _pw().indices, _pw().values)),
+            ValueError,
+            "pair_weight indptr",
+        ),
+    ],
+)
 def test_bad_input(make, exc, match):
     with pytest.raises(exc, match=match):
         fedkernels.spreadout_loss(*make())
@@ -156,8 +190,10 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.fedkernels.spreadout_pair_loss.default, (W, idx, weight, 2.0, "l2"))
     torch.library.opcheck(torch.ops.fedkernels.spreadout_pair_loss.default, (W, idx, weight, 0.5, "cosine"))
     torch.library.opcheck(torch.ops.fedkernels.pair_weight_gather.default, (pw.indptr, pw.indices, pw.values, idx))
-    torch.library.opcheck(torch.ops.fedkernels.spreadout_pair_loss_backward.default,
-                          (torch.tensor(1.0, dtype=torch.float64), W.detach(), idx, weight, 2.0, "l2"))
+    torch.library.opcheck(
+        torch.ops.fedkernels.spreadout_pair_loss_backward.default,
+        (torch.tensor(1.0, dtype=torch.float64), W.detach(), idx, weight, 2.0, "l2"),
+    )
 
 
 def test_compile_fullgraph_forward_and_backward():

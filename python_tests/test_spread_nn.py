@@ -32,8 +32,12 @@ def test_positive_pull_matches_loop():
     pw = _clustered_pair_weights(12, 3)
     W = torch.randn(12, 5, dtype=torch.float64)
     dense = pw.dense()
-    want = sum((1 - dense[a, b]) * ((W[a] - W[b]) ** 2).sum() for a in range(12) for b in range(12)
-               if a != b and dense[a, b] != 1)
+    want = sum(
+        (1 - dense[a, b]) * ((W[a] - W[b]) ** 2).sum()
+        for a in range(12)
+        for b in range(12)
+        if a != b and dense[a, b] != 1
+    )
     assert positive_pull(W, pw).item() == pytest.approx(float(want))
 
 

@@ -20,8 +20,19 @@ def main() -> int:
     cuda = os.environ.get("FK_CUDA", "AUTO")
     flavour = "cuda" if torch.version.cuda and cuda != "OFF" else "cpu"
     build = ROOT / "build" / f"inplace-{flavour}"
-    cfg = ["cmake", "-S", str(ROOT), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-           f"-DPython_EXECUTABLE={sys.executable}", "-DFK_INPLACE=ON", f"-DFK_CUDA={cuda}"]
+    cfg = [
+        "cmake",
+        "-S",
+        str(ROOT),
+        "-B",
+        str(build),
+        "-G",
+        "Ninja",
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DPython_EXECUTABLE={sys.executable}",
+        "-DFK_INPLACE=ON",
+        f"-DFK_CUDA={cuda}",
+    ]
     if os.environ.get("FK_SANITIZE"):
         cfg.append("-DFK_SANITIZE=ON")
     subprocess.run(cfg, check=True)

@@ -14,8 +14,14 @@ def main() -> int:
         print("this build has no CUDA kernels", file=sys.stderr)
         return 1
     names = sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith("fedkernels::"))
-    missing = [n for n in names if not (torch._C._dispatch_has_kernel_for_dispatch_key(n, "CUDA")
-                                        or torch._C._dispatch_has_kernel_for_dispatch_key(n, "CompositeImplicitAutograd"))]
+    missing = [
+        n
+        for n in names
+        if not (
+            torch._C._dispatch_has_kernel_for_dispatch_key(n, "CUDA")
+            or torch._C._dispatch_has_kernel_for_dispatch_key(n, "CompositeImplicitAutograd")
+        )
+    ]
     print(f"{len(names)} fedkernels ops; CUDA kernels for {len(names) - len(missing)}")
     for n in missing:
         print(f"  no CUDA kernel: {n}", file=sys.stderr)

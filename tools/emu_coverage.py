@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from emu_rewrite import global_kernels  # noqa: E402
+from emu_rewrite import global_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,8 +46,10 @@ def main(argv: list[str]) -> int:
     required = project_kernels()
     counts = merge_counts(paths)
     missing = never_launched(required, counts)
-    print(f"emu_coverage: {len(required) - len(missing)} of {len(required)} __global__ kernels launched "
-          f"({sum(counts.get(k, 0) for k in required)} launches)")
+    print(
+        f"emu_coverage: {len(required) - len(missing)} of {len(required)} __global__ kernels launched "
+        f"({sum(counts.get(k, 0) for k in required)} launches)"
+    )
     for name in missing:
         print(f"  never launched: {name}", file=sys.stderr)
     return 1 if missing else 0

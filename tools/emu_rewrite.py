@@ -21,7 +21,9 @@ import sys
 from pathlib import Path
 
 _IDENT = re.compile(r"[A-Za-z_0-9:]")
-_SHARED_DECL = re.compile(r"__shared__[ \t]+(?P<type>[^;\n]*?)[ \t]+(?P<name>\w+)[ \t]*(?P<dims>(?:\[[^\]\n]*\])*)[ \t]*;")
+_SHARED_DECL = re.compile(
+    r"__shared__[ \t]+(?P<type>[^;\n]*?)[ \t]+(?P<name>\w+)[ \t]*(?P<dims>(?:\[[^\]\n]*\])*)[ \t]*;"
+)
 _GLOBAL_FN = re.compile(r"__global__\s+(?:[\w:<>,\s*&]+?\s+)?(\w+)\s*\(")
 
 
@@ -71,15 +73,19 @@ def kernel_name(expr: str) -> str:
 def _shared_decl(m: re.Match[str]) -> str:
     t, name, dims = m["type"].strip(), m["name"], m["dims"]
     slot = f"fk_emu_slot_{name}"
-    return (f'static ::fk_emu::SharedSlot {slot}(sizeof({t}{dims}), alignof({t}{dims}), "{name}"); '
-            f"{t} {f'(&{name}){dims}' if dims else '&' + name} = *reinterpret_cast<{t} (*){dims}>({slot}.get());")
+    return (
+        f'static ::fk_emu::SharedSlot {slot}(sizeof({t}{dims}), alignof({t}{dims}), "{name}"); '
+        f"{t} {f'(&{name}){dims}' if dims else '&' + name} = *reinterpret_cast<{t} (*){dims}>({slot}.get());"
+    )
 
 
 def rewrite_shared(text: str) -> str:
     """Every ``__shared__`` declaration (one per line, outside ``//`` comments) made a reference."""
+
     def sub(m: re.Match[str]) -> str:
         line_start = text.rfind("\n", 0, m.start()) + 1
-        return m[0] if "//" in text[line_start:m.start()] else _shared_decl(m)
+        return m[0] if "//" in text[line_start : m.start()] else _shared_decl(m)
+
     return _SHARED_DECL.sub(sub, text)
 
 
@@ -108,8 +114,8 @@ def rewrite_launches(text: str) -> str:
             raise ValueError(f"launch at offset {cfg_open}: expected '(' after '>>>'")
         args_close = _match_forward(text, args_open, "(", ")")
         expr = text[start:cfg_open].strip()
-        cfg = text[cfg_open + 3:cfg_close]
-        args = text[args_open + 1:args_close]
+        cfg = text[cfg_open + 3 : cfg_close]
+        args = text[args_open + 1 : args_close]
         sep = ", " if args.strip() else ""
         out.append(text[pos:start])
         out.append(f'::fk_emu::launch("{kernel_name(expr)}", {expr}, ::fk_emu::Config({cfg}){sep}{args})')

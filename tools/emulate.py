@@ -27,13 +27,32 @@ def build(checks: str, python: str = sys.executable) -> Path:
     """Configure and build ``_C_emu`` with ``checks`` compiled in; returns the module's path."""
     build_dir = ROOT / "build" / f"emu-{checks}"
     out_dir = build_dir / "module"
-    subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-                    f"-DPython_EXECUTABLE={python}", "-DFK_CUDA=OFF", "-DFK_CUDA_EMU=ON",
-                    f"-DFK_CUDA_EMU_CHECKS={checks}", f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_dir}"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    subprocess.run(
+        [
+            "cmake",
+            "-S",
+            str(ROOT),
+            "-B",
+            str(build_dir),
+            "-G",
+            "Ninja",
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DPython_EXECUTABLE={python}",
+            "-DFK_CUDA=OFF",
+            "-DFK_CUDA_EMU=ON",
+            f"-DFK_CUDA_EMU_CHECKS={checks}",
+            f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_dir}",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=sys.stderr,
+    )
     # Build output goes to stderr: stdout carries only the module's path (`$(... build)` in a shell).
-    subprocess.run(["cmake", "--build", str(build_dir), "--target", "_C_emu", "-j", str(os.cpu_count() or 2)],
-                   check=True, stdout=sys.stderr)
+    subprocess.run(
+        ["cmake", "--build", str(build_dir), "--target", "_C_emu", "-j", str(os.cpu_count() or 2)],
+        check=True,
+        stdout=sys.stderr,
+    )
     found = sorted(glob.glob(str(out_dir / "_C_emu*.so")))
     if not found:
         raise SystemExit(f"emulate: no _C_emu module under {out_dir}")
@@ -43,20 +62,26 @@ def build(checks: str, python: str = sys.executable) -> Path:
 def op_test_files() -> list[str]:
     """The op tests: every test file except the federated loop's, Flower's and the hardening ones."""
     skip = ("test_fl_", "test_flower", "test_hardening", "test_readme", "test_gpu_check")
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "python_tests").glob("test_*.py")
-                  if not p.name.startswith(skip))
+    return sorted(
+        str(p.relative_to(ROOT)) for p in (ROOT / "python_tests").glob("test_*.py") if not p.name.startswith(skip)
+    )
 
 
 def asan_env() -> dict[str, str]:
     """Environment that loads ASan into an uninstrumented interpreter (as tools/sanitize.sh)."""
+
     def gcc_lib(name: str) -> str:
-        return subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["gcc", f"-print-file-name={name}"], capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     # libstdc++ too: ASan's __cxa_throw interceptor needs the real one present at start-up.
-    return {"LD_PRELOAD": f"{gcc_lib('libasan.so')}:{gcc_lib('libstdc++.so')}", "PYTHONMALLOC": "malloc",
-            "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:"
-                            "allocator_may_return_null=1"}
+    return {
+        "LD_PRELOAD": f"{gcc_lib('libasan.so')}:{gcc_lib('libstdc++.so')}",
+        "PYTHONMALLOC": "malloc",
+        "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:"
+        "allocator_may_return_null=1",
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -66,7 +91,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--order", choices=["forward", "reverse", "random"], default="forward")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--coverage", help="write the launched-kernel counts (JSON) to this file")
-    own, pytest_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    own, pytest_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     a = ap.parse_args(own)
     module = build(a.checks)
     if a.command == "build":
@@ -75,8 +100,17 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ, FK_CUDA_EMU_MODULE=str(module))
     if a.checks == "asan":
         env.update(asan_env())
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--emulate-cuda",
-            f"--emu-order={a.order}", f"--emu-seed={a.seed}"]
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--emulate-cuda",
+        f"--emu-order={a.order}",
+        f"--emu-seed={a.seed}",
+    ]
     if a.coverage:
         args.append(f"--emu-coverage={a.coverage}")
     if a.checks == "asan":  # one process, so a report aborts the run; fd 2 not captured

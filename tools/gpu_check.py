@@ -36,14 +36,19 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpu_check_report as report  # noqa: E402
-from gpu_probe import NEEDED  # noqa: E402
+import gpu_check_report as report
+from gpu_probe import NEEDED
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_GPU = "no NVIDIA GPU found: gpu-check needs one; see README 'Verifying the CUDA kernels'"
 TORCH = "torch==2.14.1"  # PyPI's Linux wheel of 2.14.1 is the CUDA 13.0 build
-BENCHES = {"sketch": "bench/sketch.py", "sampled": "bench/sampled.py", "select": "bench/select.py",
-           "prox": "bench/prox.py", "spread": "bench/spread.py"}
+BENCHES = {
+    "sketch": "bench/sketch.py",
+    "sampled": "bench/sampled.py",
+    "select": "bench/select.py",
+    "prox": "bench/prox.py",
+    "spread": "bench/spread.py",
+}
 EXIT_NO_GPU, EXIT_PREREQ = 2, 3
 
 
@@ -64,8 +69,9 @@ def find_gpus() -> tuple[list[dict[str, str]], str | None]:
     detail = ""
     for query in (report.SMI_QUERY, "name,driver_version"):  # old drivers do not know compute_cap
         try:
-            res = subprocess.run([smi, f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
-                                 text=True, timeout=60)
+            res = subprocess.run(
+                [smi, f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True, timeout=60
+            )
         except (OSError, subprocess.TimeoutExpired) as e:
             raise Stop(f"{NO_GPU}\n(nvidia-smi failed: {e})", EXIT_NO_GPU) from e
         gpus = report.parse_smi_csv(res.stdout) if res.returncode == 0 else []
@@ -118,19 +124,28 @@ def probe(python: Path, copy_bandwidth: bool = False) -> dict:
 def check_torch(facts: dict, venv: Path, gpus: list[dict[str, str]]) -> None:
     """Stop unless the venv's torch is a CUDA build that sees a GPU."""
     if facts.get("torch") is None:
-        raise Stop(f"{venv} has no torch ({facts.get('error')}): delete it (gpu-check then creates it) "
-                   "or pass --venv", EXIT_PREREQ)
+        raise Stop(
+            f"{venv} has no torch ({facts.get('error')}): delete it (gpu-check then creates it) or pass --venv",
+            EXIT_PREREQ,
+        )
     if not facts.get("torch_cuda"):
-        raise Stop(f"torch {facts['torch']} in {venv} is a CPU-only build: delete the venv (gpu-check then "
-                   f"creates it with {TORCH}) or pass --venv with a CUDA torch", EXIT_PREREQ)
+        raise Stop(
+            f"torch {facts['torch']} in {venv} is a CPU-only build: delete the venv (gpu-check then "
+            f"creates it with {TORCH}) or pass --venv with a CUDA torch",
+            EXIT_PREREQ,
+        )
     if not facts.get("cuda_available"):
         names = ", ".join(g["name"] for g in gpus)
-        raise Stop(f"{NO_GPU}\n(nvidia-smi lists {names}, but torch {facts['torch']} (CUDA {facts['torch_cuda']}) "
-                   f"in {venv} sees no GPU: is the driver too old for CUDA {facts['torch_cuda']}?)", EXIT_NO_GPU)
+        raise Stop(
+            f"{NO_GPU}\n(nvidia-smi lists {names}, but torch {facts['torch']} (CUDA {facts['torch_cuda']}) "
+            f"in {venv} sees no GPU: is the driver too old for CUDA {facts['torch_cuda']}?)",
+            EXIT_NO_GPU,
+        )
 
 
-def run_logged(cmd: list[str], log: Path, env: dict[str, str], timeout: float | None = None,
-               echo: bool = False) -> tuple[int, str]:
+def run_logged(
+    cmd: list[str], log: Path, env: dict[str, str], timeout: float | None = None, echo: bool = False
+) -> tuple[int, str]:
     """Run ``cmd`` in the repo root, its output to ``log`` (and the console if ``echo``).
 
     Returns (exit status, output); 124 when it ran past ``timeout`` seconds and was killed.
@@ -138,8 +153,9 @@ def run_logged(cmd: list[str], log: Path, env: dict[str, str], timeout: float | 
     with open(log, "w") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
         chunks: list[str] = []
 
         def pump() -> None:
@@ -149,6 +165,7 @@ def run_logged(cmd: list[str], log: Path, env: dict[str, str], timeout: float | 
                 if echo:
                     sys.stdout.write(line)
                     sys.stdout.flush()
+
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
         try:
@@ -168,8 +185,11 @@ def create_venv(venv: Path, log: Path) -> None:
     print(f"== creating {venv}: {TORCH} (CUDA 13.0 build) and the build/test packages (a few GB, once)", flush=True)
     py = str(venv / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    for cmd in ([sys.executable, "-m", "venv", str(venv)], [py, "-m", "pip", "install", "-q", "--upgrade", "pip"],
-                [py, "-m", "pip", "install", "-q", TORCH, *NEEDED.values()]):
+    for cmd in (
+        [sys.executable, "-m", "venv", str(venv)],
+        [py, "-m", "pip", "install", "-q", "--upgrade", "pip"],
+        [py, "-m", "pip", "install", "-q", TORCH, *NEEDED.values()],
+    ):
         rc, out = run_logged(cmd, log, env)
         if rc:
             raise Stop(f"creating {venv} failed ({' '.join(cmd[:4])} ...): see {log}\n{out[-1000:]}", 1)
@@ -178,12 +198,23 @@ def create_venv(venv: Path, log: Path) -> None:
 def build(venv: Path, nvcc: Path, archs: str, out_dir: Path) -> dict:
     """pip-install fedkernels with FK_CUDA=ON into the venv, then check every op has a CUDA kernel."""
     py = str(venv / "bin" / "python")
-    env = child_env(venv, nvcc, FK_CUDA="ON", TORCH_CUDA_ARCH_LIST=archs,
-                    CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
+    env = child_env(
+        venv, nvcc, FK_CUDA="ON", TORCH_CUDA_ARCH_LIST=archs, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2)
+    )
     log = out_dir / "build.log"
     print(f"== building the CUDA kernels for {archs} (log: {log})", flush=True)
-    cmd = [py, "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps", "--force-reinstall",
-           f"--config-settings=build-dir={ROOT / 'build' / 'gpu-check'}", str(ROOT)]
+    cmd = [
+        py,
+        "-m",
+        "pip",
+        "install",
+        "-v",
+        "--no-build-isolation",
+        "--no-deps",
+        "--force-reinstall",
+        f"--config-settings=build-dir={ROOT / 'build' / 'gpu-check'}",
+        str(ROOT),
+    ]
     rc, out = run_logged(cmd, log, env)
     if rc:
         return {"ok": False, "arch_list": archs, "log": str(log), "tail": out[-2000:]}
@@ -199,15 +230,17 @@ def run_tests(venv: Path, nvcc: Path, out_dir: Path, workers: int, timeout: floa
     cmd = [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"]
     cmd += (["-n", str(workers)] if workers > 1 else []) + ["python_tests"]
     print(f"== pytest python_tests on cpu and cuda ({workers} workers, log: {out_dir / 'pytest.log'})", flush=True)
-    rc, out = run_logged(cmd, out_dir / "pytest.log", child_env(venv, nvcc, HYPOTHESIS_PROFILE="ci"), timeout,
-                         echo=True)
+    rc, out = run_logged(
+        cmd, out_dir / "pytest.log", child_env(venv, nvcc, HYPOTHESIS_PROFILE="ci"), timeout, echo=True
+    )
     tests = report.summarize_tests(rc, out, xml.read_text() if xml.exists() else None)
     tests["log"] = str(out_dir / "pytest.log")
     return tests
 
 
-def run_bench(name: str, venv: Path, nvcc: Path, out_dir: Path, full: bool, timeout: float,
-              copy_gbs: float | None) -> dict:
+def run_bench(
+    name: str, venv: Path, nvcc: Path, out_dir: Path, full: bool, timeout: float, copy_gbs: float | None
+) -> dict:
     """One benchmark on cuda: its status, its rows in gpu-check form, and where its JSON and log are."""
     bench_dir = out_dir / "bench"
     bench_dir.mkdir(exist_ok=True)
@@ -233,8 +266,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--venv", type=Path, default=ROOT / ".venv-cuda", help="CUDA-torch venv (created if missing)")
     ap.add_argument("--out", type=Path, default=ROOT / "gpu-check" / "gpu-check.json", help="the JSON to write")
     ap.add_argument("--full", action="store_true", help="benchmarks at the README's sizes, not --quick (slower)")
-    ap.add_argument("--workers", type=int, default=min(8, max(1, (os.cpu_count() or 2) // 2)),
-                    help="pytest-xdist workers (1: no xdist)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=min(8, max(1, (os.cpu_count() or 2) // 2)),
+        help="pytest-xdist workers (1: no xdist)",
+    )
     ap.add_argument("--benches", default=",".join(BENCHES), help="comma-separated subset of " + ", ".join(BENCHES))
     ap.add_argument("--bench-timeout", type=float, default=240.0, help="seconds per benchmark before it is killed")
     ap.add_argument("--test-timeout", type=float, default=1800.0, help="seconds for the test suite")
@@ -254,8 +291,11 @@ def preflight(args: argparse.Namespace) -> tuple[list[dict[str, str]], str | Non
     gpus, driver_cuda = find_gpus()
     nvcc = find_nvcc()
     if nvcc is None:
-        raise Stop("nvcc not found: gpu-check compiles the CUDA kernels, which needs the CUDA toolkit 13.x "
-                   "(set CUDA_HOME, or put nvcc on PATH)", EXIT_PREREQ)
+        raise Stop(
+            "nvcc not found: gpu-check compiles the CUDA kernels, which needs the CUDA toolkit 13.x "
+            "(set CUDA_HOME, or put nvcc on PATH)",
+            EXIT_PREREQ,
+        )
     facts = None
     if (args.venv / "bin" / "python").exists():
         facts = probe(args.venv / "bin" / "python")
@@ -277,8 +317,11 @@ def main(argv: list[str] | None = None) -> int:
             check_torch(facts, args.venv, gpus)
         setup_s = time.perf_counter() - t0
         if facts.get("missing"):
-            rc, out = run_logged([str(args.venv / "bin" / "python"), "-m", "pip", "install", "-q", *facts["missing"]],
-                                 out_dir / "venv.log", child_env(args.venv, nvcc))
+            rc, out = run_logged(
+                [str(args.venv / "bin" / "python"), "-m", "pip", "install", "-q", *facts["missing"]],
+                out_dir / "venv.log",
+                child_env(args.venv, nvcc),
+            )
             if rc:
                 raise Stop(f"installing {facts['missing']} into {args.venv} failed:\n{out[-1000:]}", 1)
         steps["setup"] = time.perf_counter() - t0
@@ -286,10 +329,17 @@ def main(argv: list[str] | None = None) -> int:
         print(str(e), file=sys.stderr)
         return e.code
     nvcc_text = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
-    gpu = {"nvidia_smi": gpus, "driver_cuda": driver_cuda, "nvcc": report.parse_nvcc_version(nvcc_text),
-           **{k: facts.get(k) for k in ("name", "capability", "memory_gib", "device_count", "torch", "torch_cuda")}}
-    print(f"== {gpu['name']} (compute capability {gpu['capability']}), driver {gpus[0].get('driver')} "
-          f"(CUDA {driver_cuda}), torch {gpu['torch']} (CUDA {gpu['torch_cuda']}), nvcc {gpu['nvcc']}", flush=True)
+    gpu = {
+        "nvidia_smi": gpus,
+        "driver_cuda": driver_cuda,
+        "nvcc": report.parse_nvcc_version(nvcc_text),
+        **{k: facts.get(k) for k in ("name", "capability", "memory_gib", "device_count", "torch", "torch_cuda")},
+    }
+    print(
+        f"== {gpu['name']} (compute capability {gpu['capability']}), driver {gpus[0].get('driver')} "
+        f"(CUDA {driver_cuda}), torch {gpu['torch']} (CUDA {gpu['torch_cuda']}), nvcc {gpu['nvcc']}",
+        flush=True,
+    )
 
     t = time.perf_counter()
     built = build(args.venv, nvcc, report.arch_list(facts["capability"]), out_dir)
@@ -310,16 +360,20 @@ def main(argv: list[str] | None = None) -> int:
         steps["tests"] = time.perf_counter() - t
         for name in args.benches:
             t = time.perf_counter()
-            benches[name] = run_bench(name, args.venv, nvcc, out_dir, args.full, args.bench_timeout,
-                                      gpu["copy_bandwidth_gbs"])
+            benches[name] = run_bench(
+                name, args.venv, nvcc, out_dir, args.full, args.bench_timeout, gpu["copy_bandwidth_gbs"]
+            )
             steps[f"bench {name}"] = time.perf_counter() - t
     result = report.assemble(gpu, built, tests, benches, steps, setup_s=setup_s)
     args.out.write_text(json.dumps(result, indent=2))
     print()
     print(report.format_rows(result["bench_rows"]))
     print(f"\nbuild: {'ok' if built['ok'] else 'FAILED, see ' + built['log']}")
-    print("tests: " + ", ".join(f"{tests.get(k, 0)} {k}" for k in ("passed", "failed", "errors", "skipped"))
-          + (f" (cuda-parametrised: {tests['cuda']})" if "cuda" in tests else ""))
+    print(
+        "tests: "
+        + ", ".join(f"{tests.get(k, 0)} {k}" for k in ("passed", "failed", "errors", "skipped"))
+        + (f" (cuda-parametrised: {tests['cuda']})" if "cuda" in tests else "")
+    )
     for name, b in benches.items():
         if b["status"] != "ok":
             print(f"bench {name}: {b['status'].upper()}, see {b['log']}")

@@ -102,8 +102,9 @@ def summarize_tests(returncode: int, output: str, junit_xml: str | None = None) 
             counts["cuda"] = junit_device_counts(junit_xml)
         except ET.ParseError as e:
             counts["cuda"] = {"error": f"junit XML unreadable: {e}"}
-    counts["ok"] = (returncode == 0 and problem is None and counts["failed"] == 0 and counts["errors"] == 0
-                    and counts["passed"] > 0)
+    counts["ok"] = (
+        returncode == 0 and problem is None and counts["failed"] == 0 and counts["errors"] == 0 and counts["passed"] > 0
+    )
     if problem:
         counts["problem"] = problem
     return counts
@@ -111,26 +112,46 @@ def summarize_tests(returncode: int, output: str, junit_xml: str | None = None) 
 
 # ---- benchmark rows
 
-def _row(bench: str, op: str, config: str, vs: str, ours_ms: float, torch_ms: float | None,
-         gbs: float | None) -> Row:
-    return {"bench": bench, "op": op, "config": config, "vs": vs, "ours_ms": ours_ms, "torch_ms": torch_ms,
-            "gbs": gbs}
+
+def _row(bench: str, op: str, config: str, vs: str, ours_ms: float, torch_ms: float | None, gbs: float | None) -> Row:
+    return {"bench": bench, "op": op, "config": config, "vs": vs, "ours_ms": ours_ms, "torch_ms": torch_ms, "gbs": gbs}
 
 
 def _sketch(rows: list[dict]) -> Iterable[Row]:
     for r in rows:
-        yield _row("sketch", r["op"], f"p={r['p']} R={r['R']} B={r['B']}", "PyTorch composition (bench/sketch.py)",
-                   r["ours_ms"], r["torch_ms"], r["GB/s"])
+        yield _row(
+            "sketch",
+            r["op"],
+            f"p={r['p']} R={r['R']} B={r['B']}",
+            "PyTorch composition (bench/sketch.py)",
+            r["ours_ms"],
+            r["torch_ms"],
+            r["GB/s"],
+        )
 
 
 def _sampled(rows: list[dict]) -> Iterable[Row]:
     for r in rows:
         if r["op"] == "linear_cross_entropy":
-            yield _row("sampled", f"linear_cross_entropy {r['mode']}", f"N={r['N']} d={r['d']} s={r['s']}",
-                       "F.cross_entropy(h @ W.T + b)", r["fedkernels_ms"], r["torch_ms"], None)
+            yield _row(
+                "sampled",
+                f"linear_cross_entropy {r['mode']}",
+                f"N={r['N']} d={r['d']} s={r['s']}",
+                "F.cross_entropy(h @ W.T + b)",
+                r["fedkernels_ms"],
+                r["torch_ms"],
+                None,
+            )
         else:
-            yield _row("sampled", r["op"], f"n={r['n']} d={r['d']} T={r['T']}", "index_add_ weighted mean",
-                       r["fedkernels_ms"], r["torch_ms"], r["GB/s"])
+            yield _row(
+                "sampled",
+                r["op"],
+                f"n={r['n']} d={r['d']} T={r['T']}",
+                "index_add_ weighted mean",
+                r["fedkernels_ms"],
+                r["torch_ms"],
+                r["GB/s"],
+            )
 
 
 def _select(rows: list[dict]) -> Iterable[Row]:
@@ -143,30 +164,57 @@ def _select(rows: list[dict]) -> Iterable[Row]:
             raise ValueError(f"select: {model} {dtype} {op}: expected one fedkernels row, found {len(ours)}")
         for r in group:
             if r is not ours[0]:
-                yield _row("select", op, f"{model} {dtype}", r["method"], ours[0]["time_ms"], r["time_ms"],
-                           ours[0]["gbs"])
+                yield _row(
+                    "select", op, f"{model} {dtype}", r["method"], ours[0]["time_ms"], r["time_ms"], ours[0]["gbs"]
+                )
 
 
 def _prox(rows: list[dict]) -> Iterable[Row]:
     for r in rows:
         d = r["d"]
         pg = r.get("pg100 ns/elem")
-        yield _row("prox", "prox_tv1d (float32, anchored)", f"d={d} lam={r['lam']}", "FISTA, 100 iterations",
-                   r["ns/elem f32 anchored"] * d / 1e6, pg * d / 1e6 if pg is not None else None, r["GB/s f32"])
+        yield _row(
+            "prox",
+            "prox_tv1d (float32, anchored)",
+            f"d={d} lam={r['lam']}",
+            "FISTA, 100 iterations",
+            r["ns/elem f32 anchored"] * d / 1e6,
+            pg * d / 1e6 if pg is not None else None,
+            r["GB/s f32"],
+        )
 
 
 def _spread(rows: list[dict]) -> Iterable[Row]:
     for r in rows:
         config = f"C={r['C']} d={r['d']} k={r['k']}"
         torch_knn, torch_loss = r.get("torch_knn_s"), r.get("torch_loss_fwd_bwd_s")
-        yield _row("spread", "knn_classes", config, "cdist + topk", 1e3 * r["fk_knn_s"],
-                   1e3 * torch_knn if torch_knn is not None else None, r["fk_knn_gbs"])
-        yield _row("spread", "spreadout_loss fwd+bwd", config, "cdist + topk + hinge, autograd",
-                   1e3 * r["fk_loss_fwd_bwd_s"], 1e3 * torch_loss if torch_loss is not None else None, None)
+        yield _row(
+            "spread",
+            "knn_classes",
+            config,
+            "cdist + topk",
+            1e3 * r["fk_knn_s"],
+            1e3 * torch_knn if torch_knn is not None else None,
+            r["fk_knn_gbs"],
+        )
+        yield _row(
+            "spread",
+            "spreadout_loss fwd+bwd",
+            config,
+            "cdist + topk + hinge, autograd",
+            1e3 * r["fk_loss_fwd_bwd_s"],
+            1e3 * torch_loss if torch_loss is not None else None,
+            None,
+        )
 
 
 NORMALIZERS: dict[str, Callable[[list[dict]], Iterable[Row]]] = {
-    "sketch": _sketch, "sampled": _sampled, "select": _select, "prox": _prox, "spread": _spread}
+    "sketch": _sketch,
+    "sampled": _sampled,
+    "select": _select,
+    "prox": _prox,
+    "spread": _spread,
+}
 
 
 def bench_rows(bench: str, payload: dict, copy_gbs: float | None) -> list[Row]:
@@ -190,8 +238,16 @@ def _finite(x: object) -> object:
 
 # ---- the whole report
 
-def assemble(gpu: dict, build: dict, tests: dict, benches: dict[str, dict], steps: dict[str, float],
-             setup_s: float = 0.0, target_s: float = 600.0) -> dict:
+
+def assemble(
+    gpu: dict,
+    build: dict,
+    tests: dict,
+    benches: dict[str, dict],
+    steps: dict[str, float],
+    setup_s: float = 0.0,
+    target_s: float = 600.0,
+) -> dict:
     """The gpu-check JSON: device facts, build, test counts, every bench's rows and status, step times, ok.
 
     ``build`` and ``tests`` carry ``ok``; ``benches`` maps a bench name to ``{"status": "ok" | "failed" |
@@ -199,13 +255,29 @@ def assemble(gpu: dict, build: dict, tests: dict, benches: dict[str, dict], step
     one-off download) is left out of the time compared with ``target_s``.
     """
     elapsed = sum(steps.values())
-    ok = (bool(build.get("ok")) and bool(tests.get("ok")) and bool(benches)
-          and all(b.get("status") == "ok" for b in benches.values()))
-    return {"tool": "gpu-check", "ok": ok, "gpu": gpu, "build": build, "tests": tests, "benches": benches,
-            "bench_rows": [row for b in benches.values() for row in b.get("rows", [])],
-            "timing": {"steps_s": steps, "elapsed_s": elapsed, "setup_s": setup_s,
-                       "check_s": elapsed - setup_s, "target_s": target_s,
-                       "within_target": elapsed - setup_s <= target_s}}
+    ok = (
+        bool(build.get("ok"))
+        and bool(tests.get("ok"))
+        and bool(benches)
+        and all(b.get("status") == "ok" for b in benches.values())
+    )
+    return {
+        "tool": "gpu-check",
+        "ok": ok,
+        "gpu": gpu,
+        "build": build,
+        "tests": tests,
+        "benches": benches,
+        "bench_rows": [row for b in benches.values() for row in b.get("rows", [])],
+        "timing": {
+            "steps_s": steps,
+            "elapsed_s": elapsed,
+            "setup_s": setup_s,
+            "check_s": elapsed - setup_s,
+            "target_s": target_s,
+            "within_target": elapsed - setup_s <= target_s,
+        },
+    }
 
 
 def exit_code(report: dict) -> int:
@@ -219,6 +291,7 @@ def format_rows(rows: list[Row]) -> str:
 
     def fmt(v: object) -> str:
         return "-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
+
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
     return "\n".join(lines)

@@ -14,16 +14,28 @@ import sys
 from pathlib import Path
 
 # import name -> pip name of what the build, the tests and the benchmarks need besides torch
-NEEDED = {"numpy": "numpy", "scipy": "scipy", "safetensors": "safetensors", "tqdm": "tqdm", "pytest": "pytest",
-          "xdist": "pytest-xdist", "hypothesis": "hypothesis", "scikit_build_core": "scikit-build-core",
-          "pybind11": "pybind11", "ninja": "ninja", "cmake": "cmake"}
+NEEDED = {
+    "numpy": "numpy",
+    "scipy": "scipy",
+    "safetensors": "safetensors",
+    "tqdm": "tqdm",
+    "pytest": "pytest",
+    "xdist": "pytest-xdist",
+    "hypothesis": "hypothesis",
+    "scikit_build_core": "scikit-build-core",
+    "pybind11": "pybind11",
+    "ninja": "ninja",
+    "cmake": "cmake",
+}
 COPY_BYTES = 1 << 30
 
 
 def probe(copy_bandwidth: bool = False) -> dict:
     """torch's version, CUDA build and devices, and the pip names of NEEDED packages that are missing."""
-    facts: dict = {"python": sys.version.split()[0],
-                   "missing": [pip for mod, pip in NEEDED.items() if importlib.util.find_spec(mod) is None]}
+    facts: dict = {
+        "python": sys.version.split()[0],
+        "missing": [pip for mod, pip in NEEDED.items() if importlib.util.find_spec(mod) is None],
+    }
     try:
         import torch
     except ImportError as e:
@@ -32,8 +44,12 @@ def probe(copy_bandwidth: bool = False) -> dict:
     if not facts["cuda_available"]:
         return facts
     props = torch.cuda.get_device_properties(0)
-    facts.update(device_count=torch.cuda.device_count(), name=props.name,
-                 capability=f"{props.major}.{props.minor}", memory_gib=round(props.total_memory / 2**30, 1))
+    facts.update(
+        device_count=torch.cuda.device_count(),
+        name=props.name,
+        capability=f"{props.major}.{props.minor}",
+        memory_gib=round(props.total_memory / 2**30, 1),
+    )
     if copy_bandwidth:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
         from common import copy_bandwidth_gbs

@@ -17,8 +17,8 @@ inline void check_dim(const at::Tensor& t, int64_t dim, const char* name) {
 }
 
 inline void check_same_device(const at::Tensor& a, const char* an, const at::Tensor& b, const char* bn) {
-  TORCH_CHECK_VALUE(a.device() == b.device(), an, " and ", bn, " must be on the same device, got ", a.device(),
-                    " and ", b.device());
+  TORCH_CHECK_VALUE(a.device() == b.device(), an, " and ", bn, " must be on the same device, got ", a.device(), " and ",
+                    b.device());
 }
 
 inline void check_floating(const at::Tensor& t, const char* name) {
@@ -33,8 +33,8 @@ inline void check_index_range(const at::Tensor& t, int64_t lo, int64_t hi, const
   auto mm = at::aminmax(t);
   const int64_t mn = std::get<0>(mm).item<int64_t>();
   const int64_t mx = std::get<1>(mm).item<int64_t>();
-  TORCH_CHECK_INDEX(mn >= lo && mx < hi, name, " values must lie in [", lo, ", ", hi, "), got min ", mn,
-                    " and max ", mx);
+  TORCH_CHECK_INDEX(mn >= lo && mx < hi, name, " values must lie in [", lo, ", ", hi, "), got min ", mn, " and max ",
+                    mx);
 }
 
 // Every value of an integer tensor is >= 0.
@@ -57,8 +57,8 @@ inline void check_csr(const at::Tensor& indptr, const at::Tensor& indices, const
   const int64_t* p = ip.data_ptr<int64_t>();
   const int64_t n = ip.numel();
   TORCH_CHECK_VALUE(p[0] == 0, indptr_name, "[0] must be 0, got ", p[0]);
-  TORCH_CHECK_VALUE(p[n - 1] == indices.numel(), indptr_name, "[-1] must equal ", indices_name, ".numel() = ",
-                    indices.numel(), ", got ", p[n - 1]);
+  TORCH_CHECK_VALUE(p[n - 1] == indices.numel(), indptr_name, "[-1] must equal ", indices_name,
+                    ".numel() = ", indices.numel(), ", got ", p[n - 1]);
   for (int64_t i = 1; i < n; ++i) {
     TORCH_CHECK_VALUE(p[i] >= p[i - 1], indptr_name, " must be non-decreasing (at position ", i, ")");
   }

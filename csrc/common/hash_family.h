@@ -23,7 +23,7 @@ FK_HOST_DEVICE FK_INLINE uint64_t mul_mod_p61(uint64_t x, uint64_t y) {
 #endif
   // v = hi * 2^64 + lo;  v mod P == (v & P) + (v >> 61) mod P, since 2^61 == 1 (mod P).
   const uint64_t low61 = lo & kMersenne61;
-  const uint64_t high = (hi << 3) | (lo >> 61);  // v >> 61, < 2^64 since v < 2^125
+  const uint64_t high = (hi << 3) | (lo >> 61);              // v >> 61, < 2^64 since v < 2^125
   uint64_t s = (high & kMersenne61) + (high >> 61) + low61;  // < 2^62 + 2^3
   s = (s & kMersenne61) + (s >> 61);
   return s >= kMersenne61 ? s - kMersenne61 : s;

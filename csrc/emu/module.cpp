@@ -14,10 +14,14 @@ PYBIND11_MODULE(_C_emu, m) {
   m.def(
       "set_order",
       [](const std::string& order, uint64_t seed) {
-        if (order == "forward") fk_emu::set_order(fk_emu::Order::kForward, seed);
-        else if (order == "reverse") fk_emu::set_order(fk_emu::Order::kReverse, seed);
-        else if (order == "random") fk_emu::set_order(fk_emu::Order::kRandom, seed);
-        else throw py::value_error("order must be 'forward', 'reverse' or 'random', got '" + order + "'");
+        if (order == "forward")
+          fk_emu::set_order(fk_emu::Order::kForward, seed);
+        else if (order == "reverse")
+          fk_emu::set_order(fk_emu::Order::kReverse, seed);
+        else if (order == "random")
+          fk_emu::set_order(fk_emu::Order::kRandom, seed);
+        else
+          throw py::value_error("order must be 'forward', 'reverse' or 'random', got '" + order + "'");
       },
       py::arg("order"), py::arg("seed") = 0, "Order in which blocks run and threads are resumed.");
   m.def("set_execute", &fk_emu::set_execute, py::arg("execute"),

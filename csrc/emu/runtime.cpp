@@ -212,14 +212,22 @@ std::string where(const Fiber& f) {
 
 const char* op_name(WarpOpKind k) {
   switch (k) {
-    case WarpOpKind::kSync: return "__syncwarp";
-    case WarpOpKind::kShflIdx: return "__shfl_sync";
-    case WarpOpKind::kShflUp: return "__shfl_up_sync";
-    case WarpOpKind::kShflDown: return "__shfl_down_sync";
-    case WarpOpKind::kShflXor: return "__shfl_xor_sync";
-    case WarpOpKind::kBallot: return "__ballot_sync";
-    case WarpOpKind::kAny: return "__any_sync";
-    case WarpOpKind::kAll: return "__all_sync";
+    case WarpOpKind::kSync:
+      return "__syncwarp";
+    case WarpOpKind::kShflIdx:
+      return "__shfl_sync";
+    case WarpOpKind::kShflUp:
+      return "__shfl_up_sync";
+    case WarpOpKind::kShflDown:
+      return "__shfl_down_sync";
+    case WarpOpKind::kShflXor:
+      return "__shfl_xor_sync";
+    case WarpOpKind::kBallot:
+      return "__ballot_sync";
+    case WarpOpKind::kAny:
+      return "__any_sync";
+    case WarpOpKind::kAll:
+      return "__all_sync";
   }
   return "?";
 }
@@ -229,11 +237,23 @@ int shuffle_source(WarpOpKind k, int lane, int arg, int width) {
   const int base = (lane / width) * width;
   int src = lane;
   switch (k) {
-    case WarpOpKind::kShflIdx: src = base + ((arg % width) + width) % width; break;
-    case WarpOpKind::kShflUp: src = lane - arg; if (src < base) return -1; break;
-    case WarpOpKind::kShflDown: src = lane + arg; if (src >= base + width) return -1; break;
-    case WarpOpKind::kShflXor: src = lane ^ arg; if (src >= base + width) return -1; break;
-    default: return -1;
+    case WarpOpKind::kShflIdx:
+      src = base + ((arg % width) + width) % width;
+      break;
+    case WarpOpKind::kShflUp:
+      src = lane - arg;
+      if (src < base) return -1;
+      break;
+    case WarpOpKind::kShflDown:
+      src = lane + arg;
+      if (src >= base + width) return -1;
+      break;
+    case WarpOpKind::kShflXor:
+      src = lane ^ arg;
+      if (src >= base + width) return -1;
+      break;
+    default:
+      return -1;
   }
   return src == lane ? -1 : src;
 }
@@ -291,10 +311,18 @@ int resolve_warp_ops(BlockRun* run) {
         if (!(mask & (1u << m))) continue;
         Fiber* g = lanes[m];
         switch (g->op) {
-          case WarpOpKind::kSync: g->result = 0; break;
-          case WarpOpKind::kBallot: g->result = vote; break;
-          case WarpOpKind::kAny: g->result = vote != 0; break;
-          case WarpOpKind::kAll: g->result = vote == mask; break;
+          case WarpOpKind::kSync:
+            g->result = 0;
+            break;
+          case WarpOpKind::kBallot:
+            g->result = vote;
+            break;
+          case WarpOpKind::kAny:
+            g->result = vote != 0;
+            break;
+          case WarpOpKind::kAll:
+            g->result = vote == mask;
+            break;
           default: {
             const int src = shuffle_source(g->op, m, g->arg, g->width);
             if (src < 0) {

@@ -7,8 +7,8 @@
 // leave __syncthreads; a deadlock, a divergent barrier, or a warp operation naming an exited lane
 // is an error (raised on the host after the block), never a hang. __shared__ variables live in
 // the emulator's shared-memory arena (each variable behind a redzone), poisoned with 0xFF bytes in
-// every block before its first use so a read before a write shows. Every launch is recorded (kernel name, grid, block) for the coverage check and
-// for bench/gpu_model.py; a record-only mode skips the kernel bodies.
+// every block before its first use so a read before a write shows. Every launch is recorded (kernel name, grid, block)
+// for the coverage check and for bench/gpu_model.py; a record-only mode skips the kernel bodies.
 #pragma once
 
 #include <cstddef>
@@ -74,7 +74,8 @@ size_t shared_allocate(size_t bytes, size_t align, const char* name);
 void* shared_enter(size_t offset, size_t bytes, uint64_t* poisoned_in_block);
 class SharedSlot {
  public:
-  SharedSlot(size_t bytes, size_t align, const char* name) : offset_(shared_allocate(bytes, align, name)), bytes_(bytes) {}
+  SharedSlot(size_t bytes, size_t align, const char* name)
+      : offset_(shared_allocate(bytes, align, name)), bytes_(bytes) {}
   void* get() { return shared_enter(offset_, bytes_, &block_); }
 
  private:
@@ -124,7 +125,8 @@ T from_bits(uint64_t b) {
 #define __shfl_down_sync(...) ::fk_emu::shfl_at<::fk_emu::WarpOpKind::kShflDown>(__FILE__, __LINE__, __VA_ARGS__)
 #define __shfl_xor_sync(...) ::fk_emu::shfl_at<::fk_emu::WarpOpKind::kShflXor>(__FILE__, __LINE__, __VA_ARGS__)
 #define __ballot_sync(mask, pred) \
-  static_cast<unsigned>(::fk_emu::warp_op(::fk_emu::WarpOpKind::kBallot, (mask), (pred) ? 1 : 0, 0, 32, __FILE__, __LINE__))
+  static_cast<unsigned>(          \
+      ::fk_emu::warp_op(::fk_emu::WarpOpKind::kBallot, (mask), (pred) ? 1 : 0, 0, 32, __FILE__, __LINE__))
 #define __any_sync(mask, pred) \
   static_cast<int>(::fk_emu::warp_op(::fk_emu::WarpOpKind::kAny, (mask), (pred) ? 1 : 0, 0, 32, __FILE__, __LINE__))
 #define __all_sync(mask, pred) \

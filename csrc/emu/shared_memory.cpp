@@ -61,10 +61,14 @@ void report(const char* what, size_t offset, int a, int b) {
   const Var* var = nullptr;
   for (const Var& v : g_vars)
     if (offset >= v.offset && offset < v.offset + v.bytes) var = &v;
-  if (var) o << " byte " << offset - var->offset << " of __shared__ " << var->name;
-  else o << " __shared__ arena byte " << offset;
-  if (a >= 0) o << " between thread " << a << " and thread " << b << " (no barrier orders them)";
-  else o << " by thread " << b;
+  if (var)
+    o << " byte " << offset - var->offset << " of __shared__ " << var->name;
+  else
+    o << " __shared__ arena byte " << offset;
+  if (a >= 0)
+    o << " between thread " << a << " and thread " << b << " (no barrier orders them)";
+  else
+    o << " by thread " << b;
   g_reports.push_back(o.str());
 }
 
@@ -129,11 +133,13 @@ void shared_access(const void* p, size_t n, bool write) {
   const ThreadCtx* t = current_thread();
   if (!t) return;  // host code of the launcher
   const size_t off = static_cast<size_t>(static_cast<const char*>(p) - g_shared_arena);
-  if (g_shadow.size() < g_shared_used) g_shadow.resize(kArenaBytes < 2 * g_shared_used ? kArenaBytes : 2 * g_shared_used);
+  if (g_shadow.size() < g_shared_used)
+    g_shadow.resize(kArenaBytes < 2 * g_shared_used ? kArenaBytes : 2 * g_shared_used);
   const int tid = t->tid;
   const uint16_t gen = g_warp_gen[tid / 32];
   const size_t reported = g_reports.size();
-  for (size_t i = off; i < off + n && i < g_shared_used && g_reports.size() == reported; ++i) {  // one report per access
+  for (size_t i = off; i < off + n && i < g_shared_used && g_reports.size() == reported;
+       ++i) {  // one report per access
     Cell& c = g_shadow[i];
     if (c.block != g_block) {
       c = Cell{};

@@ -15,8 +15,8 @@ namespace fedkernels {
 
 class KMeans1dCost {
  public:
-  KMeans1dCost(const std::vector<double>& v, const std::vector<double>& w) : w_(v.size() + 1), wv_(v.size() + 1),
-                                                                             wvv_(v.size() + 1) {
+  KMeans1dCost(const std::vector<double>& v, const std::vector<double>& w)
+      : w_(v.size() + 1), wv_(v.size() + 1), wvv_(v.size() + 1) {
     for (size_t i = 0; i < v.size(); ++i) {
       w_[i + 1] = w_[i] + w[i];
       wv_[i + 1] = wv_[i] + w[i] * v[i];

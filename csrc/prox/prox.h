@@ -96,8 +96,7 @@ struct TvFunnel {
 // holds NaN/inf (or its sums overflow double); u is then unspecified. lam > 0 (lam == 0 is a copy,
 // done by the caller).
 template <typename T>
-FK_HOST_DEVICE bool tv1d_funnel_row(const T* z, T* u, int64_t n, double lam, bool anchored, TvPoint* lo,
-                                    TvPoint* hi) {
+FK_HOST_DEVICE bool tv1d_funnel_row(const T* z, T* u, int64_t n, double lam, bool anchored, TvPoint* lo, TvPoint* hi) {
   if (n == 0) return true;
   TvFunnel<T> f{u, lo, hi};
   lo[0] = f.apex;

@@ -15,10 +15,10 @@ namespace fedkernels {
 // The direct scan per dtype as plain functions, so each gets an AVX2 clone (the scalar loop runs
 // ~15% faster with VEX encoding; no FMA, so the rounding is the baseline's). flatten inlines the
 // template body into every clone.
-#define FK_TV_DIRECT(T)                                                                                      \
+#define FK_TV_DIRECT(T)                                                                                         \
   FK_CPU_AVX2_CLONE __attribute__((flatten)) static TvStatus tv_direct(const T* z, T* u, int64_t n, double lam, \
-                                                                        bool anchored) {                     \
-    return tv1d_direct_row(z, u, n, lam, anchored, tv_direct_budget(n));                                     \
+                                                                       bool anchored) {                         \
+    return tv1d_direct_row(z, u, n, lam, anchored, tv_direct_budget(n));                                        \
   }
 FK_TV_DIRECT(float)
 FK_TV_DIRECT(double)
@@ -82,8 +82,8 @@ static std::tuple<at::Tensor, at::Tensor> prox_tv1d_backward_cpu(const at::Tenso
       at::parallel_for(0, l.items(), std::max<int64_t>(1, 32768 / l.block), [&](int64_t begin, int64_t end) {
         for (int64_t it = begin; it < end; ++it) {
           const int64_t off = (it / l.nblocks) * l.d + (it % l.nblocks) * l.block;
-          gi[it] = tv1d_backward_row(gp + off, up + off, gzp + off, l.item_len(it), lr[it / l.nblocks] == 0.0,
-                                     anchored);
+          gi[it] =
+              tv1d_backward_row(gp + off, up + off, gzp + off, l.item_len(it), lr[it / l.nblocks] == 0.0, anchored);
         }
       });
     });

@@ -57,8 +57,8 @@ static at::Tensor prox_tv1d_cuda(const at::Tensor& z_in, const at::Tensor& lam, 
   const TvLayout l = tv_layout(z, block_size);
   if (l.items() == 0) return u;
   // Worst case each chain holds a whole item, so the workspace is 2 (block + 1) points per item.
-  auto scratch = at::empty({l.items() * 2 * (l.block + 1) * static_cast<int64_t>(sizeof(TvPoint))},
-                           z.options().dtype(at::kByte));
+  auto scratch =
+      at::empty({l.items() * 2 * (l.block + 1) * static_cast<int64_t>(sizeof(TvPoint))}, z.options().dtype(at::kByte));
   auto bad = at::empty({l.items()}, z.options().dtype(at::kByte));
   AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "prox_tv1d_cuda", [&] {
     tv1d_kernel<scalar_t><<<grid_for(l.items()), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(

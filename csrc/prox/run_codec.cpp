@@ -251,8 +251,7 @@ void expand_runs(const uint8_t* stream, const run_stream::Header& h, W* out) {
 // Every check that needs no output: framing, checksum, header against the stream, against the
 // caller's expectation, and (optionally) finite values. O(len(stream)) time, no allocation that
 // depends on what the stream claims.
-run_stream::Header checked_header(const uint8_t* p, size_t n, const Expectation& e, bool require_finite,
-                                  bool widen) {
+run_stream::Header checked_header(const uint8_t* p, size_t n, const Expectation& e, bool require_finite, bool widen) {
   run_stream::Header h = run_stream::parse_frame(p, n);
   run_stream::check_checksum(p, n);
   run_stream::check_sections(h);
@@ -309,8 +308,8 @@ py::tuple rle_read_header(py::buffer data) {
 
 // kmeans1d(values, weights, k) -> (centres ascending, label of each value).
 std::tuple<std::vector<double>, std::vector<int64_t>, double> kmeans1d_py(const std::vector<double>& values,
-                                                                           const std::vector<double>& weights,
-                                                                           int64_t k) {
+                                                                          const std::vector<double>& weights,
+                                                                          int64_t k) {
   if (values.size() != weights.size()) throw py::value_error("values and weights must have the same length");
   if (k < 1) throw py::value_error("k must be >= 1, got " + std::to_string(k));
   for (size_t i = 0; i < values.size(); ++i) {

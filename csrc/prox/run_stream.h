@@ -64,14 +64,13 @@ struct Header {
   uint64_t runs = 0;
   size_t values_begin = 0;  // the run values: [values_begin, values_end)
   size_t values_end = 0;
-  size_t bits_end = 0;      // the gamma codes: [values_end, bits_end); the CRC follows
+  size_t bits_end = 0;  // the gamma codes: [values_end, bits_end); the CRC follows
 };
 
 // Magic, version, dtype code and ndim, and that the stream is long enough for the header and the
 // trailer: what must hold before the checksum can be read at all.
 inline Header parse_frame(const uint8_t* p, size_t n) {
-  if (n < kPrefixBytes || std::memcmp(p, "FKRL", 4) != 0)
-    corrupt("is not a fedkernels run-length stream (bad magic)");
+  if (n < kPrefixBytes || std::memcmp(p, "FKRL", 4) != 0) corrupt("is not a fedkernels run-length stream (bad magic)");
   if (p[4] != kVersion)  // version 1 had no checksum; its writers are older releases of this library
     corrupt("has codec version " + std::to_string(p[4]) + ", this build reads only version " +
             std::to_string(kVersion) + " (re-encode it with this release)");

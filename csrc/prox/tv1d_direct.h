@@ -72,11 +72,11 @@ FK_HOST_DEVICE FK_INLINE void tv_fill(T* u, int64_t a, int64_t b, int64_t n, dou
 template <typename T>
 FK_HOST_DEVICE TvStatus tv1d_direct_row(const T* z, T* u, int64_t n, double lam, bool anchored, int64_t budget) {
   if (n == 0) return TvStatus::kOk;
-  int64_t x0 = 0, k = 0, xm = 0, xM = 0;   // apex, current point, the two slope-defining points
-  double A = 0.0, S = 0.0;                  // apex height, S_k
-  double nm = 0.0, dm = 0.0, Sm = 0.0;      // vmin = nm / dm (dm = 0: no point yet), S at xm
-  double nM = 0.0, dM = 0.0, SM = 0.0;      // vmax = nM / dM, S at xM
-  double dx = 0.0;                          // k - x0
+  int64_t x0 = 0, k = 0, xm = 0, xM = 0;  // apex, current point, the two slope-defining points
+  double A = 0.0, S = 0.0;                // apex height, S_k
+  double nm = 0.0, dm = 0.0, Sm = 0.0;    // vmin = nm / dm (dm = 0: no point yet), S at xm
+  double nM = 0.0, dM = 0.0, SM = 0.0;    // vmax = nM / dM, S at xM
+  double dx = 0.0;                        // k - x0
   bool bad = false;
   int64_t rescans = 0;
   // The string bends at (xm, S_xm - lam) (a step down after sample xm) or at (xM, S_xM + lam) (a

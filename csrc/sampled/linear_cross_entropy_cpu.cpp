@@ -23,8 +23,8 @@ namespace {
 
 // z [rows, cols] = scale * h[r0:r0+rows] W[c0:c0+cols]^T + bias[c0:c0+cols], in the scratch buffer.
 template <typename T>
-at::Tensor logits_block(const LceInputs& in, at::Tensor& scratch, int64_t r0, int64_t rows, int64_t c0,
-                        int64_t cols, T scale) {
+at::Tensor logits_block(const LceInputs& in, at::Tensor& scratch, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
+                        T scale) {
   auto z = scratch.narrow(0, 0, rows * cols).view({rows, cols});
   at::mm_out(z, in.h.narrow(0, r0, rows), in.W.narrow(0, c0, cols).t());
   T* zp = z.data_ptr<T>();
@@ -34,8 +34,8 @@ at::Tensor logits_block(const LceInputs& in, at::Tensor& scratch, int64_t r0, in
 }
 
 template <typename T>
-void lce_forward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t* target, int64_t ignore_index,
-                        T scale, T* loss, T* lse) {
+void lce_forward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t* target, int64_t ignore_index, T scale,
+                        T* loss, T* lse) {
   at::parallel_for(0, plan.num_tiles, 1, [&](int64_t tb, int64_t te) {
     auto scratch = at::empty({kLceTileRows * plan.chunk}, in.h.options());
     std::vector<LseState<T>> state(kLceTileRows);
@@ -66,9 +66,9 @@ void lce_forward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t*
 }
 
 template <typename T>
-void lce_backward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t* target, int64_t ignore_index,
-                         T scale, const T* lse, const T* g_loss, const T* g_lse, at::Tensor& grad_h_parts,
-                         at::Tensor& grad_W, T* grad_bias) {
+void lce_backward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t* target, int64_t ignore_index, T scale,
+                         const T* lse, const T* g_loss, const T* g_lse, at::Tensor& grad_h_parts, at::Tensor& grad_W,
+                         T* grad_bias) {
   at::parallel_for(0, plan.num_groups, 1, [&](int64_t gb, int64_t ge) {
     auto scratch = at::empty({kLceTileRows * plan.chunk}, in.h.options());
     for (int64_t g = gb; g < ge; ++g) {
@@ -103,9 +103,9 @@ void lce_backward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t
 
 static std::tuple<at::Tensor, at::Tensor> linear_cross_entropy_cpu(const at::Tensor& h, const at::Tensor& W,
                                                                    const at::Tensor& target,
-                                                                   const std::optional<at::Tensor>& bias,
-                                                                   double scale, int64_t ignore_index,
-                                                                   c10::string_view reduction, int64_t chunk_size) {
+                                                                   const std::optional<at::Tensor>& bias, double scale,
+                                                                   int64_t ignore_index, c10::string_view reduction,
+                                                                   int64_t chunk_size) {
   check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   const int64_t red = lce_reduction_code(std::string(reduction));
   const LceInputs in(h, W, bias);
@@ -134,8 +134,8 @@ static std::tuple<at::Tensor, at::Tensor> linear_cross_entropy_cpu(const at::Ten
 
 static std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_cross_entropy_backward_cpu(
     const at::Tensor& h, const at::Tensor& W, const at::Tensor& target, const std::optional<at::Tensor>& bias,
-    const at::Tensor& lse, const at::Tensor& grad_loss, const at::Tensor& grad_lse, double scale,
-    int64_t ignore_index, int64_t chunk_size) {
+    const at::Tensor& lse, const at::Tensor& grad_loss, const at::Tensor& grad_lse, double scale, int64_t ignore_index,
+    int64_t chunk_size) {
   check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   check_lce_backward_args(h, lse, grad_loss, grad_lse);
   const LceInputs in(h, W, bias);

@@ -18,8 +18,7 @@ constexpr int kWarpsPerBlock = 8;
 
 template <typename T>
 __global__ void lce_forward_chunk_kernel(T* z, const T* bias, T scale, const int64_t* target, int64_t ignore_index,
-                                         int64_t n, int64_t c0, int64_t cols, T* run_max, T* run_sum,
-                                         T* target_logit) {
+                                         int64_t n, int64_t c0, int64_t cols, T* run_max, T* run_sum, T* target_logit) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= n) return;
@@ -72,9 +71,9 @@ static unsigned row_blocks(int64_t n) {
 
 static std::tuple<at::Tensor, at::Tensor> linear_cross_entropy_cuda(const at::Tensor& h, const at::Tensor& W,
                                                                     const at::Tensor& target,
-                                                                    const std::optional<at::Tensor>& bias,
-                                                                    double scale, int64_t ignore_index,
-                                                                    c10::string_view reduction, int64_t chunk_size) {
+                                                                    const std::optional<at::Tensor>& bias, double scale,
+                                                                    int64_t ignore_index, c10::string_view reduction,
+                                                                    int64_t chunk_size) {
   check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   const int64_t red = lce_reduction_code(std::string(reduction));
   const c10::cuda::CUDAGuard guard(h.device());
@@ -96,9 +95,9 @@ static std::tuple<at::Tensor, at::Tensor> linear_cross_entropy_cuda(const at::Te
         const int64_t c0 = plan.chunk_begin(c), cols = plan.chunk_cols(c, s);
         auto z = at::mm(hh, ww.narrow(0, c0, cols).t());
         lce_forward_chunk_kernel<scalar_t><<<row_blocks(n), kWarpsPerBlock * 32, 0, stream>>>(
-            z.data_ptr<scalar_t>(), bb.defined() ? bb.data_ptr<scalar_t>() + c0 : nullptr,
-            static_cast<scalar_t>(scale), tgt.data_ptr<int64_t>(), ignore_index, n, c0, cols,
-            run_max.data_ptr<scalar_t>(), run_sum.data_ptr<scalar_t>(), target_logit.data_ptr<scalar_t>());
+            z.data_ptr<scalar_t>(), bb.defined() ? bb.data_ptr<scalar_t>() + c0 : nullptr, static_cast<scalar_t>(scale),
+            tgt.data_ptr<int64_t>(), ignore_index, n, c0, cols, run_max.data_ptr<scalar_t>(),
+            run_sum.data_ptr<scalar_t>(), target_logit.data_ptr<scalar_t>());
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
       lce_forward_finish_kernel<scalar_t><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
@@ -116,8 +115,8 @@ static std::tuple<at::Tensor, at::Tensor> linear_cross_entropy_cuda(const at::Te
 
 static std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_cross_entropy_backward_cuda(
     const at::Tensor& h, const at::Tensor& W, const at::Tensor& target, const std::optional<at::Tensor>& bias,
-    const at::Tensor& lse, const at::Tensor& grad_loss, const at::Tensor& grad_lse, double scale,
-    int64_t ignore_index, int64_t chunk_size) {
+    const at::Tensor& lse, const at::Tensor& grad_loss, const at::Tensor& grad_lse, double scale, int64_t ignore_index,
+    int64_t chunk_size) {
   check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   check_lce_backward_args(h, lse, grad_loss, grad_lse);
   const c10::cuda::CUDAGuard guard(h.device());
@@ -139,9 +138,9 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_cross_entropy_backw
         const auto Wc = ww.narrow(0, c0, cols);
         auto z = at::mm(hh, Wc.t());
         lce_backward_chunk_kernel<scalar_t><<<row_blocks(n), kWarpsPerBlock * 32, 0, stream>>>(
-            z.data_ptr<scalar_t>(), bb.defined() ? bb.data_ptr<scalar_t>() + c0 : nullptr,
-            static_cast<scalar_t>(scale), tgt.data_ptr<int64_t>(), ignore_index, n, c0, cols,
-            l.data_ptr<scalar_t>(), gl.data_ptr<scalar_t>(), gs.data_ptr<scalar_t>());
+            z.data_ptr<scalar_t>(), bb.defined() ? bb.data_ptr<scalar_t>() + c0 : nullptr, static_cast<scalar_t>(scale),
+            tgt.data_ptr<int64_t>(), ignore_index, n, c0, cols, l.data_ptr<scalar_t>(), gl.data_ptr<scalar_t>(),
+            gs.data_ptr<scalar_t>());
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         // Chunks in order: grad_h accumulates in a fixed order; grad_W / grad_bias rows are owned.
         grad_h.addmm_(z, Wc, 1, scale);

@@ -28,7 +28,7 @@ struct CpuRowSegments {
 // each block counts its ids, and block b's sources of row r go after those of blocks < b, so two
 // threads share the count and place passes and the order is still (idx, t).
 inline void counting_row_order(const int64_t* idx, int64_t t_count, int64_t n, CpuRowSegments& s) {
-  constexpr int64_t kBlock = 32768;  // sources per block: enough work to be worth a thread
+  constexpr int64_t kBlock = 32768;        // sources per block: enough work to be worth a thread
   constexpr int64_t kRowsPerPart = 65536;  // rows per range of the prefix pass
   const int64_t blocks = std::min<int64_t>((t_count + kBlock - 1) / kBlock, std::max(1, at::get_num_threads()));
   const int64_t per = (t_count + blocks - 1) / blocks;

@@ -64,7 +64,10 @@ FK_HOST_DEVICE FK_INLINE int64_t complement_to_class(int64_t r, const int64_t* s
   int64_t lo = 0, hi = num_pos;
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (shifted[mid] <= r) lo = mid + 1; else hi = mid;
+    if (shifted[mid] <= r)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return r + lo;
 }

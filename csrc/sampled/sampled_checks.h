@@ -73,8 +73,8 @@ inline void check_lce_backward_args(const at::Tensor& h, const at::Tensor& lse, 
   const auto acc = acc_dtype_of(h.scalar_type());
   auto check_one = [&](const at::Tensor& t, const char* name) {
     check_dtype(t, acc, name);
-    TORCH_CHECK_VALUE(t.dim() == 1 && t.size(0) == h.size(0), name, " must have shape [N] = [", h.size(0),
-                      "], got ", t.sizes());
+    TORCH_CHECK_VALUE(t.dim() == 1 && t.size(0) == h.size(0), name, " must have shape [N] = [", h.size(0), "], got ",
+                      t.sizes());
     check_same_device(h, "h", t, name);
   };
   check_one(lse, "lse");
@@ -104,8 +104,10 @@ inline void check_no_overlap(const at::Tensor& out, const at::Tensor& t, const c
   if (!out.storage().is_alias_of(t.storage())) return;
   const auto [o_lo, o_hi] = byte_range(out);
   const auto [t_lo, t_hi] = byte_range(t);
-  TORCH_CHECK_VALUE(t_hi <= o_lo || o_hi <= t_lo, name, " must not share memory with out (out is written in place "
-                    "while ", name, " is read): pass a copy, e.g. ", name, ".clone()");
+  TORCH_CHECK_VALUE(t_hi <= o_lo || o_hi <= t_lo, name,
+                    " must not share memory with out (out is written in place "
+                    "while ",
+                    name, " is read): pass a copy, e.g. ", name, ".clone()");
 }
 
 // out [n, d] contiguous floating, src [T, d] of out's dtype, idx int64 [T] in [0, n), weight [T]
@@ -124,8 +126,8 @@ inline void check_scatter_rows_mean_args(const at::Tensor& out, const at::Tensor
   TORCH_CHECK_VALUE(src.size(0) == idx.size(0) && src.size(1) == out.size(1), "src must have shape [T, d] = [",
                     idx.size(0), ", ", out.size(1), "], got ", src.sizes());
   check_floating(weight, "weight");
-  TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == idx.size(0), "weight must have shape [T] = [",
-                    idx.size(0), "], got ", weight.sizes());
+  TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == idx.size(0), "weight must have shape [T] = [", idx.size(0),
+                    "], got ", weight.sizes());
   check_same_device(out, "out", idx, "idx");
   check_same_device(out, "out", src, "src");
   check_same_device(out, "out", weight, "weight");

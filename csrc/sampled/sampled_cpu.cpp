@@ -13,8 +13,8 @@ namespace fedkernels {
 
 // Rows of m sorted negatives per client; client c draws with key(c).
 template <typename KeyFn>
-static at::Tensor sample_rows_cpu(const at::Tensor& indptr, const at::Tensor& indices, int64_t num_classes,
-                                  int64_t m, KeyFn key) {
+static at::Tensor sample_rows_cpu(const at::Tensor& indptr, const at::Tensor& indices, int64_t num_classes, int64_t m,
+                                  KeyFn key) {
   const auto index = build_complement_index(indptr, indices, num_classes, m);
   const int64_t c = indptr.numel() - 1;
   auto out = at::empty({c, m}, indices.options());
@@ -37,12 +37,11 @@ static at::Tensor sample_negatives_cpu(const at::Tensor& positives, int64_t num_
   check_sample_negatives_args(positives, num_classes, m);
   const auto indptr = at::tensor({int64_t(0), positives.numel()}, positives.options());
   const uint64_t key = static_cast<uint64_t>(seed);
-  return sample_rows_cpu(indptr, positives.contiguous(), num_classes, m, [key](int64_t) { return key; })
-      .reshape({m});
+  return sample_rows_cpu(indptr, positives.contiguous(), num_classes, m, [key](int64_t) { return key; }).reshape({m});
 }
 
-static at::Tensor sample_negatives_batched_cpu(const at::Tensor& indptr, const at::Tensor& indices,
-                                               int64_t num_classes, int64_t m, int64_t seed) {
+static at::Tensor sample_negatives_batched_cpu(const at::Tensor& indptr, const at::Tensor& indices, int64_t num_classes,
+                                               int64_t m, int64_t seed) {
   check_sample_negatives_batched_args(indptr, indices, num_classes, m);
   const uint64_t base = static_cast<uint64_t>(seed);
   return sample_rows_cpu(indptr.contiguous(), indices.contiguous(), num_classes, m,

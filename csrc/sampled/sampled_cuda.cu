@@ -14,17 +14,16 @@
 namespace fedkernels {
 
 __global__ void sample_rows_kernel(const int64_t* uptr, const int64_t* shifted, int64_t num_clients,
-                                   int64_t num_classes, int64_t m, uint64_t seed, bool per_client_seed,
-                                   int64_t* slots, uint64_t capacity, int64_t* out) {
+                                   int64_t num_classes, int64_t m, uint64_t seed, bool per_client_seed, int64_t* slots,
+                                   uint64_t capacity, int64_t* out) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= num_clients) return;
   const uint64_t key = per_client_seed ? client_seed(seed, static_cast<uint64_t>(c)) : seed;
-  sample_complement(key, num_classes, shifted + uptr[c], uptr[c + 1] - uptr[c], m, slots + c * capacity,
-                    out + c * m);
+  sample_complement(key, num_classes, shifted + uptr[c], uptr[c + 1] - uptr[c], m, slots + c * capacity, out + c * m);
 }
 
-static at::Tensor sample_rows_cuda(const at::Tensor& indptr, const at::Tensor& indices, int64_t num_classes,
-                                   int64_t m, uint64_t seed, bool per_client_seed) {
+static at::Tensor sample_rows_cuda(const at::Tensor& indptr, const at::Tensor& indices, int64_t num_classes, int64_t m,
+                                   uint64_t seed, bool per_client_seed) {
   const c10::cuda::CUDAGuard guard(indices.device());
   const auto index = build_complement_index(indptr, indices, num_classes, m);
   const int64_t c = indptr.numel() - 1;
@@ -43,8 +42,8 @@ static at::Tensor sample_rows_cuda(const at::Tensor& indptr, const at::Tensor& i
 
 static at::Tensor sample_negatives_cuda(const at::Tensor& positives, int64_t num_classes, int64_t m, int64_t seed) {
   check_sample_negatives_args(positives, num_classes, m);
-  const auto indptr = at::tensor({int64_t(0), positives.numel()}, positives.options().device(at::kCPU))
-                          .to(positives.device());
+  const auto indptr =
+      at::tensor({int64_t(0), positives.numel()}, positives.options().device(at::kCPU)).to(positives.device());
   return sample_rows_cuda(indptr, positives.contiguous(), num_classes, m, static_cast<uint64_t>(seed), false)
       .reshape({m});
 }
@@ -52,8 +51,7 @@ static at::Tensor sample_negatives_cuda(const at::Tensor& positives, int64_t num
 static at::Tensor sample_negatives_batched_cuda(const at::Tensor& indptr, const at::Tensor& indices,
                                                 int64_t num_classes, int64_t m, int64_t seed) {
   check_sample_negatives_batched_args(indptr, indices, num_classes, m);
-  return sample_rows_cuda(indptr.contiguous(), indices.contiguous(), num_classes, m, static_cast<uint64_t>(seed),
-                          true);
+  return sample_rows_cuda(indptr.contiguous(), indices.contiguous(), num_classes, m, static_cast<uint64_t>(seed), true);
 }
 
 template <typename acc_t>
@@ -92,7 +90,7 @@ __global__ void scatter_rows_mean_kernel(scalar_t* out, const scalar_t* src, con
 }
 
 static void scatter_rows_mean_cuda(at::Tensor& out, const at::Tensor& idx, const at::Tensor& src,
-                                          const at::Tensor& weight) {
+                                   const at::Tensor& weight) {
   check_scatter_rows_mean_args(out, idx, src, weight);
   const c10::cuda::CUDAGuard guard(out.device());
   if (idx.numel() == 0 || out.size(1) == 0) return;
@@ -117,10 +115,10 @@ static void scatter_rows_mean_cuda(at::Tensor& out, const at::Tensor& idx, const
     }
     TORCH_CHECK(num_rows <= INT32_MAX, "scatter_rows_mean: at most 2^31 - 1 distinct rows per call on CUDA");
     const dim3 grid(static_cast<unsigned>(num_rows), static_cast<unsigned>((d + kScatterCols - 1) / kScatterCols));
-    scatter_rows_mean_kernel<scalar_t, acc_t><<<grid, 256, 0, stream>>>(
-        out.data_ptr<scalar_t>(), source.data_ptr<scalar_t>(), segs.rows.data_ptr<int64_t>(),
-        segs.seg.data_ptr<int64_t>(), segs.perm.data_ptr<int64_t>(), w_acc.data_ptr<acc_t>(),
-        wsum.data_ptr<acc_t>(), wscale.data_ptr<acc_t>(), d);
+    scatter_rows_mean_kernel<scalar_t, acc_t>
+        <<<grid, 256, 0, stream>>>(out.data_ptr<scalar_t>(), source.data_ptr<scalar_t>(), segs.rows.data_ptr<int64_t>(),
+                                   segs.seg.data_ptr<int64_t>(), segs.perm.data_ptr<int64_t>(), w_acc.data_ptr<acc_t>(),
+                                   wsum.data_ptr<acc_t>(), wscale.data_ptr<acc_t>(), d);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }

@@ -16,8 +16,8 @@ struct ComplementIndex {
   at::Tensor shifted;  // int64 [U]
 };
 
-inline ComplementIndex build_complement_index(const at::Tensor& indptr, const at::Tensor& indices,
-                                              int64_t num_classes, int64_t m) {
+inline ComplementIndex build_complement_index(const at::Tensor& indptr, const at::Tensor& indices, int64_t num_classes,
+                                              int64_t m) {
   const int64_t c = indptr.numel() - 1;
   const auto opts = indptr.options();
   const auto rows = at::repeat_interleave(at::arange(c, opts), indptr.diff(), std::nullopt, indices.numel());
@@ -30,7 +30,8 @@ inline ComplementIndex build_complement_index(const at::Tensor& indptr, const at
   auto keep = at::ones({vals.numel()}, opts.dtype(at::kBool));
   if (vals.numel() > 1) {
     keep.narrow(0, 1, vals.numel() - 1)
-        .copy_(vals.narrow(0, 1, vals.numel() - 1).ne(vals.narrow(0, 0, vals.numel() - 1))
+        .copy_(vals.narrow(0, 1, vals.numel() - 1)
+                   .ne(vals.narrow(0, 0, vals.numel() - 1))
                    .logical_or_(rws.narrow(0, 1, vals.numel() - 1).ne(rws.narrow(0, 0, vals.numel() - 1))));
   }
   const auto uvals = vals.masked_select(keep);

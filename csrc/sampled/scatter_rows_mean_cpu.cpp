@@ -58,7 +58,8 @@ constexpr int64_t kStreamOutputBytes = int64_t(16) << 20;
 // kStream: each out row is computed into `row` (d elements, in L1) and streamed to out from there.
 // Always inlined: the AVX2 clones below only vectorise what is inlined into them.
 template <bool kStream, typename scalar_t, typename acc_t>
-inline __attribute__((always_inline)) void mean_rows(const ScatterJob<scalar_t, acc_t>& j, int64_t u0, int64_t u1, acc_t* acc, scalar_t* row) {
+inline __attribute__((always_inline)) void mean_rows(const ScatterJob<scalar_t, acc_t>& j, int64_t u0, int64_t u1,
+                                                     acc_t* acc, scalar_t* row) {
   const int64_t d = j.d;
   const int64_t t_begin = j.seg[u0], t_end = j.seg[u1];
   for (int64_t t = t_begin; t < std::min(t_end, t_begin + kAhead); ++t) prefetch_row(j.src + j.perm[t] * d, d);
@@ -206,8 +207,15 @@ static void scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx, const 
       TORCH_CHECK_VALUE(wsum[u] > 0, "weight of the sources of row ", segs.rows[u],
                         " sums to 0: its mean is undefined");
     }
-    const ScatterJob<scalar_t, acc_t> job{out.data_ptr<scalar_t>(), source.data_ptr<scalar_t>(), segs.rows.data(),
-                                          segs.seg.data(), segs.perm.data(), w, wsum, wscale, d};
+    const ScatterJob<scalar_t, acc_t> job{out.data_ptr<scalar_t>(),
+                                          source.data_ptr<scalar_t>(),
+                                          segs.rows.data(),
+                                          segs.seg.data(),
+                                          segs.perm.data(),
+                                          w,
+                                          wsum,
+                                          wscale,
+                                          d};
     mean_all_rows(job, num_rows, t_count);
   });
 }

@@ -87,8 +87,8 @@ FK_HOST_DEVICE FK_INLINE double sq_diff_sum(const void* a, const void* b, ElemTy
       return sq_diff_sum_typed<c10::BFloat16, float>(static_cast<const c10::BFloat16*>(a),
                                                      static_cast<const c10::BFloat16*>(b), begin, end, start, stride);
     case ElemType::kFloat64:
-      return sq_diff_sum_typed<double, double>(static_cast<const double*>(a), static_cast<const double*>(b), begin,
-                                               end, start, stride);
+      return sq_diff_sum_typed<double, double>(static_cast<const double*>(a), static_cast<const double*>(b), begin, end,
+                                               start, stride);
     default:
       return sq_diff_sum_typed<float, float>(static_cast<const float*>(a), static_cast<const float*>(b), begin, end,
                                              start, stride);
@@ -149,8 +149,8 @@ FK_HOST_DEVICE FK_INLINE void weighted_sum(void* dst, const void* const* members
   switch (type) {
     case ElemType::kFloat16:
       weighted_sum_typed<c10::Half, float>(static_cast<c10::Half*>(dst),
-                                           reinterpret_cast<const c10::Half* const*>(members), w, n_members, begin,
-                                           end, start, stride);
+                                           reinterpret_cast<const c10::Half* const*>(members), w, n_members, begin, end,
+                                           start, stride);
       break;
     case ElemType::kBFloat16:
       weighted_sum_typed<c10::BFloat16, float>(static_cast<c10::BFloat16*>(dst),
@@ -158,8 +158,8 @@ FK_HOST_DEVICE FK_INLINE void weighted_sum(void* dst, const void* const* members
                                                begin, end, start, stride);
       break;
     case ElemType::kFloat64:
-      weighted_sum_typed<double, double>(static_cast<double*>(dst), reinterpret_cast<const double* const*>(members),
-                                         w, n_members, begin, end, start, stride);
+      weighted_sum_typed<double, double>(static_cast<double*>(dst), reinterpret_cast<const double* const*>(members), w,
+                                         n_members, begin, end, start, stride);
       break;
     default:
       weighted_sum_typed<float, float>(static_cast<float*>(dst), reinterpret_cast<const float* const*>(members), w,
@@ -177,8 +177,8 @@ constexpr int64_t kMaskedRecord = 6;
 FK_HOST_DEVICE FK_INLINE const void* as_ptr(int64_t bits) { return reinterpret_cast<const void*>(bits); }
 
 // delta_norms item c: the sum of squared differences over chunk c of its tensor.
-FK_HOST_DEVICE FK_INLINE double norm_chunk_partial(const int64_t* packed, int64_t num_tensors, int64_t c,
-                                                   int64_t start, int64_t stride) {
+FK_HOST_DEVICE FK_INLINE double norm_chunk_partial(const int64_t* packed, int64_t num_tensors, int64_t c, int64_t start,
+                                                   int64_t stride) {
   const int64_t* rec = packed + packed[num_tensors * kNormRecord + c] * kNormRecord;
   const int64_t begin = (c - rec[4]) * kSelectChunk;
   const int64_t end = begin + kSelectChunk < rec[2] ? begin + kSelectChunk : rec[2];

@@ -12,10 +12,14 @@ namespace fedkernels {
 
 inline ElemType elem_type_of(const at::Tensor& t, const char* list, size_t i) {
   switch (t.scalar_type()) {
-    case at::kFloat: return ElemType::kFloat32;
-    case at::kHalf: return ElemType::kFloat16;
-    case at::kBFloat16: return ElemType::kBFloat16;
-    case at::kDouble: return ElemType::kFloat64;
+    case at::kFloat:
+      return ElemType::kFloat32;
+    case at::kHalf:
+      return ElemType::kFloat16;
+    case at::kBFloat16:
+      return ElemType::kBFloat16;
+    case at::kDouble:
+      return ElemType::kFloat64;
     default:
       TORCH_CHECK_VALUE(false, list, "[", i, "] must be float32, float16, bfloat16 or float64, got ", t.scalar_type());
   }
@@ -46,17 +50,23 @@ inline void check_fraction(double fraction) {
 // Host metadata of masked_weighted_average: 1-D CPU tensors of the right dtype and length.
 inline void check_masked_metadata(at::TensorList dst, at::TensorList sent, const at::Tensor& client_of,
                                   const at::Tensor& tensor_of, const at::Tensor& weights) {
-  const struct { const at::Tensor& t; const char* name; at::ScalarType dtype; } meta[] = {
-      {client_of, "client_of", at::kLong}, {tensor_of, "tensor_of (the clients' idx)", at::kLong},
-      {weights, "weights", at::kDouble}};
+  const struct {
+    const at::Tensor& t;
+    const char* name;
+    at::ScalarType dtype;
+  } meta[] = {{client_of, "client_of", at::kLong},
+              {tensor_of, "tensor_of (the clients' idx)", at::kLong},
+              {weights, "weights", at::kDouble}};
   for (const auto& m : meta) {
     check_dtype(m.t, m.dtype, m.name);
     check_dim(m.t, 1, m.name);
     TORCH_CHECK_VALUE(m.t.device().is_cpu(), m.name, " must be a CPU tensor (host metadata), got ", m.t.device());
   }
   const int64_t s = static_cast<int64_t>(sent.size());
-  TORCH_CHECK_VALUE(client_of.numel() == s && tensor_of.numel() == s, "client_of and tensor_of (idx) must have one "
-                    "entry per sent tensor (", s, "), got ", client_of.numel(), " and ", tensor_of.numel());
+  TORCH_CHECK_VALUE(client_of.numel() == s && tensor_of.numel() == s,
+                    "client_of and tensor_of (idx) must have one "
+                    "entry per sent tensor (",
+                    s, "), got ", client_of.numel(), " and ", tensor_of.numel());
   check_index_range(client_of, 0, weights.numel(), "client_of");
   check_index_range(tensor_of, 0, static_cast<int64_t>(dst.size()), "tensor_of (the clients' idx)");
   const auto w = weights.contiguous();

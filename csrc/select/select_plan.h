@@ -95,8 +95,9 @@ inline MaskedPlan make_masked_plan(at::TensorList dst, at::TensorList sent, cons
     at::Tensor out = dst[t].is_contiguous() ? dst[t] : dst[t].contiguous();
     if (!dst[t].is_contiguous()) plan.write_back.emplace_back(out, dst[t]);
     const int64_t n = out.numel();
-    plan.packed.insert(plan.packed.end(), {ptr_bits(out.data_ptr()), n, static_cast<int64_t>(elem_type_of(out, "dst", t)),
-                                           plan.total_chunks, plan.num_members, hi - lo});
+    plan.packed.insert(plan.packed.end(),
+                       {ptr_bits(out.data_ptr()), n, static_cast<int64_t>(elem_type_of(out, "dst", t)),
+                        plan.total_chunks, plan.num_members, hi - lo});
     for (int64_t m = lo; m < hi; ++m) {
       at::Tensor x = sent[order[m]].contiguous();
       members.push_back(ptr_bits(x.data_ptr()));

@@ -46,8 +46,8 @@ void lanes_in(const scalar_t* x, int64_t p, int64_t nc, acc_t* xt) {
 // B * kLanes accumulators; chunks run in ascending class order, so every bucket still adds its
 // classes in ascending order.
 template <typename scalar_t, typename acc_t>
-void count_sketch_block(const scalar_t* x, int64_t p, const int32_t* table, const int8_t* signs, int64_t r,
-                        int64_t nb, acc_t* acc, acc_t* xt) {
+void count_sketch_block(const scalar_t* x, int64_t p, const int32_t* table, const int8_t* signs, int64_t r, int64_t nb,
+                        acc_t* acc, acc_t* xt) {
   for (int64_t c0 = 0; c0 < p; c0 += kLaneChunk) {
     const int64_t nc = std::min(p - c0, kLaneChunk);
     lanes_in<scalar_t, acc_t>(x + c0, p, nc, xt);

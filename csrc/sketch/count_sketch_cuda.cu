@@ -49,10 +49,11 @@ static void gather_rows_cuda(const at::Tensor& x2d, const at::Tensor& table, con
   const auto inv = invert_table(table, signs, nb);
   FK_DISPATCH_FLOAT_HALF_BF16(x2d.scalar_type(), "count_sketch", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    bucket_gather_kernel<scalar_t><<<sketch_blocks(rows * r * nb), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        x2d.const_data_ptr<scalar_t>(), rows, p, r, nb, inv.offsets.const_data_ptr<int64_t>(),
-        inv.members.const_data_ptr<int32_t>(), out_row_stride, out_table_stride, static_cast<acc_t>(divisor),
-        out.data_ptr<scalar_t>());
+    bucket_gather_kernel<scalar_t>
+        <<<sketch_blocks(rows * r * nb), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+            x2d.const_data_ptr<scalar_t>(), rows, p, r, nb, inv.offsets.const_data_ptr<int64_t>(),
+            inv.members.const_data_ptr<int32_t>(), out_row_stride, out_table_stride, static_cast<acc_t>(divisor),
+            out.data_ptr<scalar_t>());
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -85,9 +86,10 @@ static at::Tensor count_sketch_query_cuda(const at::Tensor& sketch, const at::Te
   QueryArgs a = prepare_query(sketch, table, signs, reduce_name);
   if (a.out.numel() == 0) return a.out;
   FK_DISPATCH_FLOAT_HALF_BF16(a.m2d.scalar_type(), "count_sketch_query", [&] {
-    count_sketch_query_kernel<scalar_t><<<sketch_blocks(a.rows * a.p), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        a.m2d.const_data_ptr<scalar_t>(), a.table.const_data_ptr<int32_t>(), a.signs.const_data_ptr<int8_t>(), a.rows, a.p,
-        a.r, a.nb, a.reduce, a.out.data_ptr<scalar_t>());
+    count_sketch_query_kernel<scalar_t>
+        <<<sketch_blocks(a.rows * a.p), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+            a.m2d.const_data_ptr<scalar_t>(), a.table.const_data_ptr<int32_t>(), a.signs.const_data_ptr<int8_t>(),
+            a.rows, a.p, a.r, a.nb, a.reduce, a.out.data_ptr<scalar_t>());
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return a.out;

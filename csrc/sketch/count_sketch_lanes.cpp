@@ -26,8 +26,7 @@ static_assert(kSketchLanes % 16 == 0, "the float kernels add 8 or 16 lanes at a 
 
 // Branch-free signs: a random sign per (class, table) would mispredict half the time.
 template <typename V, typename IV, typename T, typename I>
-inline void add_lanes(const T* xt, int64_t nc, const int32_t* tcol, const int8_t* scol, int64_t r, T* acc,
-                      I sign_bit) {
+inline void add_lanes(const T* xt, int64_t nc, const int32_t* tcol, const int8_t* scol, int64_t r, T* acc, I sign_bit) {
   constexpr int64_t kStep = sizeof(V) / sizeof(T);
   for (int64_t c = 0; c < nc; ++c) {
     T* a = acc + static_cast<int64_t>(tcol[c * r]) * kSketchLanes;
@@ -50,8 +49,8 @@ FK_CPU_AVX2_CLONE void sketch_lanes_table(const float* xt, int64_t nc, const int
   add_lanes<f32x8, i32x8>(xt, nc, tcol, scol, r, acc, static_cast<int32_t>(0x80000000u));
 }
 
-FK_CPU_AVX512_CLONE void sketch_lanes_table_wide(const float* xt, int64_t nc, const int32_t* tcol,
-                                                    const int8_t* scol, int64_t r, float* acc) {
+FK_CPU_AVX512_CLONE void sketch_lanes_table_wide(const float* xt, int64_t nc, const int32_t* tcol, const int8_t* scol,
+                                                 int64_t r, float* acc) {
   add_lanes<f32x16, i32x16>(xt, nc, tcol, scol, r, acc, static_cast<int32_t>(0x80000000u));
 }
 

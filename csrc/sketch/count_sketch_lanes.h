@@ -28,7 +28,8 @@ constexpr bool sketch_lanes_use_wide(int64_t nb) { return nb > 64 && nb <= 8192;
 // xt[c * kSketchLanes + lane] = x[lane * p + c] for c in [0, nc) (x already offset to the chunk).
 void sketch_lanes_transpose_in(const float* x, int64_t p, int64_t nc, float* xt);
 
-// dst[lane * dst_stride + b] = acc[b * kSketchLanes + lane] / div for b in [0, nb); then acc[b * kSketchLanes + lane] = 0.
+// dst[lane * dst_stride + b] = acc[b * kSketchLanes + lane] / div for b in [0, nb); then acc[b * kSketchLanes + lane] =
+// 0.
 void sketch_lanes_transpose_out(float* acc, int64_t nb, float div, float* dst, int64_t dst_stride);
 
 }  // namespace fedkernels

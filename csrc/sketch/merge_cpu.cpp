@@ -84,7 +84,8 @@ template <typename scalar_t, typename acc_t>
 void visit_bucket(const scalar_t* src, int64_t table_stride, int64_t r, const FirstTableInverse& inv, int32_t bucket,
                   const acc_t* row_max, int64_t k, scalar_t* vals, int64_t* ids, int64_t& size) {
   const acc_t v0 = static_cast<acc_t>(src[bucket]);
-  if (size == k && static_cast<acc_t>(static_cast<scalar_t>(mean_bound(v0, row_max, r))) < static_cast<acc_t>(vals[0])) {
+  if (size == k &&
+      static_cast<acc_t>(static_cast<scalar_t>(mean_bound(v0, row_max, r))) < static_cast<acc_t>(vals[0])) {
     return;
   }
   for (int64_t e = inv.offsets[bucket]; e < inv.offsets[bucket + 1]; ++e) {
@@ -94,7 +95,8 @@ void visit_bucket(const scalar_t* src, int64_t table_stride, int64_t r, const Fi
       const scalar_t bound = static_cast<scalar_t>(mean_bound2(v0, v1, row_max, r));
       if (static_cast<acc_t>(bound) < static_cast<acc_t>(vals[0])) continue;
     }
-    const scalar_t v = static_cast<scalar_t>(merge_score<scalar_t, acc_t>(src, table_stride, trow, nullptr, r, kReduceMean));
+    const scalar_t v =
+        static_cast<scalar_t>(merge_score<scalar_t, acc_t>(src, table_stride, trow, nullptr, r, kReduceMean));
     heap_offer(vals, ids, size, k, v, static_cast<int64_t>(inv.members[e]));
   }
 }
@@ -147,8 +149,8 @@ static std::tuple<at::Tensor, at::Tensor> bucket_merge_topk_cpu(const at::Tensor
                                                    ids + n * k, order);
         } else {  // median, or a row holding NaN (NaN ranks first, so no bound applies): scan every class
           int64_t size = 0;
-          merge_topk_range<scalar_t, acc_t>(row, n_rows * nb, t, r, reduce, 0, p, nullptr, k, vals + n * k,
-                                            ids + n * k, size);
+          merge_topk_range<scalar_t, acc_t>(row, n_rows * nb, t, r, reduce, 0, p, nullptr, k, vals + n * k, ids + n * k,
+                                            size);
         }
         heap_to_sorted(vals + n * k, ids + n * k, k);
       }

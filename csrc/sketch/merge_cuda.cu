@@ -12,12 +12,13 @@
 namespace fedkernels {
 
 template <typename scalar_t>
-__global__ void bucket_merge_kernel(const scalar_t* logp, const int32_t* table, int64_t n_rows, int64_t nb,
-                                    int64_t p, int64_t r, int64_t reduce, scalar_t* out) {
+__global__ void bucket_merge_kernel(const scalar_t* logp, const int32_t* table, int64_t n_rows, int64_t nb, int64_t p,
+                                    int64_t r, int64_t reduce, scalar_t* out) {
   using acc_t = at::opmath_type<scalar_t>;
   FK_GRID_STRIDE(item, n_rows * p) {
     const int64_t n = item / p, l = item % p;
-    out[item] = static_cast<scalar_t>(merge_score<scalar_t, acc_t>(logp + n * nb, n_rows * nb, table + l * r, nullptr, r, reduce));
+    out[item] = static_cast<scalar_t>(
+        merge_score<scalar_t, acc_t>(logp + n * nb, n_rows * nb, table + l * r, nullptr, r, reduce));
   }
 }
 
@@ -30,14 +31,13 @@ static at::Tensor bucket_merge_cuda(const at::Tensor& logp, const at::Tensor& ta
   if (out.numel() == 0) return out;
   FK_DISPATCH_FLOAT_HALF_BF16(lp.scalar_type(), "bucket_merge", [&] {
     bucket_merge_kernel<scalar_t><<<sketch_blocks(out.numel()), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        lp.const_data_ptr<scalar_t>(), tb.const_data_ptr<int32_t>(), n_rows, nb, p, r, reduce, out.data_ptr<scalar_t>());
+        lp.const_data_ptr<scalar_t>(), tb.const_data_ptr<int32_t>(), n_rows, nb, p, r, reduce,
+        out.data_ptr<scalar_t>());
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }
 
-TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
-  m.impl("bucket_merge", &bucket_merge_cuda);
-}
+TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) { m.impl("bucket_merge", &bucket_merge_cuda); }
 
 }  // namespace fedkernels

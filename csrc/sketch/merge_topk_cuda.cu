@@ -33,14 +33,14 @@ namespace fedkernels {
 
 namespace {
 
-constexpr int kThreads = 256;                  // scan and general-path blocks: 8 warps
-constexpr int kStageFloats = 8192;             // 32 KiB: a row's R x B values when R * B fits
-constexpr int64_t kMaxPruneTables = 64;        // the mean's pruning keeps R row maxima in shared memory
-constexpr int kSmallK = 8, kLargeK = 32;       // per-thread list capacities of the fast path
-constexpr int64_t kTargetBlocks = 528;         // 4 blocks (32 warps) per SM on a 132-SM H100
-constexpr int64_t kMinClassesPerThread = 8;    // a split gives every thread at least this many classes
-constexpr int64_t kMaxSplits = 256;            // split lists per row, one per merge thread
-constexpr int64_t kMaxGrid = int64_t(1) << 20; // blocks loop over items beyond this
+constexpr int kThreads = 256;                   // scan and general-path blocks: 8 warps
+constexpr int kStageFloats = 8192;              // 32 KiB: a row's R x B values when R * B fits
+constexpr int64_t kMaxPruneTables = 64;         // the mean's pruning keeps R row maxima in shared memory
+constexpr int kSmallK = 8, kLargeK = 32;        // per-thread list capacities of the fast path
+constexpr int64_t kTargetBlocks = 528;          // 4 blocks (32 warps) per SM on a 132-SM H100
+constexpr int64_t kMinClassesPerThread = 8;     // a split gives every thread at least this many classes
+constexpr int64_t kMaxSplits = 256;             // split lists per row, one per merge thread
+constexpr int64_t kMaxGrid = int64_t(1) << 20;  // blocks loop over items beyond this
 
 struct MaxOp {
   template <typename T>
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, KCAP <= kSmallK ? 4 : 2)
     const int64_t n = item / splits, s = item % splits;
     const scalar_t* row = logp + n * nb;
     __syncthreads();  // the previous item's readers of stage and row_max are done
-    if (kStage) {  // coalesced: consecutive threads, consecutive buckets of one table
+    if (kStage) {     // coalesced: consecutive threads, consecutive buckets of one table
       for (int64_t e = tid; e < r * nb; e += kThreads) stage[e] = static_cast<float>(row[(e / nb) * stride + e % nb]);
       __syncthreads();
     }
@@ -248,8 +248,10 @@ __global__ void __launch_bounds__(kThreads)
       uint64_t cnt = 0;
       for (int64_t l = tid; l < p; l += kThreads) cnt += key_of(l) >= mid ? 1 : 0;
       cnt = block_allreduce(cnt, SumOp(), ubuf, upar);
-      if (cnt >= static_cast<uint64_t>(k)) lo = mid;
-      else hi = mid - 1;
+      if (cnt >= static_cast<uint64_t>(k))
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     const U tau = lo;
     // Keys above tau all enter; of those equal to tau, the smallest ids (k - #above of them).
@@ -275,8 +277,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t l = l_begin; l < l_end; ++l) {
       const U key = key_of(l);
       int64_t at = -1;
-      if (key > tau) at = gt_pos++;
-      else if (key == tau && eq_rank++ < need_eq) at = total_gt + eq_rank - 1;
+      if (key > tau)
+        at = gt_pos++;
+      else if (key == tau && eq_rank++ < need_eq)
+        at = total_gt + eq_rank - 1;
       if (at >= 0) {
         vrow[at] = class_value(row, stride, table, r, reduce, l);
         irow[at] = l;
@@ -382,8 +386,10 @@ static std::tuple<at::Tensor, at::Tensor> bucket_merge_topk_cuda(const at::Tenso
     int64_t* ids = indices.data_ptr<int64_t>();
     if constexpr (std::is_same_v<acc_t, float>) {
       if (k <= kLargeK && a.p <= int64_t(UINT32_MAX)) {
-        if (k <= kSmallK) launch_fast<scalar_t, kSmallK>(a, k, vals, ids);
-        else launch_fast<scalar_t, kLargeK>(a, k, vals, ids);
+        if (k <= kSmallK)
+          launch_fast<scalar_t, kSmallK>(a, k, vals, ids);
+        else
+          launch_fast<scalar_t, kLargeK>(a, k, vals, ids);
         return;
       }
     }

@@ -24,9 +24,8 @@ FK_HOST_DEVICE FK_INLINE void label_hash_zero(uint8_t* out, int64_t n, int64_t n
 
 // label_hash, step 2 for sample n: out[j, n, table[l, j]] = 1 for each of its labels l.
 FK_HOST_DEVICE FK_INLINE void label_hash_set(uint8_t* out, const int64_t* labels, int64_t num_labels,
-                                             const int32_t* table, int64_t n, int64_t num_samples,
-                                             int64_t num_tables, int64_t num_buckets, int64_t start,
-                                             int64_t stride) {
+                                             const int32_t* table, int64_t n, int64_t num_samples, int64_t num_tables,
+                                             int64_t num_buckets, int64_t start, int64_t stride) {
   for (int64_t k = start; k < num_labels * num_tables; k += stride) {
     const int64_t i = k / num_tables, j = k % num_tables;
     const int32_t bucket = table[labels[i] * num_tables + j];
@@ -120,14 +119,22 @@ FK_HOST_DEVICE FK_INLINE acc_t merge_score(const scalar_t* src, int64_t table_st
     acc_t v[kMaxMedianTables];
     for (int64_t j = 0; j < r; ++j) v[j] = table_value<scalar_t, acc_t>(src, table_stride, trow, srow, j);
     switch (r) {  // the paper's R values, unrolled
-      case 2: return median_of<2>(v, r);
-      case 3: return median_of<3>(v, r);
-      case 4: return median_of<4>(v, r);
-      case 5: return median_of<5>(v, r);
-      case 6: return median_of<6>(v, r);
-      case 7: return median_of<7>(v, r);
-      case 8: return median_of<8>(v, r);
-      default: return median_of<0>(v, r);
+      case 2:
+        return median_of<2>(v, r);
+      case 3:
+        return median_of<3>(v, r);
+      case 4:
+        return median_of<4>(v, r);
+      case 5:
+        return median_of<5>(v, r);
+      case 6:
+        return median_of<6>(v, r);
+      case 7:
+        return median_of<7>(v, r);
+      case 8:
+        return median_of<8>(v, r);
+      default:
+        return median_of<0>(v, r);
     }
   }
   acc_t s = acc_t(0);

@@ -41,7 +41,6 @@ inline void check_label_hash_out(const at::Tensor& out, const at::Tensor& indptr
                     "out must not share memory with indptr, indices or table");
 }
 
-
 // reduce: "mean" or "median" ("sum" too where allow_sum: the adjoint of count_sketch).
 inline int64_t parse_reduce(c10::string_view reduce, bool allow_sum = false) {
   if (reduce == "mean") return kReduceMean;

@@ -13,7 +13,8 @@ inline unsigned sketch_blocks(int64_t items) {
   return static_cast<unsigned>(std::min<int64_t>((items + kSketchThreads - 1) / kSketchThreads, int64_t(1) << 20));
 }
 
-#define FK_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+#define FK_GRID_STRIDE(i, n)                                                             \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
 }  // namespace fedkernels

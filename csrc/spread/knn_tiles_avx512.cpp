@@ -44,8 +44,10 @@ inline void offer_bits(Candidates<float>& cand, uint32_t mask, const float* keys
   while (mask) {
     const int t = __builtin_ctz(mask);
     mask &= mask - 1;
-    if (as_rows) cand.offer(other, keys[t], base + t);
-    else cand.offer(base + t, keys[t], other);
+    if (as_rows)
+      cand.offer(other, keys[t], base + t);
+    else
+      cand.offer(base + t, keys[t], other);
   }
 }
 
@@ -178,14 +180,18 @@ bool fused_tiles_available() {
   return cpu_ok && std::getenv("FEDKERNELS_KNN_BLAS") == nullptr;
 }
 
-void fused_tile_pair(const float* rows, int64_t row0, int64_t na, const float* packed_cols, int64_t col0,
-                     int64_t nb, int64_t d, bool both_sides, Candidates<float>& cand) {
+void fused_tile_pair(const float* rows, int64_t row0, int64_t na, const float* packed_cols, int64_t col0, int64_t nb,
+                     int64_t d, bool both_sides, Candidates<float>& cand) {
   if (cand.metric == spread::kL2) {
-    if (both_sides) tile_pair<spread::kL2, true>(rows, row0, na, packed_cols, col0, nb, d, cand);
-    else tile_pair<spread::kL2, false>(rows, row0, na, packed_cols, col0, nb, d, cand);
+    if (both_sides)
+      tile_pair<spread::kL2, true>(rows, row0, na, packed_cols, col0, nb, d, cand);
+    else
+      tile_pair<spread::kL2, false>(rows, row0, na, packed_cols, col0, nb, d, cand);
   } else {
-    if (both_sides) tile_pair<spread::kCosine, true>(rows, row0, na, packed_cols, col0, nb, d, cand);
-    else tile_pair<spread::kCosine, false>(rows, row0, na, packed_cols, col0, nb, d, cand);
+    if (both_sides)
+      tile_pair<spread::kCosine, true>(rows, row0, na, packed_cols, col0, nb, d, cand);
+    else
+      tile_pair<spread::kCosine, false>(rows, row0, na, packed_cols, col0, nb, d, cand);
   }
 }
 

@@ -43,8 +43,7 @@ FK_HOST_DEVICE FK_INLINE bool key_less(K ka, int64_t ia, K kb, int64_t ib) {
 // Insert (key, id) into a row's candidate list kept sorted ascending, holding at most cap entries.
 // The kept set is the cap smallest under key_less whatever the insertion order.
 template <typename K>
-FK_HOST_DEVICE FK_INLINE void candidate_insert(K* keys, int64_t* ids, int64_t& size, int64_t cap, K key,
-                                               int64_t id) {
+FK_HOST_DEVICE FK_INLINE void candidate_insert(K* keys, int64_t* ids, int64_t& size, int64_t cap, K key, int64_t id) {
   if (size == cap) {
     if (!key_less(key, id, keys[cap - 1], ids[cap - 1])) return;
     --size;
@@ -230,8 +229,8 @@ FK_HOST_DEVICE FK_INLINE void sort_candidates(double* exact, int64_t* ids, int64
 // (distance, index) and write the first k. exact[] is scratch of at least `size` doubles.
 template <typename T, typename OUT>
 FK_HOST_DEVICE FK_INLINE void knn_finalize_row(const T* w, int64_t row, int64_t d, int metric, const double* norms,
-                                               int64_t* cand_ids, int64_t size, double* exact, int64_t k,
-                                               OUT* out_dist, int64_t* out_idx) {
+                                               int64_t* cand_ids, int64_t size, double* exact, int64_t k, OUT* out_dist,
+                                               int64_t* out_idx) {
   const T* a = w + row * d;
   const double na = metric == kCosine ? norms[row] : 0.0;
   int64_t s = 0;
@@ -253,8 +252,8 @@ FK_HOST_DEVICE FK_INLINE void knn_finalize_row(const T* w, int64_t row, int64_t 
 // by (distance, index) in the scratch arrays exact[k], ids[k], and write them.
 template <typename T, typename OUT>
 FK_HOST_DEVICE FK_INLINE void knn_exact_row(const T* w, int64_t row, int64_t c, int64_t d, int metric,
-                                            const double* norms, double* exact, int64_t* ids, int64_t k,
-                                            OUT* out_dist, int64_t* out_idx) {
+                                            const double* norms, double* exact, int64_t* ids, int64_t k, OUT* out_dist,
+                                            int64_t* out_idx) {
   const T* a = w + row * d;
   const double na = metric == kCosine ? norms[row] : 0.0;
   int64_t size = 0;
@@ -276,7 +275,10 @@ FK_HOST_DEVICE FK_INLINE float pair_weight_lookup(const int64_t* indptr, const i
   int64_t lo = indptr[row], hi = indptr[row + 1];
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (indices[mid] < col) lo = mid + 1; else hi = mid;
+    if (indices[mid] < col)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return (lo < indptr[row + 1] && indices[lo] == col) ? values[lo] : 1.0f;
 }
@@ -332,8 +334,8 @@ template <typename T>
 FK_HOST_DEVICE FK_INLINE double cosine_projection_term(const T* w, int64_t t, int64_t i, int64_t d, int64_t k,
                                                        const double* norms, const int64_t* nbr, const double* coefs,
                                                        const int64_t* rev_pairs, int64_t rev_begin, int64_t rev_end) {
-  return cosine_partner_sum(w, t, i, d, k, norms, nbr, coefs, rev_pairs, rev_begin, rev_end) *
-         as_double(w[t * d + i]) / norms[t];
+  return cosine_partner_sum(w, t, i, d, k, norms, nbr, coefs, rev_pairs, rev_begin, rev_end) * as_double(w[t * d + i]) /
+         norms[t];
 }
 
 // u_t . v for row t (0 unless cosine with |w_t| > eps), in warp order: the host twin of the CUDA kernel's.
@@ -356,8 +358,8 @@ FK_HOST_DEVICE FK_INLINE double cosine_projection(const T* w, int64_t t, int64_t
 template <typename T, typename G>
 FK_HOST_DEVICE FK_INLINE void pair_grad_row(const T* w, int64_t t, int64_t d, int64_t k, int metric,
                                             const double* norms, const int64_t* nbr, const double* coefs,
-                                            const int64_t* rev_pairs, int64_t rev_begin, int64_t rev_end,
-                                            G* grad, int64_t start, int64_t stride, double proj) {
+                                            const int64_t* rev_pairs, int64_t rev_begin, int64_t rev_end, G* grad,
+                                            int64_t start, int64_t stride, double proj) {
   const T* wt = w + t * d;
   double nt = 1.0;
   if (metric == kCosine) {

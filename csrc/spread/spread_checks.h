@@ -84,8 +84,8 @@ inline void check_pair_weights(const at::Tensor& indptr, const at::Tensor& indic
   }
 }
 
-inline void check_pair_weight_gather_args(const at::Tensor& indptr, const at::Tensor& indices,
-                                          const at::Tensor& values, const at::Tensor& idx) {
+inline void check_pair_weight_gather_args(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& values,
+                                          const at::Tensor& idx) {
   check_dtype(idx, at::kLong, "idx");
   check_dim(idx, 2, "idx");
   check_pair_weights(indptr, indices, values, idx.size(0));

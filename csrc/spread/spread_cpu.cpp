@@ -116,7 +116,8 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   const double unit_roundoff = std::is_same_v<ACC, double> ? 0x1p-53 : 0x1p-24;
   Candidates<ACC> cand;
   cand.init(c, k, std::min<int64_t>(spread::candidate_capacity(k), c - 1), metric, col_term.data());
-  for (int64_t i = 0; i < c; ++i) cand.bands[i] = static_cast<ACC>(spread::key_band(metric, d, unit_roundoff, norms[i], max_norm));
+  for (int64_t i = 0; i < c; ++i)
+    cand.bands[i] = static_cast<ACC>(spread::key_band(metric, d, unit_roundoff, norms[i], max_norm));
 
   const int64_t t = (c + kBlock - 1) / kBlock;
   auto block_rows = [&](int64_t b) { return Wacc.narrow(0, b * kBlock, std::min(kBlock, c - b * kBlock)); };
@@ -133,29 +134,31 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
           pack.resize(static_cast<size_t>(tile));
           const float* wf = Wacc.data_ptr<float>();
           int64_t packed = -1;  // the column block now in `pack`
-          for (int64_t tk = tb; tk < te; ++tk) for (const auto& [bi, bj] : tasks[tk]) {
-            const int64_t na = std::min(kBlock, c - bi * kBlock), nb = std::min(kBlock, c - bj * kBlock);
-            if (bj != packed) spread_cpu::pack_tile_rows(wf, bj * kBlock, nb, d, pack.data());
-            packed = bj;
-            spread_cpu::fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, pack.data(), bj * kBlock, nb, d,
-                                        bi != bj, cand);
-          }
+          for (int64_t tk = tb; tk < te; ++tk)
+            for (const auto& [bi, bj] : tasks[tk]) {
+              const int64_t na = std::min(kBlock, c - bi * kBlock), nb = std::min(kBlock, c - bj * kBlock);
+              if (bj != packed) spread_cpu::pack_tile_rows(wf, bj * kBlock, nb, d, pack.data());
+              packed = bj;
+              spread_cpu::fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, pack.data(), bj * kBlock, nb, d,
+                                          bi != bj, cand);
+            }
           return;
         }
       }
       at::Tensor buf = at::empty({2 * kBlock * kBlock}, Wacc.options());
-      for (int64_t tk = tb; tk < te; ++tk) for (const auto& [bi, bj] : tasks[tk]) {
-        const at::Tensor a = block_rows(bi), b = block_rows(bj);
-        const int64_t na = a.size(0), nb = b.size(0);
-        at::Tensor g = buf.narrow(0, 0, na * nb).view({na, nb});
-        at::mm_out(g, a, b.t());
-        const ACC* gp = g.data_ptr<ACC>();
-        for (int64_t r = 0; r < na; ++r) cand.scan(bi * kBlock + r, gp + r * nb, bj * kBlock, nb);
-        if (bi == bj) continue;
-        ACC* gtp = buf.data_ptr<ACC>() + kBlock * kBlock;
-        transpose_tile(gp, na, nb, gtp);
-        for (int64_t r = 0; r < nb; ++r) cand.scan(bj * kBlock + r, gtp + r * na, bi * kBlock, na);
-      }
+      for (int64_t tk = tb; tk < te; ++tk)
+        for (const auto& [bi, bj] : tasks[tk]) {
+          const at::Tensor a = block_rows(bi), b = block_rows(bj);
+          const int64_t na = a.size(0), nb = b.size(0);
+          at::Tensor g = buf.narrow(0, 0, na * nb).view({na, nb});
+          at::mm_out(g, a, b.t());
+          const ACC* gp = g.data_ptr<ACC>();
+          for (int64_t r = 0; r < na; ++r) cand.scan(bi * kBlock + r, gp + r * nb, bj * kBlock, nb);
+          if (bi == bj) continue;
+          ACC* gtp = buf.data_ptr<ACC>() + kBlock * kBlock;
+          transpose_tile(gp, na, nb, gtp);
+          for (int64_t r = 0; r < nb; ++r) cand.scan(bj * kBlock + r, gtp + r * na, bi * kBlock, na);
+        }
     });
   };
   for (const auto& round : block_schedule(t)) run_tasks(round);

@@ -80,8 +80,7 @@ std::pair<int64_t, int64_t> knn_tiles(int64_t acc_bytes) {
     TORCH_CHECK_VALUE(comma != std::string::npos, "FEDKERNELS_KNN_CUDA_TILES must be \"rows,cols\", got \"", s, "\"");
     rows = std::stoll(s.substr(0, comma));
     cols = std::stoll(s.substr(comma + 1));
-    TORCH_CHECK_VALUE(rows > 0 && cols > 0, "FEDKERNELS_KNN_CUDA_TILES must be two positive integers, got \"", s,
-                      "\"");
+    TORCH_CHECK_VALUE(rows > 0 && cols > 0, "FEDKERNELS_KNN_CUDA_TILES must be two positive integers, got \"", s, "\"");
   }
   return {rows, cols};
 }
@@ -158,8 +157,8 @@ __global__ void knn_tile_merge_kernel(const ACC* g, int64_t row0, int64_t nrows,
 // row overflowed), written to out_dist / out_idx. exact and cand_ids rows are the row's scratch.
 template <typename T, typename OUT>
 __global__ void knn_finalize_kernel(const T* w, const double* norms, int64_t c, int64_t d, int metric, int64_t cap,
-                                    int64_t* cand_ids, const int64_t* cand_sizes, const bool* overflow,
-                                    double* exact, int64_t k, OUT* out_dist, int64_t* out_idx) {
+                                    int64_t* cand_ids, const int64_t* cand_sizes, const bool* overflow, double* exact,
+                                    int64_t k, OUT* out_dist, int64_t* out_idx) {
   const int lane = lane_id();
   const int64_t i = warp_item();
   if (i >= c) return;  // the whole warp
@@ -189,7 +188,8 @@ __global__ void knn_finalize_kernel(const T* w, const double* norms, int64_t c, 
         const double ev = __shfl_sync(kFullMask, e, src);
         if (lane == 0) {
           const int64_t jv = j0 + src;
-          if (size < k || spread::key_less(ev, jv, ex[k - 1], ids[k - 1])) spread::candidate_insert(ex, ids, size, k, ev, jv);
+          if (size < k || spread::key_less(ev, jv, ex[k - 1], ids[k - 1]))
+            spread::candidate_insert(ex, ids, size, k, ev, jv);
           if (size == k) {
             gate_e = ex[k - 1];
             gate_id = ids[k - 1];
@@ -265,8 +265,8 @@ std::tuple<at::Tensor, at::Tensor> knn_classes_cuda(const at::Tensor& W_in, int6
     using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
     knn_finalize_kernel<scalar_t, acc_t><<<spread_cuda::warp_blocks_for(c), spread_cuda::kWarpThreads, 0, stream>>>(
         W.data_ptr<scalar_t>(), norms.data_ptr<double>(), c, d, metric, cap, cand_ids.data_ptr<int64_t>(),
-        cand_sizes.data_ptr<int64_t>(), overflow.data_ptr<bool>(), exact.data_ptr<double>(), k,
-        dist.data_ptr<acc_t>(), idx.data_ptr<int64_t>());
+        cand_sizes.data_ptr<int64_t>(), overflow.data_ptr<bool>(), exact.data_ptr<double>(), k, dist.data_ptr<acc_t>(),
+        idx.data_ptr<int64_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return {dist, idx};

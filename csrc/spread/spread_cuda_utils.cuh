@@ -21,9 +21,7 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
 }
 
 // Blocks for one warp per item.
-inline unsigned warp_blocks_for(int64_t n) {
-  return static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
+inline unsigned warp_blocks_for(int64_t n) { return static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
 // This thread's warp-per-item index (blocks of kWarpsPerBlock warps) and lane.
 __device__ __forceinline__ int64_t warp_item() {

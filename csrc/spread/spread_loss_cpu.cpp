@@ -89,7 +89,8 @@ at::Tensor spreadout_pair_loss_cpu(const at::Tensor& W_in, const at::Tensor& idx
   const auto out_type = W.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const int64_t c = W.size(0);
   std::vector<double> rows(static_cast<size_t>(c), 0.0);
-  if (idx.size(1) > 0) pair_terms_cpu(W, idx, weight, margin, metric, norms_if_cosine(W, metric), rows.data(), nullptr, 1.0);
+  if (idx.size(1) > 0)
+    pair_terms_cpu(W, idx, weight, margin, metric, norms_if_cosine(W, metric), rows.data(), nullptr, 1.0);
   const double total = ordered_sum(rows.data(), c);  // fixed order: independent of the thread count
   return at::scalar_tensor(total, W.options().dtype(out_type));
 }
@@ -115,8 +116,8 @@ at::Tensor spreadout_pair_loss_backward_cpu(const at::Tensor& grad, const at::Te
     scalar_t* out = gw.data_ptr<scalar_t>();
     at::parallel_for(0, c, 16, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
-        const double proj = spread::cosine_projection(w, t, d, k, metric, norms.data(), nb, coefs.data(), rev, bd[t],
-                                                      bd[t + 1]);
+        const double proj =
+            spread::cosine_projection(w, t, d, k, metric, norms.data(), nb, coefs.data(), rev, bd[t], bd[t + 1]);
         spread::pair_grad_row(w, t, d, k, metric, norms.data(), nb, coefs.data(), rev, bd[t], bd[t + 1], out, 0, 1,
                               proj);
       }

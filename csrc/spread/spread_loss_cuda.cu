@@ -37,8 +37,8 @@ __global__ void pair_weight_gather_kernel(const int64_t* indptr, const int64_t* 
 // ... and combine them (spread::lane_distance's order); every lane then holds the same distance.
 template <typename T>
 __global__ void pair_terms_kernel(const T* w, const int64_t* nbr, const float* weight, const double* norms, int64_t c,
-                                  int64_t d, int64_t k, int metric, double margin, double coef_scale,
-                                  double* row_sums, double* coefs) {
+                                  int64_t d, int64_t k, int metric, double margin, double coef_scale, double* row_sums,
+                                  double* coefs) {
   const int lane = lane_id();
   const int64_t r = warp_item();
   if (r >= c) return;  // the whole warp
@@ -77,8 +77,8 @@ __global__ void ordered_sum_kernel(const double* x, int64_t n, int64_t chunk, do
 // A warp per row t, lanes over dims (coalesced gathers of the partners' rows and the gradient row).
 template <typename T>
 __global__ void pair_grad_kernel(const T* w, const double* norms, const int64_t* nbr, const double* coefs,
-                                 const int64_t* rev, const int64_t* bounds, int64_t c, int64_t d, int64_t k,
-                                 int metric, T* grad) {
+                                 const int64_t* rev, const int64_t* bounds, int64_t c, int64_t d, int64_t k, int metric,
+                                 T* grad) {
   const int lane = lane_id();
   const int64_t t = warp_item();
   if (t >= c) return;  // the whole warp
@@ -86,7 +86,8 @@ __global__ void pair_grad_kernel(const T* w, const double* norms, const int64_t*
   double proj = 0.0;
   if (metric == spread::kCosine && norms[t] > spread::kCosineEps) {
     double part = 0.0;
-    for (int64_t i = lane; i < d; i += 32) part += spread::cosine_projection_term(w, t, i, d, k, norms, nbr, coefs, rev, rb, re);
+    for (int64_t i = lane; i < d; i += 32)
+      part += spread::cosine_projection_term(w, t, i, d, k, norms, nbr, coefs, rev, rb, re);
     proj = warp_sum(part);
   }
   spread::pair_grad_row(w, t, d, k, metric, norms, nbr, coefs, rev, rb, re, grad, lane, 32, proj);
@@ -116,10 +117,10 @@ void launch_pair_terms(const at::Tensor& W, const at::Tensor& idx, const at::Ten
                        int metric, double margin, double coef_scale, double* row_sums, double* coefs) {
   const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spread_pair_terms_cuda", [&] {
-    pair_terms_kernel<scalar_t><<<spread_cuda::warp_blocks_for(c), spread_cuda::kWarpThreads, 0,
-                                  at::cuda::getCurrentCUDAStream()>>>(
-        W.data_ptr<scalar_t>(), idx.data_ptr<int64_t>(), weight.data_ptr<float>(), norms.data_ptr<double>(), c, d, k,
-        metric, margin, coef_scale, row_sums, coefs);
+    pair_terms_kernel<scalar_t>
+        <<<spread_cuda::warp_blocks_for(c), spread_cuda::kWarpThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+            W.data_ptr<scalar_t>(), idx.data_ptr<int64_t>(), weight.data_ptr<float>(), norms.data_ptr<double>(), c, d,
+            k, metric, margin, coef_scale, row_sums, coefs);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -134,7 +135,8 @@ at::Tensor spreadout_pair_loss_cuda(const at::Tensor& W_in, const at::Tensor& id
   at::Tensor total = at::zeros({}, W.options().dtype(at::kDouble));
   if (c > 0 && idx.size(1) > 0) {
     at::Tensor rows = at::empty({c}, W.options().dtype(at::kDouble));
-    launch_pair_terms(W, idx, weight, norms_if_cosine(W, metric), metric, margin, 1.0, rows.data_ptr<double>(), nullptr);
+    launch_pair_terms(W, idx, weight, norms_if_cosine(W, metric), metric, margin, 1.0, rows.data_ptr<double>(),
+                      nullptr);
     // Two passes of fixed shape (spread.h: block_tree_sum): chunk sums, then one block over them in order.
     const int64_t chunks = (c + spread::kSumChunk - 1) / spread::kSumChunk;
     TORCH_CHECK(chunks <= INT32_MAX, "spreadout_pair_loss: too many classes for one CUDA grid");
@@ -165,10 +167,10 @@ at::Tensor spreadout_pair_loss_backward_cuda(const at::Tensor& grad, const at::T
   launch_pair_terms(W, idx, weight, norms, metric, margin, grad.item<double>(), nullptr, coefs.data_ptr<double>());
   const auto [order, bounds] = reverse_pairs(idx);
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spreadout_pair_loss_backward_cuda", [&] {
-    pair_grad_kernel<scalar_t><<<spread_cuda::warp_blocks_for(c), spread_cuda::kWarpThreads, 0,
-                                 at::cuda::getCurrentCUDAStream()>>>(
-        W.data_ptr<scalar_t>(), norms.data_ptr<double>(), idx.data_ptr<int64_t>(), coefs.data_ptr<double>(),
-        order.data_ptr<int64_t>(), bounds.data_ptr<int64_t>(), c, d, k, metric, gw.data_ptr<scalar_t>());
+    pair_grad_kernel<scalar_t>
+        <<<spread_cuda::warp_blocks_for(c), spread_cuda::kWarpThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+            W.data_ptr<scalar_t>(), norms.data_ptr<double>(), idx.data_ptr<int64_t>(), coefs.data_ptr<double>(),
+            order.data_ptr<int64_t>(), bounds.data_ptr<int64_t>(), c, d, k, metric, gw.data_ptr<scalar_t>());
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return gw;

@@ -20,8 +20,11 @@ from fedkernels.integrations.flower import FlowerStrategy, client_app
 from fedkernels.metrics import precision_at_k
 
 # Small settings per strategy for this data; any other registered strategy runs with its defaults.
-OPTIONS = {"fedmlh": dict(num_tables=2, num_buckets=20, hidden=(32,)), "fedavg": dict(hidden=(32,)),
-           "fedss": dict(num_negatives=10, embed_dim=16, hidden=(32,))}
+OPTIONS = {
+    "fedmlh": dict(num_tables=2, num_buckets=20, hidden=(32,)),
+    "fedavg": dict(hidden=(32,)),
+    "fedss": dict(num_negatives=10, embed_dim=16, hidden=(32,)),
+}
 
 
 def dataset(seed: int) -> Dataset:
@@ -49,9 +52,13 @@ def main(grid: Grid, context: Context) -> None:
     c = context.run_config
     seed = int(c["seed"])
     ds = dataset(seed)
-    cfg = RunConfig(rounds=int(c["rounds"]), clients_per_round=int(c["clients-per-round"]), seed=seed,
-                    train=TrainConfig(epochs=2, batch_size=32, lr=0.01, optimizer="adam"),
-                    client_timeout=float(c["timeout"]))
+    cfg = RunConfig(
+        rounds=int(c["rounds"]),
+        clients_per_round=int(c["clients-per-round"]),
+        seed=seed,
+        train=TrainConfig(epochs=2, batch_size=32, lr=0.01, optimizer="adam"),
+        client_timeout=float(c["timeout"]),
+    )
     fk = FlowerStrategy(strategy(context), ds.num_features, ds.num_classes, int(c["num-clients"]), cfg)
     test, rounds = ds.test, []
 
@@ -63,10 +70,25 @@ def main(grid: Grid, context: Context) -> None:
 
     fk.start(grid, fk.initial_arrays(), num_rounds=cfg.rounds, timeout=cfg.client_timeout, evaluate_fn=evaluate)
     if str(c["result-file"]):
-        Path(str(c["result-file"])).write_text(json.dumps({
-            "strategy": fk.strategy.name, "rounds": rounds,
-            "history": [{"round": h.round, "clients": h.clients, "failed": h.failed, "bytes_up": h.bytes_up,
-                         "bytes_down": h.bytes_down} for h in fk.history]}, indent=1))
+        Path(str(c["result-file"])).write_text(
+            json.dumps(
+                {
+                    "strategy": fk.strategy.name,
+                    "rounds": rounds,
+                    "history": [
+                        {
+                            "round": h.round,
+                            "clients": h.clients,
+                            "failed": h.failed,
+                            "bytes_up": h.bytes_up,
+                            "bytes_down": h.bytes_down,
+                        }
+                        for h in fk.history
+                    ],
+                },
+                indent=1,
+            )
+        )
 
 
 client = client_app(strategy, client_data)

@@ -52,39 +52,77 @@ def main() -> int:
     args = p.parse_args()
     missing = [b for b in ("flower-superlink", "flower-supernode", "flwr") if not (BIN / b).exists()]
     if missing:
-        print(f"run_local.py: {', '.join(missing)} not found next to {sys.executable}; "
-              "pip install 'fedkernels[flower]'", file=sys.stderr)
+        print(
+            f"run_local.py: {', '.join(missing)} not found next to {sys.executable}; pip install 'fedkernels[flower]'",
+            file=sys.stderr,
+        )
         return 2
     with tempfile.TemporaryDirectory(prefix="fk-flower-") as tmp_name:
         tmp = Path(tmp_name)
         port = free_port()
-        (tmp / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
-                                         f'address = "127.0.0.1:{port}"\ninsecure = true\n')
+        (tmp / "config.toml").write_text(
+            f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
+        )
         env = {**os.environ, "FLWR_HOME": str(tmp), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
         procs: list[subprocess.Popen] = []
 
         def spawn(name: str, *cmd: str) -> None:
             log = open(tmp / f"{name}.log", "w")
-            procs.append(subprocess.Popen([str(BIN / cmd[0]), *cmd[1:]], env=env, cwd=tmp, stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [str(BIN / cmd[0]), *cmd[1:]],
+                    env=env,
+                    cwd=tmp,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
 
         try:
-            spawn("superlink", "flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(port),
-                  "--disable-runtime-dependency-installation")
+            spawn(
+                "superlink",
+                "flower-superlink",
+                "--insecure",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--disable-runtime-dependency-installation",
+            )
             wait_for_port(port, procs)
             for i in range(args.clients):
-                spawn(f"supernode{i}", "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{port}",
-                      "--port", str(free_port()), "--node-config", f"partition-id={i}")
+                spawn(
+                    f"supernode{i}",
+                    "flower-supernode",
+                    "--insecure",
+                    "--superlink",
+                    f"127.0.0.1:{port}",
+                    "--port",
+                    str(free_port()),
+                    "--node-config",
+                    f"partition-id={i}",
+                )
             result = tmp / "result.json"
-            overrides = (f"strategy='{args.strategy}' rounds={args.rounds} num-clients={args.clients} "
-                         f"clients-per-round={args.clients} seed={args.seed} result-file='{result}'")
+            overrides = (
+                f"strategy='{args.strategy}' rounds={args.rounds} num-clients={args.clients} "
+                f"clients-per-round={args.clients} seed={args.seed} result-file='{result}'"
+            )
             print(f"SuperLink on 127.0.0.1:{port}, {args.clients} SuperNodes; flwr run {APP.name} ...", flush=True)
-            done = subprocess.run([str(BIN / "flwr"), "run", str(APP), "local", "--stream", "-c", overrides],
-                                  env=env, cwd=tmp, capture_output=True, text=True, timeout=600)
+            done = subprocess.run(
+                [str(BIN / "flwr"), "run", str(APP), "local", "--stream", "-c", overrides],
+                env=env,
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             if done.returncode != 0 or not result.exists():
                 logs = "\n".join(f"--- {f.name}\n{f.read_text()[-2000:]}" for f in sorted(tmp.glob("*.log")))
-                print(f"flwr run failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{logs}",
-                      file=sys.stderr)
+                print(
+                    f"flwr run failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{logs}",
+                    file=sys.stderr,
+                )
                 return 1
         finally:
             for proc in procs:  # whole process groups: Flower starts app processes below them
@@ -104,9 +142,11 @@ def main() -> int:
     up = sum(h["bytes_up"] for h in res["history"])
     down = sum(h["bytes_down"] for h in res["history"])
     failed = sum(len(h["failed"]) for h in res["history"])
-    print(f"{res['strategy']} over Flower: {len(res['history'])} rounds, {failed} failed client updates, "
-          f"{up / 1e3:.1f} kB up, {down / 1e3:.1f} kB down; P@1 {res['rounds'][0]['P@1']:.3f} -> "
-          f"{res['rounds'][-1]['P@1']:.3f}")
+    print(
+        f"{res['strategy']} over Flower: {len(res['history'])} rounds, {failed} failed client updates, "
+        f"{up / 1e3:.1f} kB up, {down / 1e3:.1f} kB down; P@1 {res['rounds'][0]['P@1']:.3f} -> "
+        f"{res['rounds'][-1]['P@1']:.3f}"
+    )
     return 0
 
 

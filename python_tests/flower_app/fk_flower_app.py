@@ -11,12 +11,15 @@ from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, dri
 
 def _server_strategy(ctx: Context) -> FlowerStrategy:
     c = ctx.run_config
-    cfg = run_config(int(c["rounds"]), int(c["clients-per-round"]), int(c["seed"]), float(c["timeout"]),
-                     str(c["checkpoint"]) or None)
+    cfg = run_config(
+        int(c["rounds"]), int(c["clients-per-round"]), int(c["seed"]), float(c["timeout"]), str(c["checkpoint"]) or None
+    )
     return FlowerStrategy(make_strategy(str(c["strategy"])), NUM_FEATURES, NUM_CLASSES, int(c["num-clients"]), cfg)
 
 
 server = server_app(_server_strategy)
-client = client_app(lambda ctx: make_strategy(str(ctx.run_config["strategy"])),
-                    lambda ctx: client_data(int(ctx.node_config["partition-id"]), int(ctx.run_config["num-clients"])),
-                    wrap=lambda ctx, cid, inner: drill_wrapper(str(ctx.run_config["drill"]))(cid, inner))
+client = client_app(
+    lambda ctx: make_strategy(str(ctx.run_config["strategy"])),
+    lambda ctx: client_data(int(ctx.node_config["partition-id"]), int(ctx.run_config["num-clients"])),
+    wrap=lambda ctx, cid, inner: drill_wrapper(str(ctx.run_config["drill"]))(cid, inner),
+)

@@ -12,12 +12,26 @@ from pathlib import Path
 CORPUS = Path(__file__).resolve().parent / "corpus" / "codec"
 
 
-def stream(shape: list[int], runs: int, values: bytes = b"", bits: bytes = b"", *, version: int = 2, code: int = 0,
-           seal: bool | None = None) -> bytes:
+def stream(
+    shape: list[int],
+    runs: int,
+    values: bytes = b"",
+    bits: bytes = b"",
+    *,
+    version: int = 2,
+    code: int = 0,
+    seal: bool | None = None,
+) -> bytes:
     """A stream with these header claims and sections, taken at their word; sealed with a correct
     CRC-32 trailer (default: for version 2)."""
-    body = (b"FKRL" + struct.pack("<BBB", version, code, len(shape)) + struct.pack(f"<{len(shape)}Q", *shape)
-            + struct.pack("<Q", runs) + values + bits)
+    body = (
+        b"FKRL"
+        + struct.pack("<BBB", version, code, len(shape))
+        + struct.pack(f"<{len(shape)}Q", *shape)
+        + struct.pack("<Q", runs)
+        + values
+        + bits
+    )
     return body + struct.pack("<I", zlib.crc32(body)) if (version == 2 if seal is None else seal) else body
 
 
@@ -31,7 +45,7 @@ def v2(v1_stream: bytes) -> bytes:
 AUDIT_V1 = {
     # 28 bytes: shape [2^33 + 1], one run of length 1 (the audit's literal stream).
     "audit_28B_shape_2pow33": b"FKRL\x01\x00\x01\x01\x00\x00\x00\x02\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00"
-                              b"\x00\x00\x00\xc0\x80",
+    b"\x00\x00\x00\xc0\x80",
     # 24 bytes: runs = 0 for 1.35e9 elements (5.4 GB filled before the ValueError).
     "audit_24B_zero_runs": stream([1_350_000_000], 0, bits=b"\x00", version=1),
     # 35 bytes uploaded for an [8] bias: one run, shape [6e8] (2.4 GB before the shape was compared).
@@ -48,8 +62,9 @@ AUDIT_V1 = {
 HOSTILE_V2 = {
     "huge_runs_count": stream([1 << 20], (1 << 64) - 1, struct.pack("<f", 1.0), b"\x80"),
     "runs_values_past_end": stream([1 << 20], 1 << 19, struct.pack("<f", 1.0), b"\x80"),
-    "seventeen_dims": stream([1] * 16, 1, struct.pack("<f", 1.0), b"\x80")[:6] + b"\x11"
-                      + stream([1] * 16, 1, struct.pack("<f", 1.0), b"\x80")[7:],
+    "seventeen_dims": stream([1] * 16, 1, struct.pack("<f", 1.0), b"\x80")[:6]
+    + b"\x11"
+    + stream([1] * 16, 1, struct.pack("<f", 1.0), b"\x80")[7:],
     "max_u64_dims": stream([(1 << 64) - 1, 1], 1, struct.pack("<f", 1.0), b"\x80"),
     "one_dim_2pow63": stream([1 << 63], 1, struct.pack("<f", 1.0), b"\x80"),
     "gamma_64_zeros": stream([4], 1, struct.pack("<f", 1.0), bytes(9) + b"\x80"),
@@ -59,12 +74,12 @@ HOSTILE_V2 = {
 NAN_F16 = stream([3], 1, struct.pack("<H", 0x7E00), b"\x60", code=1)
 
 
-
 def valid_streams() -> dict[str, bytes]:
     """Valid streams (what encode_runs writes for small tensors), so mutations start from real data."""
     import torch
 
     from fedkernels.comm import encode_runs
+
     return {
         "valid_f32_6": encode_runs(torch.tensor([0.5, 0.5, 0.5, -1.0, 0.0, 0.0])),
         "valid_f16_2x3": encode_runs(torch.tensor([[1.0, 1.0, -2.0], [-2.0, -2.0, 65504.0]]), "float16"),

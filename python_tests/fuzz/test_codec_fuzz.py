@@ -24,8 +24,7 @@ from python_tests.fuzz.codec_streams import AUDIT_V1, CORPUS, HOSTILE_V2
 
 SEEDS = {p.stem: p.read_bytes() for p in sorted(Path(CORPUS).glob("*.bin"))}
 MAX_NUMEL = 1 << 20
-EXTREME_U64 = [0, 1, 2, 3, 255, 1 << 20, (1 << 31) - 1, 1 << 32, (1 << 62) + 1, (1 << 63) - 1, 1 << 63,
-               (1 << 64) - 1]
+EXTREME_U64 = [0, 1, 2, 3, 255, 1 << 20, (1 << 31) - 1, 1 << 32, (1 << 62) + 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1]
 
 
 def _decode(data: bytes, **kw) -> torch.Tensor | None:
@@ -69,7 +68,7 @@ MUTATION = st.one_of(
     st.tuples(st.just("insert"), st.integers(0, 1 << 16), st.binary(min_size=1, max_size=12)),
     st.tuples(st.just("delete"), st.integers(0, 1 << 16), st.integers(1, 12)),
     st.tuples(st.just("u64"), st.integers(0, 4), st.sampled_from(EXTREME_U64)),  # a shape dim or the run count
-    st.tuples(st.just("byte"), st.integers(4, 6), st.integers(0, 255)),        # version, dtype code, ndim
+    st.tuples(st.just("byte"), st.integers(4, 6), st.integers(0, 255)),  # version, dtype code, ndim
     st.tuples(st.just("splice"), st.sampled_from(sorted(SEEDS)), st.integers(0, 1 << 16)),
 )
 
@@ -84,20 +83,20 @@ def _mutate(data: bytes, op: tuple) -> bytes:
     elif kind == "set":
         buf[a % len(buf)] = b
     elif kind == "insert":
-        buf[a % (len(buf) + 1):a % (len(buf) + 1)] = b
+        buf[a % (len(buf) + 1) : a % (len(buf) + 1)] = b
     elif kind == "delete":
-        del buf[a % len(buf):a % len(buf) + b]
+        del buf[a % len(buf) : a % len(buf) + b]
     elif kind == "u64":
         at = 7 + 8 * a
         if at + 8 <= len(buf):
-            buf[at:at + 8] = struct.pack("<Q", b)
+            buf[at : at + 8] = struct.pack("<Q", b)
     elif kind == "byte":
         if a < len(buf):
             buf[a] = b
     else:  # splice: our head, another seed's tail
         cut = b % (len(buf) + 1)
         other = SEEDS[a]
-        buf = buf[:cut] + other[cut % (len(other) + 1):]
+        buf = buf[:cut] + other[cut % (len(other) + 1) :]
     return bytes(buf)
 
 
@@ -114,9 +113,12 @@ def _seed_shape(seed: bytes) -> tuple[int, ...]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(name=st.sampled_from(sorted(SEEDS)), ops=st.lists(MUTATION, min_size=1, max_size=5),
-       reseal=st.sampled_from([True, True, False]),
-       expect=st.sampled_from([None, "seed", (8,), (2, 3), (), (0, 7), (1000,)]))
+@given(
+    name=st.sampled_from(sorted(SEEDS)),
+    ops=st.lists(MUTATION, min_size=1, max_size=5),
+    reseal=st.sampled_from([True, True, False]),
+    expect=st.sampled_from([None, "seed", (8,), (2, 3), (), (0, 7), (1000,)]),
+)
 def test_mutated_seeds(name, ops, reseal, expect):
     seed = SEEDS[name]
     data = seed

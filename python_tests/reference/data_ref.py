@@ -9,7 +9,7 @@ def parse_xc(text: str) -> tuple[tuple[int, int, int], list[set[int]], list[dict
     lines = text.split("\n")
     n, f, l = (int(x) for x in lines[0].split())
     labels, feats = [], []
-    for line in lines[1:1 + n]:
+    for line in lines[1 : 1 + n]:
         lab, fs = set(), {}
         for i, tok in enumerate(line.split(" ")):
             if not tok:
@@ -24,8 +24,9 @@ def parse_xc(text: str) -> tuple[tuple[int, int, int], list[set[int]], list[dict
     return (n, f, l), labels, feats
 
 
-def hash_row(row: dict[int, float], bucket: list[int], sign: list[int], dim: int, idf=None,
-             l2: bool = False) -> list[float]:
+def hash_row(
+    row: dict[int, float], bucket: list[int], sign: list[int], dim: int, idf=None, l2: bool = False
+) -> list[float]:
     out = [0.0] * dim
     for fid, v in row.items():
         out[bucket[fid]] += sign[fid] * v * (idf[fid] if idf is not None else 1.0)

@@ -8,8 +8,8 @@ import struct
 import numpy as np
 import scipy.optimize
 
-
 # ---- prox_tv1d -------------------------------------------------------------------------------
+
 
 def tv1d_dual(z: np.ndarray, u: np.ndarray) -> np.ndarray:
     """The dual vector p with u = z - D^T p, i.e. p_k = sum_{i<=k} (z_i - u_i) (length d)."""
@@ -53,18 +53,24 @@ def tv1d_slow(z: np.ndarray, lam: float, anchored: bool) -> np.ndarray:
 
     def dt(p: np.ndarray) -> np.ndarray:  # D^T p: (D^T p)_i = p_i - p_{i-1}
         full = np.zeros(d + 1)
-        full[1:m + 1] = p
+        full[1 : m + 1] = p
         return full[1:] - full[:-1]
 
     def fg(p: np.ndarray):
         r = z - dt(p)
         # gradient of 0.5||r||^2 w.r.t. p: -D r, (D r)_k = r_k - r_{k+1}
         rr = np.append(r, 0.0)
-        grad = -(rr[:m] - rr[1:m + 1])
+        grad = -(rr[:m] - rr[1 : m + 1])
         return 0.5 * float(r @ r), grad
 
-    res = scipy.optimize.minimize(fg, np.zeros(m), jac=True, method="L-BFGS-B", bounds=[(-lam, lam)] * m,
-                                  options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 20000})
+    res = scipy.optimize.minimize(
+        fg,
+        np.zeros(m),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=[(-lam, lam)] * m,
+        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 20000},
+    )
     return z - dt(res.x)
 
 
@@ -76,6 +82,7 @@ def tv1d_objective(z: np.ndarray, u: np.ndarray, lam: float, anchored: bool) -> 
 
 
 # ---- codec -----------------------------------------------------------------------------------
+
 
 def runs_of_bits(words: list[int]) -> tuple[list[int], list[int]]:
     """Maximal runs of equal words: (values, lengths)."""
@@ -100,7 +107,7 @@ def elias_gamma_bytes(lengths: list[int]) -> bytes:
     """The gamma codes of lengths, concatenated MSB-first and zero-padded to whole bytes."""
     bits = "".join(elias_gamma_bits(n) for n in lengths)
     bits += "0" * (-len(bits) % 8)
-    return bytes(int(bits[i:i + 8], 2) for i in range(0, len(bits), 8))
+    return bytes(int(bits[i : i + 8], 2) for i in range(0, len(bits), 8))
 
 
 def float32_words(x: np.ndarray) -> list[int]:
@@ -108,6 +115,7 @@ def float32_words(x: np.ndarray) -> list[int]:
 
 
 # ---- k-means ---------------------------------------------------------------------------------
+
 
 def kmeans1d_slow(values: np.ndarray, weights: np.ndarray, k: int) -> float:
     """The optimal weighted 1D k-means cost by the O(k n^2) DP over sorted values, with each
@@ -136,6 +144,7 @@ def kmeans1d_slow(values: np.ndarray, weights: np.ndarray, k: int) -> float:
 
 # ---- graph prox ------------------------------------------------------------------------------
 
+
 def graph_prox_slow(y: np.ndarray, edges: np.ndarray, lam: float, p: int, weights: np.ndarray | None = None):
     """min_Z 0.5||Z - Y||^2 + lam sum_e w_e ||z_i - z_j||_p by SLSQP on an epigraph form (float64).
 
@@ -151,12 +160,12 @@ def graph_prox_slow(y: np.ndarray, edges: np.ndarray, lam: float, p: int, weight
     for ei, (i, j) in enumerate(edges):  # a feasible start
         d = np.abs(y[i] - y[j])
         if p == 1:
-            x0[n * dim + ei * dim: n * dim + (ei + 1) * dim] = d
+            x0[n * dim + ei * dim : n * dim + (ei + 1) * dim] = d
         else:
             x0[n * dim + ei] = np.linalg.norm(d)
 
     def split(x):
-        return x[: n * dim].reshape(n, dim), x[n * dim:]
+        return x[: n * dim].reshape(n, dim), x[n * dim :]
 
     def f(x):
         z, t = split(x)
@@ -168,20 +177,31 @@ def graph_prox_slow(y: np.ndarray, edges: np.ndarray, lam: float, p: int, weight
         if p == 1:
             for c in range(dim):
                 ti = n * dim + ei * dim + c
-                cons.append({"type": "ineq", "fun": lambda x, i=i, j=j, c=c, ti=ti: x[ti] - (x[i * dim + c] - x[j * dim + c])})
-                cons.append({"type": "ineq", "fun": lambda x, i=i, j=j, c=c, ti=ti: x[ti] + (x[i * dim + c] - x[j * dim + c])})
+                cons.append(
+                    {"type": "ineq", "fun": lambda x, i=i, j=j, c=c, ti=ti: x[ti] - (x[i * dim + c] - x[j * dim + c])}
+                )
+                cons.append(
+                    {"type": "ineq", "fun": lambda x, i=i, j=j, c=c, ti=ti: x[ti] + (x[i * dim + c] - x[j * dim + c])}
+                )
         else:
             ti = n * dim + ei
-            cons.append({"type": "ineq", "fun": lambda x, i=i, j=j, ti=ti:
-                         x[ti] ** 2 - ((x[i * dim:(i + 1) * dim] - x[j * dim:(j + 1) * dim]) ** 2).sum()})
+            cons.append(
+                {
+                    "type": "ineq",
+                    "fun": lambda x, i=i, j=j, ti=ti: (
+                        x[ti] ** 2 - ((x[i * dim : (i + 1) * dim] - x[j * dim : (j + 1) * dim]) ** 2).sum()
+                    ),
+                }
+            )
             cons.append({"type": "ineq", "fun": lambda x, ti=ti: x[ti]})
     res = scipy.optimize.minimize(f, x0, method="SLSQP", constraints=cons, options={"ftol": 1e-14, "maxiter": 2000})
     z, _ = split(res.x)
     return z, float(res.fun)
 
 
-def graph_objective(z: np.ndarray, y: np.ndarray, edges: np.ndarray, lam: float, p: int,
-                    weights: np.ndarray | None = None) -> float:
+def graph_objective(
+    z: np.ndarray, y: np.ndarray, edges: np.ndarray, lam: float, p: int, weights: np.ndarray | None = None
+) -> float:
     w = np.ones(len(edges)) if weights is None else np.asarray(weights, np.float64)
     pen = sum(w[k] * np.linalg.norm(z[i] - z[j], ord=p) for k, (i, j) in enumerate(edges))
     return 0.5 * float(((z - y) ** 2).sum()) + lam * float(pen)

@@ -5,8 +5,15 @@ from __future__ import annotations
 import torch
 
 
-def linear_cross_entropy(h: torch.Tensor, W: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None = None,
-                         scale: float = 1.0, ignore_index: int = -100, reduction: str = "mean"):
+def linear_cross_entropy(
+    h: torch.Tensor,
+    W: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    scale: float = 1.0,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+):
     """(loss, lse) from the whole [N, s] logit matrix in float64 (differentiable through autograd)."""
     z = scale * (h.double() @ W.double().T)
     if bias is not None:
@@ -38,8 +45,9 @@ def scatter_rows_mean(out: torch.Tensor, idx: torch.Tensor, src: torch.Tensor, w
     return res
 
 
-def scatter_rows_mean_in_order(out: torch.Tensor, idx: torch.Tensor, src: torch.Tensor,
-                               weight: torch.Tensor) -> torch.Tensor:
+def scatter_rows_mean_in_order(
+    out: torch.Tensor, idx: torch.Tensor, src: torch.Tensor, weight: torch.Tensor
+) -> torch.Tensor:
     """A new tensor of out's dtype with the kernels' exact rounding: per named row, in the
     accumulation dtype, acc = 0, then acc = acc + w_t * src_t over its sources in order of t, then
     acc / (the weights added in the same order). The weights are row_scaled_weights (a power-of-two
@@ -59,7 +67,7 @@ def scatter_rows_mean_in_order(out: torch.Tensor, idx: torch.Tensor, src: torch.
     w = row_scaled_weights(idx, weight, acc_dtype)
     start = 0
     for size in torch.bincount(rank).tolist():
-        sel = by_rank[start:start + size]
+        sel = by_rank[start : start + size]
         which, ts = row_of[sel], order[sel]
         acc[which] = acc[which] + w[ts, None] * src[ts].to(acc_dtype)  # a product, then a sum: no fused multiply-add
         den[which] = den[which] + w[ts]

@@ -31,8 +31,9 @@ def rank_order(norms: list[float]) -> list[int]:
     return sorted(range(len(norms)), key=lambda i: (0, 0.0, i) if math.isnan(norms[i]) else (1, -norms[i], i))
 
 
-def masked_weighted_average(dst: list[torch.Tensor], sent: list[tuple[torch.Tensor, list[torch.Tensor], float]]
-                            ) -> list[torch.Tensor]:
+def masked_weighted_average(
+    dst: list[torch.Tensor], sent: list[tuple[torch.Tensor, list[torch.Tensor], float]]
+) -> list[torch.Tensor]:
     """New list: dst[t] = sum_k w_k x_k / sum_k w_k (float64, cast back) over the clients that sent t."""
     out = [d.clone() for d in dst]
     for t in range(len(dst)):

@@ -43,7 +43,9 @@ def bucket_merge(logp: torch.Tensor, table: torch.Tensor, reduce: str) -> torch.
     return _reduce_tables(vals, reduce).to(logp.dtype)
 
 
-def bucket_merge_topk(logp: torch.Tensor, table: torch.Tensor, k: int, reduce: str) -> tuple[torch.Tensor, torch.Tensor]:
+def bucket_merge_topk(
+    logp: torch.Tensor, table: torch.Tensor, k: int, reduce: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Top k of bucket_merge: descending, NaN first (largest), ties to the smaller class id."""
     scores = bucket_merge(logp, table, reduce)
     values, order = scores.sort(dim=1, descending=True, stable=True)

@@ -7,11 +7,13 @@ docstrings; see ``fedkernels.ops``. ``fedkernels.nn`` holds drop-in modules and
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 
-from . import _C  # noqa: F401  (registers torch.ops.fedkernels)
+from . import (
+    _C,
+    nn,
+)
 from ._info import info
 from .hashing import HashFamily
-from . import nn  # noqa: E402  (drop-in modules: fedkernels.nn.FedMLHHead, ...)
-from .ops import *  # noqa: F401,F403
+from .ops import *  # noqa: F403
 from .ops import __all__ as _ops_all
 
 __version__ = _C.build_info()["version"]

@@ -1,25 +1,25 @@
 """The ``fedkernels`` command: ``info``, ``bench <name>``, ``run`` (the main job).
 
-    fedkernels info
-    fedkernels bench sketch                  # runs bench/sketch.py of a checkout
-    fedkernels run --demo                    # FedAvg vs FedMLH vs FedSS on synthetic data
-    fedkernels run --config exp.toml --rounds 30
-    fedkernels run --dataset ../shared/data/bibtex --algorithms FedAvg FedMLH --option FedMLH.num_buckets=40
-    fedkernels data list                     # public datasets; `data get NAME` downloads one
-    fedkernels run --dataset EURLex-4K       # a dataset fetched by `fedkernels data get`
+fedkernels info
+fedkernels bench sketch                  # runs bench/sketch.py of a checkout
+fedkernels run --demo                    # FedAvg vs FedMLH vs FedSS on synthetic data
+fedkernels run --config exp.toml --rounds 30
+fedkernels run --dataset ../shared/data/bibtex --algorithms FedAvg FedMLH --option FedMLH.num_buckets=40
+fedkernels data list                     # public datasets; `data get NAME` downloads one
+fedkernels run --dataset EURLex-4K       # a dataset fetched by `fedkernels data get`
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 # Flags map one to one onto ExperimentConfig fields (dashes for underscores).
 _RUN_FLAGS: dict[str, tuple[type, str]] = {
@@ -47,12 +47,29 @@ def demo_config() -> dict[str, Any]:
     """The README main job: FedAvg vs FedMLH vs FedSS on the synthetic default, a few minutes on 2 cores."""
     return {
         "algorithms": ["FedAvg", "FedMLH", "FedSS"],
-        "algorithm_options": {"FedAvg": {"hidden": [64]}, "FedMLH": {"num_tables": 4, "num_buckets": 50, "hidden": [64]}},
+        "algorithm_options": {
+            "FedAvg": {"hidden": [64]},
+            "FedMLH": {"num_tables": 4, "num_buckets": 50, "hidden": [64]},
+        },
         "dataset": "synthetic",
-        "synthetic": {"num_samples": 5000, "num_features": 64, "num_classes": 1000, "labels_per_sample": 3.0,
-                      "exponent": 1.0, "noise": 1.0},
-        "partition": "fedmlh", "clients": 10, "clients_per_round": 4, "rounds": 15, "local_epochs": 1,
-        "batch_size": 64, "optimizer": "adam", "lr": 0.01, "seed": 0, "output": "fedkernels-demo",
+        "synthetic": {
+            "num_samples": 5000,
+            "num_features": 64,
+            "num_classes": 1000,
+            "labels_per_sample": 3.0,
+            "exponent": 1.0,
+            "noise": 1.0,
+        },
+        "partition": "fedmlh",
+        "clients": 10,
+        "clients_per_round": 4,
+        "rounds": 15,
+        "local_epochs": 1,
+        "batch_size": 64,
+        "optimizer": "adam",
+        "lr": 0.01,
+        "seed": 0,
+        "output": "fedkernels-demo",
     }
 
 
@@ -119,8 +136,11 @@ def _run(cfg, args: argparse.Namespace) -> int:
 
     data = prepare_data(cfg)
     ds = data.dataset
-    print(f"dataset {ds.name}: {len(ds.train)} train / {len(data.test)} test samples, {ds.num_features} features, "
-          f"{ds.num_classes} classes; partition {cfg.partition} over {len(data.clients)} clients", flush=True)
+    print(
+        f"dataset {ds.name}: {len(ds.train)} train / {len(data.test)} test samples, {ds.num_features} features, "
+        f"{ds.num_classes} classes; partition {cfg.partition} over {len(data.clients)} clients",
+        flush=True,
+    )
     results = []
     for name in cfg.algorithms:
         bar = tqdm(total=cfg.rounds, desc=f"{name:>8}", unit="round", disable=args.no_progress, file=sys.stderr)
@@ -145,15 +165,32 @@ def _run(cfg, args: argparse.Namespace) -> int:
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     from ._info import build_info
-    write_json(out / "results.json", {"config": asdict(cfg), "dataset": {"name": ds.name, **ds.notes,
-               "train": len(ds.train), "test": len(data.test), "features": ds.num_features,
-               "classes": ds.num_classes, "clients": len(data.clients)},
-               "build": build_info(), "target_P@1": target, "results": results})
+
+    write_json(
+        out / "results.json",
+        {
+            "config": asdict(cfg),
+            "dataset": {
+                "name": ds.name,
+                **ds.notes,
+                "train": len(ds.train),
+                "test": len(data.test),
+                "features": ds.num_features,
+                "classes": ds.num_classes,
+                "clients": len(data.clients),
+            },
+            "build": build_info(),
+            "target_P@1": target,
+            "results": results,
+        },
+    )
     (out / "results.md").write_text(table + "\n")
     write_csv(out / "rounds.csv", results)
     png = plot_accuracy(out / "accuracy.png", results, "P@1", f"{ds.name}, partition {cfg.partition}")
-    print(f"\nwrote {out}/results.json, results.md, rounds.csv" + (", accuracy.png" if png else
-          " (install matplotlib for accuracy.png)"))
+    print(
+        f"\nwrote {out}/results.json, results.md, rounds.csv"
+        + (", accuracy.png" if png else " (install matplotlib for accuracy.png)")
+    )
     return 0
 
 
@@ -209,6 +246,7 @@ def parser() -> argparse.ArgumentParser:
         r.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, help=help_)
     r.set_defaults(fn=cmd_run)
     from .cli_data import add_parser
+
     add_parser(sub)
     return p
 

@@ -17,18 +17,27 @@ def cmd_data(args: argparse.Namespace) -> int:
     if args.action == "list":
         print(f"{'name':<16} {'train':>10} {'test':>9} {'features':>10} {'labels':>10}  status")
         for ds in remote_datasets():
-            status = ("downloaded" if fetch_mod.is_fetched(ds.name) else
-                      "not downloaded" if all(f.url for f in ds.files) else "manual download")
-            print(f"{ds.name:<16} {_num(ds.num_train):>10} {_num(ds.num_test):>9} {_num(ds.num_features):>10} "
-                  f"{_num(ds.num_labels):>10}  {status}")
+            status = (
+                "downloaded"
+                if fetch_mod.is_fetched(ds.name)
+                else "not downloaded"
+                if all(f.url for f in ds.files)
+                else "manual download"
+            )
+            print(
+                f"{ds.name:<16} {_num(ds.num_train):>10} {_num(ds.num_test):>9} {_num(ds.num_features):>10} "
+                f"{_num(ds.num_labels):>10}  {status}"
+            )
         print(f"\ncache: {fetch_mod.cache_dir()} (set ${fetch_mod.ENV_VAR} to move it)")
         return 0
     if not args.name:
         raise ValueError(f"`fedkernels data {args.action}` needs a dataset NAME (see `fedkernels data list`)")
     ds = get_remote(args.name)
     if args.action == "info":
-        print(f"{ds.name}: format {ds.format}; {_num(ds.num_train)} train / {_num(ds.num_test)} test samples, "
-              f"{_num(ds.num_features)} features, {_num(ds.num_labels)} labels")
+        print(
+            f"{ds.name}: format {ds.format}; {_num(ds.num_train)} train / {_num(ds.num_test)} test samples, "
+            f"{_num(ds.num_features)} features, {_num(ds.num_labels)} labels"
+        )
         print(f"page: {ds.page}")
         for f in ds.files:
             print(f"file {f.name}: {f.url or '(no direct URL recorded)'}")
@@ -52,4 +61,3 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--force", action="store_true", help="get: download again even if cached")
     d.add_argument("--no-progress", action="store_true", help="get: no progress bar")
     d.set_defaults(fn=cmd_data)
-

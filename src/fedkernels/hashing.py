@@ -45,7 +45,10 @@ class HashFamily:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, HashFamily) and (self.num_tables, self.num_buckets, self.seed) == (
-            other.num_tables, other.num_buckets, other.seed)
+            other.num_tables,
+            other.num_buckets,
+            other.seed,
+        )
 
     def __hash__(self) -> int:
         return hash((self.num_tables, self.num_buckets, self.seed))
@@ -55,8 +58,9 @@ class HashFamily:
             try:
                 ids = torch.as_tensor(ids, dtype=torch.int64)
             except (RuntimeError, OverflowError, TypeError, ValueError) as e:
-                raise ValueError(f"ids must be integers in [0, 2**63), got values torch cannot hold as int64 ({e})") \
-                    from None
+                raise ValueError(
+                    f"ids must be integers in [0, 2**63), got values torch cannot hold as int64 ({e})"
+                ) from None
         if ids.dtype != torch.int64:
             raise ValueError(f"ids must be int64, got {ids.dtype}")
         flat = ids.reshape(-1)

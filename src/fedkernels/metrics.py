@@ -7,7 +7,8 @@ Ground truth is CSR (``indptr [N+1]``, ``indices [nnz]``); predictions are top-k
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -88,8 +89,14 @@ def inverse_propensity(label_counts: torch.Tensor, num_samples: int, a: float = 
     return 1.0 + c * torch.exp(-a * torch.log(n_l + b))
 
 
-def psp_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, inv_propensity: torch.Tensor, k: int,
-             normalize: bool = True) -> float:
+def psp_at_k(
+    topk: torch.Tensor,
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    inv_propensity: torch.Tensor,
+    k: int,
+    normalize: bool = True,
+) -> float:
     """Propensity-scored precision PSP@k (Jain et al. 2016).
 
     Unnormalised: the mean over samples of ``(1/k) sum_{l in top-k} y_l / p_l``. Normalised (the
@@ -121,8 +128,9 @@ def psp_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, in
     return float(gained / best) if best > 0 else 0.0
 
 
-def split_precision_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, frequent: torch.Tensor,
-                         k: int) -> tuple[float, float]:
+def split_precision_at_k(
+    topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, frequent: torch.Tensor, k: int
+) -> tuple[float, float]:
     """FedMLH's split of P@k into frequent and infrequent classes.
 
     ``P@k_freq`` counts only hits on classes in ``frequent``, ``P@k_infreq`` only the others, both
@@ -155,9 +163,14 @@ def map_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k:
     return float(ap.mean())
 
 
-def ranking_metrics(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
-                    ks: tuple[int, ...] = (1, 3, 5), inv_propensity: torch.Tensor | None = None,
-                    frequent: torch.Tensor | None = None) -> dict[str, float]:
+def ranking_metrics(
+    topk: torch.Tensor,
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    ks: tuple[int, ...] = (1, 3, 5),
+    inv_propensity: torch.Tensor | None = None,
+    frequent: torch.Tensor | None = None,
+) -> dict[str, float]:
     """P@k and nDCG@k for every k in ``ks`` that the prediction width allows; with
     ``inv_propensity`` also PSP@k (normalised), with ``frequent`` also ``P@k_freq``/``P@k_infreq``;
     and MAP over the prediction width (``MAP@<width>``)."""
@@ -175,8 +188,9 @@ def ranking_metrics(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Ten
     return out
 
 
-def communication_summary(history: Sequence["RoundRecord"], metric: str = "P@1",
-                          model_bytes: int | None = None, target: float | None = None) -> dict:
+def communication_summary(
+    history: Sequence[RoundRecord], metric: str = "P@1", model_bytes: int | None = None, target: float | None = None
+) -> dict:
     """Bytes per round and cumulative, and what they bought.
 
     Args:
@@ -198,16 +212,32 @@ def communication_summary(history: Sequence["RoundRecord"], metric: str = "P@1",
         up += rec.bytes_up
         down += rec.bytes_down
         value = rec.metrics.get(metric)
-        per_round.append({"round": rec.round, "bytes_up": rec.bytes_up, "bytes_down": rec.bytes_down,
-                          "cum_up": up, "cum_down": down, metric: value})
+        per_round.append(
+            {
+                "round": rec.round,
+                "bytes_up": rec.bytes_up,
+                "bytes_down": rec.bytes_down,
+                "cum_up": up,
+                "cum_down": down,
+                metric: value,
+            }
+        )
         if value is None:
             continue
         if best is None or value > best:
             best, best_round, best_bytes = value, i + 1, up + down
         if target is not None and hit_round is None and value >= target:
             hit_round, hit_bytes = i + 1, up + down
-    out = {"metric": metric, "per_round": per_round, "total_up": up, "total_down": down, "best": best,
-           "rounds_to_best": best_round, "bytes_to_best": best_bytes, "model_bytes": model_bytes}
+    out = {
+        "metric": metric,
+        "per_round": per_round,
+        "total_up": up,
+        "total_down": down,
+        "best": best,
+        "rounds_to_best": best_round,
+        "bytes_to_best": best_bytes,
+        "model_bytes": model_bytes,
+    }
     if target is not None:
         out.update(target=target, rounds_to_target=hit_round, bytes_to_target=hit_bytes)
     return out

@@ -84,8 +84,10 @@ __global__ void divergent_barrier_kernel(float* out) {
 
 // Broken: lane 0 waits for the block while lanes 1-31 wait for lane 0 in a warp barrier.
 __global__ void deadlock_kernel(float* out) {
-  if (threadIdx.x == 0) __syncthreads();
-  else __syncwarp();
+  if (threadIdx.x == 0)
+    __syncthreads();
+  else
+    __syncwarp();
   out[threadIdx.x] = 1.0f;
 }
 
@@ -101,8 +103,8 @@ __global__ void label_hash_no_barrier_kernel(uint8_t* out, const int64_t* indptr
                                              const int32_t* table, int64_t n_samples, int64_t r, int64_t b) {
   const int64_t n = blockIdx.x;
   fedkernels::label_hash_zero(out, n, n_samples, r, b, threadIdx.x, blockDim.x);
-  fedkernels::label_hash_set(out, labels + indptr[n], indptr[n + 1] - indptr[n], table, n, n_samples, r, b,
-                             threadIdx.x, blockDim.x);
+  fedkernels::label_hash_set(out, labels + indptr[n], indptr[n + 1] - indptr[n], table, n, n_samples, r, b, threadIdx.x,
+                             blockDim.x);
 }
 
 at::Tensor warp_ops(const at::Tensor& x) {
@@ -115,31 +117,38 @@ at::Tensor warp_ops(const at::Tensor& x) {
 at::Tensor block_sum(const at::Tensor& x, int64_t variant) {
   TORCH_CHECK(x.numel() == kThreads && x.scalar_type() == at::kFloat && x.is_contiguous());
   auto out = at::zeros({}, x.options());
-  if (variant == 0) missing_barrier_kernel<<<1, kThreads>>>(x.data_ptr<float>(), out.data_ptr<float>());
-  else uninitialised_shared_kernel<<<1, kThreads>>>(x.data_ptr<float>(), out.data_ptr<float>());
+  if (variant == 0)
+    missing_barrier_kernel<<<1, kThreads>>>(x.data_ptr<float>(), out.data_ptr<float>());
+  else
+    uninitialised_shared_kernel<<<1, kThreads>>>(x.data_ptr<float>(), out.data_ptr<float>());
   return out;
 }
 
 void overflow(at::Tensor x, int64_t where) {
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.is_contiguous());
-  if (where == 0) global_overflow_kernel<<<1, 32>>>(x.data_ptr<float>(), x.numel());
-  else shared_overflow_kernel<<<1, kThreads>>>(x.data_ptr<float>(), 1);
+  if (where == 0)
+    global_overflow_kernel<<<1, 32>>>(x.data_ptr<float>(), x.numel());
+  else
+    shared_overflow_kernel<<<1, kThreads>>>(x.data_ptr<float>(), 1);
 }
 
 void barrier_misuse(at::Tensor x, int64_t variant) {
   TORCH_CHECK(x.numel() >= kThreads && x.scalar_type() == at::kFloat && x.is_contiguous());
-  if (variant == 0) divergent_barrier_kernel<<<1, kThreads>>>(x.data_ptr<float>());
-  else if (variant == 1) deadlock_kernel<<<1, 32>>>(x.data_ptr<float>());
-  else shuffle_exited_lane_kernel<<<1, 32>>>(x.data_ptr<float>(), x.data_ptr<float>());
+  if (variant == 0)
+    divergent_barrier_kernel<<<1, kThreads>>>(x.data_ptr<float>());
+  else if (variant == 1)
+    deadlock_kernel<<<1, 32>>>(x.data_ptr<float>());
+  else
+    shuffle_exited_lane_kernel<<<1, 32>>>(x.data_ptr<float>(), x.data_ptr<float>());
 }
 
 at::Tensor label_hash_no_barrier(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& table,
                                  int64_t num_buckets) {
   const int64_t n = indptr.numel() - 1, r = table.size(1);
   auto out = at::empty({r, n, num_buckets}, indices.options().dtype(at::kByte));
-  label_hash_no_barrier_kernel<<<static_cast<unsigned>(n), 256>>>(
-      out.data_ptr<uint8_t>(), indptr.data_ptr<int64_t>(), indices.data_ptr<int64_t>(), table.data_ptr<int32_t>(), n,
-      r, num_buckets);
+  label_hash_no_barrier_kernel<<<static_cast<unsigned>(n), 256>>>(out.data_ptr<uint8_t>(), indptr.data_ptr<int64_t>(),
+                                                                  indices.data_ptr<int64_t>(),
+                                                                  table.data_ptr<int32_t>(), n, r, num_buckets);
   return out;
 }
 

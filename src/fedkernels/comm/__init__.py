@@ -9,4 +9,4 @@
 from .kmeans import kmeans_1d, quantize_runs
 from .runlength import RunHeader, decode_runs, encode_runs, read_header
 
-__all__ = ["encode_runs", "decode_runs", "read_header", "RunHeader", "kmeans_1d", "quantize_runs"]
+__all__ = ["RunHeader", "decode_runs", "encode_runs", "kmeans_1d", "quantize_runs", "read_header"]

@@ -18,8 +18,9 @@ output: memory <= expected tensor bytes + O(len(data)). Malformed data raises ``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Union
 
 import torch
 
@@ -76,8 +77,9 @@ def encode_runs(x: torch.Tensor, value_dtype: str = "float32") -> bytes:
     code, dtype, word, _ = _DTYPES[value_dtype]
     allowed = (torch.float32,) if value_dtype == "float32" else (torch.float32, torch.float16)
     if x.dtype not in allowed:
-        raise ValueError(f"x must have dtype {' or '.join(map(str, allowed))} for value_dtype={value_dtype!r}, "
-                         f"got {x.dtype}")
+        raise ValueError(
+            f"x must have dtype {' or '.join(map(str, allowed))} for value_dtype={value_dtype!r}, got {x.dtype}"
+        )
     words = x.detach().to("cpu", dtype).contiguous().reshape(-1).view(word)
     return _C.rle_encode(memoryview(words.numpy()).cast("B"), code, list(x.shape))
 
@@ -87,8 +89,9 @@ def _byte_view(data: object) -> memoryview:
     bytes-like: bytes, bytearray, memoryview, or a 1-D uint8 CPU tensor)."""
     if isinstance(data, torch.Tensor):
         if data.dtype != torch.uint8 or data.dim() != 1 or data.device.type != "cpu":
-            raise ValueError(f"data as a tensor must be 1-D uint8 on the CPU, got {data.dtype} {tuple(data.shape)} "
-                             f"on {data.device}")
+            raise ValueError(
+                f"data as a tensor must be 1-D uint8 on the CPU, got {data.dtype} {tuple(data.shape)} on {data.device}"
+            )
         return memoryview(data.contiguous().numpy()).cast("B")
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"data must be bytes, got {type(data).__name__}")
@@ -104,8 +107,9 @@ def _dtype_code(expected_dtype: str | torch.dtype | None) -> int:
     for name, (code, dtype, _, _) in _DTYPES.items():
         if expected_dtype in (name, dtype):
             return code
-    raise ValueError(f"expected_dtype must be 'float32', 'float16', torch.float32, torch.float16 or None, "
-                     f"got {expected_dtype!r}")
+    raise ValueError(
+        f"expected_dtype must be 'float32', 'float16', torch.float32, torch.float16 or None, got {expected_dtype!r}"
+    )
 
 
 def _shape_list(expected_shape: Sequence[int] | None) -> list[int] | None:
@@ -131,9 +135,15 @@ def read_header(data: Bytes) -> RunHeader:
     return RunHeader(_BY_CODE[code], tuple(int(s) for s in shape), int(runs), int(header_bytes))
 
 
-def decode_runs(data: Bytes | torch.Tensor, expected_shape: Sequence[int] | None = None,
-                expected_dtype: str | torch.dtype | None = None, *, max_numel: int = DEFAULT_MAX_NUMEL,
-                require_finite: bool = False, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+def decode_runs(
+    data: Bytes | torch.Tensor,
+    expected_shape: Sequence[int] | None = None,
+    expected_dtype: str | torch.dtype | None = None,
+    *,
+    max_numel: int = DEFAULT_MAX_NUMEL,
+    require_finite: bool = False,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """Decode bytes from :func:`encode_runs` back to the tensor, checked (``data`` may come from anyone).
 
     Before anything is allocated for the output, the compiled decoder checks the framing, the CRC-32
@@ -166,8 +176,9 @@ def decode_runs(data: Bytes | torch.Tensor, expected_shape: Sequence[int] | None
         raise ValueError(f"max_numel must be an int in [0, 2**63), got {max_numel!r}")
     if out_dtype not in (None, torch.float32):
         raise ValueError(f"out_dtype must be None or torch.float32, got {out_dtype!r}")
-    got_code, got_shape, raw = _C.rle_decode(view, shape, code, max_numel, bool(require_finite),
-                                             out_dtype == torch.float32)
+    got_code, got_shape, raw = _C.rle_decode(
+        view, shape, code, max_numel, bool(require_finite), out_dtype == torch.float32
+    )
     _, dtype, word, _ = _DTYPES[_BY_CODE[got_code]]
     if out_dtype is not None:
         dtype, word = torch.float32, torch.int32

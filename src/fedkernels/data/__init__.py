@@ -2,20 +2,59 @@
 public datasets (``fedkernels data``), feature hashing, splits, partitioners and the synthetic default."""
 
 from .datasets import Dataset, load_dataset, load_xc_dataset, resolve_dataset, to_client_data
+from .feature_hashing import hash_features, idf_weights
 from .fetcher import DownloadError, cache_dir, dataset_dir, fetch, is_fetched, sha256_of
 from .formats import read_any, read_libsvm, read_npz, write_xc
+from .partition import (
+    Shard,
+    dirichlet_partition,
+    fedmlh_partition,
+    frequent_classes,
+    iid_partition,
+    label_counts,
+    make_clients,
+    one_label_per_client,
+)
 from .remote import RemoteDataset, RemoteFile, find_remote, get_remote, register, remote_datasets, unregister
-from .feature_hashing import hash_features, idf_weights
-from .partition import (Shard, dirichlet_partition, fedmlh_partition, frequent_classes, iid_partition,
-                        label_counts, make_clients, one_label_per_client)
 from .split import train_test_split
 from .synthetic import synthetic_multilabel
 from .xc_format import XCData, read_xc
 
 __all__ = [
-    "Dataset", "DownloadError", "RemoteDataset", "RemoteFile", "Shard", "cache_dir", "dataset_dir", "fetch",
-    "find_remote", "get_remote", "is_fetched", "read_any", "read_libsvm", "read_npz", "register", "remote_datasets",
-    "resolve_dataset", "sha256_of", "unregister", "write_xc", "XCData", "dirichlet_partition", "fedmlh_partition", "frequent_classes", "hash_features",
-    "idf_weights", "iid_partition", "label_counts", "load_dataset", "load_xc_dataset", "make_clients",
-    "one_label_per_client", "read_xc", "synthetic_multilabel", "to_client_data", "train_test_split",
+    "Dataset",
+    "DownloadError",
+    "RemoteDataset",
+    "RemoteFile",
+    "Shard",
+    "XCData",
+    "cache_dir",
+    "dataset_dir",
+    "dirichlet_partition",
+    "fedmlh_partition",
+    "fetch",
+    "find_remote",
+    "frequent_classes",
+    "get_remote",
+    "hash_features",
+    "idf_weights",
+    "iid_partition",
+    "is_fetched",
+    "label_counts",
+    "load_dataset",
+    "load_xc_dataset",
+    "make_clients",
+    "one_label_per_client",
+    "read_any",
+    "read_libsvm",
+    "read_npz",
+    "read_xc",
+    "register",
+    "remote_datasets",
+    "resolve_dataset",
+    "sha256_of",
+    "synthetic_multilabel",
+    "to_client_data",
+    "train_test_split",
+    "unregister",
+    "write_xc",
 ]

@@ -12,9 +12,9 @@ import torch
 
 from ..fl.types import ClientData
 from .feature_hashing import hash_features, idf_weights, l2_normalize_rows
+from .formats import read_any
 from .split import train_test_split
 from .synthetic import synthetic_multilabel
-from .formats import read_any
 from .xc_format import XCData
 
 
@@ -46,8 +46,12 @@ def to_client_data(x: torch.Tensor, labels: sp.csr_matrix) -> ClientData:
     """Dense features ``[N, F]`` and a 0/1 label CSR ``[N, L]`` as a :class:`ClientData`."""
     labels = sp.csr_matrix(labels)
     labels.sort_indices()
-    return ClientData(x, torch.from_numpy(labels.indptr.astype(np.int64)),
-                      torch.from_numpy(labels.indices.astype(np.int64)), int(labels.shape[1]))
+    return ClientData(
+        x,
+        torch.from_numpy(labels.indptr.astype(np.int64)),
+        torch.from_numpy(labels.indices.astype(np.int64)),
+        int(labels.shape[1]),
+    )
 
 
 MAX_DENSE_ELEMENTS = 2**27
@@ -58,8 +62,10 @@ MAX_DENSE_ELEMENTS = 2**27
 def check_dense_size(n: int, f: int, path: Path, part: str) -> None:
     """``ValueError`` naming ``path`` if a dense ``[n, f]`` feature matrix exceeds :data:`MAX_DENSE_ELEMENTS`."""
     if n * f > MAX_DENSE_ELEMENTS:
-        raise ValueError(f"{path}: the {part} features would be {n} x {f} = {n * f} dense elements, above the "
-                         f"bound {MAX_DENSE_ELEMENTS} (2**27); pass feature_dim= to hash them to fewer columns")
+        raise ValueError(
+            f"{path}: the {part} features would be {n} x {f} = {n * f} dense elements, above the "
+            f"bound {MAX_DENSE_ELEMENTS} (2**27); pass feature_dim= to hash them to fewer columns"
+        )
 
 
 def _xc_parts(path: Path, test_fraction: float, seed: int) -> tuple[XCData, XCData, dict]:
@@ -68,25 +74,37 @@ def _xc_parts(path: Path, test_fraction: float, seed: int) -> tuple[XCData, XCDa
     else:
         for ext in (".txt", ".svm", "_X.npz"):
             if (path / f"train{ext}").is_file() and (path / f"test{ext}").is_file():
-                return (read_any(path / f"train{ext}"), read_any(path / f"test{ext}"),
-                        {"split": f"official train{ext}/test{ext}"})
+                return (
+                    read_any(path / f"train{ext}"),
+                    read_any(path / f"test{ext}"),
+                    {"split": f"official train{ext}/test{ext}"},
+                )
         for ext in (".txt", ".svm", "_X.npz"):
             if (path / f"all{ext}").is_file():
                 parts = {"all": path / f"all{ext}"}
                 break
         else:
-            raise FileNotFoundError(f"{path}: expected an XC-format, libsvm or .npz data file, or a folder with "
-                                    "train+test or all (.txt XC or libsvm, .svm libsvm, or _X.npz/_Y.npz pairs), "
-                                    "or a dataset name from `fedkernels data list`")
+            raise FileNotFoundError(
+                f"{path}: expected an XC-format, libsvm or .npz data file, or a folder with "
+                "train+test or all (.txt XC or libsvm, .svm libsvm, or _X.npz/_Y.npz pairs), "
+                "or a dataset name from `fedkernels data list`"
+            )
     full = read_any(parts["all"])
     tr, te = train_test_split(full.num_samples, test_fraction, seed)
-    note = {"split": f"seeded permutation (fedkernels.data.train_test_split, seed={seed}, "
-                     f"test_fraction={test_fraction})"}
+    note = {
+        "split": f"seeded permutation (fedkernels.data.train_test_split, seed={seed}, test_fraction={test_fraction})"
+    }
     return full.subset(tr), full.subset(te), note
 
 
-def load_xc_dataset(path: str | Path, feature_dim: int | None = None, seed: int = 0, test_fraction: float = 0.2,
-                    tfidf: bool = False, l2_normalize: bool = True) -> Dataset:
+def load_xc_dataset(
+    path: str | Path,
+    feature_dim: int | None = None,
+    seed: int = 0,
+    test_fraction: float = 0.2,
+    tfidf: bool = False,
+    l2_normalize: bool = True,
+) -> Dataset:
     """Load an XC-format dataset and turn its sparse features dense.
 
     Args:
@@ -116,20 +134,33 @@ def load_xc_dataset(path: str | Path, feature_dim: int | None = None, seed: int 
         return torch.from_numpy((l2_normalize_rows(x) if l2_normalize else x).astype(np.float32))
 
     notes.update(feature_dim=feature_dim or train.num_features, tfidf=tfidf, l2_normalize=l2_normalize)
-    return Dataset(to_client_data(dense(train.features), train.labels),
-                   to_client_data(dense(test.features), test.labels), str(path), notes)
+    return Dataset(
+        to_client_data(dense(train.features), train.labels),
+        to_client_data(dense(test.features), test.labels),
+        str(path),
+        notes,
+    )
 
 
-def load_dataset(spec: str | Path = "synthetic", seed: int = 0, feature_dim: int | None = None,
-                 test_fraction: float = 0.2, **synthetic_kw) -> Dataset:
+def load_dataset(
+    spec: str | Path = "synthetic",
+    seed: int = 0,
+    feature_dim: int | None = None,
+    test_fraction: float = 0.2,
+    **synthetic_kw,
+) -> Dataset:
     """``"synthetic"`` (see :func:`synthetic_multilabel`; ``synthetic_kw`` passes its arguments,
     train and test drawn together then split), a path for :func:`load_xc_dataset`, or the name of a
     dataset fetched with ``fedkernels data get`` (see :func:`resolve_dataset`)."""
     if str(spec) == "synthetic":
         full = synthetic_multilabel(seed=seed, **synthetic_kw)
         tr, te = train_test_split(len(full), test_fraction, seed)
-        return Dataset(full.rows(torch.from_numpy(tr)), full.rows(torch.from_numpy(te)), "synthetic",
-                       {"split": f"seeded permutation (seed={seed}, test_fraction={test_fraction})", **synthetic_kw})
+        return Dataset(
+            full.rows(torch.from_numpy(tr)),
+            full.rows(torch.from_numpy(te)),
+            "synthetic",
+            {"split": f"seeded permutation (seed={seed}, test_fraction={test_fraction})", **synthetic_kw},
+        )
     return load_xc_dataset(resolve_dataset(spec), feature_dim, seed, test_fraction)
 
 
@@ -146,6 +177,8 @@ def resolve_dataset(spec: str | Path) -> Path:
     if path.exists() or find_remote(str(spec)) is None:
         return path
     if not is_fetched(str(spec)):
-        raise FileNotFoundError(f"dataset {spec!r} is registered but not downloaded: run "
-                                f"`fedkernels data get {find_remote(str(spec)).name}` first")
+        raise FileNotFoundError(
+            f"dataset {spec!r} is registered but not downloaded: run "
+            f"`fedkernels data get {find_remote(str(spec)).name}` first"
+        )
     return dataset_dir(str(spec))

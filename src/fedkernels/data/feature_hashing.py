@@ -27,8 +27,9 @@ def idf_weights(features: sp.csr_matrix) -> np.ndarray:
     return np.log((1.0 + n) / (1.0 + df)) + 1.0
 
 
-def hash_features(features: sp.csr_matrix, dim: int, seed: int = 0, idf: np.ndarray | None = None,
-                  l2_normalize: bool = False) -> torch.Tensor:
+def hash_features(
+    features: sp.csr_matrix, dim: int, seed: int = 0, idf: np.ndarray | None = None, l2_normalize: bool = False
+) -> torch.Tensor:
     """Hash sparse features to ``dim`` signed buckets: ``out[n, h(f)] += s(f) * w_f * x[n, f]``.
 
     Args:

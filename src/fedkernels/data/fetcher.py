@@ -63,8 +63,14 @@ def sha256_of(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def download(url: str, dest: Path, sha256: str | None = None, progress: bool = True, timeout: float = 60.0,
-             log: IO[str] | None = None) -> str:
+def download(
+    url: str,
+    dest: Path,
+    sha256: str | None = None,
+    progress: bool = True,
+    timeout: float = 60.0,
+    log: IO[str] | None = None,
+) -> str:
     """Download ``url`` to ``dest`` (through ``dest.part``, renamed only once complete and verified).
 
     Args:
@@ -87,8 +93,10 @@ def download(url: str, dest: Path, sha256: str | None = None, progress: bool = T
     try:
         digest = _stream(url, part, progress, timeout)
         if sha256 is not None and digest != sha256.lower():
-            raise DownloadError(f"checksum mismatch for {url}: expected SHA-256 {sha256.lower()}, got {digest} "
-                                "(a corrupted or changed file; nothing was kept)")
+            raise DownloadError(
+                f"checksum mismatch for {url}: expected SHA-256 {sha256.lower()}, got {digest} "
+                "(a corrupted or changed file; nothing was kept)"
+            )
         if sha256 is None:
             print(f"{dest.name}: SHA-256 {digest} (no checksum recorded for it, so it was not verified)", file=log)
         os.replace(part, dest)
@@ -106,12 +114,23 @@ def _stream(url: str, part: Path, progress: bool, timeout: float) -> str:
             total = int(total) if total is not None and total.isdigit() else None
             ctype = resp.headers.get("Content-Type") or ""
             if ctype.startswith("text/html") and not url.lower().endswith((".html", ".htm")):
-                raise DownloadError(f"{url} returned an HTML page, not the file (a login, quota or "
-                                    "'confirm download' page?); download it in a browser and pass "
-                                    "--url file:///path/to/the/file")
-            with open(part, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
-                                              desc=part.name[: -len(".part")], disable=not progress,
-                                              file=sys.stderr) as bar:
+                raise DownloadError(
+                    f"{url} returned an HTML page, not the file (a login, quota or "
+                    "'confirm download' page?); download it in a browser and pass "
+                    "--url file:///path/to/the/file"
+                )
+            with (
+                open(part, "wb") as out,
+                tqdm(
+                    total=total,
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1024,
+                    desc=part.name[: -len(".part")],
+                    disable=not progress,
+                    file=sys.stderr,
+                ) as bar,
+            ):
                 while True:
                     block = resp.read(_CHUNK)
                     if not block:
@@ -127,9 +146,10 @@ def _stream(url: str, part: Path, progress: bool, timeout: float) -> str:
     except urllib.error.URLError as e:
         raise DownloadError(f"cannot download {url}: {_reason(e.reason)}") from None
     except http.client.IncompleteRead as e:
-        raise DownloadError(f"truncated download from {url}: the connection closed after "
-                            f"{got + len(e.partial)} bytes") from None
-    except (socket.timeout, TimeoutError):
+        raise DownloadError(
+            f"truncated download from {url}: the connection closed after {got + len(e.partial)} bytes"
+        ) from None
+    except TimeoutError:
         raise DownloadError(f"timed out downloading {url} (no data for {timeout:g} s, {got} bytes received)") from None
     except (ConnectionError, http.client.HTTPException) as e:
         raise DownloadError(f"connection to {url} failed after {got} bytes: {_reason(e)}") from None
@@ -150,8 +170,9 @@ def _reason(reason: object) -> str:
     return str(reason)
 
 
-def fetch(name: str, url: str | None = None, force: bool = False, progress: bool = True,
-          log: IO[str] | None = None) -> Path:
+def fetch(
+    name: str, url: str | None = None, force: bool = False, progress: bool = True, log: IO[str] | None = None
+) -> Path:
     """Fetch a registered dataset into the cache and return its folder (``train.*`` and ``test.*``).
 
     Args:
@@ -195,8 +216,9 @@ def fetch(name: str, url: str | None = None, force: bool = False, progress: bool
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)  # nothing half-fetched stays in the cache
         raise
-    (folder / MARKER).write_text(json.dumps({"name": ds.name, "sha256": digests,
-                                             "urls": [f.url for f in files]}, indent=1))
+    (folder / MARKER).write_text(
+        json.dumps({"name": ds.name, "sha256": digests, "urls": [f.url for f in files]}, indent=1)
+    )
     return folder
 
 

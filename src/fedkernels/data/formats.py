@@ -24,8 +24,9 @@ import scipy.sparse as sp
 from .xc_format import MAX_DIM, XCData, _parse_header, _parse_line, read_xc
 
 
-def read_libsvm(path: str | Path, num_features: int | None = None, num_labels: int | None = None,
-                zero_based: bool | str = "auto") -> XCData:
+def read_libsvm(
+    path: str | Path, num_features: int | None = None, num_labels: int | None = None, zero_based: bool | str = "auto"
+) -> XCData:
     """Read a multi-label libsvm file (``l1,l2 f:v ...`` per line, no header).
 
     Args:
@@ -68,11 +69,13 @@ def read_libsvm(path: str | Path, num_features: int | None = None, num_labels: i
     f = _size(fids, num_features, "num_features", "feature", path)
     lab_ids = np.asarray(labels, dtype=np.int64)
     l = _size(lab_ids, num_labels, "num_labels", "label", path)
-    features = sp.csr_matrix((np.asarray(feat_vals, dtype=np.float32), fids, np.asarray(feat_ptr, dtype=np.int64)),
-                             shape=(n, f))
+    features = sp.csr_matrix(
+        (np.asarray(feat_vals, dtype=np.float32), fids, np.asarray(feat_ptr, dtype=np.int64)), shape=(n, f)
+    )
     features.sum_duplicates()
-    lab = sp.csr_matrix((np.ones(lab_ids.size, dtype=np.float32), lab_ids, np.asarray(lab_ptr, dtype=np.int64)),
-                        shape=(n, l))
+    lab = sp.csr_matrix(
+        (np.ones(lab_ids.size, dtype=np.float32), lab_ids, np.asarray(lab_ptr, dtype=np.int64)), shape=(n, l)
+    )
     lab.sum_duplicates()
     lab.data[:] = 1.0
     return XCData(features, lab)
@@ -148,7 +151,7 @@ def write_xc(data: XCData, path: str | Path) -> None:
     with Path(path).open("w", encoding="utf-8") as out:
         out.write(f"{data.num_samples} {data.num_features} {data.num_labels}\n")
         for i in range(data.num_samples):
-            lab = ",".join(str(int(c)) for c in labels.indices[labels.indptr[i]:labels.indptr[i + 1]])
+            lab = ",".join(str(int(c)) for c in labels.indices[labels.indptr[i] : labels.indptr[i + 1]])
             lo, hi = feats.indptr[i], feats.indptr[i + 1]
             ft = " ".join(f"{int(c)}:{float(v):.9g}" for c, v in zip(feats.indices[lo:hi], feats.data[lo:hi]))
             out.write(f"{lab} {ft}".rstrip() + "\n" if lab or ft else "\n")

@@ -55,7 +55,7 @@ def _full_shard(rows: np.ndarray, indptr: np.ndarray, indices: np.ndarray, class
     lens = indptr[rows + 1] - indptr[rows]
     sub_ptr = np.zeros(rows.size + 1, dtype=np.int64)
     np.cumsum(lens, out=sub_ptr[1:])
-    sub_idx = np.concatenate([indices[indptr[r]:indptr[r + 1]] for r in rows]) if rows.size else np.zeros(0, np.int64)
+    sub_idx = np.concatenate([indices[indptr[r] : indptr[r + 1]] for r in rows]) if rows.size else np.zeros(0, np.int64)
     return Shard(rows, sub_ptr, sub_idx.astype(np.int64), classes)
 
 
@@ -74,7 +74,7 @@ def frequent_classes(indptr, indices, num_classes: int, top: int) -> np.ndarray:
         raise ValueError(f"top must be >= 0, got {top}")
     counts = label_counts(indptr, indices, num_classes)
     order = np.lexsort((np.arange(num_classes), -counts))  # count descending, then id ascending
-    chosen = order[:int(top)]
+    chosen = order[: int(top)]
     return np.sort(chosen[counts[chosen] > 0]).astype(np.int64)
 
 
@@ -86,8 +86,9 @@ def iid_partition(indptr, indices, num_clients: int, seed: int = 0) -> list[Shar
     return [_full_shard(np.sort(part), ip, ix) for part in np.array_split(perm, num_clients)]
 
 
-def fedmlh_partition(indptr, indices, num_classes: int, num_clients: int, num_frequent: int,
-                     seed: int = 0) -> list[Shard]:
+def fedmlh_partition(
+    indptr, indices, num_classes: int, num_clients: int, num_frequent: int, seed: int = 0
+) -> list[Shard]:
     """FedMLH's non-iid split: clients hold disjoint sets of frequent classes.
 
     The ``num_frequent`` most frequent classes are shuffled and dealt round-robin to the clients
@@ -105,12 +106,14 @@ def fedmlh_partition(indptr, indices, num_classes: int, num_clients: int, num_fr
     fallback = rng.integers(0, num_clients, size=n)
     members: list[list[int]] = [[] for _ in range(num_clients)]
     for r in range(n):
-        owners = np.unique(owner[ix[ip[r]:ip[r + 1]]])
+        owners = np.unique(owner[ix[ip[r] : ip[r + 1]]])
         owners = owners[owners >= 0]
         for c in owners if owners.size else [fallback[r]]:
             members[int(c)].append(r)
-    return [_full_shard(np.asarray(m, dtype=np.int64), ip, ix, np.sort(freq[owner[freq] == c]))
-            for c, m in enumerate(members)]
+    return [
+        _full_shard(np.asarray(m, dtype=np.int64), ip, ix, np.sort(freq[owner[freq] == c]))
+        for c, m in enumerate(members)
+    ]
 
 
 def _primary_labels(ip: np.ndarray, ix: np.ndarray, num_classes: int) -> np.ndarray:
@@ -121,14 +124,22 @@ def _primary_labels(ip: np.ndarray, ix: np.ndarray, num_classes: int) -> np.ndar
     rank[np.lexsort((np.arange(num_classes), -counts))] = np.arange(num_classes)
     out = np.full(ip.size - 1, -1, dtype=np.int64)
     for r in range(ip.size - 1):
-        labs = ix[ip[r]:ip[r + 1]]
+        labs = ix[ip[r] : ip[r + 1]]
         if labs.size:
             out[r] = labs[np.argmin(rank[labs])]
     return out
 
 
-def dirichlet_partition(indptr, indices, num_classes: int, num_clients: int, beta: float, seed: int = 0,
-                        min_size: int = 1, max_tries: int = 100) -> list[Shard]:
+def dirichlet_partition(
+    indptr,
+    indices,
+    num_classes: int,
+    num_clients: int,
+    beta: float,
+    seed: int = 0,
+    min_size: int = 1,
+    max_tries: int = 100,
+) -> list[Shard]:
     """Label skew: each sample goes to one client; the samples of each primary label (a sample's
     most frequent label) are split over clients in proportions drawn from Dirichlet(beta).
 
@@ -155,8 +166,10 @@ def dirichlet_partition(indptr, indices, num_classes: int, num_clients: int, bet
         rows = [np.sort(np.concatenate(m)) for m in members]
         if min(r.size for r in rows) >= min_size:
             return [_full_shard(r, ip, ix) for r in rows]
-    raise ValueError(f"no Dirichlet(beta={beta}) draw in {max_tries} gave every client >= {min_size} samples; "
-                     "raise beta or lower num_clients")
+    raise ValueError(
+        f"no Dirichlet(beta={beta}) draw in {max_tries} gave every client >= {min_size} samples; "
+        "raise beta or lower num_clients"
+    )
 
 
 def one_label_per_client(indptr, indices, num_classes: int) -> list[Shard]:
@@ -171,12 +184,20 @@ def one_label_per_client(indptr, indices, num_classes: int) -> list[Shard]:
     for c in np.unique(cls):
         lo, hi = np.searchsorted(cls, c, "left"), np.searchsorted(cls, c, "right")
         rows = np.unique(rows_sorted[lo:hi])
-        shards.append(Shard(rows, np.arange(rows.size + 1, dtype=np.int64), np.full(rows.size, c, np.int64),
-                            np.asarray([c], dtype=np.int64)))
+        shards.append(
+            Shard(
+                rows,
+                np.arange(rows.size + 1, dtype=np.int64),
+                np.full(rows.size, c, np.int64),
+                np.asarray([c], dtype=np.int64),
+            )
+        )
     return shards
 
 
 def make_clients(x: torch.Tensor, shards: list[Shard], num_classes: int) -> list[ClientData]:
     """Each shard as a :class:`~fedkernels.fl.ClientData` (features ``x [N, F]`` gathered by row)."""
-    return [ClientData(x[torch.from_numpy(s.rows)], torch.from_numpy(s.indptr), torch.from_numpy(s.indices),
-                       num_classes) for s in shards]
+    return [
+        ClientData(x[torch.from_numpy(s.rows)], torch.from_numpy(s.indptr), torch.from_numpy(s.indices), num_classes)
+        for s in shards
+    ]

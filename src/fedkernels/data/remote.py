@@ -71,26 +71,60 @@ class RemoteDataset:
     test_split: str | None = None
 
 
-def _xc(name: str, drive_id: str | None, folder: str, stem: str, sizes: tuple[int, int, int, int],
-        notes: str = "", aliases: tuple[str, ...] = ()) -> RemoteDataset:
+def _xc(
+    name: str,
+    drive_id: str | None,
+    folder: str,
+    stem: str,
+    sizes: tuple[int, int, int, int],
+    notes: str = "",
+    aliases: tuple[str, ...] = (),
+) -> RemoteDataset:
     f, l, ntr, nte = sizes
     url = _DRIVE + drive_id if drive_id else None
-    return RemoteDataset(name, (RemoteFile(url, f"{name}.zip", None, "zip"),), f"{folder}/{stem}_train.txt",
-                         f"{folder}/{stem}_test.txt", "xc", f, l, ntr, nte, XC_PAGE, notes, aliases)
+    return RemoteDataset(
+        name,
+        (RemoteFile(url, f"{name}.zip", None, "zip"),),
+        f"{folder}/{stem}_train.txt",
+        f"{folder}/{stem}_test.txt",
+        "xc",
+        f,
+        l,
+        ntr,
+        nte,
+        XC_PAGE,
+        notes,
+        aliases,
+    )
 
 
-_MANUAL = ("no direct download link recorded: download the zip from the XC repository page, then "
-           "`fedkernels data get {name} --url file:///path/to/{name}.zip` (the zip's file names are those of "
-           "the repository's README, not checked here); or pass a train/test copy to --dataset")
+_MANUAL = (
+    "no direct download link recorded: download the zip from the XC repository page, then "
+    "`fedkernels data get {name} --url file:///path/to/{name}.zip` (the zip's file names are those of "
+    "the repository's README, not checked here); or pass a train/test copy to --dataset"
+)
 
 
 def _small(name: str, sizes: tuple[int, int, int, int]) -> RemoteDataset:
     """A small XC dataset: one ``<Name>_data.txt`` plus ``<name>_trSplit.txt``/``_tstSplit.txt``."""
     f, l, ntr, nte = sizes
     data, low = f"{name}/{name}_data.txt", name.lower()
-    return RemoteDataset(name, (RemoteFile(None, f"{name}.zip", None, "zip"),), data, data, "xc", f, l, ntr, nte,
-                         XC_PAGE, _MANUAL.format(name=name), (), f"{name}/{low}_trSplit.txt",
-                         f"{name}/{low}_tstSplit.txt")
+    return RemoteDataset(
+        name,
+        (RemoteFile(None, f"{name}.zip", None, "zip"),),
+        data,
+        data,
+        "xc",
+        f,
+        l,
+        ntr,
+        nte,
+        XC_PAGE,
+        _MANUAL.format(name=name),
+        (),
+        f"{name}/{low}_trSplit.txt",
+        f"{name}/{low}_tstSplit.txt",
+    )
 
 
 # (F, L, N train, N test) as the XC repository's table lists them (Mediamill, Bibtex and Delicious checked
@@ -99,15 +133,33 @@ _BUILTIN: tuple[RemoteDataset, ...] = (
     _small("Mediamill", (120, 101, 30993, 12914)),
     _small("Bibtex", (1836, 159, 4880, 2515)),
     _small("Delicious", (500, 983, 12920, 3185)),
-    _xc("EURLex-4K", "0B3lPMIHmG6vGU0VTR1pCejFpWjg", "Eurlex", "eurlex", (5000, 3993, 15539, 3809),
-        aliases=("eurlex",)),
-    _xc("Wiki10-31K", "0B3lPMIHmG6vGaDdOeGliWF9EOTA", "Wiki10", "wiki10", (101938, 30938, 14146, 6616),
-        aliases=("wiki10",)),
+    _xc(
+        "EURLex-4K", "0B3lPMIHmG6vGU0VTR1pCejFpWjg", "Eurlex", "eurlex", (5000, 3993, 15539, 3809), aliases=("eurlex",)
+    ),
+    _xc(
+        "Wiki10-31K",
+        "0B3lPMIHmG6vGaDdOeGliWF9EOTA",
+        "Wiki10",
+        "wiki10",
+        (101938, 30938, 14146, 6616),
+        aliases=("wiki10",),
+    ),
     _xc("AmazonCat-13K", "0B3lPMIHmG6vGa2tMbVJGdDNSMGc", "AmazonCat", "amazonCat", (203882, 13330, 1186239, 306782)),
-    _xc("Delicious-200K", "0B3lPMIHmG6vGR3lBWWYyVlhDLWM", "DeliciousLarge", "deliciousLarge",
-        (782585, 205443, 196606, 100095)),
-    _xc("WikiLSHTC-325K", "0B3lPMIHmG6vGSHE1SWx4TVRva3c", "WikiLSHTC", "wikiLSHTC", (1617899, 325056, 1778351, 587084),
-        aliases=("wikilshtc",)),
+    _xc(
+        "Delicious-200K",
+        "0B3lPMIHmG6vGR3lBWWYyVlhDLWM",
+        "DeliciousLarge",
+        "deliciousLarge",
+        (782585, 205443, 196606, 100095),
+    ),
+    _xc(
+        "WikiLSHTC-325K",
+        "0B3lPMIHmG6vGSHE1SWx4TVRva3c",
+        "WikiLSHTC",
+        "wikiLSHTC",
+        (1617899, 325056, 1778351, 587084),
+        aliases=("wikilshtc",),
+    ),
     _xc("Amazon-670K", "0B3lPMIHmG6vGdUJwRzltS1dvUVk", "Amazon", "amazon", (135909, 670091, 490449, 153025)),
     _xc("Amazon-3M", "0B3lPMIHmG6vGUEd4eTRxaWl3YkE", "Amazon-3M", "amazon-3M", (337067, 2812281, 1717899, 742507)),
 )

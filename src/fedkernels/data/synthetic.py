@@ -14,9 +14,15 @@ from ..fl.seeding import numpy_rng
 from ..fl.types import ClientData
 
 
-def synthetic_multilabel(num_samples: int = 4000, num_features: int = 64, num_classes: int = 200,
-                         labels_per_sample: float = 2.0, exponent: float = 1.0, noise: float = 0.5,
-                         seed: int = 0) -> ClientData:
+def synthetic_multilabel(
+    num_samples: int = 4000,
+    num_features: int = 64,
+    num_classes: int = 200,
+    labels_per_sample: float = 2.0,
+    exponent: float = 1.0,
+    noise: float = 0.5,
+    seed: int = 0,
+) -> ClientData:
     """Draw a power-law multi-label dataset.
 
     Args:
@@ -37,8 +43,10 @@ def synthetic_multilabel(num_samples: int = 4000, num_features: int = 64, num_cl
         >>> d.x.shape, len(d.indices) / len(d)   # about 3 labels per sample
     """
     if num_samples < 0 or num_features < 1 or num_classes < 1:
-        raise ValueError(f"need num_samples >= 0, num_features >= 1, num_classes >= 1, got "
-                         f"{num_samples}, {num_features}, {num_classes}")
+        raise ValueError(
+            f"need num_samples >= 0, num_features >= 1, num_classes >= 1, got "
+            f"{num_samples}, {num_features}, {num_classes}"
+        )
     if labels_per_sample < 1:
         raise ValueError(f"labels_per_sample must be >= 1, got {labels_per_sample}")
     if exponent < 0 or noise < 0:
@@ -54,7 +62,7 @@ def synthetic_multilabel(num_samples: int = 4000, num_features: int = 64, num_cl
     for lo in range(0, num_samples, 2048):
         keys = log_w + rng.gumbel(size=(min(2048, num_samples - lo), num_classes))
         top = np.argsort(-keys, axis=1, kind="stable")[:, :kmax]
-        rows.extend(np.sort(top[i, :counts[lo + i]]) for i in range(top.shape[0]))
+        rows.extend(np.sort(top[i, : counts[lo + i]]) for i in range(top.shape[0]))
     indptr = np.zeros(num_samples + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     indices = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
@@ -65,5 +73,6 @@ def synthetic_multilabel(num_samples: int = 4000, num_features: int = 64, num_cl
     np.add.at(signal, sample_of, proto[indices])
     signal /= np.sqrt(np.maximum(counts, 1))[:, None]
     x = signal + noise * rng.standard_normal((num_samples, num_features)) / np.sqrt(num_features)
-    return ClientData(torch.from_numpy(x.astype(np.float32)), torch.from_numpy(indptr), torch.from_numpy(indices),
-                      num_classes)
+    return ClientData(
+        torch.from_numpy(x.astype(np.float32)), torch.from_numpy(indptr), torch.from_numpy(indices), num_classes
+    )

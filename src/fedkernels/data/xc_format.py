@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 MAX_DIM = 2**26
 """The largest F and L a header may claim (67,108,864; the largest XC datasets have a few million),
@@ -53,7 +52,7 @@ class XCData:
     def num_labels(self) -> int:
         return int(self.labels.shape[1])
 
-    def subset(self, rows: np.ndarray) -> "XCData":
+    def subset(self, rows: np.ndarray) -> XCData:
         """The samples ``rows`` (int ``[m]``), in that order."""
         return XCData(self.features[rows], self.labels[rows])
 
@@ -69,8 +68,16 @@ def _parse_header(line: str, path: Path) -> tuple[int, int, int]:
     return n, f, l
 
 
-def _parse_line(line: str, lineno: int, path: Path, num_features: int, num_labels: int,
-                labels: list[int], feat_ids: list[int], feat_vals: list[float]) -> None:
+def _parse_line(
+    line: str,
+    lineno: int,
+    path: Path,
+    num_features: int,
+    num_labels: int,
+    labels: list[int],
+    feat_ids: list[int],
+    feat_vals: list[float],
+) -> None:
     """Append one sample's label ids and features to the flat lists (validating ranges)."""
     line = line.rstrip("\r\n")
     if not line.strip():
@@ -100,8 +107,9 @@ def _parse_line(line: str, lineno: int, path: Path, num_features: int, num_label
         except ValueError:
             raise ValueError(f"{where}: bad feature value {tok!r}") from None
         if not math.isfinite(v) or abs(v) > _FLOAT32_MAX:
-            raise ValueError(f"{where}: feature value {tok!r} is not a finite float32 in ASCII (NaN, inf, "
-                             "out of range or non-ASCII)")
+            raise ValueError(
+                f"{where}: feature value {tok!r} is not a finite float32 in ASCII (NaN, inf, out of range or non-ASCII)"
+            )
         feat_ids.append(f)
         feat_vals.append(v)
 
@@ -146,11 +154,23 @@ def read_xc(path: str | Path) -> XCData:
             rows += 1
     if rows != n:
         raise ValueError(f"{path}: header says N={n} samples but the file has {rows}")
-    features = sp.csr_matrix((np.asarray(feat_vals, dtype=np.float32), np.asarray(feat_ids, dtype=np.int64),
-                              np.asarray(feat_ptr, dtype=np.int64)), shape=(n, num_features))
+    features = sp.csr_matrix(
+        (
+            np.asarray(feat_vals, dtype=np.float32),
+            np.asarray(feat_ids, dtype=np.int64),
+            np.asarray(feat_ptr, dtype=np.int64),
+        ),
+        shape=(n, num_features),
+    )
     features.sum_duplicates()
-    lab = sp.csr_matrix((np.ones(len(labels), dtype=np.float32), np.asarray(labels, dtype=np.int64),
-                         np.asarray(lab_ptr, dtype=np.int64)), shape=(n, num_labels))
+    lab = sp.csr_matrix(
+        (
+            np.ones(len(labels), dtype=np.float32),
+            np.asarray(labels, dtype=np.int64),
+            np.asarray(lab_ptr, dtype=np.int64),
+        ),
+        shape=(n, num_labels),
+    )
     lab.sum_duplicates()
     lab.data[:] = 1.0
     return XCData(features, lab)

@@ -7,6 +7,19 @@ from .strategy import State, Strategy
 from .types import ClientData, ClientResult, RoundRecord, TrainConfig
 
 __all__ = [
-    "ClientData", "ClientResult", "FedAvg", "FedMLH", "PayloadError", "PayloadSpec", "RoundRecord", "RunConfig", "Server",
-    "State", "Strategy", "TensorSpec", "TrainConfig", "decode", "encode",
+    "ClientData",
+    "ClientResult",
+    "FedAvg",
+    "FedMLH",
+    "PayloadError",
+    "PayloadSpec",
+    "RoundRecord",
+    "RunConfig",
+    "Server",
+    "State",
+    "Strategy",
+    "TensorSpec",
+    "TrainConfig",
+    "decode",
+    "encode",
 ]

@@ -63,7 +63,7 @@ def clean_stale_temps(path: str | Path) -> list[Path]:
     if not path.parent.is_dir():
         return removed
     for tmp in path.parent.iterdir():
-        pid = tmp.name[len(prefix):]
+        pid = tmp.name[len(prefix) :]
         if not tmp.name.startswith(prefix) or not pid.isascii() or not pid.isdigit():
             continue
         if int(pid) == os.getpid() or not _pid_alive(int(pid)):
@@ -149,12 +149,14 @@ def check_meta(meta: dict, path: str | Path) -> None:
     hist = meta.get("history")
     if not isinstance(hist, list) or len(hist) != rnd:
         got = f"{len(hist)} records" if isinstance(hist, list) else repr(type(hist).__name__)
-        raise pl.PayloadError(f"checkpoint {path}: field 'history' must be a list of {rnd} records (one per "
-                              f"round), got {got}")
+        raise pl.PayloadError(
+            f"checkpoint {path}: field 'history' must be a list of {rnd} records (one per round), got {got}"
+        )
     for i, rec in enumerate(hist):
         if not isinstance(rec, dict) or any(f not in rec for f in _RECORD_FIELDS):
-            raise pl.PayloadError(f"checkpoint {path}: field 'history[{i}]' must be a record with "
-                                  f"{', '.join(_RECORD_FIELDS)}")
+            raise pl.PayloadError(
+                f"checkpoint {path}: field 'history[{i}]' must be a record with {', '.join(_RECORD_FIELDS)}"
+            )
         if rec["round"] != i or not isinstance(rec["clients"], list) or not isinstance(rec["failed"], list):
             raise pl.PayloadError(f"checkpoint {path}: field 'history[{i}]' is malformed (round {rec['round']!r})")
 
@@ -162,4 +164,4 @@ def check_meta(meta: dict, path: str | Path) -> None:
 def _read_metadata(data: bytes) -> dict[str, str]:
     """The ``__metadata__`` of a safetensors header (already validated by ``decode``)."""
     n = int.from_bytes(data[:8], "little")
-    return json.loads(data[8:8 + n]).get("__metadata__", {}) or {}
+    return json.loads(data[8 : 8 + n]).get("__metadata__", {}) or {}

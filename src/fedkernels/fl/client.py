@@ -8,7 +8,8 @@ The server only ever sees the bytes it returns, and checks them.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from . import payload as pl
 from .strategy import Strategy

@@ -8,15 +8,25 @@ from __future__ import annotations
 
 import json
 import time
-import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+import tomllib
 import torch
 
-from ..data import (Dataset, dirichlet_partition, fedmlh_partition, frequent_classes, iid_partition, label_counts,
-                    load_dataset, make_clients, one_label_per_client)
+from ..data import (
+    Dataset,
+    dirichlet_partition,
+    fedmlh_partition,
+    frequent_classes,
+    iid_partition,
+    label_counts,
+    load_dataset,
+    make_clients,
+    one_label_per_client,
+)
 from ..metrics import communication_summary, inverse_propensity, ranking_metrics
 from .registry import make_strategy
 from .server import RunConfig, Server
@@ -101,8 +111,9 @@ class PreparedData:
 
 def prepare_data(cfg: ExperimentConfig) -> PreparedData:
     """Load the dataset and partition its training part as the config says."""
-    ds = load_dataset(cfg.dataset, seed=cfg.seed, feature_dim=cfg.feature_dim, test_fraction=cfg.test_fraction,
-                      **cfg.synthetic)
+    ds = load_dataset(
+        cfg.dataset, seed=cfg.seed, feature_dim=cfg.feature_dim, test_fraction=cfg.test_fraction, **cfg.synthetic
+    )
     tr, p = ds.train, ds.num_classes
     num_frequent = cfg.num_frequent if cfg.num_frequent is not None else max(1, p // 10)
     if cfg.partition == "fedmlh":
@@ -117,28 +128,41 @@ def prepare_data(cfg: ExperimentConfig) -> PreparedData:
     if cfg.max_test is not None and len(test) > cfg.max_test:
         test = test.rows(torch.arange(cfg.max_test))
     counts = torch.from_numpy(label_counts(tr.indptr, tr.indices, p))
-    return PreparedData(ds, make_clients(tr.x, shards, p), test, inverse_propensity(counts, max(len(tr), 3)),
-                        torch.from_numpy(frequent_classes(tr.indptr, tr.indices, p, num_frequent)))
+    return PreparedData(
+        ds,
+        make_clients(tr.x, shards, p),
+        test,
+        inverse_propensity(counts, max(len(tr), 3)),
+        torch.from_numpy(frequent_classes(tr.indptr, tr.indices, p, num_frequent)),
+    )
 
 
 def evaluate(strategy: Strategy, state: dict, data: PreparedData, ks: list[int], batch: int = 2048) -> dict[str, float]:
     """P@k, nDCG@k, PSP@k, frequent/infrequent P@k and MAP of the global model on the test set."""
     test = data.test
     kmax = min(max(ks), test.num_classes)
-    preds = [strategy.predict_topk(state, test.x[i:i + batch], kmax) for i in range(0, len(test), batch)]
+    preds = [strategy.predict_topk(state, test.x[i : i + batch], kmax) for i in range(0, len(test), batch)]
     topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64)
-    return ranking_metrics(topk, test.indptr, test.indices, tuple(k for k in ks if k <= kmax),
-                           data.inv_propensity, data.frequent)
+    return ranking_metrics(
+        topk, test.indptr, test.indices, tuple(k for k in ks if k <= kmax), data.inv_propensity, data.frequent
+    )
 
 
-def run_algorithm(name: str, cfg: ExperimentConfig, data: PreparedData,
-                  on_round: Callable[[RoundRecord], None] | None = None) -> dict[str, Any]:
+def run_algorithm(
+    name: str, cfg: ExperimentConfig, data: PreparedData, on_round: Callable[[RoundRecord], None] | None = None
+) -> dict[str, Any]:
     """Run one algorithm for ``cfg.rounds`` rounds; returns its history, final metrics and bytes."""
     strategy = make_strategy(name, **cfg.algorithm_options.get(name, {}))
     train = TrainConfig(epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr=cfg.lr, optimizer=cfg.optimizer)
     per_round = min(cfg.clients_per_round, len(data.clients))
-    run_cfg = RunConfig(rounds=cfg.rounds, clients_per_round=per_round, train=train, seed=cfg.seed,
-                        eval_every=cfg.eval_every, eval_k=tuple(cfg.ks))
+    run_cfg = RunConfig(
+        rounds=cfg.rounds,
+        clients_per_round=per_round,
+        train=train,
+        seed=cfg.seed,
+        eval_every=cfg.eval_every,
+        eval_k=tuple(cfg.ks),
+    )
     t0 = time.perf_counter()
     server = Server(strategy, data.clients, data.dataset.num_features, data.dataset.num_classes, run_cfg)
 

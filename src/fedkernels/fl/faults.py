@@ -56,7 +56,7 @@ class FaultInjector:
                 return name
         return None
 
-    def wrap(self, client_id: int, inner: ClientEndpoint) -> "FaultyClient":
+    def wrap(self, client_id: int, inner: ClientEndpoint) -> FaultyClient:
         """``inner`` with this injector's faults (use as the Server's ``client_wrapper``)."""
         return FaultyClient(self, client_id, inner)
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -74,8 +74,10 @@ def class_permutation(secret: bytes, num_classes: int) -> torch.Tensor:
     secret = check_secret(secret)
     if not 0 <= int(num_classes) < 2**31:
         raise ValueError(f"num_classes must lie in [0, 2**31), got {num_classes}")
-    tags = [hmac.new(secret, _ROW_DOMAIN + c.to_bytes(8, "little"), hashlib.sha256).digest()
-            for c in range(int(num_classes))]
+    tags = [
+        hmac.new(secret, _ROW_DOMAIN + c.to_bytes(8, "little"), hashlib.sha256).digest()
+        for c in range(int(num_classes))
+    ]
     order = sorted(range(len(tags)), key=tags.__getitem__)  # order[r] = class at row r
     perm = torch.empty(len(tags), dtype=torch.int64)
     perm[torch.tensor(order, dtype=torch.int64)] = torch.arange(len(tags), dtype=torch.int64)
@@ -123,7 +125,7 @@ class LabelReport:
             raise ValueError(f"report tensor must be uint8 [n, {2 * DIGEST_BYTES}], got {t.dtype} {tuple(t.shape)}")
         raw = t.contiguous().numpy().tobytes()
         step = 2 * DIGEST_BYTES
-        pairs = [(raw[o:o + DIGEST_BYTES], raw[o + DIGEST_BYTES:o + step]) for o in range(0, len(raw), step)]
+        pairs = [(raw[o : o + DIGEST_BYTES], raw[o + DIGEST_BYTES : o + step]) for o in range(0, len(raw), step)]
         return LabelReport(tuple(sorted(set(pairs))))
 
     @property
@@ -131,8 +133,9 @@ class LabelReport:
         return len(self.pairs) * 2 * DIGEST_BYTES
 
 
-def client_report(key: bytes, instances: Sequence[bytes | np.ndarray | torch.Tensor],
-                  labels: Sequence[int | Iterable[int]]) -> LabelReport:
+def client_report(
+    key: bytes, instances: Sequence[bytes | np.ndarray | torch.Tensor], labels: Sequence[int | Iterable[int]]
+) -> LabelReport:
     """Digest a client's (instance, label) pairs; ``labels[i]`` is one id or an iterable of ids.
 
     Sorted and de-duplicated, so the report reveals neither the client's order nor repeats.
@@ -142,7 +145,7 @@ def client_report(key: bytes, instances: Sequence[bytes | np.ndarray | torch.Ten
     pairs = set()
     for inst, lab in zip(instances, labels):
         di = instance_digest(key, inst)
-        for l in ([lab] if isinstance(lab, (int, np.integer)) else lab):
+        for l in [lab] if isinstance(lab, (int, np.integer)) else lab:
             pairs.add((di, label_digest(key, int(l))))
     return LabelReport(tuple(sorted(pairs)))
 
@@ -178,8 +181,9 @@ class LabelSets:
 
     def _incidence(self) -> sp.csr_matrix:
         data = np.ones(self.indices.numel(), dtype=np.int64)
-        return sp.csr_matrix((data, self.indices.numpy(), self.indptr.numpy()),
-                             shape=(self.num_instances, self.num_classes))
+        return sp.csr_matrix(
+            (data, self.indices.numpy(), self.indptr.numpy()), shape=(self.num_instances, self.num_classes)
+        )
 
     def counts(self) -> torch.Tensor:
         """int64 ``[C]``: ``count(c)``, the number of instances whose label set holds c."""
@@ -192,8 +196,11 @@ class LabelSets:
         cooc.setdiag(0)
         cooc.eliminate_zeros()
         cooc.sort_indices()
-        return (torch.from_numpy(cooc.indptr.astype(np.int64)), torch.from_numpy(cooc.indices.astype(np.int64)),
-                torch.from_numpy(cooc.data.astype(np.int64)))
+        return (
+            torch.from_numpy(cooc.indptr.astype(np.int64)),
+            torch.from_numpy(cooc.indices.astype(np.int64)),
+            torch.from_numpy(cooc.data.astype(np.int64)),
+        )
 
     def pair_weights(self) -> PairWeights:
         """FedALC ``alpha[c, c'] = 1 - cooc(c, c') / count(c)`` over co-occurring pairs (others weigh 1)."""
@@ -217,5 +224,4 @@ def merge_reports(reports: Iterable[LabelReport]) -> LabelSets:
     if last is not None:
         indptr.append(len(indices))
     # rows within a set ascend: label digests are sorted and rows follow digest order
-    return LabelSets(tuple(labels), torch.tensor(indptr, dtype=torch.int64),
-                     torch.tensor(indices, dtype=torch.int64))
+    return LabelSets(tuple(labels), torch.tensor(indptr, dtype=torch.int64), torch.tensor(indices, dtype=torch.int64))

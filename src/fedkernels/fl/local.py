@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -18,8 +18,13 @@ def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
     raise ValueError(f"optimizer must be 'sgd' or 'adam', got {config.optimizer!r}")
 
 
-def train_local(params: list[torch.Tensor], loss_fn: Callable[[ClientData], torch.Tensor], data: ClientData,
-                config: TrainConfig, generator: torch.Generator) -> int:
+def train_local(
+    params: list[torch.Tensor],
+    loss_fn: Callable[[ClientData], torch.Tensor],
+    data: ClientData,
+    config: TrainConfig,
+    generator: torch.Generator,
+) -> int:
     """Minimise ``loss_fn(batch)`` over ``data`` for ``config.epochs`` epochs; returns the step count.
 
     Args:
@@ -34,7 +39,7 @@ def train_local(params: list[torch.Tensor], loss_fn: Callable[[ClientData], torc
     for _ in range(config.epochs):
         order = torch.randperm(n, generator=generator)
         for start in range(0, n, config.batch_size):
-            batch = data.rows(order[start:start + config.batch_size])
+            batch = data.rows(order[start : start + config.batch_size])
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(batch)
             loss.backward()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -15,7 +15,7 @@ def mlp(in_features: int, out_features: int, hidden: Sequence[int] = (), seed: i
     layers: list[nn.Module] = []
     for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
         lin = nn.Linear(a, b)
-        bound = 1.0 / a ** 0.5
+        bound = 1.0 / a**0.5
         with torch.no_grad():
             lin.weight.uniform_(-bound, bound, generator=g)
             lin.bias.uniform_(-bound, bound, generator=g)

@@ -8,7 +8,7 @@ BatchNorm's ``num_batches_tracked``) are never sent. Both helpers run the compil
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 
@@ -22,8 +22,9 @@ def candidate_names(state: Mapping[str, torch.Tensor]) -> list[str]:
     return [name for name, t in state.items() if t.is_floating_point()]
 
 
-def make_partial_payload(before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor], fraction: float,
-                         normalize: bool = False) -> Payload:
+def make_partial_payload(
+    before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor], fraction: float, normalize: bool = False
+) -> Payload:
     """What a client sends: the tensors of ``after`` whose change since ``before`` is largest.
 
     Args:

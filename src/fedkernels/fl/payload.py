@@ -23,8 +23,24 @@ DEFAULT_MAX_BYTES = 1 << 31
 DEFAULT_MAX_HEADER_BYTES = 1 << 22
 
 # safetensors dtype tags a payload may use, with their item sizes (the ones torch can hold).
-_ITEM_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-               "BOOL": 1, "U16": 2, "U32": 4, "U64": 8, "C64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
+_ITEM_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "U16": 2,
+    "U32": 4,
+    "U64": 8,
+    "C64": 8,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
 
 
 class PayloadError(ValueError):
@@ -35,7 +51,9 @@ def encode(payload: Payload, metadata: dict[str, str] | None = None) -> bytes:
     """Serialise named tensors to safetensors bytes (tensors are moved to CPU and made contiguous)."""
     for name, t in payload.items():
         if not isinstance(name, str) or not isinstance(t, torch.Tensor):
-            raise PayloadError(f"payload entries must be str -> Tensor, got {type(name).__name__} -> {type(t).__name__}")
+            raise PayloadError(
+                f"payload entries must be str -> Tensor, got {type(name).__name__} -> {type(t).__name__}"
+            )
     flat = {k: v.detach().to("cpu").contiguous() for k, v in payload.items()}
     return _st_save(flat, metadata=metadata)
 
@@ -112,11 +130,15 @@ def check_header(data: bytes, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) 
         raise PayloadError(f"payload is not valid safetensors: {len(data)} bytes is too short for a header")
     (n,) = struct.unpack("<Q", data[:8])
     if n > max_header_bytes:
-        raise PayloadError(f"payload is not valid safetensors: header of {n} bytes exceeds the limit of {max_header_bytes}")
+        raise PayloadError(
+            f"payload is not valid safetensors: header of {n} bytes exceeds the limit of {max_header_bytes}"
+        )
     if n > len(data) - 8:
-        raise PayloadError(f"payload is not valid safetensors: header length {n} exceeds the {len(data) - 8} bytes after it")
+        raise PayloadError(
+            f"payload is not valid safetensors: header length {n} exceeds the {len(data) - 8} bytes after it"
+        )
     try:
-        header = json.loads(data[8:8 + n].decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+        header = json.loads(data[8 : 8 + n].decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise PayloadError(f"payload is not valid safetensors: header is not JSON ({e})") from None
     if not isinstance(header, dict):
@@ -128,7 +150,9 @@ def check_header(data: bytes, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) 
     for begin, stop, name in sorted(ranges):
         if begin != end:
             what = "overlaps another" if begin < end else "leaves a gap before it"
-            raise PayloadError(f"payload is not valid safetensors: tensor {name!r} {what} (offset {begin}, expected {end})")
+            raise PayloadError(
+                f"payload is not valid safetensors: tensor {name!r} {what} (offset {begin}, expected {end})"
+            )
         end = stop
     if end != body:
         raise PayloadError(f"payload is not valid safetensors: tensors cover {end} of {body} body bytes")
@@ -159,8 +183,10 @@ def _check_entry(name: str, e: object, body: int) -> tuple[int, int, str]:
     if not 0 <= begin <= end <= body:
         raise PayloadError(f"{bad} has data_offsets {offs} outside the body of {body} bytes")
     if math.prod(shape) * item != end - begin:
-        raise PayloadError(f"{bad}: shape {shape} of {e['dtype']} needs {math.prod(shape) * item} bytes, "
-                           f"data_offsets give {end - begin}")
+        raise PayloadError(
+            f"{bad}: shape {shape} of {e['dtype']} needs {math.prod(shape) * item} bytes, "
+            f"data_offsets give {end - begin}"
+        )
     return begin, end, name
 
 
@@ -201,8 +227,9 @@ def _all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
 
 
-def _check_shape(name: str, t: torch.Tensor, want: tuple[int | str | None, ...],
-                 lengths: dict[str, tuple[int, str]]) -> None:
+def _check_shape(
+    name: str, t: torch.Tensor, want: tuple[int | str | None, ...], lengths: dict[str, tuple[int, str]]
+) -> None:
     if t.dim() != len(want) or any(type(w) is int and w != g for w, g in zip(want, t.shape)):
         raise PayloadError(f"tensor {name!r} has shape {tuple(t.shape)}, expected {want}")
     for w, g in zip(want, t.shape):

@@ -10,7 +10,7 @@ from .strategy import Strategy
 
 
 def strategies() -> dict[str, type[Strategy]]:
-    """Registered strategy classes keyed by lower-cased ``name``, in ``algorithms.__all__`` order."""
+    """Registered strategy classes keyed by lower-cased ``name``: FedAvg (the baseline) first, then by name."""
     from . import algorithms
 
     out: dict[str, type[Strategy]] = {}
@@ -18,7 +18,7 @@ def strategies() -> dict[str, type[Strategy]]:
         obj = getattr(algorithms, attr, None)
         if inspect.isclass(obj) and issubclass(obj, Strategy) and not inspect.isabstract(obj):
             out[obj.name.lower()] = obj
-    return out
+    return dict(sorted(out.items(), key=lambda kv: (kv[1].name != "FedAvg", kv[0])))
 
 
 def is_registered(name: str) -> bool:
@@ -42,6 +42,7 @@ def make_strategy(name: str, **options: Any) -> Strategy:
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     bad = sorted(set(options) - set(params) - {"self"})
     if bad and not takes_any:
-        raise ValueError(f"algorithm {cls.name} has no option(s) {bad}; it takes "
-                         f"{sorted(k for k in params if k != 'self')}")
+        raise ValueError(
+            f"algorithm {cls.name} has no option(s) {bad}; it takes {sorted(k for k in params if k != 'self')}"
+        )
     return cls(**options)

@@ -10,8 +10,25 @@ from typing import Any
 
 MB = 1e6
 
-TABLE_COLUMNS = ["algorithm", "P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5", "P@1_freq", "P@1_infreq",
-                 "MB up", "MB down", "best P@1", "rounds to best", "MB to best", "MB to target", "model MB", "s"]
+TABLE_COLUMNS = [
+    "algorithm",
+    "P@1",
+    "P@3",
+    "P@5",
+    "PSP@1",
+    "PSP@3",
+    "PSP@5",
+    "P@1_freq",
+    "P@1_infreq",
+    "MB up",
+    "MB down",
+    "best P@1",
+    "rounds to best",
+    "MB to best",
+    "MB to target",
+    "model MB",
+    "s",
+]
 
 
 def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -19,11 +36,19 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
         c = r["comm"]
-        mb = (lambda b: None if b is None else b / MB)
-        row = {"algorithm": r["algorithm"], **r["final"],
-               "MB up": c["total_up"] / MB, "MB down": c["total_down"] / MB, "best P@1": c["best"],
-               "rounds to best": c["rounds_to_best"], "MB to best": mb(c["bytes_to_best"]),
-               "MB to target": mb(c.get("bytes_to_target")), "model MB": r["model_bytes"] / MB, "s": r["seconds"]}
+        mb = lambda b: None if b is None else b / MB
+        row = {
+            "algorithm": r["algorithm"],
+            **r["final"],
+            "MB up": c["total_up"] / MB,
+            "MB down": c["total_down"] / MB,
+            "best P@1": c["best"],
+            "rounds to best": c["rounds_to_best"],
+            "MB to best": mb(c["bytes_to_best"]),
+            "MB to target": mb(c.get("bytes_to_target")),
+            "model MB": r["model_bytes"] / MB,
+            "s": r["seconds"],
+        }
         rows.append(row)
     return rows
 
@@ -57,9 +82,18 @@ def write_csv(path: Path, results: list[dict[str, Any]]) -> Path:
         up = down = 0
         for h in r["history"]:
             up, down = up + h["bytes_up"], down + h["bytes_down"]
-            rows.append({"algorithm": r["algorithm"], "round": h["round"] + 1, "bytes_up": h["bytes_up"],
-                         "bytes_down": h["bytes_down"], "cum_bytes_up": up, "cum_bytes_down": down,
-                         "seconds": round(h["seconds"], 4), **h["metrics"]})
+            rows.append(
+                {
+                    "algorithm": r["algorithm"],
+                    "round": h["round"] + 1,
+                    "bytes_up": h["bytes_up"],
+                    "bytes_down": h["bytes_down"],
+                    "cum_bytes_up": up,
+                    "cum_bytes_down": down,
+                    "seconds": round(h["seconds"], 4),
+                    **h["metrics"],
+                }
+            )
     keys: list[str] = []
     for row in rows:
         keys.extend(k for k in row if k not in keys)
@@ -75,6 +109,7 @@ def plot_accuracy(path: Path, results: list[dict[str, Any]], metric: str = "P@1"
     Returns ``None`` (and writes nothing) when matplotlib is not installed."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -56,8 +56,15 @@ class Server:
             :class:`fedkernels.fl.faults.FaultInjector` or a test's malicious client.
     """
 
-    def __init__(self, strategy: Strategy, clients: list[ClientData], num_features: int, num_classes: int,
-                 config: RunConfig, client_wrapper: ClientWrapper | None = None) -> None:
+    def __init__(
+        self,
+        strategy: Strategy,
+        clients: list[ClientData],
+        num_features: int,
+        num_classes: int,
+        config: RunConfig,
+        client_wrapper: ClientWrapper | None = None,
+    ) -> None:
         if not clients:
             raise ValueError("clients must not be empty")
         if not 1 <= config.clients_per_round <= len(clients):
@@ -143,8 +150,7 @@ class Server:
 
     def save_checkpoint(self, path: str | Path) -> None:
         """Write the state, round counter, history and run identity to ``path`` atomically."""
-        meta = {"round": self.round, "history": [record_to_json(h) for h in self.history],
-                **self._identity()}
+        meta = {"round": self.round, "history": [record_to_json(h) for h in self.history], **self._identity()}
         save_checkpoint(path, self.state, meta)
 
     def load_checkpoint(self, path: str | Path) -> None:
@@ -169,12 +175,15 @@ class Server:
         """Ranking metrics of the global model on ``test``."""
         ks = ks or self.config.eval_k
         kmax = min(max(ks), test.num_classes)
-        preds = [self.strategy.predict_topk(self.state, test.x[i:i + batch], kmax) for i in range(0, len(test), batch)]
+        preds = [
+            self.strategy.predict_topk(self.state, test.x[i : i + batch], kmax) for i in range(0, len(test), batch)
+        ]
         topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64)
         return ranking_metrics(topk, test.indptr, test.indices, tuple(k for k in ks if k <= kmax))
 
-    def run(self, test: ClientData | None = None,
-            on_round: Callable[[RoundRecord], None] | None = None) -> list[RoundRecord]:
+    def run(
+        self, test: ClientData | None = None, on_round: Callable[[RoundRecord], None] | None = None
+    ) -> list[RoundRecord]:
         """Run the remaining rounds of the config; evaluate on ``test`` every ``eval_every`` rounds."""
         while self.round < self.config.rounds:
             rec = self.run_round()
@@ -205,9 +214,14 @@ def client_seed(seed: int, round: int, client_id: int) -> int:
 
 def run_identity(strategy: Strategy, config: RunConfig, num_clients: int) -> dict:
     """What a checkpoint must match to be resumed by a run (as it reads back from JSON)."""
-    ident = {"strategy": strategy.name, "seed": config.seed, "num_clients": num_clients,
-             "clients_per_round": config.clients_per_round, "train": dataclasses.asdict(config.train),
-             "strategy_options": strategy.options()}
+    ident = {
+        "strategy": strategy.name,
+        "seed": config.seed,
+        "num_clients": num_clients,
+        "clients_per_round": config.clients_per_round,
+        "train": dataclasses.asdict(config.train),
+        "strategy_options": strategy.options(),
+    }
     return json.loads(json.dumps(ident))
 
 
@@ -219,14 +233,14 @@ def check_identity(meta: dict, mine: dict, path: str | Path) -> None:
         if isinstance(want, dict) and isinstance(have, dict):
             for sub in sorted(set(want) | set(have)):
                 if have.get(sub) != want.get(sub):
-                    raise ValueError(f"checkpoint {path} has {key}.{sub}={have.get(sub)!r}, "
-                                     f"this run has {want.get(sub)!r}")
+                    raise ValueError(
+                        f"checkpoint {path} has {key}.{sub}={have.get(sub)!r}, this run has {want.get(sub)!r}"
+                    )
         elif have != want:
             raise ValueError(f"checkpoint {path} has {key}={have!r}, this run has {want!r}")
 
 
-def aggregate_round(strategy: Strategy, state: State, results: list[ClientResult],
-                    round: int) -> tuple[State, str]:
+def aggregate_round(strategy: Strategy, state: State, results: list[ClientResult], round: int) -> tuple[State, str]:
     """The state after a round and why its update was skipped ("" if applied or nobody succeeded).
 
     A round whose successful clients all hold 0 examples has nothing to average (example-weighted

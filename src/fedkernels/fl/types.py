@@ -26,7 +26,7 @@ class ClientData:
     def __len__(self) -> int:
         return int(self.x.shape[0])
 
-    def rows(self, idx: torch.Tensor) -> "ClientData":
+    def rows(self, idx: torch.Tensor) -> ClientData:
         """The samples ``idx`` (int64 ``[m]``) as a new ClientData."""
         starts, ends = self.indptr[idx], self.indptr[idx + 1]
         lens = ends - starts
@@ -36,7 +36,8 @@ class ClientData:
             indices = self.indices.new_empty(0)
         else:
             pos = torch.repeat_interleave(starts, lens) + (
-                torch.arange(int(lens.sum())) - torch.repeat_interleave(indptr[:-1], lens))
+                torch.arange(int(lens.sum())) - torch.repeat_interleave(indptr[:-1], lens)
+            )
             indices = self.indices[pos]
         return ClientData(self.x[idx], indptr, indices, self.num_classes)
 

@@ -23,8 +23,8 @@ Requires the optional extra ``fedkernels[flower]``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
@@ -35,7 +35,7 @@ from ..fl import payload as pl
 from ..fl.checkpoint import save_checkpoint
 from ..fl.client import ClientEndpoint, LocalClient
 from ..fl.seeding import derive_seed
-from ..fl.server import (RunConfig, aggregate_round, bounded, client_seed, record_to_json, run_identity, select_clients)
+from ..fl.server import RunConfig, aggregate_round, bounded, client_seed, record_to_json, run_identity, select_clients
 from ..fl.strategy import State, Strategy
 from ..fl.types import ClientData, ClientResult, RoundRecord, TrainConfig
 
@@ -60,11 +60,13 @@ class FlowerStrategy(_FlowerStrategy):
         history: one :class:`RoundRecord` per round, as in the in-process Server.
     """
 
-    def __init__(self, strategy: Strategy, num_features: int, num_classes: int, num_clients: int,
-                 config: RunConfig) -> None:
+    def __init__(
+        self, strategy: Strategy, num_features: int, num_classes: int, num_clients: int, config: RunConfig
+    ) -> None:
         if type(strategy).setup is not Strategy.setup:
-            raise NotImplementedError(f"strategy {strategy.name} needs client data in setup(), which a Flower "
-                                      "server does not have")
+            raise NotImplementedError(
+                f"strategy {strategy.name} needs client data in setup(), which a Flower server does not have"
+            )
         if not 1 <= config.clients_per_round <= num_clients:
             raise ValueError(f"clients_per_round must be in [1, {num_clients}], got {config.clients_per_round}")
         self.strategy, self.config, self.num_clients = strategy, config, num_clients
@@ -76,15 +78,18 @@ class FlowerStrategy(_FlowerStrategy):
 
     # ---- Flower's Strategy API -------------------------------------------------------------
     def summary(self) -> None:
-        print(f"fedkernels {self.strategy.name} over Flower: {self.num_clients} clients, "
-              f"{self.config.clients_per_round} per round, seed {self.config.seed}")
+        print(
+            f"fedkernels {self.strategy.name} over Flower: {self.num_clients} clients, "
+            f"{self.config.clients_per_round} per round, seed {self.config.seed}"
+        )
 
     def initial_arrays(self) -> ArrayRecord:
         """The initial state as Flower's ArrayRecord (for ``start``)."""
         return ArrayRecord(self.state)
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         r = server_round - 1
         if not self.nodes:
             self._discover(grid)
@@ -103,13 +108,19 @@ class FlowerStrategy(_FlowerStrategy):
                 continue
             raw = pl.encode(down)
             rnd.sent[c] = (down, len(raw))
-            messages.append(Message(RecordDict({KEY: self._header(r, c, seed, payload=raw)}),
-                                    message_type=MessageType.TRAIN, dst_node_id=self.nodes[c][0],
-                                    group_id=str(server_round)))
+            messages.append(
+                Message(
+                    RecordDict({KEY: self._header(r, c, seed, payload=raw)}),
+                    message_type=MessageType.TRAIN,
+                    dst_node_id=self.nodes[c][0],
+                    group_id=str(server_round),
+                )
+            )
         return messages
 
-    def aggregate_train(self, server_round: int,
-                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         rnd, self._round = self._round, None
         assert rnd is not None and rnd.round == server_round - 1, "configure_train first"
         t0 = time.perf_counter()
@@ -119,8 +130,9 @@ class FlowerStrategy(_FlowerStrategy):
             down, _ = rnd.sent[c]
             try:
                 raw = _bytes_of(answers.get(c), "upload")
-                checked = pl.decode(raw, bounded(self.strategy.upload_spec(self.state, down),
-                                                 self.config.max_upload_bytes))
+                checked = pl.decode(
+                    raw, bounded(self.strategy.upload_spec(self.state, down), self.config.max_upload_bytes)
+                )
                 self.strategy.check_upload(self.state, down, checked)
             except _Failure as e:
                 rnd.failed[c] = str(e)
@@ -132,20 +144,32 @@ class FlowerStrategy(_FlowerStrategy):
             results.append(ClientResult(c, checked, self.nodes[c][1], rnd.bytes_up[c]))
         self.state, skipped = aggregate_round(self.strategy, self.state, results, rnd.round)
         ok = {x.client_id for x in results}
-        rec = RoundRecord(rnd.round, rnd.chosen, sorted(rnd.failed.items()),
-                          sum(n for c, (_, n) in rnd.sent.items() if c in ok), sum(x.bytes_up for x in results),
-                          skipped=skipped)
+        rec = RoundRecord(
+            rnd.round,
+            rnd.chosen,
+            sorted(rnd.failed.items()),
+            sum(n for c, (_, n) in rnd.sent.items() if c in ok),
+            sum(x.bytes_up for x in results),
+            skipped=skipped,
+        )
         rec.seconds = time.perf_counter() - rnd.t0
         self.history.append(rec)
         if self.config.checkpoint is not None:
             self.save_checkpoint(self.config.checkpoint)
-        metrics = MetricRecord({"clients-ok": len(results), "clients-failed": len(rec.failed),
-                                "bytes-up": rec.bytes_up, "bytes-down": rec.bytes_down,
-                                "aggregate-seconds": time.perf_counter() - t0})
+        metrics = MetricRecord(
+            {
+                "clients-ok": len(results),
+                "clients-failed": len(rec.failed),
+                "bytes-up": rec.bytes_up,
+                "bytes-down": rec.bytes_down,
+                "aggregate-seconds": time.perf_counter() - t0,
+            }
+        )
         return ArrayRecord(self.state), metrics
 
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         return []  # evaluation is centralised: see ``evaluate_fn`` of ``start``
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
@@ -153,25 +177,42 @@ class FlowerStrategy(_FlowerStrategy):
 
     def save_checkpoint(self, path: str | Path) -> None:
         """The in-process Server's checkpoint format: ``Server(...).load_checkpoint`` can resume it."""
-        meta = {"round": len(self.history), "history": [record_to_json(h) for h in self.history],
-                **run_identity(self.strategy, self.config, self.num_clients)}
+        meta = {
+            "round": len(self.history),
+            "history": [record_to_json(h) for h in self.history],
+            **run_identity(self.strategy, self.config, self.num_clients),
+        }
         save_checkpoint(path, self.state, meta)
 
     # ---- the fedkernels protocol -----------------------------------------------------------
     def _header(self, r: int, c: int, seed: int, **extra: bytes) -> ConfigRecord:
         t = self.config.train
-        return ConfigRecord({"round": r, "client-id": c, "seed": seed, "run-seed": self.config.seed,
-                             "num-features": self.dims[0], "num-classes": self.dims[1], "epochs": t.epochs,
-                             "batch-size": t.batch_size, "lr": float(t.lr), "optimizer": t.optimizer,
-                             "weight-decay": float(t.weight_decay), **extra})
+        return ConfigRecord(
+            {
+                "round": r,
+                "client-id": c,
+                "seed": seed,
+                "run-seed": self.config.seed,
+                "num-features": self.dims[0],
+                "num-classes": self.dims[1],
+                "epochs": t.epochs,
+                "batch-size": t.batch_size,
+                "lr": float(t.lr),
+                "optimizer": t.optimizer,
+                "weight-decay": float(t.weight_decay),
+                **extra,
+            }
+        )
 
     def _discover(self, grid: Grid) -> None:
         """Learn which node is which client: wait (up to the timeout) for all of them, then ask."""
         deadline = time.monotonic() + (self.config.client_timeout or 3600.0)
         while len(list(grid.get_node_ids())) < self.num_clients and time.monotonic() < deadline:
             time.sleep(0.5)
-        msgs = [Message(RecordDict({KEY: ConfigRecord({})}), message_type=HELLO, dst_node_id=n, group_id="hello")
-                for n in grid.get_node_ids()]
+        msgs = [
+            Message(RecordDict({KEY: ConfigRecord({})}), message_type=HELLO, dst_node_id=n, group_id="hello")
+            for n in grid.get_node_ids()
+        ]
         for reply in grid.send_and_receive(msgs, timeout=self.config.client_timeout):
             if reply.has_error() or KEY not in reply.content.config_records:
                 continue
@@ -182,7 +223,7 @@ class FlowerStrategy(_FlowerStrategy):
                     raise RuntimeError(f"two nodes claim partition-id {cid}")
                 self.nodes[cid] = (reply.metadata.src_node_id, n)
 
-    def _collect_requests(self, grid: Grid, rnd: "_RoundInProgress") -> dict[int, pl.Payload | None]:
+    def _collect_requests(self, grid: Grid, rnd: _RoundInProgress) -> dict[int, pl.Payload | None]:
         """Step 2: the chosen clients' checked requests (clients without a node fail here)."""
         for c in rnd.chosen:
             if c not in self.nodes:
@@ -191,9 +232,15 @@ class FlowerStrategy(_FlowerStrategy):
         spec = self.strategy.request_spec(self.state)
         if spec is None:
             return {}
-        msgs = [Message(RecordDict({KEY: self._header(rnd.round, c, client_seed(self.config.seed, rnd.round, c))}),
-                        message_type=REQUEST, dst_node_id=self.nodes[c][0], group_id=f"request-{rnd.round}")
-                for c in live]
+        msgs = [
+            Message(
+                RecordDict({KEY: self._header(rnd.round, c, client_seed(self.config.seed, rnd.round, c))}),
+                message_type=REQUEST,
+                dst_node_id=self.nodes[c][0],
+                group_id=f"request-{rnd.round}",
+            )
+            for c in live
+        ]
         answers = self._by_client(grid.send_and_receive(msgs, timeout=self.config.client_timeout), set(live))
         out: dict[int, pl.Payload | None] = {}
         for c in live:
@@ -246,8 +293,11 @@ class _RoundInProgress:
         self.bytes_up: dict[int, int] = {}
 
 
-def client_app(make_strategy: Callable[[Context], Strategy], load_data: Callable[[Context], ClientData],
-               wrap: Callable[[Context, int, ClientEndpoint], ClientEndpoint] | None = None) -> ClientApp:
+def client_app(
+    make_strategy: Callable[[Context], Strategy],
+    load_data: Callable[[Context], ClientData],
+    wrap: Callable[[Context, int, ClientEndpoint], ClientEndpoint] | None = None,
+) -> ClientApp:
     """A Flower ClientApp running fedkernels' client side.
 
     Args:
@@ -271,14 +321,30 @@ def client_app(make_strategy: Callable[[Context], Strategy], load_data: Callable
 
     def local(context: Context, header: ConfigRecord) -> ClientEndpoint:
         cache = caches.setdefault(context.node_id, {})
-        key = repr((header["run-seed"], header["num-features"], header["num-classes"], header["epochs"],
-                    header["batch-size"], header["lr"], header["optimizer"], header["weight-decay"]))
+        key = repr(
+            (
+                header["run-seed"],
+                header["num-features"],
+                header["num-classes"],
+                header["epochs"],
+                header["batch-size"],
+                header["lr"],
+                header["optimizer"],
+                header["weight-decay"],
+            )
+        )
         if cache.get("key") != key:  # the strategy is initialised as the server's, so client_update can run
             strategy = make_strategy(context)
-            strategy.init_state(int(header["num-features"]), int(header["num-classes"]),
-                                derive_seed(int(header["run-seed"]), "init"))
-            train = TrainConfig(int(header["epochs"]), int(header["batch-size"]), float(header["lr"]),
-                                str(header["optimizer"]), float(header["weight-decay"]))
+            strategy.init_state(
+                int(header["num-features"]), int(header["num-classes"]), derive_seed(int(header["run-seed"]), "init")
+            )
+            train = TrainConfig(
+                int(header["epochs"]),
+                int(header["batch-size"]),
+                float(header["lr"]),
+                str(header["optimizer"]),
+                float(header["weight-decay"]),
+            )
             client: ClientEndpoint = LocalClient(strategy, _data(context), train)
             if wrap is not None:
                 client = wrap(context, int(context.node_config["partition-id"]), client)
@@ -287,8 +353,9 @@ def client_app(make_strategy: Callable[[Context], Strategy], load_data: Callable
 
     @app.query("fedkernels_hello")
     def hello(message: Message, context: Context) -> Message:
-        info = ConfigRecord({"client-id": int(context.node_config["partition-id"]),
-                             "num-examples": len(_data(context))})
+        info = ConfigRecord(
+            {"client-id": int(context.node_config["partition-id"]), "num-examples": len(_data(context))}
+        )
         return Message(RecordDict({KEY: info}), reply_to=message)
 
     @app.query("fedkernels_request")
@@ -319,7 +386,6 @@ def server_app(make_strategy: Callable[[Context], FlowerStrategy]) -> ServerApp:
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         fk = make_strategy(context)
-        fk.start(grid, fk.initial_arrays(), num_rounds=fk.config.rounds,
-                 timeout=fk.config.client_timeout or 3600.0)
+        fk.start(grid, fk.initial_arrays(), num_rounds=fk.config.rounds, timeout=fk.config.client_timeout or 3600.0)
 
     return app

@@ -9,4 +9,11 @@ from .sampled_softmax import SampledSoftmaxHead, logq_correction
 # spread (FedAwS / FedALC)
 from .spreadout import SpreadoutRegularizer, learn_fixed_class_embeddings, positive_pull
 
-__all__: list[str] = ["FedMLHHead", "SampledSoftmaxHead", "logq_correction", "SpreadoutRegularizer", "learn_fixed_class_embeddings", "positive_pull"]
+__all__: list[str] = [
+    "FedMLHHead",
+    "SampledSoftmaxHead",
+    "SpreadoutRegularizer",
+    "learn_fixed_class_embeddings",
+    "logq_correction",
+    "positive_pull",
+]

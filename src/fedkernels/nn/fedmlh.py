@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -27,8 +27,15 @@ class FedMLHHead(nn.Module):
         >>> values, classes = head.predict_topk(x, k=5)   # [N, 5] each
     """
 
-    def __init__(self, in_features: int, num_classes: int, num_tables: int, num_buckets: int,
-                 hidden: Sequence[int] = (), seed: int = 0) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        num_classes: int,
+        num_tables: int,
+        num_buckets: int,
+        hidden: Sequence[int] = (),
+        seed: int = 0,
+    ) -> None:
         super().__init__()
         if int(in_features) < 1:
             raise ValueError(f"in_features must be >= 1, got {in_features}")
@@ -42,7 +49,9 @@ class FedMLHHead(nn.Module):
         self.register_buffer("table", self.hash_family.table(self.num_classes), persistent=False)
         dims = [self.in_features, *(int(h) for h in hidden), self.num_buckets]
         # weights[i]: [R, d_in, d_out], biases[i]: [R, d_out]
-        self.weights = nn.ParameterList(nn.Parameter(torch.empty(self.num_tables, a, b)) for a, b in zip(dims, dims[1:]))
+        self.weights = nn.ParameterList(
+            nn.Parameter(torch.empty(self.num_tables, a, b)) for a, b in zip(dims, dims[1:])
+        )
         self.biases = nn.ParameterList(nn.Parameter(torch.empty(self.num_tables, b)) for b in dims[1:])
         # loss()'s uint8 target buffers by (N, device): plain attributes, never in state_dict()
         self._target_buffers: dict[tuple[int, torch.device], torch.Tensor] = {}
@@ -129,5 +138,7 @@ class FedMLHHead(nn.Module):
 
     def extra_repr(self) -> str:
         hidden = [w.shape[2] for w in self.weights][:-1]
-        return (f"in_features={self.in_features}, num_classes={self.num_classes}, num_tables={self.num_tables}, "
-                f"num_buckets={self.num_buckets}, hidden={tuple(hidden)}, seed={self.hash_family.seed}")
+        return (
+            f"in_features={self.in_features}, num_classes={self.num_classes}, num_tables={self.num_tables}, "
+            f"num_buckets={self.num_buckets}, hidden={tuple(hidden)}, seed={self.hash_family.seed}"
+        )

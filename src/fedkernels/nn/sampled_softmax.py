@@ -53,14 +53,22 @@ class SampledSoftmaxHead(nn.Module):
         >>> ids, rows = head.updated_rows()           # the payload: [66] ids, [66, d] rows
     """
 
-    def __init__(self, weight: torch.Tensor, class_ids: torch.Tensor, num_positives: int, num_classes: int,
-                 variant: str = "fedss", scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        class_ids: torch.Tensor,
+        num_positives: int,
+        num_classes: int,
+        variant: str = "fedss",
+        scale: float = 1.0,
+    ) -> None:
         super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         if weight.dim() != 2 or class_ids.dim() != 1 or class_ids.numel() != weight.shape[0]:
-            raise ValueError(f"weight [s, d] and class_ids [s] must agree, got {tuple(weight.shape)} and "
-                             f"{tuple(class_ids.shape)}")
+            raise ValueError(
+                f"weight [s, d] and class_ids [s] must agree, got {tuple(weight.shape)} and {tuple(class_ids.shape)}"
+            )
         if class_ids.dtype != torch.int64:
             raise ValueError(f"class_ids must be int64, got {class_ids.dtype}")
         if not 0 <= num_positives <= class_ids.numel():
@@ -71,8 +79,10 @@ class SampledSoftmaxHead(nn.Module):
         sorted_ids = class_ids[order]
         if sorted_ids.numel() > 1 and bool((sorted_ids[1:] == sorted_ids[:-1]).any()):
             raise ValueError("class_ids must be distinct")
-        if variant == "full" and (class_ids.numel() != num_classes or not torch.equal(
-                class_ids, torch.arange(num_classes, device=class_ids.device))):
+        if variant == "full" and (
+            class_ids.numel() != num_classes
+            or not torch.equal(class_ids, torch.arange(num_classes, device=class_ids.device))
+        ):
             raise ValueError("variant 'full' needs class_ids = arange(num_classes)")
         self.variant = variant
         self.num_classes = int(num_classes)
@@ -88,8 +98,15 @@ class SampledSoftmaxHead(nn.Module):
         self.register_buffer("bias", bias)
 
     @classmethod
-    def gather(cls, weight_full: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor, num_classes: int,
-               variant: str = "fedss", scale: float = 1.0) -> "SampledSoftmaxHead":
+    def gather(
+        cls,
+        weight_full: torch.Tensor,
+        positives: torch.Tensor,
+        negatives: torch.Tensor,
+        num_classes: int,
+        variant: str = "fedss",
+        scale: float = 1.0,
+    ) -> SampledSoftmaxHead:
         """Build the head from the global matrix ``weight_full [p, d]``: rows of positives, then negatives.
 
         ``positives`` are made distinct (sorted); for ``"posonly"`` the negatives are not gathered; for
@@ -107,13 +124,15 @@ class SampledSoftmaxHead(nn.Module):
     def local_index(self, global_ids: torch.Tensor) -> torch.Tensor:
         """Row positions of global class ids in ``weight`` (IndexError for a class this head does not hold)."""
         pos = torch.searchsorted(self._sorted_ids, global_ids).clamp_max(max(self._sorted_ids.numel() - 1, 0))
-        if global_ids.numel() and (self._sorted_ids.numel() == 0 or
-                                   not bool((self._sorted_ids[pos] == global_ids).all())):
+        if global_ids.numel() and (
+            self._sorted_ids.numel() == 0 or not bool((self._sorted_ids[pos] == global_ids).all())
+        ):
             raise IndexError("global_ids contains a class this head does not hold")
         return self._sorted_pos[pos]
 
-    def forward(self, h: torch.Tensor, target: torch.Tensor, reduction: str = "mean",
-                ignore_index: int = -100) -> torch.Tensor:
+    def forward(
+        self, h: torch.Tensor, target: torch.Tensor, reduction: str = "mean", ignore_index: int = -100
+    ) -> torch.Tensor:
         """The variant's loss for features ``h [N, d]`` and global targets ``target`` int64 ``[N]``.
 
         Targets equal to ``ignore_index`` contribute 0; every other target must be a positive of this
@@ -133,7 +152,7 @@ class SampledSoftmaxHead(nn.Module):
         if self.variant == "fedss":
             return linear_cross_entropy(h, w, local, self.bias.to(w.dtype), self.scale, ignore_index, reduction)
         # negonly: logsumexp over {target} and the corrected negatives, minus the target logit.
-        wn, bn = w[self.num_positives:], self.bias[self.num_positives:].to(w.dtype)
+        wn, bn = w[self.num_positives :], self.bias[self.num_positives :].to(w.dtype)
         no_target = torch.full_like(target, ignore_index)
         _, lse_neg = linear_cross_entropy(h, wn, no_target, bn, self.scale, ignore_index, "none", return_lse=True)
         rows = w[local.clamp_min(0)]

@@ -21,8 +21,9 @@ class SpreadoutRegularizer(nn.Module):
         >>> loss = reg(head.weight)                                # scalar, differentiable in W
     """
 
-    def __init__(self, margin: float, k: int, pair_weight: PairWeights | None = None, metric: str = "l2",
-                 weight: float = 1.0) -> None:
+    def __init__(
+        self, margin: float, k: int, pair_weight: PairWeights | None = None, metric: str = "l2", weight: float = 1.0
+    ) -> None:
         super().__init__()
         self.margin, self.k, self.metric, self.weight = float(margin), int(k), metric, float(weight)
         self.pair_weight = pair_weight
@@ -44,9 +45,18 @@ def positive_pull(W: torch.Tensor, pair_weight: PairWeights) -> torch.Tensor:
     return (strength * (W[rows] - W[pw.indices]).pow(2).sum(-1)).sum()
 
 
-def learn_fixed_class_embeddings(pair_weight: PairWeights, dim: int, *, margin: float = 1.0, k: int = 10,
-                                 steps: int = 200, lr: float = 0.05, pull: float = 1.0, metric: str = "l2",
-                                 seed: int = 0) -> torch.Tensor:
+def learn_fixed_class_embeddings(
+    pair_weight: PairWeights,
+    dim: int,
+    *,
+    margin: float = 1.0,
+    k: int = 10,
+    steps: int = 200,
+    lr: float = 0.05,
+    pull: float = 1.0,
+    metric: str = "l2",
+    seed: int = 0,
+) -> torch.Tensor:
     """FedALC-fixed: unit-norm class embeddings ``[C, dim]`` learned once on the server.
 
     Minimises ``pull * positive_pull(W) + spreadout_loss(W, margin, k, pair_weight)`` with Adam,

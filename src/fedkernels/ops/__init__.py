@@ -1,19 +1,17 @@
 """The public ops, one module per kernel family. Each is ``torch.ops.fedkernels.<name>`` underneath."""
 
 # sketch (FedMLH)
-from .sketch import bucket_merge, bucket_merge_topk, count_sketch, count_sketch_query, label_hash
-
-# sampled (FedSS)
-from .sampled import (client_seed, linear_cross_entropy, sample_negatives, sample_negatives_batched,
-                      scatter_rows_mean)
-
-# select (partial weight exchange)
-from .select import delta_norms, masked_weighted_average, num_selected, select_topk_tensors
-
 # prox (l1-difference)
 from .client_graph import feature_space_graph, knn_graph, model_space_graph
 from .graph_prox import GraphProxResult, graph_prox
 from .prox import prox_tv1d
+
+# sampled (FedSS)
+from .sampled import client_seed, linear_cross_entropy, sample_negatives, sample_negatives_batched, scatter_rows_mean
+
+# select (partial weight exchange)
+from .select import delta_norms, masked_weighted_average, num_selected, select_topk_tensors
+from .sketch import bucket_merge, bucket_merge_topk, count_sketch, count_sketch_query, label_hash
 
 # spread (FedAwS / FedALC)
 from .spread import PairWeights, knn_classes, pair_weight_gather, spreadout_loss, spreadout_pair_loss
@@ -26,7 +24,11 @@ __all__ = [
     "count_sketch",
     "count_sketch_query",
     # sampled
-    "client_seed", "linear_cross_entropy", "sample_negatives", "sample_negatives_batched", "scatter_rows_mean",
+    "client_seed",
+    "linear_cross_entropy",
+    "sample_negatives",
+    "sample_negatives_batched",
+    "scatter_rows_mean",
     # select
     "delta_norms",
     "select_topk_tensors",
@@ -40,5 +42,9 @@ __all__ = [
     "model_space_graph",
     "feature_space_graph",
     # spread
-    "PairWeights", "knn_classes", "pair_weight_gather", "spreadout_loss", "spreadout_pair_loss",
+    "PairWeights",
+    "knn_classes",
+    "pair_weight_gather",
+    "spreadout_loss",
+    "spreadout_pair_loss",
 ]

@@ -48,8 +48,9 @@ def knn_graph(points: torch.Tensor, k: int, metric: str = "cosine") -> tuple[tor
     return edges.to(points.device), d.to(points.dtype).to(points.device)
 
 
-def model_space_graph(models: list[list[torch.Tensor]] | torch.Tensor, k: int,
-                      metric: str = "cosine") -> tuple[torch.Tensor, torch.Tensor]:
+def model_space_graph(
+    models: list[list[torch.Tensor]] | torch.Tensor, k: int, metric: str = "cosine"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """kNN graph between clients from their models (each a list of tensors, or rows of ``[n, D]``).
 
     Example:

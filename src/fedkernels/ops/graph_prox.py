@@ -23,12 +23,12 @@ import torch
 class GraphProxResult:
     """The solution and its certificate."""
 
-    z: torch.Tensor        # [n, D] the prox
-    dual: torch.Tensor     # [E, D] the dual variables Q (feasible), Z = Y - B^T Q
-    gap: float             # duality gap P(Z) - D(Q) >= primal suboptimality of Z
-    primal: float          # P(Z)
+    z: torch.Tensor  # [n, D] the prox
+    dual: torch.Tensor  # [E, D] the dual variables Q (feasible), Z = Y - B^T Q
+    gap: float  # duality gap P(Z) - D(Q) >= primal suboptimality of Z
+    primal: float  # P(Z)
     iterations: int
-    converged: bool        # gap <= tol * max(1, primal)
+    converged: bool  # gap <= tol * max(1, primal)
 
 
 class _Incidence:
@@ -76,8 +76,16 @@ def _penalty(bz: torch.Tensor, w: torch.Tensor, p: int) -> torch.Tensor:
     return (w * norms).sum()
 
 
-def graph_prox(y: torch.Tensor, edges: torch.Tensor, lam: float, p: int = 2, weights: torch.Tensor | None = None,
-               tol: float = 1e-8, max_iter: int = 10_000, check_every: int = 10) -> GraphProxResult:
+def graph_prox(
+    y: torch.Tensor,
+    edges: torch.Tensor,
+    lam: float,
+    p: int = 2,
+    weights: torch.Tensor | None = None,
+    tol: float = 1e-8,
+    max_iter: int = 10_000,
+    check_every: int = 10,
+) -> GraphProxResult:
     """Prox of ``lam * sum_{(i,j) in E} w_ij ||z_i - z_j||_p`` at Y, with a duality-gap certificate.
 
     Args:
@@ -130,7 +138,9 @@ def graph_prox(y: torch.Tensor, edges: torch.Tensor, lam: float, p: int = 2, wei
 
     def certificate(q: torch.Tensor) -> tuple[torch.Tensor, float, float]:
         z = y - B.adjoint(q)
-        primal = 0.5 * float(((z - y).double() ** 2).sum()) + lam * float(_penalty(B.forward(z).double(), w.double(), p))
+        primal = 0.5 * float(((z - y).double() ** 2).sum()) + lam * float(
+            _penalty(B.forward(z).double(), w.double(), p)
+        )
         dual = half_yy - 0.5 * float((z.double() ** 2).sum())
         return z, primal, primal - dual
 

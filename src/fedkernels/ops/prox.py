@@ -61,7 +61,8 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad_u):
     u, lam = ctx.saved_tensors
     grad_z, grad_lam = torch.ops.fedkernels.prox_tv1d_backward(
-        grad_u.contiguous(), u, lam, ctx.anchored, ctx.block_size)
+        grad_u.contiguous(), u, lam, ctx.anchored, ctx.block_size
+    )
     return grad_z, grad_lam, None, None
 
 

@@ -49,8 +49,9 @@ def sample_negatives(positives: torch.Tensor, num_classes: int, m: int, seed: in
     return torch.ops.fedkernels.sample_negatives(positives, num_classes, m, seed)
 
 
-def sample_negatives_batched(indptr: torch.Tensor, indices: torch.Tensor, num_classes: int, m: int,
-                             seed: int) -> torch.Tensor:
+def sample_negatives_batched(
+    indptr: torch.Tensor, indices: torch.Tensor, num_classes: int, m: int, seed: int
+) -> torch.Tensor:
     """:func:`sample_negatives` for many clients at once; client ``c`` uses ``client_seed(seed, c)``.
 
     Args:
@@ -73,9 +74,17 @@ def _int_args(num_classes: int, m: int, seed: int) -> tuple[int, int, int]:
     return check_int("num_classes", num_classes), check_int("m", m), check_int("seed", seed)
 
 
-def linear_cross_entropy(h: torch.Tensor, W: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None = None,
-                         scale: float = 1.0, ignore_index: int = -100, reduction: str = "mean",
-                         chunk_size: int = 0, return_lse: bool = False):
+def linear_cross_entropy(
+    h: torch.Tensor,
+    W: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    scale: float = 1.0,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    chunk_size: int = 0,
+    return_lse: bool = False,
+):
     """Cross-entropy of the logits ``scale * h @ W.T + bias`` without materialising them.
 
     Per sample ``loss_n = logsumexp_j(z_nj) - z_n,target`` (0 where ``target == ignore_index``),
@@ -105,8 +114,9 @@ def linear_cross_entropy(h: torch.Tensor, W: torch.Tensor, target: torch.Tensor,
     """
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    loss, lse = torch.ops.fedkernels.linear_cross_entropy(h, W, target, bias, float(scale), int(ignore_index),
-                                                          reduction, int(chunk_size))
+    loss, lse = torch.ops.fedkernels.linear_cross_entropy(
+        h, W, target, bias, float(scale), int(ignore_index), reduction, int(chunk_size)
+    )
     return (loss, lse) if return_lse else loss
 
 
@@ -148,6 +158,7 @@ def scatter_rows_mean(out: torch.Tensor, idx: torch.Tensor, src: torch.Tensor, w
 
 # ---- fake (meta) implementations, so torch.compile(fullgraph=True) traces the ops
 
+
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -182,6 +193,7 @@ def _scatter_rows_mean_fake(out, idx, src, weight):
 
 # ---- autograd of linear_cross_entropy (through both the loss and the lse)
 
+
 def _lce_setup_context(ctx, inputs, output):
     h, W, target, bias, scale, ignore_index, reduction, chunk_size = inputs
     ctx.save_for_backward(h, W, target, bias, output[1])
@@ -195,16 +207,23 @@ def _lce_backward(ctx, grad_loss, grad_lse):
     live = (target != ignore_index).to(lse.dtype)
     if grad_loss is None:
         per_sample = torch.zeros_like(lse)
-    elif reduction == "none":
-        per_sample = grad_loss.to(lse.dtype) * live
-    elif reduction == "sum":
+    elif reduction == "none" or reduction == "sum":
         per_sample = grad_loss.to(lse.dtype) * live
     else:
         per_sample = grad_loss.to(lse.dtype) * live / live.sum().clamp_min(1)
     g_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse.to(lse.dtype).contiguous()
     grad_h, grad_W, grad_bias = torch.ops.fedkernels.linear_cross_entropy_backward(
-        h, W, target, bias if ctx.has_bias else None, lse, per_sample.contiguous(), g_lse, scale, ignore_index,
-        chunk_size)
+        h,
+        W,
+        target,
+        bias if ctx.has_bias else None,
+        lse,
+        per_sample.contiguous(),
+        g_lse,
+        scale,
+        ignore_index,
+        chunk_size,
+    )
     return grad_h, grad_W, None, (grad_bias if ctx.has_bias else None), None, None, None, None
 
 

@@ -4,7 +4,7 @@ masked per-tensor weighted average (DESIGN.md §3)."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -47,8 +47,9 @@ def delta_norms(new: Sequence[torch.Tensor], old: Sequence[torch.Tensor], normal
     return torch.ops.fedkernels.delta_norms(list(new), list(old), normalize)
 
 
-def select_topk_tensors(new: Sequence[torch.Tensor], old: Sequence[torch.Tensor], fraction: float,
-                        normalize: bool = False) -> torch.Tensor:
+def select_topk_tensors(
+    new: Sequence[torch.Tensor], old: Sequence[torch.Tensor], fraction: float, normalize: bool = False
+) -> torch.Tensor:
     """Indices of the ``k = num_selected(M, fraction)`` tensors whose delta norm is largest.
 
     Descending norm (NaN first, as ``torch.sort(descending=True)``), ties to the smaller index.
@@ -92,8 +93,7 @@ def _flatten_sent(sent: Sequence[SentTensors]) -> tuple[list[torch.Tensor], torc
         idx_parts.append(idx.cpu())  # host metadata (one small copy if idx lives on a GPU)
         weights.append(float(w))
     tensor_of = torch.cat(idx_parts) if idx_parts else torch.empty(0, dtype=torch.int64)
-    return (flat, torch.tensor(client_of, dtype=torch.int64), tensor_of,
-            torch.tensor(weights, dtype=torch.float64))
+    return (flat, torch.tensor(client_of, dtype=torch.int64), tensor_of, torch.tensor(weights, dtype=torch.float64))
 
 
 def masked_weighted_average(dst: Sequence[torch.Tensor], sent: Sequence[SentTensors]) -> None:

@@ -7,8 +7,14 @@ import torch
 from .. import _C  # noqa: F401  (registers the schemas)
 
 
-def label_hash(indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor, num_buckets: int, *,
-               out: torch.Tensor | None = None) -> torch.Tensor:
+def label_hash(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    table: torch.Tensor,
+    num_buckets: int,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Hash multi-label targets into R tables of B buckets.
 
     ``z[j, n, table[l, j]] = 1`` for every label ``l`` of sample ``n`` (a bucket is 1 when any of
@@ -84,8 +90,9 @@ def bucket_merge(logp: torch.Tensor, table: torch.Tensor, reduce: str = "mean") 
     return torch.ops.fedkernels.bucket_merge(logp, table, reduce)
 
 
-def bucket_merge_topk(logp: torch.Tensor, table: torch.Tensor, k: int,
-                      reduce: str = "mean") -> tuple[torch.Tensor, torch.Tensor]:
+def bucket_merge_topk(
+    logp: torch.Tensor, table: torch.Tensor, k: int, reduce: str = "mean"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The top ``k`` classes of ``bucket_merge(logp, table, reduce)`` per row, without building ``[N, p]``.
 
     Values are bit-identical to the corresponding ``bucket_merge`` scores; rows are in descending
@@ -134,8 +141,9 @@ def count_sketch(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, num_
     return torch.ops.fedkernels.count_sketch(x, table, signs, num_buckets)
 
 
-def count_sketch_query(sketch: torch.Tensor, table: torch.Tensor, signs: torch.Tensor,
-                       reduce: str = "median") -> torch.Tensor:
+def count_sketch_query(
+    sketch: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, reduce: str = "median"
+) -> torch.Tensor:
     """Estimate every coordinate from a count sketch: ``x_hat[..., i] = reduce_j signs[i, j] * M[..., j, table[i, j]]``.
 
     ``reduce`` is ``"median"`` (robust; the even-count median is the mean of the two middle values),
@@ -158,6 +166,7 @@ def count_sketch_query(sketch: torch.Tensor, table: torch.Tensor, signs: torch.T
 
 
 # ---- fake (meta) implementations: shapes only, so torch.compile(fullgraph=True) traces the ops
+
 
 @torch.library.register_fake("fedkernels::bucket_merge")
 def _bucket_merge_fake(logp, table, reduce="mean"):
@@ -188,9 +197,13 @@ def _count_sketch_query_fake(sketch, table, signs, reduce="median"):
 
 # ---- autograd: every backward is itself a fedkernels op (deterministic, no atomics)
 
+
 def _not_differentiable(op: str, reduce: str) -> RuntimeError:
-    return RuntimeError(f"{op} is differentiable only for reduce='mean'" + (" or 'sum'" if op == "count_sketch_query" else "")
-                        + f", got reduce={reduce!r}")
+    return RuntimeError(
+        f"{op} is differentiable only for reduce='mean'"
+        + (" or 'sum'" if op == "count_sketch_query" else "")
+        + f", got reduce={reduce!r}"
+    )
 
 
 def _bucket_merge_setup(ctx, inputs, output):
@@ -239,8 +252,9 @@ def _count_sketch_query_backward(ctx, grad):
     return g, None, None, None
 
 
-torch.library.register_autograd("fedkernels::count_sketch_query", _count_sketch_query_backward,
-                                setup_context=_count_sketch_query_setup)
+torch.library.register_autograd(
+    "fedkernels::count_sketch_query", _count_sketch_query_backward, setup_context=_count_sketch_query_setup
+)
 
 
 def _bucket_merge_backward_setup(ctx, inputs, output):
@@ -254,5 +268,6 @@ def _bucket_merge_backward_backward(ctx, grad_grad):
     return torch.ops.fedkernels.bucket_merge(grad_grad.contiguous(), table, "mean"), None, None
 
 
-torch.library.register_autograd("fedkernels::bucket_merge_backward", _bucket_merge_backward_backward,
-                                setup_context=_bucket_merge_backward_setup)
+torch.library.register_autograd(
+    "fedkernels::bucket_merge_backward", _bucket_merge_backward_backward, setup_context=_bucket_merge_backward_setup
+)

@@ -88,8 +88,9 @@ def knn_classes(W: torch.Tensor, k: int, metric: str = "l2") -> tuple[torch.Tens
     return torch.ops.fedkernels.knn_classes(W, k, metric)
 
 
-def spreadout_loss(W: torch.Tensor, margin: float, k: int, pair_weight: PairWeights | None = None,
-                   metric: str = "l2") -> torch.Tensor:
+def spreadout_loss(
+    W: torch.Tensor, margin: float, k: int, pair_weight: PairWeights | None = None, metric: str = "l2"
+) -> torch.Tensor:
     """FedAwS / FedALC spreadout regulariser over each class's k nearest classes.
 
     ``sum_c sum_{c' in kNN_k(c)} alpha[c, c'] * max(0, margin - dist(w_c, w_c'))^2``, where the kNN
@@ -113,8 +114,9 @@ def spreadout_loss(W: torch.Tensor, margin: float, k: int, pair_weight: PairWeig
     """
     if pair_weight is None:
         return torch.ops.fedkernels.spreadout_loss(W, margin, k, None, None, None, metric)
-    return torch.ops.fedkernels.spreadout_loss(W, margin, k, pair_weight.indptr, pair_weight.indices,
-                                               pair_weight.values, metric)
+    return torch.ops.fedkernels.spreadout_loss(
+        W, margin, k, pair_weight.indptr, pair_weight.indices, pair_weight.values, metric
+    )
 
 
 def pair_weight_gather(pair_weight: PairWeights, idx: torch.Tensor) -> torch.Tensor:
@@ -122,8 +124,9 @@ def pair_weight_gather(pair_weight: PairWeights, idx: torch.Tensor) -> torch.Ten
     return torch.ops.fedkernels.pair_weight_gather(pair_weight.indptr, pair_weight.indices, pair_weight.values, idx)
 
 
-def spreadout_pair_loss(W: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor, margin: float,
-                        metric: str = "l2") -> torch.Tensor:
+def spreadout_pair_loss(
+    W: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor, margin: float, metric: str = "l2"
+) -> torch.Tensor:
     """The spreadout loss over given pairs ``(c, idx[c, j])`` with weights ``weight [C, k]`` (float32).
 
     This is :func:`spreadout_loss` with the neighbour selection supplied, e.g. reused across steps.

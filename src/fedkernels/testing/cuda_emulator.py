@@ -26,15 +26,16 @@ import importlib.util
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
 import fedkernels  # noqa: F401  (the op schemas must exist before the emulated kernels register)
 
-__all__ = ["load", "loaded", "route_ops_to_cuda", "routed_to_cuda", "recording", "LaunchRecord"]
+__all__ = ["LaunchRecord", "load", "loaded", "recording", "route_ops_to_cuda", "routed_to_cuda"]
 
 LaunchRecord = tuple[str, tuple[int, int, int], tuple[int, int, int]]
 
@@ -48,8 +49,10 @@ def load(path: str | os.PathLike[str] | None = None) -> ModuleType:
         return _MODULE
     path = path or os.environ.get("FK_CUDA_EMU_MODULE")
     if not path:
-        raise RuntimeError("no emulated CUDA module: build one with `python tools/emulate.py build` and set "
-                           "FK_CUDA_EMU_MODULE to the path it prints")
+        raise RuntimeError(
+            "no emulated CUDA module: build one with `python tools/emulate.py build` and set "
+            "FK_CUDA_EMU_MODULE to the path it prints"
+        )
     if not Path(path).is_file():
         raise FileNotFoundError(f"emulated CUDA module not found: {path}")
     spec = importlib.util.spec_from_file_location("fedkernels._C_emu", path)

@@ -3,7 +3,7 @@ models weighted by the clients' sample counts. The baseline of every comparison.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -74,8 +74,13 @@ class FedAvg(Strategy):
 
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
         model = self._model(payload)
-        train_local(list(model.parameters()), lambda b: multilabel_loss(model(b.x), b, self.loss), data, config,
-                    generator(seed, "shuffle"))
+        train_local(
+            list(model.parameters()),
+            lambda b: multilabel_loss(model(b.x), b, self.loss),
+            data,
+            config,
+            generator(seed, "shuffle"),
+        )
         return state_of(model)
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:

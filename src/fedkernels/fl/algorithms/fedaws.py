@@ -29,7 +29,7 @@ server-side state (``State``, checkpoints, run identity) never holds it.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -62,8 +62,9 @@ def positive_loss(z: torch.Tensor, w: torch.Tensor, margin: float) -> torch.Tens
     return torch.clamp(margin - cos, min=0).pow(2).mean()
 
 
-def class_pair_weights(clients: Sequence[ClientData], key: bytes, num_classes: int,
-                       class_rows: torch.Tensor | None = None) -> tuple[PairWeights, int]:
+def class_pair_weights(
+    clients: Sequence[ClientData], key: bytes, num_classes: int, class_rows: torch.Tensor | None = None
+) -> tuple[PairWeights, int]:
     """FedALC weights over server rows from private label-set collection.
 
     Client side: every client reports keyed digests of its (instance, label) pairs and, once the
@@ -74,9 +75,14 @@ def class_pair_weights(clients: Sequence[ClientData], key: bytes, num_classes: i
     bytes the reports take serialised (safetensors), i.e. the one-off upload of the collection.
     """
     rows_of_class = torch.arange(num_classes) if class_rows is None else class_rows
-    reports = [ls.client_report(key, [row.numpy() for row in c.x],
-                                [c.indices[c.indptr[i]:c.indptr[i + 1]].tolist() for i in range(len(c))])
-               for c in clients]
+    reports = [
+        ls.client_report(
+            key,
+            [row.numpy() for row in c.x],
+            [c.indices[c.indptr[i] : c.indptr[i + 1]].tolist() for i in range(len(c))],
+        )
+        for c in clients
+    ]
     report_bytes = sum(len(encode({"pairs": r.to_tensor()})) for r in reports)
     sets = ls.merge_reports(reports)  # server side from here, except the links
     held = sorted({int(l) for c in clients for l in c.indices.tolist()})
@@ -106,8 +112,17 @@ class FedAwS(Strategy):
     uses_pair_weights = False
     fixed_embeddings = False
 
-    def __init__(self, dim: int = 32, hidden: Sequence[int] = (64,), pos_margin: float = 0.9, margin: float = 1.0,
-                 k: int = 10, metric: str = "l2", spread_lr: float = 0.1, spread_steps: int = 1) -> None:
+    def __init__(
+        self,
+        dim: int = 32,
+        hidden: Sequence[int] = (64,),
+        pos_margin: float = 0.9,
+        margin: float = 1.0,
+        k: int = 10,
+        metric: str = "l2",
+        spread_lr: float = 0.1,
+        spread_steps: int = 1,
+    ) -> None:
         self.dim, self.hidden, self.pos_margin = int(dim), tuple(hidden), float(pos_margin)
         self.margin, self.k, self.metric = float(margin), int(k), metric
         self.spread_lr, self.spread_steps = float(spread_lr), int(spread_steps)
@@ -126,8 +141,9 @@ class FedAwS(Strategy):
 
     def _extractor(self, state: Payload) -> torch.nn.Module:
         assert self._dims is not None, "init_state first"
-        return load_state(mlp(self._dims[0], self.dim, self.hidden), {n[len(_G):]: t for n, t in state.items()
-                                                                      if n.startswith(_G)})
+        return load_state(
+            mlp(self._dims[0], self.dim, self.hidden), {n[len(_G) :]: t for n, t in state.items() if n.startswith(_G)}
+        )
 
     def client_request(self, data: ClientData, round: int, seed: int) -> Payload:
         return {"class_id": torch.tensor([client_class(data)], dtype=torch.int64)}
@@ -150,8 +166,9 @@ class FedAwS(Strategy):
         g = self._extractor(payload)
         w = payload["w"].clone().requires_grad_(not self.fixed_embeddings)
         params = list(g.parameters()) + ([] if self.fixed_embeddings else [w])
-        train_local(params, lambda b: positive_loss(g(b.x), w, self.pos_margin), data, config,
-                    generator(seed, "shuffle"))
+        train_local(
+            params, lambda b: positive_loss(g(b.x), w, self.pos_margin), data, config, generator(seed, "shuffle")
+        )
         out = {_G + n: t for n, t in state_of(g).items()}
         if not self.fixed_embeddings:
             out["w"] = w.detach().clone()
@@ -263,9 +280,16 @@ class FedALCFixed(FedALC):
 
     def setup(self, clients: list[ClientData], seed: int) -> None:
         super().setup(clients, seed)
-        self.fixed_W = learn_fixed_class_embeddings(self.pair_weight, self.dim, margin=self.margin, k=self.k,
-                                                    steps=self.fixed_steps, lr=self.fixed_lr, metric=self.metric,
-                                                    seed=derive_seed(seed, "fixed-embeddings"))
+        self.fixed_W = learn_fixed_class_embeddings(
+            self.pair_weight,
+            self.dim,
+            margin=self.margin,
+            k=self.k,
+            steps=self.fixed_steps,
+            lr=self.fixed_lr,
+            metric=self.metric,
+            seed=derive_seed(seed, "fixed-embeddings"),
+        )
 
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
         new = super().aggregate(state, results, round)

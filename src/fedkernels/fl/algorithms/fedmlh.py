@@ -10,7 +10,7 @@ broadcasts the hash family as three integers ``(R, B, seed)`` inside the payload
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -32,7 +32,9 @@ def _head_class():
     return FedMLHHead
 
 
-def per_table_average(states: list[dict[str, torch.Tensor]], weights: list[float], num_tables: int) -> dict[str, torch.Tensor]:
+def per_table_average(
+    states: list[dict[str, torch.Tensor]], weights: list[float], num_tables: int
+) -> dict[str, torch.Tensor]:
     """Average each table's slice ``t[j]`` of every tensor over clients, weighted, table by table."""
     out = {name: torch.empty_like(t) for name, t in states[0].items()}
     for j in range(num_tables):
@@ -92,16 +94,22 @@ class FedMLH(Strategy):
 
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
         head = self._load(payload)
-        train_local(list(head.parameters()), lambda b: head.loss(b.x, b.indptr, b.indices), data, config,
-                    generator(seed, "shuffle"))
+        train_local(
+            list(head.parameters()),
+            lambda b: head.loss(b.x, b.indptr, b.indices),
+            data,
+            config,
+            generator(seed, "shuffle"),
+        )
         return {name: p.detach().clone() for name, p in head.named_parameters()}
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
         return PayloadSpec(state_spec(state, [k for k in state if k != HASH_KEY]))
 
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
-        new = per_table_average([r.payload for r in results], [float(r.num_examples) for r in results],
-                                int(state[HASH_KEY][0]))
+        new = per_table_average(
+            [r.payload for r in results], [float(r.num_examples) for r in results], int(state[HASH_KEY][0])
+        )
         new[HASH_KEY] = state[HASH_KEY]
         return new
 

@@ -21,7 +21,7 @@ Variants change only which rows are requested and which classes compete in the l
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -57,8 +57,9 @@ class FedSS(Strategy):
     name = "FedSS"
     variant = "fedss"
 
-    def __init__(self, num_negatives: int = 64, embed_dim: int = 64, hidden: Sequence[int] = (256,),
-                 scale: float = 1.0) -> None:
+    def __init__(
+        self, num_negatives: int = 64, embed_dim: int = 64, hidden: Sequence[int] = (256,), scale: float = 1.0
+    ) -> None:
         if num_negatives < 0:
             raise ValueError(f"num_negatives must be >= 0, got {num_negatives}")
         if embed_dim < 1:
@@ -72,13 +73,15 @@ class FedSS(Strategy):
         self._dims = (num_features, num_classes)
         state = state_of(mlp(num_features, self.embed_dim, self.hidden, seed))
         g = torch.Generator().manual_seed(derive_seed(seed, CLASSES))
-        state[CLASSES] = torch.randn(num_classes, self.embed_dim, generator=g) / self.embed_dim ** 0.5
+        state[CLASSES] = torch.randn(num_classes, self.embed_dim, generator=g) / self.embed_dim**0.5
         return state
 
     def _body(self, params: Payload) -> torch.nn.Module:
         assert self._dims is not None, "init_state first"
-        return load_state(mlp(self._dims[0], self.embed_dim, self.hidden), {k: v for k, v in params.items()
-                                                                           if k in self._body_names()})
+        return load_state(
+            mlp(self._dims[0], self.embed_dim, self.hidden),
+            {k: v for k, v in params.items() if k in self._body_names()},
+        )
 
     def _body_names(self) -> list[str]:
         assert self._dims is not None, "init_state first"
@@ -95,24 +98,38 @@ class FedSS(Strategy):
             negatives = positives[:0]
         else:  # full softmax: every row
             return None
-        return {"class_ids": torch.cat([positives, negatives]),
-                "num_positives": torch.tensor([positives.numel()], dtype=torch.int64)}
+        return {
+            "class_ids": torch.cat([positives, negatives]),
+            "num_positives": torch.tensor([positives.numel()], dtype=torch.int64),
+        }
 
     def request_spec(self, state: State) -> PayloadSpec | None:
         p = state[CLASSES].shape[0]
-        return PayloadSpec({"class_ids": TensorSpec(torch.int64, (None,), min_value=0, max_value=p),
-                            "num_positives": TensorSpec(torch.int64, (1,), min_value=0, max_value=p + 1)})
+        return PayloadSpec(
+            {
+                "class_ids": TensorSpec(torch.int64, (None,), min_value=0, max_value=p),
+                "num_positives": TensorSpec(torch.int64, (1,), min_value=0, max_value=p + 1),
+            }
+        )
 
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
         body = {k: v for k, v in state.items() if k != CLASSES}
         if request is None:  # FullSoftmax
             p = state[CLASSES].shape[0]
             ids = torch.arange(p, dtype=torch.int64)
-            return {**body, "class_ids": ids, "num_positives": torch.tensor([p], dtype=torch.int64),
-                    "rows": state[CLASSES].clone()}
+            return {
+                **body,
+                "class_ids": ids,
+                "num_positives": torch.tensor([p], dtype=torch.int64),
+                "rows": state[CLASSES].clone(),
+            }
         ids = request["class_ids"]
-        return {**body, "class_ids": ids, "num_positives": request["num_positives"],
-                "rows": state[CLASSES].index_select(0, ids)}
+        return {
+            **body,
+            "class_ids": ids,
+            "num_positives": request["num_positives"],
+            "rows": state[CLASSES].index_select(0, ids),
+        }
 
     # ---- client side: local training on the gathered rows
 

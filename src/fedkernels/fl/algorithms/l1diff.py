@@ -10,7 +10,7 @@ clients' ``v``). gamma trades bytes for fidelity: gamma = 0 is plain (uncompress
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -37,9 +37,17 @@ class L1Diff(FedAvg):
 
     name = "L1Diff"
 
-    def __init__(self, gamma: float = 0.0, eta: float = 0.5, hidden: Sequence[int] = (), loss: str = "bce",
-                 value_dtype: str = "float32", levels: int | None = None, server_lr: float = 1.0,
-                 block_size: int = 0) -> None:
+    def __init__(
+        self,
+        gamma: float = 0.0,
+        eta: float = 0.5,
+        hidden: Sequence[int] = (),
+        loss: str = "bce",
+        value_dtype: str = "float32",
+        levels: int | None = None,
+        server_lr: float = 1.0,
+        block_size: int = 0,
+    ) -> None:
         if not gamma >= 0 or not eta > 0 or not server_lr > 0:
             raise ValueError(f"gamma must be >= 0, eta and server_lr > 0, got {gamma}, {eta}, {server_lr}")
         if value_dtype not in ("float32", "float16"):
@@ -60,8 +68,12 @@ class L1Diff(FedAvg):
         names = [n for n, _ in model.named_parameters()]
         params = [p for _, p in model.named_parameters()]
         grads = full_gradient(params, lambda b: multilabel_loss(model(b.x), b, self.loss), data, config.batch_size)
-        return {n: encode_direction(l1diff_direction(g, self.gamma, self.eta, self.block_size), self.value_dtype,
-                                    self.levels) for n, g in zip(names, grads)}
+        return {
+            n: encode_direction(
+                l1diff_direction(g, self.gamma, self.eta, self.block_size), self.value_dtype, self.levels
+            )
+            for n, g in zip(names, grads)
+        }
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
         return PayloadSpec({n: TensorSpec(torch.uint8, (None,)) for n in state})

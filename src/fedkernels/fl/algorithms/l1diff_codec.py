@@ -8,7 +8,7 @@ uint8 tensor, so the safetensors byte count is the real cost.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -19,8 +19,9 @@ from ..payload import Payload, PayloadError
 from ..types import ClientData
 
 
-def full_gradient(params: list[torch.Tensor], loss_fn: Callable[[ClientData], torch.Tensor], data: ClientData,
-                  batch_size: int) -> list[torch.Tensor]:
+def full_gradient(
+    params: list[torch.Tensor], loss_fn: Callable[[ClientData], torch.Tensor], data: ClientData, batch_size: int
+) -> list[torch.Tensor]:
     """The gradient of the sample-weighted mean loss over all of ``data`` at ``params``, accumulated
     over minibatches in data order (deterministic, no shuffling)."""
     grads = [torch.zeros_like(p) for p in params]
@@ -64,12 +65,14 @@ def decode_direction(wire: torch.Tensor, shape: torch.Size, value_dtype: str | N
     """
     if not isinstance(wire, torch.Tensor) or wire.dtype != torch.uint8 or wire.dim() != 1:
         raise ValueError("the upload must be a 1-D uint8 tensor of codec bytes")
-    return decode_runs(wire, expected_shape=tuple(shape), expected_dtype=value_dtype, require_finite=True,
-                       out_dtype=torch.float32)
+    return decode_runs(
+        wire, expected_shape=tuple(shape), expected_dtype=value_dtype, require_finite=True, out_dtype=torch.float32
+    )
 
 
-def decode_upload(upload: Payload, shapes: dict[str, torch.Size], value_dtype: str | None = None
-                  ) -> dict[str, torch.Tensor]:
+def decode_upload(
+    upload: Payload, shapes: dict[str, torch.Size], value_dtype: str | None = None
+) -> dict[str, torch.Tensor]:
     """Every tensor of an l1-difference upload decoded to its ``shapes[name]``; raises ValueError on
     the first that does not decode (see :func:`decode_direction`)."""
     return {n: decode_direction(upload[n], shape, value_dtype) for n, shape in shapes.items()}

@@ -15,7 +15,7 @@ current heads each round (``graph="models"``, cosine kNN in model space).
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -46,9 +46,21 @@ class L1DiffNetwork(Strategy):
 
     name = "L1DiffNetwork"
 
-    def __init__(self, num_clients: int, gamma: float = 0.0, eta: float = 0.5, lam: float = 0.1, p: int = 2,
-                 k: int = 2, graph: str = "features", hidden: Sequence[int] = (32,), loss: str = "bce",
-                 value_dtype: str = "float32", levels: int | None = None, tol: float = 1e-6) -> None:
+    def __init__(
+        self,
+        num_clients: int,
+        gamma: float = 0.0,
+        eta: float = 0.5,
+        lam: float = 0.1,
+        p: int = 2,
+        k: int = 2,
+        graph: str = "features",
+        hidden: Sequence[int] = (32,),
+        loss: str = "bce",
+        value_dtype: str = "float32",
+        levels: int | None = None,
+        tol: float = 1e-6,
+    ) -> None:
         if num_clients < 2 or not 0 < k < num_clients:
             raise ValueError(f"num_clients must be >= 2 and k in [1, num_clients), got {num_clients}, {k}")
         if not gamma >= 0 or not eta > 0 or not lam >= 0 or p not in (1, 2):
@@ -99,8 +111,9 @@ class L1DiffNetwork(Strategy):
         head = {n: payload[PERSONAL + n] for n in self._head_names()}
         model = self._client_model(shared, head)
         named = list(model.named_parameters())
-        grads = full_gradient([p for _, p in named], lambda b: multilabel_loss(model(b.x), b, self.loss), data,
-                              config.batch_size)
+        grads = full_gradient(
+            [p for _, p in named], lambda b: multilabel_loss(model(b.x), b, self.loss), data, config.batch_size
+        )
         out = {}
         for (n, _), g in zip(named, grads):
             key = PERSONAL + n if n in self._head_names() else n
@@ -155,7 +168,7 @@ class L1DiffNetwork(Strategy):
         at = 0
         for n in names:
             width = state[n][0].numel()
-            state[n] = res.z[:, at:at + width].reshape(state[n].shape).to(state[n].dtype)
+            state[n] = res.z[:, at : at + width].reshape(state[n].shape).to(state[n].dtype)
             at += width
         return state
 

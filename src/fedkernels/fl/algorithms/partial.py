@@ -6,7 +6,7 @@ keeps the others. Hot paths: ``select_topk_tensors`` (client) and ``masked_weigh
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..local import train_local
 from ..models import state_of
@@ -30,8 +30,9 @@ class PartialExchange(FedAvg):
 
     name = "PartialExchange"
 
-    def __init__(self, fraction: float = 0.5, normalize: bool = False, hidden: Sequence[int] = (256,),
-                 loss: str = "bce") -> None:
+    def __init__(
+        self, fraction: float = 0.5, normalize: bool = False, hidden: Sequence[int] = (256,), loss: str = "bce"
+    ) -> None:
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
         super().__init__(hidden=hidden, loss=loss)
@@ -39,8 +40,13 @@ class PartialExchange(FedAvg):
 
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
         model = self._model(payload)
-        train_local(list(model.parameters()), lambda b: multilabel_loss(model(b.x), b, self.loss), data, config,
-                    generator(seed, "shuffle"))
+        train_local(
+            list(model.parameters()),
+            lambda b: multilabel_loss(model(b.x), b, self.loss),
+            data,
+            config,
+            generator(seed, "shuffle"),
+        )
         return make_partial_payload(payload, state_of(model), self.fraction, self.normalize)["tensors"]
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
