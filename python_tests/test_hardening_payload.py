@@ -174,6 +174,9 @@ def test_header_limit_from_spec():
     data = encode({"x": torch.zeros(3)})
     decode(data, PayloadSpec({"x": TensorSpec(torch.float32, (3,))}))
     with pytest.raises(PayloadError, match="header of .* exceeds the limit of 16"):
+        decode(data, PayloadSpec({"x": TensorSpec(torch.float32, (None,))}, max_header_bytes=16))
+    # A fully sized spec bounds the whole payload: 8-byte length + header limit + 12 body bytes.
+    with pytest.raises(PayloadError, match="payload of 76 bytes exceeds the limit of 36"):
         decode(data, PayloadSpec({"x": TensorSpec(torch.float32, (3,))}, max_header_bytes=16))
 
 

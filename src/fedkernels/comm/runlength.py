@@ -84,6 +84,24 @@ def encode_runs(x: torch.Tensor, value_dtype: str = "float32") -> bytes:
     return _C.rle_encode(memoryview(words.numpy()).cast("B"), code, list(x.shape))
 
 
+def max_stream_bytes(shape: Sequence[int], value_dtype: str = "float32") -> int:
+    """The longest valid stream of a tensor of ``shape``: every element its own run (4 or 2 value
+    bytes and a 1-bit length code each; longer runs cost fewer bytes per element), plus the header,
+    the padding byte and the checksum. A server bounds an upload's bytes with it before decoding.
+
+    Example:
+        >>> max_stream_bytes((1000,))  # 4.125 bytes per float32 element + 27
+        4152
+    """
+    if value_dtype not in _DTYPES:
+        raise ValueError(f"value_dtype must be 'float32' or 'float16', got {value_dtype!r}")
+    n = 1
+    for d in shape:
+        n *= int(d)
+    item = _DTYPES[value_dtype][3]
+    return len(MAGIC) + 3 + 8 * len(shape) + 8 + item * n + (n + 7) // 8 + CHECKSUM_BYTES
+
+
 def _byte_view(data: object) -> memoryview:
     """``data`` as a flat memoryview of bytes, without copying (ValueError naming ``data`` if it is not
     bytes-like: bytes, bytearray, memoryview, or a 1-D uint8 CPU tensor)."""

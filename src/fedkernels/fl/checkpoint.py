@@ -103,10 +103,14 @@ def load_checkpoint(path: str | Path, like: dict[str, torch.Tensor]) -> tuple[di
         PayloadError: (a ``ValueError``) naming ``path``: the file is not a checkpoint, does not fit
             ``like``, fails its checksum, or has malformed metadata (the message names the field).
     """
-    data = Path(path).read_bytes()
     specs = {k: pl.TensorSpec(v.dtype, tuple(v.shape), finite=False) for k, v in like.items()}
+    spec = pl.PayloadSpec(specs, max_header_bytes=pl.DEFAULT_MAX_HEADER_BYTES)  # the metadata rides in the header
+    size, limit = Path(path).stat().st_size, spec.byte_limit()
+    if size > limit:  # refused before reading: the file's size cannot exceed what this state needs
+        raise pl.PayloadError(f"checkpoint {path}: {size} bytes, more than the {limit} of a checkpoint of this state")
+    data = Path(path).read_bytes()
     try:
-        state = pl.decode(data, pl.PayloadSpec(specs, max_bytes=len(data)))
+        state = pl.decode(data, spec)
     except pl.PayloadError as e:
         raise pl.PayloadError(f"checkpoint {path}: {e}") from None
     raw = _read_metadata(data)

@@ -1,9 +1,12 @@
 """Payloads: what crosses the network, as safetensors bytes (never pickle).
 
 Client updates come from untrusted devices, so decoding first checks the safetensors header
-itself (length, JSON, dtypes, shapes, byte ranges: no overlap, no gap, nothing past the body)
-and then every tensor against a spec (names, dtypes, shapes, shared lengths, finiteness, id
-ranges, size) before anything reaches the global state. Every rejection is a :class:`PayloadError`.
+itself (length, JSON, dtypes, shapes, byte ranges: no overlap, no gap, nothing past the body),
+then the header's claims against a spec (names, dtypes, shapes, shared lengths, element counts)
+*before any tensor is built*, and then every tensor's values (finiteness, id ranges, uniqueness)
+before anything reaches the global state. A spec bounds the bytes it accepts (:meth:`PayloadSpec.byte_limit`),
+so what a decode allocates is bounded by what the caller expects, whatever the sender claims.
+Every rejection is a :class:`PayloadError`.
 """
 
 from __future__ import annotations
@@ -41,6 +44,31 @@ _ITEM_BYTES = {
     "F8_E4M3": 1,
     "F8_E5M2": 1,
 }
+# The torch dtype each tag decodes to (names, since older torch builds lack some of them).
+_TORCH_DTYPE = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+    "U16": "uint16",
+    "U32": "uint32",
+    "U64": "uint64",
+    "C64": "complex64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+}
+# Header bytes one tensor entry may take beyond its JSON-escaped name and its dims (dtype tag, the
+# keys, two offsets of up to 20 digits), plus what a whole header may add (braces, padding to 8
+# bytes, a small ``__metadata__`` some writers add).
+_ENTRY_HEADER_BYTES = 128
+_DIM_HEADER_BYTES = 21
+_FIXED_HEADER_BYTES = 1024
 
 
 class PayloadError(ValueError):
@@ -66,6 +94,8 @@ class TensorSpec:
     every tensor of the payload using the same name must share (e.g. ids ``("n",)`` and rows
     ``("n", d)``); ``shape=None`` means any shape. ``min_value`` (inclusive) and ``max_value``
     (exclusive) bound integer tensors, e.g. class ids; ``unique`` forbids repeated values.
+    ``max_numel`` bounds the element count where the shape leaves it open (checked on the header's
+    claim, before the tensor is built).
     """
 
     dtype: torch.dtype
@@ -74,25 +104,64 @@ class TensorSpec:
     min_value: int | None = None
     max_value: int | None = None
     unique: bool = False
+    max_numel: int | None = None
+
+    def max_bytes(self) -> int | None:
+        """The most body bytes a tensor meeting this spec takes, or None if the spec leaves it open."""
+        item = torch.empty((), dtype=self.dtype).element_size()
+        bounds = []
+        if self.shape is not None and all(type(d) is int for d in self.shape):
+            bounds.append(math.prod(self.shape))  # type: ignore[arg-type]
+        if self.max_numel is not None:
+            bounds.append(self.max_numel)
+        return min(bounds) * item if bounds else None
+
+    def max_header_bytes(self, name: str) -> int:
+        """The most safetensors-header bytes this tensor's entry can take."""
+        ndim = len(self.shape) if self.shape is not None else 64
+        return len(json.dumps(name)) + _ENTRY_HEADER_BYTES + _DIM_HEADER_BYTES * ndim
 
 
 @dataclass
 class PayloadSpec:
     """The tensors a payload must hold: ``required`` names exactly, plus ``optional`` ones.
-    ``max_bytes`` bounds the whole body and ``max_header_bytes`` its JSON header."""
+    ``max_bytes`` bounds the whole payload and ``max_header_bytes`` its JSON header; a header
+    bound of None (the default) is derived from the spec: room for exactly its tensors' entries
+    and 1 KiB more (pass :data:`DEFAULT_MAX_HEADER_BYTES` or more to accept large ``__metadata__``)."""
 
     required: dict[str, TensorSpec]
     optional: dict[str, TensorSpec] = field(default_factory=dict)
     max_bytes: int = DEFAULT_MAX_BYTES
     allow_extra: bool = False
-    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    max_header_bytes: int | None = None
+
+    def header_limit(self) -> int:
+        """The most JSON-header bytes a payload of this spec may have."""
+        if self.max_header_bytes is not None:
+            return self.max_header_bytes
+        if self.allow_extra:
+            return DEFAULT_MAX_HEADER_BYTES
+        known = {**self.required, **self.optional}
+        derived = _FIXED_HEADER_BYTES + sum(ts.max_header_bytes(n) for n, ts in known.items())
+        return min(derived, DEFAULT_MAX_HEADER_BYTES)
+
+    def byte_limit(self) -> int:
+        """The most bytes a payload of this spec may have: ``max_bytes``, or less where every tensor's
+        size is bounded by the spec (8-byte length + header limit + the tensors' largest sizes).
+        This bounds what a decode allocates: the bytes, and the tensors built from them once."""
+        known = {**self.required, **self.optional}
+        sizes = [ts.max_bytes() for ts in known.values()]
+        if self.allow_extra or any(b is None for b in sizes):
+            return self.max_bytes
+        return min(self.max_bytes, 8 + self.header_limit() + sum(sizes))  # type: ignore[arg-type]
 
 
 def decode(data: bytes, spec: PayloadSpec | None = None) -> Payload:
     """Parse safetensors bytes into tensors and check them against ``spec``.
 
-    Memory stays bounded by ``len(data)``: the header is checked (declared sizes against the
-    body) before any tensor is built.
+    Memory stays bounded by ``len(data)`` and, with a spec, by what the spec expects: the length is
+    checked against :meth:`PayloadSpec.byte_limit`, and the header (declared sizes against the
+    body, then names, dtypes, shapes and element counts against the spec) before any tensor is built.
 
     Raises:
         PayloadError: not safetensors, oversize, or a tensor with a wrong name, dtype, shape,
@@ -100,11 +169,13 @@ def decode(data: bytes, spec: PayloadSpec | None = None) -> Payload:
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise PayloadError(f"payload must be bytes, got {type(data).__name__}")
-    data = bytes(data)
-    max_bytes = spec.max_bytes if spec is not None else DEFAULT_MAX_BYTES
+    max_bytes = spec.byte_limit() if spec is not None else DEFAULT_MAX_BYTES
     if len(data) > max_bytes:
         raise PayloadError(f"payload of {len(data)} bytes exceeds the limit of {max_bytes}")
-    check_header(data, spec.max_header_bytes if spec is not None else DEFAULT_MAX_HEADER_BYTES)
+    data = bytes(data)
+    entries = check_header(data, spec.header_limit() if spec is not None else DEFAULT_MAX_HEADER_BYTES)
+    if spec is not None:
+        check_claims(entries, spec)  # before safetensors builds a single tensor
     try:
         tensors = _st_load(data)
     except Exception as e:  # safetensors raises its own error types for malformed input
@@ -190,6 +261,31 @@ def _check_entry(name: str, e: object, body: int) -> tuple[int, int, str]:
     return begin, end, name
 
 
+def check_claims(entries: dict[str, dict], spec: PayloadSpec) -> None:
+    """Check the header's entries (from :func:`check_header`) against ``spec``: names, dtypes,
+    shapes, shared lengths and element counts, before any tensor exists. Same messages as
+    :func:`check`, which repeats these checks on the built tensors."""
+    missing = sorted(set(spec.required) - set(entries))
+    if missing:
+        raise PayloadError(f"payload lacks tensors {missing}")
+    known = {**spec.required, **spec.optional}
+    extra = sorted(set(entries) - set(known))
+    if extra and not spec.allow_extra:
+        raise PayloadError(f"payload has unexpected tensors {extra}")
+    lengths: dict[str, tuple[int, str]] = {}
+    for name in sorted(entries):
+        e, ts = entries[name], known.get(name)
+        if ts is None:
+            continue
+        got = getattr(torch, _TORCH_DTYPE[e["dtype"]], None)
+        if got != ts.dtype:
+            raise PayloadError(f"tensor {name!r} has dtype {got or e['dtype']}, expected {ts.dtype}")
+        if ts.shape is not None:
+            _check_dims(name, tuple(e["shape"]), ts.shape, lengths)
+        if ts.max_numel is not None and math.prod(e["shape"]) > ts.max_numel:
+            raise PayloadError(f"tensor {name!r} has {math.prod(e['shape'])} elements, more than {ts.max_numel}")
+
+
 def check(tensors: Payload, spec: PayloadSpec) -> None:
     """Check decoded tensors against ``spec``; raise :class:`PayloadError` naming the first problem."""
     missing = sorted(set(spec.required) - set(tensors))
@@ -207,7 +303,9 @@ def check(tensors: Payload, spec: PayloadSpec) -> None:
         if t.dtype != ts.dtype:
             raise PayloadError(f"tensor {name!r} has dtype {t.dtype}, expected {ts.dtype}")
         if ts.shape is not None:
-            _check_shape(name, t, ts.shape, lengths)
+            _check_dims(name, tuple(t.shape), ts.shape, lengths)
+        if ts.max_numel is not None and t.numel() > ts.max_numel:
+            raise PayloadError(f"tensor {name!r} has {t.numel()} elements, more than {ts.max_numel}")
         inexact = t.is_floating_point() or t.is_complex()  # complex NaN/inf too (is_floating_point is False)
         if inexact and ts.finite and t.numel() and not _all_finite(t):
             raise PayloadError(f"tensor {name!r} has NaN or inf values")
@@ -216,8 +314,20 @@ def check(tensors: Payload, spec: PayloadSpec) -> None:
                 raise PayloadError(f"tensor {name!r} has values below {ts.min_value}")
             if ts.max_value is not None and int(t.max()) >= ts.max_value:
                 raise PayloadError(f"tensor {name!r} has values >= {ts.max_value}")
-        if ts.unique and t.numel() != torch.unique(t).numel():
+        if ts.unique and t.numel() and _has_repeats(t, ts):
             raise PayloadError(f"tensor {name!r} has repeated values")
+
+
+def _has_repeats(t: torch.Tensor, ts: TensorSpec) -> bool:
+    """Whether ``t`` repeats a value. Integer ids already checked to lie in a range not much wider
+    than their count are counted in one O(n + range) pass (a 16 MB request of 2M ids: milliseconds);
+    anything else is sorted."""
+    if not (t.is_floating_point() or t.is_complex()) and ts.min_value is not None and ts.max_value is not None:
+        span = ts.max_value - ts.min_value
+        if 0 < span <= max(4 * t.numel(), 1 << 16):
+            counts = torch.bincount((t.reshape(-1).to(torch.int64) - ts.min_value), minlength=span)
+            return bool(counts.max() > 1)
+    return t.numel() != torch.unique(t).numel()
 
 
 def _all_finite(t: torch.Tensor) -> bool:
@@ -227,12 +337,12 @@ def _all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
 
 
-def _check_shape(
-    name: str, t: torch.Tensor, want: tuple[int | str | None, ...], lengths: dict[str, tuple[int, str]]
+def _check_dims(
+    name: str, shape: tuple[int, ...], want: tuple[int | str | None, ...], lengths: dict[str, tuple[int, str]]
 ) -> None:
-    if t.dim() != len(want) or any(type(w) is int and w != g for w, g in zip(want, t.shape)):
-        raise PayloadError(f"tensor {name!r} has shape {tuple(t.shape)}, expected {want}")
-    for w, g in zip(want, t.shape):
+    if len(shape) != len(want) or any(type(w) is int and w != g for w, g in zip(want, shape)):
+        raise PayloadError(f"tensor {name!r} has shape {shape}, expected {want}")
+    for w, g in zip(want, shape):
         if isinstance(w, str):
             size, first = lengths.setdefault(w, (int(g), name))
             if size != g:

@@ -29,7 +29,7 @@ from ...nn.sampled_softmax import SampledSoftmaxHead
 from ...ops.sampled import sample_negatives, scatter_rows_mean
 from ..local import train_local
 from ..models import load_state, mlp, state_of
-from ..payload import Payload, PayloadSpec, TensorSpec, state_spec
+from ..payload import Payload, PayloadError, PayloadSpec, TensorSpec, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
@@ -104,10 +104,14 @@ class FedSS(Strategy):
         }
 
     def request_spec(self, state: State) -> PayloadSpec | None:
+        """At most ``p`` distinct class ids (an honest request is the client's distinct positives plus
+        negatives it does not hold), so a download is never larger than FullSoftmax's (the body plus
+        every class row once) and the request itself is at most ``8 p`` bytes plus a small header:
+        anything longer is refused on its length, a repeated id before the download is built."""
         p = state[CLASSES].shape[0]
         return PayloadSpec(
             {
-                "class_ids": TensorSpec(torch.int64, (None,), min_value=0, max_value=p),
+                "class_ids": TensorSpec(torch.int64, (None,), min_value=0, max_value=p, unique=True, max_numel=p),
                 "num_positives": TensorSpec(torch.int64, (1,), min_value=0, max_value=p + 1),
             }
         )
@@ -124,6 +128,10 @@ class FedSS(Strategy):
                 "rows": state[CLASSES].clone(),
             }
         ids = request["class_ids"]
+        if int(request["num_positives"][0]) > ids.numel():
+            raise PayloadError(
+                f"request has num_positives = {int(request['num_positives'][0])} but only {ids.numel()} class ids"
+            )
         return {
             **body,
             "class_ids": ids,

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ...comm import max_stream_bytes
 from ..payload import Payload, PayloadSpec, TensorSpec
 from ..strategy import State
 from ..types import ClientData, ClientResult, TrainConfig
@@ -76,7 +77,13 @@ class L1Diff(FedAvg):
         }
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
-        return PayloadSpec({n: TensorSpec(torch.uint8, (None,)) for n in state})
+        # each stream at most the longest valid one of its tensor: bytes bounded by the model's size
+        return PayloadSpec(
+            {
+                n: TensorSpec(torch.uint8, (None,), max_numel=max_stream_bytes(t.shape, self.value_dtype))
+                for n, t in state.items()
+            }
+        )
 
     def check_upload(self, state: State, payload_sent: Payload, upload: Payload) -> None:
         self._checked.check(upload, {n: t.shape for n, t in state.items()})

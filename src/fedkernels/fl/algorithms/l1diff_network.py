@@ -21,6 +21,7 @@ import torch
 
 import fedkernels
 
+from ...comm import max_stream_bytes
 from ..models import load_state, mlp, state_of
 from ..payload import Payload, PayloadSpec, TensorSpec
 from ..strategy import State, Strategy
@@ -121,7 +122,13 @@ class L1DiffNetwork(Strategy):
         return out
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
-        return PayloadSpec({n: TensorSpec(torch.uint8, (None,)) for n in payload_sent})
+        shapes = self._direction_shapes(state)  # each stream at most the longest valid one of its tensor
+        return PayloadSpec(
+            {
+                n: TensorSpec(torch.uint8, (None,), max_numel=max_stream_bytes(shapes[n], self.value_dtype))
+                for n in payload_sent
+            }
+        )
 
     def _direction_shapes(self, state: State) -> dict[str, torch.Size]:
         """Shape of each uploaded direction: a personal head's is one client's row of its stack."""
