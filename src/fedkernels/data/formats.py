@@ -16,6 +16,10 @@
 
 from __future__ import annotations
 
+import math
+import struct
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -97,7 +101,8 @@ def read_npz(features: str | Path, labels: str | Path) -> XCData:
 
     Raises:
         ValueError: a file that is not a scipy sparse ``.npz``, X and Y with different N, more than
-            ``MAX_DIM`` (2**26) columns, or non-finite feature values.
+            ``MAX_DIM`` (2**26) columns, non-finite values, or a file whose claims (zip member sizes,
+            array headers, matrix shape) exceed what its bytes can hold (checked before allocating).
     """
     x = _load_sparse(Path(features), "features")
     y = _load_sparse(Path(labels), "labels")
@@ -111,19 +116,82 @@ def read_npz(features: str | Path, labels: str | Path) -> XCData:
         raise ValueError(f"features {features}: NaN or inf values (or beyond float32)")
     x.sum_duplicates()
     y = sp.csr_matrix(y, dtype=np.float32)
+    if not np.isfinite(y.data).all():  # a NaN is not a 0/1 label (it would count as one)
+        raise ValueError(f"labels {labels}: NaN or inf values (or beyond float32)")
     y.sum_duplicates()
     y.eliminate_zeros()
     y.data[:] = 1.0
     return XCData(x, y)
 
 
+NPZ_MAX_RATIO = 1032
+"""Deflate's largest compression ratio: a zip member claiming to inflate to more than this many times
+its compressed bytes (plus 1 KiB) is lying, and is refused before it is inflated."""
+
+# What a malformed zip or .npy raises besides ValueError (zipfile, zlib, numpy's header parser).
+_NPZ_ERRORS = (
+    KeyError,
+    OSError,
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    NotImplementedError,
+    struct.error,
+    SyntaxError,
+    TypeError,
+    IndexError,
+    OverflowError,
+    RuntimeError,
+)
+
+
+def _check_npz_claims(path: Path, what: str) -> int:
+    """Check every member's claims before anything is inflated: its size against deflate's ratio, and
+    each ``.npy`` header's shape times item size against the member's size (numpy allocates the array
+    from the header before reading it). Returns the members' total inflated bytes."""
+    total = 0
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            if info.file_size > NPZ_MAX_RATIO * info.compress_size + 1024:
+                raise ValueError(
+                    f"{what} {path}: member {info.filename!r} claims {info.file_size} bytes from "
+                    f"{info.compress_size} compressed (more than deflate's ratio {NPZ_MAX_RATIO})"
+                )
+            total += info.file_size
+            if not info.filename.endswith(".npy"):
+                continue
+            with z.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                if version not in ((1, 0), (2, 0)):
+                    raise ValueError(f"{what} {path}: member {info.filename!r} has .npy version {version}")
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(f)
+            need = math.prod(shape) * dtype.itemsize
+            if dtype.hasobject or need > info.file_size:
+                raise ValueError(
+                    f"{what} {path}: member {info.filename!r} claims shape {shape} of {dtype} ({need} bytes) "
+                    f"in {info.file_size} bytes"
+                )
+    return total
+
+
 def _load_sparse(path: Path, what: str) -> sp.spmatrix:
+    """A scipy sparse matrix from ``path``, every claim checked before it is allocated: the members'
+    sizes and array headers (:func:`_check_npz_claims`), and the matrix's shape (rows and columns at
+    most the file's inflated bytes + 65,536, so turning it into CSR allocates O(file) at most).
+    Memory: O(the members' inflated bytes), themselves at most ``NPZ_MAX_RATIO`` x the file."""
     try:
-        return sp.load_npz(path)
-    except (ValueError, KeyError, OSError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
-        raise ValueError(f"{what} {path}: not a scipy sparse .npz ({e})") from None
+        total = _check_npz_claims(path, what)
+        m = sp.load_npz(path)
+    except FileNotFoundError:
+        raise
+    except ValueError as e:
+        raise ValueError(e if str(path) in str(e) else f"{what} {path}: not a scipy sparse .npz ({e})") from None
+    except _NPZ_ERRORS as e:
+        raise ValueError(f"{what} {path}: not a scipy sparse .npz ({type(e).__name__}: {e})") from None
+    if any(d > total + (1 << 16) for d in m.shape):
+        raise ValueError(f"{what} {path}: shape {m.shape} is implausible for a file of {total} inflated bytes")
+    return m
 
 
 def read_any(path: str | Path) -> XCData:

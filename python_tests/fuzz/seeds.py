@@ -1,0 +1,191 @@
+"""Writes the seed corpora of the fuzz targets in :mod:`python_tests.fuzz.targets`:
+``python -m python_tests.fuzz.seeds`` (re-run it when a strategy's payloads change: the tests check
+that every honest seed is still accepted). The codec's corpus is written by ``codec_streams``.
+
+Each corpus holds valid inputs (so mutations start from real data) and the hostile-client audit's
+examples for that decoder (issue 15), scaled down where the original was large (the 16 MB FedSS
+request of id 0 repeated is here as 4,096 repeats: the same claim, refused the same way).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from fedkernels.fl import payload as pl
+from python_tests.fuzz.codec_streams import AUDIT_V1, v2
+from python_tests.fuzz.mutate import CORPUS_ROOT
+
+
+def raw_payload(header: dict, body: bytes, pad: bool = True) -> bytes:
+    """Safetensors bytes with this header taken at its word (for hostile headers)."""
+    h = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + body
+
+
+def payload_seeds() -> dict[str, bytes]:
+    good = {
+        "ids": torch.tensor([3, 1, 7], dtype=torch.int64),
+        "rows": torch.arange(9, dtype=torch.float32).reshape(3, 3),
+        "bias": torch.tensor([1.0, -2.0, 0.5, 0.0], dtype=torch.float16),
+        "stream": torch.arange(20, dtype=torch.uint8),
+    }
+    f32 = {"dtype": "F32", "shape": [1 << 40], "data_offsets": [0, 4]}
+    entry = b'{"dtype":"F16","shape":[4],"data_offsets":[0,8]}'
+    dup = b'{"bias":' + entry + b',"bias":' + entry + b"}"
+    return {
+        "valid.bin": pl.encode(good),
+        "valid_optional.bin": pl.encode({**good, "scale": torch.tensor(2.0, dtype=torch.float64)}),
+        "valid_empty_rows.bin": pl.encode({**good, "ids": good["ids"][:0], "rows": good["rows"][:0]}),
+        "hostile_shape_2pow40.bin": raw_payload({"rows": f32}, bytes(4)),
+        "hostile_offsets_past_end.bin": raw_payload(
+            {"bias": {"dtype": "F16", "shape": [4], "data_offsets": [0, 1 << 62]}}, bytes(8)
+        ),
+        "hostile_header_len_2pow64.bin": struct.pack("<Q", (1 << 64) - 1) + b"{}",
+        "hostile_nested_json.bin": struct.pack("<Q", 600) + b"[" * 600,
+        "hostile_repeated_ids.bin": pl.encode({**good, "ids": torch.zeros(3, dtype=torch.int64)}),
+        "hostile_nan_rows.bin": pl.encode({**good, "rows": torch.full((3, 3), float("nan"))}),
+        "hostile_stream_too_long.bin": pl.encode({**good, "stream": torch.zeros(257, dtype=torch.uint8)}),
+        "hostile_duplicate_key.bin": struct.pack("<Q", len(dup)) + dup + bytes(8),
+    }
+
+
+def strategy_seeds() -> dict[str, bytes]:
+    from python_tests.fuzz.targets import strategy_case, strategy_names
+
+    out: dict[str, bytes] = {}
+    for name in strategy_names():
+        case = strategy_case(name)
+        if case.raw_request is not None:
+            out[f"{name}.request.bin"] = case.raw_request
+        out[f"{name}.upload.bin"] = case.raw_upload
+    # FedSS: the audit's request of id 0 repeated (16 MB there; the same claim at 32 KiB), a lie about
+    # num_positives, an id out of range, more ids than classes.
+    for name in ("fedss", "fedss-negonly"):
+        out[f"{name}.request_repeated_id0.bin"] = pl.encode(
+            {"class_ids": torch.zeros(4096, dtype=torch.int64), "num_positives": torch.tensor([1])}
+        )
+        out[f"{name}.request_num_positives_lie.bin"] = pl.encode(
+            {"class_ids": torch.tensor([0, 1]), "num_positives": torch.tensor([8])}
+        )
+        out[f"{name}.request_id_out_of_range.bin"] = pl.encode(
+            {"class_ids": torch.tensor([0, 1 << 40]), "num_positives": torch.tensor([1])}
+        )
+        out[f"{name}.request_more_ids_than_classes.bin"] = pl.encode(
+            {"class_ids": torch.arange(9), "num_positives": torch.tensor([1])}
+        )
+    # Uploads: a shape bomb in the header, and the codec's bias bomb inside an l1-difference upload.
+    out["fedavg.upload_shape_bomb.bin"] = raw_payload(
+        {"0.bias": {"dtype": "F32", "shape": [1 << 40], "data_offsets": [0, 4]}}, bytes(4)
+    )
+    l1 = pl.decode(out["l1diff.upload.bin"])
+    bomb = v2(AUDIT_V1["audit_35B_bias_bomb"])
+    name = sorted(l1)[0]
+    out["l1diff.upload_bias_bomb.bin"] = pl.encode({**l1, name: torch.frombuffer(bytearray(bomb), dtype=torch.uint8)})
+    return out
+
+
+XC_VALID = b"3 6 4\n0,2 0:1.5 3:-2\n 1:0.25\n3 5:1e-3 0:7\n"
+XC_SEEDS = {
+    "valid.txt": XC_VALID,
+    "valid_empty_lines.txt": b"2 3 2\n\n1 2:1\n",
+    "hostile_nan.txt": b"1 2 2\n0 0:nan\n",
+    "hostile_inf.txt": b"1 2 2\n0 0:inf 1:-inf\n",
+    "hostile_1e999.txt": b"1 2 2\n0 0:1e999\n",
+    "hostile_non_ascii_digit.txt": "1 4 4\n\u0663 \u00b2:1\n".encode(),
+    "hostile_huge_header.txt": b"1 99999999999999999999 99999999999999999999\n0 0:1\n",
+    "valid_74_bytes_f_l_at_the_bound.txt": b"2 67108864 67108864\n0,67108863 67108863:1 0:2\n1 5:1.25\n",
+    "hostile_n_mismatch.txt": b"5 3 3\n0 0:1\n",
+    "hostile_negative.txt": b"1 3 3\n-1 0:1\n",
+}
+LIBSVM_SEEDS = {
+    "valid.svm": b"0,2 1:1.5 4:-2\n1 2:0.25 # comment\n\n3 5:1e-3 1:7\n",
+    "valid_zero_based.svm": b"0 0:1 3:2\n1 1:0.5\n",
+    "hostile_nan.svm": b"0 1:nan\n",
+    "hostile_huge_id.svm": b"0 99999999999999999999:1\n",
+    "hostile_label_2pow26.svm": b"67108864 1:1\n",
+    "hostile_non_ascii.svm": "\u0663 1:1\n".encode(),
+    "hostile_utf8_garbage.svm": b"0 1:1\n\xff\xfe 2:1\n",
+}
+
+
+def npz_seeds() -> dict[str, bytes]:
+    def save(m) -> bytes:
+        buf = io.BytesIO()
+        sp.save_npz(buf, m)
+        return buf.getvalue()
+
+    x = sp.csr_matrix(np.array([[1.5, 0, -2], [0, 0.25, 0], [0, 0, 0]], dtype=np.float32))
+    y = sp.csr_matrix(np.array([[1, 0], [0, 1], [1, 1]], dtype=np.float32))
+    out = {
+        "valid_X.npz": save(x),
+        "valid_Y.npz": save(y),
+        "valid_coo_X.npz": save(sp.coo_matrix(x)),
+        "hostile_nan_X.npz": save(sp.csr_matrix(np.array([[np.nan, 0, 0]] * 3, dtype=np.float32))),
+        # a COO matrix claiming 2^40 rows (one entry): converting it to CSR would allocate 8 TiB
+        "hostile_coo_rows_2pow40.npz": save(
+            sp.coo_matrix((np.ones(1, np.float32), (np.zeros(1, np.int64), np.zeros(1, np.int64))), shape=(1 << 40, 3))
+        ),
+        "hostile_not_a_zip.npz": b"PK\x03\x04" + bytes(40),
+    }
+    # A CSR whose data.npy header claims 2^40 float32 elements, backed by 4 bytes.
+    npy = io.BytesIO()
+    np.lib.format.write_array_header_1_0(npy, {"descr": "<f4", "fortran_order": False, "shape": (1 << 40,)})
+    out["hostile_npy_claims_2pow40.npz"] = _replace_member(out["valid_X.npz"], "data.npy", npy.getvalue() + bytes(4))
+    return out
+
+
+def _replace_member(npz: bytes, name: str, data: bytes) -> bytes:
+    src, out = zipfile.ZipFile(io.BytesIO(npz)), io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, data if info.filename == name else src.read(info))
+    return out.getvalue()
+
+
+def checkpoint_seeds() -> dict[str, bytes]:
+    from fedkernels.fl.checkpoint import save_checkpoint
+    from python_tests.fuzz.targets import StrategyCase
+
+    case = StrategyCase("fedavg")  # its own server: the cached case's stays at round 0
+    with tempfile.TemporaryDirectory() as tmp:
+        case.server.config.rounds = 2
+        case.server.run()
+        path = Path(tmp) / "c.ckpt"
+        case.server.save_checkpoint(path)
+        good = path.read_bytes()
+        save_checkpoint(path, case.server.state, {"round": -5, "history": []})
+        bad_round = path.read_bytes()
+    return {"valid_fedavg_2_rounds.ckpt": good, "hostile_round_minus_5.ckpt": bad_round}
+
+
+def write_corpus() -> None:
+    groups = {
+        "payload": payload_seeds(),
+        "xc": XC_SEEDS,
+        "libsvm": LIBSVM_SEEDS,
+        "npz": npz_seeds(),
+        "checkpoint": checkpoint_seeds(),
+        "strategy": strategy_seeds(),
+    }
+    for group, files in groups.items():
+        folder = CORPUS_ROOT / group
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.iterdir():
+            old.unlink()
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+
+
+if __name__ == "__main__":
+    write_corpus()

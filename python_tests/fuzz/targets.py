@@ -1,0 +1,281 @@
+"""The fuzz targets: every decoder of untrusted bytes, each as ``check(data)`` that returns when the
+input is accepted (after checking that what was accepted is right) and raises ``ValueError`` when it is
+refused (see :func:`python_tests.fuzz.mutate.verdict`).
+
+- ``payload``: :func:`fedkernels.fl.payload.decode` against a spec with fixed, shared (``"n"``) and open
+  dims, an optional tensor, id ranges and uniqueness. Accepted: every tensor meets the spec and holds
+  exactly the bytes its header entry points at, and re-encoding decodes to the same tensors.
+- ``request:<strategy>`` / ``upload:<strategy>``: the server's side of one client's round for every
+  registered strategy (small models): the request decoded against ``request_spec`` and turned into a
+  download by ``client_payload``; the upload decoded against ``upload_spec``, ``check_upload``ed and
+  aggregated. Accepted: the download is no larger than the model plus its id list, the aggregate keeps
+  the state's names, dtypes and shapes and is finite.
+- ``checkpoint``: :func:`fedkernels.fl.checkpoint.load_checkpoint` of a real run's checkpoint. Accepted:
+  the state and metadata equal the original's (its SHA-256 says they must).
+- ``xc``, ``libsvm``, ``npz_x``, ``npz_y``: the dataset readers. Accepted: finite float32 features, ids in
+  range, and the data round-trips through ``write_xc``/``save_npz`` to the same matrices.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from fedkernels.data import formats
+from fedkernels.data.xc_format import XCData, read_xc
+from fedkernels.fl import ClientResult, RunConfig, Server, TrainConfig
+from fedkernels.fl import payload as pl
+from fedkernels.fl.checkpoint import load_checkpoint
+from fedkernels.fl.registry import make_strategy, strategies
+from fedkernels.fl.server import bounded, client_seed
+from python_tests.fl_data import one_label_clients, tiny_clients
+from python_tests.fuzz.mutate import seeds
+
+NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS = 16, 8, 5
+SECRET = b"fuzz-client-secret-0123456789abc"  # FedALC's out-of-band secret, fixed so the corpus is stable
+
+# Small models for every registered strategy (each option the strategy takes).
+OPTIONS: dict[str, dict] = {
+    "fedavg": {"hidden": (8,)},
+    "fedalc": {"dim": 8, "hidden": (8,), "client_secret": SECRET},
+    "fedalc-fixed": {"dim": 8, "hidden": (8,), "client_secret": SECRET, "fixed_steps": 5},
+    "fedaws": {"dim": 8, "hidden": (8,)},
+    "fedmlh": {"num_tables": 2, "num_buckets": 4, "hidden": (8,)},
+    "fedss": {"num_negatives": 3, "embed_dim": 8, "hidden": (8,)},
+    "fedss-fullsoftmax": {"embed_dim": 8, "hidden": (8,)},
+    "fedss-negonly": {"num_negatives": 3, "embed_dim": 8, "hidden": (8,)},
+    "fedss-posonly": {"embed_dim": 8, "hidden": (8,)},
+    "l1diff": {"gamma": 0.05},
+    "l1diffnetwork": {"num_clients": NUM_CLIENTS, "hidden": (8,)},
+    "partialexchange": {"hidden": (8,)},
+}
+ONE_LABEL = ("fedaws", "fedalc", "fedalc-fixed")
+
+
+def strategy_names() -> list[str]:
+    names = list(strategies())
+    missing = sorted(set(names) - set(OPTIONS))
+    assert not missing, f"give the fuzzers small options for {missing}"
+    return names
+
+
+# ---- payload -----------------------------------------------------------------------------------
+
+PAYLOAD_SPEC = pl.PayloadSpec(
+    {
+        "ids": pl.TensorSpec(torch.int64, ("n",), min_value=0, max_value=64, unique=True),
+        "rows": pl.TensorSpec(torch.float32, ("n", 3)),
+        "bias": pl.TensorSpec(torch.float16, (4,)),
+        "stream": pl.TensorSpec(torch.uint8, (None,), max_numel=256),
+    },
+    optional={"scale": pl.TensorSpec(torch.float64, ())},
+)
+
+
+def check_payload(data: bytes) -> None:
+    out = pl.decode(data, PAYLOAD_SPEC)
+    entries = pl.check_header(data)
+    n = int.from_bytes(data[:8], "little")
+    for name, t in out.items():  # each tensor is exactly the bytes its entry points at
+        begin, end = entries[name]["data_offsets"]
+        assert t.contiguous().view(-1).view(torch.uint8).numpy().tobytes() == data[8 + n + begin : 8 + n + end], name
+        assert list(t.shape) == entries[name]["shape"], name
+    again = pl.decode(pl.encode(out), PAYLOAD_SPEC)
+    assert again.keys() == out.keys() and all(torch.equal(again[k], out[k]) for k in out)
+    assert len(data) <= PAYLOAD_SPEC.byte_limit()
+
+
+# ---- strategies: requests and uploads ---------------------------------------------------------
+
+
+class StrategyCase:
+    """One strategy's server after ``init_state``/``setup``, and client 0's honest round 0: its
+    request, the download built for it and its upload."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        clients = one_label_clients(NUM_CLIENTS) if name in ONE_LABEL else tiny_clients(NUM_CLIENTS)
+        cfg = RunConfig(rounds=1, clients_per_round=2, train=TrainConfig(epochs=1, batch_size=16, lr=0.3), seed=3)
+        self.server = Server(make_strategy(name, **OPTIONS[name]), clients, NUM_FEATURES, NUM_CLASSES, cfg)
+        self.strategy, self.state = self.server.strategy, self.server.state
+        self.client, self.round = 0, 0
+        self.seed = client_seed(cfg.seed, self.round, self.client)
+        endpoint = self.server.endpoints[self.client]
+        self.raw_request = endpoint.request(self.round, self.seed)
+        self.down = self.download(self.raw_request)
+        self.raw_upload = endpoint.update(pl.encode(self.down), self.round, self.seed)
+        self.num_examples = len(clients[self.client])
+        self.state_bytes = sum(t.numel() * t.element_size() for t in self.state.values())
+
+    def download(self, raw: bytes | None) -> pl.Payload:
+        """The server's handling of a request: decode against its spec, build the download."""
+        request = None
+        if raw is not None:
+            spec = self.strategy.request_spec(self.state)
+            if spec is None:
+                raise pl.PayloadError(f"strategy {self.strategy.name} takes no client request")
+            request = pl.decode(raw, bounded(spec, None))
+        return self.strategy.client_payload(self.state, self.client, request, self.round, self.seed)
+
+    def check_request(self, data: bytes) -> None:
+        down = self.download(data)
+        size = sum(t.numel() * t.element_size() for t in down.values())
+        # never more than the whole model plus the id list (FedSS: at most every class row once)
+        assert size <= self.state_bytes + 8 * (NUM_CLASSES + 2), (size, self.state_bytes)
+
+    def check_upload(self, data: bytes) -> None:
+        s = self.strategy
+        checked = pl.decode(data, s.upload_spec(self.state, self.down))
+        s.check_upload(self.state, self.down, checked)
+        new = s.aggregate(self.state, [ClientResult(self.client, checked, self.num_examples, len(data))], self.round)
+        assert new.keys() == self.state.keys()
+        for k, t in new.items():
+            assert t.dtype == self.state[k].dtype and t.shape == self.state[k].shape, k
+            assert not t.is_floating_point() or bool(torch.isfinite(t).all()), k
+
+
+@cache
+def strategy_case(name: str) -> StrategyCase:
+    return StrategyCase(name)
+
+
+# ---- checkpoint --------------------------------------------------------------------------------
+
+
+@cache
+def checkpoint_reference() -> tuple[dict[str, torch.Tensor], dict]:
+    """The state and metadata of ``corpus/checkpoint/valid_fedavg_2_rounds.ckpt``, loaded once."""
+    path = Path(__file__).resolve().parent / "corpus" / "checkpoint" / "valid_fedavg_2_rounds.ckpt"
+    return load_checkpoint(path, checkpoint_like())
+
+
+def checkpoint_like() -> dict[str, torch.Tensor]:
+    return strategy_case("fedavg").state
+
+
+def check_checkpoint(data: bytes) -> None:
+    with _temp_file(data, ".ckpt") as path:
+        state, meta = load_checkpoint(path, checkpoint_like())
+    ref_state, ref_meta = checkpoint_reference()
+    assert meta == ref_meta and all(torch.equal(state[k], ref_state[k]) for k in ref_state)
+
+
+# ---- datasets ----------------------------------------------------------------------------------
+
+
+class _temp_file:
+    def __init__(self, data: bytes, suffix: str) -> None:
+        self.data, self.suffix = data, suffix
+
+    def __enter__(self) -> Path:
+        fd, name = tempfile.mkstemp(suffix=self.suffix, prefix="fk-fuzz-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(self.data)
+        self.path = Path(name)
+        return self.path
+
+    def __exit__(self, *exc) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _check_xc_data(d: XCData) -> None:
+    f, l = d.features.tocsr(), d.labels.tocsr()
+    assert f.dtype == np.float32 and np.isfinite(f.data).all()
+    assert f.shape[0] == l.shape[0] and f.shape[1] <= 2**26 and l.shape[1] <= 2**26
+    assert (l.data == 1).all()
+
+
+def _same(a: XCData, b: XCData) -> bool:
+    return (
+        a.features.shape == b.features.shape
+        and a.labels.shape == b.labels.shape
+        and (a.features != b.features).nnz == 0
+        and (a.labels != b.labels).nnz == 0
+    )
+
+
+def check_xc(data: bytes) -> None:
+    with _temp_file(data, ".txt") as path:
+        d = read_xc(path)
+    _check_xc_data(d)
+    with _temp_file(b"", ".txt") as path:  # round trip through the writer
+        formats.write_xc(d, path)
+        assert _same(read_xc(path), d)
+
+
+def check_libsvm(data: bytes) -> None:
+    with _temp_file(data, ".svm") as path:
+        d = formats.read_libsvm(path)
+    _check_xc_data(d)
+    with _temp_file(b"", ".txt") as path:
+        formats.write_xc(d, path)
+        assert _same(read_xc(path), d)
+
+
+def _npz_pair(x: bytes, y: bytes) -> XCData:
+    with tempfile.TemporaryDirectory(prefix="fk-fuzz-") as tmp:
+        (Path(tmp) / "d_X.npz").write_bytes(x)
+        (Path(tmp) / "d_Y.npz").write_bytes(y)
+        return formats.read_any(Path(tmp) / "d_X.npz")
+
+
+def _npz_round_trip(d: XCData) -> None:
+    _check_xc_data(d)
+    bx, by = io.BytesIO(), io.BytesIO()
+    sp.save_npz(bx, d.features)
+    sp.save_npz(by, d.labels)
+    assert _same(_npz_pair(bx.getvalue(), by.getvalue()), d)
+
+
+def check_npz_x(data: bytes) -> None:
+    _npz_round_trip(_npz_pair(data, seeds("npz")["valid_Y.npz"]))
+
+
+def check_npz_y(data: bytes) -> None:
+    _npz_round_trip(_npz_pair(seeds("npz")["valid_X.npz"], data))
+
+
+# ---- registry ----------------------------------------------------------------------------------
+
+
+def target(name: str) -> tuple[dict[str, bytes], Callable[[bytes], object]]:
+    """``(seeds, check)`` of a target: ``payload``, ``request:<s>``, ``upload:<s>``, ``checkpoint``,
+    ``xc``, ``libsvm``, ``npz_x`` or ``npz_y``."""
+    if name.startswith(("request:", "upload:")):
+        kind, strat = name.split(":")
+        case = strategy_case(strat)
+        chosen = {k: v for k, v in seeds("strategy").items() if k.startswith(f"{strat}.{kind}")}
+        return chosen, case.check_request if kind == "request" else case.check_upload
+    if name == "checkpoint":
+        checkpoint_reference()  # set-up outside the timed cases
+    if name.startswith("npz_"):
+        return seeds("npz"), {"npz_x": check_npz_x, "npz_y": check_npz_y}[name]
+    checks = {
+        "payload": check_payload,
+        "checkpoint": check_checkpoint,
+        "xc": check_xc,
+        "libsvm": check_libsvm,
+    }
+    return seeds(name), checks[name]
+
+
+def strategy_targets() -> list[str]:
+    """``request:<s>`` for every strategy whose clients send a request, ``upload:<s>`` for all (from
+    the corpus file names, so collecting the tests builds nothing)."""
+    names = {k.split(".")[0] + ":" + k.split(".")[1].split("_")[0] for k in seeds("strategy")}
+    out = []
+    for s in strategy_names():
+        out += [f"{kind}:{s}" for kind in ("request", "upload") if f"{s}:{kind}" in names]
+    return out
+
+
+def all_targets() -> list[str]:
+    return ["payload", "checkpoint", "xc", "libsvm", "npz_x", "npz_y", *strategy_targets()]
