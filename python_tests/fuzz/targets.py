@@ -187,10 +187,10 @@ class _temp_file:
 
 
 def _check_xc_data(d: XCData) -> None:
-    f, l = d.features.tocsr(), d.labels.tocsr()
+    f, lab = d.features.tocsr(), d.labels.tocsr()
     assert f.dtype == np.float32 and np.isfinite(f.data).all()
-    assert f.shape[0] == l.shape[0] and f.shape[1] <= 2**26 and l.shape[1] <= 2**26
-    assert (l.data == 1).all()
+    assert f.shape[0] == lab.shape[0] and f.shape[1] <= 2**26 and lab.shape[1] <= 2**26
+    assert (lab.data == 1).all()
 
 
 def _same(a: XCData, b: XCData) -> bool:

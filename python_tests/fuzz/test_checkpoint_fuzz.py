@@ -1,6 +1,6 @@
 """Fuzzing checkpoint loading: a real run's checkpoint (and one with ``round = -5``) mutated; every
 result must be a ValueError naming the file, or, where the SHA-256 passes, exactly the original
-state and metadata; the bounded child run checks allocations (the file's size is checked before it
+state and metadata; allocations: test_allocation_bound.py (the file's size is checked before it
 is read)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from python_tests.fuzz.harness import check_seeds, fuzz_mutations, run_bounded
+from python_tests.fuzz.harness import check_seeds, fuzz_mutations
 
 
 def test_seeds():
@@ -19,7 +19,3 @@ def test_seeds():
 @given(data=st.data())
 def test_mutations(data):
     fuzz_mutations("checkpoint", data)
-
-
-def test_bounded_allocation():
-    run_bounded(["checkpoint"], cases=200)

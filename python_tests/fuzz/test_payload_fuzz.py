@@ -1,14 +1,14 @@
 """Fuzzing the safetensors payload decoder against a spec (fixed, shared and open dims, an optional
 tensor, id ranges, uniqueness, an element bound): mutated seeds (bit flips, truncation, splices,
 huge size fields, number tokens) must be refused with ValueError, or decode to exactly the bytes their
-header points at and re-encode to the same tensors; the bounded child run checks allocations."""
+header points at and re-encode to the same tensors; allocations: test_allocation_bound.py."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from python_tests.fuzz.harness import check_seeds, fuzz_mutations, run_bounded
+from python_tests.fuzz.harness import check_seeds, fuzz_mutations
 
 
 def test_seeds():
@@ -19,7 +19,3 @@ def test_seeds():
 @given(data=st.data())
 def test_mutations(data):
     fuzz_mutations("payload", data)
-
-
-def test_bounded_allocation():
-    run_bounded(["payload"], cases=400)

@@ -3,8 +3,8 @@ upload (small models), and hostile ones (the audit's FedSS request of id 0 repea
 num_positives, out-of-range and too many ids, a header shape bomb, the codec's bias bomb inside an
 l1-difference upload), mutated. The request must be refused with ValueError or give a download no
 larger than the model plus its id list; the upload must be refused with ValueError or pass
-``check_upload`` and aggregate to a finite state of the same names, dtypes and shapes. The bounded
-child run checks allocations."""
+``check_upload`` and aggregate to a finite state of the same names, dtypes and shapes. Allocations:
+test_allocation_bound.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from python_tests.fuzz.harness import check_seeds, fuzz_mutations, run_bounded
+from python_tests.fuzz.harness import check_seeds, fuzz_mutations
 from python_tests.fuzz.targets import strategy_names, strategy_targets
 
 TARGETS = strategy_targets()
@@ -34,7 +34,3 @@ def test_seeds(name):
 @given(data=st.data())
 def test_mutations(name, data):
     fuzz_mutations(name, data)
-
-
-def test_bounded_allocation():
-    run_bounded(TARGETS, cases=40)
