@@ -1,0 +1,57 @@
+"""The server's memory per round is bounded by a multiple of the model size whatever clients send
+(docs/api/hardening.md, "Memory bound"): in-process runs in child processes, clean and with hostile
+clients sending bombs, oversized, malformed and non-finite uploads and FedSS's 16 MB request every
+round (``python_tests/hardening_memory.py``). Peak-RSS growth over the measured rounds (VmHWM reset
+after a warm-up round) must stay within the stated bound, and the hostile run may not exceed the
+clean one by more than one rejected upload's worth."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from python_tests.hardening_memory import CLIENTS_PER_ROUND, ROUNDS
+
+ROOT = Path(__file__).resolve().parents[1]
+SLACK_MIB = 32  # allocator caching, interpreter noise, the 4 MiB header bound: measured clean runs vary by ~10 MiB
+
+
+def bound_mib(model_mib: float, c: int = CLIENTS_PER_ROUND) -> float:
+    """The documented bound on a round's memory above the state: (2.1 c + 6.1) x the model + slack."""
+    return (2.1 * c + 6.1) * model_mib + SLACK_MIB
+
+
+def child(name: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    if "asan" in env.get("LD_PRELOAD", ""):
+        env["FK_NO_RLIMIT"] = "1"
+    res = subprocess.run(
+        [sys.executable, "-m", "python_tests.hardening_memory", name],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedss", "l1diff"])
+def test_hostile_clients_stay_within_the_memory_bound(name):
+    got = child(name)
+    clean, hostile = got["clean"], got["hostile"]
+    assert clean["failed"] == [] and clean["finite"] and hostile["finite"]
+    reasons = [why for _, why in hostile["failed"]]
+    assert len(reasons) >= ROUNDS - 1  # someone misbehaved in every measured round ...
+    assert all(why.startswith("rejected: ") for why in reasons), reasons  # ... and was rejected, never "crashed"
+    m = hostile["model_mib"]
+    assert clean["growth_mib"] <= bound_mib(m), clean
+    assert hostile["growth_mib"] <= bound_mib(m), hostile
+    # a rejected upload costs at most its bytes and one decode of them (<= 2.1 x the model) at a time
+    assert hostile["growth_mib"] <= clean["growth_mib"] + 2.1 * m + SLACK_MIB, (clean, hostile)
