@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr>=1.41,<2'
 
-.PHONY: demo test test-cuda-emu install bench gpu-check inplace clean
+.PHONY: demo test fuzz test-cuda-emu install bench gpu-check inplace clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,12 @@ demo: install
 	$(VENV)/bin/fedkernels run --demo
 
 test: install
-	$(PY) -m pytest -q -n 2 python_tests
+	$(PY) -m pytest -q -n 2 python_tests --ignore=python_tests/fuzz
+
+# The fuzzers of every untrusted decoder (python_tests/fuzz, docs/api/hardening.md "Fuzzing in CI"):
+# fixed, derandomized budgets, about a minute on 2 cores; CI runs them as their own step.
+fuzz: install
+	$(PY) -m pytest -q -n 2 python_tests/fuzz
 
 # Every CUDA kernel executed on this CPU by the CUDA emulator (docs/EMULATOR.md), as CI runs it:
 # default order with the coverage check, a random order under AddressSanitizer, the race check.

@@ -5,7 +5,7 @@
 #
 #   tools/sanitize.sh [pytest args...]        (default: every op test, python_tests/test_*.py
 #                                              minus the federated-loop and Flower tests, and the
-#                                              fuzz tests, python_tests/fuzz/test_*.py)
+#                                              codec fuzzer, python_tests/fuzz/test_codec_fuzz.py)
 # Env: PYTHON (an interpreter whose torch is CPU-only; default: python3 on PATH),
 #      FK_SANITIZE_BUILD (build dir; default build/sanitize), HYPOTHESIS_PROFILE (default: sanitize).
 set -euo pipefail
@@ -47,7 +47,8 @@ export PYTHONPATH="$OUT:$ROOT"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-sanitize}"
 
 if [ $# -eq 0 ]; then
-  set -- $(ls python_tests/test_*.py python_tests/fuzz/test_*.py | grep -v -e '/test_fl_' -e '/test_flower' -e '/test_hardening')
+  # the codec fuzzer drives the compiled decoder; the other fuzzers are Python decoders (`make fuzz`)
+  set -- $(ls python_tests/test_*.py python_tests/fuzz/test_codec_fuzz.py | grep -v -e '/test_fl_' -e '/test_flower' -e '/test_hardening')
 fi
 # An editable install (pip install -e ., as `make install` does) puts an import hook ahead of
 # PYTHONPATH; drop it so the sanitized module is the one imported, and prove it is.
