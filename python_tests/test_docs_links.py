@@ -58,3 +58,9 @@ def test_link_checks_see_bad_links(tmp_path):
     )
     assert local_links(md) == ["../shared/DESIGN.md", "img.png#x"]
     assert len(local_links(ROOT / "README.md")) >= 5
+
+
+def test_mkdocs_nav_lists_every_docs_page():
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    pages = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
+    assert [p for p in pages if f": {p}" not in nav] == []

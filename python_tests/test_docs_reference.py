@@ -63,6 +63,13 @@ def resolve(path: str) -> object:
     raise ImportError(f"no module in {path!r}")
 
 
+def resolve_quietly(path: str) -> object:
+    try:
+        return resolve(path)
+    except (ImportError, AttributeError):
+        return None
+
+
 def test_reference_pages_exist():
     assert PAGES, "docs/reference/*.md is missing"
     assert documented(), "the reference pages have no ::: entries"
@@ -73,7 +80,15 @@ def test_every_public_name_has_a_reference_entry(module_name):
     entries = documented()
     names = public_names(module_name)
     assert names, f"{module_name} exports nothing"
-    missing = [f"::: {module_name}.{name}" for name in names if f"{module_name}.{name}" not in entries]
+    module = importlib.import_module(module_name)
+    # A class or function documented under the path that defines it (fedkernels.fl.algorithms.FedSS
+    # for fedkernels.fl.FedSS) counts: the page shows the same object.
+    same_object = {id(obj) for obj in map(resolve_quietly, entries) if inspect.isclass(obj) or inspect.isroutine(obj)}
+    missing = [
+        f"::: {module_name}.{name}"
+        for name in names
+        if f"{module_name}.{name}" not in entries and id(getattr(module, name, None)) not in same_object
+    ]
     assert not missing, f"add these lines to a page of docs/reference/: {missing}"
 
 
