@@ -1,4 +1,4 @@
-"""Sampled-softmax ops for FedSS: negative sampling, fused linear cross-entropy, row-mean scatter (DESIGN.md §3)."""
+"""Sampled-softmax ops for FedSS: negative sampling, fused linear cross-entropy, row means (docs/design.md §3)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Partial weight exchange: fused per-tensor delta norms, top-k tensor selection, and the server's
-masked per-tensor weighted average (DESIGN.md §3)."""
+masked per-tensor weighted average (docs/design.md §3)."""
 
 from __future__ import annotations
 
