@@ -116,13 +116,19 @@ class StrategyCase:
         self.state_bytes = sum(t.numel() * t.element_size() for t in self.state.values())
 
     def download(self, raw: bytes | None) -> pl.Payload:
-        """The server's handling of a request: decode against its spec, build the download."""
+        """The server's handling of a request: decode against its spec (only PayloadError, which the
+        adapters record as the client's failure), build the download (any ValueError)."""
         request = None
         if raw is not None:
             spec = self.strategy.request_spec(self.state)
             if spec is None:
                 raise pl.PayloadError(f"strategy {self.strategy.name} takes no client request")
-            request = pl.decode(raw, bounded(spec, None))
+            try:
+                request = pl.decode(raw, bounded(spec, None))
+            except pl.PayloadError:
+                raise
+            except ValueError as e:
+                raise AssertionError(f"request decode raised {type(e).__name__}, not PayloadError: {e}") from e
         return self.strategy.client_payload(self.state, self.client, request, self.round, self.seed)
 
     def check_request(self, data: bytes) -> None:
@@ -133,8 +139,13 @@ class StrategyCase:
 
     def check_upload(self, data: bytes) -> None:
         s = self.strategy
-        checked = pl.decode(data, s.upload_spec(self.state, self.down))
-        s.check_upload(self.state, self.down, checked)
+        try:
+            checked = pl.decode(data, s.upload_spec(self.state, self.down))
+            s.check_upload(self.state, self.down, checked)
+        except pl.PayloadError:
+            raise
+        except ValueError as e:  # the adapters record PayloadError as the client's failure: nothing else
+            raise AssertionError(f"upload check raised {type(e).__name__}, not PayloadError: {e}") from e
         new = s.aggregate(self.state, [ClientResult(self.client, checked, self.num_examples, len(data))], self.round)
         assert new.keys() == self.state.keys()
         for k, t in new.items():
