@@ -15,7 +15,7 @@ def test_seeds():
     check_seeds("checkpoint")
 
 
-@settings(max_examples=150, deadline=None, derandomize=True)
+@settings(max_examples=80, deadline=None, derandomize=True)
 @given(data=st.data())
 def test_mutations(data):
     fuzz_mutations("checkpoint", data)

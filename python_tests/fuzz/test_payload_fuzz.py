@@ -15,7 +15,7 @@ def test_seeds():
     check_seeds("payload")
 
 
-@settings(max_examples=250, deadline=None, derandomize=True)
+@settings(max_examples=150, deadline=None, derandomize=True)
 @given(data=st.data())
 def test_mutations(data):
     fuzz_mutations("payload", data)
