@@ -13,8 +13,8 @@ from . import (
 )
 from ._info import info
 from .hashing import HashFamily
-from .ops import *  # noqa: F403
+from .ops import *  # noqa: F403  (the ops are the package's public names; ops.__all__ lists them)
 from .ops import __all__ as _ops_all
 
 __version__ = _C.build_info()["version"]
-__all__ = ["HashFamily", "info", "__version__", *_ops_all]
+__all__ = ["HashFamily", "__version__", "info", "nn", *_ops_all]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import torch
 
@@ -38,7 +37,7 @@ _BY_CODE = {v[0]: k for k, v in _DTYPES.items()}
 _MAX_DIMS = 16
 _INT64_MAX = (1 << 63) - 1
 
-Bytes = Union[bytes, bytearray, memoryview]
+Bytes = bytes | bytearray | memoryview
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -50,7 +51,7 @@ class FedMLHHead(nn.Module):
         dims = [self.in_features, *(int(h) for h in hidden), self.num_buckets]
         # weights[i]: [R, d_in, d_out], biases[i]: [R, d_out]
         self.weights = nn.ParameterList(
-            nn.Parameter(torch.empty(self.num_tables, a, b)) for a, b in zip(dims, dims[1:])
+            nn.Parameter(torch.empty(self.num_tables, a, b)) for a, b in itertools.pairwise(dims)
         )
         self.biases = nn.ParameterList(nn.Parameter(torch.empty(self.num_tables, b)) for b in dims[1:])
         # loss()'s uint8 target buffers by (N, device): plain attributes, never in state_dict()
@@ -61,7 +62,7 @@ class FedMLHHead(nn.Module):
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """nn.Linear's default init range per sub-model, U(-1/sqrt(d_in), 1/sqrt(d_in)), drawn from
         ``generator`` (torch's global RNG when None) so a federated run can seed it."""
-        for w, b in zip(self.weights, self.biases):
+        for w, b in zip(self.weights, self.biases, strict=True):
             bound = 1.0 / math.sqrt(w.shape[1])
             w.uniform_(-bound, bound, generator=generator)
             b.uniform_(-bound, bound, generator=generator)
@@ -72,7 +73,7 @@ class FedMLHHead(nn.Module):
             raise ValueError(f"x must be [N, {self.in_features}], got shape {tuple(x.shape)}")
         h = x.unsqueeze(0).expand(self.num_tables, *x.shape)
         last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             h = torch.baddbmm(b.unsqueeze(1), h, w)
             if i < last:
                 h = F.relu(h)

@@ -198,7 +198,7 @@ class FedAwS(Strategy):
             # per class: the sample-weighted mean of its clients' embeddings (client order, float32)
             classes = [self._client_class[r.client_id] for r in results]
             for c in sorted(set(classes)):
-                sel = [(r.payload["w"], wt) for r, cls, wt in zip(results, classes, weights) if cls == c]
+                sel = [(r.payload["w"], wt) for r, cls, wt in zip(results, classes, weights, strict=True) if cls == c]
                 W[c] = sum(wt * w for w, wt in sel) / sum(wt for _, wt in sel)
             W = self._spread(W)
         new["W"] = W

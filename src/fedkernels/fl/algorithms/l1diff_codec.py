@@ -29,7 +29,7 @@ def full_gradient(
     for start in range(0, n, batch_size):
         batch = data.rows(torch.arange(start, min(n, start + batch_size)))
         loss = loss_fn(batch) * (len(batch) / n)
-        for acc, g in zip(grads, torch.autograd.grad(loss, params)):
+        for acc, g in zip(grads, torch.autograd.grad(loss, params), strict=True):
             acc.add_(g)
     return grads
 
