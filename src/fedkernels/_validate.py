@@ -4,6 +4,7 @@ of torch's schema error ("Expected a value of type 'int' ... found type 'int'") 
 from __future__ import annotations
 
 import operator
+from typing import SupportsIndex
 
 import torch
 
@@ -23,6 +24,8 @@ def check_int(name: str, value: object, lo: int = INT64_MIN, hi: int = INT64_MAX
     if isinstance(value, bool):
         raise ValueError(f"{name} must be an integer, got a bool")
     try:
+        if not isinstance(value, SupportsIndex):  # (a tensor has __index__ but may still raise TypeError)
+            raise TypeError
         v = operator.index(value)
     except TypeError:
         raise ValueError(f"{name} must be an integer, got {type(value).__name__}") from None

@@ -293,6 +293,36 @@ class _RoundInProgress:
         self.bytes_up: dict[int, int] = {}
 
 
+def _int_field(rec: ConfigRecord, key: str) -> int:
+    """``rec[key]``, which the server wrote as an int (PayloadError naming the field if it is not)."""
+    v = rec[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise pl.PayloadError(f"message field {key!r} must be an int, got {type(v).__name__}")
+    return v
+
+
+def _float_field(rec: ConfigRecord, key: str) -> float:
+    """``rec[key]``, which the server wrote as a float (an int is accepted)."""
+    v = rec[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise pl.PayloadError(f"message field {key!r} must be a float, got {type(v).__name__}")
+    return float(v)
+
+
+def _str_field(rec: ConfigRecord, key: str) -> str:
+    v = rec[key]
+    if not isinstance(v, str):
+        raise pl.PayloadError(f"message field {key!r} must be a str, got {type(v).__name__}")
+    return v
+
+
+def _bytes_field(rec: ConfigRecord, key: str) -> bytes:
+    v = rec[key]
+    if not isinstance(v, bytes):
+        raise pl.PayloadError(f"message field {key!r} must be bytes, got {type(v).__name__}")
+    return v
+
+
 def client_app(
     make_strategy: Callable[[Context], Strategy],
     load_data: Callable[[Context], ClientData],
@@ -336,14 +366,16 @@ def client_app(
         if cache.get("key") != key:  # the strategy is initialised as the server's, so client_update can run
             strategy = make_strategy(context)
             strategy.init_state(
-                int(header["num-features"]), int(header["num-classes"]), derive_seed(int(header["run-seed"]), "init")
+                _int_field(header, "num-features"),
+                _int_field(header, "num-classes"),
+                derive_seed(_int_field(header, "run-seed"), "init"),
             )
             train = TrainConfig(
-                int(header["epochs"]),
-                int(header["batch-size"]),
-                float(header["lr"]),
-                str(header["optimizer"]),
-                float(header["weight-decay"]),
+                _int_field(header, "epochs"),
+                _int_field(header, "batch-size"),
+                _float_field(header, "lr"),
+                _str_field(header, "optimizer"),
+                _float_field(header, "weight-decay"),
             )
             client: ClientEndpoint = LocalClient(strategy, _data(context), train)
             if wrap is not None:
@@ -361,13 +393,13 @@ def client_app(
     @app.query("fedkernels_request")
     def request(message: Message, context: Context) -> Message:
         h = message.content.config_records[KEY]
-        raw = local(context, h).request(int(h["round"]), int(h["seed"]))
+        raw = local(context, h).request(_int_field(h, "round"), _int_field(h, "seed"))
         return Message(RecordDict({KEY: ConfigRecord({"request": raw or b""})}), reply_to=message)
 
     @app.train()
     def train(message: Message, context: Context) -> Message:
         h = message.content.config_records[KEY]
-        raw = local(context, h).update(bytes(h["payload"]), int(h["round"]), int(h["seed"]))
+        raw = local(context, h).update(_bytes_field(h, "payload"), _int_field(h, "round"), _int_field(h, "seed"))
         return Message(RecordDict({KEY: ConfigRecord({"upload": raw or b""})}), reply_to=message)
 
     return app

@@ -28,6 +28,8 @@ class FedMLHHead(nn.Module):
         >>> values, classes = head.predict_topk(x, k=5)   # [N, 5] each
     """
 
+    table: torch.Tensor  # buffer (register_buffer in __init__), declared for type checkers
+
     def __init__(
         self,
         in_features: int,
@@ -102,7 +104,7 @@ class FedMLHHead(nn.Module):
 
     def __getstate__(self) -> dict:
         """Pickling and ``copy.deepcopy`` leave the target buffers behind: they are scratch."""
-        return {k: v for k, v in super().__getstate__().items() if k != "_target_buffers"}
+        return {k: v for k, v in nn.Module.__getstate__(self).items() if k != "_target_buffers"}
 
     def loss(self, x: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         """Mean BCE-with-logits of all R sub-models against their hashed labels (a scalar).

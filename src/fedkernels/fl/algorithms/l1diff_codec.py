@@ -8,7 +8,7 @@ uint8 tensor, so the safetensors byte count is the real cost.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -20,7 +20,7 @@ from ..types import ClientData
 
 
 def full_gradient(
-    params: list[torch.Tensor], loss_fn: Callable[[ClientData], torch.Tensor], data: ClientData, batch_size: int
+    params: Sequence[torch.Tensor], loss_fn: Callable[[ClientData], torch.Tensor], data: ClientData, batch_size: int
 ) -> list[torch.Tensor]:
     """The gradient of the sample-weighted mean loss over all of ``data`` at ``params``, accumulated
     over minibatches in data order (deterministic, no shuffling)."""
