@@ -20,7 +20,7 @@ def check_int(name: str, value: object, lo: int = INT64_MIN, hi: int = INT64_MAX
         ValueError: naming ``name``: not an integer, or out of ``[lo, hi]`` (by default int64's range).
     """
     if isinstance(value, torch.SymInt):
-        return value  # type: ignore[return-value]
+        return value  # type: ignore[return-value]  # a traced size stands in for the int
     if isinstance(value, bool):
         raise ValueError(f"{name} must be an integer, got a bool")
     try:

@@ -341,16 +341,16 @@ def client_app(
         app = client_app(lambda ctx: FedAvg(hidden=(256,)), lambda ctx: my_partition(ctx.node_config))
     """
     app = ClientApp()
-    caches: dict[int, dict[str, object]] = {}  # per node: a long-lived app process may serve several
+    # per node (a long-lived app process may serve several): its data, and its endpoint with the run it is for
+    data_cache: dict[int, ClientData] = {}
+    client_cache: dict[int, tuple[str, ClientEndpoint]] = {}
 
     def _data(context: Context) -> ClientData:
-        cache = caches.setdefault(context.node_id, {})
-        if "data" not in cache:
-            cache["data"] = load_data(context)
-        return cache["data"]  # type: ignore[return-value]
+        if context.node_id not in data_cache:
+            data_cache[context.node_id] = load_data(context)
+        return data_cache[context.node_id]
 
     def local(context: Context, header: ConfigRecord) -> ClientEndpoint:
-        cache = caches.setdefault(context.node_id, {})
         key = repr(
             (
                 header["run-seed"],
@@ -363,7 +363,8 @@ def client_app(
                 header["weight-decay"],
             )
         )
-        if cache.get("key") != key:  # the strategy is initialised as the server's, so client_update can run
+        cached = client_cache.get(context.node_id)
+        if cached is None or cached[0] != key:  # the strategy is initialised as the server's, so client_update can run
             strategy = make_strategy(context)
             strategy.init_state(
                 _int_field(header, "num-features"),
@@ -380,8 +381,8 @@ def client_app(
             client: ClientEndpoint = LocalClient(strategy, _data(context), train)
             if wrap is not None:
                 client = wrap(context, int(context.node_config["partition-id"]), client)
-            cache.update(key=key, client=client)
-        return cache["client"]  # type: ignore[return-value]
+            cached = client_cache[context.node_id] = (key, client)
+        return cached[1]
 
     @app.query("fedkernels_hello")
     def hello(message: Message, context: Context) -> Message:
