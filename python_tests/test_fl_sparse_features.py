@@ -161,3 +161,15 @@ def test_training_sparse_equals_dense(make):
     ea = servers[0].evaluate(sp_all, ks=(1, 3))
     eb = servers[1].evaluate(dn_all, ks=(1, 3))
     assert ea == pytest.approx(eb, abs=1e-6)
+
+
+def test_dense_only_paths_refuse_sparse_clearly():
+    """FedALC's label-set digests and the feature-space graph hash dense rows: sparse input is a TypeError."""
+    from fedkernels.fl.algorithms.fedaws import class_pair_weights
+    from fedkernels.fl.algorithms.l1diff_network import L1DiffNetwork
+
+    sp_clients, _, _, _ = _tiny(1)
+    with pytest.raises(TypeError, match=r"clients: .*dense"):
+        class_pair_weights(sp_clients, b"k" * 32, 12)
+    with pytest.raises(TypeError, match=r"clients: .*dense"):
+        L1DiffNetwork(num_clients=3, graph="features").setup(sp_clients, 0)

@@ -74,6 +74,10 @@ def class_pair_weights(
     rows, never ``key`` or a class id (when ``class_rows`` is a keyed permutation). Also returns the
     bytes the reports take serialised (safetensors), i.e. the one-off upload of the collection.
     """
+    if any(c.x.layout == torch.sparse_csr for c in clients):
+        raise TypeError(
+            "clients: the label-set collection digests dense feature rows; pass dense features (x.to_dense())"
+        )
     rows_of_class = torch.arange(num_classes) if class_rows is None else class_rows
     reports = [
         ls.client_report(

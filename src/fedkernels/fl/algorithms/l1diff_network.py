@@ -95,6 +95,8 @@ class L1DiffNetwork(Strategy):
         if len(clients) != self.num_clients:
             raise ValueError(f"num_clients is {self.num_clients} but {len(clients)} clients were given")
         if self.graph == "features":
+            if any(c.x.layout == torch.sparse_csr for c in clients):
+                raise TypeError("clients: graph='features' compares dense feature rows; pass dense features")
             self.edges, _ = fedkernels.feature_space_graph([c.x for c in clients], self.k)
 
     def _client_model(self, shared: Payload, head: dict[str, torch.Tensor]) -> torch.nn.Module:
