@@ -5,14 +5,18 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 # The lint tools are pinned: another ruff or clang-format version formats some lines differently.
-LINT_DEPS := ruff==0.17.6 mypy==2.4.1 clang-format==23.1.5
+RUFF_PIN := ruff==0.17.6
+LINT_DEPS := $(RUFF_PIN) mypy==2.4.1 clang-format==23.1.5
 DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr>=1.41,<2' $(LINT_DEPS)
+# The API reference (mkdocs.yml): mkdocstrings reads the docstrings from src/ without importing it;
+# ruff formats the rendered signatures.
+DOCS_DEPS := 'mkdocs>=1.6,<2' 'mkdocstrings[python]>=0.29' $(RUFF_PIN)
 RUFF ?= $(VENV)/bin/ruff
 MYPY ?= $(VENV)/bin/mypy
 CLANG_FORMAT ?= $(VENV)/bin/clang-format
 CSRC_FILES = git ls-files -z 'csrc/*.cpp' 'csrc/*.h' 'csrc/*.cu' 'csrc/*.cuh'
 
-.PHONY: demo test test-cuda-emu install bench gpu-check inplace clean lint format
+.PHONY: demo test test-cuda-emu install bench docs gpu-check inplace clean lint format
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +48,11 @@ test-cuda-emu: install
 	HYPOTHESIS_PROFILE=sanitize $(PY) tools/emulate.py test --checks asan --order random --seed $(EMU_SEED)
 	HYPOTHESIS_PROFILE=sanitize $(PY) tools/emulate.py test --checks race -- -n 2
 
+# The docs site (docs/, API reference from the docstrings) into site/; any warning fails the build.
+docs: $(PY)
+	$(PY) -m pip install -q $(DOCS_DEPS)
+	$(VENV)/bin/mkdocs build --strict
+
 bench: install
 	$(PY) bench/sketch.py
 
@@ -71,4 +80,4 @@ inplace:
 	$(PYTHON) tools/build_inplace.py
 
 clean:
-	rm -rf build src/fedkernels/_C*.so
+	rm -rf build site src/fedkernels/_C*.so
