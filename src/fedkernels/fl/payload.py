@@ -344,9 +344,9 @@ def _all_finite(t: torch.Tensor) -> bool:
 def _check_dims(
     name: str, shape: tuple[int, ...], want: tuple[int | str | None, ...], lengths: dict[str, tuple[int, str]]
 ) -> None:
-    if len(shape) != len(want) or any(type(w) is int and w != g for w, g in zip(want, shape)):
+    if len(shape) != len(want) or any(type(w) is int and w != g for w, g in zip(want, shape, strict=True)):
         raise PayloadError(f"tensor {name!r} has shape {shape}, expected {want}")
-    for w, g in zip(want, shape):
+    for w, g in zip(want, shape, strict=True):
         if isinstance(w, str):
             size, first = lengths.setdefault(w, (int(g), name))
             if size != g:
