@@ -173,14 +173,10 @@ def test_header_edge_cases(data, match):
 def test_header_limit_from_spec():
     data = encode({"x": torch.zeros(3)})
     decode(data, PayloadSpec({"x": TensorSpec(torch.float32, (3,))}))
-<<<<<<< HEAD
-    with pytest.raises(PayloadError, match="header of .* exceeds the limit of 16"):
+    with pytest.raises(PayloadError, match=r"header of .* exceeds the limit of 16"):
         decode(data, PayloadSpec({"x": TensorSpec(torch.float32, (None,))}, max_header_bytes=16))
     # A fully sized spec bounds the whole payload: 8-byte length + header limit + 12 body bytes.
-    with pytest.raises(PayloadError, match="payload of 76 bytes exceeds the limit of 36"):
-=======
-    with pytest.raises(PayloadError, match=r"header of .* exceeds the limit of 16"):
->>>>>>> main
+    with pytest.raises(PayloadError, match=r"payload of 76 bytes exceeds the limit of 36"):
         decode(data, PayloadSpec({"x": TensorSpec(torch.float32, (3,))}, max_header_bytes=16))
 
 

@@ -37,7 +37,7 @@ def _reset_peak() -> float:
 
 def run(cases: int, seed: int, names: list[str]) -> dict:
     targets = {n: target(n) for n in names}  # set-up (models, clients, corpus) before the limit
-    for n, (seeds_, check) in targets.items():  # warm every path once (lazy imports, first allocations)
+    for seeds_, check in targets.values():  # warm every path once (lazy imports, first allocations)
         verdict(check, next(iter(seeds_.values())))
     if not os.environ.get("FK_NO_RLIMIT"):
         vm = _status_kib("VmSize") * 1024
