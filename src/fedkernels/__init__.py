@@ -15,6 +15,8 @@ from ._info import info
 from .hashing import HashFamily
 from .ops import *  # noqa: F403
 from .ops import __all__ as _ops_all
+from .solvers import *  # noqa: F403
+from .solvers import __all__ as _solvers_all
 
 __version__ = _C.build_info()["version"]
-__all__ = ["HashFamily", "info", "__version__", *_ops_all]
+__all__ = ["HashFamily", "info", "__version__", *_ops_all, *_solvers_all]

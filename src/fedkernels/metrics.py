@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:  # the loop imports this module, so its types are only named here
-    from .fl.types import RoundRecord
+
+class _RoundLike(Protocol):
+    """What communication_summary reads of a round record (``fedkernels.fl.RoundRecord`` has it):
+    a protocol, so this module needs nothing from the loop above it."""
+
+    round: int
+    bytes_up: int
+    bytes_down: int
+    metrics: dict[str, float]
 
 
 def _hits(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
@@ -189,7 +196,7 @@ def ranking_metrics(
 
 
 def communication_summary(
-    history: Sequence[RoundRecord], metric: str = "P@1", model_bytes: int | None = None, target: float | None = None
+    history: Sequence[_RoundLike], metric: str = "P@1", model_bytes: int | None = None, target: float | None = None
 ) -> dict:
     """Bytes per round and cumulative, and what they bought.
 

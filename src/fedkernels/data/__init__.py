@@ -18,9 +18,11 @@ from .partition import (
 from .remote import RemoteDataset, RemoteFile, find_remote, get_remote, register, remote_datasets, unregister
 from .split import train_test_split
 from .synthetic import synthetic_multilabel
+from .types import ClientData
 from .xc_format import XCData, read_xc
 
 __all__ = [
+    "ClientData",
     "Dataset",
     "DownloadError",
     "RemoteDataset",

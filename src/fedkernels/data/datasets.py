@@ -10,11 +10,11 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..fl.types import ClientData
 from .feature_hashing import hash_features, idf_weights, l2_normalize_rows
 from .formats import read_any
 from .split import train_test_split
 from .synthetic import synthetic_multilabel
+from .types import ClientData
 from .xc_format import XCData
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..fl.seeding import numpy_rng
-from ..fl.types import ClientData
+from ..seeding import numpy_rng
+from .types import ClientData
 
 
 @dataclass

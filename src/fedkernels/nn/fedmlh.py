@@ -12,6 +12,14 @@ from torch import nn
 from ..hashing import HashFamily
 from ..ops.sketch import bucket_merge, bucket_merge_topk, label_hash
 
+# The defaults of the hashing, shared with the FedMLH strategy (fedkernels.fl.FedMLH reads them here).
+DEFAULT_NUM_TABLES = 4
+
+
+def default_num_buckets(num_classes: int) -> int:
+    """B when none is given: ``max(2, p // 10)`` (so ``R * B < p`` for R < 10 and large p)."""
+    return max(2, int(num_classes) // 10)
+
 
 class FedMLHHead(nn.Module):
     """The FedMLH output head: R sub-models ``in_features -> hidden... -> B`` bucket logits.
@@ -20,6 +28,8 @@ class FedMLHHead(nn.Module):
     parameter has R as its first dim and sub-model j owns ``param[j]`` (what per-table averaging
     needs); all R run as one batched computation (``torch.baddbmm``). ``.table`` (int32 ``[p, R]``)
     is a non-persistent buffer rebuilt from ``.hash_family``, so ``state_dict()`` holds only weights.
+    ``num_tables`` defaults to ``DEFAULT_NUM_TABLES`` (4) and ``num_buckets`` to
+    ``default_num_buckets(num_classes)`` (``max(2, p // 10)``), the same defaults as the FedMLH strategy.
 
     Example:
         >>> head = FedMLHHead(500, num_classes=983, num_tables=4, num_buckets=250, hidden=(128,))
@@ -31,12 +41,14 @@ class FedMLHHead(nn.Module):
         self,
         in_features: int,
         num_classes: int,
-        num_tables: int,
-        num_buckets: int,
+        num_tables: int = DEFAULT_NUM_TABLES,
+        num_buckets: int | None = None,
         hidden: Sequence[int] = (),
         seed: int = 0,
     ) -> None:
         super().__init__()
+        if num_buckets is None:
+            num_buckets = default_num_buckets(num_classes)
         if int(in_features) < 1:
             raise ValueError(f"in_features must be >= 1, got {in_features}")
         if int(num_classes) < 1:

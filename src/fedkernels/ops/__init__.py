@@ -2,8 +2,6 @@
 
 # sketch (FedMLH)
 # prox (l1-difference)
-from .client_graph import feature_space_graph, knn_graph, model_space_graph
-from .graph_prox import GraphProxResult, graph_prox
 from .prox import prox_tv1d
 
 # sampled (FedSS)
@@ -36,11 +34,6 @@ __all__ = [
     "num_selected",
     # prox
     "prox_tv1d",
-    "graph_prox",
-    "GraphProxResult",
-    "knn_graph",
-    "model_space_graph",
-    "feature_space_graph",
     # spread
     "PairWeights",
     "knn_classes",

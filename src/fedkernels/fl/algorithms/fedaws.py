@@ -37,13 +37,13 @@ import torch.nn.functional as F
 from ...nn.spreadout import learn_fixed_class_embeddings
 from ...ops.spread import PairWeights, spreadout_loss
 from .. import labelsets as ls
+from ..aggregate import weighted_average, weighted_rows_mean
 from ..local import train_local
 from ..models import load_state, mlp, state_of
 from ..payload import Payload, PayloadSpec, TensorSpec, encode, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
-from .fedavg import weighted_average
 
 _G = "g."  # prefix of the feature extractor's tensors in the state
 
@@ -195,11 +195,9 @@ class FedAwS(Strategy):
         new = weighted_average([{n: t for n, t in r.payload.items() if n.startswith(_G)} for r in results], weights)
         W = state["W"].clone()
         if not self.fixed_embeddings:
-            # per class: the sample-weighted mean of its clients' embeddings (client order, float32)
-            classes = [self._client_class[r.client_id] for r in results]
-            for c in sorted(set(classes)):
-                sel = [(r.payload["w"], wt) for r, cls, wt in zip(results, classes, weights) if cls == c]
-                W[c] = sum(wt * w for w, wt in sel) / sum(wt for _, wt in sel)
+            # per class: the sample-weighted mean of its clients' embeddings (scatter_rows_mean, client order)
+            ids = [torch.tensor([self._client_class[r.client_id]], dtype=torch.int64) for r in results]
+            W = weighted_rows_mean(W, ids, [r.payload["w"].reshape(1, -1) for r in results], weights)
             W = self._spread(W)
         new["W"] = W
         return new

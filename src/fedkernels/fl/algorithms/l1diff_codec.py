@@ -12,9 +12,8 @@ from collections.abc import Callable
 
 import torch
 
-import fedkernels
-from fedkernels.comm import decode_runs, encode_runs, quantize_runs
-
+from ...comm import decode_runs, encode_runs, quantize_runs
+from ...ops.prox import prox_tv1d
 from ..payload import Payload, PayloadError
 from ..types import ClientData
 
@@ -38,7 +37,7 @@ def l1diff_direction(grad: torch.Tensor, gamma: float, eta: float, block_size: i
     """``d = (x - v) / eta = -prox_tv1d(-eta g, eta gamma) / eta`` for one tensor (flattened, anchored),
     returned in ``grad``'s shape. gamma = 0 gives ``d = g`` (plain SGD)."""
     flat = grad.detach().reshape(-1).float()
-    u = fedkernels.prox_tv1d(-eta * flat, eta * gamma, True, block_size)
+    u = prox_tv1d(-eta * flat, eta * gamma, True, block_size)
     return (-u / eta).reshape(grad.shape)
 
 

@@ -19,8 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-import fedkernels
-
+from ...solvers import feature_space_graph, graph_prox, model_space_graph
 from ..models import load_state, mlp, state_of
 from ..payload import Payload, PayloadSpec, TensorSpec
 from ..strategy import State, Strategy
@@ -95,7 +94,7 @@ class L1DiffNetwork(Strategy):
         if len(clients) != self.num_clients:
             raise ValueError(f"num_clients is {self.num_clients} but {len(clients)} clients were given")
         if self.graph == "features":
-            self.edges, _ = fedkernels.feature_space_graph([c.x for c in clients], self.k)
+            self.edges, _ = feature_space_graph([c.x for c in clients], self.k)
 
     def _client_model(self, shared: Payload, head: dict[str, torch.Tensor]) -> torch.nn.Module:
         assert self._dims is not None, "init_state first"
@@ -162,8 +161,8 @@ class L1DiffNetwork(Strategy):
         y = torch.cat([state[n].reshape(self.num_clients, -1) for n in names], 1).double()
         edges = self.edges
         if self.graph == "models" or edges is None:
-            edges, _ = fedkernels.model_space_graph(y, self.k, "cosine")
-        res = fedkernels.graph_prox(y, edges, self.eta * self.lam, self.p, tol=self.tol)
+            edges, _ = model_space_graph(y, self.k, "cosine")
+        res = graph_prox(y, edges, self.eta * self.lam, self.p, tol=self.tol)
         self.last_gap = res.gap
         at = 0
         for n in names:
