@@ -143,3 +143,35 @@ def test_an_upward_import_is_caught(tmp_path, monkeypatch) -> None:
     (root / "ops" / "bad.py").write_text("from ..fl import Server\n")
     monkeypatch.setitem(globals(), "SRC", root)
     assert len(upward_imports()) == 1
+
+
+def test_one_import_path_per_concept() -> None:
+    """Every algorithm is a name of fedkernels.fl (the same object as in fl.algorithms); metrics has
+    an __all__ naming only its public functions; ClientData is one class wherever it is imported."""
+    import fedkernels
+    import fedkernels.data
+    import fedkernels.fl
+    import fedkernels.fl.algorithms as algorithms
+    import fedkernels.metrics as metrics
+
+    for name in algorithms.__all__:
+        assert name in fedkernels.fl.__all__ and getattr(fedkernels.fl, name) is getattr(algorithms, name)
+    assert fedkernels.fl.ClientData is fedkernels.data.ClientData
+    public = {
+        n
+        for n, v in vars(metrics).items()
+        if callable(v) and not n.startswith("_") and v.__module__ == metrics.__name__
+    }
+    assert set(metrics.__all__) == public
+    for module in (fedkernels, fedkernels.fl, fedkernels.data, metrics):
+        assert all(hasattr(module, n) for n in module.__all__), module.__name__
+
+
+def test_no_script_shadows_a_stdlib_module() -> None:
+    """``python bench/x.py`` puts bench/ first on sys.path: a bench/select.py would replace the stdlib's."""
+    import sys
+
+    root = SRC.parents[1]
+    for folder in ("bench", "tools", "examples"):
+        for path in (root / folder).glob("*.py"):
+            assert path.stem not in sys.stdlib_module_names, path

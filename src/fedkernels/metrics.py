@@ -12,6 +12,18 @@ from typing import Protocol
 
 import torch
 
+__all__ = [
+    "communication_summary",
+    "inverse_propensity",
+    "map_at_k",
+    "ndcg_at_k",
+    "precision_at_k",
+    "psp_at_k",
+    "ranking_metrics",
+    "split_precision_at_k",
+    "top1_accuracy",
+]
+
 
 class _RoundLike(Protocol):
     """What communication_summary reads of a round record (``fedkernels.fl.RoundRecord`` has it):

@@ -1,16 +1,39 @@
 """The thin federated loop: Server, Strategy, payloads, and the algorithms (DESIGN.md §4)."""
 
-from .algorithms import FedAvg, FedMLH
+from .algorithms import (
+    FedALC,
+    FedALCFixed,
+    FedAvg,
+    FedAwS,
+    FedMLH,
+    FedSS,
+    FullSoftmax,
+    L1Diff,
+    L1DiffNetwork,
+    NegOnly,
+    PartialExchange,
+    PosOnly,
+)
 from .payload import PayloadError, PayloadSpec, TensorSpec, decode, encode
 from .server import RunConfig, Server
 from .strategy import State, Strategy
 from .types import ClientData, ClientResult, RoundRecord, TrainConfig
 
 __all__ = [
+    "FedALC",
+    "FedALCFixed",
+    "FedAvg",
+    "FedAwS",
+    "FedMLH",
+    "FedSS",
+    "FullSoftmax",
+    "L1Diff",
+    "L1DiffNetwork",
+    "NegOnly",
+    "PartialExchange",
+    "PosOnly",
     "ClientData",
     "ClientResult",
-    "FedAvg",
-    "FedMLH",
     "PayloadError",
     "PayloadSpec",
     "RoundRecord",

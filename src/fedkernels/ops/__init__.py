@@ -5,7 +5,7 @@
 from .prox import prox_tv1d
 
 # sampled (FedSS)
-from .sampled import client_seed, linear_cross_entropy, sample_negatives, sample_negatives_batched, scatter_rows_mean
+from .sampled import linear_cross_entropy, negatives_seed, sample_negatives, sample_negatives_batched, scatter_rows_mean
 
 # select (partial weight exchange)
 from .select import delta_norms, masked_weighted_average, num_selected, select_topk_tensors
@@ -22,7 +22,7 @@ __all__ = [
     "count_sketch",
     "count_sketch_query",
     # sampled
-    "client_seed",
+    "negatives_seed",
     "linear_cross_entropy",
     "sample_negatives",
     "sample_negatives_batched",

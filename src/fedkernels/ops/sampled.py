@@ -18,10 +18,10 @@ def _splitmix64_at(key: int, i: int) -> int:
     return z ^ (z >> 31)
 
 
-def client_seed(seed: int, client: int) -> int:
+def negatives_seed(seed: int, client: int) -> int:
     """The seed client ``client`` of :func:`sample_negatives_batched` draws with (a non-negative int64).
 
-    ``sample_negatives_batched(...)[c]`` equals ``sample_negatives(positives_c, ..., seed=client_seed(seed, c))``.
+    ``sample_negatives_batched(...)[c]`` equals ``sample_negatives(positives_c, ..., seed=negatives_seed(seed, c))``.
     """
     return _splitmix64_at((seed & _MASK64) ^ 0xD1B54A32D192ED03, client) & 0x7FFFFFFFFFFFFFFF
 
@@ -52,7 +52,7 @@ def sample_negatives(positives: torch.Tensor, num_classes: int, m: int, seed: in
 def sample_negatives_batched(
     indptr: torch.Tensor, indices: torch.Tensor, num_classes: int, m: int, seed: int
 ) -> torch.Tensor:
-    """:func:`sample_negatives` for many clients at once; client ``c`` uses ``client_seed(seed, c)``.
+    """:func:`sample_negatives` for many clients at once; client ``c`` uses ``negatives_seed(seed, c)``.
 
     Args:
         indptr: int64 ``[C + 1]``, CSR row pointer of the clients' positive sets.
