@@ -5,6 +5,7 @@ from .datasets import Dataset, load_dataset, load_xc_dataset, resolve_dataset, t
 from .feature_hashing import hash_features, idf_weights
 from .fetcher import DownloadError, cache_dir, dataset_dir, fetch, is_fetched, sha256_of
 from .formats import read_any, read_libsvm, read_npz, write_xc
+from .labels import labels_to_csr, multi_hot_to_csr
 from .partition import (
     Shard,
     dirichlet_partition,
@@ -42,9 +43,11 @@ __all__ = [
     "iid_partition",
     "is_fetched",
     "label_counts",
+    "labels_to_csr",
     "load_dataset",
     "load_xc_dataset",
     "make_clients",
+    "multi_hot_to_csr",
     "one_label_per_client",
     "read_any",
     "read_libsvm",

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._validate import as_csr
 from ..hashing import HashFamily
 from ..ops.sketch import bucket_merge, bucket_merge_topk, label_hash
 
@@ -119,8 +120,11 @@ class FedMLHHead(nn.Module):
         """Mean BCE-with-logits of all R sub-models against their hashed labels (a scalar).
 
         Args:
-            x: ``[N, F]``; indptr: int64 ``[N + 1]``; indices: int64 ``[nnz]`` class ids in ``[0, p)``.
+            x: ``[N, F]``; indptr: int64 ``[N + 1]``; indices: int64 ``[nnz]`` class ids in ``[0, p)``
+            (int32 CSR from scipy and numpy arrays are accepted; an indptr of another length than
+            ``N + 1`` is a ValueError naming ``indptr``).
         """
+        indptr, indices = as_csr(indptr, indices, num_rows=x.shape[0])  # int32 / numpy converted once
         logits = self(x)
         if torch.compiler.is_compiling():  # keep traced graphs free of module-held mutable state
             z = self.targets(indptr, indices)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
-from .._validate import check_int
+from .._validate import as_csr, as_int64, check_int
 
 _MASK64 = (1 << 64) - 1
 _REDUCTIONS = ("mean", "sum", "none")
@@ -34,7 +34,8 @@ def sample_negatives(positives: torch.Tensor, num_classes: int, m: int, seed: in
     O(m log |P| + |P| log |P|), independent of ``num_classes``. Same result on CPU and CUDA.
 
     Args:
-        positives: int64 ``[P]``, classes in ``[0, num_classes)`` to exclude (duplicates allowed).
+        positives: int64 ``[P]``, classes in ``[0, num_classes)`` to exclude (duplicates allowed;
+            int32 and numpy arrays are converted).
         num_classes: total number of classes.
         m: number of negatives, at most ``num_classes - |unique(positives)|`` (else ValueError).
         seed: any int64; the draw is a pure function of (positives as a set, num_classes, m, seed).
@@ -46,7 +47,7 @@ def sample_negatives(positives: torch.Tensor, num_classes: int, m: int, seed: in
         >>> neg = sample_negatives(torch.tensor([3, 7]), num_classes=1000, m=16, seed=0)  # [16]
     """
     num_classes, m, seed = _int_args(num_classes, m, seed)
-    return torch.ops.fedkernels.sample_negatives(positives, num_classes, m, seed)
+    return torch.ops.fedkernels.sample_negatives(as_int64("positives", positives), num_classes, m, seed)
 
 
 def sample_negatives_batched(
@@ -66,6 +67,7 @@ def sample_negatives_batched(
         >>> neg = sample_negatives_batched(torch.tensor([0, 2, 3]), torch.tensor([1, 5, 9]), 100, 8, seed=1)  # [2, 8]
     """
     num_classes, m, seed = _int_args(num_classes, m, seed)
+    indptr, indices = as_csr(indptr, indices)
     return torch.ops.fedkernels.sample_negatives_batched(indptr, indices, num_classes, m, seed)
 
 
