@@ -52,7 +52,7 @@ class FedMLH(Strategy):
         # One head per hash family, built (and its p x R table hashed) once per run; _load copies it.
         self._templates: dict[tuple, FedMLHHead] = {}
 
-    def _build(self, hash_params: torch.Tensor) -> torch.nn.Module:
+    def _build(self, hash_params: torch.Tensor) -> FedMLHHead:
         """The head for broadcast ``(R, B, seed)``. The head initialises from torch's global RNG,
         so that is seeded (and restored after) from the hash seed, which derives from the run's seed."""
         assert self._dims is not None, "init_state first"
