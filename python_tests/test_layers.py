@@ -17,7 +17,15 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "fedkernels"
 # From the bottom. A module belongs to the layer of its longest matching prefix (dotted, under fedkernels).
 LAYERS: list[tuple[str, ...]] = [
     ("_C", "_validate", "_info"),  # the compiled extension and its helpers
-    ("ops", "hashing", "comm", "metrics", "solvers", "seeding"),  # registered-op wrappers and what sits beside them
+    (
+        "ops",
+        "hashing",
+        "comm",
+        "metrics",
+        "solvers",
+        "seeding",
+        "sparse_rows",
+    ),  # registered-op wrappers and what sits beside them
     ("nn",),
     ("data",),
     ("fl",),

@@ -67,7 +67,8 @@ def precision_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tens
 
     Args:
         topk: int64 ``[N, >=k]`` predicted class ids, best first.
-        indptr, indices: CSR ground truth.
+        indptr: int64 ``[N + 1]``, CSR row pointer of the true label sets.
+        indices: int64 ``[nnz]``, the true class ids.
     """
     topk, indptr, indices = _inputs(topk, indptr, indices)
     if k < 1 or topk.shape[1] < k:
@@ -139,7 +140,8 @@ def psp_at_k(
 
     Args:
         topk: int64 ``[N, >=k]`` predictions, best first.
-        indptr, indices: CSR ground truth.
+        indptr: int64 ``[N + 1]``, CSR row pointer of the true label sets.
+        indices: int64 ``[nnz]``, the true class ids.
         inv_propensity: ``[L]`` from :func:`inverse_propensity` (fitted on the training labels).
     """
     topk, indptr, indices = _inputs(topk, indptr, indices)

@@ -21,6 +21,7 @@ from .split import train_test_split
 from .synthetic import synthetic_multilabel
 from .types import ClientData
 from .xc_format import XCData, read_xc
+from .xc_synthetic import XCSpec, iter_synthetic_xc, synthetic_xc
 
 __all__ = [
     "ClientData",
@@ -30,6 +31,7 @@ __all__ = [
     "RemoteFile",
     "Shard",
     "XCData",
+    "XCSpec",
     "cache_dir",
     "dataset_dir",
     "dirichlet_partition",
@@ -42,6 +44,7 @@ __all__ = [
     "idf_weights",
     "iid_partition",
     "is_fetched",
+    "iter_synthetic_xc",
     "label_counts",
     "labels_to_csr",
     "load_dataset",
@@ -58,6 +61,7 @@ __all__ = [
     "resolve_dataset",
     "sha256_of",
     "synthetic_multilabel",
+    "synthetic_xc",
     "to_client_data",
     "train_test_split",
     "unregister",

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from ..metrics import ranking_metrics
+from ..sparse_rows import slice_rows
 from . import payload as pl
 from .checkpoint import clean_stale_temps, load_checkpoint, save_checkpoint
 from .client import ClientEndpoint, ClientTimeout, LocalClient, call_with_deadline
@@ -49,7 +50,8 @@ class Server:
     Args:
         strategy: the algorithm.
         clients: each client's local data.
-        num_features, num_classes: the model's input width and label count.
+        num_features: the model's input width.
+        num_classes: the number of labels.
         config: the run's settings. If ``config.checkpoint`` names an existing file, the run
             resumes from it (its seed, strategy and client counts must match).
         client_wrapper: ``(client_id, endpoint) -> endpoint``, e.g. a
@@ -176,7 +178,8 @@ class Server:
         ks = ks or self.config.eval_k
         kmax = min(max(ks), test.num_classes)
         preds = [
-            self.strategy.predict_topk(self.state, test.x[i : i + batch], kmax) for i in range(0, len(test), batch)
+            self.strategy.predict_topk(self.state, slice_rows(test.x, i, i + batch), kmax)
+            for i in range(0, len(test), batch)
         ]
         topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64)
         return ranking_metrics(topk, test.indptr, test.indices, tuple(k for k in ks if k <= kmax))

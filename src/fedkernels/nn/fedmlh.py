@@ -80,13 +80,20 @@ class FedMLHHead(nn.Module):
             b.uniform_(-bound, bound, generator=generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Bucket logits of every sub-model: ``x [N, F] -> [R, N, B]``."""
+        """Bucket logits of every sub-model: ``x [N, F] -> [R, N, B]``; ``x`` dense or ``torch.sparse_csr``."""
         if x.dim() != 2 or x.shape[1] != self.in_features:
             raise ValueError(f"x must be [N, {self.in_features}], got shape {tuple(x.shape)}")
-        h = x.unsqueeze(0).expand(self.num_tables, *x.shape)
         last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            h = torch.baddbmm(b.unsqueeze(1), h, w)
+        if x.layout == torch.sparse_csr:
+            # Sparse input: one sparse-dense product per table (never densifying x or copying w[0]).
+            h = torch.stack([torch.sparse.mm(x, w) for w in self.weights[0]]) + self.biases[0].unsqueeze(1)
+            start = 1
+            if last > 0:
+                h = F.relu(h)
+        else:
+            h, start = x.unsqueeze(0).expand(self.num_tables, *x.shape), 0
+        for i in range(start, last + 1):
+            h = torch.baddbmm(self.biases[i].unsqueeze(1), h, self.weights[i])
             if i < last:
                 h = F.relu(h)
         return h
