@@ -48,7 +48,7 @@ def test_weighted_average_is_deterministic_and_leaves_inputs():
     a = weighted_average(states, [3.0, 1.0, 4.0, 1.0, 5.0])
     b = weighted_average(states, [3.0, 1.0, 4.0, 1.0, 5.0])
     assert all(torch.equal(a[n], b[n]) for n in a)
-    assert all(torch.equal(s[n], o[n]) for s, o in zip(states, before) for n in s)
+    assert all(torch.equal(s[n], o[n]) for s, o in zip(states, before, strict=True) for n in s)
 
 
 def test_one_client_returns_its_state_and_fedavg_reexports():
@@ -92,7 +92,7 @@ def test_weighted_rows_mean_matches_reference(seed, n, d, counts, weights):
     got = weighted_rows_mean(table, ids, rows, w)
     want = aggregate_ref.weighted_rows_mean(table, ids, rows, w)
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
-    sent = {r for i, wk in zip(ids, w) if wk > 0 for r in i.tolist()}
+    sent = {r for i, wk in zip(ids, w, strict=True) if wk > 0 for r in i.tolist()}
     untouched = [r for r in range(n) if r not in sent]
     assert torch.equal(got[untouched], table[untouched])  # same bits
 

@@ -11,7 +11,7 @@ def weighted_average(states: list[dict[str, torch.Tensor]], weights: list[float]
     out = {}
     for name, first in states[0].items():
         acc = torch.zeros(first.shape, dtype=torch.float64)
-        for s, w in zip(states, weights):
+        for s, w in zip(states, weights, strict=True):
             acc += float(w) * s[name].double()
         out[name] = acc / total
     return out
@@ -24,7 +24,7 @@ def weighted_rows_mean(
     out = table.double().clone()
     num = {}
     den = {}
-    for k, (idx, src, w) in enumerate(zip(ids, rows, weights)):
+    for idx, src, w in zip(ids, rows, weights, strict=True):
         if w <= 0:
             continue
         for t, r in enumerate(idx.tolist()):

@@ -56,9 +56,9 @@ def weighted_average(states: Sequence[Mapping[str, torch.Tensor]], weights: Sequ
     dst = [torch.empty_like(states[0][n], memory_format=torch.contiguous_format) for n in names]
     idx = torch.arange(len(names), dtype=torch.int64)
     # Clients of weight 0 are left out: they add nothing, and the kernel then never reads them.
-    sent = [(idx, [s[n].detach() for n in names], wk) for s, wk in zip(states, w) if wk > 0]
+    sent = [(idx, [s[n].detach() for n in names], wk) for s, wk in zip(states, w, strict=True) if wk > 0]
     masked_weighted_average(dst, sent)
-    return dict(zip(names, dst))
+    return dict(zip(names, dst, strict=True))
 
 
 def weighted_rows_mean(
