@@ -190,11 +190,11 @@ def resolve_dataset(spec: str | Path) -> Path:
     from .remote import find_remote
 
     path = Path(spec)
-    if path.exists() or find_remote(str(spec)) is None:
+    remote = None if path.exists() else find_remote(str(spec))
+    if remote is None:
         return path
     if not is_fetched(str(spec)):
         raise FileNotFoundError(
-            f"dataset {spec!r} is registered but not downloaded: run "
-            f"`fedkernels data get {find_remote(str(spec)).name}` first"
+            f"dataset {spec!r} is registered but not downloaded: run `fedkernels data get {remote.name}` first"
         )
     return dataset_dir(str(spec))

@@ -20,6 +20,8 @@ from .strategy import State, Strategy
 from .types import ClientData, ClientResult, RoundRecord, TrainConfig
 
 __all__ = [
+    "ClientData",
+    "ClientResult",
     "FedALC",
     "FedALCFixed",
     "FedAvg",
@@ -31,11 +33,9 @@ __all__ = [
     "L1DiffNetwork",
     "NegOnly",
     "PartialExchange",
-    "PosOnly",
-    "ClientData",
-    "ClientResult",
     "PayloadError",
     "PayloadSpec",
+    "PosOnly",
     "RoundRecord",
     "RunConfig",
     "Server",

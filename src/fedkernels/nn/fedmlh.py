@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -38,6 +39,8 @@ class FedMLHHead(nn.Module):
         >>> values, classes = head.predict_topk(x, k=5)   # [N, 5] each
     """
 
+    table: torch.Tensor  # buffer (register_buffer in __init__), declared for type checkers
+
     def __init__(
         self,
         in_features: int,
@@ -63,7 +66,7 @@ class FedMLHHead(nn.Module):
         dims = [self.in_features, *(int(h) for h in hidden), self.num_buckets]
         # weights[i]: [R, d_in, d_out], biases[i]: [R, d_out]
         self.weights = nn.ParameterList(
-            nn.Parameter(torch.empty(self.num_tables, a, b)) for a, b in zip(dims, dims[1:])
+            nn.Parameter(torch.empty(self.num_tables, a, b)) for a, b in itertools.pairwise(dims)
         )
         self.biases = nn.ParameterList(nn.Parameter(torch.empty(self.num_tables, b)) for b in dims[1:])
         # loss()'s uint8 target buffers by (N, device): plain attributes, never in state_dict()
@@ -74,7 +77,7 @@ class FedMLHHead(nn.Module):
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """nn.Linear's default init range per sub-model, U(-1/sqrt(d_in), 1/sqrt(d_in)), drawn from
         ``generator`` (torch's global RNG when None) so a federated run can seed it."""
-        for w, b in zip(self.weights, self.biases):
+        for w, b in zip(self.weights, self.biases, strict=True):
             bound = 1.0 / math.sqrt(w.shape[1])
             w.uniform_(-bound, bound, generator=generator)
             b.uniform_(-bound, bound, generator=generator)
@@ -121,7 +124,7 @@ class FedMLHHead(nn.Module):
 
     def __getstate__(self) -> dict:
         """Pickling and ``copy.deepcopy`` leave the target buffers behind: they are scratch."""
-        return {k: v for k, v in super().__getstate__().items() if k != "_target_buffers"}
+        return {k: v for k, v in nn.Module.__getstate__(self).items() if k != "_target_buffers"}
 
     def loss(self, x: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         """Mean BCE-with-logits of all R sub-models against their hashed labels (a scalar).

@@ -285,6 +285,7 @@ class FedALCFixed(FedALC):
 
     def setup(self, clients: list[ClientData], seed: int) -> None:
         super().setup(clients, seed)
+        assert self.pair_weight is not None  # FedALC.setup just built it
         self.fixed_W = learn_fixed_class_embeddings(
             self.pair_weight,
             self.dim,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,6 +24,9 @@ from ..payload import Payload, PayloadSpec, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
+
+if TYPE_CHECKING:
+    from ...nn import FedMLHHead
 
 HASH_KEY = "fedmlh.hash"  # int64 [3]: num_tables, num_buckets, hash seed
 
@@ -114,8 +118,7 @@ class FedMLH(Strategy):
 
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
-        out = self._load(state).predict_topk(x, k)
-        return out[1] if isinstance(out, tuple) else out
+        return self._load(state).predict_topk(x, k)[1]
 
     def model_bytes(self, state: State) -> int:
         return sum(t.numel() * t.element_size() for name, t in state.items() if name != HASH_KEY)

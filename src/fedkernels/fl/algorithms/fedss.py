@@ -145,7 +145,7 @@ class FedSS(Strategy):
                 return head.weight.sum() * 0.0
             return head(body(batch.x)[rows], labels)
 
-        train_local(list(body.parameters()) + [head.weight], loss_fn, data, config, generator(seed, "shuffle"))
+        train_local([*body.parameters(), head.weight], loss_fn, data, config, generator(seed, "shuffle"))
         ids, rows = head.updated_rows()
         return {**state_of(body), "class_ids": ids, "rows": rows}
 
