@@ -90,7 +90,7 @@ def test_loaded_heads_share_the_table_not_the_weights():
     s = _server(rounds=1)
     a, b = s.strategy._load(s.state), s.strategy._load(s.state)
     assert a.table.data_ptr() == b.table.data_ptr()
-    for pa, pb in zip(a.parameters(), b.parameters()):
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert pa.data_ptr() != pb.data_ptr() and torch.equal(pa, pb)
 
 
