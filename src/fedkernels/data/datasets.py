@@ -147,11 +147,13 @@ def load_dataset(
     seed: int = 0,
     feature_dim: int | None = None,
     test_fraction: float = 0.2,
+    l2_normalize: bool = True,
     **synthetic_kw,
 ) -> Dataset:
     """``"synthetic"`` (see :func:`synthetic_multilabel`; ``synthetic_kw`` passes its arguments,
     train and test drawn together then split), a path for :func:`load_xc_dataset`, or the name of a
-    dataset fetched with ``fedkernels data get`` (see :func:`resolve_dataset`)."""
+    dataset fetched with ``fedkernels data get`` (see :func:`resolve_dataset`). ``l2_normalize``
+    (file datasets only): unit-norm feature rows, else the file's raw values."""
     if str(spec) == "synthetic":
         full = synthetic_multilabel(seed=seed, **synthetic_kw)
         tr, te = train_test_split(len(full), test_fraction, seed)
@@ -161,7 +163,7 @@ def load_dataset(
             "synthetic",
             {"split": f"seeded permutation (seed={seed}, test_fraction={test_fraction})", **synthetic_kw},
         )
-    return load_xc_dataset(resolve_dataset(spec), feature_dim, seed, test_fraction)
+    return load_xc_dataset(resolve_dataset(spec), feature_dim, seed, test_fraction, l2_normalize=l2_normalize)
 
 
 def resolve_dataset(spec: str | Path) -> Path:
