@@ -6,8 +6,11 @@ relabelled c alone (a sample with several labels is at several clients). Reads .
 at run time. Writes build/fl_fedaws.json unless ``--out NAME`` names bench/results/NAME.json (the
 committed table: never overwritten by a probe).
 
-    PYTHONPATH=src python bench/fl_fedaws.py --seeds 0 1 2 --out fl_fedaws     # the committed table
-    PYTHONPATH=src python bench/fl_fedaws.py --rounds 60 --model mlp --lr 0.1   # the first protocol
+    # the committed table (docs/api/fl.md, "Reproducing the papers"), merged from two processes:
+    PYTHONPATH=src python bench/fl_fedaws.py --algorithms FedAwS FedALC --seeds 0 1 2 --eval-every 50
+    PYTHONPATH=src python bench/fl_fedaws.py --algorithms FedAvg --rounds 60 --seeds 0 1 2
+    PYTHONPATH=src python bench/fl_fedaws.py --rounds 60 --pull 0 --algorithms FedAvg FedAwS FedALC FedALC-fixed
+                                                                                # the first protocol
 """
 
 from __future__ import annotations
@@ -54,15 +57,17 @@ def one_label_per_client(data: ClientData) -> list[ClientData]:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--clients-per-round", type=int, default=20)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--lr", type=float, default=1.0, help="local SGD learning rate")
-    ap.add_argument("--model", choices=["mlp", "embed"], default="embed", help="FedAwS/FedALC feature extractor")
+    ap.add_argument("--lr", type=float, default=0.1, help="local SGD learning rate (1.0 collapses the extractor)")
+    ap.add_argument("--model", choices=["mlp", "embed"], default="mlp", help="FedAwS/FedALC feature extractor")
     ap.add_argument("--embed-dim", type=int, default=256)
-    ap.add_argument("--hidden", type=int, nargs="*", default=[256, 256])
+    ap.add_argument(
+        "--hidden", type=int, nargs="*", default=[256], help="extractor widths (embed: after the embedding)"
+    )
     ap.add_argument("--dim", type=int, default=64, help="class embedding size")
     ap.add_argument("--pos-margin", type=float, default=0.9)
     # Unit rows in 64 dims start near distance sqrt(2); with margin 1.0 (the first runs) almost no
@@ -73,7 +78,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--spread-lr", type=float, default=0.5, help="server spreadout step size")
     ap.add_argument("--spread-steps", type=int, default=1, help="server spreadout steps per round")
-    ap.add_argument("--pull", type=float, default=0.0, help="FedALC: weight of the co-occurrence pull")
+    ap.add_argument("--pull", type=float, default=0.1, help="FedALC: weight of the co-occurrence pull (0: push only)")
     ap.add_argument("--k", type=int, default=10, help="spreadout: the k nearest other classes per class")
     ap.add_argument("--l2-normalize", action="store_true", help="unit-norm feature rows (what `fedkernels run` loads)")
     ap.add_argument("--fedavg-hidden", type=int, nargs="*", default=[256])

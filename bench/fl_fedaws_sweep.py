@@ -50,7 +50,7 @@ def main() -> None:
     ap = parser()
     ap.description = __doc__
     ap.add_argument("--weights", type=float, nargs="+", default=[1, 10, 100, 150, 200, 500])
-    ap.set_defaults(algorithms=["FedAwS", "FedALC"], rounds=100)
+    ap.set_defaults(algorithms=["FedAwS", "FedALC"], rounds=100)  # FedALC with the preset's pull 0.1
     args = ap.parse_args()
     if any(w <= 0 for w in args.weights):
         ap.error("--weights must be positive")
