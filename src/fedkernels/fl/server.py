@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from ..metrics import ranking_metrics
+from ..sparse_rows import slice_rows
 from . import payload as pl
 from .checkpoint import clean_stale_temps, load_checkpoint, save_checkpoint
 from .client import ClientEndpoint, ClientTimeout, LocalClient, call_with_deadline
@@ -177,7 +178,8 @@ class Server:
         ks = ks or self.config.eval_k
         kmax = min(max(ks), test.num_classes)
         preds = [
-            self.strategy.predict_topk(self.state, test.x[i : i + batch], kmax) for i in range(0, len(test), batch)
+            self.strategy.predict_topk(self.state, slice_rows(test.x, i, i + batch), kmax)
+            for i in range(0, len(test), batch)
         ]
         topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64)
         return ranking_metrics(topk, test.indptr, test.indices, tuple(k for k in ks if k <= kmax))

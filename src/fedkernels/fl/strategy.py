@@ -35,6 +35,7 @@ class Strategy(ABC):
     def setup(self, clients: list[ClientData], seed: int) -> None:
         """One-off preparation before round 0 that needs the clients (e.g. FedALC's label sets).
         Default: nothing."""
+        return None
 
     def client_request(self, data: ClientData, round: int, seed: int) -> Payload | None:
         """Client side, before the download: what the client asks the server for (e.g. FedSS's
@@ -62,6 +63,7 @@ class Strategy(ABC):
         finiteness and id ranges): e.g. a codec stream that must decode. Raise
         :class:`~fedkernels.fl.payload.PayloadError` to reject this client's upload; the loop then
         records it in ``RoundRecord.failed`` like any other rejection. Default: nothing to check."""
+        return None
 
     @abstractmethod
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:

@@ -293,6 +293,36 @@ class _RoundInProgress:
         self.bytes_up: dict[int, int] = {}
 
 
+def _int_field(rec: ConfigRecord, key: str) -> int:
+    """``rec[key]``, which the server wrote as an int (PayloadError naming the field if it is not)."""
+    v = rec[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise pl.PayloadError(f"message field {key!r} must be an int, got {type(v).__name__}")
+    return v
+
+
+def _float_field(rec: ConfigRecord, key: str) -> float:
+    """``rec[key]``, which the server wrote as a float (an int is accepted)."""
+    v = rec[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise pl.PayloadError(f"message field {key!r} must be a float, got {type(v).__name__}")
+    return float(v)
+
+
+def _str_field(rec: ConfigRecord, key: str) -> str:
+    v = rec[key]
+    if not isinstance(v, str):
+        raise pl.PayloadError(f"message field {key!r} must be a str, got {type(v).__name__}")
+    return v
+
+
+def _bytes_field(rec: ConfigRecord, key: str) -> bytes:
+    v = rec[key]
+    if not isinstance(v, bytes):
+        raise pl.PayloadError(f"message field {key!r} must be bytes, got {type(v).__name__}")
+    return v
+
+
 def client_app(
     make_strategy: Callable[[Context], Strategy],
     load_data: Callable[[Context], ClientData],
@@ -311,16 +341,16 @@ def client_app(
         app = client_app(lambda ctx: FedAvg(hidden=(256,)), lambda ctx: my_partition(ctx.node_config))
     """
     app = ClientApp()
-    caches: dict[int, dict[str, object]] = {}  # per node: a long-lived app process may serve several
+    # per node (a long-lived app process may serve several): its data, and its endpoint with the run it is for
+    data_cache: dict[int, ClientData] = {}
+    client_cache: dict[int, tuple[str, ClientEndpoint]] = {}
 
     def _data(context: Context) -> ClientData:
-        cache = caches.setdefault(context.node_id, {})
-        if "data" not in cache:
-            cache["data"] = load_data(context)
-        return cache["data"]  # type: ignore[return-value]
+        if context.node_id not in data_cache:
+            data_cache[context.node_id] = load_data(context)
+        return data_cache[context.node_id]
 
     def local(context: Context, header: ConfigRecord) -> ClientEndpoint:
-        cache = caches.setdefault(context.node_id, {})
         key = repr(
             (
                 header["run-seed"],
@@ -333,23 +363,26 @@ def client_app(
                 header["weight-decay"],
             )
         )
-        if cache.get("key") != key:  # the strategy is initialised as the server's, so client_update can run
+        cached = client_cache.get(context.node_id)
+        if cached is None or cached[0] != key:  # the strategy is initialised as the server's, so client_update can run
             strategy = make_strategy(context)
             strategy.init_state(
-                int(header["num-features"]), int(header["num-classes"]), derive_seed(int(header["run-seed"]), "init")
+                _int_field(header, "num-features"),
+                _int_field(header, "num-classes"),
+                derive_seed(_int_field(header, "run-seed"), "init"),
             )
             train = TrainConfig(
-                int(header["epochs"]),
-                int(header["batch-size"]),
-                float(header["lr"]),
-                str(header["optimizer"]),
-                float(header["weight-decay"]),
+                _int_field(header, "epochs"),
+                _int_field(header, "batch-size"),
+                _float_field(header, "lr"),
+                _str_field(header, "optimizer"),
+                _float_field(header, "weight-decay"),
             )
             client: ClientEndpoint = LocalClient(strategy, _data(context), train)
             if wrap is not None:
                 client = wrap(context, int(context.node_config["partition-id"]), client)
-            cache.update(key=key, client=client)
-        return cache["client"]  # type: ignore[return-value]
+            cached = client_cache[context.node_id] = (key, client)
+        return cached[1]
 
     @app.query("fedkernels_hello")
     def hello(message: Message, context: Context) -> Message:
@@ -361,13 +394,13 @@ def client_app(
     @app.query("fedkernels_request")
     def request(message: Message, context: Context) -> Message:
         h = message.content.config_records[KEY]
-        raw = local(context, h).request(int(h["round"]), int(h["seed"]))
+        raw = local(context, h).request(_int_field(h, "round"), _int_field(h, "seed"))
         return Message(RecordDict({KEY: ConfigRecord({"request": raw or b""})}), reply_to=message)
 
     @app.train()
     def train(message: Message, context: Context) -> Message:
         h = message.content.config_records[KEY]
-        raw = local(context, h).update(bytes(h["payload"]), int(h["round"]), int(h["seed"]))
+        raw = local(context, h).update(_bytes_field(h, "payload"), _int_field(h, "round"), _int_field(h, "seed"))
         return Message(RecordDict({KEY: ConfigRecord({"upload": raw or b""})}), reply_to=message)
 
     return app

@@ -74,6 +74,10 @@ def class_pair_weights(
     rows, never ``key`` or a class id (when ``class_rows`` is a keyed permutation). Also returns the
     bytes the reports take serialised (safetensors), i.e. the one-off upload of the collection.
     """
+    if any(c.x.layout == torch.sparse_csr for c in clients):
+        raise TypeError(
+            "clients: the label-set collection digests dense feature rows; pass dense features (x.to_dense())"
+        )
     rows_of_class = torch.arange(num_classes) if class_rows is None else class_rows
     reports = [
         ls.client_report(
@@ -225,7 +229,7 @@ class FedAwS(Strategy):
             # per class: the sample-weighted mean of its clients' embeddings (client order, float32)
             classes = [self._client_class[r.client_id] for r in results]
             for c in sorted(set(classes)):
-                sel = [(r.payload["w"], wt) for r, cls, wt in zip(results, classes, weights) if cls == c]
+                sel = [(r.payload["w"], wt) for r, cls, wt in zip(results, classes, weights, strict=True) if cls == c]
                 W[c] = sum(wt * w for w, wt in sel) / sum(wt for _, wt in sel)
             W = self._spread(W)
         new["W"] = W
@@ -307,6 +311,7 @@ class FedALCFixed(FedALC):
 
     def setup(self, clients: list[ClientData], seed: int) -> None:
         super().setup(clients, seed)
+        assert self.pair_weight is not None  # FedALC.setup just built it
         self.fixed_W = learn_fixed_class_embeddings(
             self.pair_weight,
             self.dim,

@@ -72,7 +72,7 @@ class L1Diff(FedAvg):
             n: encode_direction(
                 l1diff_direction(g, self.gamma, self.eta, self.block_size), self.value_dtype, self.levels
             )
-            for n, g in zip(names, grads)
+            for n, g in zip(names, grads, strict=True)
         }
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
@@ -89,7 +89,7 @@ class L1Diff(FedAvg):
                 weights.append(float(r.num_examples))
             except ValueError as e:
                 self.rejected.append((round, r.client_id, str(e)))
-                warnings.warn(f"round {round}: dropped client {r.client_id}'s update: {e}")
+                warnings.warn(f"round {round}: dropped client {r.client_id}'s update: {e}", stacklevel=2)
         self._checked.clear()  # whatever a client checked but not aggregated held
         if not decoded:
             return dict(state)
@@ -97,7 +97,7 @@ class L1Diff(FedAvg):
         new = {}
         for n in state:
             step = torch.zeros_like(state[n], dtype=torch.float32)
-            for d, w in zip(decoded, weights):  # client order: deterministic
+            for d, w in zip(decoded, weights, strict=True):  # client order: deterministic
                 step.add_(d[n], alpha=w / total)
             new[n] = (state[n] - (self.server_lr * self.eta) * step).to(state[n].dtype)
         return new
