@@ -34,12 +34,12 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from ...nn.spreadout import learn_fixed_class_embeddings
+from ...nn.spreadout import learn_fixed_class_embeddings, positive_pull
 from ...ops.spread import PairWeights, spreadout_loss
 from .. import labelsets as ls
 from ..aggregate import weighted_average, weighted_rows_mean
 from ..local import train_local
-from ..models import load_state, mlp, state_of
+from ..models import embed_mlp, load_state, mlp, state_of
 from ..payload import Payload, PayloadSpec, TensorSpec, encode, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import State, Strategy
@@ -111,8 +111,16 @@ class FedAwS(Strategy):
             active with margin 1.0, all of them with 1.414).
         k: neighbours per class in the spreadout regulariser.
         metric: ``"l2"`` or ``"cosine"``, the regulariser's distance.
-        spread_lr: the server's spreadout step size.
+        spread_lr: the server's spreadout step size. The papers' regulariser weight lambda multiplies
+            the client learning rate (FedAwS: the server step is ``lambda * lr``), so
+            ``spread_lr = lambda * lr``.
         spread_steps: the server's spreadout steps per round.
+        model: ``"mlp"`` (``F -> hidden -> d``) or ``"embed"``, the papers' text model
+            (:func:`~fedkernels.fl.models.embed_mlp`: an ``embed_dim`` embedding layer, then linear
+            layers of widths ``hidden`` with ReLU, then ``d``).
+        embed_dim: the embedding layer's width (``model="embed"`` only).
+        pull: weight of the co-occurrence pull ``sum (1 - alpha) ||w_c - w_c'||^2`` in the server
+            step (FedALC only: "keep correlated labels close"; 0 is the push-only regulariser).
     """
 
     name = "FedAwS"
@@ -129,7 +137,15 @@ class FedAwS(Strategy):
         metric: str = "l2",
         spread_lr: float = 0.1,
         spread_steps: int = 1,
+        model: str = "mlp",
+        embed_dim: int = 256,
+        pull: float = 0.0,
     ) -> None:
+        if model not in ("mlp", "embed"):
+            raise ValueError(f"model must be 'mlp' or 'embed', got {model!r}")
+        if pull < 0:
+            raise ValueError(f"pull must be >= 0, got {pull}")
+        self.model, self.embed_dim, self.pull = model, int(embed_dim), float(pull)
         self.dim, self.hidden, self.pos_margin = int(dim), tuple(hidden), float(pos_margin)
         self.margin, self.k, self.metric = float(margin), int(k), metric
         self.spread_lr, self.spread_steps = float(spread_lr), int(spread_steps)
@@ -141,15 +157,20 @@ class FedAwS(Strategy):
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         self._dims = (num_features, num_classes)
-        state = {_G + n: t for n, t in state_of(mlp(num_features, self.dim, self.hidden, seed)).items()}
+        state = {_G + n: t for n, t in state_of(self._make_extractor(num_features, seed)).items()}
         g = generator(seed, "class-embeddings")
         state["W"] = F.normalize(torch.randn(num_classes, self.dim, generator=g), dim=1)
         return state
 
+    def _make_extractor(self, num_features: int, seed: int = 0) -> torch.nn.Module:
+        if self.model == "embed":
+            return embed_mlp(num_features, self.dim, self.embed_dim, self.hidden, seed)
+        return mlp(num_features, self.dim, self.hidden, seed)
+
     def _extractor(self, state: Payload) -> torch.nn.Module:
         assert self._dims is not None, "init_state first"
         return load_state(
-            mlp(self._dims[0], self.dim, self.hidden), {n[len(_G) :]: t for n, t in state.items() if n.startswith(_G)}
+            self._make_extractor(self._dims[0]), {n[len(_G) :]: t for n, t in state.items() if n.startswith(_G)}
         )
 
     def client_request(self, data: ClientData, round: int, seed: int) -> Payload:
@@ -193,7 +214,10 @@ class FedAwS(Strategy):
         kk = min(self.k, W.shape[0] - 1)
         for _ in range(self.spread_steps):
             Wg = W.detach().requires_grad_(True)
-            (grad,) = torch.autograd.grad(spreadout_loss(Wg, self.margin, kk, self.pair_weight, self.metric), Wg)
+            loss = spreadout_loss(Wg, self.margin, kk, self.pair_weight, self.metric)
+            if self.pull > 0 and self.pair_weight is not None:
+                loss = loss + self.pull * positive_pull(Wg, self.pair_weight)
+            (grad,) = torch.autograd.grad(loss, Wg)
             W = F.normalize(W - self.spread_lr * grad, dim=1)
         return W
 
