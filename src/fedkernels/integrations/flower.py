@@ -194,6 +194,8 @@ class FlowerStrategy(_FlowerStrategy):
         metrics, _failed, n = ev.aggregate_evaluation(reports, ev.evaluation_ks(self.config.eval_k, self.dims[1]))
         if self.history:
             self.history[-1].metrics.update({f"fed-{k}": v for k, v in metrics.items()})
+            if self.config.checkpoint is not None:  # the round's record now holds its metrics
+                self.save_checkpoint(self.config.checkpoint)
         return MetricRecord({**metrics, "num-examples": n})
 
     def save_checkpoint(self, path: str | Path) -> None:
@@ -435,24 +437,31 @@ def run_config_from(context: Context, **defaults: object) -> RunConfig:
     )
 
 
+EvaluateFn = Callable[[int, Strategy, State, Context], Mapping[str, float]]
+
+
 def server_app(
     make_strategy: Callable[[Context], FlowerStrategy],
-    evaluate_fn: Callable[[State], Mapping[str, float]] | None = None,
+    evaluate_fn: EvaluateFn | None = None,
+    on_done: Callable[[Context, FlowerStrategy], None] | None = None,
 ) -> ServerApp:
     """A Flower ServerApp running ``make_strategy(context)`` for ``config.rounds`` rounds.
 
     Args:
         make_strategy: builds the FlowerStrategy (its RunConfig typically from
-            :func:`run_config_from(context) <run_config_from>`).
-        evaluate_fn: optional centralised evaluation ``state -> {metric: value}`` on the server's own
-            data, run before round 1 and after every ``config.eval_every`` rounds; its metrics also
-            land in ``history[-1].metrics``.
+            :func:`run_config_from(context) <run_config_from>`, i.e. the app's ``run_config``).
+        evaluate_fn: optional centralised evaluation on the server's own data,
+            ``(server_round, strategy, state, context) -> {metric: value}``, run before round 1
+            (``server_round`` 0) and after every ``config.eval_every`` rounds; its metrics also land
+            in ``history[-1].metrics``.
+        on_done: optional ``(context, flower_strategy)`` called after the last round (e.g. to write
+            ``history`` somewhere).
 
     Example::
 
         app = server_app(
             lambda ctx: FlowerStrategy(FedAvg(hidden=(256,)), F, p, num_clients=10, config=run_config_from(ctx)),
-            evaluate_fn=lambda state: my_test_metrics(state),
+            evaluate_fn=lambda rnd, strategy, state, ctx: my_test_metrics(strategy, state),
         )
     """
     app = ServerApp()
@@ -464,7 +473,7 @@ def server_app(
         def central(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
             if evaluate_fn is None or server_round % fk.config.eval_every != 0:
                 return None
-            metrics = {k: float(v) for k, v in evaluate_fn(fk.state).items()}
+            metrics = {k: float(v) for k, v in evaluate_fn(server_round, fk.strategy, fk.state, context).items()}
             if server_round > 0 and fk.history:
                 fk.history[-1].metrics.update(metrics)
             return MetricRecord(metrics)
@@ -476,5 +485,7 @@ def server_app(
             timeout=fk.config.client_timeout or 3600.0,
             evaluate_fn=central if evaluate_fn is not None else None,
         )
+        if on_done is not None:
+            on_done(context, fk)
 
     return app
