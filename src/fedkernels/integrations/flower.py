@@ -208,7 +208,7 @@ class FlowerStrategy(_FlowerStrategy):
         save_checkpoint(path, self.state, meta)
 
     # ---- the fedkernels protocol -----------------------------------------------------------
-    def _header(self, r: int, c: int, seed: int, **extra: bytes) -> ConfigRecord:
+    def _header(self, r: int, c: int, seed: int, **extra: bytes | list[int]) -> ConfigRecord:
         t = self.config.train
         return ConfigRecord(
             {
@@ -476,7 +476,7 @@ def server_app(
             metrics = {k: float(v) for k, v in evaluate_fn(server_round, fk.strategy, fk.state, context).items()}
             if server_round > 0 and fk.history:
                 fk.history[-1].metrics.update(metrics)
-            return MetricRecord(metrics)
+            return MetricRecord(dict(metrics.items()))
 
         fk.start(
             grid,
