@@ -57,7 +57,8 @@ def partial(name: str = "fl_partial.json") -> str:
     a = d["args"]
     rank = "RMS change" if a.get("normalize") else "norm of the change"
     head = (
-        f"{d['dataset']}, tensors ranked by {rank}, hidden {a['hidden']}, {a['clients']} clients, {a['per_round']} per round, "
+        f"{d['dataset']}, tensors ranked by {rank}, hidden {a['hidden']}, {a['clients']} clients, "
+        f"{a['per_round']} per round, "
         f"{a['rounds']} rounds, {a['epochs']} local epochs, {a['optimizer']} lr {a['lr']}, seed {a['seed']}\n\n"
     )
     return head + table(

@@ -71,11 +71,11 @@ def test_fedaws_aggregation_matches_hand_reference():
     new = s.strategy.aggregate(s.state, ups, 0)
     n = [float(u.num_examples) for u in ups]
     for name in (k for k in new if k.startswith("g.")):
-        want = sum(w * u.payload[name].double() for w, u in zip(n, ups)) / sum(n)
+        want = sum(w * u.payload[name].double() for w, u in zip(n, ups, strict=True)) / sum(n)
         torch.testing.assert_close(new[name].double(), want, rtol=1e-6, atol=1e-7)
     # one client per class here: the class rows are replaced by the uploads, then one spreadout step
     W = s.state["W"].double().clone()
-    for c, u in zip(chosen, ups):
+    for c, u in zip(chosen, ups, strict=True):
         W[client_class(s.clients[c])] = u.payload["w"].double()
     Wg = W.clone().requires_grad_(True)
     (grad,) = torch.autograd.grad(spread_ref.spreadout_loss(Wg, 1.5, 3, None, "l2"), Wg)

@@ -62,7 +62,7 @@ def test_aggregation_is_per_table_weighted_mean():
     assert torch.equal(new[HASH_KEY], s.state[HASH_KEY])
     for k in ups[0].payload:
         for j in range(R):
-            want = sum(wi * u.payload[k][j].double() for wi, u in zip(w, ups)) / sum(w)
+            want = sum(wi * u.payload[k][j].double() for wi, u in zip(w, ups, strict=True)) / sum(w)
             torch.testing.assert_close(new[k][j].double(), want, rtol=1e-6, atol=1e-7)
 
 

@@ -7,6 +7,7 @@ equal the in-process Server's."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -20,7 +21,7 @@ import pytest
 
 flwr = pytest.importorskip("flwr", reason="flwr is not installed (pip install 'fedkernels[flower]')")
 
-import torch  # noqa: E402
+import torch  # noqa: E402  (after importorskip: skipped without flwr)
 
 from fedkernels.fl import Server  # noqa: E402
 from fedkernels.fl.checkpoint import load_checkpoint  # noqa: E402
@@ -53,7 +54,7 @@ class Deployment:
     """A SuperLink and SuperNodes as child processes, each in its own process group, all killed at exit."""
 
     def __init__(self, tmp: Path) -> None:
-        self.tmp, self.procs, self.logs = tmp, [], []
+        self.tmp, self.procs = tmp, []
         self.home = tmp / "flwr-home"
         self.home.mkdir()
         self.port = free_port()
@@ -68,16 +69,15 @@ class Deployment:
         }
 
     def spawn(self, name: str, *args: str) -> subprocess.Popen:
-        log = open(self.tmp / f"{name}.log", "w")
-        self.logs.append(log)
-        p = subprocess.Popen(
-            [str(BIN / args[0]), *args[1:]],
-            env=self.env,
-            cwd=self.tmp,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(self.tmp / f"{name}.log", "w") as log:  # the child holds its own copy of the descriptor
+            p = subprocess.Popen(
+                [str(BIN / args[0]), *args[1:]],
+                env=self.env,
+                cwd=self.tmp,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.procs.append(p)
         return p
 
@@ -127,10 +127,8 @@ class Deployment:
 
     def stop(self) -> None:
         for p in self.procs:  # whole groups: SuperExec and app processes are grandchildren
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         end = time.monotonic() + 20
         for p in self.procs:
             try:
@@ -138,8 +136,6 @@ class Deployment:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-        for log in self.logs:
-            log.close()
 
     def tail(self) -> str:
         return "\n".join(f"--- {f.name}\n" + f.read_text()[-3000:] for f in sorted(self.tmp.glob("*.log")))
@@ -190,12 +186,12 @@ def check_strategy(deployment: Deployment, strategy: str) -> None:
     state, meta = load_checkpoint(ckpt, ref.state)
     assert meta["round"] == ROUNDS and meta["strategy"] == ref.strategy.name
     assert all(state[k].dtype == ref.state[k].dtype and (state[k] == ref.state[k]).all() for k in ref.state)
-    for got, want in zip(meta["history"], ref.history):
+    for got, want in zip(meta["history"], ref.history, strict=True):
         assert got["clients"] == want.clients and got["bytes_up"] == want.bytes_up
         assert got["bytes_down"] == want.bytes_down
         assert got["metrics"] == want.metrics  # FedALC: the federated P@k/nDCG@k, bit for bit
         assert [c for c, _ in got["failed"]] == [c for c, _ in want.failed]
-        for (_, g), (_, w) in zip(got["failed"], want.failed):
+        for (_, g), (_, w) in zip(got["failed"], want.failed, strict=True):
             assert g.split(":")[0] == w.split(":")[0], (g, w)  # same kind: crashed / rejected
     assert [len(h.failed) for h in ref.history] == [1, 1, 0]  # the drill really failed clients
     # An in-process Server resumes from the Flower checkpoint (same format).

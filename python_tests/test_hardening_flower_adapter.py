@@ -145,7 +145,10 @@ class BadAsk:
 def test_requests_match_in_process():
     """A strategy with a client_request (the FedSS shape): requests, downloads, uploads and a rejected
     request all go as in-process, to the same bits."""
-    wrap = lambda cid, inner: BadAsk(inner) if cid == 1 else inner  # noqa: E731
+
+    def wrap(cid, inner):
+        return BadAsk(inner) if cid == 1 else inner
+
     fk = flower(strategy=SparseRowsAsking)
     fk.start(
         grid(wrap=lambda ctx, cid, inner: wrap(cid, inner), strategy=SparseRowsAsking),
@@ -179,8 +182,12 @@ def test_codec_bomb_is_rejected_and_the_round_completes():
             bomb = torch.frombuffer(bytearray(bombs[round % 3]), dtype=torch.uint8)
             return edit_tensors(lambda t: {**t, next(k for k in sorted(t) if k.endswith("bias")): bomb})(up)
 
-    wrap = lambda cid, inner: Bomber(cid, inner, None, {1}) if cid == 1 else inner  # noqa: E731
-    l1diff = lambda: make_strategy("l1diff")  # noqa: E731
+    def wrap(cid, inner):
+        return Bomber(cid, inner, None, {1}) if cid == 1 else inner
+
+    def l1diff():
+        return make_strategy("l1diff")
+
     fk = flower(strategy=l1diff)
     fk.start(
         grid(wrap=lambda ctx, cid, inner: wrap(cid, inner), strategy=l1diff),

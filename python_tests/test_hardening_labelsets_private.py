@@ -110,7 +110,7 @@ def test_server_without_the_secret_recovers_nothing(observed):
 
 
 def test_same_attacks_with_the_secret_recover_everything(observed):
-    keys = seed_keys() + [SECRET]
+    keys = [*seed_keys(), SECRET]
     assert label_recovery(observed, keys) == 1.0
     assert instance_recovery(observed, keys) == 1.0
     assert row_recovery(observed, keys) == 1.0

@@ -94,7 +94,7 @@ def test_gradcheck_float64():
     m = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda v: fedkernels.count_sketch(v, t, s, 5), (x,))
     for reduce in ("mean", "sum"):
-        assert torch.autograd.gradcheck(lambda v: fedkernels.count_sketch_query(v, t, s, reduce), (m,))
+        assert torch.autograd.gradcheck(lambda v, reduce=reduce: fedkernels.count_sketch_query(v, t, s, reduce), (m,))
     with pytest.raises(RuntimeError, match="reduce='mean'"):
         fedkernels.count_sketch_query(m, t, s, "median").sum().backward()
 

@@ -4,6 +4,7 @@ of torch's schema error ("Expected a value of type 'int' ... found type 'int'") 
 from __future__ import annotations
 
 import operator
+from typing import SupportsIndex
 
 import torch
 
@@ -19,10 +20,12 @@ def check_int(name: str, value: object, lo: int = INT64_MIN, hi: int = INT64_MAX
         ValueError: naming ``name``: not an integer, or out of ``[lo, hi]`` (by default int64's range).
     """
     if isinstance(value, torch.SymInt):
-        return value  # type: ignore[return-value]
+        return value  # type: ignore[return-value]  # a traced size stands in for the int
     if isinstance(value, bool):
         raise ValueError(f"{name} must be an integer, got a bool")
     try:
+        if not isinstance(value, SupportsIndex):  # (a tensor has __index__ but may still raise TypeError)
+            raise TypeError
         v = operator.index(value)
     except TypeError:
         raise ValueError(f"{name} must be an integer, got {type(value).__name__}") from None

@@ -19,6 +19,7 @@ from .remote import RemoteDataset, RemoteFile, find_remote, get_remote, register
 from .split import train_test_split
 from .synthetic import synthetic_multilabel
 from .xc_format import XCData, read_xc
+from .xc_synthetic import XCSpec, iter_synthetic_xc, synthetic_xc
 
 __all__ = [
     "Dataset",
@@ -27,6 +28,7 @@ __all__ = [
     "RemoteFile",
     "Shard",
     "XCData",
+    "XCSpec",
     "cache_dir",
     "dataset_dir",
     "dirichlet_partition",
@@ -39,6 +41,7 @@ __all__ = [
     "idf_weights",
     "iid_partition",
     "is_fetched",
+    "iter_synthetic_xc",
     "label_counts",
     "load_dataset",
     "load_xc_dataset",
@@ -53,6 +56,7 @@ __all__ = [
     "resolve_dataset",
     "sha256_of",
     "synthetic_multilabel",
+    "synthetic_xc",
     "to_client_data",
     "train_test_split",
     "unregister",

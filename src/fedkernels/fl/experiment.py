@@ -28,6 +28,7 @@ from ..data import (
     one_label_per_client,
 )
 from ..metrics import communication_summary, inverse_propensity, ranking_metrics
+from ..sparse_rows import slice_rows
 from .registry import make_strategy
 from .server import RunConfig, Server
 from .strategy import Strategy
@@ -141,7 +142,7 @@ def evaluate(strategy: Strategy, state: dict, data: PreparedData, ks: list[int],
     """P@k, nDCG@k, PSP@k, frequent/infrequent P@k and MAP of the global model on the test set."""
     test = data.test
     kmax = min(max(ks), test.num_classes)
-    preds = [strategy.predict_topk(state, test.x[i : i + batch], kmax) for i in range(0, len(test), batch)]
+    preds = [strategy.predict_topk(state, slice_rows(test.x, i, i + batch), kmax) for i in range(0, len(test), batch)]
     topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64)
     return ranking_metrics(
         topk, test.indptr, test.indices, tuple(k for k in ks if k <= kmax), data.inv_propensity, data.frequent

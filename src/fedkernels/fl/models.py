@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -13,7 +14,7 @@ def mlp(in_features: int, out_features: int, hidden: Sequence[int] = (), seed: i
     g = torch.Generator().manual_seed(seed)
     dims = [in_features, *hidden, out_features]
     layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+    for i, (a, b) in enumerate(itertools.pairwise(dims)):
         lin = nn.Linear(a, b)
         bound = 1.0 / a**0.5
         with torch.no_grad():

@@ -10,6 +10,12 @@ from typing import Any
 
 MB = 1e6
 
+
+def _mb(b: float | None) -> float | None:
+    """Bytes in MB; None (a quantity never reached) stays None."""
+    return None if b is None else b / MB
+
+
 TABLE_COLUMNS = [
     "algorithm",
     "P@1",
@@ -36,7 +42,6 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
         c = r["comm"]
-        mb = lambda b: None if b is None else b / MB
         row = {
             "algorithm": r["algorithm"],
             **r["final"],
@@ -44,8 +49,8 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "MB down": c["total_down"] / MB,
             "best P@1": c["best"],
             "rounds to best": c["rounds_to_best"],
-            "MB to best": mb(c["bytes_to_best"]),
-            "MB to target": mb(c.get("bytes_to_target")),
+            "MB to best": _mb(c["bytes_to_best"]),
+            "MB to target": _mb(c.get("bytes_to_target")),
             "model MB": r["model_bytes"] / MB,
             "s": r["seconds"],
         }

@@ -9,6 +9,7 @@ atomically after every round and resumes from there, bit-identical to an uninter
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 import torch
 
 from ..metrics import ranking_metrics
+from ..sparse_rows import slice_rows
 from . import evaluation as ev
 from . import payload as pl
 from .checkpoint import clean_stale_temps, load_checkpoint, save_checkpoint
@@ -181,7 +183,8 @@ class Server:
         ks = ks or self.config.eval_k
         kmax = min(max(ks), test.num_classes)
         preds = [
-            self.strategy.predict_topk(self.state, test.x[i : i + batch], kmax) for i in range(0, len(test), batch)
+            self.strategy.predict_topk(self.state, slice_rows(test.x, i, i + batch), kmax)
+            for i in range(0, len(test), batch)
         ]
         topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64)
         return ranking_metrics(topk, test.indptr, test.indices, tuple(k for k in ks if k <= kmax))
@@ -289,10 +292,14 @@ class InProcessTransport:
 
     def requests(self, round: int, seeds: dict[int, int]) -> dict[int, Answer]:
         """Each client's raw request (``None``: it made none)."""
-        return {c: self._call(lambda c=c, s=s: self.endpoints[c].request(round, s)) for c, s in seeds.items()}
+        out: dict[int, Answer] = {}
+        for c, seed in seeds.items():
+            out[c] = self._call(functools.partial(self.endpoints[c].request, round, seed))
+        return out
 
     def updates(self, round: int, downloads: dict[int, bytes], seeds: dict[int, int]) -> dict[int, Answer]:
         """Each client's raw upload in answer to its download."""
-        return {
-            c: self._call(lambda c=c, d=d: self.endpoints[c].update(d, round, seeds[c])) for c, d in downloads.items()
-        }
+        out: dict[int, Answer] = {}
+        for c, down in downloads.items():
+            out[c] = self._call(functools.partial(self.endpoints[c].update, down, round, seeds[c]))
+        return out

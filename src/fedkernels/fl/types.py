@@ -6,13 +6,16 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..sparse_rows import select_rows
+
 
 @dataclass
 class ClientData:
-    """One client's local data: dense features and multi-label targets in CSR.
+    """One client's local data: features (dense or sparse CSR) and multi-label targets in CSR.
 
     Attributes:
-        x: float32 ``[n, F]`` features.
+        x: float32 ``[n, F]`` features, dense or a ``torch.sparse_csr`` tensor (kept sparse by the
+            loop: row gathers go through :func:`fedkernels.sparse_rows.select_rows`).
         indptr: int64 ``[n + 1]`` CSR row pointer of the label sets.
         indices: int64 ``[nnz]`` class ids in ``[0, num_classes)``.
         num_classes: p.
@@ -39,7 +42,7 @@ class ClientData:
                 torch.arange(int(lens.sum())) - torch.repeat_interleave(indptr[:-1], lens)
             )
             indices = self.indices[pos]
-        return ClientData(self.x[idx], indptr, indices, self.num_classes)
+        return ClientData(select_rows(self.x, idx), indptr, indices, self.num_classes)
 
     def dense_labels(self) -> torch.Tensor:
         """float32 ``[n, p]`` 0/1 label matrix (for small p and baselines)."""

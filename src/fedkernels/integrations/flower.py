@@ -306,6 +306,36 @@ def _answer(reply: Message | None, field: str) -> Answer:
     return value
 
 
+def _int_field(rec: ConfigRecord, key: str) -> int:
+    """``rec[key]``, which the server wrote as an int (PayloadError naming the field if it is not)."""
+    v = rec[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise pl.PayloadError(f"message field {key!r} must be an int, got {type(v).__name__}")
+    return v
+
+
+def _float_field(rec: ConfigRecord, key: str) -> float:
+    """``rec[key]``, which the server wrote as a float (an int is accepted)."""
+    v = rec[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise pl.PayloadError(f"message field {key!r} must be a float, got {type(v).__name__}")
+    return float(v)
+
+
+def _str_field(rec: ConfigRecord, key: str) -> str:
+    v = rec[key]
+    if not isinstance(v, str):
+        raise pl.PayloadError(f"message field {key!r} must be a str, got {type(v).__name__}")
+    return v
+
+
+def _bytes_field(rec: ConfigRecord, key: str) -> bytes:
+    v = rec[key]
+    if not isinstance(v, bytes):
+        raise pl.PayloadError(f"message field {key!r} must be bytes, got {type(v).__name__}")
+    return v
+
+
 def client_app(
     make_strategy: Callable[[Context], Strategy],
     load_data: Callable[[Context], ClientData],
@@ -329,36 +359,45 @@ def client_app(
         app = client_app(lambda ctx: FedAvg(hidden=(256,)), lambda ctx: my_partition(ctx.node_config))
     """
     app = ClientApp()
-    caches: dict[int, dict[str, object]] = {}  # per node: a long-lived app process may serve several
+    # per node (a long-lived app process may serve several): its data, and its endpoint with the run it is for
+    data_cache: dict[tuple[int, bool], ClientData] = {}  # (node, held-out?) -> data
+    client_cache: dict[int, tuple[str, Strategy, ClientEndpoint]] = {}
 
-    def _data(context: Context, name: str = "data", load: Callable[[Context], ClientData] = load_data) -> ClientData:
-        cache = caches.setdefault(context.node_id, {})
-        if name not in cache:
-            cache[name] = load(context)
-        return cache[name]  # type: ignore[return-value]
+    def _data(context: Context, eval_data: bool = False) -> ClientData:
+        key = (context.node_id, eval_data)
+        if key not in data_cache:
+            load = load_data
+            if eval_data:
+                if load_eval_data is None:
+                    raise RuntimeError("this client app has no held-out data (client_app(load_eval_data=...))")
+                load = load_eval_data
+            data_cache[key] = load(context)
+        return data_cache[key]
 
     def local(context: Context, header: ConfigRecord) -> tuple[Strategy, ClientEndpoint]:
         """This node's strategy (initialised as the server's) and its endpoint for the run in ``header``."""
-        cache = caches.setdefault(context.node_id, {})
         names = ("run-seed", "num-features", "num-classes", "epochs", "batch-size", "lr", "optimizer", "weight-decay")
         key = repr(tuple(header[n] for n in names))
-        if cache.get("key") != key:  # the strategy is initialised as the server's, so client_update can run
+        cached = client_cache.get(context.node_id)
+        if cached is None or cached[0] != key:  # the strategy is initialised as the server's, so client_update can run
             strategy = make_strategy(context)
             strategy.init_state(
-                int(header["num-features"]), int(header["num-classes"]), derive_seed(int(header["run-seed"]), "init")
+                _int_field(header, "num-features"),
+                _int_field(header, "num-classes"),
+                derive_seed(_int_field(header, "run-seed"), "init"),
             )
             train = TrainConfig(
-                int(header["epochs"]),
-                int(header["batch-size"]),
-                float(header["lr"]),
-                str(header["optimizer"]),
-                float(header["weight-decay"]),
+                _int_field(header, "epochs"),
+                _int_field(header, "batch-size"),
+                _float_field(header, "lr"),
+                _str_field(header, "optimizer"),
+                _float_field(header, "weight-decay"),
             )
             client: ClientEndpoint = LocalClient(strategy, _data(context), train)
             if wrap is not None:
                 client = wrap(context, int(context.node_config["partition-id"]), client)
-            cache.update(key=key, client=client, strategy=strategy)
-        return cache["strategy"], cache["client"]  # type: ignore[return-value]
+            cached = client_cache[context.node_id] = (key, strategy, client)
+        return cached[1], cached[2]
 
     def reply(message: Message, **fields: bytes) -> Message:
         return Message(RecordDict({KEY: ConfigRecord(dict(fields))}), reply_to=message)
@@ -379,24 +418,25 @@ def client_app(
     @app.query("fedkernels_request")
     def request(message: Message, context: Context) -> Message:
         h = message.content.config_records[KEY]
-        raw = local(context, h)[1].request(int(h["round"]), int(h["seed"]))
+        raw = local(context, h)[1].request(_int_field(h, "round"), _int_field(h, "seed"))
         return reply(message, request=raw or b"")
 
     @app.train()
     def train(message: Message, context: Context) -> Message:
         h = message.content.config_records[KEY]
-        raw = local(context, h)[1].update(bytes(h["payload"]), int(h["round"]), int(h["seed"]))
+        raw = local(context, h)[1].update(_bytes_field(h, "payload"), _int_field(h, "round"), _int_field(h, "seed"))
         return reply(message, upload=raw or b"")
 
     @app.evaluate()
     def evaluate(message: Message, context: Context) -> Message:
-        if load_eval_data is None:
-            raise RuntimeError("this client app has no held-out data (client_app(load_eval_data=...))")
         h = message.content.config_records[KEY]
         strategy, _ = local(context, h)
-        ks = tuple(int(k) for k in h["ks"])  # type: ignore[union-attr]
-        data = _data(context, "eval-data", load_eval_data)
-        return reply(message, report=ev.client_evaluation(strategy, bytes(h["payload"]), data, ks))
+        ks_field = h["ks"]
+        if not isinstance(ks_field, list) or not all(type(k) is int for k in ks_field):
+            raise pl.PayloadError("message field 'ks' must be a list of ints")
+        ks = tuple(int(k) for k in ks_field)
+        data = _data(context, eval_data=True)
+        return reply(message, report=ev.client_evaluation(strategy, _bytes_field(h, "payload"), data, ks))
 
     return app
 

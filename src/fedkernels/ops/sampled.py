@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal, overload
+
 import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
@@ -76,6 +78,35 @@ def _int_args(num_classes: int, m: int, seed: int) -> tuple[int, int, int]:
     return check_int("num_classes", num_classes), check_int("m", m), check_int("seed", seed)
 
 
+@overload
+def linear_cross_entropy(
+    h: torch.Tensor,
+    W: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    scale: float = 1.0,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    chunk_size: int = 0,
+    return_lse: Literal[False] = False,
+) -> torch.Tensor: ...
+
+
+@overload
+def linear_cross_entropy(
+    h: torch.Tensor,
+    W: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    scale: float = 1.0,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    chunk_size: int = 0,
+    *,
+    return_lse: Literal[True],
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
 def linear_cross_entropy(
     h: torch.Tensor,
     W: torch.Tensor,
@@ -86,7 +117,7 @@ def linear_cross_entropy(
     reduction: str = "mean",
     chunk_size: int = 0,
     return_lse: bool = False,
-):
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy of the logits ``scale * h @ W.T + bias`` without materialising them.
 
     Per sample ``loss_n = logsumexp_j(z_nj) - z_n,target`` (0 where ``target == ignore_index``),
@@ -167,44 +198,68 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 @torch.library.register_fake("fedkernels::sample_negatives")
-def _sample_negatives_fake(positives, num_classes, m, seed):
+def _sample_negatives_fake(positives: torch.Tensor, num_classes: int, m: int, seed: int) -> torch.Tensor:
     return positives.new_empty((m,), dtype=torch.int64)
 
 
 @torch.library.register_fake("fedkernels::sample_negatives_batched")
-def _sample_negatives_batched_fake(indptr, indices, num_classes, m, seed):
+def _sample_negatives_batched_fake(
+    indptr: torch.Tensor, indices: torch.Tensor, num_classes: int, m: int, seed: int
+) -> torch.Tensor:
     return indices.new_empty((indptr.shape[0] - 1, m), dtype=torch.int64)
 
 
 @torch.library.register_fake("fedkernels::linear_cross_entropy")
-def _lce_fake(h, W, target, bias=None, scale=1.0, ignore_index=-100, reduction="mean", chunk_size=0):
+def _lce_fake(
+    h: torch.Tensor,
+    W: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    scale: float = 1.0,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    chunk_size: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     acc = _acc_dtype(h.dtype)
     loss_shape = (h.shape[0],) if reduction == "none" else ()
     return h.new_empty(loss_shape, dtype=acc), h.new_empty((h.shape[0],), dtype=acc)
 
 
 @torch.library.register_fake("fedkernels::linear_cross_entropy_backward")
-def _lce_backward_fake(h, W, target, bias, lse, grad_loss, grad_lse, scale, ignore_index, chunk_size):
+def _lce_backward_fake(
+    h: torch.Tensor,
+    W: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None,
+    lse: torch.Tensor,
+    grad_loss: torch.Tensor,
+    grad_lse: torch.Tensor,
+    scale: float,
+    ignore_index: int,
+    chunk_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grad_bias = torch.empty_like(bias) if bias is not None else h.new_empty((0,), dtype=_acc_dtype(h.dtype))
     return torch.empty_like(h), torch.empty_like(W), grad_bias
 
 
 @torch.library.register_fake("fedkernels::scatter_rows_mean")
-def _scatter_rows_mean_fake(out, idx, src, weight):
+def _scatter_rows_mean_fake(out: torch.Tensor, idx: torch.Tensor, src: torch.Tensor, weight: torch.Tensor) -> None:
     return None
 
 
 # ---- autograd of linear_cross_entropy (through both the loss and the lse)
 
 
-def _lce_setup_context(ctx, inputs, output):
+def _lce_setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, torch.Tensor]) -> None:
     h, W, target, bias, scale, ignore_index, reduction, chunk_size = inputs
     ctx.save_for_backward(h, W, target, bias, output[1])
     ctx.has_bias = bias is not None
     ctx.args = (scale, ignore_index, reduction, chunk_size)
 
 
-def _lce_backward(ctx, grad_loss, grad_lse):
+def _lce_backward(
+    ctx: Any, grad_loss: torch.Tensor | None, grad_lse: torch.Tensor | None
+) -> tuple[torch.Tensor | None, ...]:
     h, W, target, bias, lse = ctx.saved_tensors
     scale, ignore_index, reduction, chunk_size = ctx.args
     live = (target != ignore_index).to(lse.dtype)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
@@ -46,13 +48,17 @@ def label_hash(
 
 
 @torch.library.register_fake("fedkernels::label_hash")
-def _label_hash_fake(indptr, indices, table, num_buckets):
+def _label_hash_fake(
+    indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor, num_buckets: int
+) -> torch.Tensor:
     n = indptr.shape[0] - 1
     return table.new_empty((table.shape[1], n, num_buckets), dtype=torch.uint8)
 
 
 @torch.library.register_fake("fedkernels::label_hash.out")
-def _label_hash_out_fake(indptr, indices, table, num_buckets, *, out):
+def _label_hash_out_fake(
+    indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor, num_buckets: int, *, out: torch.Tensor
+) -> torch.Tensor:
     # The shape/dtype/device checks the kernels make, so a compiled graph fails at trace time too.
     want = (table.shape[1], indptr.shape[0] - 1, num_buckets)
     if out.dtype != torch.uint8:
@@ -169,29 +175,33 @@ def count_sketch_query(
 
 
 @torch.library.register_fake("fedkernels::bucket_merge")
-def _bucket_merge_fake(logp, table, reduce="mean"):
+def _bucket_merge_fake(logp: torch.Tensor, table: torch.Tensor, reduce: str = "mean") -> torch.Tensor:
     return logp.new_empty((logp.shape[1], table.shape[0]))
 
 
 @torch.library.register_fake("fedkernels::bucket_merge_backward")
-def _bucket_merge_backward_fake(grad, table, num_buckets):
+def _bucket_merge_backward_fake(grad: torch.Tensor, table: torch.Tensor, num_buckets: int) -> torch.Tensor:
     return grad.new_empty((table.shape[1], grad.shape[0], num_buckets))
 
 
 @torch.library.register_fake("fedkernels::bucket_merge_topk")
-def _bucket_merge_topk_fake(logp, table, k, reduce="mean"):
+def _bucket_merge_topk_fake(
+    logp: torch.Tensor, table: torch.Tensor, k: int, reduce: str = "mean"
+) -> tuple[torch.Tensor, torch.Tensor]:
     torch._check(0 <= k <= table.shape[0], lambda: f"k must lie in [0, p = {table.shape[0]}], got {k}")
     n = logp.shape[1]
     return logp.new_empty((n, k)), logp.new_empty((n, k), dtype=torch.int64)
 
 
 @torch.library.register_fake("fedkernels::count_sketch")
-def _count_sketch_fake(x, table, signs, num_buckets):
+def _count_sketch_fake(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, num_buckets: int) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], table.shape[1], num_buckets))
 
 
 @torch.library.register_fake("fedkernels::count_sketch_query")
-def _count_sketch_query_fake(sketch, table, signs, reduce="median"):
+def _count_sketch_query_fake(
+    sketch: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, reduce: str = "median"
+) -> torch.Tensor:
     return sketch.new_empty((*sketch.shape[:-2], table.shape[0]))
 
 
@@ -206,13 +216,13 @@ def _not_differentiable(op: str, reduce: str) -> RuntimeError:
     )
 
 
-def _bucket_merge_setup(ctx, inputs, output):
+def _bucket_merge_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     logp, table, reduce = inputs
     ctx.save_for_backward(table)
     ctx.num_buckets, ctx.reduce = logp.shape[2], reduce
 
 
-def _bucket_merge_backward(ctx, grad):
+def _bucket_merge_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     if ctx.reduce != "mean":
         raise _not_differentiable("bucket_merge", ctx.reduce)
     (table,) = ctx.saved_tensors
@@ -222,12 +232,12 @@ def _bucket_merge_backward(ctx, grad):
 torch.library.register_autograd("fedkernels::bucket_merge", _bucket_merge_backward, setup_context=_bucket_merge_setup)
 
 
-def _count_sketch_setup(ctx, inputs, output):
+def _count_sketch_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     _, table, signs, _ = inputs
     ctx.save_for_backward(table, signs)
 
 
-def _count_sketch_backward(ctx, grad):
+def _count_sketch_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     table, signs = ctx.saved_tensors
     # The adjoint of a count sketch is its "sum" query.
     return torch.ops.fedkernels.count_sketch_query(grad.contiguous(), table, signs, "sum"), None, None, None
@@ -236,13 +246,13 @@ def _count_sketch_backward(ctx, grad):
 torch.library.register_autograd("fedkernels::count_sketch", _count_sketch_backward, setup_context=_count_sketch_setup)
 
 
-def _count_sketch_query_setup(ctx, inputs, output):
+def _count_sketch_query_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     sketch, table, signs, reduce = inputs
     ctx.save_for_backward(table, signs)
     ctx.num_buckets, ctx.reduce = sketch.shape[-1], reduce
 
 
-def _count_sketch_query_backward(ctx, grad):
+def _count_sketch_query_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     if ctx.reduce not in ("mean", "sum"):
         raise _not_differentiable("count_sketch_query", ctx.reduce)
     table, signs = ctx.saved_tensors
@@ -257,12 +267,12 @@ torch.library.register_autograd(
 )
 
 
-def _bucket_merge_backward_setup(ctx, inputs, output):
+def _bucket_merge_backward_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     _, table, _ = inputs
     ctx.save_for_backward(table)
 
 
-def _bucket_merge_backward_backward(ctx, grad_grad):
+def _bucket_merge_backward_backward(ctx: Any, grad_grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     # bucket_merge_backward is linear in grad; its adjoint is the mean merge itself.
     (table,) = ctx.saved_tensors
     return torch.ops.fedkernels.bucket_merge(grad_grad.contiguous(), table, "mean"), None, None

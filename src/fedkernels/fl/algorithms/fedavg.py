@@ -39,7 +39,7 @@ def weighted_average(states: list[dict[str, torch.Tensor]], weights: list[float]
     out = {}
     for name in states[0]:
         acc = torch.zeros_like(states[0][name], dtype=torch.float32)
-        for s, w in zip(states, weights):
+        for s, w in zip(states, weights, strict=True):
             acc.add_(s[name].float(), alpha=w / total)
         out[name] = acc.to(states[0][name].dtype)
     return out

@@ -135,6 +135,10 @@ def class_pair_weights(
     only digests and rows, never ``key`` or a class id (when ``class_rows`` is a keyed permutation).
     Also returns the bytes the reports take serialised (safetensors), the collection's one-off upload.
     """
+    if any(c.x.layout == torch.sparse_csr for c in clients):
+        raise TypeError(
+            "clients: the label-set collection digests dense feature rows; pass dense features (x.to_dense())"
+        )
     rows_of_class = torch.arange(num_classes) if class_rows is None else class_rows
     reports = [label_report(c, key, rows_of_class) for c in clients]
     return pair_weights_from_reports(reports, num_classes), sum(len(encode(r)) for r in reports)
@@ -253,7 +257,7 @@ class FedAwS(Strategy):
             # per class: the sample-weighted mean of its clients' embeddings (client order, float32)
             classes = [int(r.payload["class_id"][0]) for r in results]  # from check_upload
             for c in sorted(set(classes)):
-                sel = [(r.payload["w"], wt) for r, cls, wt in zip(results, classes, weights) if cls == c]
+                sel = [(r.payload["w"], wt) for r, cls, wt in zip(results, classes, weights, strict=True) if cls == c]
                 W[c] = sum(wt * w for w, wt in sel) / sum(wt for _, wt in sel)
             W = self._spread(W)
         new["W"] = W
@@ -348,6 +352,7 @@ class FedALCFixed(FedALC):
 
     def setup_from_reports(self, reports: list[Payload], seed: int, report_bytes: int = 0) -> None:
         super().setup_from_reports(reports, seed, report_bytes)
+        assert self.pair_weight is not None  # FedALC.setup_from_reports just built it
         self.fixed_W = learn_fixed_class_embeddings(
             self.pair_weight,
             self.dim,

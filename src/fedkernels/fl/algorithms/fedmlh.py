@@ -11,6 +11,7 @@ broadcasts the hash family as three integers ``(R, B, seed)`` inside the payload
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,10 +22,13 @@ from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
 from .fedavg import weighted_average
 
+if TYPE_CHECKING:
+    from ...nn import FedMLHHead
+
 HASH_KEY = "fedmlh.hash"  # int64 [3]: num_tables, num_buckets, hash seed
 
 
-def _head_class():
+def _head_class() -> type[FedMLHHead]:
     try:
         from ...nn import FedMLHHead
     except ImportError as e:  # the head lives in fedkernels.nn (sketch kernels)
@@ -63,7 +67,7 @@ class FedMLH(Strategy):
         self.num_tables, self.num_buckets, self.hidden = int(num_tables), num_buckets, tuple(int(h) for h in hidden)
         self._dims: tuple[int, int] | None = None
 
-    def _build(self, hash_params: torch.Tensor) -> torch.nn.Module:
+    def _build(self, hash_params: torch.Tensor) -> FedMLHHead:
         """The head for broadcast ``(R, B, seed)``. The head initialises from torch's global RNG,
         so that is seeded (and restored after) from the hash seed, which derives from the run's seed."""
         assert self._dims is not None, "init_state first"
@@ -72,7 +76,7 @@ class FedMLH(Strategy):
             torch.manual_seed(hash_seed)
             return _head_class()(self._dims[0], self._dims[1], r, b, hidden=self.hidden, seed=hash_seed)
 
-    def _load(self, payload: Payload) -> torch.nn.Module:
+    def _load(self, payload: Payload) -> FedMLHHead:
         head = self._build(payload[HASH_KEY])
         params = dict(head.named_parameters())
         with torch.no_grad():
@@ -115,8 +119,7 @@ class FedMLH(Strategy):
 
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
-        out = self._load(state).predict_topk(x, k)
-        return out[1] if isinstance(out, tuple) else out
+        return self._load(state).predict_topk(x, k)[1]
 
     def model_bytes(self, state: State) -> int:
         return sum(t.numel() * t.element_size() for name, t in state.items() if name != HASH_KEY)

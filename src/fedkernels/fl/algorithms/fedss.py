@@ -145,7 +145,7 @@ class FedSS(Strategy):
                 return head.weight.sum() * 0.0
             return head(body(batch.x)[rows], labels)
 
-        train_local(list(body.parameters()) + [head.weight], loss_fn, data, config, generator(seed, "shuffle"))
+        train_local([*body.parameters(), head.weight], loss_fn, data, config, generator(seed, "shuffle"))
         ids, rows = head.updated_rows()
         return {**state_of(body), "class_ids": ids, "rows": rows}
 
@@ -163,7 +163,9 @@ class FedSS(Strategy):
         weights = [float(r.num_examples) for r in results]
         body_names = [k for k in state if k != CLASSES]
         new = weighted_average([{k: r.payload[k] for k in body_names} for r in results], weights)
-        senders = [(r, wk) for r, wk in zip(results, weights) if wk > 0]  # a client without data moves no row
+        senders = [
+            (r, wk) for r, wk in zip(results, weights, strict=True) if wk > 0
+        ]  # a client without data moves no row
         ids = torch.cat([r.payload["class_ids"] for r, _ in senders])
         rows = torch.cat([r.payload["rows"] for r, _ in senders])
         w = torch.cat([torch.full((r.payload["class_ids"].numel(),), wk, dtype=torch.float32) for r, wk in senders])

@@ -67,7 +67,7 @@ class L1Diff(FedAvg):
             n: encode_direction(
                 l1diff_direction(g, self.gamma, self.eta, self.block_size), self.value_dtype, self.levels
             )
-            for n, g in zip(names, grads)
+            for n, g in zip(names, grads, strict=True)
         }
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
@@ -87,7 +87,7 @@ class L1Diff(FedAvg):
         new = {}
         for n in state:
             step = torch.zeros_like(state[n], dtype=torch.float32)
-            for d, w in zip(decoded, weights):  # client order: deterministic
+            for d, w in zip(decoded, weights, strict=True):  # client order: deterministic
                 step.add_(d[n], alpha=w / total)
             new[n] = (state[n] - (self.server_lr * self.eta) * step).to(state[n].dtype)
         return new

@@ -8,7 +8,7 @@ uint8 tensor, so the safetensors byte count is the real cost.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -20,7 +20,7 @@ from ..types import ClientData
 
 
 def full_gradient(
-    params: list[torch.Tensor], loss_fn: Callable[[ClientData], torch.Tensor], data: ClientData, batch_size: int
+    params: Sequence[torch.Tensor], loss_fn: Callable[[ClientData], torch.Tensor], data: ClientData, batch_size: int
 ) -> list[torch.Tensor]:
     """The gradient of the sample-weighted mean loss over all of ``data`` at ``params``, accumulated
     over minibatches in data order (deterministic, no shuffling)."""
@@ -29,7 +29,7 @@ def full_gradient(
     for start in range(0, n, batch_size):
         batch = data.rows(torch.arange(start, min(n, start + batch_size)))
         loss = loss_fn(batch) * (len(batch) / n)
-        for acc, g in zip(grads, torch.autograd.grad(loss, params)):
+        for acc, g in zip(grads, torch.autograd.grad(loss, params), strict=True):
             acc.add_(g)
     return grads
 

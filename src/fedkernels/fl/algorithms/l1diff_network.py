@@ -97,6 +97,8 @@ class L1DiffNetwork(Strategy):
         if len(clients) != self.num_clients:
             raise ValueError(f"num_clients is {self.num_clients} but {len(clients)} clients were given")
         if self.graph == "features":
+            if any(c.x.layout == torch.sparse_csr for c in clients):
+                raise TypeError("clients: graph='features' compares dense feature rows; pass dense features")
             self.edges, _ = fedkernels.feature_space_graph([c.x for c in clients], self.k)
 
     def _client_model(self, shared: Payload, head: dict[str, torch.Tensor]) -> torch.nn.Module:
@@ -117,7 +119,7 @@ class L1DiffNetwork(Strategy):
             [p for _, p in named], lambda b: multilabel_loss(model(b.x), b, self.loss), data, config.batch_size
         )
         out = {}
-        for (n, _), g in zip(named, grads):
+        for (n, _), g in zip(named, grads, strict=True):
             key = PERSONAL + n if n in self._head_names() else n
             out[key] = encode_direction(l1diff_direction(g, self.gamma, self.eta), self.value_dtype, self.levels)
         return out
@@ -143,11 +145,11 @@ class L1DiffNetwork(Strategy):
         total = float(sum(r.num_examples for r in kept))
         for n in state:
             if n.startswith(PERSONAL):
-                for d, r in zip(decoded, kept):  # each participant steps its own head
+                for d, r in zip(decoded, kept, strict=True):  # each participant steps its own head
                     new[n][r.client_id] -= self.eta * d[n]
             else:
                 step = torch.zeros_like(state[n])
-                for d, r in zip(decoded, kept):
+                for d, r in zip(decoded, kept, strict=True):
                     step.add_(d[n], alpha=r.num_examples / total)
                 new[n] -= self.eta * step
         return self._couple_heads(new)
