@@ -85,9 +85,12 @@ def test_fedaws_aggregation_matches_hand_reference():
 
 def test_two_clients_of_one_class_average_by_samples():
     s = _server(FedAwS, spread_lr=0.0)
-    s.strategy._client_class = {0: 2, 1: 2}
     g = {n: t for n, t in s.state.items() if n.startswith("g.")}
-    ups = [ClientResult(0, {**g, "w": torch.ones(8)}, 1, 0), ClientResult(1, {**g, "w": torch.zeros(8)}, 3, 0)]
+    row2 = {"class_id": torch.tensor([2])}  # what check_upload adds: the row each client asked for
+    ups = [
+        ClientResult(0, {**g, "w": torch.ones(8), **row2}, 1, 0),
+        ClientResult(1, {**g, "w": torch.zeros(8), **row2}, 3, 0),
+    ]
     new = s.strategy.aggregate(s.state, ups, 0)
     torch.testing.assert_close(new["W"][2], F.normalize(torch.full((8,), 0.25), dim=0))
 
