@@ -76,7 +76,7 @@ FEDMLH_K_GENERAL = 100  # a top-100 (recall@100-style evaluation): beyond the 32
 FEDSS = dict(n=4096, s=131072, d=256)  # bench/sampled.py's largest LCE
 SCATTER = [(4096, 16384), (131072, 65536)]  # bench/sampled.py's (n rows, T sources), d = 256 (first and last)
 NEGATIVES, SAMPLER_CLIENTS = 16384, 64  # sampler: m negatives of s classes; batched over 64 clients
-PARTIAL_CLIENTS, PARTIAL_FRACTION = 4, 0.5  # bench/select_bench.py's average
+PARTIAL_CLIENTS, PARTIAL_FRACTION = 4, 0.5  # bench/select_norms.py's average
 PROX_D = 10**7
 SPREAD = [(100000, 64), (100000, 512)]  # bench/spread.py's C = 100000, k = 10
 SPREAD_K, SPREAD_MARGIN, PAIRS_PER_CLASS = 10, 1.0, 10

@@ -30,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
-from xc_reader import DATA, multi_hot, read_xc
+from common import DATA, multi_hot, read_xc
 
 import fedkernels
 from fedkernels.comm import decode_runs, encode_runs, quantize_runs

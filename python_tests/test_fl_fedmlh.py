@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedkernels.fl import RunConfig, Server, TrainConfig, encode
-from fedkernels.fl.algorithms.fedmlh import HASH_KEY, FedMLH, per_table_average
+from fedkernels.fl.algorithms.fedmlh import HASH_KEY, FedMLH
 from python_tests.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients, tiny_dataset
 
 R, B = 3, 4
@@ -66,11 +66,41 @@ def test_aggregation_is_per_table_weighted_mean():
             torch.testing.assert_close(new[k][j].double(), want, rtol=1e-6, atol=1e-7)
 
 
-def test_per_table_average_uses_each_tables_slices():
-    a = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}
-    b = {"w": torch.tensor([[5.0, 6.0], [7.0, 8.0]])}
-    out = per_table_average([a, b], [1.0, 3.0], 2)
-    assert out["w"].tolist() == [[4.0, 5.0], [6.0, 7.0]]
+def test_hash_table_is_built_once_per_run(monkeypatch):
+    """Client updates and evaluation batches reuse one head's p x R table (no re-hashing)."""
+    from fedkernels.hashing import HashFamily
+
+    calls = []
+    real = HashFamily.table
+
+    def counting(self, num_classes):
+        calls.append(num_classes)
+        return real(self, num_classes)
+
+    monkeypatch.setattr(HashFamily, "table", counting)
+    s = _server(rounds=2)
+    s.run()
+    test = tiny_dataset(30, seed=7)
+    for _ in range(3):
+        s.strategy.predict_topk(s.state, test.x, 3)
+    assert len(calls) == 1
+
+
+def test_loaded_heads_share_the_table_not_the_weights():
+    s = _server(rounds=1)
+    a, b = s.strategy._load(s.state), s.strategy._load(s.state)
+    assert a.table.data_ptr() == b.table.data_ptr()
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert pa.data_ptr() != pb.data_ptr() and torch.equal(pa, pb)
+
+
+def test_defaults_are_the_heads():
+    from fedkernels.nn.fedmlh import DEFAULT_NUM_TABLES, FedMLHHead, default_num_buckets
+
+    head = FedMLHHead(4, num_classes=300)
+    assert FedMLH().num_tables == head.num_tables == DEFAULT_NUM_TABLES
+    s = FedMLH()
+    assert s._template(s.init_state(4, 300, 0)[HASH_KEY]).num_buckets == head.num_buckets == default_num_buckets(300)
 
 
 def test_predict_topk_matches_head_scores():

@@ -92,7 +92,8 @@ def test_aggregation_matches_hand_computed():
 
 
 def test_hot_paths_use_the_compiled_ops(monkeypatch):
-    calls = {"sample_negatives": 0, "scatter_rows_mean": 0, "linear_cross_entropy": 0}
+    calls = {"sample_negatives": 0, "scatter_rows_mean": 0, "masked_weighted_average": 0, "linear_cross_entropy": 0}
+    import fedkernels.fl.aggregate as aggregate_mod
     import fedkernels.nn.sampled_softmax as head_mod
 
     def counting(module, name):
@@ -105,7 +106,8 @@ def test_hot_paths_use_the_compiled_ops(monkeypatch):
         monkeypatch.setattr(module, name, wrapper)
 
     counting(fedss_mod, "sample_negatives")
-    counting(fedss_mod, "scatter_rows_mean")
+    counting(aggregate_mod, "scatter_rows_mean")
+    counting(aggregate_mod, "masked_weighted_average")
     counting(head_mod, "linear_cross_entropy")
     _server(FedSS).run_round()
     assert all(v > 0 for v in calls.values()), calls

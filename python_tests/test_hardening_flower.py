@@ -1,7 +1,9 @@
 """Flower for real: a SuperLink and three SuperNodes (separate processes) on 127.0.0.1 run each
-fedkernels strategy (FedAvg, FedMLH, FedSS, PartialExchange, L1Diff) for three rounds through
-``fedkernels.integrations.flower``, with a crash and a garbage upload injected; the final global state
-is bit-identical to the in-process Server's with the same seed, the same faults and the same data."""
+fedkernels strategy (FedAvg, FedMLH, FedSS, PartialExchange, L1Diff, and FedALC with its label-set
+setup exchange and federated evaluation) for three rounds through ``fedkernels.integrations.flower``,
+with a crash and a garbage upload injected; the final global state is bit-identical to the in-process
+Server's with the same seed, the same faults and the same data, and FedALC's federated P@k/nDCG@k
+equal the in-process Server's."""
 
 from __future__ import annotations
 
@@ -21,10 +23,18 @@ flwr = pytest.importorskip("flwr", reason="flwr is not installed (pip install 'f
 
 import torch  # noqa: E402  (after importorskip: skipped without flwr)
 
-from fedkernels.fl import Server  # noqa: E402  (after importorskip: skipped without flwr)
-from fedkernels.fl.checkpoint import load_checkpoint  # noqa: E402  (after importorskip: skipped without flwr)
-from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, drill_wrapper, make_strategy, run_config  # noqa: E402  (after importorskip: skipped without flwr)
-from python_tests.helpers import child_pythonpath  # noqa: E402  (after importorskip: skipped without flwr)
+from fedkernels.fl import Server  # noqa: E402
+from fedkernels.fl.checkpoint import load_checkpoint  # noqa: E402
+from python_tests.flower_runs import (  # noqa: E402
+    NUM_CLASSES,
+    NUM_FEATURES,
+    client_data,
+    drill_wrapper,
+    held_out_data,
+    make_strategy,
+    run_config,
+)
+from python_tests.helpers import child_pythonpath  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "python_tests" / "flower_app"
@@ -109,7 +119,8 @@ class Deployment:
     def run(self, strategy: str, checkpoint: Path) -> subprocess.CompletedProcess:
         overrides = (
             f"strategy='{strategy}' checkpoint='{checkpoint}' drill='{DRILL}' rounds={ROUNDS} seed={SEED} "
-            f"num-clients={NUM_CLIENTS} clients-per-round={PER_ROUND}"
+            f"num-clients={NUM_CLIENTS} clients-per-round={PER_ROUND} "
+            f"federated-eval={str(strategy in FED_EVAL).lower()}"
         )
         cmd = [str(BIN / "flwr"), "run", str(APP), "test", "--stream", "-c", overrides]
         return subprocess.run(cmd, env=self.env, cwd=self.tmp, capture_output=True, text=True, timeout=DEADLINE)
@@ -131,7 +142,7 @@ class Deployment:
 
 
 def in_process_reference(strategy: str) -> Server:
-    clients = [client_data(i, NUM_CLIENTS) for i in range(NUM_CLIENTS)]
+    clients = [client_data(i, NUM_CLIENTS, strategy) for i in range(NUM_CLIENTS)]
     s = Server(
         make_strategy(strategy),
         clients,
@@ -140,7 +151,9 @@ def in_process_reference(strategy: str) -> Server:
         run_config(ROUNDS, PER_ROUND, SEED),
         client_wrapper=drill_wrapper(DRILL),
     )
-    s.run()
+    s.run(
+        held_out=[held_out_data(i, NUM_CLIENTS, strategy) for i in range(NUM_CLIENTS)] if strategy in FED_EVAL else None
+    )
     return s
 
 
@@ -156,7 +169,8 @@ def deployment(tmp_path_factory):
 # The strategies the issue names (FedMLH, FedSS, partial exchange, l1-difference) plus FedAvg; the
 # adapter is generic, so any registered strategy runs the same way. One test, so one deployment even
 # under pytest-xdist.
-STRATEGIES = ["fedavg", "fedmlh", "fedss", "partialexchange", "l1diff"]
+STRATEGIES = ["fedavg", "fedmlh", "fedss", "partialexchange", "l1diff", "fedalc"]
+FED_EVAL = ("fedalc",)  # runs federated evaluation too (Flower's evaluate messages)
 
 
 def test_flower_matches_in_process(deployment):
@@ -175,6 +189,7 @@ def check_strategy(deployment: Deployment, strategy: str) -> None:
     for got, want in zip(meta["history"], ref.history, strict=True):
         assert got["clients"] == want.clients and got["bytes_up"] == want.bytes_up
         assert got["bytes_down"] == want.bytes_down
+        assert got["metrics"] == want.metrics  # FedALC: the federated P@k/nDCG@k, bit for bit
         assert [c for c, _ in got["failed"]] == [c for c, _ in want.failed]
         for (_, g), (_, w) in zip(got["failed"], want.failed, strict=True):
             assert g.split(":")[0] == w.split(":")[0], (g, w)  # same kind: crashed / rejected
@@ -182,7 +197,7 @@ def check_strategy(deployment: Deployment, strategy: str) -> None:
     # An in-process Server resumes from the Flower checkpoint (same format).
     again = Server(
         make_strategy(strategy),
-        [client_data(i, NUM_CLIENTS) for i in range(NUM_CLIENTS)],
+        [client_data(i, NUM_CLIENTS, strategy) for i in range(NUM_CLIENTS)],
         NUM_FEATURES,
         NUM_CLASSES,
         dataclasses.replace(run_config(ROUNDS, PER_ROUND, SEED), checkpoint=str(ckpt)),

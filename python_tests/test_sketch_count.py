@@ -135,7 +135,7 @@ def _args():
         (lambda x, t, s, b: (x.long(), t, s, b), ValueError, "x"),
         (lambda x, t, s, b: (x[:, :9], t, s, b), ValueError, "x"),
         (lambda x, t, s, b: (x[0, 0], t, s, b), ValueError, "x"),
-        (lambda x, t, s, b: (x, t.long(), s, b), ValueError, "table"),
+        (lambda x, t, s, b: (x, t.float(), s, b), ValueError, "table"),
         (lambda x, t, s, b: (x, t[:, :0], s[:, :0], b), ValueError, "table"),
         (lambda x, t, s, b: (x, t, s, 0), ValueError, "num_buckets"),
         (lambda x, t, s, b: (x, t, s, 4), IndexError, "table"),

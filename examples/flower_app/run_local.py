@@ -141,6 +141,9 @@ def main() -> int:
     up = sum(h["bytes_up"] for h in res["history"])
     down = sum(h["bytes_down"] for h in res["history"])
     failed = sum(len(h["failed"]) for h in res["history"])
+    fed = res["history"][-1]["federated"]
+    if fed:
+        print("federated (clients' own held-out shards): " + ", ".join(f"{k[4:]} {v:.3f}" for k, v in fed.items()))
     print(
         f"{res['strategy']} over Flower: {len(res['history'])} rounds, {failed} failed client updates, "
         f"{up / 1e3:.1f} kB up, {down / 1e3:.1f} kB down; P@1 {res['rounds'][0]['P@1']:.3f} -> "

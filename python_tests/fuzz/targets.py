@@ -110,6 +110,7 @@ class StrategyCase:
         self.seed = client_seed(cfg.seed, self.round, self.client)
         endpoint = self.server.endpoints[self.client]
         self.raw_request = endpoint.request(self.round, self.seed)
+        self.request = None if self.raw_request is None else pl.decode(self.raw_request)
         self.down = self.download(self.raw_request)
         self.raw_upload = endpoint.update(pl.encode(self.down), self.round, self.seed)
         self.num_examples = len(clients[self.client])
@@ -141,7 +142,7 @@ class StrategyCase:
         s = self.strategy
         try:
             checked = pl.decode(data, s.upload_spec(self.state, self.down))
-            s.check_upload(self.state, self.down, checked)
+            checked = s.check_upload(self.state, self.down, checked, self.request)
         except pl.PayloadError:
             raise
         except ValueError as e:  # the adapters record PayloadError as the client's failure: nothing else

@@ -10,12 +10,12 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..fl.types import ClientData
 from ..sparse_rows import csr_from_scipy
 from .feature_hashing import hash_features, idf_weights, l2_normalize_csr, l2_normalize_rows
 from .formats import read_any
 from .split import train_test_split
 from .synthetic import synthetic_multilabel
+from .types import ClientData
 from .xc_format import XCData
 
 
@@ -162,12 +162,14 @@ def load_dataset(
     feature_dim: int | None = None,
     test_fraction: float = 0.2,
     sparse: bool = False,
+    l2_normalize: bool = True,
     **synthetic_kw,
 ) -> Dataset:
     """``"synthetic"`` (see :func:`synthetic_multilabel`; ``synthetic_kw`` passes its arguments,
     train and test drawn together then split), a path for :func:`load_xc_dataset`, or the name of a
     dataset fetched with ``fedkernels data get`` (see :func:`resolve_dataset`). ``sparse`` keeps a
-    file's features sparse (see :func:`load_xc_dataset`); the synthetic default is always dense."""
+    file's features sparse (see :func:`load_xc_dataset`); the synthetic default is always dense.
+    ``l2_normalize`` (file datasets only): unit-norm feature rows, else the file's raw values."""
     if str(spec) == "synthetic":
         full = synthetic_multilabel(seed=seed, **synthetic_kw)
         tr, te = train_test_split(len(full), test_fraction, seed)
@@ -177,7 +179,9 @@ def load_dataset(
             "synthetic",
             {"split": f"seeded permutation (seed={seed}, test_fraction={test_fraction})", **synthetic_kw},
         )
-    return load_xc_dataset(resolve_dataset(spec), feature_dim, seed, test_fraction, sparse=sparse)
+    return load_xc_dataset(
+        resolve_dataset(spec), feature_dim, seed, test_fraction, l2_normalize=l2_normalize, sparse=sparse
+    )
 
 
 def resolve_dataset(spec: str | Path) -> Path:

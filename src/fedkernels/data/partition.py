@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..fl.seeding import numpy_rng
-from ..fl.types import ClientData
+from ..seeding import numpy_rng
 from ..sparse_rows import select_rows
+from .types import ClientData
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fl.seeding import numpy_rng
+from ..seeding import numpy_rng
 
 
 def train_test_split(num_samples: int, test_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

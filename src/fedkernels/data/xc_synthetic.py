@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..fl.seeding import numpy_rng
+from ..seeding import numpy_rng
 from .xc_format import XCData
 
 CHUNK = 4096

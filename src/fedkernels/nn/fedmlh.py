@@ -10,8 +10,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._validate import as_csr
 from ..hashing import HashFamily
 from ..ops.sketch import bucket_merge, bucket_merge_topk, label_hash
+
+# The defaults of the hashing, shared with the FedMLH strategy (fedkernels.fl.FedMLH reads them here).
+DEFAULT_NUM_TABLES = 4
+
+
+def default_num_buckets(num_classes: int) -> int:
+    """B when none is given: ``max(2, p // 10)`` (so ``R * B < p`` for R < 10 and large p)."""
+    return max(2, int(num_classes) // 10)
 
 
 class FedMLHHead(nn.Module):
@@ -21,6 +30,8 @@ class FedMLHHead(nn.Module):
     parameter has R as its first dim and sub-model j owns ``param[j]`` (what per-table averaging
     needs); all R run as one batched computation (``torch.baddbmm``). ``.table`` (int32 ``[p, R]``)
     is a non-persistent buffer rebuilt from ``.hash_family``, so ``state_dict()`` holds only weights.
+    ``num_tables`` defaults to ``DEFAULT_NUM_TABLES`` (4) and ``num_buckets`` to
+    ``default_num_buckets(num_classes)`` (``max(2, p // 10)``), the same defaults as the FedMLH strategy.
 
     Example:
         >>> head = FedMLHHead(500, num_classes=983, num_tables=4, num_buckets=250, hidden=(128,))
@@ -34,12 +45,14 @@ class FedMLHHead(nn.Module):
         self,
         in_features: int,
         num_classes: int,
-        num_tables: int,
-        num_buckets: int,
+        num_tables: int = DEFAULT_NUM_TABLES,
+        num_buckets: int | None = None,
         hidden: Sequence[int] = (),
         seed: int = 0,
     ) -> None:
         super().__init__()
+        if num_buckets is None:
+            num_buckets = default_num_buckets(num_classes)
         if int(in_features) < 1:
             raise ValueError(f"in_features must be >= 1, got {in_features}")
         if int(num_classes) < 1:
@@ -117,8 +130,11 @@ class FedMLHHead(nn.Module):
         """Mean BCE-with-logits of all R sub-models against their hashed labels (a scalar).
 
         Args:
-            x: ``[N, F]``; indptr: int64 ``[N + 1]``; indices: int64 ``[nnz]`` class ids in ``[0, p)``.
+            x: ``[N, F]``; indptr: int64 ``[N + 1]``; indices: int64 ``[nnz]`` class ids in ``[0, p)``
+            (int32 CSR from scipy and numpy arrays are accepted; an indptr of another length than
+            ``N + 1`` is a ValueError naming ``indptr``).
         """
+        indptr, indices = as_csr(indptr, indices, num_rows=x.shape[0])  # int32 / numpy converted once
         logits = self(x)
         if torch.compiler.is_compiling():  # keep traced graphs free of module-held mutable state
             z = self.targets(indptr, indices)

@@ -7,7 +7,7 @@ from typing import Any, Literal, overload
 import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
-from .._validate import check_int
+from .._validate import as_csr, as_int64, check_int
 
 _MASK64 = (1 << 64) - 1
 _REDUCTIONS = ("mean", "sum", "none")
@@ -20,10 +20,10 @@ def _splitmix64_at(key: int, i: int) -> int:
     return z ^ (z >> 31)
 
 
-def client_seed(seed: int, client: int) -> int:
+def negatives_seed(seed: int, client: int) -> int:
     """The seed client ``client`` of :func:`sample_negatives_batched` draws with (a non-negative int64).
 
-    ``sample_negatives_batched(...)[c]`` equals ``sample_negatives(positives_c, ..., seed=client_seed(seed, c))``.
+    ``sample_negatives_batched(...)[c]`` equals ``sample_negatives(positives_c, ..., seed=negatives_seed(seed, c))``.
     """
     return _splitmix64_at((seed & _MASK64) ^ 0xD1B54A32D192ED03, client) & 0x7FFFFFFFFFFFFFFF
 
@@ -36,7 +36,8 @@ def sample_negatives(positives: torch.Tensor, num_classes: int, m: int, seed: in
     O(m log |P| + |P| log |P|), independent of ``num_classes``. Same result on CPU and CUDA.
 
     Args:
-        positives: int64 ``[P]``, classes in ``[0, num_classes)`` to exclude (duplicates allowed).
+        positives: int64 ``[P]``, classes in ``[0, num_classes)`` to exclude (duplicates allowed;
+            int32 and numpy arrays are converted).
         num_classes: total number of classes.
         m: number of negatives, at most ``num_classes - |unique(positives)|`` (else ValueError).
         seed: any int64; the draw is a pure function of (positives as a set, num_classes, m, seed).
@@ -48,20 +49,20 @@ def sample_negatives(positives: torch.Tensor, num_classes: int, m: int, seed: in
         >>> neg = sample_negatives(torch.tensor([3, 7]), num_classes=1000, m=16, seed=0)  # [16]
     """
     num_classes, m, seed = _int_args(num_classes, m, seed)
-    return torch.ops.fedkernels.sample_negatives(positives, num_classes, m, seed)
+    return torch.ops.fedkernels.sample_negatives(as_int64("positives", positives), num_classes, m, seed)
 
 
 def sample_negatives_batched(
     indptr: torch.Tensor, indices: torch.Tensor, num_classes: int, m: int, seed: int
 ) -> torch.Tensor:
-    """:func:`sample_negatives` for many clients at once; client ``c`` uses ``client_seed(seed, c)``.
+    """:func:`sample_negatives` for many clients at once; client ``c`` uses ``negatives_seed(seed, c)``.
 
     Args:
         indptr: int64 ``[C + 1]``, CSR row pointer of the clients' positive sets.
         indices: int64 ``[nnz]``, positive classes in ``[0, num_classes)``.
         num_classes: as in :func:`sample_negatives`.
         m: negatives per client (every client draws m).
-        seed: the run seed; client ``c`` draws with ``client_seed(seed, c)``.
+        seed: the run seed; client ``c`` draws with ``negatives_seed(seed, c)``.
 
     Returns:
         int64 ``[C, m]``, each row sorted ascending.
@@ -70,6 +71,7 @@ def sample_negatives_batched(
         >>> neg = sample_negatives_batched(torch.tensor([0, 2, 3]), torch.tensor([1, 5, 9]), 100, 8, seed=1)  # [2, 8]
     """
     num_classes, m, seed = _int_args(num_classes, m, seed)
+    indptr, indices = as_csr(indptr, indices)
     return torch.ops.fedkernels.sample_negatives_batched(indptr, indices, num_classes, m, seed)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
+from .._validate import as_csr, as_table, as_tensor
 
 
 def label_hash(
@@ -23,9 +24,11 @@ def label_hash(
     the sample's labels hashes into it).
 
     Args:
-        indptr: int64 ``[N + 1]``, CSR row pointer of the label sets.
-        indices: int64 ``[nnz]``, class ids in ``[0, p)``.
-        table: int32 ``[p, R]``, buckets per class (``HashFamily.table(p)``).
+        indptr: int64 ``[N + 1]``, CSR row pointer of the label sets (int32, e.g. scipy's, and numpy
+            arrays are converted once).
+        indices: int64 ``[nnz]``, class ids in ``[0, p)`` (int32 / numpy converted).
+        table: int32 ``[p, R]``, buckets per class (``HashFamily.table(p)``; int64 is range-checked
+            and narrowed).
         num_buckets: B.
         out: optional uint8 ``[R, N, B]``, contiguous, on the inputs' device, sharing no memory with
             them. Every element is overwritten (its old contents do not matter) and ``out`` itself is
@@ -42,6 +45,8 @@ def label_hash(
         >>> buf = torch.empty(2, 1, 8, dtype=torch.uint8)
         >>> z = label_hash(torch.tensor([0, 2]), torch.tensor([1, 5]), hf.table(10), 8, out=buf)  # z is buf
     """
+    indptr, indices = as_csr(indptr, indices)
+    table = as_table(table)
     if out is None:
         return torch.ops.fedkernels.label_hash(indptr, indices, table, num_buckets)
     return torch.ops.fedkernels.label_hash.out(indptr, indices, table, num_buckets, out=out)
@@ -82,7 +87,8 @@ def bucket_merge(logp: torch.Tensor, table: torch.Tensor, reduce: str = "mean") 
 
     Args:
         logp: float32/float16/bfloat16/float64 ``[R, N, B]`` (e.g. log-sigmoid bucket scores).
-        table: int32 ``[p, R]`` (``HashFamily.table(p)``), every bucket in ``[0, B)``.
+        table: int32 ``[p, R]`` (``HashFamily.table(p)``), every bucket in ``[0, B)``; int64 (or a
+            numpy array) is range-checked and narrowed once.
         reduce: ``"mean"`` or ``"median"`` (median supports R <= 64).
 
     Returns:
@@ -93,7 +99,7 @@ def bucket_merge(logp: torch.Tensor, table: torch.Tensor, reduce: str = "mean") 
         >>> logp = torch.nn.functional.logsigmoid(torch.randn(4, 8, 250))
         >>> scores = bucket_merge(logp, hf.table(3993))  # [8, 3993]
     """
-    return torch.ops.fedkernels.bucket_merge(logp, table, reduce)
+    return torch.ops.fedkernels.bucket_merge(as_tensor("logp", logp), as_table(table), reduce)
 
 
 def bucket_merge_topk(
@@ -108,7 +114,7 @@ def bucket_merge_topk(
 
     Args:
         logp: float ``[R, N, B]``.
-        table: int32 ``[p, R]``.
+        table: int32 ``[p, R]`` (int64 / numpy accepted, as in :func:`bucket_merge`).
         k: number of classes per row, ``0 <= k <= p``.
         reduce: ``"mean"`` or ``"median"``.
 
@@ -120,7 +126,7 @@ def bucket_merge_topk(
         >>> logp = torch.nn.functional.logsigmoid(torch.randn(4, 16, 4000))
         >>> values, classes = bucket_merge_topk(logp, hf.table(131073), k=5)  # [16, 5] each
     """
-    return torch.ops.fedkernels.bucket_merge_topk(logp, table, k, reduce)
+    return torch.ops.fedkernels.bucket_merge_topk(as_tensor("logp", logp), as_table(table), k, reduce)
 
 
 def count_sketch(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, num_buckets: int) -> torch.Tensor:
@@ -132,7 +138,7 @@ def count_sketch(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, num_
 
     Args:
         x: float ``[..., p]``.
-        table: int32 ``[p, R]``, buckets in ``[0, num_buckets)``.
+        table: int32 ``[p, R]``, buckets in ``[0, num_buckets)`` (int64 / numpy accepted).
         signs: int8 ``[p, R]`` of +1/-1 (``HashFamily.signs(p)``).
         num_buckets: B.
 
@@ -144,7 +150,7 @@ def count_sketch(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, num_
         >>> x = torch.zeros(1000); x[[3, 500]] = torch.tensor([7.0, -2.0])
         >>> m = count_sketch(x, hf.table(1000), hf.signs(1000), 64)  # [5, 64]
     """
-    return torch.ops.fedkernels.count_sketch(x, table, signs, num_buckets)
+    return torch.ops.fedkernels.count_sketch(as_tensor("x", x), as_table(table), as_tensor("signs", signs), num_buckets)
 
 
 def count_sketch_query(
@@ -158,7 +164,7 @@ def count_sketch_query(
 
     Args:
         sketch: float ``[..., R, B]``.
-        table: int32 ``[p, R]``.
+        table: int32 ``[p, R]`` (int64 / numpy accepted, as in :func:`bucket_merge`).
         signs: int8 ``[p, R]``.
         reduce: ``"median"``, ``"mean"`` or ``"sum"``.
 
@@ -168,7 +174,9 @@ def count_sketch_query(
     Example:
         >>> x_hat = count_sketch_query(m, hf.table(1000), hf.signs(1000))  # x_hat[3] == 7, x_hat[500] == -2
     """
-    return torch.ops.fedkernels.count_sketch_query(sketch, table, signs, reduce)
+    return torch.ops.fedkernels.count_sketch_query(
+        as_tensor("sketch", sketch), as_table(table), as_tensor("signs", signs), reduce
+    )
 
 
 # ---- fake (meta) implementations: shapes only, so torch.compile(fullgraph=True) traces the ops

@@ -1,5 +1,6 @@
 """FedMLH (federated multi-label hashing): R sub-models, each a classifier over B hashed buckets
-of the p labels, trained on ``label_hash`` targets and averaged table by table on the server;
+of the p labels, trained on ``label_hash`` targets and averaged on the server (every parameter at
+once: the tables' slices are independent, so one weighted average is the per-table average);
 prediction merges the R bucket scores per class and takes the top k with ``bucket_merge_topk``,
 never building ``[N, p]``. With ``R * B < p`` every round moves fewer bytes than FedAvg.
 
@@ -10,17 +11,19 @@ broadcasts the hash family as three integers ``(R, B, seed)`` inside the payload
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
+from ...nn.fedmlh import DEFAULT_NUM_TABLES, FedMLHHead, default_num_buckets
+from ..aggregate import weighted_average
 from ..local import train_local
 from ..payload import Payload, PayloadSpec, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
-from .fedavg import weighted_average
 
 if TYPE_CHECKING:
     from ...nn import FedMLHHead
@@ -28,44 +31,30 @@ if TYPE_CHECKING:
 HASH_KEY = "fedmlh.hash"  # int64 [3]: num_tables, num_buckets, hash seed
 
 
-def _head_class() -> type[FedMLHHead]:
-    try:
-        from ...nn import FedMLHHead
-    except ImportError as e:  # the head lives in fedkernels.nn (sketch kernels)
-        raise ImportError("FedMLH needs fedkernels.nn.FedMLHHead, which this build lacks") from e
-    return FedMLHHead
-
-
-def per_table_average(
-    states: list[dict[str, torch.Tensor]], weights: list[float], num_tables: int
-) -> dict[str, torch.Tensor]:
-    """Average each table's slice ``t[j]`` of every tensor over clients, weighted, table by table."""
-    out = {name: torch.empty_like(t) for name, t in states[0].items()}
-    for j in range(num_tables):
-        avg = weighted_average([{k: v[j] for k, v in s.items()} for s in states], weights)
-        for name, t in avg.items():
-            out[name][j] = t
-    return out
-
-
 class FedMLH(Strategy):
     """FedMLH with R hashed sub-models.
 
     Args:
-        num_tables: R sub-models (hash tables).
-        num_buckets: B buckets per table; ``None`` picks ``max(2, p // 10)`` at ``init_state``.
-        hidden: hidden layer widths of each sub-model.
+        num_tables: R sub-models (hash tables); default ``DEFAULT_NUM_TABLES`` of fedkernels.nn.fedmlh.
+        num_buckets: B buckets per table; ``None`` picks ``default_num_buckets(p)`` (``max(2, p // 10)``)
+            at ``init_state``, as FedMLHHead does.
+        hidden: hidden layer widths of each sub-model (a whole model here, where FedMLHHead's default
+            ``()`` is an output layer over a body the user brings).
     """
 
     name = "FedMLH"
 
-    def __init__(self, num_tables: int = 4, num_buckets: int | None = None, hidden: Sequence[int] = (256,)) -> None:
+    def __init__(
+        self, num_tables: int = DEFAULT_NUM_TABLES, num_buckets: int | None = None, hidden: Sequence[int] = (256,)
+    ) -> None:
         if int(num_tables) < 1:
             raise ValueError(f"num_tables must be >= 1, got {num_tables}")
         if num_buckets is not None and int(num_buckets) < 2:
             raise ValueError(f"num_buckets must be >= 2, got {num_buckets}")
         self.num_tables, self.num_buckets, self.hidden = int(num_tables), num_buckets, tuple(int(h) for h in hidden)
         self._dims: tuple[int, int] | None = None
+        # One head per hash family, built (and its p x R table hashed) once per run; _load copies it.
+        self._templates: dict[tuple, FedMLHHead] = {}
 
     def _build(self, hash_params: torch.Tensor) -> FedMLHHead:
         """The head for broadcast ``(R, B, seed)``. The head initialises from torch's global RNG,
@@ -74,10 +63,22 @@ class FedMLH(Strategy):
         r, b, hash_seed = (int(v) for v in hash_params)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(hash_seed)
-            return _head_class()(self._dims[0], self._dims[1], r, b, hidden=self.hidden, seed=hash_seed)
+            return FedMLHHead(self._dims[0], self._dims[1], r, b, hidden=self.hidden, seed=hash_seed)
+
+    def _template(self, hash_params: torch.Tensor) -> FedMLHHead:
+        """The head of this hash family, built once (the hash table is the costly part)."""
+        assert self._dims is not None, "init_state first"
+        key = (self._dims, self.hidden, tuple(int(v) for v in hash_params))
+        head = self._templates.get(key)
+        if head is None:  # two threads may both build it: the same head, one is kept
+            head = self._templates.setdefault(key, self._build(hash_params))
+        return head
 
     def _load(self, payload: Payload) -> FedMLHHead:
-        head = self._build(payload[HASH_KEY])
+        """A fresh head holding ``payload``'s weights. Its parameters are its own (clients may train
+        in parallel threads); its hash table is the template's, shared read-only."""
+        template = self._template(payload[HASH_KEY])
+        head = copy.deepcopy(template, memo={id(template.table): template.table})
         params = dict(head.named_parameters())
         with torch.no_grad():
             for name, p in params.items():
@@ -86,9 +87,9 @@ class FedMLH(Strategy):
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         self._dims = (num_features, num_classes)
-        b = self.num_buckets if self.num_buckets is not None else max(2, num_classes // 10)
+        b = self.num_buckets if self.num_buckets is not None else default_num_buckets(num_classes)
         hash_params = torch.tensor([self.num_tables, b, derive_seed(seed, "fedmlh-hash")], dtype=torch.int64)
-        head = self._build(hash_params)
+        head = self._template(hash_params)
         state = {name: p.detach().clone() for name, p in head.named_parameters()}
         state[HASH_KEY] = hash_params
         return state
@@ -111,9 +112,7 @@ class FedMLH(Strategy):
         return PayloadSpec(state_spec(state, [k for k in state if k != HASH_KEY]))
 
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
-        new = per_table_average(
-            [r.payload for r in results], [float(r.num_examples) for r in results], int(state[HASH_KEY][0])
-        )
+        new = weighted_average([r.payload for r in results], [float(r.num_examples) for r in results])
         new[HASH_KEY] = state[HASH_KEY]
         return new
 
