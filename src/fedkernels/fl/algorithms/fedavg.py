@@ -48,15 +48,14 @@ class FedAvg(Strategy):
         if loss not in ("bce", "softmax"):
             raise ValueError(f"loss must be 'bce' or 'softmax', got {loss!r}")
         self.hidden, self.loss = tuple(hidden), loss
-        self._dims: tuple[int, int] | None = None
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
-        self._dims = (num_features, num_classes)
         return state_of(mlp(num_features, num_classes, self.hidden, seed))
 
     def _model(self, state: State) -> torch.nn.Module:
-        assert self._dims is not None, "init_state first"
-        return load_state(mlp(*self._dims, self.hidden), state)
+        # the dims are the state's: first layer [h, F], last layer [C, h] (no per-run state on self)
+        num_features, num_classes = state["0.weight"].shape[1], state[f"{2 * len(self.hidden)}.weight"].shape[0]
+        return load_state(mlp(num_features, num_classes, self.hidden), state)
 
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
         return dict(state)

@@ -196,13 +196,11 @@ class FedAwS(Strategy):
         self.dim, self.hidden, self.pos_margin = int(dim), tuple(hidden), float(pos_margin)
         self.margin, self.k, self.metric = float(margin), int(k), metric
         self.spread_lr, self.spread_steps = float(spread_lr), int(spread_steps)
-        self._dims: tuple[int, int] | None = None
         self.pair_weight: PairWeights | None = None
         self.fixed_W: torch.Tensor | None = None
         self.setup_bytes_up = 0
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
-        self._dims = (num_features, num_classes)
         state = {_G + n: t for n, t in state_of(self._make_extractor(num_features, seed)).items()}
         g = generator(seed, "class-embeddings")
         state["W"] = F.normalize(torch.randn(num_classes, self.dim, generator=g), dim=1)
@@ -214,9 +212,10 @@ class FedAwS(Strategy):
         return mlp(num_features, self.dim, self.hidden, seed)
 
     def _extractor(self, state: Payload) -> torch.nn.Module:
-        assert self._dims is not None, "init_state first"
+        # F: the first layer's input width (Linear or embedding, both [out, F]); dims live in the state
         return load_state(
-            self._make_extractor(self._dims[0]), {n[len(_G) :]: t for n, t in state.items() if n.startswith(_G)}
+            self._make_extractor(state[_G + "0.weight"].shape[1]),
+            {n[len(_G) :]: t for n, t in state.items() if n.startswith(_G)},
         )
 
     def client_request(self, data: ClientData, round: int, seed: int) -> Payload:
@@ -317,6 +316,7 @@ class FedALC(FedAwS):
         self._secret = ls.new_client_secret() if client_secret is None else ls.check_secret(client_secret)
         self._perm: torch.Tensor | None = None  # client side: class -> server row
         self._class_at: torch.Tensor | None = None  # client side: server row -> class
+        self._num_classes: int | None = None
 
     def options(self) -> dict:
         """FedAwS's options plus the secret's one-way tag (a resumed run must use the same secret)."""
@@ -324,6 +324,7 @@ class FedALC(FedAwS):
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = super().init_state(num_features, num_classes, seed)
+        self._num_classes = num_classes  # per-run: the setup exchange's hooks see no state (issue #17 leftover)
         self._perm = ls.class_permutation(self._secret, num_classes)
         self._class_at = torch.argsort(self._perm)
         W = torch.empty_like(state["W"])
@@ -342,16 +343,16 @@ class FedALC(FedAwS):
         return label_report(data, self._secret, self._perm)
 
     def setup_report_spec(self) -> PayloadSpec:
-        assert self._dims is not None, "init_state first"
-        return label_report_spec(self._dims[1])
+        assert self._num_classes is not None, "init_state first"
+        return label_report_spec(self._num_classes)
 
     def check_setup_report(self, report: Payload) -> Payload:
         return check_label_report(report)
 
     def setup_from_reports(self, reports: list[Payload], seed: int, report_bytes: int = 0) -> None:
         """Server side: the pair weights from the clients' checked label reports."""
-        assert self._dims is not None, "init_state first"
-        self.pair_weight, self.setup_bytes_up = pair_weights_from_reports(reports, self._dims[1]), report_bytes
+        assert self._num_classes is not None, "init_state first"
+        self.pair_weight, self.setup_bytes_up = pair_weights_from_reports(reports, self._num_classes), report_bytes
 
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:

@@ -65,27 +65,25 @@ class FedSS(Strategy):
         if embed_dim < 1:
             raise ValueError(f"embed_dim must be >= 1, got {embed_dim}")
         self.num_negatives, self.embed_dim, self.hidden, self.scale = num_negatives, embed_dim, tuple(hidden), scale
-        self._dims: tuple[int, int] | None = None
 
     # ---- global state: body parameters plus the class matrix
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
-        self._dims = (num_features, num_classes)
         state = state_of(mlp(num_features, self.embed_dim, self.hidden, seed))
         g = torch.Generator().manual_seed(derive_seed(seed, CLASSES))
         state[CLASSES] = torch.randn(num_classes, self.embed_dim, generator=g) / self.embed_dim**0.5
         return state
 
     def _body(self, params: Payload) -> torch.nn.Module:
-        assert self._dims is not None, "init_state first"
+        # F is the first layer's input width [h, F]: the dims live in the state, not on self
         return load_state(
-            mlp(self._dims[0], self.embed_dim, self.hidden),
+            mlp(params["0.weight"].shape[1], self.embed_dim, self.hidden),
             {k: v for k, v in params.items() if k in self._body_names()},
         )
 
     def _body_names(self) -> list[str]:
-        assert self._dims is not None, "init_state first"
-        return list(mlp(self._dims[0], self.embed_dim, self.hidden).state_dict())
+        # the names depend only on the layer count, not on F
+        return list(mlp(1, self.embed_dim, self.hidden).state_dict())
 
     # ---- client request: which class rows to download
 

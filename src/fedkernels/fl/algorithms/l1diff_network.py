@@ -78,7 +78,6 @@ class L1DiffNetwork(Strategy):
         self.value_dtype, self.levels, self.tol = value_dtype, levels, tol
         self.edges: torch.Tensor | None = None
         self.last_gap: float | None = None
-        self._dims: tuple[int, int] | None = None
 
     # ---- model layout: shared layers + the personal last layer
     def _head_names(self) -> list[str]:
@@ -86,7 +85,6 @@ class L1DiffNetwork(Strategy):
         return [f"{last}.weight", f"{last}.bias"]
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
-        self._dims = (num_features, num_classes)
         full = state_of(mlp(num_features, num_classes, self.hidden, seed))
         state = {n: t for n, t in full.items() if n not in self._head_names()}
         for n in self._head_names():  # every client starts from the same head
@@ -102,8 +100,9 @@ class L1DiffNetwork(Strategy):
             self.edges, _ = feature_space_graph([c.x for c in clients], self.k)
 
     def _client_model(self, shared: Payload, head: dict[str, torch.Tensor]) -> torch.nn.Module:
-        assert self._dims is not None, "init_state first"
-        return load_state(mlp(*self._dims, self.hidden), {**shared, **head})
+        # the dims are the tensors': first layer [h, F], head [C, h] (no per-run state on self)
+        num_features, num_classes = shared["0.weight"].shape[1], head[self._head_names()[0]].shape[0]
+        return load_state(mlp(num_features, num_classes, self.hidden), {**shared, **head})
 
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
         out = {n: t for n, t in state.items() if not n.startswith(PERSONAL)}
