@@ -58,8 +58,10 @@ docs: $(PY)
 	$(PY) -m pip install -q $(DOCS_DEPS)
 	$(VENV)/bin/mkdocs build --strict
 
+# Every benchmark's quick run (the list: tools/bench_all.py), into build/bench/; bench/results (the full
+# tables the docs quote) is never written. Not part of CI. BENCH_ARGS="--only sketch spread" picks some.
 bench: install
-	$(PY) bench/sketch.py
+	$(PY) tools/bench_all.py $(BENCH_ARGS)
 
 # Verify the CUDA kernels on this machine's NVIDIA GPU (README "Verifying the CUDA kernels on your GPU"):
 # builds them into its own venv (.venv-cuda, torch 2.14.1 CUDA 13.0; needs nvcc 13), runs every test

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import fedkernels
 from fedkernels.fl import ClientData, RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms import FedALC, FedALCFixed, FedAwS
-from fedkernels.fl.algorithms.fedaws import class_pair_weights, client_class
+from fedkernels.fl.algorithms.fedaws import FIXED_W, class_pair_weights, client_class, pair_weights_of
 from fedkernels.fl.types import ClientResult
 from python_tests.fl_data import assert_seed_reproducible, tiny_dataset
 from python_tests.reference import spread_ref
@@ -118,7 +118,7 @@ def test_fedalc_pair_weights_match_plain_counts():
 
 def test_fedalc_fixed_uses_learned_embeddings_and_keeps_them():
     s = _server(FedALCFixed)
-    fixed = s.strategy.fixed_W.clone()
+    fixed = s.state[FIXED_W].clone()
     s.run()
     assert torch.equal(s.state["W"], fixed)
     torch.testing.assert_close(fixed.norm(dim=1), torch.ones(NUM_CLASSES))
@@ -173,7 +173,7 @@ def test_rejects_bad_model_options(bad):
 def test_fedalc_pull_step_matches_hand_reference():
     """FedALC with ``pull``: one step on ``spreadout(W; alpha) + pull * sum (1 - alpha) ||w_c - w_c'||^2``."""
     s = _server(FedALC, spread_lr=0.5, margin=1.5, pull=0.3)
-    alpha = s.strategy.pair_weight.dense().double()
+    alpha = pair_weights_of(s.state).dense().double()
     assert bool((alpha < 1).any())  # some pairs co-occur: the pull acts
     W = s.state["W"].double().clone().requires_grad_(True)
     stored = alpha < 1
@@ -181,7 +181,9 @@ def test_fedalc_pull_step_matches_hand_reference():
     loss = spread_ref.spreadout_loss(W, 1.5, 3, alpha, "l2") + 0.3 * pull
     (grad,) = torch.autograd.grad(loss, W)
     want = F.normalize(W.detach() - 0.5 * grad, dim=1)
-    got = s.strategy._spread(s.state["W"].clone())
+    got = s.strategy._spread(s.state["W"].clone(), pair_weights_of(s.state))
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
     s.strategy.pull = 0.0
-    assert not torch.allclose(s.strategy._spread(s.state["W"].clone()).double(), want, atol=1e-4)
+    assert not torch.allclose(
+        s.strategy._spread(s.state["W"].clone(), pair_weights_of(s.state)).double(), want, atol=1e-4
+    )

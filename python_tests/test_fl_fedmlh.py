@@ -100,7 +100,7 @@ def test_defaults_are_the_heads():
     head = FedMLHHead(4, num_classes=300)
     assert FedMLH().num_tables == head.num_tables == DEFAULT_NUM_TABLES
     s = FedMLH()
-    assert s._template(s.init_state(4, 300, 0)[HASH_KEY]).num_buckets == head.num_buckets == default_num_buckets(300)
+    assert s._template(s.init_state(4, 300, 0)[HASH_KEY], 4).num_buckets == head.num_buckets == default_num_buckets(300)
 
 
 def test_predict_topk_matches_head_scores():

@@ -12,6 +12,7 @@ from flwr.app import Context, Error, Message, RecordDict
 
 from fedkernels.fl import Server
 from fedkernels.fl import payload as pl
+from fedkernels.fl.algorithms.fedaws import pair_weights_of
 from fedkernels.fl.faults import FaultInjector
 from fedkernels.integrations.flower import FlowerStrategy, client_app
 from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, held_out_data, make_strategy, run_config
@@ -238,7 +239,7 @@ def test_fedalc_over_flower_matches_in_process(name):
     fk.start(alc_grid(name), fk.initial_arrays(), num_rounds=3, timeout=5)
     ref = alc_in_process(name)
     assert fk.setup_failed == {} and ref.setup_failed == {}
-    got, want = fk.strategy.pair_weight, ref.strategy.pair_weight
+    got, want = pair_weights_of(fk.state), pair_weights_of(ref.state)
     assert torch.equal(got.indptr, want.indptr) and torch.equal(got.indices, want.indices)
     assert torch.equal(got.values, want.values) and bool((want.values < 1).any())  # co-occurrences seen
     assert same_state(fk.state, ref.state)
@@ -266,7 +267,7 @@ def test_bad_setup_report_is_left_out_not_fatal():
     fk = FlowerStrategy(make_strategy("fedalc"), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, run_config(2, 3, 9))
     fk.start(g, fk.initial_arrays(), num_rounds=2, timeout=5)
     assert list(fk.setup_failed) == [1] and fk.setup_failed[1].startswith("rejected: ")
-    assert len(fk.history) == 2 and fk.strategy.pair_weight is not None
+    assert len(fk.history) == 2 and pair_weights_of(fk.state) is not None
 
 
 def reference_metrics(strategy, state, held_out, ks) -> dict[str, float]:

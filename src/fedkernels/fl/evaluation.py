@@ -18,7 +18,7 @@ import torch
 from ..metrics import ranking_metrics
 from . import payload as pl
 from .round import Answer, ClientSentNothing, failure_reason
-from .strategy import State, Strategy
+from .strategy import SERVER, State, Strategy
 from .types import ClientData
 
 MAX_EXAMPLES = 2**40  # a larger claimed count is rejected (it would only buy a client more weight)
@@ -35,8 +35,9 @@ def evaluation_ks(ks: tuple[int, ...], num_classes: int) -> tuple[int, ...]:
 
 
 def evaluation_download(state: State) -> bytes:
-    """What the server sends each evaluating client: the global state, serialised."""
-    return pl.encode(state)
+    """What the server sends each evaluating client: the global state, serialised, less the
+    server-only entries (``SERVER`` prefix)."""
+    return pl.encode({n: t for n, t in state.items() if not n.startswith(SERVER)})
 
 
 def client_evaluation(strategy: Strategy, download: bytes, data: ClientData, ks: tuple[int, ...]) -> bytes:

@@ -72,16 +72,17 @@ def has_setup_exchange(strategy: Strategy) -> bool:
 
 
 def setup_exchange(
-    strategy: Strategy, reports: Mapping[int, Answer], seed: int, max_bytes: int | None = None
-) -> tuple[dict[int, str], int]:
+    strategy: Strategy, state: State, reports: Mapping[int, Answer], seed: int, max_bytes: int | None = None
+) -> tuple[dict[int, str], int, State]:
     """The server side of the setup exchange: check each client's raw setup report (spec, then
     ``check_setup_report``) and hand the checked ones, in ascending client id, to
     ``strategy.setup_from_reports``. A client whose report fails (or who sent none) is left out.
 
     Returns:
-        The failures (client -> reason) and the bytes of the reports taken.
+        The failures (client -> reason), the bytes of the reports taken, and ``state`` with the
+        entries ``setup_from_reports`` returned added (a new dict; ``state`` is not modified).
     """
-    spec = strategy.setup_report_spec()
+    spec = strategy.setup_report_spec(state)
     if spec is None:
         raise ValueError(f"strategy {strategy.name} makes setup reports but gives no setup_report_spec")
     failed, checked, taken = {}, [], 0
@@ -98,8 +99,15 @@ def setup_exchange(
             failed[c] = failure_reason(e)
             continue
         taken += len(answer)
-    strategy.setup_from_reports(checked, seed, taken)
-    return failed, taken
+    return failed, taken, with_entries(state, strategy.setup_from_reports(state, checked, seed))
+
+
+def with_entries(state: State, extra: State) -> State:
+    """``state`` plus the setup's ``extra`` entries (a new dict); an entry may not replace one of the state's."""
+    clash = sorted(set(extra) & set(state))
+    if clash:
+        raise ValueError(f"setup returned state entries the state already has: {clash}")
+    return {**state, **extra}
 
 
 def aggregate_round(strategy: Strategy, state: State, results: list[ClientResult], round: int) -> tuple[State, str]:

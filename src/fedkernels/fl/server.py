@@ -34,6 +34,7 @@ from .round import (  # noqa: F401  (re-exported: the names the loop has always 
     has_setup_exchange,
     select_clients,
     setup_exchange,
+    with_entries,
 )
 from .seeding import derive_seed
 from .strategy import State, Strategy
@@ -93,11 +94,14 @@ class Server:
         self.config = config
         self.state: State = strategy.init_state(num_features, num_classes, derive_seed(config.seed, "init"))
         self.setup_failed: dict[int, str] = {}  # clients whose setup report was left out
+        self.setup_bytes_up = 0  # the setup reports' bytes (clients to server), before round 0
         if has_setup_exchange(strategy):  # the same exchange as over Flower, through real bytes
             reports: dict[int, Answer] = {c: _encoded(strategy.setup_report(d)) for c, d in enumerate(clients)}
             seed = derive_seed(config.seed, "setup")
-            self.setup_failed, _ = setup_exchange(strategy, reports, seed, config.max_upload_bytes)
-        strategy.setup(clients, derive_seed(config.seed, "setup"))
+            self.setup_failed, self.setup_bytes_up, self.state = setup_exchange(
+                strategy, self.state, reports, seed, config.max_upload_bytes
+            )
+        self.state = with_entries(self.state, strategy.setup(clients, derive_seed(config.seed, "setup")))
         self.history: list[RoundRecord] = []
         self.round = 0
         self.endpoints: list[ClientEndpoint] = [LocalClient(strategy, d, config.train) for d in clients]

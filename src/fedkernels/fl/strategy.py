@@ -22,29 +22,42 @@ from .types import ClientData, ClientResult, TrainConfig
 
 State = dict[str, torch.Tensor]
 
+# Prefix of the state entries that stay on the server (e.g. FedALC's pair weights, a client graph):
+# checkpointed like the rest, never in a download (a strategy's client_payload leaves them out, and
+# the federated-evaluation download drops them).
+SERVER = "server."
+
 
 class Strategy(ABC):
     """Base class of the federated algorithms. Subclasses hold only configuration; all global
-    state lives in the ``State`` dict the server passes around (so it can be checkpointed)."""
+    state lives in the ``State`` dict the server passes around (so it can be checkpointed), and
+    what a run learns at setup (e.g. FedALC's pair weights, a client graph) is returned as state
+    entries by :meth:`setup` / :meth:`setup_from_reports`. The one exception: memos of pure
+    functions of the configuration (and their arguments), named in ``config_caches``, which never
+    change a result (python_tests/test_fl_stateless.py checks everything else is untouched by a run)."""
 
     name: str = "strategy"
+    config_caches: tuple[str, ...] = ()
 
     @abstractmethod
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         """The initial global state (model parameters and any server-side buffers)."""
 
-    def setup(self, clients: list[ClientData], seed: int) -> None:  # noqa: B027
+    def setup(self, clients: list[ClientData], seed: int) -> State:
         """One-off preparation before round 0 that needs the clients' data in the server's hands
         (in-process only: a Flower server never has it). Prefer the setup exchange below, which
-        both transports run. Default: nothing."""
+        both transports run. Returns state entries to add to the run's state (so they are
+        checkpointed). Default: none."""
+        return {}
 
     def setup_report(self, data: ClientData) -> Payload | None:
         """Client side, once before round 0: what this client sends for :meth:`setup_from_reports`
         (e.g. FedALC's keyed label digests). Default: None, no setup exchange."""
         return None
 
-    def setup_report_spec(self) -> PayloadSpec | None:
-        """What a well-formed setup report looks like (required when ``setup_report`` gives one)."""
+    def setup_report_spec(self, state: State) -> PayloadSpec | None:
+        """What a well-formed setup report looks like for the run of ``state`` (required when
+        ``setup_report`` gives one)."""
         return None
 
     def check_setup_report(self, report: Payload) -> Payload:
@@ -52,9 +65,11 @@ class Strategy(ABC):
         :class:`~fedkernels.fl.payload.PayloadError` to leave this client's report out."""
         return report
 
-    def setup_from_reports(self, reports: list[Payload], seed: int, report_bytes: int = 0) -> None:  # noqa: B027
+    def setup_from_reports(self, state: State, reports: list[Payload], seed: int) -> State:
         """Server side: one-off preparation from the clients' checked setup reports (ascending
-        client id; ``report_bytes``: their serialised size). Default: nothing."""
+        client id) for the run of ``state``. Returns state entries to add to the run's state (the
+        round protocol records the reports' bytes). Default: none."""
+        return {}
 
     def client_request(self, data: ClientData, round: int, seed: int) -> Payload | None:
         """Client side, before the download: what the client asks the server for (e.g. FedSS's

@@ -103,6 +103,7 @@ class FlowerStrategy(_FlowerStrategy):
         self.history: list[RoundRecord] = []
         self.nodes: dict[int, tuple[int, int]] = {}  # client id -> (node id, num examples)
         self.setup_failed: dict[int, str] | None = None  # None until the setup exchange ran
+        self.setup_bytes_up = 0  # the setup reports' bytes (clients to server), before round 0
         self._round: Round | None = None
 
     # ---- Flower's Strategy API -------------------------------------------------------------
@@ -258,7 +259,9 @@ class FlowerStrategy(_FlowerStrategy):
         answers = self._by_client(grid.send_and_receive(msgs, timeout=self.config.client_timeout), set(self.nodes))
         reports = {c: _answer(answers.get(c), "report") for c in self.nodes}
         seed = derive_seed(self.config.seed, "setup")
-        self.setup_failed, _ = setup_exchange(self.strategy, reports, seed, self.config.max_upload_bytes)
+        self.setup_failed, self.setup_bytes_up, self.state = setup_exchange(
+            self.strategy, self.state, reports, seed, self.config.max_upload_bytes
+        )
         for c in range(self.num_clients):
             if c not in self.nodes:
                 self.setup_failed[c] = "not connected"

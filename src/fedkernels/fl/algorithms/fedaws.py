@@ -42,10 +42,14 @@ from ..local import train_local
 from ..models import embed_mlp, load_state, mlp, state_of
 from ..payload import Payload, PayloadError, PayloadSpec, TensorSpec, encode, state_spec
 from ..seeding import derive_seed, generator
-from ..strategy import State, Strategy
+from ..strategy import SERVER, State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
 
 _G = "g."  # prefix of the feature extractor's tensors in the state
+# FedALC's setup result, kept in the state (checkpointed, never sent to clients): the pair weights
+# as CSR tensors, and FedALC-fixed's class embeddings.
+PW_INDPTR, PW_INDICES, PW_VALUES = SERVER + "pair_indptr", SERVER + "pair_indices", SERVER + "pair_values"
+FIXED_W = SERVER + "fixed_W"
 
 
 def client_class(data: ClientData) -> int:
@@ -196,9 +200,6 @@ class FedAwS(Strategy):
         self.dim, self.hidden, self.pos_margin = int(dim), tuple(hidden), float(pos_margin)
         self.margin, self.k, self.metric = float(margin), int(k), metric
         self.spread_lr, self.spread_steps = float(spread_lr), int(spread_steps)
-        self.pair_weight: PairWeights | None = None
-        self.fixed_W: torch.Tensor | None = None
-        self.setup_bytes_up = 0
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = {_G + n: t for n, t in state_of(self._make_extractor(num_features, seed)).items()}
@@ -232,7 +233,7 @@ class FedAwS(Strategy):
         return out
 
     def _embeddings(self, state: State) -> torch.Tensor:
-        return self.fixed_W if self.fixed_W is not None else state["W"]
+        return state[FIXED_W] if FIXED_W in state else state["W"]
 
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
         g = self._extractor(payload)
@@ -260,14 +261,14 @@ class FedAwS(Strategy):
         assert request is not None, "FedAwS clients always send a request"
         return {**upload, "class_id": request["class_id"]}
 
-    def _spread(self, W: torch.Tensor) -> torch.Tensor:
+    def _spread(self, W: torch.Tensor, pair_weight: PairWeights | None) -> torch.Tensor:
         """``spread_steps`` gradient steps on the spreadout loss (compiled kernels), then unit rows."""
         kk = min(self.k, W.shape[0] - 1)
         for _ in range(self.spread_steps):
             Wg = W.detach().requires_grad_(True)
-            loss = spreadout_loss(Wg, self.margin, kk, self.pair_weight, self.metric)
-            if self.pull > 0 and self.pair_weight is not None:
-                loss = loss + self.pull * positive_pull(Wg, self.pair_weight)
+            loss = spreadout_loss(Wg, self.margin, kk, pair_weight, self.metric)
+            if self.pull > 0 and pair_weight is not None:
+                loss = loss + self.pull * positive_pull(Wg, pair_weight)
             (grad,) = torch.autograd.grad(loss, Wg)
             W = F.normalize(W - self.spread_lr * grad, dim=1)
         return W
@@ -281,8 +282,9 @@ class FedAwS(Strategy):
             # each client's class id comes from check_upload
             ids = [r.payload["class_id"].reshape(1).to(torch.int64) for r in results]
             W = weighted_rows_mean(W, ids, [r.payload["w"].reshape(1, -1) for r in results], weights)
-            W = self._spread(W)
+            W = self._spread(W, pair_weights_of(state))
         new["W"] = W
+        new.update({n: t for n, t in state.items() if n.startswith(SERVER)})  # the setup's result, unchanged
         return new
 
     @torch.no_grad()
@@ -293,6 +295,13 @@ class FedAwS(Strategy):
     def model_bytes(self, state: State) -> int:
         """A client holds the extractor and one class embedding."""
         return sum(t.numel() * t.element_size() for n, t in state.items() if n.startswith(_G)) + 4 * self.dim
+
+
+def pair_weights_of(state: State) -> PairWeights | None:
+    """The pair weights FedALC's setup put in ``state`` (None: FedAwS, unweighted)."""
+    if PW_INDPTR not in state:
+        return None
+    return PairWeights(state[PW_INDPTR], state[PW_INDICES], state[PW_VALUES])
 
 
 class FedALC(FedAwS):
@@ -310,13 +319,21 @@ class FedALC(FedAwS):
 
     name = "FedALC"
     uses_pair_weights = True
+    # class_permutation(secret, C) memoised per C: configuration (the constructor's secret), not run state
+    config_caches = ("_perms",)
 
     def __init__(self, *args, client_secret: bytes | None = None, **kw) -> None:
         super().__init__(*args, **kw)
         self._secret = ls.new_client_secret() if client_secret is None else ls.check_secret(client_secret)
-        self._perm: torch.Tensor | None = None  # client side: class -> server row
-        self._class_at: torch.Tensor | None = None  # client side: server row -> class
-        self._num_classes: int | None = None
+        self._perms: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _permutation(self, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Client side: class -> server row and server row -> class under the secret (C HMACs, memoised)."""
+        perms = self._perms.get(num_classes)
+        if perms is None:  # two threads may both compute it: the same tensors, one is kept
+            perm = ls.class_permutation(self._secret, num_classes)
+            perms = self._perms.setdefault(num_classes, (perm, torch.argsort(perm)))
+        return perms
 
     def options(self) -> dict:
         """FedAwS's options plus the secret's one-way tag (a resumed run must use the same secret)."""
@@ -324,41 +341,36 @@ class FedALC(FedAwS):
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = super().init_state(num_features, num_classes, seed)
-        self._num_classes = num_classes  # per-run: the setup exchange's hooks see no state (issue #17 leftover)
-        self._perm = ls.class_permutation(self._secret, num_classes)
-        self._class_at = torch.argsort(self._perm)
         W = torch.empty_like(state["W"])
-        W[self._perm] = state["W"]  # class c's initial embedding sits at its row, as in FedAwS at c
+        W[self._permutation(num_classes)[0]] = state[
+            "W"
+        ]  # class c's initial embedding sits at its row, as in FedAwS at c
         state["W"] = W
         return state
 
     def client_request(self, data: ClientData, round: int, seed: int) -> Payload:
         """Client side: ask for the row of this client's class (never the class id)."""
-        assert self._perm is not None, "init_state first"
-        return {"class_id": self._perm[client_class(data)].reshape(1).clone()}
+        return {"class_id": self._permutation(data.num_classes)[0][client_class(data)].reshape(1).clone()}
 
     def setup_report(self, data: ClientData) -> Payload:
         """Client side: this client's :func:`label_report` under the clients' secret."""
-        assert self._perm is not None, "init_state first"
-        return label_report(data, self._secret, self._perm)
+        return label_report(data, self._secret, self._permutation(data.num_classes)[0])
 
-    def setup_report_spec(self) -> PayloadSpec:
-        assert self._num_classes is not None, "init_state first"
-        return label_report_spec(self._num_classes)
+    def setup_report_spec(self, state: State) -> PayloadSpec:
+        return label_report_spec(state["W"].shape[0])
 
     def check_setup_report(self, report: Payload) -> Payload:
         return check_label_report(report)
 
-    def setup_from_reports(self, reports: list[Payload], seed: int, report_bytes: int = 0) -> None:
-        """Server side: the pair weights from the clients' checked label reports."""
-        assert self._num_classes is not None, "init_state first"
-        self.pair_weight, self.setup_bytes_up = pair_weights_from_reports(reports, self._num_classes), report_bytes
+    def setup_from_reports(self, state: State, reports: list[Payload], seed: int) -> State:
+        """Server side: the pair weights from the clients' checked label reports, as state entries."""
+        pw = pair_weights_from_reports(reports, state["W"].shape[0])
+        return {PW_INDPTR: pw.indptr, PW_INDICES: pw.indices, PW_VALUES: pw.values}
 
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
         """Client side (it maps rows back to class ids with the secret's permutation)."""
-        assert self._class_at is not None, "init_state first"
-        return self._class_at[super().predict_topk(state, x, k)]
+        return self._permutation(state["W"].shape[0])[1][super().predict_topk(state, x, k)]
 
 
 class FedALCFixed(FedALC):
@@ -374,11 +386,11 @@ class FedALCFixed(FedALC):
         super().__init__(*args, **kw)
         self.fixed_steps, self.fixed_lr = int(fixed_steps), float(fixed_lr)
 
-    def setup_from_reports(self, reports: list[Payload], seed: int, report_bytes: int = 0) -> None:
-        super().setup_from_reports(reports, seed, report_bytes)
-        assert self.pair_weight is not None  # FedALC.setup_from_reports just built it
-        self.fixed_W = learn_fixed_class_embeddings(
-            self.pair_weight,
+    def setup_from_reports(self, state: State, reports: list[Payload], seed: int) -> State:
+        """FedALC's pair weights plus the class embeddings learned once from them."""
+        out = super().setup_from_reports(state, reports, seed)
+        out[FIXED_W] = learn_fixed_class_embeddings(
+            PairWeights(out[PW_INDPTR], out[PW_INDICES], out[PW_VALUES]),
             self.dim,
             margin=self.margin,
             k=self.k,
@@ -387,8 +399,9 @@ class FedALCFixed(FedALC):
             metric=self.metric,
             seed=derive_seed(seed, "fixed-embeddings"),
         )
+        return out
 
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
         new = super().aggregate(state, results, round)
-        new["W"] = self.fixed_W.clone() if self.fixed_W is not None else new["W"]
+        new["W"] = new[FIXED_W].clone() if FIXED_W in new else new["W"]
         return new

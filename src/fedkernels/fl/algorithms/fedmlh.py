@@ -5,8 +5,8 @@ prediction merges the R bucket scores per class and takes the top k with ``bucke
 never building ``[N, p]``. With ``R * B < p`` every round moves fewer bytes than FedAvg.
 
 Built on ``fedkernels.nn.FedMLHHead`` (every parameter has a leading dimension R). The server
-broadcasts the hash family as three integers ``(R, B, seed)`` inside the payload, so a client
-(Flower too) rebuilds the same hashes without any shared table.
+broadcasts the hash family and the label count as four integers ``(R, B, seed, p)`` inside the
+payload, so a client (Flower too) rebuilds the same hashes without any shared table.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ..types import ClientData, ClientResult, TrainConfig
 if TYPE_CHECKING:
     from ...nn import FedMLHHead
 
-HASH_KEY = "fedmlh.hash"  # int64 [3]: num_tables, num_buckets, hash seed
+HASH_KEY = "fedmlh.hash"  # int64 [4]: num_tables, num_buckets, hash seed, num_classes
 
 
 class FedMLH(Strategy):
@@ -43,6 +43,8 @@ class FedMLH(Strategy):
     """
 
     name = "FedMLH"
+    # the head per (F, hidden, hash family), a memo of a pure function of its key (the table is costly)
+    config_caches = ("_templates",)
 
     def __init__(
         self, num_tables: int = DEFAULT_NUM_TABLES, num_buckets: int | None = None, hidden: Sequence[int] = (256,)
@@ -52,32 +54,31 @@ class FedMLH(Strategy):
         if num_buckets is not None and int(num_buckets) < 2:
             raise ValueError(f"num_buckets must be >= 2, got {num_buckets}")
         self.num_tables, self.num_buckets, self.hidden = int(num_tables), num_buckets, tuple(int(h) for h in hidden)
-        self._dims: tuple[int, int] | None = None
-        # One head per hash family, built (and its p x R table hashed) once per run; _load copies it.
+        # One head per (F, hash family), built (and its p x R table hashed) once; _load copies it.
         self._templates: dict[tuple, FedMLHHead] = {}
 
-    def _build(self, hash_params: torch.Tensor) -> FedMLHHead:
-        """The head for broadcast ``(R, B, seed)``. The head initialises from torch's global RNG,
-        so that is seeded (and restored after) from the hash seed, which derives from the run's seed."""
-        assert self._dims is not None, "init_state first"
-        r, b, hash_seed = (int(v) for v in hash_params)
+    def _build(self, hash_params: torch.Tensor, num_features: int) -> FedMLHHead:
+        """The head for broadcast ``(R, B, seed, p)`` over ``num_features`` inputs. The head
+        initialises from torch's global RNG, so that is seeded (and restored after) from the hash
+        seed, which derives from the run's seed."""
+        r, b, hash_seed, num_classes = (int(v) for v in hash_params)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(hash_seed)
-            return FedMLHHead(self._dims[0], self._dims[1], r, b, hidden=self.hidden, seed=hash_seed)
+            return FedMLHHead(num_features, num_classes, r, b, hidden=self.hidden, seed=hash_seed)
 
-    def _template(self, hash_params: torch.Tensor) -> FedMLHHead:
+    def _template(self, hash_params: torch.Tensor, num_features: int) -> FedMLHHead:
         """The head of this hash family, built once (the hash table is the costly part)."""
-        assert self._dims is not None, "init_state first"
-        key = (self._dims, self.hidden, tuple(int(v) for v in hash_params))
+        key = (int(num_features), self.hidden, tuple(int(v) for v in hash_params))
         head = self._templates.get(key)
         if head is None:  # two threads may both build it: the same head, one is kept
-            head = self._templates.setdefault(key, self._build(hash_params))
+            head = self._templates.setdefault(key, self._build(hash_params, num_features))
         return head
 
     def _load(self, payload: Payload) -> FedMLHHead:
         """A fresh head holding ``payload``'s weights. Its parameters are its own (clients may train
         in parallel threads); its hash table is the template's, shared read-only."""
-        template = self._template(payload[HASH_KEY])
+        # F: the first layer's weights are [R, F, h]; the dims live in the payload, not on self
+        template = self._template(payload[HASH_KEY], payload["weights.0"].shape[1])
         head = copy.deepcopy(template, memo={id(template.table): template.table})
         params = dict(head.named_parameters())
         with torch.no_grad():
@@ -86,10 +87,11 @@ class FedMLH(Strategy):
         return head
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
-        self._dims = (num_features, num_classes)
         b = self.num_buckets if self.num_buckets is not None else default_num_buckets(num_classes)
-        hash_params = torch.tensor([self.num_tables, b, derive_seed(seed, "fedmlh-hash")], dtype=torch.int64)
-        head = self._template(hash_params)
+        hash_params = torch.tensor(
+            [self.num_tables, b, derive_seed(seed, "fedmlh-hash"), num_classes], dtype=torch.int64
+        )
+        head = self._template(hash_params, num_features)
         state = {name: p.detach().clone() for name, p in head.named_parameters()}
         state[HASH_KEY] = hash_params
         return state

@@ -22,12 +22,15 @@ from ...comm import max_stream_bytes
 from ...solvers import feature_space_graph, graph_prox, model_space_graph
 from ..models import load_state, mlp, state_of
 from ..payload import Payload, PayloadSpec, TensorSpec
-from ..strategy import State, Strategy
+from ..strategy import SERVER, State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
 from .fedavg import multilabel_loss
 from .l1diff_codec import check_streams, encode_direction, full_gradient, l1diff_direction
 
 PERSONAL = "personal."
+EDGES = SERVER + "edges"  # int64 [E, 2]: the feature-space kNN graph from setup (graph="features")
+GAP = SERVER + "gap"  # float64 []: the duality gap of the last graph prox (-1 before the first: not NaN,
+# which would make equal states compare unequal)
 
 
 class L1DiffNetwork(Strategy):
@@ -76,8 +79,6 @@ class L1DiffNetwork(Strategy):
         self.num_clients, self.gamma, self.eta, self.lam, self.p, self.k = num_clients, gamma, eta, lam, p, k
         self.graph, self.hidden, self.loss = graph, tuple(hidden), loss
         self.value_dtype, self.levels, self.tol = value_dtype, levels, tol
-        self.edges: torch.Tensor | None = None
-        self.last_gap: float | None = None
 
     # ---- model layout: shared layers + the personal last layer
     def _head_names(self) -> list[str]:
@@ -89,15 +90,23 @@ class L1DiffNetwork(Strategy):
         state = {n: t for n, t in full.items() if n not in self._head_names()}
         for n in self._head_names():  # every client starts from the same head
             state[PERSONAL + n] = full[n].unsqueeze(0).repeat(self.num_clients, *([1] * full[n].dim()))
+        state[GAP] = torch.tensor(-1.0, dtype=torch.float64)
         return state
 
-    def setup(self, clients: list[ClientData], seed: int) -> None:
+    @staticmethod
+    def _model_names(state: Payload) -> list[str]:
+        """The model's tensors in ``state`` (the server-only entries left out)."""
+        return [n for n in state if not n.startswith(SERVER)]
+
+    def setup(self, clients: list[ClientData], seed: int) -> State:
         if len(clients) != self.num_clients:
             raise ValueError(f"num_clients is {self.num_clients} but {len(clients)} clients were given")
         if self.graph == "features":
             if any(c.x.layout == torch.sparse_csr for c in clients):
                 raise TypeError("clients: graph='features' compares dense feature rows; pass dense features")
-            self.edges, _ = feature_space_graph([c.x for c in clients], self.k)
+            edges, _ = feature_space_graph([c.x for c in clients], self.k)
+            return {EDGES: edges}
+        return {}
 
     def _client_model(self, shared: Payload, head: dict[str, torch.Tensor]) -> torch.nn.Module:
         # the dims are the tensors': first layer [h, F], head [C, h] (no per-run state on self)
@@ -105,7 +114,7 @@ class L1DiffNetwork(Strategy):
         return load_state(mlp(num_features, num_classes, self.hidden), {**shared, **head})
 
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
-        out = {n: t for n, t in state.items() if not n.startswith(PERSONAL)}
+        out = {n: state[n] for n in self._model_names(state) if not n.startswith(PERSONAL)}
         out.update({PERSONAL + n: state[PERSONAL + n][client_id].clone() for n in self._head_names()})
         return out
 
@@ -134,7 +143,7 @@ class L1DiffNetwork(Strategy):
 
     def _direction_shapes(self, state: State) -> dict[str, torch.Size]:
         """Shape of each uploaded direction: a personal head's is one client's row of its stack."""
-        return {n: (t.shape[1:] if n.startswith(PERSONAL) else t.shape) for n, t in state.items()}
+        return {n: (state[n].shape[1:] if n.startswith(PERSONAL) else state[n].shape) for n in self._model_names(state)}
 
     def check_upload(
         self, state: State, payload_sent: Payload, upload: Payload, request: Payload | None = None
@@ -148,7 +157,7 @@ class L1DiffNetwork(Strategy):
         if not decoded:
             return new
         total = float(sum(r.num_examples for r in kept))
-        for n in state:
+        for n in self._model_names(state):
             if n.startswith(PERSONAL):
                 for d, r in zip(decoded, kept, strict=True):  # each participant steps its own head
                     new[n][r.client_id] -= self.eta * d[n]
@@ -163,11 +172,11 @@ class L1DiffNetwork(Strategy):
         """Prox of ``eta * lam * sum_E ||z_i - z_j||_p`` over all heads, flattened side by side."""
         names = [PERSONAL + n for n in self._head_names()]
         y = torch.cat([state[n].reshape(self.num_clients, -1) for n in names], 1).double()
-        edges = self.edges
+        edges = state.get(EDGES)
         if self.graph == "models" or edges is None:
             edges, _ = model_space_graph(y, self.k, "cosine")
         res = graph_prox(y, edges, self.eta * self.lam, self.p, tol=self.tol)
-        self.last_gap = res.gap
+        state[GAP] = torch.tensor(res.gap, dtype=torch.float64)
         at = 0
         for n in names:
             width = state[n][0].numel()
@@ -178,13 +187,17 @@ class L1DiffNetwork(Strategy):
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
         """Global evaluation with the mean head (personal evaluation: :meth:`predict_topk_client`)."""
-        shared = {n: t for n, t in state.items() if not n.startswith(PERSONAL)}
+        shared = {n: state[n] for n in self._model_names(state) if not n.startswith(PERSONAL)}
         head = {n: state[PERSONAL + n].mean(0) for n in self._head_names()}
         return self._client_model(shared, head)(x).topk(k, dim=1).indices
 
     @torch.no_grad()
     def predict_topk_client(self, state: State, client_id: int, x: torch.Tensor, k: int) -> torch.Tensor:
         """Top-k under client ``client_id``'s personalised model."""
-        shared = {n: t for n, t in state.items() if not n.startswith(PERSONAL)}
+        shared = {n: state[n] for n in self._model_names(state) if not n.startswith(PERSONAL)}
         head = {n: state[PERSONAL + n][client_id] for n in self._head_names()}
         return self._client_model(shared, head)(x).topk(k, dim=1).indices
+
+    def model_bytes(self, state: State) -> int:
+        """The model's tensors (the server-only graph and gap left out)."""
+        return sum(state[n].numel() * state[n].element_size() for n in self._model_names(state))

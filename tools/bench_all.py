@@ -1,0 +1,86 @@
+"""Run every benchmark in bench/ in its quick form (``make bench``), writing into build/bench/.
+
+The one list of the benchmarks is ``QUICK`` below: each script with ``--quick`` and an explicit
+``--out`` under build/bench, so a smoke run never overwrites the tables in bench/results (those are
+full runs the README and docs quote). Scripts still without a quick form are named in
+``NO_QUICK_YET`` and skipped with a note; a script in bench/ on neither list fails the run, so a new
+benchmark cannot be forgotten. Not part of CI (timings on shared runners mean nothing).
+
+Usage: python tools/bench_all.py [--only NAME ...] [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH, OUT = ROOT / "bench", ROOT / "build" / "bench"
+
+# script -> its quick run's arguments (the output path is added from the script's name)
+QUICK: dict[str, list[str]] = {
+    "sketch": ["--quick"],
+    "spread": ["--quick"],
+    "sampled": ["--quick"],
+    "prox": ["--quick"],
+    "select_norms": ["--quick"],
+    "gpu_model": ["--quick"],
+}
+# benchmarks whose script has no --quick yet (full runs take minutes to hours): skipped, named
+NO_QUICK_YET = (
+    "fl_fedaws",
+    "fl_fedaws_sweep",
+    "fl_fedmlh",
+    "fl_l1diff",
+    "fl_partial",
+    "fl_sampled",
+    "fl_xc_scale",
+    "flower_load",
+    "hardening",
+    "sketch_ceiling",
+)
+NOT_BENCHMARKS = ("common", "fl_report", "select_shapes")  # helpers and a report printer
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=None, help="run just these scripts (names without .py)")
+    ap.add_argument("--list", action="store_true", help="print the scripts and their arguments, run nothing")
+    args = ap.parse_args(argv)
+    scripts = sorted(p.stem for p in BENCH.glob("*.py"))
+    unlisted = [s for s in scripts if s not in QUICK and s not in NO_QUICK_YET and s not in NOT_BENCHMARKS]
+    if unlisted:
+        print(f"bench scripts in no list of tools/bench_all.py: {unlisted}", file=sys.stderr)
+        return 2
+    chosen = list(QUICK) if args.only is None else args.only
+    bad = [s for s in chosen if s not in QUICK]
+    if bad:
+        print(f"--only: no quick run for {bad}; known: {sorted(QUICK)}", file=sys.stderr)
+        return 2
+    OUT.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    failed = []
+    for name in chosen:
+        cmd = [sys.executable, str(BENCH / f"{name}.py"), *QUICK[name], "--out", str(OUT / f"{name}.json")]
+        print(f"$ {' '.join(cmd)}", flush=True)
+        if args.list:
+            continue
+        t0 = time.perf_counter()
+        rc = subprocess.call(cmd, cwd=ROOT, env=env)
+        print(f"-- {name}: exit {rc}, {time.perf_counter() - t0:.0f} s", flush=True)
+        if rc:
+            failed.append(name)
+    if NO_QUICK_YET and args.only is None:
+        print(f"skipped (no --quick yet): {', '.join(NO_QUICK_YET)}")
+    if failed:
+        print(f"failed: {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
