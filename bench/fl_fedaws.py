@@ -126,7 +126,8 @@ def run_one(name: str, seed: int, args, clients, train, test) -> dict:
         eval_every=args.eval_every or args.rounds,
     )
     t0 = time.perf_counter()
-    hist = Server(s, clients, train.x.shape[1], train.num_classes, cfg).run(test)
+    server = Server(s, clients, train.x.shape[1], train.num_classes, cfg)
+    hist = server.run(test)
     m = hist[-1].metrics
     return {
         "algorithm": s.name,
@@ -136,7 +137,7 @@ def run_one(name: str, seed: int, args, clients, train, test) -> dict:
         "P@5": m.get("P@5"),
         "MB_up": sum(h.bytes_up for h in hist) / 1e6,
         "MB_down": sum(h.bytes_down for h in hist) / 1e6,
-        "setup_MB_up": getattr(s, "setup_bytes_up", 0) / 1e6,
+        "setup_MB_up": server.setup_bytes_up / 1e6,  # the label reports (FedALC); 0 otherwise
         "seconds": time.perf_counter() - t0,
         "curve": curve(hist),
     }

@@ -78,6 +78,7 @@ class FlowerStrategy(_FlowerStrategy):
         state: the global fedkernels State (the source of truth; Flower's ArrayRecord is a copy).
         history: one :class:`RoundRecord` per round, as in the in-process Server.
         setup_failed: clients whose setup report was left out (client -> reason).
+        setup_bytes_up: the bytes of the setup reports taken (0 without a setup exchange).
     """
 
     def __init__(
