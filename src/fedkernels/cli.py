@@ -88,7 +88,7 @@ def _parse_option(text: str) -> tuple[str, str, Any]:
 
 def build_config(args: argparse.Namespace):
     """Defaults < ``--demo`` preset < ``--config`` file < flags given on the command line."""
-    from .fl.experiment import ExperimentConfig, load_config
+    from .experiments.experiment import ExperimentConfig, load_config
 
     merged: dict[str, Any] = {}
     if args.demo:
@@ -131,8 +131,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(cfg, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .fl.experiment import add_common_target, prepare_data, run_algorithm
-    from .fl.report import plot_accuracy, results_table, write_csv, write_json
+    from .experiments.experiment import add_common_target, prepare_data, run_algorithm
+    from .experiments.report import plot_accuracy, results_table, write_csv, write_json
 
     data = prepare_data(cfg)
     ds = data.dataset

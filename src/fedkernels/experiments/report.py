@@ -27,8 +27,13 @@ TABLE_COLUMNS = [
     "MB to best",
     "MB to target",
     "model MB",
+    "failed clients",
     "s",
 ]
+
+
+def _mb(b: float | None) -> float | None:
+    return None if b is None else b / MB
 
 
 def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -36,7 +41,6 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
         c = r["comm"]
-        mb = lambda b: None if b is None else b / MB
         row = {
             "algorithm": r["algorithm"],
             **r["final"],
@@ -44,9 +48,10 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "MB down": c["total_down"] / MB,
             "best P@1": c["best"],
             "rounds to best": c["rounds_to_best"],
-            "MB to best": mb(c["bytes_to_best"]),
-            "MB to target": mb(c.get("bytes_to_target")),
+            "MB to best": _mb(c["bytes_to_best"]),
+            "MB to target": _mb(c.get("bytes_to_target")),
             "model MB": r["model_bytes"] / MB,
+            "failed clients": r.get("failed_clients", 0),
             "s": r["seconds"],
         }
         rows.append(row)
