@@ -134,3 +134,14 @@ def test_failed_clients_show_in_the_table(synth, capsys, monkeypatch):
     row = next(line for line in out.splitlines() if line.startswith("| FedAvg"))
     cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")], strict=True))
     assert int(cells["failed clients"]) >= 1
+
+
+def test_auto_feature_dim_for_data_too_wide_to_keep_dense():
+    from fedkernels.data.datasets import MAX_DENSE_ELEMENTS
+    from fedkernels.experiments.experiment import auto_feature_dim
+
+    msg = "x: the training features would be {} x 47236 = 1 dense elements, above the bound; pass feature_dim= to"
+    assert auto_feature_dim(msg.format(4800)) == 1 << 14
+    dim = auto_feature_dim(msg.format(100_000))
+    assert dim is not None and 100_000 * dim <= MAX_DENSE_ELEMENTS < 100_000 * dim * 2
+    assert auto_feature_dim("some other ValueError") is None

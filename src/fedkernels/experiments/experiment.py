@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -189,11 +190,35 @@ class PreparedData:
     frequent: torch.Tensor
 
 
+def auto_feature_dim(message: str, cap: int = 1 << 14) -> int | None:
+    """The hashed feature width for a dataset the loader refused to densify (its ``ValueError``
+    ``message`` names ``N x F``): the largest power of two up to ``cap`` keeping ``N x width`` within
+    the loader's dense bound. ``None`` if ``message`` is not that refusal."""
+    from ..data.datasets import MAX_DENSE_ELEMENTS
+
+    m = re.search(r"would be (\d+) x (\d+) = \d+ dense elements", message)
+    if m is None or "feature_dim=" not in message:
+        return None
+    n = max(1, int(m.group(1)))
+    dim = cap
+    while dim > 64 and n * dim > MAX_DENSE_ELEMENTS:
+        dim //= 2
+    return dim
+
+
 def prepare_data(cfg: ExperimentConfig) -> PreparedData:
     """Load the dataset and partition its training part as the config says."""
-    ds = load_dataset(
-        cfg.dataset, seed=cfg.seed, feature_dim=cfg.feature_dim, test_fraction=cfg.test_fraction, **cfg.synthetic
-    )
+    try:
+        ds = load_dataset(
+            cfg.dataset, seed=cfg.seed, feature_dim=cfg.feature_dim, test_fraction=cfg.test_fraction, **cfg.synthetic
+        )
+    except ValueError as e:
+        dim = auto_feature_dim(str(e)) if cfg.feature_dim is None else None
+        if dim is None:
+            raise
+        print(f"note: {e}; hashing the features to {dim} columns (set --feature-dim to choose)", flush=True)
+        ds = load_dataset(cfg.dataset, seed=cfg.seed, feature_dim=dim, test_fraction=cfg.test_fraction)
+        ds.notes["feature_dim"] = f"{dim} (hashed automatically: too many features to keep dense)"
     tr, p = ds.train, ds.num_classes
     num_frequent = cfg.num_frequent if cfg.num_frequent is not None else max(1, p // 10)
     if cfg.partition == "fedmlh":
