@@ -57,6 +57,7 @@ def demo_config() -> dict[str, Any]:
         "algorithm_options": {
             "FedAvg": {"hidden": [64]},
             "FedMLH": {"num_tables": 4, "num_buckets": 50, "hidden": [64]},
+            "FedSS": {"hidden": [256]},  # the class's own default, as the documented demo ran
         },
         "dataset": "synthetic",
         "synthetic": {
