@@ -5,8 +5,11 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr>=1.41,<2'
+# The API reference (mkdocs.yml): mkdocstrings reads the docstrings from src/ without importing it;
+# ruff formats the rendered signatures.
+DOCS_DEPS := 'mkdocs>=1.6,<2' 'mkdocstrings[python]>=0.29' ruff
 
-.PHONY: demo test test-cuda-emu install bench gpu-check inplace clean
+.PHONY: demo test test-cuda-emu install bench docs gpu-check inplace clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +36,11 @@ test-cuda-emu: install
 	HYPOTHESIS_PROFILE=sanitize $(PY) tools/emulate.py test --checks asan --order random --seed $(EMU_SEED)
 	HYPOTHESIS_PROFILE=sanitize $(PY) tools/emulate.py test --checks race -- -n 2
 
+# The docs site (docs/, API reference from the docstrings) into site/; any warning fails the build.
+docs: $(PY)
+	$(PY) -m pip install -q $(DOCS_DEPS)
+	$(VENV)/bin/mkdocs build --strict
+
 bench: install
 	$(PY) bench/sketch.py
 
@@ -48,4 +56,4 @@ inplace:
 	$(PYTHON) tools/build_inplace.py
 
 clean:
-	rm -rf build src/fedkernels/_C*.so
+	rm -rf build site src/fedkernels/_C*.so

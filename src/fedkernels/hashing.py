@@ -1,4 +1,4 @@
-"""The hash family every client, the server, CPU and GPU share (DESIGN.md §2)."""
+"""The hash family every client, the server, CPU and GPU share (docs/design.md §2)."""
 
 from __future__ import annotations
 

@@ -36,7 +36,8 @@ def precision_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tens
 
     Args:
         topk: int64 ``[N, >=k]`` predicted class ids, best first.
-        indptr, indices: CSR ground truth.
+        indptr: int64 ``[N + 1]``, CSR row pointer of the true label sets.
+        indices: int64 ``[nnz]``, the true class ids.
     """
     if k < 1 or topk.shape[1] < k:
         raise ValueError(f"k must be in [1, {topk.shape[1]}], got {k}")
@@ -105,7 +106,8 @@ def psp_at_k(
 
     Args:
         topk: int64 ``[N, >=k]`` predictions, best first.
-        indptr, indices: CSR ground truth.
+        indptr: int64 ``[N + 1]``, CSR row pointer of the true label sets.
+        indices: int64 ``[nnz]``, the true class ids.
         inv_propensity: ``[L]`` from :func:`inverse_propensity` (fitted on the training labels).
     """
     _check_k(topk, k)

@@ -1,4 +1,4 @@
-"""The thin federated loop: Server, Strategy, payloads, and the algorithms (DESIGN.md §4)."""
+"""The thin federated loop: Server, Strategy, payloads, and the algorithms (docs/design.md §4)."""
 
 from .algorithms import FedAvg, FedMLH
 from .payload import PayloadError, PayloadSpec, TensorSpec, decode, encode

@@ -49,7 +49,8 @@ class Server:
     Args:
         strategy: the algorithm.
         clients: each client's local data.
-        num_features, num_classes: the model's input width and label count.
+        num_features: the model's input width.
+        num_classes: the number of labels.
         config: the run's settings. If ``config.checkpoint`` names an existing file, the run
             resumes from it (its seed, strategy and client counts must match).
         client_wrapper: ``(client_id, endpoint) -> endpoint``, e.g. a

@@ -1,4 +1,4 @@
-"""The Strategy interface: one subclass per algorithm (DESIGN.md §4).
+"""The Strategy interface: one subclass per algorithm (docs/design.md §4).
 
 A round is: the server picks clients, each may send a ``client_request``, ``client_payload``
 builds each one's download, the client runs ``client_update`` on its own data (a pure function of

@@ -66,8 +66,11 @@ def learn_fixed_class_embeddings(
     Args:
         pair_weight: FedALC weights over C classes (``LabelSets.pair_weights()``).
         dim: embedding size d.
-        margin, k, metric: of the spreadout term.
-        steps, lr: Adam iterations and step size.
+        margin: the spreadout term's margin.
+        k: neighbours per class in the spreadout term.
+        metric: ``"l2"`` or ``"cosine"``, the spreadout term's distance.
+        steps: Adam iterations.
+        lr: Adam step size.
         pull: weight of the co-occurrence pull.
         seed: initialisation seed.
 

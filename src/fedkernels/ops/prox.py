@@ -1,4 +1,4 @@
-"""Proximal l1-difference (1D total variation) ops for the communication-efficient update (DESIGN.md §3)."""
+"""Proximal l1-difference (1D total variation) ops for the communication-efficient update (docs/design.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sampled-softmax ops for FedSS: negative sampling, fused linear cross-entropy, row-mean scatter (DESIGN.md §3)."""
+"""Sampled-softmax ops for FedSS: negative sampling, fused linear cross-entropy, row means (docs/design.md §3)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,9 @@ def sample_negatives_batched(
     Args:
         indptr: int64 ``[C + 1]``, CSR row pointer of the clients' positive sets.
         indices: int64 ``[nnz]``, positive classes in ``[0, num_classes)``.
-        num_classes, m, seed: as in :func:`sample_negatives` (every client draws m negatives).
+        num_classes: as in :func:`sample_negatives`.
+        m: negatives per client (every client draws m).
+        seed: the run seed; client ``c`` draws with ``client_seed(seed, c)``.
 
     Returns:
         int64 ``[C, m]``, each row sorted ascending.
@@ -106,7 +108,8 @@ def linear_cross_entropy(
         return_lse: also return the per-sample log-sum-exp ``[N]`` (differentiable too).
 
     Returns:
-        loss: float32 (float64 for float64 inputs), ``[]`` or ``[N]`` for ``"none"``; and lse ``[N]`` if asked.
+        loss (torch.Tensor): float32 (float64 for float64 inputs), ``[]``, or ``[N]`` for ``"none"``.
+        lse (torch.Tensor): ``[N]``, only with ``return_lse`` (the pair ``(loss, lse)`` is returned).
 
     Example:
         >>> h, W, y = torch.randn(8, 16, requires_grad=True), torch.randn(100, 16), torch.randint(0, 100, (8,))

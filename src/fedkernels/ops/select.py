@@ -1,5 +1,5 @@
 """Partial weight exchange: fused per-tensor delta norms, top-k tensor selection, and the server's
-masked per-tensor weighted average (DESIGN.md §3)."""
+masked per-tensor weighted average (docs/design.md §3)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def delta_norms(new: Sequence[torch.Tensor], old: Sequence[torch.Tensor], normal
     """``||new_t - old_t||_2`` for every pair of tensors, in one pass, without allocating differences.
 
     Args:
-        new, old: M tensors each; ``new[t]`` and ``old[t]`` share shape and dtype (float32, float16,
-            bfloat16 or float64; any mix across t), all on one device. Non-contiguous tensors are
-            read through a contiguous copy of that tensor.
+        new: M tensors (float32, float16, bfloat16 or float64; any mix across t), all on one device.
+            Non-contiguous tensors are read through a contiguous copy of that tensor.
+        old: M tensors; ``old[t]`` has the shape and dtype of ``new[t]``.
         normalize: divide each norm by ``sqrt(numel)`` (the RMS of the change), so large tensors
             do not dominate; 0 for an empty tensor.
 
@@ -56,7 +56,8 @@ def select_topk_tensors(
     Computed on the tensors' device without a host sync (k depends only on M and fraction).
 
     Args:
-        new, old: as in ``delta_norms``.
+        new: as in ``delta_norms``.
+        old: as in ``delta_norms``.
         fraction: in ``(0, 1]``; a tiny fraction keeps one tensor, 1 keeps all.
         normalize: rank by RMS change instead of the plain norm.
 
@@ -109,9 +110,10 @@ def masked_weighted_average(dst: Sequence[torch.Tensor], sent: Sequence[SentTens
             (e.g. the client's number of samples).
 
     Raises:
-        IndexError: an idx outside ``[0, M)``. ValueError: duplicate idx within a client, shape /
-        dtype / device mismatch, list length mismatch, negative or non-finite weights, or weights
-        of a sent tensor's senders summing to zero.
+        IndexError: an idx outside ``[0, M)``.
+        ValueError: duplicate idx within a client, shape / dtype / device mismatch, list length
+            mismatch, negative or non-finite weights, or weights of a sent tensor's senders summing
+            to zero.
 
     Example:
         >>> dst = [torch.zeros(2), torch.zeros(3)]

@@ -1,4 +1,4 @@
-"""Sketching ops for FedMLH: label hashing, bucket merging, count sketches (DESIGN.md §3)."""
+"""Sketching ops for FedMLH: label hashing, bucket merging, count sketches (docs/design.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Spreadout ops for FedAwS / FedALC: exact class kNN by tiles and the spreadout loss (DESIGN.md §3)."""
+"""Spreadout ops for FedAwS / FedALC: exact class kNN by tiles and the spreadout loss (docs/design.md §3)."""
 
 from __future__ import annotations
 

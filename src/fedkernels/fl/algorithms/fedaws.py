@@ -100,12 +100,15 @@ class FedAwS(Strategy):
         dim: class embedding size d.
         hidden: hidden widths of the feature extractor ``F -> hidden -> d``.
         pos_margin: cosine the positive loss asks for.
-        margin, k, metric: of the spreadout regulariser (margin on unit-norm embeddings). With
+        margin: the spreadout regulariser's margin (on unit-norm embeddings). With
             ``metric="l2"`` random unit rows in d dimensions sit near distance sqrt(2), so a margin
             well below that (e.g. 1.0 for d = 64) leaves almost no pair inside it: the regulariser
             and FedALC's pair weights then do nothing (measured on Bibtex: 0-0.5% of the k-NN pairs
             active with margin 1.0, all of them with 1.414).
-        spread_lr, spread_steps: the server's spreadout step size and steps per round.
+        k: neighbours per class in the spreadout regulariser.
+        metric: ``"l2"`` or ``"cosine"``, the regulariser's distance.
+        spread_lr: the server's spreadout step size.
+        spread_steps: the server's spreadout steps per round.
     """
 
     name = "FedAwS"

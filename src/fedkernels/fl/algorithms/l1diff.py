@@ -1,4 +1,4 @@
-"""The l1-difference update (communication-efficient proximal step, DESIGN.md §3).
+"""The l1-difference update (communication-efficient proximal step, docs/design.md §3).
 
 Each round a client computes the gradient ``g`` of its local loss at the global model ``x`` and
 sends ``d = (x - v) / eta`` with ``v = x + prox_tv1d(-eta g, eta gamma)``: piecewise constant, so it

@@ -36,11 +36,16 @@ class L1DiffNetwork(Strategy):
 
     Args:
         num_clients: how many clients there are (the state holds one head each).
-        gamma, eta: the l1-difference weight and step (as :class:`L1Diff`).
-        lam: weight of the graph penalty; p: 1 or 2 (its norm).
-        k: neighbours per client in the kNN graph; graph: "features" or "models".
+        gamma: the l1-difference weight (as :class:`L1Diff`).
+        eta: the proximal step size (as :class:`L1Diff`).
+        lam: weight of the graph penalty.
+        p: 1 or 2, the graph penalty's norm.
+        k: neighbours per client in the kNN graph.
+        graph: ``"features"`` or ``"models"``, what the kNN graph is built from.
         hidden: hidden widths (at least one layer, so a shared part exists).
-        loss, value_dtype, levels: as :class:`L1Diff`.
+        loss: as :class:`L1Diff`.
+        value_dtype: as :class:`L1Diff`.
+        levels: as :class:`L1Diff`.
         tol: duality-gap tolerance of the graph prox.
     """
 

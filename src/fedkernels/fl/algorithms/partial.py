@@ -25,7 +25,8 @@ class PartialExchange(FedAvg):
         fraction: p in ``(0, 1]``, the share of the model's M tensors a client uploads
             (``ceil(p * M)``, at least one); p = 1 is FedAvg.
         normalize: rank tensors by RMS change (norm / sqrt(numel)) instead of the plain norm.
-        hidden, loss: as in :class:`FedAvg`.
+        hidden: hidden widths, as in :class:`FedAvg`.
+        loss: ``"bce"`` or ``"softmax"``, as in :class:`FedAvg`.
     """
 
     name = "PartialExchange"
