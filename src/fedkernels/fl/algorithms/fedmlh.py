@@ -46,10 +46,11 @@ def per_table_average(
 
 
 def paper_hash_size(num_classes: int, num_tables: int | None = None) -> tuple[int, int]:
-    """``(R, B)`` for ``p = num_classes`` as the FedMLH paper picks them: its own pairs at its label
-    counts, ``(4, 4000)`` at p = 131073 and ``(8, 5000)`` at p = 312330 (R = 8 from p = 200000 up,
-    B capped at 4000 for R = 4 and 5000 for R = 8), and ``R * B`` about ``p / 2`` below the cap (the
-    shipped data: Bibtex p = 159 gives (4, 19), Delicious p = 983 gives (4, 122)). ``num_tables`` fixes R."""
+    """``(R, B)`` for ``p = num_classes``: the FedMLH paper's own pairs at its label counts,
+    ``(4, 4000)`` at p = 131073 and ``(8, 5000)`` at p = 312330 (R = 8 from p = 200000 up, B capped
+    at 4000 for R = 4 and 5000 for R = 8), and below the cap ``R * B`` about ``p / 2`` (our rule for
+    small label spaces, where the paper gives no pairs: Bibtex p = 159 gives (4, 19), Delicious
+    p = 983 gives (4, 122)). ``num_tables`` fixes R. ``R * B < p`` for every ``p >= 9``."""
     if num_classes < 1:
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
     r = int(num_tables) if num_tables is not None else (4 if num_classes < 200_000 else 8)
