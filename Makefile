@@ -4,17 +4,29 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
-DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr>=1.41,<2'
+# The lint tools are pinned: another ruff or clang-format version formats some lines differently.
+RUFF_PIN := ruff==0.17.6
+LINT_DEPS := $(RUFF_PIN) mypy==2.4.1 clang-format==23.1.5
+DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr>=1.41,<2' $(LINT_DEPS)
 # The API reference (mkdocs.yml): mkdocstrings reads the docstrings from src/ without importing it;
 # ruff formats the rendered signatures.
-DOCS_DEPS := 'mkdocs>=1.6,<2' 'mkdocstrings[python]>=0.29' ruff
+DOCS_DEPS := 'mkdocs>=1.6,<2' 'mkdocstrings[python]>=0.29' $(RUFF_PIN)
+RUFF ?= $(VENV)/bin/ruff
+MYPY ?= $(VENV)/bin/mypy
+CLANG_FORMAT ?= $(VENV)/bin/clang-format
+CSRC_FILES = git ls-files -z 'csrc/*.cpp' 'csrc/*.h' 'csrc/*.cu' 'csrc/*.cuh'
 
-.PHONY: demo test test-cuda-emu install bench docs gpu-check inplace clean
+.PHONY: demo test test-cuda-emu install bench docs gpu-check inplace clean lint format
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH) $(DEPS)
+
+# A .venv made before the lint tools joined DEPS gets them here.
+$(VENV)/.lint-deps: | $(PY)
+	$(PY) -m pip install -q $(LINT_DEPS)
+	touch $@
 
 install: $(PY)
 	$(PY) -m pip install -q --no-build-isolation -e .
@@ -50,6 +62,18 @@ bench: install
 # Options through GPU_CHECK_ARGS, e.g. GPU_CHECK_ARGS="--venv ~/venvs/cu130 --full".
 gpu-check:
 	$(PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
+
+# Lint and format (docs/DEVELOPING.md "Lint and format"); no build needed (mypy reads src/fedkernels/_C.pyi).
+# Other tools: make lint RUFF=... MYPY=... CLANG_FORMAT=... (e.g. a dev venv's).
+lint: $(VENV)/.lint-deps
+	$(RUFF) check .
+	$(RUFF) format --check .
+	$(MYPY)
+	$(CSRC_FILES) | xargs -0 $(CLANG_FORMAT) --dry-run -Werror
+
+format: $(VENV)/.lint-deps
+	$(RUFF) format .
+	$(CSRC_FILES) | xargs -0 $(CLANG_FORMAT) -i
 
 # Development: build _C into src/fedkernels with any venv's python (PYTHONPATH=src to import).
 inplace:

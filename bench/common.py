@@ -219,3 +219,29 @@ def read_xc_dense(path: str | Path):
 
     d = read_xc(path)
     return to_client_data(torch.from_numpy(d.features.toarray()).float(), d.labels)
+
+
+# ---- datasets (read with fedkernels.data, the library's one XC reader)
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+def read_xc(path: Path, limit: int | None = None) -> tuple[torch.Tensor, list[list[int]], int]:
+    """Dense float32 features ``[N, F]``, the label lists and the label count of an XC file (the
+    first ``limit`` samples when given), through :func:`fedkernels.data.read_xc`."""
+    from fedkernels.data import read_xc as _read
+
+    d = _read(path)
+    n = d.num_samples if limit is None else min(d.num_samples, limit)
+    x = torch.from_numpy(d.features[:n].toarray()).float()
+    lab = d.labels[:n]
+    labels = [lab.indices[lab.indptr[i] : lab.indptr[i + 1]].tolist() for i in range(n)]
+    return x, labels, d.num_labels
+
+
+def multi_hot(labels: list[list[int]], num_labels: int) -> torch.Tensor:
+    """float32 ``[N, L]`` 0/1 matrix of label lists."""
+    y = torch.zeros(len(labels), num_labels)
+    for i, ls in enumerate(labels):
+        y[i, ls] = 1.0
+    return y

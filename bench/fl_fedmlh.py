@@ -173,7 +173,8 @@ def main() -> None:
             rows += [{**row, "seed": seed} for row in r]
             full[name if seed == args.seeds[0] else f"{name}/seed{seed}"] = f
             print(
-                f"{name} seed {seed}: model bytes FedAvg/FedMLH = {f['ratios']['model_bytes_FedAvg_over_FedMLH']:.2f}x, "
+                f"{name} seed {seed}: model bytes FedAvg/FedMLH = "
+                f"{f['ratios']['model_bytes_FedAvg_over_FedMLH']:.2f}x, "
                 f"bytes to P@1 >= {f['target_P@1']:.4f}: FedAvg/FedMLH = "
                 f"{f['ratios']['bytes_to_target_FedAvg_over_FedMLH']}",
                 flush=True,

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
-from xc_reader import DATA, multi_hot, read_xc
+from common import DATA, multi_hot, read_xc
 
 from fedkernels.fl import ClientData, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import L1Diff, L1DiffNetwork

@@ -57,7 +57,8 @@ def partial(name: str = "fl_partial.json") -> str:
     a = d["args"]
     rank = "RMS change" if a.get("normalize") else "norm of the change"
     head = (
-        f"{d['dataset']}, tensors ranked by {rank}, hidden {a['hidden']}, {a['clients']} clients, {a['per_round']} per round, "
+        f"{d['dataset']}, tensors ranked by {rank}, hidden {a['hidden']}, {a['clients']} clients, "
+        f"{a['per_round']} per round, "
         f"{a['rounds']} rounds, {a['epochs']} local epochs, {a['optimizer']} lr {a['lr']}, seed {a['seed']}\n\n"
     )
     return head + table(
@@ -146,12 +147,18 @@ def fedaws() -> str:
     if d is None:
         return "(no fl_fedaws.json)"
     rows = [
-        [r["algorithm"], r["P@1"], r["P@3"], r["P@5"], r["MB_up"], r["MB_down"], r["setup_MB_up"], r["seconds"]]
+        [r["algorithm"], r.get("seed", 0), r["P@1"], r["P@3"], r["P@5"], r["MB_up"], r["MB_down"], r["setup_MB_up"]]
         for r in d["rows"]
     ]
-    return f"args {d.get('args')}\n\n" + table(
-        rows, ["algorithm", "P@1", "P@3", "P@5", "MB up", "MB down", "setup MB up", "s"]
-    )
+    out = table(rows, ["algorithm", "seed", "P@1", "P@3", "P@5", "MB up", "MB down", "setup MB up"])
+    if d.get("summary"):
+        srows = [
+            [s["algorithm"], s.get("rounds", ""), s["seeds"]]
+            + [f"{s[k]:.3f} +- {s[k + '_std']:.3f}" for k in ("P@1", "P@3", "P@5")]
+            for s in d["summary"]
+        ]
+        out += "\n\nmean +- std over seeds\n\n" + table(srows, ["algorithm", "rounds", "seeds", "P@1", "P@3", "P@5"])
+    return out
 
 
 def main() -> None:

@@ -76,7 +76,7 @@ FEDMLH_K_GENERAL = 100  # a top-100 (recall@100-style evaluation): beyond the 32
 FEDSS = dict(n=4096, s=131072, d=256)  # bench/sampled.py's largest LCE
 SCATTER = [(4096, 16384), (131072, 65536)]  # bench/sampled.py's (n rows, T sources), d = 256 (first and last)
 NEGATIVES, SAMPLER_CLIENTS = 16384, 64  # sampler: m negatives of s classes; batched over 64 clients
-PARTIAL_CLIENTS, PARTIAL_FRACTION = 4, 0.5  # bench/select_bench.py's average
+PARTIAL_CLIENTS, PARTIAL_FRACTION = 4, 0.5  # bench/select_norms.py's average
 PROX_D = 10**7
 SPREAD = [(100000, 64), (100000, 512)]  # bench/spread.py's C = 100000, k = 10
 SPREAD_K, SPREAD_MARGIN, PAIRS_PER_CLASS = 10, 1.0, 10
@@ -583,7 +583,7 @@ def fedmlh_models(p: int, r: int, b: int, n: int) -> list[OpModel]:
 
     for k in (FEDMLH_K, FEDMLH_K_GENERAL):  # k <= 32: the register fast path; larger k: the general path
         m = OpModel("bucket_merge_topk", cfg + f" k={k}")
-        m.launches = record(lambda: fedkernels.bucket_merge_topk(logp, table, k))
+        m.launches = record(lambda k=k: fedkernels.bucket_merge_topk(logp, table, k))
         scan = "topk_scan_kernel" if k <= 32 else "topk_general_kernel"
         # One block per (row, class range): the scan reads logp and the table; split rows add a merge pass.
         m.kernel_bytes[scan] = B(bytes_bucket_merge_topk, n, p, r, b, k, es)
@@ -598,7 +598,7 @@ def fedmlh_models(p: int, r: int, b: int, n: int) -> list[OpModel]:
 
     grad = torch.empty(n, p)
     m = OpModel("bucket_merge_backward", cfg)
-    m.launches = record(lambda: torch.ops.fedkernels.bucket_merge_backward(grad, table, b))
+    m.launches = record(lambda grad=grad: torch.ops.fedkernels.bucket_merge_backward(grad, table, b))
     m.kernel_bytes["bucket_gather_kernel"] = B(bytes_bucket_merge_backward, n, p, r, b, es)
     m.floor = m.kernel_bytes["bucket_gather_kernel"]
     m.torch = B(torch_bucket_merge_backward, n, p, r, b, es)
@@ -769,7 +769,7 @@ def partial_models(model: str, dtypes: list[torch.dtype]) -> list[OpModel]:
         tname = str(dtype).replace("torch.", "")
         mcount = len(shapes)
         m = OpModel("delta_norms", f"{model} M={mcount} {tname}")
-        m.launches = record(lambda: fedkernels.delta_norms(new, old))
+        m.launches = record(lambda new=new, old=old: fedkernels.delta_norms(new, old))
         chunks = sum(launch_stats(gr, bl)["blocks"] for name, gr, bl in m.launches if name == "norm_partials_kernel")
         m.kernel_bytes["norm_partials_kernel"] = B(bytes_norm_partials, model_bytes, chunks)
         m.kernel_bytes["norm_finish_kernel"] = B(bytes_norm_finish, mcount, chunks)
@@ -779,7 +779,7 @@ def partial_models(model: str, dtypes: list[torch.dtype]) -> list[OpModel]:
 
         k = fedkernels.num_selected(mcount, 0.1)
         m = OpModel("select_topk_tensors", f"{model} M={mcount} {tname} fraction=0.1")
-        m.launches = record(lambda: fedkernels.select_topk_tensors(new, old, 0.1))
+        m.launches = record(lambda new=new, old=old: fedkernels.select_topk_tensors(new, old, 0.1))
         m.kernel_bytes["norm_partials_kernel"] = B(bytes_norm_partials, model_bytes, chunks)
         m.kernel_bytes["norm_finish_kernel"] = B(bytes_norm_finish, mcount, chunks)
         m.kernel_bytes["topk_rank_kernel"] = B(bytes_topk_rank, mcount, k)
@@ -926,18 +926,18 @@ def build_models(quick: bool, log: Callable[[str], None] = print, exact_lce: boo
         log(f"  recorded {what}: {sum(len(m.launches) for m in got)} launches, {time.perf_counter() - t0:.1f} s")
 
     for p, r, b in cfg["fedmlh"]:
-        step(f"FedMLH p={p}", lambda: fedmlh_models(p, r, b, cfg["fedmlh_n"]))
+        step(f"FedMLH p={p}", lambda p=p, r=r, b=b: fedmlh_models(p, r, b, cfg["fedmlh_n"]))
     ss = cfg["fedss"]
     step("sampler", lambda: sampler_models(ss["s"], ss["n"], cfg["negatives"], cfg["sampler_clients"]))
     step("linear_cross_entropy", lambda: lce_models(ss["n"], ss["s"], ss["d"], exact_lce))
     for n, t in cfg["scatter"]:
-        step(f"scatter_rows_mean n={n} T={t}", lambda: scatter_models(n, t, cfg["scatter_d"]))
+        step(f"scatter_rows_mean n={n} T={t}", lambda n=n, t=t: scatter_models(n, t, cfg["scatter_d"]))
     for model in cfg["models"]:
-        step(f"partial exchange {model}", lambda: partial_models(model, cfg["dtypes"]))
+        step(f"partial exchange {model}", lambda model=model: partial_models(model, cfg["dtypes"]))
     for d, bs in cfg["prox"]:
-        step(f"prox d={d} block={bs}", lambda: prox_models(d, bs))
+        step(f"prox d={d} block={bs}", lambda d=d, bs=bs: prox_models(d, bs))
     for i, (c, d) in enumerate(cfg["spread"]):
-        step(f"spread C={c} d={d}", lambda: spread_models(c, d, with_pair_weights=i == 0))
+        step(f"spread C={c} d={d}", lambda c=c, d=d, i=i: spread_models(c, d, with_pair_weights=i == 0))
     return models
 
 

@@ -52,8 +52,8 @@ def main() -> None:
     rows = []
     for name, (tensors, spec) in payloads(args.mib).items():
         raw = encode(tensors)
-        t_checked = timeit(lambda: decode(raw, spec))
-        t_plain = timeit(lambda: st_load(raw))
+        t_checked = timeit(lambda raw=raw, spec=spec: decode(raw, spec))
+        t_plain = timeit(lambda raw=raw: st_load(raw))
         rows.append(
             {
                 "case": f"decode {name}",
@@ -63,8 +63,8 @@ def main() -> None:
                 "ratio": t_checked / t_plain,
                 "checked GB/s": len(raw) / t_checked / 1e9,
                 "copy GB/s": copy,
-                "checked peak MiB": mib(peak_extra_bytes(lambda: decode(raw, spec))),
-                "unchecked peak MiB": mib(peak_extra_bytes(lambda: st_load(raw))),
+                "checked peak MiB": mib(peak_extra_bytes(lambda raw=raw, spec=spec: decode(raw, spec))),
+                "unchecked peak MiB": mib(peak_extra_bytes(lambda raw=raw: st_load(raw))),
             }
         )
     dense = payloads(args.mib)["dense state"][0]

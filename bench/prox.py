@@ -4,8 +4,9 @@ Compares, in the same run:
 - prox_tv1d (exact, linear time) against an iterative dual projected-gradient (FISTA) solver in
   PyTorch, the composition a user would write without this library, and against Condat's C code
   as shipped by the PyPI package prox-tv (``tv1_1d(x, w, method='condat')``; optional, bench-only);
-- ns per element for d = 1e3 .. 1e7 on one thread (each call on a fresh row, see cycler), rows per second for batches on 1 and 2
-  threads (parallel efficiency), peak extra memory, achieved GB/s against measured copy bandwidth;
+- ns per element for d = 1e3 .. 1e7 on one thread (each call on a fresh row, see cycler), rows per
+  second for batches on 1 and 2 threads (parallel efficiency), peak extra memory, achieved GB/s
+  against measured copy bandwidth;
 - bits per parameter of the l1-difference update sent through fedkernels.comm, for a gamma sweep,
   on the gradient of a linear multi-label model on the real Delicious dataset.
 
@@ -29,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
-from xc_reader import DATA, multi_hot, read_xc
+from common import DATA, multi_hot, read_xc
 
 import fedkernels
 from fedkernels.comm import decode_runs, encode_runs, quantize_runs
@@ -115,29 +116,33 @@ def speed_rows(quick: bool, device: str = "cpu") -> list[dict]:
         z64, z32 = pool64[0], pool32[0]
         next32, next64 = cycler(list(pool32)), cycler(list(pool64))
         row = {"d": d, "lam": lam, "distinct rows": pool64.shape[0]}
-        t = common.timeit(lambda: fedkernels.prox_tv1d(next32(), lam, True), device, repeat=5)
+        t = common.timeit(lambda next32=next32: fedkernels.prox_tv1d(next32(), lam, True), device, repeat=5)
         row["ns/elem f32 anchored"] = t / d * 1e9
         calls = max(1, min(200, 10**7 // d))
         if on_cpu:
             row["cpu ns/elem f32 anchored"] = (
-                cpu_time(lambda: fedkernels.prox_tv1d(next32(), lam, True), calls) / d * 1e9
+                cpu_time(lambda next32=next32: fedkernels.prox_tv1d(next32(), lam, True), calls) / d * 1e9
             )
         row["GB/s f32"] = 8 * d / t / 1e9
         row["copy GB/s"] = copy_gbs
-        t_free = common.timeit(lambda: fedkernels.prox_tv1d(next64(), lam, False), device, repeat=5)
+        t_free = common.timeit(lambda next64=next64: fedkernels.prox_tv1d(next64(), lam, False), device, repeat=5)
         row["ns/elem f64 free"] = t_free / d * 1e9
         if prox_tv is not None:
             nextn = cycler([r.numpy() for r in pool64])
-            t_c = common.timeit(lambda: prox_tv.tv1_1d(nextn(), lam, method="condat"), repeat=5)
+            t_c = common.timeit(lambda nextn=nextn: prox_tv.tv1_1d(nextn(), lam, method="condat"), repeat=5)
             row["condat ns/elem"] = t_c / d * 1e9
-            row["condat cpu ns/elem"] = cpu_time(lambda: prox_tv.tv1_1d(nextn(), lam, method="condat"), calls) / d * 1e9
+            row["condat cpu ns/elem"] = (
+                cpu_time(lambda nextn=nextn: prox_tv.tv1_1d(nextn(), lam, method="condat"), calls) / d * 1e9
+            )
             row["ours/condat"] = t_free / t_c
             row["f32 anchored/condat"] = t / t_c
             ref = torch.from_numpy(prox_tv.tv1_1d(z64.numpy(), lam, method="condat"))
             row["max |ours-condat|"] = float((fedkernels.prox_tv1d(z64, lam, False) - ref).abs().max())
         if d <= 10**6:
             iters = 100
-            t_pg = common.timeit(lambda: pg_baseline(z32, lam, True, iters), device, repeat=3, warmup=1)
+            t_pg = common.timeit(
+                lambda z32=z32, iters=iters: pg_baseline(z32, lam, True, iters), device, repeat=3, warmup=1
+            )
             exact = fedkernels.prox_tv1d(z64, lam, True)
             f_star = objective(z64, exact, lam, True)
             f_pg = objective(z64, pg_baseline(z64, lam, True, iters).double(), lam, True)
@@ -146,9 +151,11 @@ def speed_rows(quick: bool, device: str = "cpu") -> list[dict]:
             row["pg100 rel. gap"] = (f_pg - f_star) / abs(f_star)
         if d == 10**6:
             row["ours peak MiB"] = common.mib(
-                common.peak_extra_bytes(lambda: fedkernels.prox_tv1d(z32, lam, True), device)
+                common.peak_extra_bytes(lambda z32=z32: fedkernels.prox_tv1d(z32, lam, True), device)
             )
-            row["pg peak MiB"] = common.mib(common.peak_extra_bytes(lambda: pg_baseline(z32, lam, True, 5), device))
+            row["pg peak MiB"] = common.mib(
+                common.peak_extra_bytes(lambda z32=z32: pg_baseline(z32, lam, True, 5), device)
+            )
         rows.append(row)
         print(row, flush=True)
     torch.set_num_threads(old)
@@ -164,10 +171,10 @@ def batch_rows(quick: bool) -> list[dict]:
         times = {}
         for th in (1, 2):
             torch.set_num_threads(th)
-            times[th] = common.timeit(lambda: fedkernels.prox_tv1d(z, 0.5), repeat=5)
+            times[th] = common.timeit(lambda z=z: fedkernels.prox_tv1d(z, 0.5), repeat=5)
         one = torch.randn(n_rows * d, generator=g)
         torch.set_num_threads(2)
-        t_block = common.timeit(lambda: fedkernels.prox_tv1d(one, 0.5, block_size=d), repeat=5)
+        t_block = common.timeit(lambda one=one, d=d: fedkernels.prox_tv1d(one, 0.5, block_size=d), repeat=5)
         row = {
             "rows x d": f"{n_rows} x {d}",
             "rows/s 1 thread": n_rows / times[1],

@@ -55,22 +55,22 @@ def lce_rows(device: str, sizes: list[int], n: int = 4096, d: int = 256) -> list
         t = torch.randint(0, s, (n,), generator=g).to(device)
         leaves = [x.clone().requires_grad_() for x in (h, W, b)]
 
-        def ours_fwd():
+        def ours_fwd(h=h, W=W, t=t, b=b):
             with torch.no_grad():
                 return fedkernels.linear_cross_entropy(h, W, t, b)
 
-        def torch_fwd():
+        def torch_fwd(h=h, W=W, b=b, t=t):
             with torch.no_grad():
                 return F.cross_entropy(h @ W.T + b, t)
 
-        def ours_fwd_bwd():
+        def ours_fwd_bwd(leaves=leaves, t=t):
             for x in leaves:
                 x.grad = None
             loss = fedkernels.linear_cross_entropy(*leaves[:2], t, leaves[2])
             loss.backward()
             return [x.grad for x in leaves]
 
-        def torch_fwd_bwd():
+        def torch_fwd_bwd(leaves=leaves, t=t):
             for x in leaves:
                 x.grad = None
             loss = F.cross_entropy(leaves[0] @ leaves[1].T + leaves[2], t)
@@ -123,10 +123,10 @@ def scatter_rows(device: str, configs: list[tuple[int, int]], d: int = 256) -> l
         w = (torch.rand(t_count, generator=g) + 0.1).to(device)
         unique_rows = int(torch.unique(idx).numel())
 
-        def ours():
+        def ours(out=out, idx=idx, src=src, w=w):
             return fedkernels.scatter_rows_mean(out, idx, src, w)
 
-        def composition():
+        def composition(out=out, idx=idx, src=src, w=w, n=n):
             num = torch.zeros_like(out).index_add_(0, idx, src * w[:, None])
             den = torch.zeros(n, device=device).index_add_(0, idx, w)
             touched = torch.unique(idx)

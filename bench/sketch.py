@@ -332,12 +332,12 @@ def goals(rows: list[dict], copy_gbs: float) -> list[dict]:
 # the time is the memory-bound floor: logp read once (N R B 4 bytes), the table once (p R 4), the
 # output written once (N k 12). At N = 1024, k = 5 (`python bench/sketch.py --topk-launch` prints it):
 #
-# | p      | R | B    | blocks x threads | splits | warps/SM (grid) | resident warps/SM | row staged | MB moved | floor us |
-# |--------|---|------|------------------|--------|-----------------|-------------------|------------|----------|----------|
-# | 3993   | 4 | 250  | 1024 x 256       | 1      | 62.1            | 32                | yes (4 KB) | 4.22     | 1.26     |
-# | 30938  | 4 | 1000 | 1024 x 256       | 1      | 62.1            | 32                | yes (16 KB)| 16.94    | 5.06     |
-# | 131073 | 4 | 4000 | 1024 x 256       | 1      | 62.1            | 32                | no (64 KB) | 67.69    | 20.21    |
-# | 312330 | 8 | 5000 | 1024 x 256       | 1      | 62.1            | 32                | no (160 KB)| 173.90   | 51.91    |
+# | p      | R | B    | blocks x threads | splits | warps/SM (grid) | resident | row staged  | MB moved | floor us |
+# |--------|---|------|------------------|--------|-----------------|----------|-------------|----------|----------|
+# | 3993   | 4 | 250  | 1024 x 256       | 1      | 62.1            | 32       | yes (4 KB)  | 4.22     | 1.26     |
+# | 30938  | 4 | 1000 | 1024 x 256       | 1      | 62.1            | 32       | yes (16 KB) | 16.94    | 5.06     |
+# | 131073 | 4 | 4000 | 1024 x 256       | 1      | 62.1            | 32       | no (64 KB)  | 67.69    | 20.21    |
+# | 312330 | 8 | 5000 | 1024 x 256       | 1      | 62.1            | 32       | no (160 KB) | 173.90   | 51.91    |
 #
 # "warps/SM (grid)" is the grid's warps over 132 SMs; "resident" what registers allow at once (k <= 8:
 # __launch_bounds__(256, 4), 64 registers, so 4 blocks of 8 warps; k <= 32: 2 blocks). The floor

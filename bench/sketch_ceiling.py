@@ -83,16 +83,17 @@ def part_configs(ghz: float) -> None:
         t, s = hf.table(p), hf.signs(p)
         x = torch.randn(ROWS, p, generator=g)
         nbytes = x.numel() * 4 + t.numel() * 5 + ROWS * r * b * 4
-        mn, med = best_of(lambda: fedkernels.count_sketch(x, t, s, b))
-        fixed = best_of(lambda: fedkernels.count_sketch(x[:0], t, s, b))[0]  # argument checks, output
-        _, tmed = best_of(lambda: compose(x, t, s, b), repeat=5, min_time=0.0)
+        mn, med = best_of(lambda x=x, t=t, s=s, b=b: fedkernels.count_sketch(x, t, s, b))
+        # the fixed per-call cost (argument checks, output) of a 0-row call
+        fixed = best_of(lambda x=x, t=t, s=s, b=b: fedkernels.count_sketch(x[:0], t, s, b))[0]
+        _, tmed = best_of(lambda x=x, t=t, s=s, b=b: compose(x, t, s, b), repeat=5, min_time=0.0)
         adds = ROWS * p * r
         need = adds / (nbytes / (0.6 * copy * 1e9)) / (ghz * 1e9) / cores
         got = adds / mn / (ghz * 1e9) / cores
-        pct = lambda sec: 100 * nbytes / sec / 1e9 / copy  # noqa: E731
+        pct_mn, pct_med = (100 * nbytes / sec / 1e9 / copy for sec in (mn, med))  # of the copy bandwidth
         print(
-            f"| {p} | {r} | {b} | {1e3 * mn:.3f} | {1e3 * med:.3f} | {1e3 * fixed:.3f} | {1e3 * tmed:.2f} | {pct(mn):.0f}% "
-            f"| {pct(med):.0f}% | {need:.2f} | {got:.2f} |",
+            f"| {p} | {r} | {b} | {1e3 * mn:.3f} | {1e3 * med:.3f} | {1e3 * fixed:.3f} | {1e3 * tmed:.2f} "
+            f"| {pct_mn:.0f}% | {pct_med:.0f}% | {need:.2f} | {got:.2f} |",
             flush=True,
         )
 
@@ -111,8 +112,8 @@ def part_rmw(ghz: float, p: int = 65536) -> None:
                 hf = HashFamily(r, b, seed=2)
                 t, s = hf.table(p), hf.signs(p)
                 # minus the fixed per-call cost (argument checks scan table and signs) of a 0-row call
-                fixed = best_of(lambda: fedkernels.count_sketch(x[:0], t, s, b), repeat=15)[0]
-                ts[r] = best_of(lambda: fedkernels.count_sketch(x, t, s, b), repeat=15)[0] - fixed
+                fixed = best_of(lambda t=t, s=s, b=b: fedkernels.count_sketch(x[:0], t, s, b), repeat=15)[0]
+                ts[r] = best_of(lambda t=t, s=s, b=b: fedkernels.count_sketch(x, t, s, b), repeat=15)[0] - fixed
             rmws = (ROWS // LANES) * p * 4
             ns = 1e9 * (ts[5] - ts[1]) / rmws
             print(

@@ -40,7 +40,7 @@ Before this shape, knn ran one thread per row (782 x 128, 23.7 warps/SM, each th
 row at stride d, the C^2 d multiply-adds on CUDA cores from a 32-column shared tile, the candidate list
 serial per thread), finalize one thread per row, the loss sum in 1 block of 128 threads and the
 gradient a 128-thread block per row (half idle at d = 64; cosine's projection redone by every thread).
-"""
+"""  # noqa: E501  (markdown tables of the launch model above: a table row cannot wrap)
 
 from __future__ import annotations
 
@@ -112,7 +112,10 @@ def cuda_launch_model(c: int, d: int, k: int = K) -> list[dict]:
     cap = k + 8
     row_tiles, col_tiles = -(-c // KNN_ROW_TILE), -(-c // KNN_COL_TILE)
     tr, tc = min(KNN_ROW_TILE, c), min(KNN_COL_TILE, c)
-    ceil = lambda a, b: -(-a // b)  # noqa: E731
+
+    def ceil(a: int, b: int) -> int:
+        return -(-a // b)
+
     rows = []
 
     def add(kernel, launches, blocks, threads, nbytes, flops=0.0, peak=H100_FP32_FLOPS, note=""):

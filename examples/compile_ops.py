@@ -60,7 +60,7 @@ def check(name: str, eager, compiled) -> bool:
     """Compare outputs (and the gradients the functions return) of eager and compiled runs."""
     ok = all(
         torch.allclose(a, b, rtol=1e-5, atol=1e-6) if a.is_floating_point() else torch.equal(a, b)
-        for a, b in zip(eager, compiled)
+        for a, b in zip(eager, compiled, strict=True)
     )
     print(f"{name}: compiled {'matches' if ok else 'DIFFERS FROM'} eager")
     return ok

@@ -82,7 +82,7 @@ class ClippedFedAvgM(Strategy):
         new: State = {}
         for i, k in enumerate(names):
             step = torch.zeros_like(old[i])
-            for r, n in zip(results, norms):
+            for r, n in zip(results, norms, strict=True):
                 scale = min(1.0, bound / n) if n > 0 else 0.0
                 step += (r.payload[k] - old[i]) * (scale * r.num_examples / total)
             v = self.momentum * state[f"velocity.{k}"] + step

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fedkernels.fl import ClientData, RunConfig, Strategy, TrainConfig
 from fedkernels.fl.registry import make_strategy as registered
-from python_tests.fl_data import tiny_clients
+from python_tests.fl_data import one_label_clients, tiny_clients
 
 NUM_FEATURES, NUM_CLASSES = 16, 8
 
@@ -32,8 +32,34 @@ def make_strategy(name: str) -> Strategy:
     return registered(name, **SMALL.get(name.lower(), {}))
 
 
-def client_data(partition: int, num_clients: int) -> ClientData:
+ONE_LABEL = ("fedaws", "fedalc", "fedalc-fixed")  # one class per client
+
+
+def shared_one_label_clients(num_clients: int, seed: int, per_client: int = 20) -> list[ClientData]:
+    """Client i holds class i; its first 4 rows are also client i+1's (an instance with two labels),
+    so FedALC's label sets have co-occurrences and its pair weights are not all 1."""
+    base = one_label_clients(num_clients, per_client, seed)
+    out = []
+    for i, d in enumerate(base):
+        x = d.x.clone()
+        if i + 1 < num_clients:
+            x[:4] = base[i + 1].x[:4]
+        out.append(ClientData(x, d.indptr, d.indices, d.num_classes))
+    return out
+
+
+def client_data(partition: int, num_clients: int, strategy: str = "fedavg") -> ClientData:
+    """Client ``partition``'s training data for ``strategy`` (one-label data for the FedAwS family)."""
+    if strategy.lower() in ONE_LABEL:
+        return shared_one_label_clients(num_clients, seed=3)[partition]
     return tiny_clients(num_clients, seed=3)[partition]
+
+
+def held_out_data(partition: int, num_clients: int, strategy: str = "fedavg") -> ClientData:
+    """Client ``partition``'s held-out data (federated evaluation); sizes differ between clients."""
+    if strategy.lower() in ONE_LABEL:
+        return one_label_clients(num_clients, 6 + 3 * partition, seed=11)[partition]
+    return tiny_clients(num_clients, 6 + 3 * partition, seed=11)[partition]
 
 
 def run_config(

@@ -235,7 +235,7 @@ def test_http_404(serve, tmp_path):
 
 def test_truncated_download(serve, tmp_path):
     base = serve(tmp_path)
-    with pytest.raises(DownloadError, match="truncated download .* (got 500 of 1000 bytes|after 500 bytes)"):
+    with pytest.raises(DownloadError, match=r"truncated download .* (got 500 of 1000 bytes|after 500 bytes)"):
         download(f"{base}/truncated/1000", tmp_path / "f.txt", progress=False)
     assert not list(tmp_path.glob("f.txt*"))  # neither the file nor its .part is left
 
@@ -243,7 +243,7 @@ def test_truncated_download(serve, tmp_path):
 def test_checksum_mismatch(serve, tmp_path):
     (tmp_path / "data.txt").write_text(XC_SMALL)
     base = serve(tmp_path)
-    with pytest.raises(DownloadError, match="checksum mismatch .* expected SHA-256 0{64}, got [0-9a-f]{64}"):
+    with pytest.raises(DownloadError, match=r"checksum mismatch .* expected SHA-256 0{64}, got [0-9a-f]{64}"):
         download(f"{base}/data.txt", tmp_path / "out.txt", sha256="0" * 64, progress=False)
     assert not (tmp_path / "out.txt").exists()
     good = hashlib.sha256(XC_SMALL.encode()).hexdigest()
@@ -279,7 +279,7 @@ def test_bad_archive_without_checksum(serve, cache, registered, tmp_path):
             "bad-zip", (RemoteFile(serve(tmp_path) + "/Bad.zip", "Bad.zip", None, "zip"),), "a_train.txt", "a_test.txt"
         )
     )
-    with pytest.raises(DownloadError, match="Bad.zip is not a valid zip archive"):
+    with pytest.raises(DownloadError, match=r"Bad\.zip is not a valid zip archive"):
         fetch("bad-zip", progress=False)
     assert not (cache / "bad-zip").exists()
 

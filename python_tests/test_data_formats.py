@@ -35,7 +35,7 @@ def test_libsvm_zero_based_and_sizes(tmp_path):
     with pytest.raises(ValueError, match="label id 1 out of range for num_labels=1"):
         read_libsvm(p, num_labels=1)
     (tmp_path / "bad.svm").write_text("0 1:x\n")
-    with pytest.raises(ValueError, match="bad.svm:1: bad feature value"):
+    with pytest.raises(ValueError, match=r"bad\.svm:1: bad feature value"):
         read_libsvm(tmp_path / "bad.svm")
 
 
@@ -50,10 +50,10 @@ def test_npz_pair_stays_sparse(tmp_path):
     assert d.labels.toarray().tolist() == (y.toarray() > 0).astype(float).tolist()
     assert read_any(tmp_path / "train_X.npz").num_samples == 6
     sp.save_npz(tmp_path / "short_Y.npz", y[:4])
-    with pytest.raises(ValueError, match="has 6 rows but labels .* has 4"):
+    with pytest.raises(ValueError, match=r"has 6 rows but labels .* has 4"):
         read_npz(tmp_path / "train_X.npz", tmp_path / "short_Y.npz")
     (tmp_path / "junk_X.npz").write_bytes(b"junk")
-    with pytest.raises(ValueError, match="not a scipy sparse .npz"):
+    with pytest.raises(ValueError, match=r"not a scipy sparse \.npz"):
         read_npz(tmp_path / "junk_X.npz", tmp_path / "train_Y.npz")
 
 

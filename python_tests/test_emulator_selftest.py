@@ -73,7 +73,7 @@ def test_missing_barrier_is_caught(order) -> None:
         with pytest.raises(RuntimeError, match="read of uninitialised __shared__ memory at byte 4 of __shared__ slots"):
             torch.ops.fk_emu_selftest.block_sum(x, 0)
         order("reverse")  # the others write first: the values are right, the missing order is not
-        with pytest.raises(RuntimeError, match="write/read race .* __shared__ slots between thread 1 and thread 0"):
+        with pytest.raises(RuntimeError, match=r"write/read race .* __shared__ slots between thread 1 and thread 0"):
             torch.ops.fk_emu_selftest.block_sum(x, 0)
         return
     order("forward")  # thread 0 runs first: its sum reads poisoned slots

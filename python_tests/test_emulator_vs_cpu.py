@@ -44,7 +44,7 @@ def assert_same(cpu, cuda) -> None:
     cpu = cpu if isinstance(cpu, (tuple, list)) else (cpu,)
     cuda = cuda if isinstance(cuda, (tuple, list)) else (cuda,)
     assert len(cpu) == len(cuda)
-    for a, b in zip(cpu, cuda):
+    for a, b in zip(cpu, cuda, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
         assert torch.equal(
             a.view(torch.uint8) if a.is_floating_point() else a, b.view(torch.uint8) if b.is_floating_point() else b
@@ -158,7 +158,7 @@ def test_linear_cross_entropy(seed: int, n: int, s: int, d: int, bias: bool, chu
     b = torch.randn(s, generator=rng) if bias else None
     cpu = OPS.linear_cross_entropy.default(h, W, target, b, 1.0, -100, "none", chunk)
     cuda = on_cuda(OPS.linear_cross_entropy.default, h, W, target, b, 1.0, -100, "none", chunk)
-    for x, y in zip(cpu, cuda):
+    for x, y in zip(cpu, cuda, strict=True):
         torch.testing.assert_close(x, y, rtol=2e-6, atol=2e-6)
 
 
@@ -195,7 +195,7 @@ def test_select_family(seed: int, sizes: list[int], dtype, fraction: float) -> N
     cpu_dst, cuda_dst = [o.clone() for o in old], [o.clone() for o in old]
     fedkernels.masked_weighted_average(cpu_dst, sent)
     routed(lambda: fedkernels.masked_weighted_average(cuda_dst, sent))
-    for a, b in zip(cpu_dst, cuda_dst):
+    for a, b in zip(cpu_dst, cuda_dst, strict=True):
         assert_same(a, b)
 
 

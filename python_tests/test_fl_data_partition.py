@@ -61,7 +61,7 @@ def test_fedmlh_partition_invariants(lp, num_clients, num_frequent, seed):
             assert _labels_of(s, i) == _row_labels(ip, ix, r)
     # reproducible
     again = fedmlh_partition(indptr, indices, p, num_clients, num_frequent, seed)
-    assert all(np.array_equal(a.rows, b.rows) for a, b in zip(shards, again))
+    assert all(np.array_equal(a.rows, b.rows) for a, b in zip(shards, again, strict=True))
 
 
 def test_frequent_classes_ties_and_empty():
@@ -74,7 +74,7 @@ def test_frequent_classes_ties_and_empty():
 
 @given(label_sets, st.integers(1, 6), st.integers(0, 2**32))
 def test_iid_covers_every_sample_once(lp, num_clients, seed):
-    p, labels = lp
+    _, labels = lp
     indptr, indices = csr_from_lists(labels)
     shards = iid_partition(indptr, indices, num_clients, seed)
     rows = np.concatenate([s.rows for s in shards])

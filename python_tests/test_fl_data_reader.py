@@ -61,7 +61,7 @@ def test_reader_rejects(tmp_path, text, match):
 
 def _xc_text(rows_labels, rows_feats, f, l):
     lines = [f"{len(rows_labels)} {f} {l}"]
-    for lab, fs in zip(rows_labels, rows_feats):
+    for lab, fs in zip(rows_labels, rows_feats, strict=True):
         lines.append(",".join(map(str, lab)) + " " + " ".join(f"{k}:{v}" for k, v in fs))
     return "\n".join(lines) + "\n"
 

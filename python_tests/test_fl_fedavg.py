@@ -34,7 +34,7 @@ def test_aggregation_is_weighted_mean():
     new = s.strategy.aggregate(s.state, ups, 0)
     w = [len(s.clients[c]) for c in chosen]
     for k in new:
-        want = sum(wi * u.payload[k].double() for wi, u in zip(w, ups)) / sum(w)
+        want = sum(wi * u.payload[k].double() for wi, u in zip(w, ups, strict=True)) / sum(w)
         torch.testing.assert_close(new[k].double(), want, rtol=1e-6, atol=1e-7)
 
 

@@ -71,11 +71,11 @@ def test_fedaws_aggregation_matches_hand_reference():
     new = s.strategy.aggregate(s.state, ups, 0)
     n = [float(u.num_examples) for u in ups]
     for name in (k for k in new if k.startswith("g.")):
-        want = sum(w * u.payload[name].double() for w, u in zip(n, ups)) / sum(n)
+        want = sum(w * u.payload[name].double() for w, u in zip(n, ups, strict=True)) / sum(n)
         torch.testing.assert_close(new[name].double(), want, rtol=1e-6, atol=1e-7)
     # one client per class here: the class rows are replaced by the uploads, then one spreadout step
     W = s.state["W"].double().clone()
-    for c, u in zip(chosen, ups):
+    for c, u in zip(chosen, ups, strict=True):
         W[client_class(s.clients[c])] = u.payload["w"].double()
     Wg = W.clone().requires_grad_(True)
     (grad,) = torch.autograd.grad(spread_ref.spreadout_loss(Wg, 1.5, 3, None, "l2"), Wg)
@@ -85,9 +85,12 @@ def test_fedaws_aggregation_matches_hand_reference():
 
 def test_two_clients_of_one_class_average_by_samples():
     s = _server(FedAwS, spread_lr=0.0)
-    s.strategy._client_class = {0: 2, 1: 2}
     g = {n: t for n, t in s.state.items() if n.startswith("g.")}
-    ups = [ClientResult(0, {**g, "w": torch.ones(8)}, 1, 0), ClientResult(1, {**g, "w": torch.zeros(8)}, 3, 0)]
+    row2 = {"class_id": torch.tensor([2])}  # what check_upload adds: the row each client asked for
+    ups = [
+        ClientResult(0, {**g, "w": torch.ones(8), **row2}, 1, 0),
+        ClientResult(1, {**g, "w": torch.zeros(8), **row2}, 3, 0),
+    ]
     new = s.strategy.aggregate(s.state, ups, 0)
     torch.testing.assert_close(new["W"][2], F.normalize(torch.full((8,), 0.25), dim=0))
 
@@ -135,3 +138,50 @@ def test_spreadout_step_uses_compiled_op(monkeypatch):
     )
     _server(FedALC).run_round()
     assert calls
+
+
+def test_embed_mlp_is_embedding_then_relu_linears():
+    from fedkernels.fl.models import embed_mlp
+
+    m = embed_mlp(20, 8, embed_dim=12, hidden=(10, 6), seed=3)
+    lin = [layer for layer in m if isinstance(layer, torch.nn.Linear)]
+    assert [(layer.in_features, layer.out_features) for layer in lin] == [(20, 12), (12, 10), (10, 6), (6, 8)]
+    assert lin[0].bias is None  # a bag-of-words embedding: no bias, no activation after it
+    x = torch.randn(5, 20)
+    e = x @ lin[0].weight.T
+    h = torch.relu(lin[1](e))
+    h = torch.relu(lin[2](h))
+    torch.testing.assert_close(m(x), lin[3](h))
+    assert torch.equal(embed_mlp(20, 8, 12, (10, 6), seed=3)[0].weight, lin[0].weight)  # seeded
+    with pytest.raises(ValueError, match="embed_dim"):
+        embed_mlp(20, 8, embed_dim=0)
+
+
+def test_embed_model_runs_and_reproduces():
+    s = _server(FedAwS, model="embed", embed_dim=12)
+    assert s.state["g.0.weight"].shape == (12, 16) and "g.0.bias" not in s.state
+    assert_seed_reproducible(functools.partial(_server, FedAwS, model="embed", embed_dim=12))
+    assert 0.0 <= s.evaluate(tiny_dataset(60, num_classes=NUM_CLASSES, seed=9))["P@1"] <= 1.0
+
+
+@pytest.mark.parametrize("bad", [{"model": "cnn"}, {"pull": -1.0}])
+def test_rejects_bad_model_options(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        FedAwS(**bad)
+
+
+def test_fedalc_pull_step_matches_hand_reference():
+    """FedALC with ``pull``: one step on ``spreadout(W; alpha) + pull * sum (1 - alpha) ||w_c - w_c'||^2``."""
+    s = _server(FedALC, spread_lr=0.5, margin=1.5, pull=0.3)
+    alpha = s.strategy.pair_weight.dense().double()
+    assert bool((alpha < 1).any())  # some pairs co-occur: the pull acts
+    W = s.state["W"].double().clone().requires_grad_(True)
+    stored = alpha < 1
+    pull = ((1 - alpha) * stored * torch.cdist(W, W).pow(2)).sum()
+    loss = spread_ref.spreadout_loss(W, 1.5, 3, alpha, "l2") + 0.3 * pull
+    (grad,) = torch.autograd.grad(loss, W)
+    want = F.normalize(W.detach() - 0.5 * grad, dim=1)
+    got = s.strategy._spread(s.state["W"].clone())
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    s.strategy.pull = 0.0
+    assert not torch.allclose(s.strategy._spread(s.state["W"].clone()).double(), want, atol=1e-4)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedkernels.fl import RunConfig, Server, TrainConfig, encode
-from fedkernels.fl.algorithms.fedmlh import HASH_KEY, FedMLH, per_table_average
+from fedkernels.fl.algorithms.fedmlh import HASH_KEY, FedMLH
 from python_tests.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients, tiny_dataset
 
 R, B = 3, 4
@@ -62,15 +62,47 @@ def test_aggregation_is_per_table_weighted_mean():
     assert torch.equal(new[HASH_KEY], s.state[HASH_KEY])
     for k in ups[0].payload:
         for j in range(R):
-            want = sum(wi * u.payload[k][j].double() for wi, u in zip(w, ups)) / sum(w)
+            want = sum(wi * u.payload[k][j].double() for wi, u in zip(w, ups, strict=True)) / sum(w)
             torch.testing.assert_close(new[k][j].double(), want, rtol=1e-6, atol=1e-7)
 
 
-def test_per_table_average_uses_each_tables_slices():
-    a = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}
-    b = {"w": torch.tensor([[5.0, 6.0], [7.0, 8.0]])}
-    out = per_table_average([a, b], [1.0, 3.0], 2)
-    assert out["w"].tolist() == [[4.0, 5.0], [6.0, 7.0]]
+def test_hash_table_is_built_once_per_run(monkeypatch):
+    """Client updates and evaluation batches reuse one head's p x R table (no re-hashing)."""
+    from fedkernels.hashing import HashFamily
+
+    calls = []
+    real = HashFamily.table
+
+    def counting(self, num_classes):
+        calls.append(num_classes)
+        return real(self, num_classes)
+
+    monkeypatch.setattr(HashFamily, "table", counting)
+    s = _server(rounds=2)
+    s.run()
+    test = tiny_dataset(30, seed=7)
+    for _ in range(3):
+        s.strategy.predict_topk(s.state, test.x, 3)
+    assert len(calls) == 1
+
+
+def test_loaded_heads_share_the_table_not_the_weights():
+    s = _server(rounds=1)
+    a, b = s.strategy._load(s.state), s.strategy._load(s.state)
+    assert a.table.data_ptr() == b.table.data_ptr()
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert pa.data_ptr() != pb.data_ptr() and torch.equal(pa, pb)
+
+
+def test_defaults_follow_the_paper_rule():
+    # FedMLH picks (R, B) from p (paper_hash_size: the FedMLH paper's pairs, R * B about p / 2 below
+    # them); FedMLHHead keeps its own default B = max(2, p // 10) for users who bring their own body.
+    from fedkernels.fl.algorithms.fedmlh import paper_hash_size
+    from fedkernels.nn.fedmlh import DEFAULT_NUM_TABLES
+
+    s = FedMLH()
+    head = s._template(s.init_state(4, 300, 0)[HASH_KEY])
+    assert (head.num_tables, head.num_buckets) == paper_hash_size(300) == (DEFAULT_NUM_TABLES, 37)
 
 
 def test_predict_topk_matches_head_scores():

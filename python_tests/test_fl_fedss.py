@@ -65,7 +65,7 @@ def test_same_seed_bit_identical(cls):
 def test_aggregation_matches_hand_computed():
     s = _server(FedSS)
     state = s.state
-    p, d = state["classes"].shape
+    _, d = state["classes"].shape
     body = [k for k in state if k != "classes"]
     g = torch.Generator().manual_seed(0)
 
@@ -77,7 +77,7 @@ def test_aggregation_matches_hand_computed():
 
     ups = [upload([1, 4, 6]), upload([4, 2]), upload([6, 4, 7])]
     counts = [10, 30, 20]
-    results = [ClientResult(i, u, n, 0) for i, (u, n) in enumerate(zip(ups, counts))]
+    results = [ClientResult(i, u, n, 0) for i, (u, n) in enumerate(zip(ups, counts, strict=True))]
     new = s.strategy.aggregate(state, results, 0)
     want = state["classes"].clone()
     want[1] = ups[0]["rows"][0]
@@ -88,11 +88,12 @@ def test_aggregation_matches_hand_computed():
     torch.testing.assert_close(new["classes"], want)
     assert torch.equal(new["classes"][[0, 3, 5]], state["classes"][[0, 3, 5]])  # rows nobody sent: same bits
     for k in body:
-        torch.testing.assert_close(new[k], sum(n * u[k] for n, u in zip(counts, ups)) / 60)
+        torch.testing.assert_close(new[k], sum(n * u[k] for n, u in zip(counts, ups, strict=True)) / 60)
 
 
 def test_hot_paths_use_the_compiled_ops(monkeypatch):
-    calls = {"sample_negatives": 0, "scatter_rows_mean": 0, "linear_cross_entropy": 0}
+    calls = {"sample_negatives": 0, "scatter_rows_mean": 0, "masked_weighted_average": 0, "linear_cross_entropy": 0}
+    import fedkernels.fl.aggregate as aggregate_mod
     import fedkernels.nn.sampled_softmax as head_mod
 
     def counting(module, name):
@@ -105,7 +106,8 @@ def test_hot_paths_use_the_compiled_ops(monkeypatch):
         monkeypatch.setattr(module, name, wrapper)
 
     counting(fedss_mod, "sample_negatives")
-    counting(fedss_mod, "scatter_rows_mean")
+    counting(aggregate_mod, "scatter_rows_mean")
+    counting(aggregate_mod, "masked_weighted_average")
     counting(head_mod, "linear_cross_entropy")
     _server(FedSS).run_round()
     assert all(v > 0 for v in calls.values()), calls

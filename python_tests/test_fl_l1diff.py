@@ -12,6 +12,7 @@ from fedkernels.fl.algorithms import L1Diff, L1DiffNetwork
 from fedkernels.fl.algorithms.fedavg import multilabel_loss
 from fedkernels.fl.algorithms.l1diff_codec import full_gradient, l1diff_direction
 from fedkernels.fl.models import load_state, mlp
+from fedkernels.fl.round import client_seed
 from python_tests.fl_data import assert_training_improves, tiny_clients
 
 
@@ -32,11 +33,13 @@ def _net_server(seed=0, rounds=3, **kw):
 def test_round_trip_and_bytes(make):
     s = make()
     chosen = s.select_clients(0)
-    results, downs = zip(*[s.run_client(c, 0) for c in chosen])
-    for c, res, down in zip(chosen, results, downs):
-        payload_down = s.strategy.client_payload(s.state, c, None, 0, 0)
+    results, downs = zip(*[s.run_client(c, 0) for c in chosen], strict=True)
+    for c, res, down in zip(chosen, results, downs, strict=True):
+        seed = client_seed(s.config.seed, 0, c)
+        payload_down = s.strategy.client_payload(s.state, c, None, 0, seed)
         assert down == len(encode(payload_down))
-        assert res.bytes_up == len(encode(res.payload))  # what the loop counted is the serialised size
+        # what the loop counted is the serialised upload (res.payload is check_upload's decoded form)
+        assert res.bytes_up == len(s.endpoints[c].update(encode(payload_down), 0, seed))
     s2 = make()
     rec = s2.run_round()
     assert not rec.failed and rec.bytes_up == sum(r.bytes_up for r in results)
@@ -51,7 +54,7 @@ def test_update_is_the_prox_step_and_compresses():
     params = [p for _, p in model.named_parameters()]
     grads = full_gradient(params, lambda b: multilabel_loss(model(b.x), b, "bce"), data, 16)
     dense = 0
-    for (name, _), g in zip(model.named_parameters(), grads):
+    for (name, _), g in zip(model.named_parameters(), grads, strict=True):
         got = decode_runs(up[name].numpy().tobytes())
         want = -fedkernels.prox_tv1d(-0.5 * g.reshape(-1), 0.5 * 0.05).reshape(g.shape) / 0.5
         assert torch.equal(got, want)
@@ -60,15 +63,28 @@ def test_update_is_the_prox_step_and_compresses():
 
 
 def test_gamma_zero_is_fedsgd():
-    s = _server(gamma=0.0)
+    _server(gamma=0.0)  # an accepted setting: the server builds
     g = torch.randn(5, 3)
     assert torch.equal(l1diff_direction(g, 0.0, 0.5), g)
 
 
+class _Raw:
+    """A client's upload as the wire carried it (codec streams), for an independent decode."""
+
+    def __init__(self, client_id: int, payload: dict) -> None:
+        self.client_id, self.payload = client_id, payload
+
+
 def _round_zero_uploads(s):
-    """The checked uploads of round 0's clients, their sample counts, and the aggregate."""
+    """Round 0's clients' raw uploads (codec streams), their sample counts, and the aggregate of the
+    loop's checked uploads."""
     ups = [s.run_client(c, 0)[0] for c in s.select_clients(0)]
-    return ups, [len(s.clients[u.client_id]) for u in ups], s.strategy.aggregate(s.state, ups, 0)
+    raws = []
+    for u in ups:
+        seed = client_seed(s.config.seed, 0, u.client_id)
+        down = encode(s.strategy.client_payload(s.state, u.client_id, None, 0, seed))
+        raws.append(_Raw(u.client_id, decode(s.endpoints[u.client_id].update(down, 0, seed))))
+    return raws, [len(s.clients[u.client_id]) for u in ups], s.strategy.aggregate(s.state, ups, 0)
 
 
 def _final_state(make, seed):
@@ -89,7 +105,7 @@ def test_aggregation_matches_hand_computed():
     ups, w, new = _round_zero_uploads(s)
     for k in new:
         ds = [decode_runs(u.payload[k].numpy().tobytes()).double() for u in ups]
-        want = s.state[k].double() - 0.5 * sum(wi * d for wi, d in zip(w, ds)) / sum(w)
+        want = s.state[k].double() - 0.5 * sum(wi * d for wi, d in zip(w, ds, strict=True)) / sum(w)
         torch.testing.assert_close(new[k].double(), want, rtol=1e-6, atol=1e-7)
 
 
@@ -102,13 +118,13 @@ def test_network_aggregation_matches_hand_computed():
         ds = [decode_runs(u.payload[k].numpy().tobytes()).double() for u in ups]
         if k in heads:
             continue
-        want = s.state[k].double() - 0.5 * sum(wi * d for wi, d in zip(w, ds)) / sum(w)
+        want = s.state[k].double() - 0.5 * sum(wi * d for wi, d in zip(w, ds, strict=True)) / sum(w)
         torch.testing.assert_close(new[k].double(), want, rtol=1e-6, atol=1e-7)
     # heads: own step for participants, then the graph prox over all clients
     y = []
     for k in heads:
         h = s.state[k].double().clone()
-        for c, u in zip(chosen, ups):
+        for c, u in zip(chosen, ups, strict=True):
             h[c] -= 0.5 * decode_runs(u.payload[k].numpy().tobytes()).double()
         y.append(h.reshape(4, -1))
     y = torch.cat(y, 1)
@@ -147,7 +163,7 @@ def test_corrupt_stream_is_rejected_by_the_loop(cut):
     rec = s.run_round()
     assert [c for c, _ in rec.failed] == [liar]
     assert rec.failed[0][1].startswith("rejected: tensor ") and "not a valid l1-difference stream" in rec.failed[0][1]
-    assert all(torch.equal(s.state[k], expect[k]) for k in expect) and not s.strategy.rejected
+    assert all(torch.equal(s.state[k], expect[k]) for k in expect)
 
 
 def _hostile_streams(shape: torch.Size) -> dict[str, bytes]:
@@ -206,35 +222,38 @@ def test_float16_strategy_expects_float16_streams():
     rec = s.run_round()
     assert not rec.failed
     with pytest.raises(PayloadError, match="holds float32 values, expected float16"):
-        s.strategy._checked.check(
+        s.strategy.check_upload(
+            s.state,
+            {},
             {n: torch.frombuffer(bytearray(encode_runs(t.float())), dtype=torch.uint8) for n, t in s.state.items()},
-            {n: t.shape for n, t in s.state.items()},
         )
 
 
-def test_corrupt_upload_is_dropped_not_applied():
-    """aggregate() called directly (not through the loop) still never applies a corrupt stream."""
+def test_check_upload_returns_the_decoded_directions():
+    """check_upload is the content check and the decode: it returns float32 directions equal to an
+    independent decode, and raises PayloadError on a cut stream, so aggregate never sees bytes."""
+    from fedkernels.fl.algorithms.l1diff_codec import decode_upload
+
     s = _server()
-    ups = [s.run_client(c, 0)[0] for c in s.select_clients(0)]
-    bad = dict(ups[0].payload)
-    name = next(iter(bad))
-    bad[name] = bad[name][:-3].clone()
-    ups[0].payload = bad
-    with pytest.warns(UserWarning, match="dropped"):
-        new = s.strategy.aggregate(s.state, ups, 0)
-    s2 = _server()
-    only = s2.strategy.aggregate(s2.state, ups[1:], 0)
-    assert all(torch.equal(new[k], only[k]) for k in new) and s.strategy.rejected
+    raw = decode(s.endpoints[0].update(encode(s.strategy.client_payload(s.state, 0, None, 0, 1)), 0, 1))
+    checked = s.strategy.check_upload(s.state, {}, raw)
+    want = decode_upload(raw, {n: t.shape for n, t in s.state.items()})
+    assert checked.keys() == want.keys() and all(torch.equal(checked[n], want[n]) for n in want)
+    assert all(t.dtype == torch.float32 for t in checked.values())
+    name = next(iter(raw))
+    with pytest.raises(PayloadError, match="not a valid l1-difference stream"):
+        s.strategy.check_upload(s.state, {}, {**raw, name: raw[name][:-3].clone()})
 
 
 @pytest.mark.parametrize("make", [_server, _net_server])
 def test_each_stream_decoded_once_per_round(make, monkeypatch):
-    """check_upload decodes every stream and aggregate reuses it: one decode per stream per round,
-    the same state as decoding again in aggregate, and nothing kept after the round."""
+    """check_upload decodes every stream and aggregate decodes nothing: one decode per stream per
+    round, and the run equals one that decodes each stream independently."""
     from fedkernels.fl.algorithms import l1diff_codec
 
     fresh = make()
-    fresh.strategy._checked.decoded = lambda upload, shapes: l1diff_codec.decode_upload(upload, shapes)
+    shapes = getattr(fresh.strategy, "_direction_shapes", lambda st: {k: t.shape for k, t in st.items()})
+    fresh.strategy.check_upload = lambda state, sent, up, request=None: l1diff_codec.decode_upload(up, shapes(state))
     fresh.run_round()
     calls = []
     real = l1diff_codec.decode_direction
@@ -244,7 +263,6 @@ def test_each_stream_decoded_once_per_round(make, monkeypatch):
     rec = s.run_round()
     assert not rec.failed and len(calls) == streams
     assert all(torch.equal(s.state[k], fresh.state[k]) for k in s.state)
-    assert not s.strategy._checked._by_id
 
 
 def test_bad_config():

@@ -134,7 +134,7 @@ def test_bench_device_cuda_without_gpu_is_a_clear_error(bench, tmp_path):
     res = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "bench" / f"{bench}.py"),
+            str(ROOT / gpu_check.BENCHES[bench]),
             "--device",
             "cuda",
             "--quick",

@@ -59,7 +59,7 @@ def gpu_model():
     try:
         import gpu_model as gm
     finally:
-        sys.path[:] = saved  # bench/ (with its select.py) stays off the path of later tests
+        sys.path[:] = saved  # bench/ stays off the path of later tests
     return gm
 
 

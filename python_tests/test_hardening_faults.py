@@ -115,7 +115,7 @@ def test_mixed_faults_equal_survivors_only_run():
     for rec in faulty.history:
         want = [(c, inj.fault(rec.round, c)) for c in rec.clients if inj.fault(rec.round, c)]
         assert [c for c, _ in rec.failed] == [c for c, _ in want]
-        for (_, why), (_, kind) in zip(rec.failed, want):
+        for (_, why), (_, kind) in zip(rec.failed, want, strict=True):
             assert why.startswith(kinds[kind]), (why, kind)
             seen.add(kind)
     assert seen == set(kinds)  # the seed exercises every kind of fault

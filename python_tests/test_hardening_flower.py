@@ -1,10 +1,13 @@
 """Flower for real: a SuperLink and three SuperNodes (separate processes) on 127.0.0.1 run each
-fedkernels strategy (FedAvg, FedMLH, FedSS, PartialExchange, L1Diff) for three rounds through
-``fedkernels.integrations.flower``, with a crash and a garbage upload injected; the final global state
-is bit-identical to the in-process Server's with the same seed, the same faults and the same data."""
+fedkernels strategy (FedAvg, FedMLH, FedSS, PartialExchange, L1Diff, and FedALC with its label-set
+setup exchange and federated evaluation) for three rounds through ``fedkernels.integrations.flower``,
+with a crash and a garbage upload injected; the final global state is bit-identical to the in-process
+Server's with the same seed, the same faults and the same data, and FedALC's federated P@k/nDCG@k
+equal the in-process Server's."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -18,11 +21,19 @@ import pytest
 
 flwr = pytest.importorskip("flwr", reason="flwr is not installed (pip install 'fedkernels[flower]')")
 
-import torch  # noqa: E402
+import torch  # noqa: E402  (after importorskip: skipped without flwr)
 
 from fedkernels.fl import Server  # noqa: E402
 from fedkernels.fl.checkpoint import load_checkpoint  # noqa: E402
-from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, drill_wrapper, make_strategy, run_config  # noqa: E402
+from python_tests.flower_runs import (  # noqa: E402
+    NUM_CLASSES,
+    NUM_FEATURES,
+    client_data,
+    drill_wrapper,
+    held_out_data,
+    make_strategy,
+    run_config,
+)
 from python_tests.helpers import child_pythonpath  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +54,7 @@ class Deployment:
     """A SuperLink and SuperNodes as child processes, each in its own process group, all killed at exit."""
 
     def __init__(self, tmp: Path) -> None:
-        self.tmp, self.procs, self.logs = tmp, [], []
+        self.tmp, self.procs = tmp, []
         self.home = tmp / "flwr-home"
         self.home.mkdir()
         self.port = free_port()
@@ -58,16 +69,15 @@ class Deployment:
         }
 
     def spawn(self, name: str, *args: str) -> subprocess.Popen:
-        log = open(self.tmp / f"{name}.log", "w")
-        self.logs.append(log)
-        p = subprocess.Popen(
-            [str(BIN / args[0]), *args[1:]],
-            env=self.env,
-            cwd=self.tmp,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(self.tmp / f"{name}.log", "w") as log:  # the child holds its own copy of the descriptor
+            p = subprocess.Popen(
+                [str(BIN / args[0]), *args[1:]],
+                env=self.env,
+                cwd=self.tmp,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.procs.append(p)
         return p
 
@@ -109,17 +119,16 @@ class Deployment:
     def run(self, strategy: str, checkpoint: Path) -> subprocess.CompletedProcess:
         overrides = (
             f"strategy='{strategy}' checkpoint='{checkpoint}' drill='{DRILL}' rounds={ROUNDS} seed={SEED} "
-            f"num-clients={NUM_CLIENTS} clients-per-round={PER_ROUND}"
+            f"num-clients={NUM_CLIENTS} clients-per-round={PER_ROUND} "
+            f"federated-eval={str(strategy in FED_EVAL).lower()}"
         )
         cmd = [str(BIN / "flwr"), "run", str(APP), "test", "--stream", "-c", overrides]
         return subprocess.run(cmd, env=self.env, cwd=self.tmp, capture_output=True, text=True, timeout=DEADLINE)
 
     def stop(self) -> None:
         for p in self.procs:  # whole groups: SuperExec and app processes are grandchildren
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         end = time.monotonic() + 20
         for p in self.procs:
             try:
@@ -127,15 +136,13 @@ class Deployment:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-        for log in self.logs:
-            log.close()
 
     def tail(self) -> str:
         return "\n".join(f"--- {f.name}\n" + f.read_text()[-3000:] for f in sorted(self.tmp.glob("*.log")))
 
 
 def in_process_reference(strategy: str) -> Server:
-    clients = [client_data(i, NUM_CLIENTS) for i in range(NUM_CLIENTS)]
+    clients = [client_data(i, NUM_CLIENTS, strategy) for i in range(NUM_CLIENTS)]
     s = Server(
         make_strategy(strategy),
         clients,
@@ -144,7 +151,9 @@ def in_process_reference(strategy: str) -> Server:
         run_config(ROUNDS, PER_ROUND, SEED),
         client_wrapper=drill_wrapper(DRILL),
     )
-    s.run()
+    s.run(
+        held_out=[held_out_data(i, NUM_CLIENTS, strategy) for i in range(NUM_CLIENTS)] if strategy in FED_EVAL else None
+    )
     return s
 
 
@@ -160,7 +169,8 @@ def deployment(tmp_path_factory):
 # The strategies the issue names (FedMLH, FedSS, partial exchange, l1-difference) plus FedAvg; the
 # adapter is generic, so any registered strategy runs the same way. One test, so one deployment even
 # under pytest-xdist.
-STRATEGIES = ["fedavg", "fedmlh", "fedss", "partialexchange", "l1diff"]
+STRATEGIES = ["fedavg", "fedmlh", "fedss", "partialexchange", "l1diff", "fedalc"]
+FED_EVAL = ("fedalc",)  # runs federated evaluation too (Flower's evaluate messages)
 
 
 def test_flower_matches_in_process(deployment):
@@ -176,17 +186,18 @@ def check_strategy(deployment: Deployment, strategy: str) -> None:
     state, meta = load_checkpoint(ckpt, ref.state)
     assert meta["round"] == ROUNDS and meta["strategy"] == ref.strategy.name
     assert all(state[k].dtype == ref.state[k].dtype and (state[k] == ref.state[k]).all() for k in ref.state)
-    for got, want in zip(meta["history"], ref.history):
+    for got, want in zip(meta["history"], ref.history, strict=True):
         assert got["clients"] == want.clients and got["bytes_up"] == want.bytes_up
         assert got["bytes_down"] == want.bytes_down
+        assert got["metrics"] == want.metrics  # FedALC: the federated P@k/nDCG@k, bit for bit
         assert [c for c, _ in got["failed"]] == [c for c, _ in want.failed]
-        for (_, g), (_, w) in zip(got["failed"], want.failed):
+        for (_, g), (_, w) in zip(got["failed"], want.failed, strict=True):
             assert g.split(":")[0] == w.split(":")[0], (g, w)  # same kind: crashed / rejected
     assert [len(h.failed) for h in ref.history] == [1, 1, 0]  # the drill really failed clients
     # An in-process Server resumes from the Flower checkpoint (same format).
     again = Server(
         make_strategy(strategy),
-        [client_data(i, NUM_CLIENTS) for i in range(NUM_CLIENTS)],
+        [client_data(i, NUM_CLIENTS, strategy) for i in range(NUM_CLIENTS)],
         NUM_FEATURES,
         NUM_CLASSES,
         dataclasses.replace(run_config(ROUNDS, PER_ROUND, SEED), checkpoint=str(ckpt)),

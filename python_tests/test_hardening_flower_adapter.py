@@ -14,7 +14,7 @@ from fedkernels.fl import Server
 from fedkernels.fl import payload as pl
 from fedkernels.fl.faults import FaultInjector
 from fedkernels.integrations.flower import FlowerStrategy, client_app
-from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy, run_config
+from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, held_out_data, make_strategy, run_config
 from python_tests.hardening_helpers import SilentWhereFaulty, SparseRowsAsking, same_state
 
 NUM_CLIENTS = 4
@@ -145,7 +145,10 @@ class BadAsk:
 def test_requests_match_in_process():
     """A strategy with a client_request (the FedSS shape): requests, downloads, uploads and a rejected
     request all go as in-process, to the same bits."""
-    wrap = lambda cid, inner: BadAsk(inner) if cid == 1 else inner  # noqa: E731
+
+    def wrap(cid, inner):
+        return BadAsk(inner) if cid == 1 else inner
+
     fk = flower(strategy=SparseRowsAsking)
     fk.start(
         grid(wrap=lambda ctx, cid, inner: wrap(cid, inner), strategy=SparseRowsAsking),
@@ -179,8 +182,12 @@ def test_codec_bomb_is_rejected_and_the_round_completes():
             bomb = torch.frombuffer(bytearray(bombs[round % 3]), dtype=torch.uint8)
             return edit_tensors(lambda t: {**t, next(k for k in sorted(t) if k.endswith("bias")): bomb})(up)
 
-    wrap = lambda cid, inner: Bomber(cid, inner, None, {1}) if cid == 1 else inner  # noqa: E731
-    l1diff = lambda: make_strategy("l1diff")  # noqa: E731
+    def wrap(cid, inner):
+        return Bomber(cid, inner, None, {1}) if cid == 1 else inner
+
+    def l1diff():
+        return make_strategy("l1diff")
+
     fk = flower(strategy=l1diff)
     fk.start(
         grid(wrap=lambda ctx, cid, inner: wrap(cid, inner), strategy=l1diff),
@@ -196,3 +203,121 @@ def test_codec_bomb_is_rejected_and_the_round_completes():
         why.startswith("rejected: tensor ") and "not a valid l1-difference stream: data " in why for why in failed
     ), failed
     assert all(h.round == r for r, h in enumerate(fk.history)) and len(fk.history) == 3
+
+
+# ---- FedALC's setup exchange and federated evaluation over Flower messages ------------------------
+def alc_grid(name: str, wrap=None, setup_hook=None) -> MemoryGrid:
+    app = client_app(
+        lambda ctx: make_strategy(name),
+        lambda ctx: client_data(int(ctx.node_config["partition-id"]), NUM_CLIENTS, name),
+        wrap=wrap,
+        load_eval_data=lambda ctx: held_out_data(int(ctx.node_config["partition-id"]), NUM_CLIENTS, name),
+    )
+    apps = {1000 + c: (app, Context(1, 1000 + c, {"partition-id": c}, RecordDict(), {})) for c in range(NUM_CLIENTS)}
+    return MemoryGrid(apps)
+
+
+def alc_in_process(name: str, rounds: int = 3) -> Server:
+    s = Server(
+        make_strategy(name),
+        [client_data(c, NUM_CLIENTS, name) for c in range(NUM_CLIENTS)],
+        NUM_FEATURES,
+        NUM_CLASSES,
+        run_config(rounds, 3, 9),
+    )
+    s.run(held_out=[held_out_data(c, NUM_CLIENTS, name) for c in range(NUM_CLIENTS)])
+    return s
+
+
+@pytest.mark.parametrize("name", ["fedalc", "fedalc-fixed"])
+def test_fedalc_over_flower_matches_in_process(name):
+    """FedALC's private label-set collection runs as Flower messages before round 1 (no
+    NotImplementedError any more): the pair weights, every round and the final state equal the
+    in-process run's, bit for bit; the label sets have real co-occurrences."""
+    fk = FlowerStrategy(make_strategy(name), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, run_config(3, 3, 9))
+    fk.start(alc_grid(name), fk.initial_arrays(), num_rounds=3, timeout=5)
+    ref = alc_in_process(name)
+    assert fk.setup_failed == {} and ref.setup_failed == {}
+    got, want = fk.strategy.pair_weight, ref.strategy.pair_weight
+    assert torch.equal(got.indptr, want.indptr) and torch.equal(got.indices, want.indices)
+    assert torch.equal(got.values, want.values) and bool((want.values < 1).any())  # co-occurrences seen
+    assert same_state(fk.state, ref.state)
+    assert [(h.clients, h.failed, h.bytes_up, h.bytes_down) for h in fk.history] == [
+        (h.clients, h.failed, h.bytes_up, h.bytes_down) for h in ref.history
+    ]
+
+
+def test_bad_setup_report_is_left_out_not_fatal():
+    """A client whose setup report is garbage is left out of the label sets (recorded), the others'
+    reports make the pair weights, and the run goes on."""
+
+    class GarbageReport:
+        def __init__(self, app):
+            self.app = app
+
+        def __call__(self, message, ctx):
+            out = self.app(message, ctx)
+            if message.metadata.message_type.endswith("fedkernels_setup") and ctx.node_config["partition-id"] == 1:
+                out.content.config_records["fedkernels"]["report"] = b"\x07" * 64
+            return out
+
+    g = alc_grid("fedalc")
+    g.apps = {n: (GarbageReport(app), ctx) for n, (app, ctx) in g.apps.items()}
+    fk = FlowerStrategy(make_strategy("fedalc"), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, run_config(2, 3, 9))
+    fk.start(g, fk.initial_arrays(), num_rounds=2, timeout=5)
+    assert list(fk.setup_failed) == [1] and fk.setup_failed[1].startswith("rejected: ")
+    assert len(fk.history) == 2 and fk.strategy.pair_weight is not None
+
+
+def reference_metrics(strategy, state, held_out, ks) -> dict[str, float]:
+    """Slow reference: per client, per example, P@k and nDCG@k by hand; weighted by example counts."""
+    import math
+
+    sums = {f"{m}@{k}": 0.0 for k in ks for m in ("P", "nDCG")}
+    total = 0
+    for data in held_out:
+        for i in range(len(data)):
+            top = strategy.predict_topk(state, data.x[i : i + 1], max(ks))[0].tolist()
+            truth = set(data.indices[data.indptr[i] : data.indptr[i + 1]].tolist())
+            for k in ks:
+                hits = [1.0 if top[j] in truth else 0.0 for j in range(k)]
+                sums[f"P@{k}"] += sum(hits) / k
+                ideal = sum(1.0 / math.log2(j + 2) for j in range(min(k, len(truth))))
+                dcg = sum(h / math.log2(j + 2) for j, h in enumerate(hits))
+                sums[f"nDCG@{k}"] += dcg / ideal if ideal else 0.0
+        total += len(data)
+    return {n: v / total for n, v in sums.items()}
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedalc"])
+def test_federated_evaluation_matches_hand_weighted_reference(name):
+    """Clients rank their own held-out data; the server weighs P@k/nDCG@k by examples. Flower and the
+    in-process Server give the same numbers (the same protocol), equal to a slow per-example
+    reference weighted by hand."""
+    ks = (1, 3, 5)
+    cfg = run_config(2, 3, 9)
+    fk = FlowerStrategy(make_strategy(name), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, cfg, federated_evaluation=True)
+    fk.start(alc_grid(name), fk.initial_arrays(), num_rounds=2, timeout=5)
+    ref = alc_in_process(name, rounds=2)
+    assert same_state(fk.state, ref.state)
+    for got, want in zip(fk.history, ref.history, strict=True):
+        assert got.metrics == want.metrics and set(got.metrics) == {f"fed-{m}@{k}" for k in ks for m in ("P", "nDCG")}
+    held = [held_out_data(c, NUM_CLIENTS, name) for c in range(NUM_CLIENTS)]
+    slow = reference_metrics(ref.strategy, ref.state, held, ks)
+    for n, v in slow.items():  # ranking_metrics averages in float32 on the client: float32 rounding
+        assert fk.history[-1].metrics[f"fed-{n}"] == pytest.approx(v, rel=1e-6, abs=1e-9), n
+
+
+def test_federated_evaluation_drops_bad_reports():
+    """A report with a metric outside [0, 1] or a huge example count is left out, not averaged."""
+    from fedkernels.fl import evaluation as ev
+
+    ks = (1, 3)
+    good = pl.encode(
+        {"metrics": torch.tensor([0.5, 0.5, 0.25, 0.25], dtype=torch.float64), "num_examples": torch.tensor([4])}
+    )
+    liar = pl.encode({"metrics": torch.tensor([7.0, 0, 0, 0], dtype=torch.float64), "num_examples": torch.tensor([4])})
+    heavy = pl.encode({"metrics": torch.ones(4, dtype=torch.float64), "num_examples": torch.tensor([2**50])})
+    metrics, failed, n = ev.aggregate_evaluation({0: good, 1: liar, 2: heavy, 3: None}, ks)
+    assert n == 4 and metrics == {"P@1": 0.5, "nDCG@1": 0.5, "P@3": 0.25, "nDCG@3": 0.25}
+    assert sorted(failed) == [1, 2, 3] and failed[3] == "sent no evaluation"

@@ -193,5 +193,5 @@ def test_npz_rejects_non_finite_features(tmp_path):
     y = sp.csr_matrix(np.eye(2))
     sp.save_npz(tmp_path / "a_X.npz", x)
     sp.save_npz(tmp_path / "a_Y.npz", y)
-    with pytest.raises(ValueError, match="a_X.npz: NaN or inf"):
+    with pytest.raises(ValueError, match=r"a_X\.npz: NaN or inf"):
         read_npz(tmp_path / "a_X.npz", tmp_path / "a_Y.npz")

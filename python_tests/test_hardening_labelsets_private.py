@@ -49,9 +49,15 @@ class Observed:
         self.clients = shared_instance_clients()
         cfg = RunConfig(rounds=1, clients_per_round=P, train=TrainConfig(epochs=1, batch_size=16), seed=SEED)
         self.server = Server(strategy, self.clients, F_DIM, P, cfg)
+        self.requested_row: dict[int, int] = {}  # the server's record: client -> requested row
+        real_payload = strategy.client_payload
+
+        def seen(state, client_id, request, round, seed):
+            self.requested_row[client_id] = int(request["class_id"][0])
+            return real_payload(state, client_id, request, round, seed)
+
+        monkeypatch.setattr(strategy, "client_payload", seen)
         self.server.run_round()
-        strategy_rows = strategy._client_class  # the server's record: client -> requested row
-        self.requested_row = {cid: row for cid, row in strategy_rows.items()}
         self.label_digests = {l for r in self.reports for _, l in r.pairs}
         self.instance_digests = {i for r in self.reports for i, _ in r.pairs}
 
@@ -104,7 +110,7 @@ def test_server_without_the_secret_recovers_nothing(observed):
 
 
 def test_same_attacks_with_the_secret_recover_everything(observed):
-    keys = seed_keys() + [SECRET]
+    keys = [*seed_keys(), SECRET]
     assert label_recovery(observed, keys) == 1.0
     assert instance_recovery(observed, keys) == 1.0
     assert row_recovery(observed, keys) == 1.0

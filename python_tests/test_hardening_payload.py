@@ -173,7 +173,7 @@ def test_header_edge_cases(data, match):
 def test_header_limit_from_spec():
     data = encode({"x": torch.zeros(3)})
     decode(data, PayloadSpec({"x": TensorSpec(torch.float32, (3,))}))
-    with pytest.raises(PayloadError, match="header of .* exceeds the limit of 16"):
+    with pytest.raises(PayloadError, match=r"header of .* exceeds the limit of 16"):
         decode(data, PayloadSpec({"x": TensorSpec(torch.float32, (3,))}, max_header_bytes=16))
 
 

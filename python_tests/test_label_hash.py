@@ -60,12 +60,12 @@ def _args():
     [
         (lambda a: (a[0], torch.tensor([0, 1, 5]), a[2], a[3]), IndexError, "indices"),
         (lambda a: (a[0], torch.tensor([0, -1, 4]), a[2], a[3]), IndexError, "indices"),
-        (lambda a: (a[0].int(), a[1], a[2], a[3]), ValueError, "indptr"),
+        (lambda a: (a[0].float(), a[1], a[2], a[3]), ValueError, "indptr"),
         (lambda a: (a[0], a[1].float(), a[2], a[3]), ValueError, "indices"),
         (lambda a: (torch.tensor([0, 2, 1]), a[1], a[2], a[3]), ValueError, "indptr"),
         (lambda a: (torch.tensor([1, 2, 3]), a[1], a[2], a[3]), ValueError, "indptr"),
         (lambda a: (torch.tensor([0, 2, 4]), a[1], a[2], a[3]), ValueError, "indptr"),
-        (lambda a: (a[0], a[1], a[2].long(), a[3]), ValueError, "table"),
+        (lambda a: (a[0], a[1], a[2].float(), a[3]), ValueError, "table"),
         (lambda a: (a[0], a[1], a[2][:, :0], a[3]), ValueError, "table"),
         (lambda a: (a[0], a[1], a[2], 0), ValueError, "num_buckets"),
         (lambda a: (a[0], a[1], a[2], 4), IndexError, "table"),  # buckets >= B in the table

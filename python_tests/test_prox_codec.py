@@ -27,7 +27,7 @@ def piecewise(draw):
     special = st.sampled_from([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-45, 3.4e38, 1.0])
     vals = draw(st.lists(st.one_of(special, st.floats(width=32)), min_size=0, max_size=30))
     lens = draw(st.lists(st.integers(1, 300), min_size=len(vals), max_size=len(vals)))
-    flat = [v for v, n in zip(vals, lens) for _ in range(n)]
+    flat = [v for v, n in zip(vals, lens, strict=True) for _ in range(n)]
     x = torch.tensor(flat, dtype=torch.float32)
     if draw(st.booleans()) and x.numel() % 2 == 0 and x.numel():
         x = x.reshape(2, -1)

@@ -103,7 +103,7 @@ def test_expected_shape_dtype_and_finite_are_enforced():
         decode_runs(data, expected_shape=(1, 3))
     with pytest.raises(ValueError, match="holds float32 values, expected float16"):
         decode_runs(data, expected_dtype="float16")
-    with pytest.raises(ValueError, match="3 elements .* more than max_numel = 2"):
+    with pytest.raises(ValueError, match=r"3 elements .* more than max_numel = 2"):
         decode_runs(data, max_numel=2)
     assert decode_runs(data, expected_shape=(3,), max_numel=0).shape == (3,)  # the shape is the bound
     assert bool(decode_runs(NAN_F16).isnan().all())
@@ -228,7 +228,7 @@ def test_bombs_allocate_nothing_measured_in_a_child():
     )
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
-    for (data, kw), outcome in zip(cases, got["outcomes"]):
+    for (data, kw), outcome in zip(cases, got["outcomes"], strict=True):
         assert outcome.startswith("ValueError: data "), (data.hex(), kw, outcome)
     assert got["bombs_mib"] < 16, got
     assert got["control_ok"] and 60 < got["control_mib"] < 64 + 16, got
@@ -243,7 +243,7 @@ def piecewise(draw, max_runs: int = 12):
     special = st.sampled_from([0.0, -0.0, float("nan"), float("inf"), -1.0, 1e-45, 3.4e38, 0.5])
     vals = draw(st.lists(st.one_of(special, st.floats(width=32)), min_size=0, max_size=max_runs))
     lens = draw(st.lists(st.integers(1, 40), min_size=len(vals), max_size=len(vals)))
-    x = torch.tensor([v for v, n in zip(vals, lens) for _ in range(n)], dtype=torch.float32)
+    x = torch.tensor([v for v, n in zip(vals, lens, strict=True) for _ in range(n)], dtype=torch.float32)
     if x.numel() and draw(st.booleans()):
         x = x.reshape(draw(st.sampled_from([(1, -1), (-1, 1), (1, 1, -1)])))
     return x, draw(st.sampled_from(["float32", "float16"]))
@@ -259,7 +259,7 @@ def test_every_single_bit_flip_is_detected(case):
     for bit in range(8 * len(data)):
         b = bytearray(data)
         b[bit // 8] ^= 0x80 >> (bit % 8)
-        with pytest.raises(ValueError, match="^data "):
+        with pytest.raises(ValueError, match=r"^data "):
             decode_runs(bytes(b))
 
 

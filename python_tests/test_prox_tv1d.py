@@ -211,7 +211,7 @@ def test_deterministic_across_threads():
             outs.append((u.detach(), zz.grad, ll.grad))
     finally:
         torch.set_num_threads(old)
-    for a, b in zip(outs[0], outs[1]):
+    for a, b in zip(outs[0], outs[1], strict=True):
         assert torch.equal(a, b)
 
 

@@ -83,7 +83,7 @@ def test_loss_and_grads_match_reference(case):
     assert_close_scaled(loss, ref)
     got = _grads(loss, leaves, case["seed"])
     want = _grads(ref, ref_leaves, case["seed"])
-    for a, b, leaf in zip(got, want, leaves):
+    for a, b, leaf in zip(got, want, leaves, strict=True):
         b = torch.zeros_like(leaf) if b is None else b
         assert a.dtype == leaf.dtype
         assert_close_scaled(a, b)
@@ -104,7 +104,7 @@ def test_half_inputs_accumulate_in_float32(dtype):
     torch.testing.assert_close(loss, ref.float())
     loss.backward()
     ref.backward()
-    for leaf, r in zip((h, W, bias), ref_in):
+    for leaf, r in zip((h, W, bias), ref_in, strict=True):
         assert leaf.grad.dtype == dtype
         torch.testing.assert_close(leaf.grad, r.grad.to(dtype))  # dtype's own tolerance: one rounding
 
@@ -184,7 +184,7 @@ def test_on_device(device):
     ref, _ = sampled_ref.linear_cross_entropy(ref_in[0], ref_in[1], target, ref_in[2])
     ref.backward()
     torch.testing.assert_close(loss.cpu(), ref.float())
-    for a, r in zip(args, ref_in):
+    for a, r in zip(args, ref_in, strict=True):
         torch.testing.assert_close(a.grad.cpu(), r.grad.float())
 
 
@@ -209,7 +209,7 @@ def test_deterministic_across_threads():
         b2 = run()
     finally:
         torch.set_num_threads(old)
-    for x, y in zip(a, b2):
+    for x, y in zip(a, b2, strict=True):
         assert torch.equal(x, y)
 
 

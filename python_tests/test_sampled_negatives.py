@@ -67,12 +67,14 @@ def test_batched_rows_equal_single_client_with_derived_seed(rows, m, seed):
     got = fedkernels.sample_negatives_batched(indptr, indices, 60, m, seed)
     assert got.shape == (len(rows), m)
     for c, pos in enumerate(rows):
-        want = fedkernels.sample_negatives(torch.tensor(pos, dtype=torch.int64), 60, m, fedkernels.client_seed(seed, c))
+        want = fedkernels.sample_negatives(
+            torch.tensor(pos, dtype=torch.int64), 60, m, fedkernels.negatives_seed(seed, c)
+        )
         assert torch.equal(got[c], want)
 
 
-def test_client_seed_is_a_valid_distinct_seed():
-    seeds = {fedkernels.client_seed(7, c) for c in range(1000)}
+def test_negatives_seed_is_a_valid_distinct_seed():
+    seeds = {fedkernels.negatives_seed(7, c) for c in range(1000)}
     assert len(seeds) == 1000 and all(0 <= s < 2**63 for s in seeds)
 
 

@@ -29,7 +29,7 @@ def rounds(draw):
     m = draw(st.integers(1, 7))
     shapes = [draw(st.sampled_from([(), (3,), (4, 5), (0,), (CHUNK + 3,), (2, 3, 7)])) for _ in range(m)]
     dtypes = [draw(st.sampled_from(DTYPES)) for _ in range(m)]
-    dst = [torch.randn(s, generator=g).to(d) for s, d in zip(shapes, dtypes)]
+    dst = [torch.randn(s, generator=g).to(d) for s, d in zip(shapes, dtypes, strict=True)]
     sent = []
     for _ in range(draw(st.integers(0, 5))):
         idx = draw(st.lists(st.integers(0, m - 1), unique=True, max_size=m))
@@ -54,7 +54,7 @@ def test_matches_reference(data):
     sent_any = {i for idx, _, _ in sent for i in idx.tolist()}
     before = [d.clone() for d in dst]
     fedkernels.masked_weighted_average(dst, sent)
-    for t, (got, ref) in enumerate(zip(dst, want)):
+    for t, (got, ref) in enumerate(zip(dst, want, strict=True)):
         if t in sent_any:
             torch.testing.assert_close(got, ref, **TOL[got.dtype])
         else:
@@ -71,7 +71,7 @@ def test_on_device(device):
     want = select_ref.masked_weighted_average(dst, sent)
     dst_dev = [d.to(device) for d in dst]
     fedkernels.masked_weighted_average(dst_dev, [(i, [x.to(device) for x in xs], w) for i, xs, w in sent])
-    for got, ref in zip(dst_dev, want):
+    for got, ref in zip(dst_dev, want, strict=True):
         torch.testing.assert_close(got.cpu(), ref, **TOL[ref.dtype])
     assert torch.equal(dst_dev[2].cpu(), dst[2])
 
@@ -143,10 +143,10 @@ def _dst():
 def test_bad_input(sent, exc, match):
     dst = _dst()
     # a valid first client, so a failure half-way would show as a changed dst
-    sent = [(torch.tensor([1]), [torch.full((2, 2), 5.0)], 1.0)] + sent
+    sent = [(torch.tensor([1]), [torch.full((2, 2), 5.0)], 1.0), *sent]
     with pytest.raises(exc, match=match):
         fedkernels.masked_weighted_average(dst, sent)
-    assert all(torch.equal(d, z) for d, z in zip(dst, _dst()))  # validated before any write
+    assert all(torch.equal(d, z) for d, z in zip(dst, _dst(), strict=True))  # validated before any write
 
 
 def test_bad_dst():
@@ -184,4 +184,4 @@ def test_deterministic_across_threads():
             outs.append(dst)
     finally:
         torch.set_num_threads(old)
-    assert all(torch.equal(a, b) for a, b in zip(*outs))
+    assert all(torch.equal(a, b) for a, b in zip(*outs, strict=True))

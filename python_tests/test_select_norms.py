@@ -219,9 +219,11 @@ def test_gradients_match_reference():
     weights = torch.tensor([0.7, -1.3])
     for normalize in (False, True):
         got = torch.autograd.grad((fedkernels.delta_norms(new, old, normalize) * weights).sum(), new + old)
-        ref = torch.stack([(a - b).norm() / (math.sqrt(a.numel()) if normalize else 1.0) for a, b in zip(new, old)])
+        ref = torch.stack(
+            [(a - b).norm() / (math.sqrt(a.numel()) if normalize else 1.0) for a, b in zip(new, old, strict=True)]
+        )
         want = torch.autograd.grad((ref * weights.double()).sum(), new + old)
-        for x, y in zip(got, want):
+        for x, y in zip(got, want, strict=True):
             torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-9)
 
 

@@ -37,7 +37,7 @@ def test_apply_matches_reference():
     names = candidate_names(state)
     g = torch.Generator().manual_seed(3)
     payloads, sent = [], []
-    for c, weight in enumerate((10.0, 30.0, 5.0)):
+    for weight in (10.0, 30.0, 5.0):
         after = {n: (t + torch.randn(t.shape, generator=g)) if t.is_floating_point() else t for n, t in state.items()}
         payload = make_partial_payload(state, after, fraction=0.5)
         payloads.append((payload, weight))
@@ -46,7 +46,7 @@ def test_apply_matches_reference():
         )
     want = select_ref.masked_weighted_average([state[n] for n in names], sent)
     apply_partial_payloads(state, payloads)
-    for n, w in zip(names, want):
+    for n, w in zip(names, want, strict=True):
         torch.testing.assert_close(state[n], w, rtol=2e-6, atol=2e-6)
 
 

@@ -94,7 +94,7 @@ def test_gradcheck_float64():
     m = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda v: fedkernels.count_sketch(v, t, s, 5), (x,))
     for reduce in ("mean", "sum"):
-        assert torch.autograd.gradcheck(lambda v: fedkernels.count_sketch_query(v, t, s, reduce), (m,))
+        assert torch.autograd.gradcheck(lambda v, reduce=reduce: fedkernels.count_sketch_query(v, t, s, reduce), (m,))
     with pytest.raises(RuntimeError, match="reduce='mean'"):
         fedkernels.count_sketch_query(m, t, s, "median").sum().backward()
 
@@ -135,7 +135,7 @@ def _args():
         (lambda x, t, s, b: (x.long(), t, s, b), ValueError, "x"),
         (lambda x, t, s, b: (x[:, :9], t, s, b), ValueError, "x"),
         (lambda x, t, s, b: (x[0, 0], t, s, b), ValueError, "x"),
-        (lambda x, t, s, b: (x, t.long(), s, b), ValueError, "table"),
+        (lambda x, t, s, b: (x, t.float(), s, b), ValueError, "table"),
         (lambda x, t, s, b: (x, t[:, :0], s[:, :0], b), ValueError, "table"),
         (lambda x, t, s, b: (x, t, s, 0), ValueError, "num_buckets"),
         (lambda x, t, s, b: (x, t, s, 4), IndexError, "table"),

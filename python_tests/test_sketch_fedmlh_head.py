@@ -41,7 +41,7 @@ def test_seeded_init_is_reproducible():
     b = FedMLHHead(6, num_classes=40, num_tables=3, num_buckets=8, hidden=(5,), seed=2)
     a.reset_parameters(torch.Generator().manual_seed(11))
     b.reset_parameters(torch.Generator().manual_seed(11))
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
     assert all(x.abs().max() <= 1 / 6**0.5 for x in (a.weights[0], a.biases[0]))
 
 
@@ -54,7 +54,7 @@ def test_batched_equals_separate_mlps(r, hidden, n, seed):
     assert got.shape == (r, n, 11)
     for j in range(r):
         h = x
-        for i, (w, b) in enumerate(zip(head.weights, head.biases)):
+        for i, (w, b) in enumerate(zip(head.weights, head.biases, strict=True)):
             h = h @ w[j] + b[j]
             if i < len(head.weights) - 1:
                 h = F.relu(h)
@@ -143,13 +143,15 @@ def test_round_trip_through_fl_payloads_and_per_table_average():
     states = [decode(encode(state_of(h)), PayloadSpec(state_spec(state_of(heads[0])))) for h in heads]
     weights = [1.0, 2.0, 5.0]
     merged = {
-        name: torch.stack([sum(w * s[name][j] for w, s in zip(weights, states)) / sum(weights) for j in range(3)])
+        name: torch.stack(
+            [sum(w * s[name][j] for w, s in zip(weights, states, strict=True)) / sum(weights) for j in range(3)]
+        )
         for name in states[0]
     }
     server = load_state(FedMLHHead(5, num_classes=60, num_tables=3, num_buckets=8, hidden=(4,), seed=9), merged)
     for j in range(3):
         for name, got in server.table_state(j).items():
-            want = sum(w * h.table_state(j)[name] for w, h in zip(weights, heads)) / sum(weights)
+            want = sum(w * h.table_state(j)[name] for w, h in zip(weights, heads, strict=True)) / sum(weights)
             torch.testing.assert_close(got, want)
     assert torch.equal(server.table, heads[0].table)
 

@@ -115,7 +115,7 @@ def _args():
         (lambda lp, t: (lp[0], t, "mean"), ValueError, "logp"),
         (lambda lp, t: (lp[:2], t, "mean"), ValueError, "logp"),  # R mismatch
         (lambda lp, t: (lp[:, :, :0], t, "mean"), ValueError, "logp"),  # B = 0
-        (lambda lp, t: (lp, t.long(), "mean"), ValueError, "table"),
+        (lambda lp, t: (lp, t.float(), "mean"), ValueError, "table"),
         (lambda lp, t: (lp, t[:, :0], "mean"), ValueError, "table"),  # R = 0
         (lambda lp, t: (lp, t[0], "mean"), ValueError, "table"),
         (lambda lp, t: (lp, t.clone().fill_(8), "mean"), IndexError, "table"),  # bucket >= B

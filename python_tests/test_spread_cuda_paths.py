@@ -120,7 +120,7 @@ def test_reduced_precision_matmul_stays_exact(precision, monkeypatch):
             b.fp32_precision = precision if b is torch.backends.mkldnn.matmul or precision == "tf32" else "tf32"
         got = _knn_with_tiles(W, 7, "l2", (50, 33), monkeypatch)
     finally:
-        for b, o in zip(backends, old):
+        for b, o in zip(backends, old, strict=True):
             b.fp32_precision = o
     _assert_reference(W, 7, "l2", got)
 

@@ -12,7 +12,7 @@
 4. Measures the GPU's copy bandwidth (a 1 GiB ``copy_``).
 5. Runs ``pytest python_tests`` (every op test runs on cpu and on cuda where a GPU exists) with the
    hypothesis profile 'ci'.
-6. Runs every op benchmark (bench/sketch.py, sampled.py, select.py, prox.py, spread.py) with
+6. Runs every op benchmark (bench/sketch.py, sampled.py, select_norms.py, prox.py, spread.py) with
    ``--device cuda --quick`` (``--full``: the README's sizes), each op against its PyTorch composition.
 7. Writes one JSON (default gpu-check/gpu-check.json; logs and each benchmark's own JSON beside it,
    never in bench/results) and prints the rows.
@@ -45,7 +45,7 @@ TORCH = "torch==2.14.1"  # PyPI's Linux wheel of 2.14.1 is the CUDA 13.0 build
 BENCHES = {
     "sketch": "bench/sketch.py",
     "sampled": "bench/sampled.py",
-    "select": "bench/select.py",
+    "select": "bench/select_norms.py",
     "prox": "bench/prox.py",
     "spread": "bench/spread.py",
 }

@@ -28,7 +28,8 @@ def parse_smi_csv(text: str) -> list[dict[str, str]]:
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 2 and parts[0]:
-            gpus.append(dict(zip(("name", "driver", "compute_cap", "memory"), parts)))
+            # strict=False: an older nvidia-smi may print fewer columns; the fields present are kept
+            gpus.append(dict(zip(("name", "driver", "compute_cap", "memory"), parts, strict=False)))
     return gpus
 
 

@@ -1,8 +1,11 @@
 """A Flower App running a fedkernels strategy (FedMLH by default) on synthetic multi-label data.
 
 Every SuperNode regenerates the same seeded synthetic dataset and trains on the shard its
-``partition-id`` names; the ServerApp holds only the test part and evaluates the global model after
-each round (centralised evaluation through Flower's ``evaluate_fn``).
+``partition-id`` names. The run's settings (rounds, clients per round, seed, timeout, ...) come from
+Flower's ``run_config`` (``[tool.flwr.app.config]`` in pyproject.toml, overridden by ``flwr run -c``).
+The global model is evaluated two ways after each round: centralised, on the test split the
+ServerApp holds (``server_app(evaluate_fn=...)``), and federated, each client ranking its own shard
+of the test split (``client_app(load_eval_data=...)``; example-weighted P@k/nDCG@k).
 """
 
 from __future__ import annotations
@@ -10,13 +13,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flwr.app import ArrayRecord, Context, MetricRecord
-from flwr.serverapp import Grid, ServerApp
+from flwr.app import Context
 
 from fedkernels.data import Dataset, iid_partition, load_dataset, make_clients
-from fedkernels.fl import ClientData, RunConfig, Strategy, TrainConfig
+from fedkernels.fl import ClientData, State, Strategy, TrainConfig
 from fedkernels.fl.registry import make_strategy
-from fedkernels.integrations.flower import FlowerStrategy, client_app
+from fedkernels.integrations.flower import FlowerStrategy, client_app, run_config_from, server_app
 from fedkernels.metrics import precision_at_k
 
 # Small settings per strategy for this data; any other registered strategy runs with its defaults.
@@ -44,51 +46,56 @@ def client_data(ctx: Context) -> ClientData:
     return make_clients(ds.train.x, shards, ds.num_classes)[int(ctx.node_config["partition-id"])]
 
 
-server = ServerApp()
-
-
-@server.main()
-def main(grid: Grid, context: Context) -> None:
-    c = context.run_config
-    seed = int(c["seed"])
+def held_out(ctx: Context) -> ClientData:
+    """This client's own held-out data (federated evaluation): its shard of the test split."""
+    seed, n = int(ctx.run_config["seed"]), int(ctx.run_config["num-clients"])
     ds = dataset(seed)
-    cfg = RunConfig(
-        rounds=int(c["rounds"]),
-        clients_per_round=int(c["clients-per-round"]),
-        seed=seed,
-        train=TrainConfig(epochs=2, batch_size=32, lr=0.01, optimizer="adam"),
-        client_timeout=float(c["timeout"]),
+    shards = iid_partition(ds.test.indptr, ds.test.indices, n, seed)
+    return make_clients(ds.test.x, shards, ds.num_classes)[int(ctx.node_config["partition-id"])]
+
+
+def flower_strategy(ctx: Context) -> FlowerStrategy:
+    """The run's settings come from Flower's run_config (pyproject [tool.flwr.app.config], ``-c``)."""
+    ds = dataset(int(ctx.run_config["seed"]))
+    cfg = run_config_from(ctx, train=TrainConfig(epochs=2, batch_size=32, lr=0.01, optimizer="adam"))
+    return FlowerStrategy(
+        strategy(ctx),
+        ds.num_features,
+        ds.num_classes,
+        int(ctx.run_config["num-clients"]),
+        cfg,
+        federated_evaluation=True,
     )
-    fk = FlowerStrategy(strategy(context), ds.num_features, ds.num_classes, int(c["num-clients"]), cfg)
-    test, rounds = ds.test, []
-
-    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        p1 = precision_at_k(fk.strategy.predict_topk(fk.state, test.x, 1), test.indptr, test.indices, 1)
-        rounds.append({"round": server_round, "P@1": p1})
-        print(f"round {server_round}: test P@1 {p1:.3f}", flush=True)
-        return MetricRecord({"P@1": p1})
-
-    fk.start(grid, fk.initial_arrays(), num_rounds=cfg.rounds, timeout=cfg.client_timeout, evaluate_fn=evaluate)
-    if str(c["result-file"]):
-        Path(str(c["result-file"])).write_text(
-            json.dumps(
-                {
-                    "strategy": fk.strategy.name,
-                    "rounds": rounds,
-                    "history": [
-                        {
-                            "round": h.round,
-                            "clients": h.clients,
-                            "failed": h.failed,
-                            "bytes_up": h.bytes_up,
-                            "bytes_down": h.bytes_down,
-                        }
-                        for h in fk.history
-                    ],
-                },
-                indent=1,
-            )
-        )
 
 
-client = client_app(strategy, client_data)
+P1: list[dict] = []  # the centralised test P@1 per round (this ServerApp process runs one run)
+
+
+def evaluate(server_round: int, strat: Strategy, state: State, ctx: Context) -> dict[str, float]:
+    """Centralised evaluation on the test split the server holds."""
+    test = dataset(int(ctx.run_config["seed"])).test
+    p1 = precision_at_k(strat.predict_topk(state, test.x, 1), test.indptr, test.indices, 1)
+    P1.append({"round": server_round, "P@1": p1})
+    print(f"round {server_round}: test P@1 {p1:.3f}", flush=True)
+    return {"P@1": p1}
+
+
+def write_result(ctx: Context, fk: FlowerStrategy) -> None:
+    if str(ctx.run_config["result-file"]):
+        history = [
+            {
+                "round": h.round,
+                "clients": h.clients,
+                "failed": h.failed,
+                "bytes_up": h.bytes_up,
+                "bytes_down": h.bytes_down,
+                "federated": {k: v for k, v in h.metrics.items() if k.startswith("fed-")},
+            }
+            for h in fk.history
+        ]
+        result = {"strategy": fk.strategy.name, "rounds": P1, "history": history}
+        Path(str(ctx.run_config["result-file"])).write_text(json.dumps(result, indent=1))
+
+
+server = server_app(flower_strategy, evaluate_fn=evaluate, on_done=write_result)
+client = client_app(strategy, client_data, load_eval_data=held_out)

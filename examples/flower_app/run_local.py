@@ -11,6 +11,7 @@ Everything it starts is stopped when it ends.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -67,17 +68,17 @@ def main() -> int:
         procs: list[subprocess.Popen] = []
 
         def spawn(name: str, *cmd: str) -> None:
-            log = open(tmp / f"{name}.log", "w")
-            procs.append(
-                subprocess.Popen(
-                    [str(BIN / cmd[0]), *cmd[1:]],
-                    env=env,
-                    cwd=tmp,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
+            with open(tmp / f"{name}.log", "w") as log:  # the child holds its own copy of the descriptor
+                procs.append(
+                    subprocess.Popen(
+                        [str(BIN / cmd[0]), *cmd[1:]],
+                        env=env,
+                        cwd=tmp,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
                 )
-            )
 
         try:
             spawn(
@@ -126,10 +127,8 @@ def main() -> int:
                 return 1
         finally:
             for proc in procs:  # whole process groups: Flower starts app processes below them
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
             for proc in procs:
                 try:
                     proc.wait(timeout=20)
@@ -142,6 +141,9 @@ def main() -> int:
     up = sum(h["bytes_up"] for h in res["history"])
     down = sum(h["bytes_down"] for h in res["history"])
     failed = sum(len(h["failed"]) for h in res["history"])
+    fed = res["history"][-1]["federated"]
+    if fed:
+        print("federated (clients' own held-out shards): " + ", ".join(f"{k[4:]} {v:.3f}" for k, v in fed.items()))
     print(
         f"{res['strategy']} over Flower: {len(res['history'])} rounds, {failed} failed client updates, "
         f"{up / 1e3:.1f} kB up, {down / 1e3:.1f} kB down; P@1 {res['rounds'][0]['P@1']:.3f} -> "

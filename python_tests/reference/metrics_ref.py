@@ -6,12 +6,12 @@ import math
 
 
 def precision_at_k(topk: list[list[int]], labels: list[set[int]], k: int) -> float:
-    return sum(len(set(p[:k]) & y) / k for p, y in zip(topk, labels)) / len(labels)
+    return sum(len(set(p[:k]) & y) / k for p, y in zip(topk, labels, strict=True)) / len(labels)
 
 
 def ndcg_at_k(topk: list[list[int]], labels: list[set[int]], k: int) -> float:
     total = 0.0
-    for p, y in zip(topk, labels):
+    for p, y in zip(topk, labels, strict=True):
         dcg = sum(1 / math.log2(i + 2) for i, c in enumerate(p[:k]) if c in y)
         idcg = sum(1 / math.log2(i + 2) for i in range(min(k, len(y))))
         total += dcg / idcg if idcg > 0 else 0.0
@@ -24,7 +24,7 @@ def inverse_propensity(counts: list[int], n: int, a: float = 0.55, b: float = 1.
 
 
 def psp_at_k(topk: list[list[int]], labels: list[set[int]], inv_p: list[float], k: int, normalize: bool) -> float:
-    got = sum(sum(inv_p[c] for c in p[:k] if c in y) / k for p, y in zip(topk, labels)) / len(labels)
+    got = sum(sum(inv_p[c] for c in p[:k] if c in y) / k for p, y in zip(topk, labels, strict=True)) / len(labels)
     if not normalize:
         return got
     best = sum(sum(sorted((inv_p[c] for c in y), reverse=True)[:k]) / k for y in labels) / len(labels)
@@ -32,14 +32,18 @@ def psp_at_k(topk: list[list[int]], labels: list[set[int]], inv_p: list[float], 
 
 
 def split_precision_at_k(topk, labels, frequent: set[int], k: int) -> tuple[float, float]:
-    f = sum(len([c for c in p[:k] if c in y and c in frequent]) / k for p, y in zip(topk, labels)) / len(labels)
-    i = sum(len([c for c in p[:k] if c in y and c not in frequent]) / k for p, y in zip(topk, labels)) / len(labels)
+    f = sum(len([c for c in p[:k] if c in y and c in frequent]) / k for p, y in zip(topk, labels, strict=True)) / len(
+        labels
+    )
+    i = sum(
+        len([c for c in p[:k] if c in y and c not in frequent]) / k for p, y in zip(topk, labels, strict=True)
+    ) / len(labels)
     return f, i
 
 
 def map_at_k(topk: list[list[int]], labels: list[set[int]], k: int) -> float:
     total = 0.0
-    for p, y in zip(topk, labels):
+    for p, y in zip(topk, labels, strict=True):
         if not y:
             continue
         hits, s = 0, 0.0

@@ -11,7 +11,7 @@ import torch
 def delta_norms(new: list[torch.Tensor], old: list[torch.Tensor], normalize: bool = False) -> torch.Tensor:
     """float64 [M]: ``(a - b).norm()`` per tensor (divided by sqrt(numel) when normalize; 0 if empty)."""
     out = []
-    for a, b in zip(new, old):
+    for a, b in zip(new, old, strict=True):
         n = (a.double() - b.double()).norm().item()
         if normalize:
             n = n / math.sqrt(a.numel()) if a.numel() > 0 else 0.0
@@ -40,7 +40,7 @@ def masked_weighted_average(
         num = torch.zeros(dst[t].shape, dtype=torch.float64)
         den = 0.0
         for idx, tensors, w in sent:
-            for i, x in zip(idx.tolist(), tensors):
+            for i, x in zip(idx.tolist(), tensors, strict=True):
                 if i == t:
                     num += w * x.double().cpu()
                     den += w

@@ -4,6 +4,7 @@ of torch's schema error ("Expected a value of type 'int' ... found type 'int'") 
 from __future__ import annotations
 
 import operator
+from typing import SupportsIndex
 
 import torch
 
@@ -19,13 +20,81 @@ def check_int(name: str, value: object, lo: int = INT64_MIN, hi: int = INT64_MAX
         ValueError: naming ``name``: not an integer, or out of ``[lo, hi]`` (by default int64's range).
     """
     if isinstance(value, torch.SymInt):
-        return value  # type: ignore[return-value]
+        return value  # type: ignore[return-value]  # a traced size stands in for the int
     if isinstance(value, bool):
         raise ValueError(f"{name} must be an integer, got a bool")
     try:
+        if not isinstance(value, SupportsIndex):  # (a tensor has __index__ but may still raise TypeError)
+            raise TypeError
         v = operator.index(value)
     except TypeError:
         raise ValueError(f"{name} must be an integer, got {type(value).__name__}") from None
     if not lo <= v <= hi:
         raise ValueError(f"{name} must lie in [{lo}, {hi}], got {v}")
     return v
+
+
+_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def as_tensor(name: str, value: object) -> torch.Tensor:
+    """``value`` as a tensor: a tensor as is, a numpy array through ``torch.from_numpy`` (no copy
+    when it can share memory). Anything else is a ``TypeError`` naming ``name``."""
+    if isinstance(value, torch.Tensor):
+        return value
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        if value.dtype == np.uint64:
+            if value.size and int(value.max()) > INT64_MAX:
+                raise ValueError(f"{name} holds values above int64's range")
+            value = value.astype(np.int64)
+        return torch.from_numpy(np.ascontiguousarray(value))
+    raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(value).__name__}")
+
+
+def as_int64(name: str, value: object) -> torch.Tensor:
+    """An integer tensor or numpy array (int32 from scipy, say) as int64, converted once; int64
+    tensors pass through untouched. Float or bool input is a ``ValueError`` naming ``name``."""
+    t = as_tensor(name, value)
+    if t.dtype == torch.int64:
+        return t
+    if t.dtype not in _INT_DTYPES:
+        raise ValueError(f"{name} must hold integers (int64, or int32 e.g. from scipy), got {t.dtype}")
+    return t.to(torch.int64)
+
+
+def as_csr(indptr: object, indices: object, num_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSR label sets as int64 ``(indptr [N + 1], indices [nnz])``, from tensors or numpy arrays of any
+    integer dtype (scipy's int32 included).
+
+    Args:
+        num_rows: N when the caller knows it from another argument (e.g. the rows of ``x``); then an
+            ``indptr`` of another length is a ``ValueError`` naming ``indptr``.
+    """
+    indptr_t, indices_t = as_int64("indptr", indptr), as_int64("indices", indices)
+    if indptr_t.dim() != 1 or indptr_t.shape[0] < 1:
+        raise ValueError(f"indptr must be 1-D with N + 1 >= 1 entries, got shape {tuple(indptr_t.shape)}")
+    if indices_t.dim() != 1:
+        raise ValueError(f"indices must be 1-D, got shape {tuple(indices_t.shape)}")
+    if num_rows is not None and not isinstance(num_rows, torch.SymInt) and indptr_t.shape[0] != num_rows + 1:
+        raise ValueError(
+            f"indptr must have N + 1 = {num_rows + 1} entries (N = {num_rows} rows), got {indptr_t.shape[0]}"
+        )
+    return indptr_t, indices_t
+
+
+def as_table(table: object) -> torch.Tensor:
+    """A hash table ``[p, R]`` as int32: int32 passes through; int64 (or another integer dtype, tensor
+    or numpy) is range-checked once and narrowed. Bucket ids of at least 2**31 or below 0 are a
+    ``ValueError`` naming ``table`` (the kernels check ``< B``)."""
+    t = as_tensor("table", table)
+    if t.dtype == torch.int32:
+        return t
+    if t.dtype not in _INT_DTYPES:
+        raise ValueError(f"table must hold integer bucket ids (int32 or int64), got {t.dtype}")
+    if t.numel() and not torch.compiler.is_compiling():
+        lo, hi = int(t.min()), int(t.max())
+        if lo < 0 or hi > 2**31 - 1:
+            raise ValueError(f"table must hold bucket ids in [0, 2**31), got values in [{lo}, {hi}]")
+    return t.to(torch.int32)

@@ -13,7 +13,7 @@ MAX_BUCKETS = (1 << 31) - 1  # B: buckets are int32
 
 
 @torch.library.register_fake("fedkernels::hash_buckets")
-def _hash_buckets_fake(ids, params, num_buckets):
+def _hash_buckets_fake(ids: torch.Tensor, params: torch.Tensor, num_buckets: int) -> tuple[torch.Tensor, torch.Tensor]:
     n, r = ids.shape[0], params.shape[0]
     return ids.new_empty((n, r), dtype=torch.int32), ids.new_empty((n, r), dtype=torch.int8)
 

@@ -8,12 +8,43 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:  # the loop imports this module, so its types are only named here
-    from .fl.types import RoundRecord
+from ._validate import as_csr, as_int64
+
+__all__ = [
+    "communication_summary",
+    "inverse_propensity",
+    "map_at_k",
+    "ndcg_at_k",
+    "precision_at_k",
+    "psp_at_k",
+    "ranking_metrics",
+    "split_precision_at_k",
+    "top1_accuracy",
+]
+
+
+class _RoundLike(Protocol):
+    """What communication_summary reads of a round record (``fedkernels.fl.RoundRecord`` has it):
+    a protocol, so this module needs nothing from the loop above it."""
+
+    round: int
+    bytes_up: int
+    bytes_down: int
+    metrics: dict[str, float]
+
+
+def _inputs(topk: object, indptr: object, indices: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """int64 tensors of the predictions and the CSR truth (numpy and int32 input converted once); an
+    ``indptr`` whose length is not ``N + 1`` for the N rows of ``topk`` is a ValueError naming it."""
+    topk_t = as_int64("topk", topk)
+    if topk_t.dim() != 2:
+        raise ValueError(f"topk must be [N, k], got shape {tuple(topk_t.shape)}")
+    indptr_t, indices_t = as_csr(indptr, indices, num_rows=topk_t.shape[0])
+    return topk_t, indptr_t, indices_t
 
 
 def _hits(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
@@ -39,6 +70,7 @@ def precision_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tens
         indptr: int64 ``[N + 1]``, CSR row pointer of the true label sets.
         indices: int64 ``[nnz]``, the true class ids.
     """
+    topk, indptr, indices = _inputs(topk, indptr, indices)
     if k < 1 or topk.shape[1] < k:
         raise ValueError(f"k must be in [1, {topk.shape[1]}], got {k}")
     if topk.shape[0] == 0:
@@ -48,6 +80,7 @@ def precision_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tens
 
 def ndcg_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k: int) -> float:
     """nDCG@k with binary relevance: DCG@k / IDCG@k where IDCG uses min(k, |labels|) hits."""
+    topk, indptr, indices = _inputs(topk, indptr, indices)
     if k < 1 or topk.shape[1] < k:
         raise ValueError(f"k must be in [1, {topk.shape[1]}], got {k}")
     n = topk.shape[0]
@@ -67,6 +100,7 @@ def _check_k(topk: torch.Tensor, k: int) -> None:
 
 def top1_accuracy(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> float:
     """Share of samples whose best-ranked class is one of their labels (equal to P@1)."""
+    topk, indptr, indices = _inputs(topk, indptr, indices)
     return precision_at_k(topk, indptr, indices, 1)
 
 
@@ -110,6 +144,7 @@ def psp_at_k(
         indices: int64 ``[nnz]``, the true class ids.
         inv_propensity: ``[L]`` from :func:`inverse_propensity` (fitted on the training labels).
     """
+    topk, indptr, indices = _inputs(topk, indptr, indices)
     _check_k(topk, k)
     n = topk.shape[0]
     if n == 0:
@@ -141,6 +176,7 @@ def split_precision_at_k(
     Args:
         frequent: int64 class ids (e.g. :func:`fedkernels.data.frequent_classes` of the training labels).
     """
+    topk, indptr, indices = _inputs(topk, indptr, indices)
     _check_k(topk, k)
     n = topk.shape[0]
     if n == 0:
@@ -154,6 +190,7 @@ def map_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k:
     """Mean average precision of the top-k ranking: per sample
     ``AP@k = sum_{i<=k} hit_i * P@i / min(k, |labels|)`` (0 without labels), averaged over samples.
     With ``k = p`` (a full ranking) it is the usual MAP."""
+    topk, indptr, indices = _inputs(topk, indptr, indices)
     _check_k(topk, k)
     n = topk.shape[0]
     if n == 0:
@@ -176,6 +213,7 @@ def ranking_metrics(
     """P@k and nDCG@k for every k in ``ks`` that the prediction width allows; with
     ``inv_propensity`` also PSP@k (normalised), with ``frequent`` also ``P@k_freq``/``P@k_infreq``;
     and MAP over the prediction width (``MAP@<width>``)."""
+    topk, indptr, indices = _inputs(topk, indptr, indices)
     out: dict[str, float] = {}
     for k in ks:
         if k <= topk.shape[1]:
@@ -191,7 +229,7 @@ def ranking_metrics(
 
 
 def communication_summary(
-    history: Sequence[RoundRecord], metric: str = "P@1", model_bytes: int | None = None, target: float | None = None
+    history: Sequence[_RoundLike], metric: str = "P@1", model_bytes: int | None = None, target: float | None = None
 ) -> dict:
     """Bytes per round and cumulative, and what they bought.
 

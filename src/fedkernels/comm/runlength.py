@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import torch
 
@@ -38,7 +37,7 @@ _BY_CODE = {v[0]: k for k, v in _DTYPES.items()}
 _MAX_DIMS = 16
 _INT64_MAX = (1 << 63) - 1
 
-Bytes = Union[bytes, bytearray, memoryview]
+Bytes = bytes | bytearray | memoryview
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ def encode_runs(x: torch.Tensor, value_dtype: str = "float32") -> bytes:
             f"x must have dtype {' or '.join(map(str, allowed))} for value_dtype={value_dtype!r}, got {x.dtype}"
         )
     words = x.detach().to("cpu", dtype).contiguous().reshape(-1).view(word)
-    return _C.rle_encode(memoryview(words.numpy()).cast("B"), code, list(x.shape))
+    return _C.rle_encode(words.numpy().data.cast("B"), code, list(x.shape))  # .data: the memoryview
 
 
 def _byte_view(data: object) -> memoryview:
@@ -92,7 +91,7 @@ def _byte_view(data: object) -> memoryview:
             raise ValueError(
                 f"data as a tensor must be 1-D uint8 on the CPU, got {data.dtype} {tuple(data.shape)} on {data.device}"
             )
-        return memoryview(data.contiguous().numpy()).cast("B")
+        return data.contiguous().numpy().data.cast("B")
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"data must be bytes, got {type(data).__name__}")
     view = memoryview(data)
@@ -182,7 +181,7 @@ def decode_runs(
     _, dtype, word, _ = _DTYPES[_BY_CODE[got_code]]
     if out_dtype is not None:
         dtype, word = torch.float32, torch.int32
-    got_shape = tuple(int(s) for s in got_shape)
+    out_shape = tuple(int(s) for s in got_shape)
     if not raw:  # frombuffer refuses an empty buffer
-        return torch.empty(got_shape, dtype=dtype)
-    return torch.frombuffer(raw, dtype=word).view(dtype).reshape(got_shape)
+        return torch.empty(out_shape, dtype=dtype)
+    return torch.frombuffer(raw, dtype=word).view(dtype).reshape(out_shape)

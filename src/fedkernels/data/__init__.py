@@ -5,6 +5,7 @@ from .datasets import Dataset, load_dataset, load_xc_dataset, resolve_dataset, t
 from .feature_hashing import hash_features, idf_weights
 from .fetcher import DownloadError, cache_dir, dataset_dir, fetch, is_fetched, sha256_of
 from .formats import read_any, read_libsvm, read_npz, write_xc
+from .labels import labels_to_csr, multi_hot_to_csr
 from .partition import (
     Shard,
     dirichlet_partition,
@@ -18,15 +19,19 @@ from .partition import (
 from .remote import RemoteDataset, RemoteFile, find_remote, get_remote, register, remote_datasets, unregister
 from .split import train_test_split
 from .synthetic import synthetic_multilabel
+from .types import ClientData
 from .xc_format import XCData, read_xc
+from .xc_synthetic import XCSpec, iter_synthetic_xc, synthetic_xc
 
 __all__ = [
+    "ClientData",
     "Dataset",
     "DownloadError",
     "RemoteDataset",
     "RemoteFile",
     "Shard",
     "XCData",
+    "XCSpec",
     "cache_dir",
     "dataset_dir",
     "dirichlet_partition",
@@ -39,10 +44,13 @@ __all__ = [
     "idf_weights",
     "iid_partition",
     "is_fetched",
+    "iter_synthetic_xc",
     "label_counts",
+    "labels_to_csr",
     "load_dataset",
     "load_xc_dataset",
     "make_clients",
+    "multi_hot_to_csr",
     "one_label_per_client",
     "read_any",
     "read_libsvm",
@@ -53,6 +61,7 @@ __all__ = [
     "resolve_dataset",
     "sha256_of",
     "synthetic_multilabel",
+    "synthetic_xc",
     "to_client_data",
     "train_test_split",
     "unregister",

@@ -10,11 +10,12 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..fl.types import ClientData
-from .feature_hashing import hash_features, idf_weights, l2_normalize_rows
+from ..sparse_rows import csr_from_scipy
+from .feature_hashing import hash_features, idf_weights, l2_normalize_csr, l2_normalize_rows
 from .formats import read_any
 from .split import train_test_split
 from .synthetic import synthetic_multilabel
+from .types import ClientData
 from .xc_format import XCData
 
 
@@ -23,7 +24,8 @@ class Dataset:
     """A train/test pair ready for the loop, and where it came from.
 
     Attributes:
-        train, test: :class:`~fedkernels.fl.ClientData` (dense float32 features, CSR labels).
+        train, test: :class:`~fedkernels.fl.ClientData` (float32 features, dense or ``torch.sparse_csr``
+            when loaded with ``sparse=True``; CSR labels).
         name: what was loaded (``"synthetic"`` or the path).
         notes: how it was made (split seed, hashing dimension, ...), for reports.
     """
@@ -42,8 +44,11 @@ class Dataset:
         return self.train.num_classes
 
 
-def to_client_data(x: torch.Tensor, labels: sp.csr_matrix) -> ClientData:
-    """Dense features ``[N, F]`` and a 0/1 label CSR ``[N, L]`` as a :class:`ClientData`."""
+def to_client_data(x: torch.Tensor | sp.spmatrix, labels: sp.csr_matrix) -> ClientData:
+    """Features ``[N, F]`` (a dense tensor, a ``torch.sparse_csr`` tensor, or a scipy sparse matrix,
+    which stays sparse as ``torch.sparse_csr``) and a 0/1 label CSR ``[N, L]`` as a :class:`ClientData`."""
+    if sp.issparse(x):
+        x = csr_from_scipy(x)
     labels = sp.csr_matrix(labels)
     labels.sort_indices()
     return ClientData(
@@ -104,8 +109,9 @@ def load_xc_dataset(
     test_fraction: float = 0.2,
     tfidf: bool = False,
     l2_normalize: bool = True,
+    sparse: bool = False,
 ) -> Dataset:
-    """Load an XC-format dataset and turn its sparse features dense.
+    """Load an XC-format dataset, its features dense or (``sparse=True``) kept sparse.
 
     Args:
         path: a file, or a folder with ``train.txt`` and ``test.txt`` (the official split) or ``all.txt``
@@ -116,24 +122,32 @@ def load_xc_dataset(
         seed: the split's and the feature hash's seed.
         tfidf: weight features by idf fitted on the training part.
         l2_normalize: scale each sample's feature vector to unit norm.
+        sparse: keep the features as ``torch.sparse_csr`` tensors from file to model (memory
+            proportional to the nonzeros; no :data:`MAX_DENSE_ELEMENTS` bound). The models' first
+            layers take them as they are.
     """
     path = Path(path)
     train, test, notes = _xc_parts(path, test_fraction, seed)
     idf = idf_weights(train.features) if tfidf else None
 
-    if feature_dim is None:
+    if feature_dim is None and not sparse:
         check_dense_size(train.num_samples, train.num_features, path, "training")
         check_dense_size(test.num_samples, test.num_features, path, "test")
 
     def dense(feats: sp.csr_matrix) -> torch.Tensor:
         if feature_dim is not None:
-            return hash_features(feats, feature_dim, seed, idf, l2_normalize)
+            return hash_features(feats, feature_dim, seed, idf, l2_normalize, sparse=sparse)
+        if sparse:
+            m = sp.csr_matrix(feats, dtype=np.float64)
+            if idf is not None:
+                m = sp.csr_matrix(m.multiply(idf.reshape(1, -1)))
+            return csr_from_scipy(l2_normalize_csr(m) if l2_normalize else m)
         x = np.asarray(feats.todense(), dtype=np.float64)
         if idf is not None:
             x = x * idf
         return torch.from_numpy((l2_normalize_rows(x) if l2_normalize else x).astype(np.float32))
 
-    notes.update(feature_dim=feature_dim or train.num_features, tfidf=tfidf, l2_normalize=l2_normalize)
+    notes.update(feature_dim=feature_dim or train.num_features, tfidf=tfidf, l2_normalize=l2_normalize, sparse=sparse)
     return Dataset(
         to_client_data(dense(train.features), train.labels),
         to_client_data(dense(test.features), test.labels),
@@ -147,11 +161,15 @@ def load_dataset(
     seed: int = 0,
     feature_dim: int | None = None,
     test_fraction: float = 0.2,
+    sparse: bool = False,
+    l2_normalize: bool = True,
     **synthetic_kw,
 ) -> Dataset:
     """``"synthetic"`` (see :func:`synthetic_multilabel`; ``synthetic_kw`` passes its arguments,
     train and test drawn together then split), a path for :func:`load_xc_dataset`, or the name of a
-    dataset fetched with ``fedkernels data get`` (see :func:`resolve_dataset`)."""
+    dataset fetched with ``fedkernels data get`` (see :func:`resolve_dataset`). ``sparse`` keeps a
+    file's features sparse (see :func:`load_xc_dataset`); the synthetic default is always dense.
+    ``l2_normalize`` (file datasets only): unit-norm feature rows, else the file's raw values."""
     if str(spec) == "synthetic":
         full = synthetic_multilabel(seed=seed, **synthetic_kw)
         tr, te = train_test_split(len(full), test_fraction, seed)
@@ -161,7 +179,9 @@ def load_dataset(
             "synthetic",
             {"split": f"seeded permutation (seed={seed}, test_fraction={test_fraction})", **synthetic_kw},
         )
-    return load_xc_dataset(resolve_dataset(spec), feature_dim, seed, test_fraction)
+    return load_xc_dataset(
+        resolve_dataset(spec), feature_dim, seed, test_fraction, l2_normalize=l2_normalize, sparse=sparse
+    )
 
 
 def resolve_dataset(spec: str | Path) -> Path:
@@ -174,11 +194,11 @@ def resolve_dataset(spec: str | Path) -> Path:
     from .remote import find_remote
 
     path = Path(spec)
-    if path.exists() or find_remote(str(spec)) is None:
+    remote = None if path.exists() else find_remote(str(spec))
+    if remote is None:
         return path
     if not is_fetched(str(spec)):
         raise FileNotFoundError(
-            f"dataset {spec!r} is registered but not downloaded: run "
-            f"`fedkernels data get {find_remote(str(spec)).name}` first"
+            f"dataset {spec!r} is registered but not downloaded: run `fedkernels data get {remote.name}` first"
         )
     return dataset_dir(str(spec))

@@ -28,7 +28,12 @@ def idf_weights(features: sp.csr_matrix) -> np.ndarray:
 
 
 def hash_features(
-    features: sp.csr_matrix, dim: int, seed: int = 0, idf: np.ndarray | None = None, l2_normalize: bool = False
+    features: sp.csr_matrix,
+    dim: int,
+    seed: int = 0,
+    idf: np.ndarray | None = None,
+    l2_normalize: bool = False,
+    sparse: bool = False,
 ) -> torch.Tensor:
     """Hash sparse features to ``dim`` signed buckets: ``out[n, h(f)] += s(f) * w_f * x[n, f]``.
 
@@ -38,9 +43,10 @@ def hash_features(
         seed: the hash family's seed.
         idf: optional per-feature weights ``w`` ``[F]`` (e.g. :func:`idf_weights` for tf-idf).
         l2_normalize: scale each output row to unit L2 norm (all-zero rows stay zero).
+        sparse: return a ``torch.sparse_csr`` tensor (never materialising ``[N, D]``) instead of a dense one.
 
     Returns:
-        float32 ``[N, D]``.
+        float32 ``[N, D]``, dense or sparse CSR.
 
     Example:
         >>> x = hash_features(read_xc("bibtex/train.txt").features, 512, seed=1, l2_normalize=True)
@@ -60,8 +66,23 @@ def hash_features(
         sign = sign * idf
     # A [F, D] matrix with one signed entry per row: the hashing is one sparse product.
     proj = sp.csr_matrix((sign, bucket, np.arange(num_features + 1)), shape=(num_features, int(dim)))
-    dense = np.asarray((features.astype(np.float64) @ proj).todense())
+    hashed = sp.csr_matrix(features.astype(np.float64) @ proj)
+    if sparse:
+        from ..sparse_rows import csr_from_scipy
+
+        hashed.eliminate_zeros()  # colliding features of opposite sign may cancel
+        return csr_from_scipy(l2_normalize_csr(hashed) if l2_normalize else hashed)
+    dense = np.asarray(hashed.todense())
     return torch.from_numpy((l2_normalize_rows(dense) if l2_normalize else dense).astype(np.float32))
+
+
+def l2_normalize_csr(x: sp.csr_matrix) -> sp.csr_matrix:
+    """Each row of the sparse ``x [N, D]`` scaled to unit L2 norm (a copy); all-zero rows stay zero."""
+    x = sp.csr_matrix(x, dtype=np.float64, copy=True)
+    norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
+    scale = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
+    x.data *= np.repeat(scale, np.diff(x.indptr))
+    return x
 
 
 def l2_normalize_rows(x: np.ndarray) -> np.ndarray:

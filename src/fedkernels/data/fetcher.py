@@ -209,6 +209,7 @@ def fetch(
     try:
         for f in files:
             path = folder / f.name
+            assert f.url is not None  # every file without one was refused above
             digests[f.name] = download(f.url, path, f.sha256, progress, log=log)
             if f.extract == "zip":
                 _unzip(path, folder)
@@ -239,7 +240,7 @@ def _place(ds: RemoteDataset, folder: Path) -> None:
     """Move the train/test files to ``train.<ext>``/``test.<ext>`` (npz: ``train_X.npz`` stays paired),
     or cut them from one data file by the first split of its split files."""
     if ds.train_split and ds.test_split:
-        _apply_split(ds, folder)
+        _apply_split(ds, folder, ds.train_split, ds.test_split)
         return
     for part, rel in (("train", ds.train), ("test", ds.test)):
         src = folder / rel
@@ -253,18 +254,19 @@ def _place(ds: RemoteDataset, folder: Path) -> None:
             os.replace(src, folder / f"{part}.{'txt' if ds.format == 'xc' else 'svm'}")
 
 
-def _apply_split(ds: RemoteDataset, folder: Path) -> None:
-    """Write ``train.txt``/``test.txt`` from the data file and the first column of each split file."""
+def _apply_split(ds: RemoteDataset, folder: Path, train_split: str, test_split: str) -> None:
+    """Write ``train.txt``/``test.txt`` from the data file and the first column of each split file
+    (``ds.train_split``, ``ds.test_split``, passed as set)."""
     import numpy as np
 
     from .formats import write_xc
     from .xc_format import read_xc
 
-    for rel in (ds.train, ds.train_split, ds.test_split):
+    for rel in (ds.train, train_split, test_split):
         if not (folder / rel).is_file():
             raise DownloadError(f"{ds.name}: expected {rel} in the download, but it is not there")
     data = read_xc(folder / ds.train)
-    for part, rel in (("train", ds.train_split), ("test", ds.test_split)):
+    for part, rel in (("train", train_split), ("test", test_split)):
         try:
             rows = np.loadtxt(folder / rel, dtype=np.int64, ndmin=2)[:, 0] - 1
         except ValueError as e:

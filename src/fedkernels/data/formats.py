@@ -153,5 +153,7 @@ def write_xc(data: XCData, path: str | Path) -> None:
         for i in range(data.num_samples):
             lab = ",".join(str(int(c)) for c in labels.indices[labels.indptr[i] : labels.indptr[i + 1]])
             lo, hi = feats.indptr[i], feats.indptr[i + 1]
-            ft = " ".join(f"{int(c)}:{float(v):.9g}" for c, v in zip(feats.indices[lo:hi], feats.data[lo:hi]))
+            ft = " ".join(
+                f"{int(c)}:{float(v):.9g}" for c, v in zip(feats.indices[lo:hi], feats.data[lo:hi], strict=True)
+            )
             out.write(f"{lab} {ft}".rstrip() + "\n" if lab or ft else "\n")

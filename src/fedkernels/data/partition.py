@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..fl.seeding import numpy_rng
-from ..fl.types import ClientData
+from ..seeding import numpy_rng
+from ..sparse_rows import select_rows
+from .types import ClientData
 
 
 @dataclass
@@ -196,8 +197,14 @@ def one_label_per_client(indptr, indices, num_classes: int) -> list[Shard]:
 
 
 def make_clients(x: torch.Tensor, shards: list[Shard], num_classes: int) -> list[ClientData]:
-    """Each shard as a :class:`~fedkernels.fl.ClientData` (features ``x [N, F]`` gathered by row)."""
+    """Each shard as a :class:`~fedkernels.fl.ClientData` (features ``x [N, F]``, dense or sparse CSR,
+    gathered by row in the same layout)."""
     return [
-        ClientData(x[torch.from_numpy(s.rows)], torch.from_numpy(s.indptr), torch.from_numpy(s.indices), num_classes)
+        ClientData(
+            select_rows(x, torch.from_numpy(s.rows)),
+            torch.from_numpy(s.indptr),
+            torch.from_numpy(s.indices),
+            num_classes,
+        )
         for s in shards
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fl.seeding import numpy_rng
+from ..seeding import numpy_rng
 
 
 def train_test_split(num_samples: int, test_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -23,5 +23,5 @@ def train_test_split(num_samples: int, test_fraction: float = 0.2, seed: int = 0
     if not 0.0 <= test_fraction <= 1.0:
         raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
     perm = numpy_rng(seed, "train_test_split").permutation(num_samples)
-    m = int(round(test_fraction * num_samples))
+    m = round(test_fraction * num_samples)
     return np.sort(perm[m:]).astype(np.int64), np.sort(perm[:m]).astype(np.int64)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..fl.seeding import numpy_rng
-from ..fl.types import ClientData
+from ..seeding import numpy_rng
+from .types import ClientData
 
 
 def synthetic_multilabel(

@@ -10,6 +10,12 @@ from typing import Any
 
 MB = 1e6
 
+
+def _mb(b: float | None) -> float | None:
+    """Bytes in MB; None (a quantity never reached) stays None."""
+    return None if b is None else b / MB
+
+
 TABLE_COLUMNS = [
     "algorithm",
     "P@1",

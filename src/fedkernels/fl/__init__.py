@@ -1,6 +1,19 @@
 """The thin federated loop: Server, Strategy, payloads, and the algorithms (docs/design.md §4)."""
 
-from .algorithms import FedAvg, FedMLH
+from .algorithms import (
+    FedALC,
+    FedALCFixed,
+    FedAvg,
+    FedAwS,
+    FedMLH,
+    FedSS,
+    FullSoftmax,
+    L1Diff,
+    L1DiffNetwork,
+    NegOnly,
+    PartialExchange,
+    PosOnly,
+)
 from .payload import PayloadError, PayloadSpec, TensorSpec, decode, encode
 from .server import RunConfig, Server
 from .strategy import State, Strategy
@@ -9,10 +22,20 @@ from .types import ClientData, ClientResult, RoundRecord, TrainConfig
 __all__ = [
     "ClientData",
     "ClientResult",
+    "FedALC",
+    "FedALCFixed",
     "FedAvg",
+    "FedAwS",
     "FedMLH",
+    "FedSS",
+    "FullSoftmax",
+    "L1Diff",
+    "L1DiffNetwork",
+    "NegOnly",
+    "PartialExchange",
     "PayloadError",
     "PayloadSpec",
+    "PosOnly",
     "RoundRecord",
     "RunConfig",
     "Server",

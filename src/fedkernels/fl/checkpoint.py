@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import TypeGuard
 
 import torch
 
@@ -58,7 +59,7 @@ def clean_stale_temps(path: str | Path) -> list[Path]:
     """Remove temp files that an interrupted save of ``path`` left (``.<name>.tmp-<pid>`` whose
     writer process is gone). Returns what was removed. A live writer's temp file is left alone."""
     path = Path(path)
-    removed = []
+    removed: list[Path] = []
     prefix = f".{path.name}.tmp-"
     if not path.parent.is_dir():
         return removed
@@ -132,7 +133,7 @@ def _parse_meta(meta_json: str, path: str | Path) -> dict:
     return meta
 
 
-def _is_int(x: object) -> bool:
+def _is_int(x: object) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 

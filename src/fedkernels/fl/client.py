@@ -60,19 +60,20 @@ def call_with_deadline(fn: Callable[[], bytes | None], timeout: float | None) ->
     """
     if timeout is None:
         return fn()
-    box: dict[str, object] = {}
+    values: list[bytes | None] = []
+    errors: list[BaseException] = []
 
     def target() -> None:
         try:
-            box["value"] = fn()
+            values.append(fn())
         except BaseException as e:  # handed to the caller, who records the crash
-            box["error"] = e
+            errors.append(e)
 
     worker = threading.Thread(target=target, name="fedkernels-client", daemon=True)
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
         raise ClientTimeout(f"timed out after {timeout:g} s")
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["value"]  # type: ignore[return-value]
+    if errors:
+        raise errors[0]
+    return values[0]

@@ -143,7 +143,7 @@ def client_report(
     if len(instances) != len(labels):
         raise ValueError(f"instances and labels must have the same length, got {len(instances)} and {len(labels)}")
     pairs = set()
-    for inst, lab in zip(instances, labels):
+    for inst, lab in zip(instances, labels, strict=True):
         di = instance_digest(key, inst)
         for l in [lab] if isinstance(lab, (int, np.integer)) else lab:
             pairs.add((di, label_digest(key, int(l))))

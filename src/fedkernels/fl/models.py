@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -13,7 +14,7 @@ def mlp(in_features: int, out_features: int, hidden: Sequence[int] = (), seed: i
     g = torch.Generator().manual_seed(seed)
     dims = [in_features, *hidden, out_features]
     layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+    for i, (a, b) in enumerate(itertools.pairwise(dims)):
         lin = nn.Linear(a, b)
         bound = 1.0 / a**0.5
         with torch.no_grad():
@@ -23,6 +24,36 @@ def mlp(in_features: int, out_features: int, hidden: Sequence[int] = (), seed: i
         if i < len(dims) - 2:
             layers.append(nn.ReLU())
     return nn.Sequential(*layers)
+
+
+def embed_mlp(
+    in_features: int, out_features: int, embed_dim: int = 256, hidden: Sequence[int] = (256, 256), seed: int = 0
+) -> nn.Sequential:
+    """The FedAwS/FedALC papers' text model: an embedding layer, then linear layers with ReLU between.
+
+    ``in -> embed_dim`` (no bias, no activation: a bag-of-words embedding, i.e. the feature-weighted
+    sum of the words' embedding rows) ``-> hidden[0] -> ReLU -> ... -> hidden[-1] -> ReLU -> out``.
+    With the default two hidden widths that is the papers' embedding layer plus three linear layers,
+    the first two with ReLU; callers normalise the output (cosine scores). Seeded like :func:`mlp`.
+
+    Args:
+        in_features: F (vocabulary size).
+        out_features: d, the class-embedding size.
+        embed_dim: E, the width of the embedding layer.
+        hidden: widths of the linear layers between the embedding and the output.
+        seed: initialisation seed.
+
+    Returns:
+        ``nn.Sequential``: maps ``[N, F]`` to ``[N, d]``.
+    """
+    if embed_dim < 1:
+        raise ValueError(f"embed_dim must be >= 1, got {embed_dim}")
+    g = torch.Generator().manual_seed(seed)
+    embed = nn.Linear(in_features, embed_dim, bias=False)
+    with torch.no_grad():
+        embed.weight.uniform_(-(1.0 / in_features**0.5), 1.0 / in_features**0.5, generator=g)
+    body = mlp(embed_dim, out_features, hidden, int(torch.randint(0, 2**62, (1,), generator=g)))
+    return nn.Sequential(embed, *body)
 
 
 def load_state(module: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:

@@ -14,7 +14,7 @@ import torch
 
 from ..ops.select import masked_weighted_average, select_topk_tensors
 
-Payload = dict  # {"indices": int64 [k], "tensors": {name: Tensor}} (see make_partial_payload)
+PartialPayload = dict  # {"indices": int64 [k], "tensors": {name: Tensor}} (see make_partial_payload)
 
 
 def candidate_names(state: Mapping[str, torch.Tensor]) -> list[str]:
@@ -24,7 +24,7 @@ def candidate_names(state: Mapping[str, torch.Tensor]) -> list[str]:
 
 def make_partial_payload(
     before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor], fraction: float, normalize: bool = False
-) -> Payload:
+) -> PartialPayload:
     """What a client sends: the tensors of ``after`` whose change since ``before`` is largest.
 
     Args:
@@ -51,7 +51,7 @@ def make_partial_payload(
     return {"indices": idx, "tensors": {names[i]: new[i] for i in chosen}}
 
 
-def apply_partial_payloads(state: Mapping[str, torch.Tensor], payloads: list[tuple[Payload, float]]) -> None:
+def apply_partial_payloads(state: Mapping[str, torch.Tensor], payloads: list[tuple[PartialPayload, float]]) -> None:
     """Server side, in place: each tensor of ``state`` becomes the weighted average over the clients
     that sent it (weights e.g. their sample counts); tensors nobody sent keep their value.
 

@@ -230,9 +230,9 @@ def _all_finite(t: torch.Tensor) -> bool:
 def _check_shape(
     name: str, t: torch.Tensor, want: tuple[int | str | None, ...], lengths: dict[str, tuple[int, str]]
 ) -> None:
-    if t.dim() != len(want) or any(type(w) is int and w != g for w, g in zip(want, t.shape)):
+    if t.dim() != len(want) or any(type(w) is int and w != g for w, g in zip(want, t.shape, strict=True)):
         raise PayloadError(f"tensor {name!r} has shape {tuple(t.shape)}, expected {want}")
-    for w, g in zip(want, t.shape):
+    for w, g in zip(want, t.shape, strict=True):
         if isinstance(w, str):
             size, first = lengths.setdefault(w, (int(g), name))
             if size != g:

@@ -9,8 +9,8 @@ atomically after every round and resumes from there, bit-identical to an uninter
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +18,24 @@ from pathlib import Path
 import torch
 
 from ..metrics import ranking_metrics
+from ..sparse_rows import slice_rows
+from . import evaluation as ev
 from . import payload as pl
 from .checkpoint import clean_stale_temps, load_checkpoint, save_checkpoint
-from .client import ClientEndpoint, ClientTimeout, LocalClient, call_with_deadline
-from .seeding import derive_seed, numpy_rng
+from .client import ClientEndpoint, LocalClient, call_with_deadline
+from .round import (  # noqa: F401  (re-exported: the names the loop has always had)
+    Answer,
+    ClientSentNothing,
+    Round,
+    aggregate_round,
+    bounded,
+    client_seed,
+    failure_reason,
+    has_setup_exchange,
+    select_clients,
+    setup_exchange,
+)
+from .seeding import derive_seed
 from .strategy import State, Strategy
 from .types import ClientData, ClientResult, RoundRecord, TrainConfig
 
@@ -78,6 +92,11 @@ class Server:
         self.clients = clients
         self.config = config
         self.state: State = strategy.init_state(num_features, num_classes, derive_seed(config.seed, "init"))
+        self.setup_failed: dict[int, str] = {}  # clients whose setup report was left out
+        if has_setup_exchange(strategy):  # the same exchange as over Flower, through real bytes
+            reports: dict[int, Answer] = {c: _encoded(strategy.setup_report(d)) for c, d in enumerate(clients)}
+            seed = derive_seed(config.seed, "setup")
+            self.setup_failed, _ = setup_exchange(strategy, reports, seed, config.max_upload_bytes)
         strategy.setup(clients, derive_seed(config.seed, "setup"))
         self.history: list[RoundRecord] = []
         self.round = 0
@@ -93,58 +112,45 @@ class Server:
         """The clients of ``round``: a seeded sample without replacement, in ascending id order."""
         return select_clients(self.config.seed, round, len(self.clients), self.config.clients_per_round)
 
+    def new_round(self, round: int, chosen: list[int] | None = None) -> Round:
+        """The round protocol for ``round`` over ``chosen`` (default: :meth:`select_clients`)."""
+        chosen = self.select_clients(round) if chosen is None else chosen
+        return Round(self.strategy, self.state, round, chosen, self.config.seed, self.config.max_upload_bytes)
+
+    def exchange(self, rnd: Round) -> dict[int, Answer]:
+        """Carry ``rnd``'s requests and downloads to the in-process clients; their uploads."""
+        transport = InProcessTransport(self.endpoints, self.config.client_timeout)
+        asked = transport.requests(rnd.round, rnd.seeds())
+        return transport.updates(rnd.round, rnd.downloads(asked), rnd.seeds())
+
     def run_client(self, client_id: int, round: int) -> tuple[ClientResult, int]:
-        """One client's round trip through real serialisation. Returns its checked result and the
-        bytes sent down.
+        """One client's round trip through real serialisation and the round protocol's checks (no
+        aggregation). Returns its checked result and the bytes sent down.
 
         Raises:
-            PayloadError: the request or upload fails its spec.
+            PayloadError: the request or upload fails its spec or the strategy's check.
             ClientTimeout: the client missed ``config.client_timeout``.
             ClientSentNothing: the client answered with no upload.
             Exception: whatever the client raised (a crash).
         """
-        s, seed = self.strategy, client_seed(self.config.seed, round, client_id)
-        endpoint, timeout = self.endpoints[client_id], self.config.client_timeout
-        bytes_up = 0
-        raw_req = call_with_deadline(lambda: endpoint.request(round, seed), timeout)
-        request = None
-        if raw_req is not None:
-            bytes_up += len(raw_req)
-            spec = s.request_spec(self.state)
-            if spec is None:
-                raise pl.PayloadError(f"strategy {s.name} takes no client request")
-            request = pl.decode(raw_req, bounded(spec, self.config.max_upload_bytes))
-        down = s.client_payload(self.state, client_id, request, round, seed)
-        raw_down = pl.encode(down)
-        raw_up = call_with_deadline(lambda: endpoint.update(raw_down, round, seed), timeout)
-        if raw_up is None or len(raw_up) == 0:
-            raise ClientSentNothing("sent no upload")
-        bytes_up += len(raw_up)
-        checked = pl.decode(raw_up, bounded(s.upload_spec(self.state, down), self.config.max_upload_bytes))
-        s.check_upload(self.state, down, checked)
-        return ClientResult(client_id, checked, len(self.clients[client_id]), bytes_up), len(raw_down)
+        rnd = self.new_round(round, [client_id])
+        results = rnd.collect(self.exchange(rnd), self.num_examples)
+        if client_id in rnd.errors:
+            raise rnd.errors[client_id]
+        return results[0], rnd.bytes_down(client_id)
+
+    @property
+    def num_examples(self) -> dict[int, int]:
+        """Each client's example count (its aggregation weight)."""
+        return {c: len(d) for c, d in enumerate(self.clients)}
 
     def run_round(self) -> RoundRecord:
-        """Select, train, check and aggregate one round. A client that crashes, times out, sends
-        nothing or has its upload rejected is recorded in ``failed`` with the reason and left out;
-        the state changes only at the end, and not at all if no client succeeded."""
-        t0 = time.perf_counter()
-        r = self.round
-        chosen = self.select_clients(r)
-        results: list[ClientResult] = []
-        failed: list[tuple[int, str]] = []
-        down_total = 0
-        for c in chosen:
-            try:
-                res, down = self.run_client(c, r)
-            except Exception as e:  # anything in this client's exchange fails this client only
-                failed.append((c, failure_reason(e)))
-                continue
-            down_total += down
-            results.append(res)
-        self.state, skipped = aggregate_round(self.strategy, self.state, results, r)
-        rec = RoundRecord(r, chosen, failed, down_total, sum(x.bytes_up for x in results), skipped=skipped)
-        rec.seconds = time.perf_counter() - t0
+        """Select, train, check and aggregate one round (:class:`fedkernels.fl.round.Round`). A
+        client that crashes, times out, sends nothing or has its upload rejected is recorded in
+        ``failed`` with the reason and left out; the state changes only at the end, and not at all
+        if no client succeeded."""
+        rnd = self.new_round(self.round)
+        self.state, rec = rnd.finish(self.exchange(rnd), self.num_examples)
         self.history.append(rec)
         self.round += 1
         return rec
@@ -185,42 +191,54 @@ class Server:
         ks = ks or self.config.eval_k
         kmax = min(max(ks), test.num_classes)
         preds = [
-            self.strategy.predict_topk(self.state, test.x[i : i + batch], kmax) for i in range(0, len(test), batch)
+            self.strategy.predict_topk(self.state, slice_rows(test.x, i, i + batch), kmax)
+            for i in range(0, len(test), batch)
         ]
         topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64)
         return ranking_metrics(
             topk, test.indptr, test.indices, tuple(k for k in ks if k <= kmax), inv_propensity, frequent
         )
 
+    def evaluate_federated(
+        self, held_out: list[ClientData], ks: tuple[int, ...] | None = None
+    ) -> tuple[dict[str, float], dict[int, str]]:
+        """Federated evaluation (:mod:`fedkernels.fl.evaluation`): every client ranks its own
+        held-out set ``held_out[c]`` under the global model, through real serialisation; the
+        example-weighted P@k/nDCG@k and the clients whose report failed."""
+        if len(held_out) != len(self.clients):
+            raise ValueError(f"held_out must hold one set per client ({len(self.clients)}), got {len(held_out)}")
+        ks = ev.evaluation_ks(ks or self.config.eval_k, held_out[0].num_classes)
+        down = ev.evaluation_download(self.state)
+        reports: dict[int, Answer] = {}
+        for c, data in enumerate(held_out):
+            try:
+                reports[c] = ev.client_evaluation(self.strategy, down, data, ks)
+            except Exception as e:  # this client's failure only
+                reports[c] = e
+        metrics, failed, _ = ev.aggregate_evaluation(reports, ks)
+        return metrics, failed
+
     def run(
-        self, test: ClientData | None = None, on_round: Callable[[RoundRecord], None] | None = None
+        self,
+        test: ClientData | None = None,
+        on_round: Callable[[RoundRecord], None] | None = None,
+        held_out: list[ClientData] | None = None,
     ) -> list[RoundRecord]:
-        """Run the remaining rounds of the config; evaluate on ``test`` every ``eval_every`` rounds."""
+        """Run the remaining rounds of the config; every ``eval_every`` rounds evaluate on ``test``
+        (centralised) and, with ``held_out`` (one set per client), federated (metrics prefixed
+        ``fed-``)."""
         while self.round < self.config.rounds:
             rec = self.run_round()
             if test is not None and (rec.round + 1) % self.config.eval_every == 0:
                 rec.metrics = self.evaluate(test)
+            if held_out is not None and (rec.round + 1) % self.config.eval_every == 0:
+                fed, _ = self.evaluate_federated(held_out)
+                rec.metrics.update({f"fed-{k}": v for k, v in fed.items()})
             if self.config.checkpoint is not None:
                 self.save_checkpoint(self.config.checkpoint)
             if on_round is not None:
                 on_round(rec)
         return self.history
-
-
-def select_clients(seed: int, round: int, num_clients: int, clients_per_round: int) -> list[int]:
-    """The clients of ``round`` of the run seeded ``seed``: ascending ids (shared with Flower)."""
-    rng = numpy_rng(seed, "select", round)
-    return sorted(int(c) for c in rng.choice(num_clients, size=clients_per_round, replace=False))
-
-
-def bounded(spec: pl.PayloadSpec, max_bytes: int | None) -> pl.PayloadSpec:
-    """``spec`` with its byte limit lowered to ``max_bytes`` (if given)."""
-    return spec if max_bytes is None else dataclasses.replace(spec, max_bytes=min(spec.max_bytes, max_bytes))
-
-
-def client_seed(seed: int, round: int, client_id: int) -> int:
-    """The seed of one client's work in one round (shared with Flower)."""
-    return derive_seed(seed, "client", round, client_id)
 
 
 def run_identity(strategy: Strategy, config: RunConfig, num_clients: int) -> dict:
@@ -251,38 +269,47 @@ def check_identity(meta: dict, mine: dict, path: str | Path) -> None:
             raise ValueError(f"checkpoint {path} has {key}={have!r}, this run has {want!r}")
 
 
-def aggregate_round(strategy: Strategy, state: State, results: list[ClientResult], round: int) -> tuple[State, str]:
-    """The state after a round and why its update was skipped ("" if applied or nobody succeeded).
-
-    A round whose successful clients all hold 0 examples has nothing to average (example-weighted
-    averages have no weight): the state is kept and the reason recorded, instead of aborting the run.
-    """
-    if not results:
-        return state, ""
-    if sum(r.num_examples for r in results) <= 0:
-        return state, f"update skipped: the {len(results)} successful clients hold 0 examples"
-    return strategy.aggregate(state, results, round), ""
+def _encoded(report: pl.Payload | None) -> bytes | None:
+    return None if report is None else pl.encode(report)
 
 
 def record_to_json(rec: RoundRecord) -> dict:
     return dataclasses.asdict(rec)
 
 
-class ClientSentNothing(Exception):
-    """A client answered without an upload."""
-
-
-def failure_reason(e: Exception) -> str:
-    """The ``RoundRecord.failed`` reason for a client failure: "rejected: ...", "timed out ...",
-    "sent no upload" or "crashed: <type>: <message>"."""
-    if isinstance(e, pl.PayloadError):
-        return f"rejected: {e}"
-    if isinstance(e, (ClientTimeout, ClientSentNothing)):
-        return str(e)
-    return f"crashed: {type(e).__name__}: {e}"
-
-
 def record_from_json(d: dict) -> RoundRecord:
     d = dict(d)
     d["failed"] = [(int(c), str(why)) for c, why in d["failed"]]
     return RoundRecord(**d)
+
+
+class InProcessTransport:
+    """The in-process transport: calls each client's endpoint in turn, each call under the deadline.
+
+    Args:
+        endpoints: client id -> its endpoint.
+        timeout: seconds per call (``None`` waits forever).
+    """
+
+    def __init__(self, endpoints: list[ClientEndpoint], timeout: float | None) -> None:
+        self.endpoints, self.timeout = endpoints, timeout
+
+    def _call(self, fn: Callable[[], bytes | None]) -> Answer:
+        try:
+            return call_with_deadline(fn, self.timeout)
+        except Exception as e:  # the client's failure, handed to the round protocol to record
+            return e
+
+    def requests(self, round: int, seeds: dict[int, int]) -> dict[int, Answer]:
+        """Each client's raw request (``None``: it made none)."""
+        out: dict[int, Answer] = {}
+        for c, seed in seeds.items():
+            out[c] = self._call(functools.partial(self.endpoints[c].request, round, seed))
+        return out
+
+    def updates(self, round: int, downloads: dict[int, bytes], seeds: dict[int, int]) -> dict[int, Answer]:
+        """Each client's raw upload in answer to its download."""
+        out: dict[int, Answer] = {}
+        for c, down in downloads.items():
+            out[c] = self._call(functools.partial(self.endpoints[c].update, down, round, seeds[c]))
+        return out

@@ -3,9 +3,10 @@
 A round is: the server picks clients, each may send a ``client_request``, ``client_payload``
 builds each one's download, the client runs ``client_update`` on its own data (a pure function of
 the payload, its data and a seed, so Flower clients can run it across machines), the server checks
-each upload with ``upload_spec`` (and ``check_upload`` for content the spec cannot see) and folds
-them in with ``aggregate``. Payloads are dicts of tensors, serialised with safetensors by the loop,
-which counts the real bytes both ways.
+each upload with ``upload_spec`` (and ``check_upload`` for content the spec cannot see, which
+returns the checked upload) and folds them in with ``aggregate``; :mod:`fedkernels.fl.round` runs
+these steps for both transports (in-process and Flower). Payloads are dicts of tensors, serialised
+with safetensors by the loop, which counts the real bytes both ways.
 """
 
 from __future__ import annotations
@@ -32,9 +33,28 @@ class Strategy(ABC):
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         """The initial global state (model parameters and any server-side buffers)."""
 
-    def setup(self, clients: list[ClientData], seed: int) -> None:
-        """One-off preparation before round 0 that needs the clients (e.g. FedALC's label sets).
-        Default: nothing."""
+    def setup(self, clients: list[ClientData], seed: int) -> None:  # noqa: B027
+        """One-off preparation before round 0 that needs the clients' data in the server's hands
+        (in-process only: a Flower server never has it). Prefer the setup exchange below, which
+        both transports run. Default: nothing."""
+
+    def setup_report(self, data: ClientData) -> Payload | None:
+        """Client side, once before round 0: what this client sends for :meth:`setup_from_reports`
+        (e.g. FedALC's keyed label digests). Default: None, no setup exchange."""
+        return None
+
+    def setup_report_spec(self) -> PayloadSpec | None:
+        """What a well-formed setup report looks like (required when ``setup_report`` gives one)."""
+        return None
+
+    def check_setup_report(self, report: Payload) -> Payload:
+        """Content checks of a setup report beyond its spec; returns the checked report. Raise
+        :class:`~fedkernels.fl.payload.PayloadError` to leave this client's report out."""
+        return report
+
+    def setup_from_reports(self, reports: list[Payload], seed: int, report_bytes: int = 0) -> None:  # noqa: B027
+        """Server side: one-off preparation from the clients' checked setup reports (ascending
+        client id; ``report_bytes``: their serialised size). Default: nothing."""
 
     def client_request(self, data: ClientData, round: int, seed: int) -> Payload | None:
         """Client side, before the download: what the client asks the server for (e.g. FedSS's
@@ -57,16 +77,22 @@ class Strategy(ABC):
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
         """What a well-formed upload in answer to ``payload_sent`` looks like."""
 
-    def check_upload(self, state: State, payload_sent: Payload, upload: Payload) -> None:
+    def check_upload(
+        self, state: State, payload_sent: Payload, upload: Payload, request: Payload | None = None
+    ) -> Payload:
         """Content checks an upload needs beyond its spec (which only sees names, dtypes, shapes,
-        finiteness and id ranges): e.g. a codec stream that must decode. Raise
-        :class:`~fedkernels.fl.payload.PayloadError` to reject this client's upload; the loop then
-        records it in ``RoundRecord.failed`` like any other rejection. Default: nothing to check."""
+        finiteness and id ranges), e.g. a codec stream that must decode; returns the checked upload
+        that :meth:`aggregate` receives (e.g. the decoded tensors, or the upload with the class row
+        the client's checked ``request`` asked for). Raise
+        :class:`~fedkernels.fl.payload.PayloadError` to reject this client's upload; the round
+        protocol then records it in ``RoundRecord.failed`` like any other rejection. Default: the
+        upload as it is."""
+        return upload
 
     @abstractmethod
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
-        """Fold the checked uploads into a new global state (must not modify ``state`` in place
-        until every upload is known good: the loop passes only checked uploads)."""
+        """Fold the checked uploads (what :meth:`check_upload` returned) into a new global state
+        (must not modify ``state`` in place)."""
 
     @abstractmethod
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:

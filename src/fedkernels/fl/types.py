@@ -6,47 +6,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..data.types import ClientData  # the data layer owns it; re-exported as fedkernels.fl.ClientData
 
-@dataclass
-class ClientData:
-    """One client's local data: dense features and multi-label targets in CSR.
-
-    Attributes:
-        x: float32 ``[n, F]`` features.
-        indptr: int64 ``[n + 1]`` CSR row pointer of the label sets.
-        indices: int64 ``[nnz]`` class ids in ``[0, num_classes)``.
-        num_classes: p.
-    """
-
-    x: torch.Tensor
-    indptr: torch.Tensor
-    indices: torch.Tensor
-    num_classes: int
-
-    def __len__(self) -> int:
-        return int(self.x.shape[0])
-
-    def rows(self, idx: torch.Tensor) -> ClientData:
-        """The samples ``idx`` (int64 ``[m]``) as a new ClientData."""
-        starts, ends = self.indptr[idx], self.indptr[idx + 1]
-        lens = ends - starts
-        indptr = torch.zeros(len(idx) + 1, dtype=torch.int64)
-        indptr[1:] = torch.cumsum(lens, 0)
-        if int(lens.sum()) == 0:
-            indices = self.indices.new_empty(0)
-        else:
-            pos = torch.repeat_interleave(starts, lens) + (
-                torch.arange(int(lens.sum())) - torch.repeat_interleave(indptr[:-1], lens)
-            )
-            indices = self.indices[pos]
-        return ClientData(self.x[idx], indptr, indices, self.num_classes)
-
-    def dense_labels(self) -> torch.Tensor:
-        """float32 ``[n, p]`` 0/1 label matrix (for small p and baselines)."""
-        y = torch.zeros(len(self), self.num_classes)
-        rows = torch.repeat_interleave(torch.arange(len(self)), self.indptr.diff())
-        y[rows, self.indices] = 1.0
-        return y
+__all__ = ["ClientData", "ClientResult", "RoundRecord", "TrainConfig"]
 
 
 @dataclass

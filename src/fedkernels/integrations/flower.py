@@ -1,21 +1,26 @@
 """Flower (flwr >= 1.20 Message API) for every fedkernels strategy, through one generic adapter.
 
 :class:`FlowerStrategy` is a ``flwr.serverapp.strategy.Strategy`` wrapping any
-:class:`fedkernels.fl.Strategy` (FedAvg, FedMLH, FedSS, partial exchange, the l1-difference
-update, ...). The bytes on the wire are the same safetensors payloads as in the in-process
-:class:`fedkernels.fl.Server`, checked by the same specs, and client selection, seeds and
-aggregation order are the same, so a Flower run ends bit-identical to the in-process run with the
-same seed. :func:`client_app` runs the strategy's client side (fedkernels' local training and
-kernels) on a SuperNode; :func:`server_app` runs the strategy on the SuperLink.
+:class:`fedkernels.fl.Strategy`. It is a transport of the round protocol
+(:mod:`fedkernels.fl.round`) that the in-process :class:`fedkernels.fl.Server` drives too: the
+selection, seeds, checks, failure reasons and aggregation order are that module's, and the bytes on
+the wire are the same safetensors payloads, so a Flower run ends bit-identical to the in-process run
+with the same seed. :func:`client_app` runs the strategy's client side (fedkernels' local training
+and kernels) on a SuperNode; :func:`server_app` runs the strategy on the SuperLink.
 
-A round (``server_round`` = fedkernels round + 1):
-  1. (once) a ``query.fedkernels_hello`` to every node: which client (``partition-id``) it is and
-     how many examples it holds;
-  2. (strategies with a ``client_request``) a ``query.fedkernels_request`` to the chosen clients;
-  3. ``train`` messages with each chosen client's download; the replies' uploads are decoded
-     against ``upload_spec`` and aggregated in ascending client id. A client that errs, does not
-     answer before the timeout, sends nothing or sends a rejected payload is recorded in
-     ``history[-1].failed``; the state changes only from checked uploads.
+Messages (``server_round`` = fedkernels round + 1):
+  1. (once) ``query.fedkernels_hello`` to every node: which client (``partition-id``) it is and how
+     many examples it holds;
+  2. (once, strategies with a setup exchange, e.g. FedALC's private label sets)
+     ``query.fedkernels_setup`` to every client; the checked reports go to ``setup_from_reports``;
+  3. (strategies with a ``client_request``) ``query.fedkernels_request`` to the chosen clients;
+  4. ``train`` messages with each chosen client's download; the uploads are checked and aggregated
+     by the round protocol. A client that errs, does not answer before the timeout, sends nothing or
+     sends a rejected payload is recorded in ``history[-1].failed``; the state changes only from
+     checked uploads;
+  5. (with ``federated_evaluation``) ``evaluate`` messages with the global state to every client,
+     which ranks its own held-out data (:mod:`fedkernels.fl.evaluation`); the example-weighted
+     P@k/nDCG@k land in ``history[-1].metrics`` as ``fed-P@k``/``fed-nDCG@k``.
 
 Requires the optional extra ``fedkernels[flower]``.
 """
@@ -23,7 +28,7 @@ Requires the optional extra ``fedkernels[flower]``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
@@ -31,50 +36,74 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy as _FlowerStrategy
 
+from ..fl import evaluation as ev
 from ..fl import payload as pl
 from ..fl.checkpoint import save_checkpoint
 from ..fl.client import ClientEndpoint, LocalClient
+from ..fl.round import (
+    Answer,
+    ClientFailed,
+    Round,
+    has_setup_exchange,
+    select_clients,
+    setup_exchange,
+)
 from ..fl.seeding import derive_seed
-from ..fl.server import RunConfig, aggregate_round, bounded, client_seed, record_to_json, run_identity, select_clients
+from ..fl.server import RunConfig, record_to_json, run_identity
 from ..fl.strategy import State, Strategy
-from ..fl.types import ClientData, ClientResult, RoundRecord, TrainConfig
+from ..fl.types import ClientData, RoundRecord, TrainConfig
 
 KEY = "fedkernels"  # the ConfigRecord every fedkernels message carries
 HELLO, REQUEST = f"{MessageType.QUERY}.fedkernels_hello", f"{MessageType.QUERY}.fedkernels_request"
+SETUP = f"{MessageType.QUERY}.fedkernels_setup"
 
 
 class FlowerStrategy(_FlowerStrategy):
-    """A fedkernels strategy served over Flower.
+    """A fedkernels strategy served over Flower: the Flower transport of :mod:`fedkernels.fl.round`.
 
     Args:
-        strategy: the fedkernels algorithm (its ``setup`` must not need client data: Flower's server
-            never sees it).
+        strategy: the fedkernels algorithm. One whose ``setup`` needs client data in the server's
+            hands is refused (a Flower server never has it); a setup exchange (``setup_report``,
+            e.g. FedALC) runs as Flower messages before round 1.
         num_features, num_classes: the model's input width and label count.
         num_clients: how many clients (SuperNodes with ``partition-id`` 0..num_clients-1) take part.
         config: rounds, clients per round, local training, seed, ``client_timeout`` (seconds to wait
-            for replies), ``max_upload_bytes`` and ``checkpoint`` (written atomically each round, in
-            the in-process Server's format) as for :class:`fedkernels.fl.Server`.
+            for replies), ``max_upload_bytes``, ``eval_every``, ``eval_k`` and ``checkpoint``
+            (written atomically each round, in the in-process Server's format) as for
+            :class:`fedkernels.fl.Server`.
+        federated_evaluation: every ``config.eval_every`` rounds, every client evaluates the global
+            model on its own held-out data (the client app's ``load_eval_data``).
 
     Attributes:
         state: the global fedkernels State (the source of truth; Flower's ArrayRecord is a copy).
         history: one :class:`RoundRecord` per round, as in the in-process Server.
+        setup_failed: clients whose setup report was left out (client -> reason).
     """
 
     def __init__(
-        self, strategy: Strategy, num_features: int, num_classes: int, num_clients: int, config: RunConfig
+        self,
+        strategy: Strategy,
+        num_features: int,
+        num_classes: int,
+        num_clients: int,
+        config: RunConfig,
+        federated_evaluation: bool = False,
     ) -> None:
         if type(strategy).setup is not Strategy.setup:
             raise NotImplementedError(
-                f"strategy {strategy.name} needs client data in setup(), which a Flower server does not have"
+                f"strategy {strategy.name} needs client data in setup(), which a Flower server does not have "
+                "(give it a setup exchange: setup_report / setup_from_reports)"
             )
         if not 1 <= config.clients_per_round <= num_clients:
             raise ValueError(f"clients_per_round must be in [1, {num_clients}], got {config.clients_per_round}")
         self.strategy, self.config, self.num_clients = strategy, config, num_clients
+        self.federated_evaluation = federated_evaluation
         self.dims = (num_features, num_classes)
         self.state: State = strategy.init_state(num_features, num_classes, derive_seed(config.seed, "init"))
         self.history: list[RoundRecord] = []
         self.nodes: dict[int, tuple[int, int]] = {}  # client id -> (node id, num examples)
-        self._round: _RoundInProgress | None = None
+        self.setup_failed: dict[int, str] | None = None  # None until the setup exchange ran
+        self._round: Round | None = None
 
     # ---- Flower's Strategy API -------------------------------------------------------------
     def summary(self) -> None:
@@ -93,30 +122,25 @@ class FlowerStrategy(_FlowerStrategy):
         r = server_round - 1
         if not self.nodes:
             self._discover(grid)
-        rnd = _RoundInProgress(r, select_clients(self.config.seed, r, self.num_clients, self.config.clients_per_round))
+        if self.setup_failed is None:
+            self._setup(grid)
+        chosen = select_clients(self.config.seed, r, self.num_clients, self.config.clients_per_round)
+        rnd = Round(self.strategy, self.state, r, chosen, self.config.seed, self.config.max_upload_bytes)
         self._round = rnd
-        requests = self._collect_requests(grid, rnd)
-        messages = []
-        for c in rnd.chosen:
-            if c in rnd.failed:
-                continue
-            seed = client_seed(self.config.seed, r, c)
-            try:
-                down = self.strategy.client_payload(self.state, c, requests.get(c), r, seed)
-            except Exception as e:  # a request that passed its spec but the strategy still refuses
-                rnd.failed[c] = f"crashed: {type(e).__name__}: {e}"
-                continue
-            raw = pl.encode(down)
-            rnd.sent[c] = (down, len(raw))
-            messages.append(
-                Message(
-                    RecordDict({KEY: self._header(r, c, seed, payload=raw)}),
-                    message_type=MessageType.TRAIN,
-                    dst_node_id=self.nodes[c][0],
-                    group_id=str(server_round),
-                )
+        for c in chosen:
+            if c not in self.nodes:
+                rnd.fail(c, ClientFailed("not connected"))
+        asked = self._ask_requests(grid, rnd) if rnd.wants_requests() else {}
+        seeds = rnd.seeds()
+        return [
+            Message(
+                RecordDict({KEY: self._header(r, c, seeds[c], payload=raw)}),
+                message_type=MessageType.TRAIN,
+                dst_node_id=self.nodes[c][0],
+                group_id=str(server_round),
             )
-        return messages
+            for c, raw in rnd.downloads(asked).items()
+        ]
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -124,41 +148,15 @@ class FlowerStrategy(_FlowerStrategy):
         rnd, self._round = self._round, None
         assert rnd is not None and rnd.round == server_round - 1, "configure_train first"
         t0 = time.perf_counter()
-        answers = self._by_client(replies, set(rnd.sent))
-        results: list[ClientResult] = []
-        for c in sorted(rnd.sent):
-            down, _ = rnd.sent[c]
-            try:
-                raw = _bytes_of(answers.get(c), "upload")
-                checked = pl.decode(
-                    raw, bounded(self.strategy.upload_spec(self.state, down), self.config.max_upload_bytes)
-                )
-                self.strategy.check_upload(self.state, down, checked)
-            except _Failure as e:
-                rnd.failed[c] = str(e)
-                continue
-            except pl.PayloadError as e:
-                rnd.failed[c] = f"rejected: {e}"
-                continue
-            rnd.bytes_up[c] = rnd.bytes_up.get(c, 0) + len(raw)
-            results.append(ClientResult(c, checked, self.nodes[c][1], rnd.bytes_up[c]))
-        self.state, skipped = aggregate_round(self.strategy, self.state, results, rnd.round)
-        ok = {x.client_id for x in results}
-        rec = RoundRecord(
-            rnd.round,
-            rnd.chosen,
-            sorted(rnd.failed.items()),
-            sum(n for c, (_, n) in rnd.sent.items() if c in ok),
-            sum(x.bytes_up for x in results),
-            skipped=skipped,
-        )
-        rec.seconds = time.perf_counter() - rnd.t0
+        answers = self._by_client(replies, set(rnd.seeds()))
+        uploads = {c: _answer(m, "upload") for c, m in answers.items()}
+        self.state, rec = rnd.finish(uploads, {c: n for c, (_, n) in self.nodes.items()})
         self.history.append(rec)
         if self.config.checkpoint is not None:
             self.save_checkpoint(self.config.checkpoint)
         metrics = MetricRecord(
             {
-                "clients-ok": len(results),
+                "clients-ok": len(rec.clients) - len(rec.failed),
                 "clients-failed": len(rec.failed),
                 "bytes-up": rec.bytes_up,
                 "bytes-down": rec.bytes_down,
@@ -170,10 +168,35 @@ class FlowerStrategy(_FlowerStrategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        return []  # evaluation is centralised: see ``evaluate_fn`` of ``start``
+        """With ``federated_evaluation``, every ``eval_every`` rounds: the global state to every
+        connected client, which ranks its own held-out data."""
+        if not self.federated_evaluation or server_round % self.config.eval_every != 0:
+            return []
+        down = ev.evaluation_download(self.state)
+        ks = list(ev.evaluation_ks(self.config.eval_k, self.dims[1]))
+        return [
+            Message(
+                RecordDict({KEY: self._header(server_round - 1, c, 0, payload=down, ks=ks)}),
+                message_type=MessageType.EVALUATE,
+                dst_node_id=node,
+                group_id=f"evaluate-{server_round}",
+            )
+            for c, (node, _) in sorted(self.nodes.items())
+        ]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        return None
+        """The example-weighted P@k/nDCG@k of the clients' reports (also in ``history[-1].metrics``
+        as ``fed-...``; clients whose report failed are left out)."""
+        if not self.federated_evaluation or server_round % self.config.eval_every != 0:
+            return None
+        answers = self._by_client(replies, set(self.nodes))
+        reports: dict[int, Answer] = {c: _answer(answers.get(c), "report") for c in self.nodes}
+        metrics, _failed, n = ev.aggregate_evaluation(reports, ev.evaluation_ks(self.config.eval_k, self.dims[1]))
+        if self.history:
+            self.history[-1].metrics.update({f"fed-{k}": v for k, v in metrics.items()})
+            if self.config.checkpoint is not None:  # the round's record now holds its metrics
+                self.save_checkpoint(self.config.checkpoint)
+        return MetricRecord({**metrics, "num-examples": n})
 
     def save_checkpoint(self, path: str | Path) -> None:
         """The in-process Server's checkpoint format: ``Server(...).load_checkpoint`` can resume it."""
@@ -185,7 +208,7 @@ class FlowerStrategy(_FlowerStrategy):
         save_checkpoint(path, self.state, meta)
 
     # ---- the fedkernels protocol -----------------------------------------------------------
-    def _header(self, r: int, c: int, seed: int, **extra: bytes) -> ConfigRecord:
+    def _header(self, r: int, c: int, seed: int, **extra: bytes | list[int]) -> ConfigRecord:
         t = self.config.train
         return ConfigRecord(
             {
@@ -223,36 +246,40 @@ class FlowerStrategy(_FlowerStrategy):
                     raise RuntimeError(f"two nodes claim partition-id {cid}")
                 self.nodes[cid] = (reply.metadata.src_node_id, n)
 
-    def _collect_requests(self, grid: Grid, rnd: _RoundInProgress) -> dict[int, pl.Payload | None]:
-        """Step 2: the chosen clients' checked requests (clients without a node fail here)."""
-        for c in rnd.chosen:
+    def _setup(self, grid: Grid) -> None:
+        """The strategy's setup exchange (if any): every connected client's report, checked."""
+        self.setup_failed = {}
+        if not has_setup_exchange(self.strategy):
+            return
+        msgs = [
+            Message(RecordDict({KEY: self._header(-1, c, 0)}), message_type=SETUP, dst_node_id=node, group_id="setup")
+            for c, (node, _) in sorted(self.nodes.items())
+        ]
+        answers = self._by_client(grid.send_and_receive(msgs, timeout=self.config.client_timeout), set(self.nodes))
+        reports = {c: _answer(answers.get(c), "report") for c in self.nodes}
+        seed = derive_seed(self.config.seed, "setup")
+        self.setup_failed, _ = setup_exchange(self.strategy, reports, seed, self.config.max_upload_bytes)
+        for c in range(self.num_clients):
             if c not in self.nodes:
-                rnd.failed[c] = "not connected"
-        live = [c for c in rnd.chosen if c not in rnd.failed]
-        spec = self.strategy.request_spec(self.state)
-        if spec is None:
-            return {}
+                self.setup_failed[c] = "not connected"
+
+    def _ask_requests(self, grid: Grid, rnd: Round) -> dict[int, Answer]:
+        """The live chosen clients' raw requests (``None``: it made none; a missing reply timed out)."""
+        seeds = rnd.seeds()
         msgs = [
             Message(
-                RecordDict({KEY: self._header(rnd.round, c, client_seed(self.config.seed, rnd.round, c))}),
+                RecordDict({KEY: self._header(rnd.round, c, seed)}),
                 message_type=REQUEST,
                 dst_node_id=self.nodes[c][0],
                 group_id=f"request-{rnd.round}",
             )
-            for c in live
+            for c, seed in seeds.items()
         ]
-        answers = self._by_client(grid.send_and_receive(msgs, timeout=self.config.client_timeout), set(live))
-        out: dict[int, pl.Payload | None] = {}
-        for c in live:
-            try:
-                raw = _bytes_of(answers.get(c), "request", allow_empty=True)
-                # No request is allowed, as in-process: the strategy's client_payload decides.
-                out[c] = pl.decode(raw, bounded(spec, self.config.max_upload_bytes)) if raw else None
-                rnd.bytes_up[c] = len(raw)
-            except _Failure as e:
-                rnd.failed[c] = str(e)
-            except pl.PayloadError as e:
-                rnd.failed[c] = f"rejected: {e}"
+        answers = self._by_client(grid.send_and_receive(msgs, timeout=self.config.client_timeout), set(seeds))
+        out: dict[int, Answer] = {}
+        for c in seeds:
+            got = _answer(answers.get(c), "request")
+            out[c] = None if got == b"" else got  # an empty request is no request, as in-process
         return out
 
     def _by_client(self, replies: Iterable[Message], expected: set[int]) -> dict[int, Message]:
@@ -266,90 +293,114 @@ class FlowerStrategy(_FlowerStrategy):
         return out
 
 
-class _Failure(Exception):
-    """A client's reply that carries no usable bytes; the message is the recorded reason."""
-
-
-def _bytes_of(reply: Message | None, field: str, allow_empty: bool = False) -> bytes:
-    """The bytes in ``field`` of a client's reply, or :class:`_Failure` with the reason to record."""
+def _answer(reply: Message | None, field: str) -> Answer:
+    """The bytes in ``field`` of a client's reply, or the :class:`ClientFailed` to record."""
     if reply is None:
-        raise _Failure("timed out (no reply)")
+        return ClientFailed("timed out (no reply)")
     if reply.has_error():
-        raise _Failure(f"crashed: {reply.error.reason}")
+        return ClientFailed(f"crashed: {reply.error.reason}")
     rec = reply.content.config_records.get(KEY)
     value = rec.get(field) if rec is not None else None
-    if not isinstance(value, bytes) or (not value and not allow_empty):
-        raise _Failure(f"sent no {field}")
+    if not isinstance(value, bytes):
+        return ClientFailed(f"sent no {field}")
     return value
 
 
-class _RoundInProgress:
-    """What configure_train learned, kept for aggregate_train."""
+def _int_field(rec: ConfigRecord, key: str) -> int:
+    """``rec[key]``, which the server wrote as an int (PayloadError naming the field if it is not)."""
+    v = rec[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise pl.PayloadError(f"message field {key!r} must be an int, got {type(v).__name__}")
+    return v
 
-    def __init__(self, round: int, chosen: list[int]) -> None:
-        self.round, self.chosen, self.t0 = round, chosen, time.perf_counter()
-        self.failed: dict[int, str] = {}
-        self.sent: dict[int, tuple[pl.Payload, int]] = {}  # client -> (download, its bytes)
-        self.bytes_up: dict[int, int] = {}
+
+def _float_field(rec: ConfigRecord, key: str) -> float:
+    """``rec[key]``, which the server wrote as a float (an int is accepted)."""
+    v = rec[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise pl.PayloadError(f"message field {key!r} must be a float, got {type(v).__name__}")
+    return float(v)
+
+
+def _str_field(rec: ConfigRecord, key: str) -> str:
+    v = rec[key]
+    if not isinstance(v, str):
+        raise pl.PayloadError(f"message field {key!r} must be a str, got {type(v).__name__}")
+    return v
+
+
+def _bytes_field(rec: ConfigRecord, key: str) -> bytes:
+    v = rec[key]
+    if not isinstance(v, bytes):
+        raise pl.PayloadError(f"message field {key!r} must be bytes, got {type(v).__name__}")
+    return v
 
 
 def client_app(
     make_strategy: Callable[[Context], Strategy],
     load_data: Callable[[Context], ClientData],
     wrap: Callable[[Context, int, ClientEndpoint], ClientEndpoint] | None = None,
+    load_eval_data: Callable[[Context], ClientData] | None = None,
 ) -> ClientApp:
     """A Flower ClientApp running fedkernels' client side.
 
     Args:
-        make_strategy: builds the same strategy (same constructor arguments) as the server's.
-        load_data: this node's local data; its ``node_config["partition-id"]`` is its client id.
+        make_strategy: builds the same strategy (same constructor arguments, e.g. FedALC's
+            ``client_secret``) as the server's.
+        load_data: this node's local training data; its ``node_config["partition-id"]`` is its
+            client id.
         wrap: optional ``(context, client_id, endpoint) -> endpoint``, as the in-process Server's
             ``client_wrapper`` (e.g. a :class:`fedkernels.fl.faults.FaultInjector` for drills).
+        load_eval_data: this node's held-out data, for federated evaluation (an ``evaluate``
+            message to a client app without it gets an error reply: the client is left out).
 
     Example::
 
         app = client_app(lambda ctx: FedAvg(hidden=(256,)), lambda ctx: my_partition(ctx.node_config))
     """
     app = ClientApp()
-    caches: dict[int, dict[str, object]] = {}  # per node: a long-lived app process may serve several
+    # per node (a long-lived app process may serve several): its data, and its endpoint with the run it is for
+    data_cache: dict[tuple[int, bool], ClientData] = {}  # (node, held-out?) -> data
+    client_cache: dict[int, tuple[str, Strategy, ClientEndpoint]] = {}
 
-    def _data(context: Context) -> ClientData:
-        cache = caches.setdefault(context.node_id, {})
-        if "data" not in cache:
-            cache["data"] = load_data(context)
-        return cache["data"]  # type: ignore[return-value]
+    def _data(context: Context, eval_data: bool = False) -> ClientData:
+        key = (context.node_id, eval_data)
+        if key not in data_cache:
+            load = load_data
+            if eval_data:
+                if load_eval_data is None:
+                    raise RuntimeError("this client app has no held-out data (client_app(load_eval_data=...))")
+                load = load_eval_data
+            data_cache[key] = load(context)
+        return data_cache[key]
 
-    def local(context: Context, header: ConfigRecord) -> ClientEndpoint:
-        cache = caches.setdefault(context.node_id, {})
-        key = repr(
-            (
-                header["run-seed"],
-                header["num-features"],
-                header["num-classes"],
-                header["epochs"],
-                header["batch-size"],
-                header["lr"],
-                header["optimizer"],
-                header["weight-decay"],
-            )
-        )
-        if cache.get("key") != key:  # the strategy is initialised as the server's, so client_update can run
+    def local(context: Context, header: ConfigRecord) -> tuple[Strategy, ClientEndpoint]:
+        """This node's strategy (initialised as the server's) and its endpoint for the run in ``header``."""
+        names = ("run-seed", "num-features", "num-classes", "epochs", "batch-size", "lr", "optimizer", "weight-decay")
+        key = repr(tuple(header[n] for n in names))
+        cached = client_cache.get(context.node_id)
+        if cached is None or cached[0] != key:  # the strategy is initialised as the server's, so client_update can run
             strategy = make_strategy(context)
             strategy.init_state(
-                int(header["num-features"]), int(header["num-classes"]), derive_seed(int(header["run-seed"]), "init")
+                _int_field(header, "num-features"),
+                _int_field(header, "num-classes"),
+                derive_seed(_int_field(header, "run-seed"), "init"),
             )
             train = TrainConfig(
-                int(header["epochs"]),
-                int(header["batch-size"]),
-                float(header["lr"]),
-                str(header["optimizer"]),
-                float(header["weight-decay"]),
+                _int_field(header, "epochs"),
+                _int_field(header, "batch-size"),
+                _float_field(header, "lr"),
+                _str_field(header, "optimizer"),
+                _float_field(header, "weight-decay"),
             )
             client: ClientEndpoint = LocalClient(strategy, _data(context), train)
             if wrap is not None:
                 client = wrap(context, int(context.node_config["partition-id"]), client)
-            cache.update(key=key, client=client)
-        return cache["client"]  # type: ignore[return-value]
+            cached = client_cache[context.node_id] = (key, strategy, client)
+        return cached[1], cached[2]
+
+    def reply(message: Message, **fields: bytes) -> Message:
+        return Message(RecordDict({KEY: ConfigRecord(dict(fields))}), reply_to=message)
 
     @app.query("fedkernels_hello")
     def hello(message: Message, context: Context) -> Message:
@@ -358,34 +409,123 @@ def client_app(
         )
         return Message(RecordDict({KEY: info}), reply_to=message)
 
+    @app.query("fedkernels_setup")
+    def setup(message: Message, context: Context) -> Message:
+        strategy, _ = local(context, message.content.config_records[KEY])
+        report = strategy.setup_report(_data(context))
+        return reply(message, report=b"" if report is None else pl.encode(report))
+
     @app.query("fedkernels_request")
     def request(message: Message, context: Context) -> Message:
         h = message.content.config_records[KEY]
-        raw = local(context, h).request(int(h["round"]), int(h["seed"]))
-        return Message(RecordDict({KEY: ConfigRecord({"request": raw or b""})}), reply_to=message)
+        raw = local(context, h)[1].request(_int_field(h, "round"), _int_field(h, "seed"))
+        return reply(message, request=raw or b"")
 
     @app.train()
     def train(message: Message, context: Context) -> Message:
         h = message.content.config_records[KEY]
-        raw = local(context, h).update(bytes(h["payload"]), int(h["round"]), int(h["seed"]))
-        return Message(RecordDict({KEY: ConfigRecord({"upload": raw or b""})}), reply_to=message)
+        raw = local(context, h)[1].update(_bytes_field(h, "payload"), _int_field(h, "round"), _int_field(h, "seed"))
+        return reply(message, upload=raw or b"")
+
+    @app.evaluate()
+    def evaluate(message: Message, context: Context) -> Message:
+        h = message.content.config_records[KEY]
+        strategy, _ = local(context, h)
+        ks_field = h["ks"]
+        if not isinstance(ks_field, list) or not all(type(k) is int for k in ks_field):
+            raise pl.PayloadError("message field 'ks' must be a list of ints")
+        ks = tuple(int(k) for k in ks_field)
+        data = _data(context, eval_data=True)
+        return reply(message, report=ev.client_evaluation(strategy, _bytes_field(h, "payload"), data, ks))
 
     return app
 
 
-def server_app(make_strategy: Callable[[Context], FlowerStrategy]) -> ServerApp:
+def run_config_from(context: Context, **defaults: object) -> RunConfig:
+    """A :class:`RunConfig` from Flower's ``run_config`` (``[tool.flwr.app.config]`` of the app's
+    pyproject, overridden by ``flwr run -c``). Keys (each optional, else ``defaults`` by field
+    name, else RunConfig's default): ``rounds``, ``clients-per-round``, ``seed``, ``timeout``
+    (seconds; 0 waits forever), ``checkpoint`` ("" for none), ``max-upload-bytes`` (0 for no extra
+    bound), ``eval-every``, ``eval-k`` (e.g. "1,3,5"), ``epochs``, ``batch-size``, ``lr``,
+    ``optimizer``, ``weight-decay``."""
+    c = context.run_config
+    base = RunConfig(**defaults)  # type: ignore[arg-type]
+    t = base.train
+
+    def get(key: str, default: object) -> object:
+        return c.get(key, default)
+
+    timeout = float(get("timeout", base.client_timeout or 0))  # type: ignore[arg-type]
+    max_up = int(get("max-upload-bytes", base.max_upload_bytes or 0))  # type: ignore[call-overload]
+    ks = get("eval-k", ",".join(str(k) for k in base.eval_k))
+    return RunConfig(
+        rounds=int(get("rounds", base.rounds)),  # type: ignore[call-overload]
+        clients_per_round=int(get("clients-per-round", base.clients_per_round)),  # type: ignore[call-overload]
+        seed=int(get("seed", base.seed)),  # type: ignore[call-overload]
+        client_timeout=timeout or None,
+        checkpoint=str(get("checkpoint", base.checkpoint or "")) or None,
+        max_upload_bytes=max_up or None,
+        eval_every=int(get("eval-every", base.eval_every)),  # type: ignore[call-overload]
+        eval_k=tuple(int(k) for k in str(ks).split(",") if k.strip()),
+        train=TrainConfig(
+            epochs=int(get("epochs", t.epochs)),  # type: ignore[call-overload]
+            batch_size=int(get("batch-size", t.batch_size)),  # type: ignore[call-overload]
+            lr=float(get("lr", t.lr)),  # type: ignore[arg-type]
+            optimizer=str(get("optimizer", t.optimizer)),
+            weight_decay=float(get("weight-decay", t.weight_decay)),  # type: ignore[arg-type]
+        ),
+    )
+
+
+EvaluateFn = Callable[[int, Strategy, State, Context], Mapping[str, float]]
+
+
+def server_app(
+    make_strategy: Callable[[Context], FlowerStrategy],
+    evaluate_fn: EvaluateFn | None = None,
+    on_done: Callable[[Context, FlowerStrategy], None] | None = None,
+) -> ServerApp:
     """A Flower ServerApp running ``make_strategy(context)`` for ``config.rounds`` rounds.
+
+    Args:
+        make_strategy: builds the FlowerStrategy (its RunConfig typically from
+            :func:`run_config_from(context) <run_config_from>`, i.e. the app's ``run_config``).
+        evaluate_fn: optional centralised evaluation on the server's own data,
+            ``(server_round, strategy, state, context) -> {metric: value}``, run before round 1
+            (``server_round`` 0) and after every ``config.eval_every`` rounds; its metrics also land
+            in ``history[-1].metrics``.
+        on_done: optional ``(context, flower_strategy)`` called after the last round (e.g. to write
+            ``history`` somewhere).
 
     Example::
 
-        app = server_app(lambda ctx: FlowerStrategy(FedAvg(hidden=(256,)), F, p, num_clients=10,
-                                                    config=RunConfig(rounds=20, clients_per_round=4)))
+        app = server_app(
+            lambda ctx: FlowerStrategy(FedAvg(hidden=(256,)), F, p, num_clients=10, config=run_config_from(ctx)),
+            evaluate_fn=lambda rnd, strategy, state, ctx: my_test_metrics(strategy, state),
+        )
     """
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         fk = make_strategy(context)
-        fk.start(grid, fk.initial_arrays(), num_rounds=fk.config.rounds, timeout=fk.config.client_timeout or 3600.0)
+
+        def central(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+            if evaluate_fn is None or server_round % fk.config.eval_every != 0:
+                return None
+            metrics = {k: float(v) for k, v in evaluate_fn(server_round, fk.strategy, fk.state, context).items()}
+            if server_round > 0 and fk.history:
+                fk.history[-1].metrics.update(metrics)
+            return MetricRecord(dict(metrics.items()))
+
+        fk.start(
+            grid,
+            fk.initial_arrays(),
+            num_rounds=fk.config.rounds,
+            timeout=fk.config.client_timeout or 3600.0,
+            evaluate_fn=central if evaluate_fn is not None else None,
+        )
+        if on_done is not None:
+            on_done(context, fk)
 
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -9,8 +10,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._validate import as_csr
 from ..hashing import HashFamily
 from ..ops.sketch import bucket_merge, bucket_merge_topk, label_hash
+
+# The defaults of the hashing, shared with the FedMLH strategy (fedkernels.fl.FedMLH reads them here).
+DEFAULT_NUM_TABLES = 4
+
+
+def default_num_buckets(num_classes: int) -> int:
+    """B when none is given: ``max(2, p // 10)`` (so ``R * B < p`` for R < 10 and large p)."""
+    return max(2, int(num_classes) // 10)
 
 
 class FedMLHHead(nn.Module):
@@ -20,6 +30,8 @@ class FedMLHHead(nn.Module):
     parameter has R as its first dim and sub-model j owns ``param[j]`` (what per-table averaging
     needs); all R run as one batched computation (``torch.baddbmm``). ``.table`` (int32 ``[p, R]``)
     is a non-persistent buffer rebuilt from ``.hash_family``, so ``state_dict()`` holds only weights.
+    ``num_tables`` defaults to ``DEFAULT_NUM_TABLES`` (4) and ``num_buckets`` to
+    ``default_num_buckets(num_classes)`` (``max(2, p // 10)``), the same defaults as the FedMLH strategy.
 
     Example:
         >>> head = FedMLHHead(500, num_classes=983, num_tables=4, num_buckets=250, hidden=(128,))
@@ -27,16 +39,20 @@ class FedMLHHead(nn.Module):
         >>> values, classes = head.predict_topk(x, k=5)   # [N, 5] each
     """
 
+    table: torch.Tensor  # buffer (register_buffer in __init__), declared for type checkers
+
     def __init__(
         self,
         in_features: int,
         num_classes: int,
-        num_tables: int,
-        num_buckets: int,
+        num_tables: int = DEFAULT_NUM_TABLES,
+        num_buckets: int | None = None,
         hidden: Sequence[int] = (),
         seed: int = 0,
     ) -> None:
         super().__init__()
+        if num_buckets is None:
+            num_buckets = default_num_buckets(num_classes)
         if int(in_features) < 1:
             raise ValueError(f"in_features must be >= 1, got {in_features}")
         if int(num_classes) < 1:
@@ -50,7 +66,7 @@ class FedMLHHead(nn.Module):
         dims = [self.in_features, *(int(h) for h in hidden), self.num_buckets]
         # weights[i]: [R, d_in, d_out], biases[i]: [R, d_out]
         self.weights = nn.ParameterList(
-            nn.Parameter(torch.empty(self.num_tables, a, b)) for a, b in zip(dims, dims[1:])
+            nn.Parameter(torch.empty(self.num_tables, a, b)) for a, b in itertools.pairwise(dims)
         )
         self.biases = nn.ParameterList(nn.Parameter(torch.empty(self.num_tables, b)) for b in dims[1:])
         # loss()'s uint8 target buffers by (N, device): plain attributes, never in state_dict()
@@ -61,19 +77,26 @@ class FedMLHHead(nn.Module):
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """nn.Linear's default init range per sub-model, U(-1/sqrt(d_in), 1/sqrt(d_in)), drawn from
         ``generator`` (torch's global RNG when None) so a federated run can seed it."""
-        for w, b in zip(self.weights, self.biases):
+        for w, b in zip(self.weights, self.biases, strict=True):
             bound = 1.0 / math.sqrt(w.shape[1])
             w.uniform_(-bound, bound, generator=generator)
             b.uniform_(-bound, bound, generator=generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Bucket logits of every sub-model: ``x [N, F] -> [R, N, B]``."""
+        """Bucket logits of every sub-model: ``x [N, F] -> [R, N, B]``; ``x`` dense or ``torch.sparse_csr``."""
         if x.dim() != 2 or x.shape[1] != self.in_features:
             raise ValueError(f"x must be [N, {self.in_features}], got shape {tuple(x.shape)}")
-        h = x.unsqueeze(0).expand(self.num_tables, *x.shape)
         last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            h = torch.baddbmm(b.unsqueeze(1), h, w)
+        if x.layout == torch.sparse_csr:
+            # Sparse input: one sparse-dense product per table (never densifying x or copying w[0]).
+            h = torch.stack([torch.sparse.mm(x, w) for w in self.weights[0]]) + self.biases[0].unsqueeze(1)
+            start = 1
+            if last > 0:
+                h = F.relu(h)
+        else:
+            h, start = x.unsqueeze(0).expand(self.num_tables, *x.shape), 0
+        for i in range(start, last + 1):
+            h = torch.baddbmm(self.biases[i].unsqueeze(1), h, self.weights[i])
             if i < last:
                 h = F.relu(h)
         return h
@@ -101,14 +124,17 @@ class FedMLHHead(nn.Module):
 
     def __getstate__(self) -> dict:
         """Pickling and ``copy.deepcopy`` leave the target buffers behind: they are scratch."""
-        return {k: v for k, v in super().__getstate__().items() if k != "_target_buffers"}
+        return {k: v for k, v in nn.Module.__getstate__(self).items() if k != "_target_buffers"}
 
     def loss(self, x: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         """Mean BCE-with-logits of all R sub-models against their hashed labels (a scalar).
 
         Args:
-            x: ``[N, F]``; indptr: int64 ``[N + 1]``; indices: int64 ``[nnz]`` class ids in ``[0, p)``.
+            x: ``[N, F]``; indptr: int64 ``[N + 1]``; indices: int64 ``[nnz]`` class ids in ``[0, p)``
+            (int32 CSR from scipy and numpy arrays are accepted; an indptr of another length than
+            ``N + 1`` is a ValueError naming ``indptr``).
         """
+        indptr, indices = as_csr(indptr, indices, num_rows=x.shape[0])  # int32 / numpy converted once
         logits = self(x)
         if torch.compiler.is_compiling():  # keep traced graphs free of module-held mutable state
             z = self.targets(indptr, indices)

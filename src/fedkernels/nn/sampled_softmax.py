@@ -53,6 +53,12 @@ class SampledSoftmaxHead(nn.Module):
         >>> ids, rows = head.updated_rows()           # the payload: [66] ids, [66, d] rows
     """
 
+    # buffers (register_buffer in __init__), declared so type checkers see tensors, not Tensor | Module
+    class_ids: torch.Tensor
+    bias: torch.Tensor
+    _sorted_ids: torch.Tensor
+    _sorted_pos: torch.Tensor
+
     def __init__(
         self,
         weight: torch.Tensor,

@@ -1,50 +1,44 @@
-"""The public ops, one module per kernel family. Each is ``torch.ops.fedkernels.<name>`` underneath."""
+"""The public ops, one module per kernel family. Each is ``torch.ops.fedkernels.<name>`` underneath.
 
-# sketch (FedMLH)
+Only wrappers of registered ops live here; PyTorch-level solvers (``graph_prox`` and the client
+graphs) are in :mod:`fedkernels.solvers`.
+"""
+
 # prox (l1-difference)
-from .client_graph import feature_space_graph, knn_graph, model_space_graph
-from .graph_prox import GraphProxResult, graph_prox
 from .prox import prox_tv1d
 
 # sampled (FedSS)
-from .sampled import client_seed, linear_cross_entropy, sample_negatives, sample_negatives_batched, scatter_rows_mean
+from .sampled import linear_cross_entropy, negatives_seed, sample_negatives, sample_negatives_batched, scatter_rows_mean
 
 # select (partial weight exchange)
 from .select import delta_norms, masked_weighted_average, num_selected, select_topk_tensors
+
+# sketch (FedMLH)
 from .sketch import bucket_merge, bucket_merge_topk, count_sketch, count_sketch_query, label_hash
 
 # spread (FedAwS / FedALC)
 from .spread import PairWeights, knn_classes, pair_weight_gather, spreadout_loss, spreadout_pair_loss
 
+# every op above (sorted; the families are the import groups)
 __all__ = [
-    # sketch
-    "label_hash",
+    "PairWeights",
     "bucket_merge",
     "bucket_merge_topk",
     "count_sketch",
     "count_sketch_query",
-    # sampled
-    "client_seed",
+    "delta_norms",
+    "knn_classes",
+    "label_hash",
     "linear_cross_entropy",
+    "masked_weighted_average",
+    "negatives_seed",
+    "num_selected",
+    "pair_weight_gather",
+    "prox_tv1d",
     "sample_negatives",
     "sample_negatives_batched",
     "scatter_rows_mean",
-    # select
-    "delta_norms",
     "select_topk_tensors",
-    "masked_weighted_average",
-    "num_selected",
-    # prox
-    "prox_tv1d",
-    "graph_prox",
-    "GraphProxResult",
-    "knn_graph",
-    "model_space_graph",
-    "feature_space_graph",
-    # spread
-    "PairWeights",
-    "knn_classes",
-    "pair_weight_gather",
     "spreadout_loss",
     "spreadout_pair_loss",
 ]

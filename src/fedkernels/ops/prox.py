@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
@@ -42,23 +44,25 @@ def prox_tv1d(z: torch.Tensor, lam: float | torch.Tensor, anchored: bool = True,
 
 
 @torch.library.register_fake("fedkernels::prox_tv1d")
-def _prox_tv1d_fake(z, lam, anchored=True, block_size=0):
+def _prox_tv1d_fake(z: torch.Tensor, lam: torch.Tensor, anchored: bool = True, block_size: int = 0) -> torch.Tensor:
     return torch.empty_like(z)
 
 
 @torch.library.register_fake("fedkernels::prox_tv1d_backward")
-def _prox_tv1d_backward_fake(grad, u, lam, anchored, block_size):
+def _prox_tv1d_backward_fake(
+    grad: torch.Tensor, u: torch.Tensor, lam: torch.Tensor, anchored: bool, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.empty_like(u), torch.empty_like(lam)
 
 
-def _setup_context(ctx, inputs, output):
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     _, lam, anchored, block_size = inputs
     ctx.save_for_backward(output, lam)
     ctx.anchored = anchored
     ctx.block_size = block_size
 
 
-def _backward(ctx, grad_u):
+def _backward(ctx: Any, grad_u: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     u, lam = ctx.saved_tensors
     grad_z, grad_lam = torch.ops.fedkernels.prox_tv1d_backward(
         grad_u.contiguous(), u, lam, ctx.anchored, ctx.block_size

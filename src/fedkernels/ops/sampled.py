@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal, overload
+
 import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
-from .._validate import check_int
+from .._validate import as_csr, as_int64, check_int
 
 _MASK64 = (1 << 64) - 1
 _REDUCTIONS = ("mean", "sum", "none")
@@ -18,10 +20,10 @@ def _splitmix64_at(key: int, i: int) -> int:
     return z ^ (z >> 31)
 
 
-def client_seed(seed: int, client: int) -> int:
+def negatives_seed(seed: int, client: int) -> int:
     """The seed client ``client`` of :func:`sample_negatives_batched` draws with (a non-negative int64).
 
-    ``sample_negatives_batched(...)[c]`` equals ``sample_negatives(positives_c, ..., seed=client_seed(seed, c))``.
+    ``sample_negatives_batched(...)[c]`` equals ``sample_negatives(positives_c, ..., seed=negatives_seed(seed, c))``.
     """
     return _splitmix64_at((seed & _MASK64) ^ 0xD1B54A32D192ED03, client) & 0x7FFFFFFFFFFFFFFF
 
@@ -34,7 +36,8 @@ def sample_negatives(positives: torch.Tensor, num_classes: int, m: int, seed: in
     O(m log |P| + |P| log |P|), independent of ``num_classes``. Same result on CPU and CUDA.
 
     Args:
-        positives: int64 ``[P]``, classes in ``[0, num_classes)`` to exclude (duplicates allowed).
+        positives: int64 ``[P]``, classes in ``[0, num_classes)`` to exclude (duplicates allowed;
+            int32 and numpy arrays are converted).
         num_classes: total number of classes.
         m: number of negatives, at most ``num_classes - |unique(positives)|`` (else ValueError).
         seed: any int64; the draw is a pure function of (positives as a set, num_classes, m, seed).
@@ -46,20 +49,20 @@ def sample_negatives(positives: torch.Tensor, num_classes: int, m: int, seed: in
         >>> neg = sample_negatives(torch.tensor([3, 7]), num_classes=1000, m=16, seed=0)  # [16]
     """
     num_classes, m, seed = _int_args(num_classes, m, seed)
-    return torch.ops.fedkernels.sample_negatives(positives, num_classes, m, seed)
+    return torch.ops.fedkernels.sample_negatives(as_int64("positives", positives), num_classes, m, seed)
 
 
 def sample_negatives_batched(
     indptr: torch.Tensor, indices: torch.Tensor, num_classes: int, m: int, seed: int
 ) -> torch.Tensor:
-    """:func:`sample_negatives` for many clients at once; client ``c`` uses ``client_seed(seed, c)``.
+    """:func:`sample_negatives` for many clients at once; client ``c`` uses ``negatives_seed(seed, c)``.
 
     Args:
         indptr: int64 ``[C + 1]``, CSR row pointer of the clients' positive sets.
         indices: int64 ``[nnz]``, positive classes in ``[0, num_classes)``.
         num_classes: as in :func:`sample_negatives`.
         m: negatives per client (every client draws m).
-        seed: the run seed; client ``c`` draws with ``client_seed(seed, c)``.
+        seed: the run seed; client ``c`` draws with ``negatives_seed(seed, c)``.
 
     Returns:
         int64 ``[C, m]``, each row sorted ascending.
@@ -68,12 +71,42 @@ def sample_negatives_batched(
         >>> neg = sample_negatives_batched(torch.tensor([0, 2, 3]), torch.tensor([1, 5, 9]), 100, 8, seed=1)  # [2, 8]
     """
     num_classes, m, seed = _int_args(num_classes, m, seed)
+    indptr, indices = as_csr(indptr, indices)
     return torch.ops.fedkernels.sample_negatives_batched(indptr, indices, num_classes, m, seed)
 
 
 def _int_args(num_classes: int, m: int, seed: int) -> tuple[int, int, int]:
     """The int arguments of the sampling ops, each checked to fit int64 (``ValueError`` naming it)."""
     return check_int("num_classes", num_classes), check_int("m", m), check_int("seed", seed)
+
+
+@overload
+def linear_cross_entropy(
+    h: torch.Tensor,
+    W: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    scale: float = 1.0,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    chunk_size: int = 0,
+    return_lse: Literal[False] = False,
+) -> torch.Tensor: ...
+
+
+@overload
+def linear_cross_entropy(
+    h: torch.Tensor,
+    W: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    scale: float = 1.0,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    chunk_size: int = 0,
+    *,
+    return_lse: Literal[True],
+) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def linear_cross_entropy(
@@ -86,7 +119,7 @@ def linear_cross_entropy(
     reduction: str = "mean",
     chunk_size: int = 0,
     return_lse: bool = False,
-):
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy of the logits ``scale * h @ W.T + bias`` without materialising them.
 
     Per sample ``loss_n = logsumexp_j(z_nj) - z_n,target`` (0 where ``target == ignore_index``),
@@ -167,44 +200,68 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 @torch.library.register_fake("fedkernels::sample_negatives")
-def _sample_negatives_fake(positives, num_classes, m, seed):
+def _sample_negatives_fake(positives: torch.Tensor, num_classes: int, m: int, seed: int) -> torch.Tensor:
     return positives.new_empty((m,), dtype=torch.int64)
 
 
 @torch.library.register_fake("fedkernels::sample_negatives_batched")
-def _sample_negatives_batched_fake(indptr, indices, num_classes, m, seed):
+def _sample_negatives_batched_fake(
+    indptr: torch.Tensor, indices: torch.Tensor, num_classes: int, m: int, seed: int
+) -> torch.Tensor:
     return indices.new_empty((indptr.shape[0] - 1, m), dtype=torch.int64)
 
 
 @torch.library.register_fake("fedkernels::linear_cross_entropy")
-def _lce_fake(h, W, target, bias=None, scale=1.0, ignore_index=-100, reduction="mean", chunk_size=0):
+def _lce_fake(
+    h: torch.Tensor,
+    W: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    scale: float = 1.0,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    chunk_size: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     acc = _acc_dtype(h.dtype)
     loss_shape = (h.shape[0],) if reduction == "none" else ()
     return h.new_empty(loss_shape, dtype=acc), h.new_empty((h.shape[0],), dtype=acc)
 
 
 @torch.library.register_fake("fedkernels::linear_cross_entropy_backward")
-def _lce_backward_fake(h, W, target, bias, lse, grad_loss, grad_lse, scale, ignore_index, chunk_size):
+def _lce_backward_fake(
+    h: torch.Tensor,
+    W: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None,
+    lse: torch.Tensor,
+    grad_loss: torch.Tensor,
+    grad_lse: torch.Tensor,
+    scale: float,
+    ignore_index: int,
+    chunk_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grad_bias = torch.empty_like(bias) if bias is not None else h.new_empty((0,), dtype=_acc_dtype(h.dtype))
     return torch.empty_like(h), torch.empty_like(W), grad_bias
 
 
 @torch.library.register_fake("fedkernels::scatter_rows_mean")
-def _scatter_rows_mean_fake(out, idx, src, weight):
+def _scatter_rows_mean_fake(out: torch.Tensor, idx: torch.Tensor, src: torch.Tensor, weight: torch.Tensor) -> None:
     return None
 
 
 # ---- autograd of linear_cross_entropy (through both the loss and the lse)
 
 
-def _lce_setup_context(ctx, inputs, output):
+def _lce_setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, torch.Tensor]) -> None:
     h, W, target, bias, scale, ignore_index, reduction, chunk_size = inputs
     ctx.save_for_backward(h, W, target, bias, output[1])
     ctx.has_bias = bias is not None
     ctx.args = (scale, ignore_index, reduction, chunk_size)
 
 
-def _lce_backward(ctx, grad_loss, grad_lse):
+def _lce_backward(
+    ctx: Any, grad_loss: torch.Tensor | None, grad_lse: torch.Tensor | None
+) -> tuple[torch.Tensor | None, ...]:
     h, W, target, bias, lse = ctx.saved_tensors
     scale, ignore_index, reduction, chunk_size = ctx.args
     live = (target != ignore_index).to(lse.dtype)

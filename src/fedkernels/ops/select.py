@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -126,13 +127,15 @@ def masked_weighted_average(dst: Sequence[torch.Tensor], sent: Sequence[SentTens
 
 
 @torch.library.register_fake("fedkernels::delta_norms")
-def _delta_norms_fake(new, old, normalize):
+def _delta_norms_fake(new: list[torch.Tensor], old: list[torch.Tensor], normalize: bool) -> torch.Tensor:
     _check_fake_devices([*new, *old], "new")
     return new[0].new_empty((len(new),), dtype=torch.float32)
 
 
 @torch.library.register_fake("fedkernels::select_topk_tensors")
-def _select_topk_tensors_fake(new, old, fraction, normalize):
+def _select_topk_tensors_fake(
+    new: list[torch.Tensor], old: list[torch.Tensor], fraction: float, normalize: bool
+) -> torch.Tensor:
     _check_fake_devices([*new, *old], "new")
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
@@ -140,7 +143,13 @@ def _select_topk_tensors_fake(new, old, fraction, normalize):
 
 
 @torch.library.register_fake("fedkernels::masked_weighted_average")
-def _masked_weighted_average_fake(dst, sent, client_of, tensor_of, weights):
+def _masked_weighted_average_fake(
+    dst: list[torch.Tensor],
+    sent: list[torch.Tensor],
+    client_of: torch.Tensor,
+    tensor_of: torch.Tensor,
+    weights: torch.Tensor,
+) -> None:
     _check_fake_devices([*dst, *sent], "dst + sent")
     return None
 
@@ -152,19 +161,20 @@ def _check_fake_devices(tensors: Sequence[torch.Tensor], name: str) -> None:
             raise ValueError(f"{name}[{i}] must be on the device of {name}[0] ({tensors[0].device}), got {t.device}")
 
 
-def _delta_norms_setup(ctx, inputs, output) -> None:
+def _delta_norms_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     new, old, normalize = inputs
     ctx.num_tensors = len(new)
     ctx.normalize = normalize
     ctx.save_for_backward(*new, *old, output)
 
 
-def _delta_norms_backward(ctx, grad: torch.Tensor):
+def _delta_norms_backward(ctx: Any, grad: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor], None]:
     # d||a - b|| / da = (a - b) / ||a - b||; the RMS adds 1 / numel; 0 where the norm is 0.
     m = ctx.num_tensors
     saved = ctx.saved_tensors
     norms = saved[2 * m]
-    grads_new, grads_old = [], []
+    grads_new: list[torch.Tensor] = []
+    grads_old: list[torch.Tensor] = []
     for t in range(m):
         a, b = saved[t], saved[m + t]
         denom = norms[t] * (a.numel() if ctx.normalize else 1)

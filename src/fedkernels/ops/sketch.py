@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
+from .._validate import as_csr, as_table, as_tensor
 
 
 def label_hash(
@@ -21,9 +24,11 @@ def label_hash(
     the sample's labels hashes into it).
 
     Args:
-        indptr: int64 ``[N + 1]``, CSR row pointer of the label sets.
-        indices: int64 ``[nnz]``, class ids in ``[0, p)``.
-        table: int32 ``[p, R]``, buckets per class (``HashFamily.table(p)``).
+        indptr: int64 ``[N + 1]``, CSR row pointer of the label sets (int32, e.g. scipy's, and numpy
+            arrays are converted once).
+        indices: int64 ``[nnz]``, class ids in ``[0, p)`` (int32 / numpy converted).
+        table: int32 ``[p, R]``, buckets per class (``HashFamily.table(p)``; int64 is range-checked
+            and narrowed).
         num_buckets: B.
         out: optional uint8 ``[R, N, B]``, contiguous, on the inputs' device, sharing no memory with
             them. Every element is overwritten (its old contents do not matter) and ``out`` itself is
@@ -40,19 +45,25 @@ def label_hash(
         >>> buf = torch.empty(2, 1, 8, dtype=torch.uint8)
         >>> z = label_hash(torch.tensor([0, 2]), torch.tensor([1, 5]), hf.table(10), 8, out=buf)  # z is buf
     """
+    indptr, indices = as_csr(indptr, indices)
+    table = as_table(table)
     if out is None:
         return torch.ops.fedkernels.label_hash(indptr, indices, table, num_buckets)
     return torch.ops.fedkernels.label_hash.out(indptr, indices, table, num_buckets, out=out)
 
 
 @torch.library.register_fake("fedkernels::label_hash")
-def _label_hash_fake(indptr, indices, table, num_buckets):
+def _label_hash_fake(
+    indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor, num_buckets: int
+) -> torch.Tensor:
     n = indptr.shape[0] - 1
     return table.new_empty((table.shape[1], n, num_buckets), dtype=torch.uint8)
 
 
 @torch.library.register_fake("fedkernels::label_hash.out")
-def _label_hash_out_fake(indptr, indices, table, num_buckets, *, out):
+def _label_hash_out_fake(
+    indptr: torch.Tensor, indices: torch.Tensor, table: torch.Tensor, num_buckets: int, *, out: torch.Tensor
+) -> torch.Tensor:
     # The shape/dtype/device checks the kernels make, so a compiled graph fails at trace time too.
     want = (table.shape[1], indptr.shape[0] - 1, num_buckets)
     if out.dtype != torch.uint8:
@@ -76,7 +87,8 @@ def bucket_merge(logp: torch.Tensor, table: torch.Tensor, reduce: str = "mean") 
 
     Args:
         logp: float32/float16/bfloat16/float64 ``[R, N, B]`` (e.g. log-sigmoid bucket scores).
-        table: int32 ``[p, R]`` (``HashFamily.table(p)``), every bucket in ``[0, B)``.
+        table: int32 ``[p, R]`` (``HashFamily.table(p)``), every bucket in ``[0, B)``; int64 (or a
+            numpy array) is range-checked and narrowed once.
         reduce: ``"mean"`` or ``"median"`` (median supports R <= 64).
 
     Returns:
@@ -87,7 +99,7 @@ def bucket_merge(logp: torch.Tensor, table: torch.Tensor, reduce: str = "mean") 
         >>> logp = torch.nn.functional.logsigmoid(torch.randn(4, 8, 250))
         >>> scores = bucket_merge(logp, hf.table(3993))  # [8, 3993]
     """
-    return torch.ops.fedkernels.bucket_merge(logp, table, reduce)
+    return torch.ops.fedkernels.bucket_merge(as_tensor("logp", logp), as_table(table), reduce)
 
 
 def bucket_merge_topk(
@@ -102,7 +114,7 @@ def bucket_merge_topk(
 
     Args:
         logp: float ``[R, N, B]``.
-        table: int32 ``[p, R]``.
+        table: int32 ``[p, R]`` (int64 / numpy accepted, as in :func:`bucket_merge`).
         k: number of classes per row, ``0 <= k <= p``.
         reduce: ``"mean"`` or ``"median"``.
 
@@ -114,7 +126,7 @@ def bucket_merge_topk(
         >>> logp = torch.nn.functional.logsigmoid(torch.randn(4, 16, 4000))
         >>> values, classes = bucket_merge_topk(logp, hf.table(131073), k=5)  # [16, 5] each
     """
-    return torch.ops.fedkernels.bucket_merge_topk(logp, table, k, reduce)
+    return torch.ops.fedkernels.bucket_merge_topk(as_tensor("logp", logp), as_table(table), k, reduce)
 
 
 def count_sketch(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, num_buckets: int) -> torch.Tensor:
@@ -126,7 +138,7 @@ def count_sketch(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, num_
 
     Args:
         x: float ``[..., p]``.
-        table: int32 ``[p, R]``, buckets in ``[0, num_buckets)``.
+        table: int32 ``[p, R]``, buckets in ``[0, num_buckets)`` (int64 / numpy accepted).
         signs: int8 ``[p, R]`` of +1/-1 (``HashFamily.signs(p)``).
         num_buckets: B.
 
@@ -138,7 +150,7 @@ def count_sketch(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, num_
         >>> x = torch.zeros(1000); x[[3, 500]] = torch.tensor([7.0, -2.0])
         >>> m = count_sketch(x, hf.table(1000), hf.signs(1000), 64)  # [5, 64]
     """
-    return torch.ops.fedkernels.count_sketch(x, table, signs, num_buckets)
+    return torch.ops.fedkernels.count_sketch(as_tensor("x", x), as_table(table), as_tensor("signs", signs), num_buckets)
 
 
 def count_sketch_query(
@@ -152,7 +164,7 @@ def count_sketch_query(
 
     Args:
         sketch: float ``[..., R, B]``.
-        table: int32 ``[p, R]``.
+        table: int32 ``[p, R]`` (int64 / numpy accepted, as in :func:`bucket_merge`).
         signs: int8 ``[p, R]``.
         reduce: ``"median"``, ``"mean"`` or ``"sum"``.
 
@@ -162,36 +174,42 @@ def count_sketch_query(
     Example:
         >>> x_hat = count_sketch_query(m, hf.table(1000), hf.signs(1000))  # x_hat[3] == 7, x_hat[500] == -2
     """
-    return torch.ops.fedkernels.count_sketch_query(sketch, table, signs, reduce)
+    return torch.ops.fedkernels.count_sketch_query(
+        as_tensor("sketch", sketch), as_table(table), as_tensor("signs", signs), reduce
+    )
 
 
 # ---- fake (meta) implementations: shapes only, so torch.compile(fullgraph=True) traces the ops
 
 
 @torch.library.register_fake("fedkernels::bucket_merge")
-def _bucket_merge_fake(logp, table, reduce="mean"):
+def _bucket_merge_fake(logp: torch.Tensor, table: torch.Tensor, reduce: str = "mean") -> torch.Tensor:
     return logp.new_empty((logp.shape[1], table.shape[0]))
 
 
 @torch.library.register_fake("fedkernels::bucket_merge_backward")
-def _bucket_merge_backward_fake(grad, table, num_buckets):
+def _bucket_merge_backward_fake(grad: torch.Tensor, table: torch.Tensor, num_buckets: int) -> torch.Tensor:
     return grad.new_empty((table.shape[1], grad.shape[0], num_buckets))
 
 
 @torch.library.register_fake("fedkernels::bucket_merge_topk")
-def _bucket_merge_topk_fake(logp, table, k, reduce="mean"):
+def _bucket_merge_topk_fake(
+    logp: torch.Tensor, table: torch.Tensor, k: int, reduce: str = "mean"
+) -> tuple[torch.Tensor, torch.Tensor]:
     torch._check(0 <= k <= table.shape[0], lambda: f"k must lie in [0, p = {table.shape[0]}], got {k}")
     n = logp.shape[1]
     return logp.new_empty((n, k)), logp.new_empty((n, k), dtype=torch.int64)
 
 
 @torch.library.register_fake("fedkernels::count_sketch")
-def _count_sketch_fake(x, table, signs, num_buckets):
+def _count_sketch_fake(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, num_buckets: int) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], table.shape[1], num_buckets))
 
 
 @torch.library.register_fake("fedkernels::count_sketch_query")
-def _count_sketch_query_fake(sketch, table, signs, reduce="median"):
+def _count_sketch_query_fake(
+    sketch: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, reduce: str = "median"
+) -> torch.Tensor:
     return sketch.new_empty((*sketch.shape[:-2], table.shape[0]))
 
 
@@ -206,13 +224,13 @@ def _not_differentiable(op: str, reduce: str) -> RuntimeError:
     )
 
 
-def _bucket_merge_setup(ctx, inputs, output):
+def _bucket_merge_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     logp, table, reduce = inputs
     ctx.save_for_backward(table)
     ctx.num_buckets, ctx.reduce = logp.shape[2], reduce
 
 
-def _bucket_merge_backward(ctx, grad):
+def _bucket_merge_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     if ctx.reduce != "mean":
         raise _not_differentiable("bucket_merge", ctx.reduce)
     (table,) = ctx.saved_tensors
@@ -222,12 +240,12 @@ def _bucket_merge_backward(ctx, grad):
 torch.library.register_autograd("fedkernels::bucket_merge", _bucket_merge_backward, setup_context=_bucket_merge_setup)
 
 
-def _count_sketch_setup(ctx, inputs, output):
+def _count_sketch_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     _, table, signs, _ = inputs
     ctx.save_for_backward(table, signs)
 
 
-def _count_sketch_backward(ctx, grad):
+def _count_sketch_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     table, signs = ctx.saved_tensors
     # The adjoint of a count sketch is its "sum" query.
     return torch.ops.fedkernels.count_sketch_query(grad.contiguous(), table, signs, "sum"), None, None, None
@@ -236,13 +254,13 @@ def _count_sketch_backward(ctx, grad):
 torch.library.register_autograd("fedkernels::count_sketch", _count_sketch_backward, setup_context=_count_sketch_setup)
 
 
-def _count_sketch_query_setup(ctx, inputs, output):
+def _count_sketch_query_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     sketch, table, signs, reduce = inputs
     ctx.save_for_backward(table, signs)
     ctx.num_buckets, ctx.reduce = sketch.shape[-1], reduce
 
 
-def _count_sketch_query_backward(ctx, grad):
+def _count_sketch_query_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     if ctx.reduce not in ("mean", "sum"):
         raise _not_differentiable("count_sketch_query", ctx.reduce)
     table, signs = ctx.saved_tensors
@@ -257,12 +275,12 @@ torch.library.register_autograd(
 )
 
 
-def _bucket_merge_backward_setup(ctx, inputs, output):
+def _bucket_merge_backward_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     _, table, _ = inputs
     ctx.save_for_backward(table)
 
 
-def _bucket_merge_backward_backward(ctx, grad_grad):
+def _bucket_merge_backward_backward(ctx: Any, grad_grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     # bucket_merge_backward is linear in grad; its adjoint is the mean merge itself.
     (table,) = ctx.saved_tensors
     return torch.ops.fedkernels.bucket_merge(grad_grad.contiguous(), table, "mean"), None, None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -137,7 +138,15 @@ def spreadout_pair_loss(
 # spreadout_loss = knn (no grad) + weight lookup + the differentiable pair loss. Registered as a
 # composite, so autograd, fake tensors and torch.compile go through its parts.
 @torch.library.impl("fedkernels::spreadout_loss", "CompositeImplicitAutograd")
-def _spreadout_loss_composite(W, margin, k, pw_indptr=None, pw_indices=None, pw_values=None, metric="l2"):
+def _spreadout_loss_composite(
+    W: torch.Tensor,
+    margin: float,
+    k: int,
+    pw_indptr: torch.Tensor | None = None,
+    pw_indices: torch.Tensor | None = None,
+    pw_values: torch.Tensor | None = None,
+    metric: str = "l2",
+) -> torch.Tensor:
     present = [t is not None for t in (pw_indptr, pw_indices, pw_values)]
     if any(present) and not all(present):
         raise ValueError("pair_weight needs all of indptr, indices and values, or none of them")
@@ -150,34 +159,40 @@ def _spreadout_loss_composite(W, margin, k, pw_indptr=None, pw_indices=None, pw_
 
 
 @torch.library.register_fake("fedkernels::knn_classes")
-def _knn_classes_fake(W, k, metric="l2"):
+def _knn_classes_fake(W: torch.Tensor, k: int, metric: str = "l2") -> tuple[torch.Tensor, torch.Tensor]:
     acc = torch.float64 if W.dtype == torch.float64 else torch.float32
     c = W.shape[0]
     return W.new_empty((c, k), dtype=acc), W.new_empty((c, k), dtype=torch.int64)
 
 
 @torch.library.register_fake("fedkernels::pair_weight_gather")
-def _pair_weight_gather_fake(indptr, indices, values, idx):
+def _pair_weight_gather_fake(
+    indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, idx: torch.Tensor
+) -> torch.Tensor:
     return values.new_empty(idx.shape)
 
 
 @torch.library.register_fake("fedkernels::spreadout_pair_loss")
-def _spreadout_pair_loss_fake(W, idx, weight, margin, metric="l2"):
+def _spreadout_pair_loss_fake(
+    W: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor, margin: float, metric: str = "l2"
+) -> torch.Tensor:
     return W.new_empty((), dtype=torch.float64 if W.dtype == torch.float64 else torch.float32)
 
 
 @torch.library.register_fake("fedkernels::spreadout_pair_loss_backward")
-def _spreadout_pair_loss_backward_fake(grad, W, idx, weight, margin, metric="l2"):
+def _spreadout_pair_loss_backward_fake(
+    grad: torch.Tensor, W: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor, margin: float, metric: str = "l2"
+) -> torch.Tensor:
     return torch.empty_like(W)
 
 
-def _pair_loss_setup(ctx, inputs, output):
+def _pair_loss_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     W, idx, weight, margin, metric = inputs
     ctx.save_for_backward(W, idx, weight)
     ctx.margin, ctx.metric = margin, metric
 
 
-def _pair_loss_backward(ctx, grad):
+def _pair_loss_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     W, idx, weight = ctx.saved_tensors
     gw = torch.ops.fedkernels.spreadout_pair_loss_backward(grad, W, idx, weight, ctx.margin, ctx.metric)
     return gw, None, None, None, None

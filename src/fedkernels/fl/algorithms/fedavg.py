@@ -8,12 +8,15 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from ..aggregate import weighted_average
 from ..local import train_local
 from ..models import load_state, mlp, state_of
 from ..payload import Payload, PayloadSpec, state_spec
 from ..seeding import generator
 from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
+
+__all__ = ["FedAvg", "multilabel_loss", "weighted_average"]  # weighted_average: from ..aggregate
 
 
 def multilabel_loss(logits: torch.Tensor, batch: ClientData, loss: str) -> torch.Tensor:
@@ -29,20 +32,6 @@ def multilabel_loss(logits: torch.Tensor, batch: ClientData, loss: str) -> torch
             return logits.sum() * 0.0
         return -(F.log_softmax(logits[keep], 1) * (y[keep] / n_pos[keep])).sum(1).mean()
     raise ValueError(f"loss must be 'bce' or 'softmax', got {loss!r}")
-
-
-def weighted_average(states: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
-    """``sum_k w_k s_k / sum_k w_k`` per tensor, accumulated in client order."""
-    total = float(sum(weights))
-    if total <= 0:
-        raise ValueError("weights must have a positive sum")
-    out = {}
-    for name in states[0]:
-        acc = torch.zeros_like(states[0][name], dtype=torch.float32)
-        for s, w in zip(states, weights):
-            acc.add_(s[name].float(), alpha=w / total)
-        out[name] = acc.to(states[0][name].dtype)
-    return out
 
 
 class FedAvg(Strategy):

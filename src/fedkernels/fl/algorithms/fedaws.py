@@ -34,16 +34,16 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from ...nn.spreadout import learn_fixed_class_embeddings
+from ...nn.spreadout import learn_fixed_class_embeddings, positive_pull
 from ...ops.spread import PairWeights, spreadout_loss
 from .. import labelsets as ls
+from ..aggregate import weighted_average, weighted_rows_mean
 from ..local import train_local
-from ..models import load_state, mlp, state_of
-from ..payload import Payload, PayloadSpec, TensorSpec, encode, state_spec
+from ..models import embed_mlp, load_state, mlp, state_of
+from ..payload import Payload, PayloadError, PayloadSpec, TensorSpec, encode, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
-from .fedavg import weighted_average
 
 _G = "g."  # prefix of the feature extractor's tensors in the state
 
@@ -62,35 +62,86 @@ def positive_loss(z: torch.Tensor, w: torch.Tensor, margin: float) -> torch.Tens
     return torch.clamp(margin - cos, min=0).pow(2).mean()
 
 
+def label_report(data: ClientData, key: bytes, class_rows: torch.Tensor) -> Payload:
+    """Client side of the label-set collection: keyed digests of this client's (instance, label)
+    pairs and, for each label it holds, the link from its label digest to the server row it trains.
+
+    Returns:
+        ``pairs`` uint8 ``[n, 64]`` (instance digest, label digest; sorted, unique), ``label_digests``
+        uint8 ``[m, 32]`` and ``rows`` int64 ``[m]``: the row ``class_rows[label]`` of each held label.
+    """
+    report = ls.client_report(
+        key,
+        [row.numpy() for row in data.x],
+        [data.indices[data.indptr[i] : data.indptr[i + 1]].tolist() for i in range(len(data))],
+    )
+    held = sorted({int(lab) for lab in data.indices.tolist()})
+    digests = b"".join(ls.label_digest(key, lab) for lab in held)
+    return {
+        "pairs": report.to_tensor(),
+        "label_digests": torch.frombuffer(bytearray(digests), dtype=torch.uint8).reshape(len(held), ls.DIGEST_BYTES),
+        "rows": torch.tensor([int(class_rows[lab]) for lab in held], dtype=torch.int64),
+    }
+
+
+def label_report_spec(num_classes: int) -> PayloadSpec:
+    """What a well-formed :func:`label_report` looks like (rows are server rows of ``num_classes``)."""
+    return PayloadSpec(
+        {
+            "pairs": TensorSpec(torch.uint8, (None, 2 * ls.DIGEST_BYTES)),
+            "label_digests": TensorSpec(torch.uint8, ("m", ls.DIGEST_BYTES)),
+            "rows": TensorSpec(torch.int64, ("m",), min_value=0, max_value=num_classes, unique=True),
+        }
+    )
+
+
+def check_label_report(report: Payload) -> Payload:
+    """Content check of a decoded report: every label digest of its pairs has a link, each once.
+    Raises ValueError (PayloadError) otherwise."""
+    links = report["label_digests"].contiguous().numpy().tobytes()
+    linked = {links[o : o + ls.DIGEST_BYTES] for o in range(0, len(links), ls.DIGEST_BYTES)}
+    if len(linked) != report["label_digests"].shape[0]:
+        raise PayloadError("label report links a label digest twice")
+    used = {lab for _, lab in ls.LabelReport.from_tensor(report["pairs"]).pairs}
+    if not used <= linked:
+        raise PayloadError(f"label report has {len(used - linked)} label digests without a row")
+    return report
+
+
+def pair_weights_from_reports(reports: Sequence[Payload], num_classes: int) -> PairWeights:
+    """Server side of the label-set collection: merge the checked reports into label sets over
+    digests, build ``alpha`` and move it to the linked server rows. Where clients link one digest to
+    different rows, the first report's link holds (reports in ascending client id)."""
+    sets = ls.merge_reports(ls.LabelReport.from_tensor(r["pairs"]) for r in reports)
+    links: dict[bytes, int] = {}
+    for r in reports:
+        raw = r["label_digests"].contiguous().numpy().tobytes()
+        for i, row in enumerate(r["rows"].tolist()):
+            links.setdefault(raw[i * ls.DIGEST_BYTES : (i + 1) * ls.DIGEST_BYTES], int(row))
+    to_row = torch.tensor([links[d] for d in sets.label_digests], dtype=torch.int64)
+    pw = sets.pair_weights()
+    rows = torch.repeat_interleave(torch.arange(sets.num_classes), pw.indptr.diff())
+    return PairWeights.from_pairs(to_row[rows], to_row[pw.indices], pw.values, num_classes)
+
+
 def class_pair_weights(
     clients: Sequence[ClientData], key: bytes, num_classes: int, class_rows: torch.Tensor | None = None
 ) -> tuple[PairWeights, int]:
-    """FedALC weights over server rows from private label-set collection.
+    """FedALC weights over server rows from private label-set collection, all sides in one call.
 
-    Client side: every client reports keyed digests of its (instance, label) pairs and, once the
-    server has merged them, links its own label digest to the server row it trains
-    (``class_rows[c]``; default: the class id itself). Server side: merge the reports, build
-    ``alpha`` over digest rows and move it to the linked rows. The server sees only digests and
-    rows, never ``key`` or a class id (when ``class_rows`` is a keyed permutation). Also returns the
-    bytes the reports take serialised (safetensors), i.e. the one-off upload of the collection.
+    Client side: every client makes its :func:`label_report` (keyed digests of its (instance, label)
+    pairs and the links from its label digests to the server rows it trains, ``class_rows[c]``;
+    default: the class id itself). Server side: :func:`pair_weights_from_reports`. The server sees
+    only digests and rows, never ``key`` or a class id (when ``class_rows`` is a keyed permutation).
+    Also returns the bytes the reports take serialised (safetensors), the collection's one-off upload.
     """
-    rows_of_class = torch.arange(num_classes) if class_rows is None else class_rows
-    reports = [
-        ls.client_report(
-            key,
-            [row.numpy() for row in c.x],
-            [c.indices[c.indptr[i] : c.indptr[i + 1]].tolist() for i in range(len(c))],
+    if any(c.x.layout == torch.sparse_csr for c in clients):
+        raise TypeError(
+            "clients: the label-set collection digests dense feature rows; pass dense features (x.to_dense())"
         )
-        for c in clients
-    ]
-    report_bytes = sum(len(encode({"pairs": r.to_tensor()})) for r in reports)
-    sets = ls.merge_reports(reports)  # server side from here, except the links
-    held = sorted({int(l) for c in clients for l in c.indices.tolist()})
-    links = {sets.row_of(ls.label_digest(key, label)): int(rows_of_class[label]) for label in held}  # clients
-    to_row = torch.tensor([links[r] for r in range(sets.num_classes)], dtype=torch.int64)
-    pw = sets.pair_weights()
-    rows = torch.repeat_interleave(torch.arange(sets.num_classes), pw.indptr.diff())
-    return PairWeights.from_pairs(to_row[rows], to_row[pw.indices], pw.values, num_classes), report_bytes
+    rows_of_class = torch.arange(num_classes) if class_rows is None else class_rows
+    reports = [label_report(c, key, rows_of_class) for c in clients]
+    return pair_weights_from_reports(reports, num_classes), sum(len(encode(r)) for r in reports)
 
 
 class FedAwS(Strategy):
@@ -107,8 +158,16 @@ class FedAwS(Strategy):
             active with margin 1.0, all of them with 1.414).
         k: neighbours per class in the spreadout regulariser.
         metric: ``"l2"`` or ``"cosine"``, the regulariser's distance.
-        spread_lr: the server's spreadout step size.
+        spread_lr: the server's spreadout step size. The papers' regulariser weight lambda multiplies
+            the client learning rate (FedAwS: the server step is ``lambda * lr``), so
+            ``spread_lr = lambda * lr``.
         spread_steps: the server's spreadout steps per round.
+        model: ``"mlp"`` (``F -> hidden -> d``) or ``"embed"``, the papers' text model
+            (:func:`~fedkernels.fl.models.embed_mlp`: an ``embed_dim`` embedding layer, then linear
+            layers of widths ``hidden`` with ReLU, then ``d``).
+        embed_dim: the embedding layer's width (``model="embed"`` only).
+        pull: weight of the co-occurrence pull ``sum (1 - alpha) ||w_c - w_c'||^2`` in the server
+            step (FedALC only: "keep correlated labels close"; 0 is the push-only regulariser).
     """
 
     name = "FedAwS"
@@ -125,7 +184,15 @@ class FedAwS(Strategy):
         metric: str = "l2",
         spread_lr: float = 0.1,
         spread_steps: int = 1,
+        model: str = "mlp",
+        embed_dim: int = 256,
+        pull: float = 0.0,
     ) -> None:
+        if model not in ("mlp", "embed"):
+            raise ValueError(f"model must be 'mlp' or 'embed', got {model!r}")
+        if pull < 0:
+            raise ValueError(f"pull must be >= 0, got {pull}")
+        self.model, self.embed_dim, self.pull = model, int(embed_dim), float(pull)
         self.dim, self.hidden, self.pos_margin = int(dim), tuple(hidden), float(pos_margin)
         self.margin, self.k, self.metric = float(margin), int(k), metric
         self.spread_lr, self.spread_steps = float(spread_lr), int(spread_steps)
@@ -133,19 +200,23 @@ class FedAwS(Strategy):
         self.pair_weight: PairWeights | None = None
         self.fixed_W: torch.Tensor | None = None
         self.setup_bytes_up = 0
-        self._client_class: dict[int, int] = {}
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         self._dims = (num_features, num_classes)
-        state = {_G + n: t for n, t in state_of(mlp(num_features, self.dim, self.hidden, seed)).items()}
+        state = {_G + n: t for n, t in state_of(self._make_extractor(num_features, seed)).items()}
         g = generator(seed, "class-embeddings")
         state["W"] = F.normalize(torch.randn(num_classes, self.dim, generator=g), dim=1)
         return state
 
+    def _make_extractor(self, num_features: int, seed: int = 0) -> torch.nn.Module:
+        if self.model == "embed":
+            return embed_mlp(num_features, self.dim, self.embed_dim, self.hidden, seed)
+        return mlp(num_features, self.dim, self.hidden, seed)
+
     def _extractor(self, state: Payload) -> torch.nn.Module:
         assert self._dims is not None, "init_state first"
         return load_state(
-            mlp(self._dims[0], self.dim, self.hidden), {n[len(_G) :]: t for n, t in state.items() if n.startswith(_G)}
+            self._make_extractor(self._dims[0]), {n[len(_G) :]: t for n, t in state.items() if n.startswith(_G)}
         )
 
     def client_request(self, data: ClientData, round: int, seed: int) -> Payload:
@@ -157,7 +228,6 @@ class FedAwS(Strategy):
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
         assert request is not None
         c = int(request["class_id"][0])
-        self._client_class[client_id] = c  # the server's record of which row this client trains
         out = {n: t for n, t in state.items() if n.startswith(_G)}
         out["w"] = self._embeddings(state)[c].clone()
         return out
@@ -184,12 +254,22 @@ class FedAwS(Strategy):
             spec["w"] = TensorSpec(torch.float32, (self.dim,))
         return PayloadSpec(spec)
 
+    def check_upload(
+        self, state: State, payload_sent: Payload, upload: Payload, request: Payload | None = None
+    ) -> Payload:
+        """The upload with the class row the client's checked request asked for (aggregate needs it)."""
+        assert request is not None, "FedAwS clients always send a request"
+        return {**upload, "class_id": request["class_id"]}
+
     def _spread(self, W: torch.Tensor) -> torch.Tensor:
         """``spread_steps`` gradient steps on the spreadout loss (compiled kernels), then unit rows."""
         kk = min(self.k, W.shape[0] - 1)
         for _ in range(self.spread_steps):
             Wg = W.detach().requires_grad_(True)
-            (grad,) = torch.autograd.grad(spreadout_loss(Wg, self.margin, kk, self.pair_weight, self.metric), Wg)
+            loss = spreadout_loss(Wg, self.margin, kk, self.pair_weight, self.metric)
+            if self.pull > 0 and self.pair_weight is not None:
+                loss = loss + self.pull * positive_pull(Wg, self.pair_weight)
+            (grad,) = torch.autograd.grad(loss, Wg)
             W = F.normalize(W - self.spread_lr * grad, dim=1)
         return W
 
@@ -198,11 +278,10 @@ class FedAwS(Strategy):
         new = weighted_average([{n: t for n, t in r.payload.items() if n.startswith(_G)} for r in results], weights)
         W = state["W"].clone()
         if not self.fixed_embeddings:
-            # per class: the sample-weighted mean of its clients' embeddings (client order, float32)
-            classes = [self._client_class[r.client_id] for r in results]
-            for c in sorted(set(classes)):
-                sel = [(r.payload["w"], wt) for r, cls, wt in zip(results, classes, weights) if cls == c]
-                W[c] = sum(wt * w for w, wt in sel) / sum(wt for _, wt in sel)
+            # per class: the sample-weighted mean of its clients' embeddings (scatter_rows_mean, client order);
+            # each client's class id comes from check_upload
+            ids = [r.payload["class_id"].reshape(1).to(torch.int64) for r in results]
+            W = weighted_rows_mean(W, ids, [r.payload["w"].reshape(1, -1) for r in results], weights)
             W = self._spread(W)
         new["W"] = W
         return new
@@ -257,9 +336,22 @@ class FedALC(FedAwS):
         assert self._perm is not None, "init_state first"
         return {"class_id": self._perm[client_class(data)].reshape(1).clone()}
 
-    def setup(self, clients: list[ClientData], seed: int) -> None:
-        assert self._dims is not None and self._perm is not None, "init_state first"
-        self.pair_weight, self.setup_bytes_up = class_pair_weights(clients, self._secret, self._dims[1], self._perm)
+    def setup_report(self, data: ClientData) -> Payload:
+        """Client side: this client's :func:`label_report` under the clients' secret."""
+        assert self._perm is not None, "init_state first"
+        return label_report(data, self._secret, self._perm)
+
+    def setup_report_spec(self) -> PayloadSpec:
+        assert self._dims is not None, "init_state first"
+        return label_report_spec(self._dims[1])
+
+    def check_setup_report(self, report: Payload) -> Payload:
+        return check_label_report(report)
+
+    def setup_from_reports(self, reports: list[Payload], seed: int, report_bytes: int = 0) -> None:
+        """Server side: the pair weights from the clients' checked label reports."""
+        assert self._dims is not None, "init_state first"
+        self.pair_weight, self.setup_bytes_up = pair_weights_from_reports(reports, self._dims[1]), report_bytes
 
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
@@ -281,8 +373,9 @@ class FedALCFixed(FedALC):
         super().__init__(*args, **kw)
         self.fixed_steps, self.fixed_lr = int(fixed_steps), float(fixed_lr)
 
-    def setup(self, clients: list[ClientData], seed: int) -> None:
-        super().setup(clients, seed)
+    def setup_from_reports(self, reports: list[Payload], seed: int, report_bytes: int = 0) -> None:
+        super().setup_from_reports(reports, seed, report_bytes)
+        assert self.pair_weight is not None  # FedALC.setup_from_reports just built it
         self.fixed_W = learn_fixed_class_embeddings(
             self.pair_weight,
             self.dim,

@@ -1,5 +1,6 @@
 """FedMLH (federated multi-label hashing): R sub-models, each a classifier over B hashed buckets
-of the p labels, trained on ``label_hash`` targets and averaged table by table on the server;
+of the p labels, trained on ``label_hash`` targets and averaged on the server (every parameter at
+once: the tables' slices are independent, so one weighted average is the per-table average);
 prediction merges the R bucket scores per class and takes the top k with ``bucket_merge_topk``,
 never building ``[N, p]``. With ``R * B < p`` every round moves fewer bytes than FedAvg.
 
@@ -10,39 +11,25 @@ broadcasts the hash family as three integers ``(R, B, seed)`` inside the payload
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
+from ...nn.fedmlh import FedMLHHead
+from ..aggregate import weighted_average
 from ..local import train_local
 from ..payload import Payload, PayloadSpec, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
-from .fedavg import weighted_average
+
+if TYPE_CHECKING:
+    from ...nn import FedMLHHead
 
 HASH_KEY = "fedmlh.hash"  # int64 [3]: num_tables, num_buckets, hash seed
-
-
-def _head_class():
-    try:
-        from ...nn import FedMLHHead
-    except ImportError as e:  # the head lives in fedkernels.nn (sketch kernels)
-        raise ImportError("FedMLH needs fedkernels.nn.FedMLHHead, which this build lacks") from e
-    return FedMLHHead
-
-
-def per_table_average(
-    states: list[dict[str, torch.Tensor]], weights: list[float], num_tables: int
-) -> dict[str, torch.Tensor]:
-    """Average each table's slice ``t[j]`` of every tensor over clients, weighted, table by table."""
-    out = {name: torch.empty_like(t) for name, t in states[0].items()}
-    for j in range(num_tables):
-        avg = weighted_average([{k: v[j] for k, v in s.items()} for s in states], weights)
-        for name, t in avg.items():
-            out[name][j] = t
-    return out
 
 
 def paper_hash_size(num_classes: int, num_tables: int | None = None) -> tuple[int, int]:
@@ -83,23 +70,37 @@ class FedMLH(Strategy):
         self.num_buckets = None if num_buckets is None else int(num_buckets)
         self.hidden = tuple(int(h) for h in hidden)
         self._dims: tuple[int, int] | None = None
+        # One head per hash family, built (and its p x R table hashed) once per run; _load copies it.
+        self._templates: dict[tuple, FedMLHHead] = {}
 
     def hash_size(self, num_classes: int) -> tuple[int, int]:
         """The ``(R, B)`` this strategy uses for ``num_classes`` labels (the options, else from p)."""
         r, b = paper_hash_size(num_classes, self.num_tables)
         return r, self.num_buckets if self.num_buckets is not None else b
 
-    def _build(self, hash_params: torch.Tensor) -> torch.nn.Module:
+    def _build(self, hash_params: torch.Tensor) -> FedMLHHead:
         """The head for broadcast ``(R, B, seed)``. The head initialises from torch's global RNG,
         so that is seeded (and restored after) from the hash seed, which derives from the run's seed."""
         assert self._dims is not None, "init_state first"
         r, b, hash_seed = (int(v) for v in hash_params)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(hash_seed)
-            return _head_class()(self._dims[0], self._dims[1], r, b, hidden=self.hidden, seed=hash_seed)
+            return FedMLHHead(self._dims[0], self._dims[1], r, b, hidden=self.hidden, seed=hash_seed)
 
-    def _load(self, payload: Payload) -> torch.nn.Module:
-        head = self._build(payload[HASH_KEY])
+    def _template(self, hash_params: torch.Tensor) -> FedMLHHead:
+        """The head of this hash family, built once (the hash table is the costly part)."""
+        assert self._dims is not None, "init_state first"
+        key = (self._dims, self.hidden, tuple(int(v) for v in hash_params))
+        head = self._templates.get(key)
+        if head is None:  # two threads may both build it: the same head, one is kept
+            head = self._templates.setdefault(key, self._build(hash_params))
+        return head
+
+    def _load(self, payload: Payload) -> FedMLHHead:
+        """A fresh head holding ``payload``'s weights. Its parameters are its own (clients may train
+        in parallel threads); its hash table is the template's, shared read-only."""
+        template = self._template(payload[HASH_KEY])
+        head = copy.deepcopy(template, memo={id(template.table): template.table})
         params = dict(head.named_parameters())
         with torch.no_grad():
             for name, p in params.items():
@@ -117,7 +118,7 @@ class FedMLH(Strategy):
                 stacklevel=2,
             )
         hash_params = torch.tensor([r, b, derive_seed(seed, "fedmlh-hash")], dtype=torch.int64)
-        head = self._build(hash_params)
+        head = self._template(hash_params)
         state = {name: p.detach().clone() for name, p in head.named_parameters()}
         state[HASH_KEY] = hash_params
         return state
@@ -140,16 +141,13 @@ class FedMLH(Strategy):
         return PayloadSpec(state_spec(state, [k for k in state if k != HASH_KEY]))
 
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
-        new = per_table_average(
-            [r.payload for r in results], [float(r.num_examples) for r in results], int(state[HASH_KEY][0])
-        )
+        new = weighted_average([r.payload for r in results], [float(r.num_examples) for r in results])
         new[HASH_KEY] = state[HASH_KEY]
         return new
 
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
-        out = self._load(state).predict_topk(x, k)
-        return out[1] if isinstance(out, tuple) else out
+        return self._load(state).predict_topk(x, k)[1]
 
     def model_bytes(self, state: State) -> int:
         return sum(t.numel() * t.element_size() for name, t in state.items() if name != HASH_KEY)

@@ -26,14 +26,14 @@ from collections.abc import Sequence
 import torch
 
 from ...nn.sampled_softmax import SampledSoftmaxHead
-from ...ops.sampled import sample_negatives, scatter_rows_mean
+from ...ops.sampled import sample_negatives
+from ..aggregate import weighted_average, weighted_rows_mean
 from ..local import train_local
 from ..models import load_state, mlp, state_of
 from ..payload import Payload, PayloadSpec, TensorSpec, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
-from .fedavg import weighted_average
 
 CLASSES = "classes"  # the state's class matrix W [p, d]; every other state entry is the body
 
@@ -145,7 +145,7 @@ class FedSS(Strategy):
                 return head.weight.sum() * 0.0
             return head(body(batch.x)[rows], labels)
 
-        train_local(list(body.parameters()) + [head.weight], loss_fn, data, config, generator(seed, "shuffle"))
+        train_local([*body.parameters(), head.weight], loss_fn, data, config, generator(seed, "shuffle"))
         ids, rows = head.updated_rows()
         return {**state_of(body), "class_ids": ids, "rows": rows}
 
@@ -163,11 +163,9 @@ class FedSS(Strategy):
         weights = [float(r.num_examples) for r in results]
         body_names = [k for k in state if k != CLASSES]
         new = weighted_average([{k: r.payload[k] for k in body_names} for r in results], weights)
-        senders = [(r, wk) for r, wk in zip(results, weights) if wk > 0]  # a client without data moves no row
-        ids = torch.cat([r.payload["class_ids"] for r, _ in senders])
-        rows = torch.cat([r.payload["rows"] for r, _ in senders])
-        w = torch.cat([torch.full((r.payload["class_ids"].numel(),), wk, dtype=torch.float32) for r, wk in senders])
-        new[CLASSES] = scatter_rows_mean(state[CLASSES].clone(), ids, rows, w)
+        # a client without data (weight 0) moves no row
+        ids = [r.payload["class_ids"] for r in results]
+        new[CLASSES] = weighted_rows_mean(state[CLASSES], ids, [r.payload["rows"] for r in results], weights)
         return new
 
     @torch.no_grad()

@@ -9,7 +9,6 @@ clients' ``v``). gamma trades bytes for fidelity: gamma = 0 is plain (uncompress
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import torch
@@ -18,7 +17,7 @@ from ..payload import Payload, PayloadSpec, TensorSpec
 from ..strategy import State
 from ..types import ClientData, ClientResult, TrainConfig
 from .fedavg import FedAvg, multilabel_loss
-from .l1diff_codec import CheckedUploads, encode_direction, full_gradient, l1diff_direction
+from .l1diff_codec import check_streams, encode_direction, full_gradient, l1diff_direction
 
 
 class L1Diff(FedAvg):
@@ -58,10 +57,6 @@ class L1Diff(FedAvg):
         self.gamma, self.eta, self.server_lr = float(gamma), float(eta), float(server_lr)
         self.value_dtype, self.levels = value_dtype, levels
         self.block_size = block_size
-        # (round, client, why): uploads aggregate() dropped at decode. The loop rejects corrupt streams
-        # earlier (check_upload), so only direct callers of aggregate() can add to this.
-        self.rejected: list[tuple[int, int, str]] = []
-        self._checked = CheckedUploads(value_dtype)  # check_upload's decoded streams, for aggregate
 
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
         model = self._model(payload)
@@ -72,32 +67,27 @@ class L1Diff(FedAvg):
             n: encode_direction(
                 l1diff_direction(g, self.gamma, self.eta, self.block_size), self.value_dtype, self.levels
             )
-            for n, g in zip(names, grads)
+            for n, g in zip(names, grads, strict=True)
         }
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
         return PayloadSpec({n: TensorSpec(torch.uint8, (None,)) for n in state})
 
-    def check_upload(self, state: State, payload_sent: Payload, upload: Payload) -> None:
-        self._checked.check(upload, {n: t.shape for n, t in state.items()})
+    def check_upload(
+        self, state: State, payload_sent: Payload, upload: Payload, request: Payload | None = None
+    ) -> Payload:
+        """Decode every stream (PayloadError if one is corrupt, mis-shaped or non-finite): the checked
+        upload is the float32 directions, so aggregate decodes nothing."""
+        return check_streams(upload, {n: t.shape for n, t in state.items()}, self.value_dtype)
 
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
-        decoded, weights = [], []
-        for r in results:  # decode every upload before touching the state
-            try:
-                decoded.append(self._checked.decoded(r.payload, {n: t.shape for n, t in state.items()}))
-                weights.append(float(r.num_examples))
-            except ValueError as e:
-                self.rejected.append((round, r.client_id, str(e)))
-                warnings.warn(f"round {round}: dropped client {r.client_id}'s update: {e}")
-        self._checked.clear()  # whatever a client checked but not aggregated held
-        if not decoded:
-            return dict(state)
+        decoded = [r.payload for r in results]  # check_upload's decoded directions
+        weights = [float(r.num_examples) for r in results]
         total = sum(weights)
         new = {}
         for n in state:
             step = torch.zeros_like(state[n], dtype=torch.float32)
-            for d, w in zip(decoded, weights):  # client order: deterministic
+            for d, w in zip(decoded, weights, strict=True):  # client order: deterministic
                 step.add_(d[n], alpha=w / total)
             new[n] = (state[n] - (self.server_lr * self.eta) * step).to(state[n].dtype)
         return new

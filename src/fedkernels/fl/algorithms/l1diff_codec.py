@@ -8,19 +8,18 @@ uint8 tensor, so the safetensors byte count is the real cost.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
-import fedkernels
-from fedkernels.comm import decode_runs, encode_runs, quantize_runs
-
+from ...comm import decode_runs, encode_runs, quantize_runs
+from ...ops.prox import prox_tv1d
 from ..payload import Payload, PayloadError
 from ..types import ClientData
 
 
 def full_gradient(
-    params: list[torch.Tensor], loss_fn: Callable[[ClientData], torch.Tensor], data: ClientData, batch_size: int
+    params: Sequence[torch.Tensor], loss_fn: Callable[[ClientData], torch.Tensor], data: ClientData, batch_size: int
 ) -> list[torch.Tensor]:
     """The gradient of the sample-weighted mean loss over all of ``data`` at ``params``, accumulated
     over minibatches in data order (deterministic, no shuffling)."""
@@ -29,7 +28,7 @@ def full_gradient(
     for start in range(0, n, batch_size):
         batch = data.rows(torch.arange(start, min(n, start + batch_size)))
         loss = loss_fn(batch) * (len(batch) / n)
-        for acc, g in zip(grads, torch.autograd.grad(loss, params)):
+        for acc, g in zip(grads, torch.autograd.grad(loss, params), strict=True):
             acc.add_(g)
     return grads
 
@@ -38,7 +37,7 @@ def l1diff_direction(grad: torch.Tensor, gamma: float, eta: float, block_size: i
     """``d = (x - v) / eta = -prox_tv1d(-eta g, eta gamma) / eta`` for one tensor (flattened, anchored),
     returned in ``grad``'s shape. gamma = 0 gives ``d = g`` (plain SGD)."""
     flat = grad.detach().reshape(-1).float()
-    u = fedkernels.prox_tv1d(-eta * flat, eta * gamma, True, block_size)
+    u = prox_tv1d(-eta * flat, eta * gamma, True, block_size)
     return (-u / eta).reshape(grad.shape)
 
 
@@ -78,36 +77,14 @@ def decode_upload(
     return {n: decode_direction(upload[n], shape, value_dtype) for n, shape in shapes.items()}
 
 
-class CheckedUploads:
-    """Uploads decoded by the loop's content check, kept for ``aggregate`` so each codec stream is
-    decoded once per round, not twice. An entry is keyed by the upload dict's ``id`` and holds the
-    dict itself, so the id cannot be reused while the entry lives; ``aggregate`` takes each entry
-    once and clears the rest at the end of the round."""
-
-    def __init__(self, value_dtype: str | None = None) -> None:
-        self.value_dtype = value_dtype  # the run-value dtype every stream must hold (None: either)
-        self._by_id: dict[int, tuple[Payload, dict[str, torch.Tensor]]] = {}
-
-    def check(self, upload: Payload, shapes: dict[str, torch.Size]) -> None:
-        """Decode every tensor of ``upload`` (the l1-difference content check) and keep the result;
-        raises PayloadError (the client is recorded as rejected) when a stream is corrupt,
-        mis-shaped or non-finite."""
-        decoded = {}
-        for n, shape in shapes.items():
-            try:
-                decoded[n] = decode_direction(upload[n], shape, self.value_dtype)
-            except ValueError as e:  # the decoder raises nothing else on malformed bytes
-                raise PayloadError(f"tensor {n!r} is not a valid l1-difference stream: {e}") from e
-        self._by_id[id(upload)] = (upload, decoded)
-
-    def decoded(self, upload: Payload, shapes: dict[str, torch.Size]) -> dict[str, torch.Tensor]:
-        """``upload`` decoded to ``shapes``: the kept result when this very dict was checked with the
-        same shapes, else decoded now (ValueError on a bad stream, as :func:`decode_upload`)."""
-        kept = self._by_id.pop(id(upload), None)
-        if kept is not None and kept[0] is upload and {n: d.shape for n, d in kept[1].items()} == dict(shapes):
-            return kept[1]
-        return decode_upload(upload, shapes, self.value_dtype)
-
-    def clear(self) -> None:
-        """Drop what is kept (end of a round)."""
-        self._by_id.clear()
+def check_streams(upload: Payload, shapes: dict[str, torch.Size], value_dtype: str | None = None) -> Payload:
+    """The l1-difference content check: every tensor of ``upload`` decoded to ``shapes[name]``
+    (float32). Raises PayloadError naming the tensor (the client is recorded as rejected) when a
+    stream is corrupt, mis-shaped or non-finite."""
+    decoded = {}
+    for n, shape in shapes.items():
+        try:
+            decoded[n] = decode_direction(upload[n], shape, value_dtype)
+        except ValueError as e:  # the decoder raises nothing else on malformed bytes
+            raise PayloadError(f"tensor {n!r} is not a valid l1-difference stream: {e}") from e
+    return decoded

@@ -14,19 +14,17 @@ current heads each round (``graph="models"``, cosine kNN in model space).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import torch
 
-import fedkernels
-
+from ...solvers import feature_space_graph, graph_prox, model_space_graph
 from ..models import load_state, mlp, state_of
 from ..payload import Payload, PayloadSpec, TensorSpec
 from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
 from .fedavg import multilabel_loss
-from .l1diff_codec import CheckedUploads, encode_direction, full_gradient, l1diff_direction
+from .l1diff_codec import check_streams, encode_direction, full_gradient, l1diff_direction
 
 PERSONAL = "personal."
 
@@ -79,8 +77,6 @@ class L1DiffNetwork(Strategy):
         self.value_dtype, self.levels, self.tol = value_dtype, levels, tol
         self.edges: torch.Tensor | None = None
         self.last_gap: float | None = None
-        self.rejected: list[tuple[int, int, str]] = []
-        self._checked = CheckedUploads(value_dtype)  # check_upload's decoded streams, for aggregate
         self._dims: tuple[int, int] | None = None
 
     # ---- model layout: shared layers + the personal last layer
@@ -100,7 +96,9 @@ class L1DiffNetwork(Strategy):
         if len(clients) != self.num_clients:
             raise ValueError(f"num_clients is {self.num_clients} but {len(clients)} clients were given")
         if self.graph == "features":
-            self.edges, _ = fedkernels.feature_space_graph([c.x for c in clients], self.k)
+            if any(c.x.layout == torch.sparse_csr for c in clients):
+                raise TypeError("clients: graph='features' compares dense feature rows; pass dense features")
+            self.edges, _ = feature_space_graph([c.x for c in clients], self.k)
 
     def _client_model(self, shared: Payload, head: dict[str, torch.Tensor]) -> torch.nn.Module:
         assert self._dims is not None, "init_state first"
@@ -120,7 +118,7 @@ class L1DiffNetwork(Strategy):
             [p for _, p in named], lambda b: multilabel_loss(model(b.x), b, self.loss), data, config.batch_size
         )
         out = {}
-        for (n, _), g in zip(named, grads):
+        for (n, _), g in zip(named, grads, strict=True):
             key = PERSONAL + n if n in self._head_names() else n
             out[key] = encode_direction(l1diff_direction(g, self.gamma, self.eta), self.value_dtype, self.levels)
         return out
@@ -132,31 +130,25 @@ class L1DiffNetwork(Strategy):
         """Shape of each uploaded direction: a personal head's is one client's row of its stack."""
         return {n: (t.shape[1:] if n.startswith(PERSONAL) else t.shape) for n, t in state.items()}
 
-    def check_upload(self, state: State, payload_sent: Payload, upload: Payload) -> None:
-        self._checked.check(upload, self._direction_shapes(state))
+    def check_upload(
+        self, state: State, payload_sent: Payload, upload: Payload, request: Payload | None = None
+    ) -> Payload:
+        """Decode every stream (PayloadError if one is corrupt): aggregate gets float32 directions."""
+        return check_streams(upload, self._direction_shapes(state), self.value_dtype)
 
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
-        shapes = self._direction_shapes(state)
-        decoded, kept = [], []
-        for r in results:  # decode everything before touching the state
-            try:
-                decoded.append(self._checked.decoded(r.payload, shapes))
-                kept.append(r)
-            except ValueError as e:
-                self.rejected.append((round, r.client_id, str(e)))
-                warnings.warn(f"round {round}: dropped client {r.client_id}'s update: {e}")
-        self._checked.clear()  # whatever a client checked but not aggregated held
+        decoded, kept = [r.payload for r in results], results  # check_upload's decoded directions
         new = {n: t.clone() for n, t in state.items()}
         if not decoded:
             return new
         total = float(sum(r.num_examples for r in kept))
         for n in state:
             if n.startswith(PERSONAL):
-                for d, r in zip(decoded, kept):  # each participant steps its own head
+                for d, r in zip(decoded, kept, strict=True):  # each participant steps its own head
                     new[n][r.client_id] -= self.eta * d[n]
             else:
                 step = torch.zeros_like(state[n])
-                for d, r in zip(decoded, kept):
+                for d, r in zip(decoded, kept, strict=True):
                     step.add_(d[n], alpha=r.num_examples / total)
                 new[n] -= self.eta * step
         return self._couple_heads(new)
@@ -167,8 +159,8 @@ class L1DiffNetwork(Strategy):
         y = torch.cat([state[n].reshape(self.num_clients, -1) for n in names], 1).double()
         edges = self.edges
         if self.graph == "models" or edges is None:
-            edges, _ = fedkernels.model_space_graph(y, self.k, "cosine")
-        res = fedkernels.graph_prox(y, edges, self.eta * self.lam, self.p, tol=self.tol)
+            edges, _ = model_space_graph(y, self.k, "cosine")
+        res = graph_prox(y, edges, self.eta * self.lam, self.p, tol=self.tol)
         self.last_gap = res.gap
         at = 0
         for n in names:

@@ -2,7 +2,7 @@
 the server's masked weighted average, against the PyTorch a user would write, in the same run.
 
 Models: the parameter shapes of ResNet-50 (161 tensors, 25.6M) and BERT-base (199 tensors, 109.5M).
-Run: ``PYTHONPATH=src python bench/select.py`` (the launcher; writes bench/results/select.json, prints a table).
+Run: ``PYTHONPATH=src python bench/select_norms.py`` (writes bench/results/select.json, prints a table).
 ``--quick``: ResNet-50 only (writes select-quick.json); ``--device cuda``: on a GPU (writes
 gpu-check/bench/select[-quick].json unless ``--out`` names a file).
 """
@@ -41,13 +41,13 @@ def make_pair(
     """(after, before) lists: random weights and a small random local update (drawn on the CPU, then moved)."""
     g = torch.Generator().manual_seed(seed)
     old = [torch.randn(s, generator=g).to(dtype) for s in shapes]
-    new = [(o.float() + 0.01 * torch.randn(s, generator=g)).to(dtype) for o, s in zip(old, shapes)]
+    new = [(o.float() + 0.01 * torch.randn(s, generator=g)).to(dtype) for o, s in zip(old, shapes, strict=True)]
     return [t.to(device) for t in new], [t.to(device) for t in old]
 
 
 def loop_norms(new: list[torch.Tensor], old: list[torch.Tensor]) -> torch.Tensor:
     """The obvious loop."""
-    return torch.stack([(a - b).float().norm() for a, b in zip(new, old)])
+    return torch.stack([(a - b).float().norm() for a, b in zip(new, old, strict=True)])
 
 
 def foreach_norms(new: list[torch.Tensor], old: list[torch.Tensor]) -> torch.Tensor:
@@ -69,7 +69,7 @@ def bench_norms(model: str, dtype: torch.dtype, rows: list[dict], copy_gbs: floa
     nbytes = 2 * sum(t.numel() * t.element_size() for t in new)  # both tensors read once
     model_bytes = nbytes // 2
     # correctness against float64 (the loop rounds 16-bit differences to 16 bits, so it is no reference)
-    want = torch.stack([(a.double() - b.double()).norm() for a, b in zip(new, old)])
+    want = torch.stack([(a.double() - b.double()).norm() for a, b in zip(new, old, strict=True)])
     got = fedkernels.delta_norms(new, old).double()
     assert torch.allclose(got, want, rtol=1e-5, atol=0.0), "delta_norms disagrees with float64"
     methods = {
@@ -138,7 +138,7 @@ def bench_average(
     ref = [d.clone() for d in dst]
     loop_average(ref, sent)
     fedkernels.masked_weighted_average(dst, sent)
-    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(dst, ref)), "average disagrees"
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(dst, ref, strict=True)), "average disagrees"
     methods = {
         "fedkernels.masked_weighted_average": lambda: fedkernels.masked_weighted_average(dst, sent),
         "python loop": lambda: loop_average(ref, sent),

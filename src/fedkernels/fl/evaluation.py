@@ -1,0 +1,107 @@
+"""Federated evaluation, whatever carries the bytes: each client ranks its own held-out data under the
+global model and reports P@k and nDCG@k with its example count; the server weighs them by examples.
+
+The in-process :class:`fedkernels.fl.Server` (``evaluate_federated``) and the Flower adapter
+(``configure_evaluate``/``aggregate_evaluate``) both send :func:`evaluation_download`, run
+:func:`client_evaluation` on the client and fold the replies with :func:`aggregate_evaluation`, so
+both transports give the same numbers. The server never sees a held-out example, only each
+client's metric means and example count; a report that fails its spec, holds a metric outside
+[0, 1] or is missing leaves that client out (recorded, never an abort).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from ..metrics import ranking_metrics
+from . import payload as pl
+from .round import Answer, ClientSentNothing, failure_reason
+from .strategy import State, Strategy
+from .types import ClientData
+
+MAX_EXAMPLES = 2**40  # a larger claimed count is rejected (it would only buy a client more weight)
+
+
+def metric_names(ks: tuple[int, ...]) -> list[str]:
+    """The reported metrics, in wire order: ``P@k`` then ``nDCG@k`` for each k."""
+    return [f"{m}@{k}" for k in ks for m in ("P", "nDCG")]
+
+
+def evaluation_ks(ks: tuple[int, ...], num_classes: int) -> tuple[int, ...]:
+    """The ks a model of ``num_classes`` classes can be ranked at (sorted, unique)."""
+    return tuple(sorted({int(k) for k in ks if 1 <= int(k) <= num_classes}))
+
+
+def evaluation_download(state: State) -> bytes:
+    """What the server sends each evaluating client: the global state, serialised."""
+    return pl.encode(state)
+
+
+def client_evaluation(strategy: Strategy, download: bytes, data: ClientData, ks: tuple[int, ...]) -> bytes:
+    """Client side: rank ``data`` (the client's held-out set) under the downloaded global state.
+
+    Returns:
+        The serialised report: ``metrics`` float64 ``[2 * len(ks)]`` (means over this client's
+        examples, in :func:`metric_names` order; zeros when it holds none) and ``num_examples``
+        int64 ``[1]``.
+    """
+    state = pl.decode(download)
+    values = [0.0] * (2 * len(ks))
+    if len(data) and ks:
+        topk = strategy.predict_topk(state, data.x, max(ks))
+        got = ranking_metrics(topk, data.indptr, data.indices, ks)
+        values = [got[name] for name in metric_names(ks)]
+    report = {
+        "metrics": torch.tensor(values, dtype=torch.float64),
+        "num_examples": torch.tensor([len(data)], dtype=torch.int64),
+    }
+    return pl.encode(report)
+
+
+def evaluation_spec(ks: tuple[int, ...]) -> pl.PayloadSpec:
+    """What a well-formed evaluation report looks like."""
+    return pl.PayloadSpec(
+        {
+            "metrics": pl.TensorSpec(torch.float64, (2 * len(ks),)),
+            "num_examples": pl.TensorSpec(torch.int64, (1,), min_value=0, max_value=MAX_EXAMPLES),
+        },
+        max_bytes=1024 + 16 * len(ks),
+    )
+
+
+def aggregate_evaluation(
+    reports: Mapping[int, Answer], ks: tuple[int, ...]
+) -> tuple[dict[str, float], dict[int, str], int]:
+    """Server side: the example-weighted means of the clients' reports.
+
+    Args:
+        reports: client -> its raw report (or ``None``/an exception: it failed).
+        ks: the ks every report holds (see :func:`evaluation_ks`).
+
+    Returns:
+        ``(metrics, failed, num_examples)``: ``metrics[name] = sum_i n_i m_i / sum_i n_i`` over the
+        accepted reports (empty when they hold no examples), the failures (client -> reason), and
+        the examples counted. Sums run in float64 in ascending client id.
+    """
+    spec, names = evaluation_spec(ks), metric_names(ks)
+    sums, total, failed = [0.0] * len(names), 0, {}
+    for c in sorted(reports):
+        answer = reports[c]
+        try:
+            if isinstance(answer, BaseException):
+                raise answer
+            if not answer:
+                raise ClientSentNothing("sent no evaluation")
+            rep = pl.decode(answer, spec)
+            values, n = rep["metrics"].tolist(), int(rep["num_examples"][0])
+            if not all(0.0 <= v <= 1.0 for v in values):
+                raise pl.PayloadError("evaluation metrics must lie in [0, 1]")
+        except Exception as e:  # a client's failure or a malformed report: this client only
+            failed[c] = failure_reason(e)
+            continue
+        total += n
+        sums = [s + n * v for s, v in zip(sums, values, strict=True)]
+    metrics = {name: s / total for name, s in zip(names, sums, strict=True)} if total else {}
+    return metrics, failed, total

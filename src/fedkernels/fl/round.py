@@ -1,0 +1,229 @@
+"""The round protocol, whatever carries the bytes: select, request, payload, check, aggregate, record.
+
+Both transports drive this one module: the in-process :class:`fedkernels.fl.Server` (clients are
+:class:`~fedkernels.fl.client.ClientEndpoint` objects called in this process) and the Flower adapter
+(:mod:`fedkernels.integrations.flower`, clients are SuperNodes reached by messages). A transport only
+moves bytes: it hands each chosen client's answer to :meth:`Round.downloads` (the requests) and
+:meth:`Round.finish` (the uploads) as ``bytes``, ``None`` (the client sent nothing) or an exception
+(the client failed; :func:`failure_reason` turns it into the recorded reason). Everything else, the
+selection, seeds, checks, failure strings, aggregation order and byte accounting, lives here, so the
+two transports give bit-identical runs.
+
+Nothing a client sends can abort a round: a failed call, a request or upload that fails its spec or
+the strategy's content check (``ValueError``, of which ``PayloadError`` is one) fails that client only,
+and the state changes only from the checked uploads, at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from . import payload as pl
+from .client import ClientTimeout
+from .seeding import derive_seed, numpy_rng
+from .strategy import State, Strategy
+from .types import ClientResult, RoundRecord
+
+Answer = bytes | None | Exception  # what a transport got from one client: bytes, nothing, or its failure
+
+
+class ClientFailed(Exception):
+    """A transport's failure for one client; the message is the reason recorded (e.g. "not
+    connected", "timed out (no reply)", "crashed: <the node's error>")."""
+
+
+class ClientSentNothing(Exception):
+    """A client answered without an upload."""
+
+
+def select_clients(seed: int, round: int, num_clients: int, clients_per_round: int) -> list[int]:
+    """The clients of ``round`` of the run seeded ``seed``: a seeded sample without replacement, in
+    ascending id order."""
+    rng = numpy_rng(seed, "select", round)
+    return sorted(int(c) for c in rng.choice(num_clients, size=clients_per_round, replace=False))
+
+
+def client_seed(seed: int, round: int, client_id: int) -> int:
+    """The seed of one client's work in one round."""
+    return derive_seed(seed, "client", round, client_id)
+
+
+def bounded(spec: pl.PayloadSpec, max_bytes: int | None) -> pl.PayloadSpec:
+    """``spec`` with its byte limit lowered to ``max_bytes`` (if given)."""
+    return spec if max_bytes is None else dataclasses.replace(spec, max_bytes=min(spec.max_bytes, max_bytes))
+
+
+def failure_reason(e: BaseException) -> str:
+    """The ``RoundRecord.failed`` reason for a client failure: "rejected: ...", "timed out ...",
+    "sent no upload", a transport's own reason, or "crashed: <type>: <message>"."""
+    if isinstance(e, ValueError):  # PayloadError and any other malformed-input error of a check
+        return f"rejected: {e}"
+    if isinstance(e, (ClientTimeout, ClientSentNothing, ClientFailed)):
+        return str(e)
+    return f"crashed: {type(e).__name__}: {e}"
+
+
+def has_setup_exchange(strategy: Strategy) -> bool:
+    """Whether ``strategy`` collects setup reports from its clients before round 0."""
+    return type(strategy).setup_report is not Strategy.setup_report
+
+
+def setup_exchange(
+    strategy: Strategy, reports: Mapping[int, Answer], seed: int, max_bytes: int | None = None
+) -> tuple[dict[int, str], int]:
+    """The server side of the setup exchange: check each client's raw setup report (spec, then
+    ``check_setup_report``) and hand the checked ones, in ascending client id, to
+    ``strategy.setup_from_reports``. A client whose report fails (or who sent none) is left out.
+
+    Returns:
+        The failures (client -> reason) and the bytes of the reports taken.
+    """
+    spec = strategy.setup_report_spec()
+    if spec is None:
+        raise ValueError(f"strategy {strategy.name} makes setup reports but gives no setup_report_spec")
+    failed, checked, taken = {}, [], 0
+    for c in sorted(reports):
+        answer = reports[c]
+        if isinstance(answer, BaseException) or not answer:
+            failed[c] = failure_reason(
+                answer if isinstance(answer, BaseException) else ClientSentNothing("sent no report")
+            )
+            continue
+        try:
+            checked.append(strategy.check_setup_report(pl.decode(answer, bounded(spec, max_bytes))))
+        except ValueError as e:
+            failed[c] = failure_reason(e)
+            continue
+        taken += len(answer)
+    strategy.setup_from_reports(checked, seed, taken)
+    return failed, taken
+
+
+def aggregate_round(strategy: Strategy, state: State, results: list[ClientResult], round: int) -> tuple[State, str]:
+    """The state after a round and why its update was skipped ("" if applied or nobody succeeded).
+
+    A round whose successful clients all hold 0 examples has nothing to average (example-weighted
+    averages have no weight): the state is kept and the reason recorded, instead of aborting the run.
+    """
+    if not results:
+        return state, ""
+    if sum(r.num_examples for r in results) <= 0:
+        return state, f"update skipped: the {len(results)} successful clients hold 0 examples"
+    return strategy.aggregate(state, results, round), ""
+
+
+@dataclass
+class Round:
+    """One round in progress. Create it, pass the clients' requests to :meth:`downloads`, send each
+    download, pass the uploads to :meth:`finish`.
+
+    Args:
+        strategy: the algorithm.
+        state: the global state at the start of the round (never modified).
+        round: the round index (0-based).
+        chosen: the clients of this round (see :func:`select_clients`), ascending.
+        run_seed: the run's seed (gives each client's seed).
+        max_upload_bytes: a tighter bound than the strategy's specs on any client's bytes.
+    """
+
+    strategy: Strategy
+    state: State
+    round: int
+    chosen: list[int]
+    run_seed: int
+    max_upload_bytes: int | None = None
+    failed: dict[int, str] = field(default_factory=dict)
+    errors: dict[int, BaseException] = field(default_factory=dict)  # what failed each client in ``failed``
+    t0: float = field(default_factory=time.perf_counter)
+    _requests: dict[int, pl.Payload | None] = field(default_factory=dict)
+    _sent: dict[int, tuple[pl.Payload, int]] = field(default_factory=dict)  # client -> (download, its bytes)
+    _bytes_up: dict[int, int] = field(default_factory=dict)
+
+    def seeds(self) -> dict[int, int]:
+        """Each live client's seed for this round (the clients not yet failed)."""
+        return {c: client_seed(self.run_seed, self.round, c) for c in self.chosen if c not in self.failed}
+
+    def wants_requests(self) -> bool:
+        """Whether the strategy takes a ``client_request`` (a transport may skip asking otherwise)."""
+        return self.strategy.request_spec(self.state) is not None
+
+    def fail(self, client_id: int, error: BaseException) -> None:
+        """Record ``client_id`` as failed (e.g. a transport cannot reach it)."""
+        if client_id not in self.failed:
+            self.failed[client_id], self.errors[client_id] = failure_reason(error), error
+
+    def downloads(self, requests: Mapping[int, Answer]) -> dict[int, bytes]:
+        """Check each live client's request and build its download. ``requests[c]`` is the raw
+        request (``None``: it made none; a missing client made none). Returns the serialised
+        download of every client still live, ascending."""
+        spec = self.strategy.request_spec(self.state)
+        out = {}
+        for c, seed in self.seeds().items():
+            try:
+                raw = _unwrap(requests.get(c))
+                request = None
+                if raw is not None:
+                    self._bytes_up[c] = len(raw)
+                    if spec is None:
+                        raise pl.PayloadError(f"strategy {self.strategy.name} takes no client request")
+                    request = pl.decode(raw, bounded(spec, self.max_upload_bytes))
+                # A request that passed its spec may still be refused by the strategy: this client only.
+                down = self.strategy.client_payload(self.state, c, request, self.round, seed)
+            except Exception as e:
+                self.fail(c, e)
+                continue
+            raw_down = pl.encode(down)
+            self._requests[c], self._sent[c] = request, (down, len(raw_down))
+            out[c] = raw_down
+        return out
+
+    def bytes_down(self, client_id: int) -> int:
+        """The bytes of the download built for ``client_id`` (0 if none was)."""
+        sent = self._sent.get(client_id)
+        return 0 if sent is None else sent[1]
+
+    def collect(self, uploads: Mapping[int, Answer], num_examples: Mapping[int, int]) -> list[ClientResult]:
+        """Check every upload (a client missing from ``uploads`` timed out); ``num_examples[c]``
+        weighs client c. Returns the checked results, ascending; failures go to ``self.failed``."""
+        results = []
+        for c in sorted(self._sent):
+            down, _ = self._sent[c]
+            answer = uploads.get(c, ClientFailed("timed out (no reply)"))
+            if isinstance(answer, BaseException) or not answer:  # the transport's own failures
+                self.fail(c, answer if isinstance(answer, BaseException) else ClientSentNothing("sent no upload"))
+                continue
+            self._bytes_up[c] = self._bytes_up.get(c, 0) + len(answer)
+            try:
+                checked = pl.decode(answer, bounded(self.strategy.upload_spec(self.state, down), self.max_upload_bytes))
+                checked = self.strategy.check_upload(self.state, down, checked, self._requests[c])
+            except ValueError as e:  # the decoders and checks raise only this (PayloadError) on bad bytes
+                self.fail(c, e)
+                continue
+            results.append(ClientResult(c, checked, int(num_examples[c]), self._bytes_up[c]))
+        return results
+
+    def finish(self, uploads: Mapping[int, Answer], num_examples: Mapping[int, int]) -> tuple[State, RoundRecord]:
+        """:meth:`collect` the uploads, aggregate the checked ones in ascending client id and record
+        the round. Returns the new state (``self.state`` itself if nothing was applied) and the record."""
+        results = self.collect(uploads, num_examples)
+        state, skipped = aggregate_round(self.strategy, self.state, results, self.round)
+        ok = {r.client_id for r in results}
+        rec = RoundRecord(
+            self.round,
+            list(self.chosen),
+            sorted(self.failed.items()),
+            sum(n for c, (_, n) in self._sent.items() if c in ok),
+            sum(r.bytes_up for r in results),
+            skipped=skipped,
+        )
+        rec.seconds = time.perf_counter() - self.t0
+        return state, rec
+
+
+def _unwrap(answer: Answer) -> bytes | None:
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
