@@ -8,8 +8,8 @@ import json
 import pytest
 
 from fedkernels.cli import build_config, main, parser
-from fedkernels.fl import FedAvg
 from fedkernels.experiments.experiment import ExperimentConfig, load_config
+from fedkernels.fl import FedAvg
 from fedkernels.fl.registry import is_registered, make_strategy, strategies
 
 TINY = [

@@ -38,10 +38,6 @@ TABLE_COLUMNS = [
 ]
 
 
-def _mb(b: float | None) -> float | None:
-    return None if b is None else b / MB
-
-
 def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One flat row per algorithm: final metrics, bytes (in MB = 1e6 bytes), rounds to best."""
     rows = []
