@@ -58,7 +58,7 @@ docs: $(PY)
 	$(PY) -m pip install -q $(DOCS_DEPS)
 	$(VENV)/bin/mkdocs build --strict
 
-# Every benchmark's quick run (the list: tools/bench_all.py), into build/bench/; bench/results (the full
+# Every benchmark's quick run (the list: tools/bench_all.py), into build/bench-results/; bench/results (the full
 # tables the docs quote) is never written. Not part of CI. BENCH_ARGS="--only sketch spread" picks some.
 bench: install
 	$(PY) tools/bench_all.py $(BENCH_ARGS)

@@ -21,6 +21,8 @@ import torch
 RESULTS = Path(__file__).resolve().parent / "results"
 # Where a run on a non-CPU device writes when --out is not given: bench/results holds the CPU tables.
 DEVICE_RESULTS = Path(__file__).resolve().parents[1] / "gpu-check" / "bench"
+# Where a --quick (smoke) run writes when --out is not given: never over the committed tables.
+QUICK_RESULTS = Path(__file__).resolve().parents[1] / "build" / "bench-results"
 
 
 def sync(device: str | torch.device) -> None:
@@ -154,11 +156,14 @@ def check_device_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace
     return str(dev)
 
 
-def results_path(name: str, device: str = "cpu", out: Path | None = None) -> Path:
-    """Where a run writes: ``out`` if given, else bench/results/<name>.json on cpu and
-    gpu-check/bench/<name>.json on any other device."""
+def results_path(name: str, device: str = "cpu", out: Path | None = None, quick: bool = False) -> Path:
+    """Where a run writes: ``out`` if given; else a ``quick`` (smoke) run writes
+    build/bench-results/<name>.json, a full run bench/results/<name>.json on cpu and
+    gpu-check/bench/<name>.json on any other device (bench/results holds the committed CPU tables)."""
     if out is not None:
         return Path(out)
+    if quick:
+        return QUICK_RESULTS / f"{name}.json"
     return (RESULTS if torch.device(device).type == "cpu" else DEVICE_RESULTS) / f"{name}.json"
 
 

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import RESULTS, machine, markdown_table, write_results
 
-from fedkernels.fl.experiment import ExperimentConfig, add_common_target, prepare_data, run_algorithm
-from fedkernels.fl.report import plot_accuracy, summary_rows
+from fedkernels.experiments.experiment import ExperimentConfig, add_common_target, prepare_data, run_algorithm
+from fedkernels.experiments.report import plot_accuracy, summary_rows
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 

@@ -1107,7 +1107,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="record linear_cross_entropy at the real s (minutes of host GEMMs) instead of extrapolating",
     )
-    ap.add_argument("--out", default=None, help="JSON path (default bench/results/gpu_model[-quick].json)")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default bench/results/gpu_model.json; --quick: build/bench-results/gpu_model-quick.json)",
+    )
     args = ap.parse_args(argv)
     if not os.environ.get("FK_CUDA_EMU_MODULE"):
         ap.error("set FK_CUDA_EMU_MODULE to the module `python tools/emulate.py build` prints")
@@ -1166,7 +1170,7 @@ def main(argv: list[str] | None = None) -> int:
 
         path.write_text(json.dumps({"benchmark": name, "rows": krows, **extra}, indent=2))
     else:
-        path = common.write_results(name, krows, extra)
+        path = common.write_results(name, krows, extra, path=common.results_path(name, out=None, quick=args.quick))
     print(f"\nwrote {path} ({time.perf_counter() - t0:.0f} s)")
     return 0
 

@@ -246,7 +246,9 @@ def main() -> None:
             "copy_bandwidth_gbs": common.copy_bandwidth_gbs(device),
             "note": "device run: speed sweep only (Condat, thread batches and the host codec are CPU-only)",
         }
-    path = common.write_results("prox", speed, extra, path=common.results_path("prox", device, args.out), device=device)
+    path = common.write_results(
+        "prox", speed, extra, path=common.results_path("prox", device, args.out, args.quick), device=device
+    )
     print(f"\nwrote {path}\n")
     print(
         common.markdown_table(

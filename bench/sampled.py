@@ -171,7 +171,7 @@ def main() -> None:
     add_device_arguments(ap)
     args = ap.parse_args()
     args.device = check_device_arguments(ap, args)
-    out = results_path("sampled", args.device, args.out)
+    out = results_path("sampled", args.device, args.out, args.quick)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     parts = set(args.parts.split(","))

@@ -190,7 +190,7 @@ def main() -> int:
         name,
         rows,
         {"copy_bandwidth_gbs": copy_gbs, "note": note},
-        path=results_path(name, device, args.out),
+        path=results_path(name, device, args.out, args.quick),
         device=device,
     )
     cols = ["model", "dtype", "op", "method", "time_ms", "fk_speedup", "gbs", "pct_copy_bw", "peak_extra_mib"]

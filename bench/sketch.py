@@ -459,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             "count_sketch_rows": COUNT_SKETCH_ROWS,
             "goals": goal_rows,
         },
-        path=common.results_path(name, device, args.out),
+        path=common.results_path(name, device, args.out, args.quick),
         device=device,
     )
     cols = ["op", "p", "R", "B", "ours_ms", "torch_ms", "speedup", "ours_extra_MiB", "torch_extra_MiB", "GB/s", "%copy"]

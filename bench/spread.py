@@ -310,7 +310,7 @@ def main() -> None:
         return
     device = check_device_arguments(ap, args)
     on_cpu = torch.device(device).type == "cpu"
-    out = results_path("spread", device, args.out)
+    out = results_path("spread", device, args.out, args.quick)
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes = [1000, 20000] + ([] if args.quick else [100000])

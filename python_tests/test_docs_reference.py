@@ -19,6 +19,7 @@ PUBLIC_MODULES = [
     "fedkernels",
     "fedkernels.nn",
     "fedkernels.fl",
+    "fedkernels.experiments",
     "fedkernels.data",
     "fedkernels.comm",
     "fedkernels.metrics",

@@ -94,13 +94,15 @@ def test_loaded_heads_share_the_table_not_the_weights():
         assert pa.data_ptr() != pb.data_ptr() and torch.equal(pa, pb)
 
 
-def test_defaults_are_the_heads():
-    from fedkernels.nn.fedmlh import DEFAULT_NUM_TABLES, FedMLHHead, default_num_buckets
+def test_defaults_follow_the_paper_rule():
+    # FedMLH picks (R, B) from p (paper_hash_size: the FedMLH paper's pairs, R * B about p / 2 below
+    # them); FedMLHHead keeps its own default B = max(2, p // 10) for users who bring their own body.
+    from fedkernels.fl.algorithms.fedmlh import paper_hash_size
+    from fedkernels.nn.fedmlh import DEFAULT_NUM_TABLES
 
-    head = FedMLHHead(4, num_classes=300)
-    assert FedMLH().num_tables == head.num_tables == DEFAULT_NUM_TABLES
     s = FedMLH()
-    assert s._template(s.init_state(4, 300, 0)[HASH_KEY], 4).num_buckets == head.num_buckets == default_num_buckets(300)
+    head = s._template(s.init_state(4, 300, 0)[HASH_KEY], 4)
+    assert (head.num_tables, head.num_buckets) == paper_hash_size(300) == (DEFAULT_NUM_TABLES, 37)
 
 
 def test_predict_topk_matches_head_scores():

@@ -10,7 +10,7 @@ import pytest
 import tomllib
 import torch
 
-from fedkernels.fl.experiment import ExperimentConfig, prepare_data
+from fedkernels.experiments.experiment import ExperimentConfig, prepare_data
 
 PRESETS = Path(__file__).resolve().parents[1] / "src" / "fedkernels" / "experiments" / "presets"
 MINE = ["fedaws-bibtex", "fedalc-bibtex"]

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from fedkernels.cli import build_config, main, parser
+from fedkernels.experiments.experiment import ExperimentConfig, load_config
 from fedkernels.fl import FedAvg
-from fedkernels.fl.experiment import ExperimentConfig, load_config
 from fedkernels.fl.registry import is_registered, make_strategy, strategies
 
 TINY = [
@@ -67,7 +67,7 @@ def test_config_validation():
 def test_threads_flag_applies_during_the_run_only(tmp_path, monkeypatch):
     import torch
 
-    import fedkernels.fl.experiment as experiment
+    import fedkernels.experiments.experiment as experiment
 
     seen = []
     real = experiment.prepare_data

@@ -1,7 +1,7 @@
-"""Run every benchmark in bench/ in its quick form (``make bench``), writing into build/bench/.
+"""Run every benchmark in bench/ in its quick form (``make bench``), writing into build/bench-results/.
 
 The one list of the benchmarks is ``QUICK`` below: each script with ``--quick`` and an explicit
-``--out`` under build/bench, so a smoke run never overwrites the tables in bench/results (those are
+``--out`` under build/bench-results, so a smoke run never overwrites the tables in bench/results (those are
 full runs the README and docs quote). Scripts still without a quick form are named in
 ``NO_QUICK_YET`` and skipped with a note; a script in bench/ on neither list fails the run, so a new
 benchmark cannot be forgotten. Not part of CI (timings on shared runners mean nothing).
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH, OUT = ROOT / "bench", ROOT / "build" / "bench"
+BENCH, OUT = ROOT / "bench", ROOT / "build" / "bench-results"  # bench/common.py QUICK_RESULTS
 
 # script -> its quick run's arguments (the output path is added from the script's name)
 QUICK: dict[str, list[str]] = {

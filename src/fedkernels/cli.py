@@ -1,7 +1,10 @@
 """The ``fedkernels`` command: ``info``, ``bench <name>``, ``run`` (the main job).
 
 fedkernels info
+fedkernels bench                         # lists the benches of a checkout
 fedkernels bench sketch                  # runs bench/sketch.py of a checkout
+fedkernels run --list-presets            # named paper reproductions
+fedkernels run --preset fedmlh-bibtex    # 3 seeds, mean ± std beside the paper's P@1
 fedkernels run --demo                    # FedAvg vs FedMLH vs FedSS on synthetic data
 fedkernels run --config exp.toml --rounds 30
 fedkernels run --dataset ../shared/data/bibtex --algorithms FedAvg FedMLH --option FedMLH.num_buckets=40
@@ -17,13 +20,17 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 # Flags map one to one onto ExperimentConfig fields (dashes for underscores).
 _RUN_FLAGS: dict[str, tuple[type, str]] = {
-    "dataset": (str, "'synthetic' (default), a file/folder (XC, libsvm, .npz) or a name from `fedkernels data list`"),
+    "dataset": (
+        str,
+        "'synthetic', a file/folder (XC, libsvm, .npz), a shipped name (bibtex; see --data-dir) "
+        "or one from `fedkernels data list`",
+    ),
     "partition": (str, "fedmlh | dirichlet | iid | one_label"),
     "rounds": (int, "federated rounds"),
     "clients": (int, "number of clients"),
@@ -50,6 +57,7 @@ def demo_config() -> dict[str, Any]:
         "algorithm_options": {
             "FedAvg": {"hidden": [64]},
             "FedMLH": {"num_tables": 4, "num_buckets": 50, "hidden": [64]},
+            "FedSS": {"hidden": [256]},  # the class's own default, as the documented demo ran
         },
         "dataset": "synthetic",
         "synthetic": {
@@ -87,55 +95,161 @@ def _parse_option(text: str) -> tuple[str, str, Any]:
 
 
 def build_config(args: argparse.Namespace):
-    """Defaults < ``--demo`` preset < ``--config`` file < flags given on the command line."""
-    from .fl.experiment import ExperimentConfig, load_config
+    """Defaults < ``--demo`` < ``--preset`` < ``--config`` file < flags given on the command line.
+
+    Algorithm names match case-insensitively (options are keyed by the registered spelling). An
+    ``--option`` for an algorithm that is not selected is an error; options a preset or config file
+    holds for algorithms that ``--algorithms`` left out are dropped.
+    """
+    from .experiments.experiment import ExperimentConfig, canonical_name, config_keys, load_config
+    from .experiments.presets import load_preset, resolve_preset_dataset
 
     merged: dict[str, Any] = {}
     if args.demo:
         merged.update(demo_config())
+    if args.preset:
+        preset = load_preset(args.preset)
+        merged.update(preset.config)
+        merged["dataset"] = resolve_preset_dataset(merged.get("dataset", "synthetic"), args.data_dir)
+        merged.setdefault("output", f"fedkernels-out/{preset.name}")
     if args.config:
         merged.update(load_config(args.config))
     for name in _RUN_FLAGS:
         value = getattr(args, name)
         if value is not None:
             merged[name] = value
+    if args.dataset is not None:  # a bare name finds a shipped dataset as a preset's does
+        merged["dataset"] = resolve_preset_dataset(args.dataset, args.data_dir)
     if args.algorithms:
         merged["algorithms"] = args.algorithms
+    merged["algorithms"] = [canonical_name(a) for a in merged.get("algorithms", ExperimentConfig().algorithms)]
     if args.ks:
         merged["ks"] = args.ks
-    options = {k: dict(v) for k, v in merged.get("algorithm_options", {}).items()}
+    if args.checkpoint is not None:
+        merged["checkpoint"] = args.checkpoint
+    if args.resume:
+        merged["resume"] = True
+        merged.setdefault("checkpoint", str(Path(merged.get("output", ExperimentConfig.output)) / "checkpoints"))
+    selected = set(merged["algorithms"])
+    options: dict[str, dict[str, Any]] = {}
+    for alg, opts in merged.get("algorithm_options", {}).items():
+        if args.algorithms and canonical_name(alg) not in selected:
+            continue  # the command line chose the algorithms: a file's options for others do not apply
+        options.setdefault(canonical_name(alg), {}).update(opts)
     for text in args.option or []:
         alg, key, value = _parse_option(text)
-        options.setdefault(alg, {})[key] = value
+        canon = canonical_name(alg)
+        if canon not in selected:
+            raise ValueError(
+                f"--option {text}: algorithm {alg!r} is not selected (--algorithms {' '.join(merged['algorithms'])})"
+            )
+        options.setdefault(canon, {})[key] = value
     merged["algorithm_options"] = options
-    known = {f.name for f in fields(ExperimentConfig)}
-    cfg = ExperimentConfig(**{k: v for k, v in merged.items() if k in known})
+    cfg = ExperimentConfig(**{k: v for k, v in merged.items() if k in config_keys()})
     cfg.validate()
     return cfg
 
 
+def check_against_data(cfg, num_features: int, num_classes: int) -> None:
+    """Checks that need the data's sizes, before any training: each strategy builds its initial
+    state, and FedMLH's R * B must stay below p (else it saves nothing over FedAvg)."""
+    from .fl.registry import make_strategy
+
+    for name in cfg.algorithms:
+        strategy = make_strategy(name, **cfg.options_for(name))
+        if hasattr(strategy, "hash_size"):
+            r, b = strategy.hash_size(num_classes)
+            if r * b >= num_classes:
+                raise ValueError(
+                    f"{strategy.name}: num_tables * num_buckets = {r} * {b} = {r * b} >= p = {num_classes} classes, "
+                    f"so its model is no smaller than FedAvg's: lower --option {strategy.name}.num_buckets or "
+                    f"{strategy.name}.num_tables (unset, both are picked from p)"
+                )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    """Run every configured algorithm, print the results table, write JSON/CSV/PNG."""
+    """Run every configured algorithm (over ``--seeds`` seeds), print the results table, write JSON/CSV/PNG."""
     import torch
 
+    if args.list_presets:
+        return cmd_list_presets()
     cfg = build_config(args)
+    seeds = args.seeds if args.seeds is not None else (3 if args.preset else 1)
+    if seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    from .experiments.experiment import check_checkpoints
+
+    check_checkpoints(cfg)
     before = torch.get_num_threads()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     try:
-        return _run(cfg, args)
+        if seeds == 1 and not args.preset:
+            _run(cfg, args, Path(cfg.output))
+            return 0
+        return _run_seeds(cfg, args, seeds)
     finally:  # in-process callers (tests, notebooks) keep their own setting
         torch.set_num_threads(before)
 
 
-def _run(cfg, args: argparse.Namespace) -> int:
+def cmd_list_presets() -> int:
+    """Print every shipped preset with one line each."""
+    from .experiments.presets import list_presets
+
+    presets = list_presets()
+    width = max((len(p.name) for p in presets), default=0)
+    for p in presets:
+        print(f"{p.name:<{width}}  {p.summary()}")
+    return 0
+
+
+def _run_seeds(cfg, args: argparse.Namespace, seeds: int) -> int:
+    """The run at seeds ``cfg.seed .. cfg.seed + seeds - 1``; mean ± std per algorithm, beside the paper's P@1."""
+    import json
+    from dataclasses import replace
+
+    from .experiments.presets import load_preset
+    from .experiments.seeds import seed_summary, seed_table
+
+    preset = load_preset(args.preset) if args.preset else None
+    out = Path(cfg.output)
+    runs = []
+    for i in range(seeds):
+        seed = cfg.seed + i
+        print(f"\n== seed {seed} ({i + 1}/{seeds}) ==", flush=True)
+        one = replace(
+            cfg,
+            seed=seed,
+            output=str(out / f"seed{seed}"),
+            checkpoint=None if cfg.checkpoint is None else str(Path(cfg.checkpoint) / f"seed{seed}"),
+        )
+        runs.append(_run(one, args, Path(one.output)))
+    rows = seed_summary(runs, preset.p_at_1 if preset else None)
+    table = seed_table(rows)
+    print(
+        f"\nmean ± std over {seeds} seeds (sample std), final round" + (f"; paper: {preset.source}" if preset else "")
+    )
+    print(table)
+    if preset is not None:
+        print(f"\n{preset.dataset_note}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "seeds.md").write_text(table + "\n")
+    (out / "seeds.json").write_text(
+        json.dumps({"preset": args.preset, "seeds": list(range(cfg.seed, cfg.seed + seeds)), "rows": rows}, indent=2)
+    )
+    print(f"\nwrote {out}/seeds.md, seeds.json")
+    return 0
+
+
+def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     from tqdm import tqdm
 
-    from .fl.experiment import add_common_target, prepare_data, run_algorithm
-    from .fl.report import plot_accuracy, results_table, write_csv, write_json
+    from .experiments.experiment import add_common_target, prepare_data, run_algorithm
+    from .experiments.report import plot_accuracy, results_table, write_csv, write_json
 
     data = prepare_data(cfg)
     ds = data.dataset
+    check_against_data(cfg, ds.num_features, ds.num_classes)
     print(
         f"dataset {ds.name}: {len(ds.train)} train / {len(data.test)} test samples, {ds.num_features} features, "
         f"{ds.num_classes} classes; partition {cfg.partition} over {len(data.clients)} clients",
@@ -151,18 +265,24 @@ def _run(cfg, args: argparse.Namespace) -> int:
             post = {"MB": f"{cum[0] / 1e6:.1f}"}
             if "P@1" in rec.metrics:
                 post["P@1"] = f"{rec.metrics['P@1']:.3f}"
+            if rec.failed:
+                post["failed"] = str(len(rec.failed))
             bar.set_postfix(post)
             bar.update(1)
 
-        results.append(run_algorithm(name, cfg, data, on_round))
-        bar.close()
+        try:
+            results.append(run_algorithm(name, cfg, data, on_round))
+        finally:
+            bar.close()
     target = add_common_target(results)
     table = results_table(results)
     print()
     print(table)
     if target is not None:
         print(f"\nMB to target: communication until test P@1 >= {target:.4f} (the lowest best P@1 of the algorithms).")
-    out = Path(cfg.output)
+    failed = sum(r["failed_clients"] for r in results)
+    if failed:
+        print(f"\nwarning: {failed} client updates failed and were left out (reasons per round in results.json)")
     out.mkdir(parents=True, exist_ok=True)
     from ._info import build_info
 
@@ -191,7 +311,7 @@ def _run(cfg, args: argparse.Namespace) -> int:
         f"\nwrote {out}/results.json, results.md, rounds.csv"
         + (", accuracy.png" if png else " (install matplotlib for accuracy.png)")
     )
-    return 0
+    return results
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -204,6 +324,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def bench_root() -> Path | None:
+    """The ``bench`` folder of the current folder or of the checkout this package was built from."""
+    here = Path(__file__).resolve()
+    for root in (Path.cwd(), *here.parents[:3]):
+        if (root / "bench").is_dir() and any((root / "bench").glob("*.py")):
+            return root / "bench"
+    return None
+
+
 def find_bench(name: str) -> Path | None:
     """``bench/<name>.py`` in the current folder or in the checkout this package was built from."""
     here = Path(__file__).resolve()
@@ -214,11 +343,40 @@ def find_bench(name: str) -> Path | None:
     return None
 
 
+def list_benches(root: Path) -> list[tuple[str, str]]:
+    """``(name, first docstring line)`` of every runnable ``bench/*.py`` (the helpers are left out)."""
+    out = []
+    for path in sorted(root.glob("*.py")):
+        text = path.read_text()
+        if path.stem == "common" or "__main__" not in text:
+            continue
+        try:
+            doc = ((ast.get_docstring(ast.parse(text)) or "").strip().splitlines() or [""])[0]
+        except SyntaxError:
+            doc = "(does not parse)"
+        out.append((path.stem, doc))
+    return out
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Run ``bench/<name>.py`` with the remaining arguments."""
+    """Run ``bench/<name>.py`` with the remaining arguments; with no name, list the benches."""
+    if args.name is None:
+        root = bench_root()
+        if root is None:
+            print("fedkernels bench: no bench/ folder found; run it from a fedkernels checkout", file=sys.stderr)
+            return 2
+        benches = list_benches(root)
+        width = max((len(n) for n, _ in benches), default=0)
+        print(f"benchmarks in {root} (run: fedkernels bench NAME [--help]):")
+        for name, doc in benches:
+            print(f"  {name:<{width}}  {doc}")
+        return 0
     path = find_bench(args.name)
     if path is None:
-        print(f"fedkernels bench: bench/{args.name}.py not found; run it from a fedkernels checkout", file=sys.stderr)
+        print(
+            f"fedkernels bench: bench/{args.name}.py not found; `fedkernels bench` lists the benches of a checkout",
+            file=sys.stderr,
+        )
         return 2
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[1])
@@ -226,24 +384,71 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return subprocess.call([sys.executable, str(path), *args.bench_args], env=env)
 
 
+def _default_help(help_: str, name: str) -> str:
+    from .experiments.experiment import ExperimentConfig
+
+    default = getattr(ExperimentConfig(), name, None)
+    return f"{help_} (default: {default})" if default is not None else help_
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of ``fedkernels``."""
+    from .experiments.experiment import DEFAULT_OPTIONS, ExperimentConfig
+
     p = argparse.ArgumentParser(prog="fedkernels", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="build facts and registered algorithms").set_defaults(fn=cmd_info)
-    b = sub.add_parser("bench", help="run bench/<name>.py of a checkout")
-    b.add_argument("name")
+    b = sub.add_parser("bench", help="run bench/<name>.py of a checkout (no name: list them)")
+    b.add_argument("name", nargs="?", default=None)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     b.set_defaults(fn=cmd_bench)
-    r = sub.add_parser("run", help="run algorithms on a dataset and partition")
+    defaults = "; ".join(f"{a}: {o}" for a, o in DEFAULT_OPTIONS.items())
+    r = sub.add_parser(
+        "run",
+        help="run algorithms on a dataset and partition",
+        description="Run algorithms on a dataset. Precedence: defaults < --demo < --preset < --config < flags. "
+        f"Per-algorithm default options (under --option and config files): {defaults}.",
+    )
     r.add_argument("--demo", action="store_true", help="FedAvg vs FedMLH vs FedSS on the synthetic default")
+    r.add_argument("--preset", help="a named paper reproduction (see --list-presets), or a preset .toml file")
+    r.add_argument("--list-presets", action="store_true", help="list the presets, one line each, and exit")
+    r.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="run seeds seed..seed+N-1 and report mean ± std (default: 3 with --preset, else 1)",
+    )
+    r.add_argument(
+        "--data-dir",
+        default=None,
+        help="folder holding datasets by name (default: $FEDKERNELS_DATA, ./data, ../shared/data)",
+    )
     r.add_argument("--config", help="a JSON or TOML file of run settings (flags override it)")
-    r.add_argument("--algorithms", nargs="+", help="registered algorithm names (see `fedkernels info`)")
-    r.add_argument("--option", action="append", metavar="ALG.key=value", help="a constructor option of an algorithm")
-    r.add_argument("--ks", nargs="+", type=int, help="the k of P@k (default 1 3 5)")
+    r.add_argument(
+        "--algorithms",
+        nargs="+",
+        help="registered algorithm names, any case (see `fedkernels info`) "
+        f"(default: {' '.join(ExperimentConfig().algorithms)})",
+    )
+    r.add_argument(
+        "--option", action="append", metavar="ALG.key=value", help="a constructor option of a selected algorithm"
+    )
+    r.add_argument("--ks", nargs="+", type=int, help="the k of P@k (default: 1 3 5)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r.add_argument(
+        "--checkpoint",
+        default=None,
+        help="folder of per-algorithm checkpoints, written after every round (resume with --resume)",
+    )
+    r.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run checkpointed in --checkpoint (default folder: <output>/checkpoints)",
+    )
     for name, (typ, help_) in _RUN_FLAGS.items():
-        r.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, help=help_)
+        r.add_argument(
+            "--" + name.replace("_", "-"), dest=name, type=typ, default=None, help=_default_help(help_, name)
+        )
     r.set_defaults(fn=cmd_run)
     from .cli_data import add_parser
 
@@ -255,12 +460,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fedkernels`` script."""
     args = parser().parse_args(argv)
     from .data.fetcher import DownloadError
+    from .experiments.experiment import AllClientsFailed
 
     try:
         return int(args.fn(args) or 0)
     except (ValueError, FileNotFoundError, DownloadError) as e:
         print(f"fedkernels {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except AllClientsFailed as e:
+        print(f"fedkernels {args.command}: run failed: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

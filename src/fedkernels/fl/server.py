@@ -182,8 +182,16 @@ class Server:
     def _identity(self) -> dict:
         return run_identity(self.strategy, self.config, len(self.clients))
 
-    def evaluate(self, test: ClientData, ks: tuple[int, ...] | None = None, batch: int = 4096) -> dict[str, float]:
-        """Ranking metrics of the global model on ``test``."""
+    def evaluate(
+        self,
+        test: ClientData,
+        ks: tuple[int, ...] | None = None,
+        batch: int = 4096,
+        inv_propensity: torch.Tensor | None = None,
+        frequent: torch.Tensor | None = None,
+    ) -> dict[str, float]:
+        """Ranking metrics of the global model on ``test`` (PSP@k with ``inv_propensity`` float ``[p]``,
+        frequent/infrequent P@k with ``frequent`` bool ``[p]``: see :func:`fedkernels.metrics.ranking_metrics`)."""
         ks = ks or self.config.eval_k
         kmax = min(max(ks), test.num_classes)
         preds = [
@@ -191,7 +199,9 @@ class Server:
             for i in range(0, len(test), batch)
         ]
         topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64)
-        return ranking_metrics(topk, test.indptr, test.indices, tuple(k for k in ks if k <= kmax))
+        return ranking_metrics(
+            topk, test.indptr, test.indices, tuple(k for k in ks if k <= kmax), inv_propensity, frequent
+        )
 
     def evaluate_federated(
         self, held_out: list[ClientData], ks: tuple[int, ...] | None = None

@@ -12,12 +12,13 @@ payload, so a client (Flower too) rebuilds the same hashes without any shared ta
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
-from ...nn.fedmlh import DEFAULT_NUM_TABLES, FedMLHHead, default_num_buckets
+from ...nn.fedmlh import FedMLHHead
 from ..aggregate import weighted_average
 from ..local import train_local
 from ..payload import Payload, PayloadSpec, state_spec
@@ -31,15 +32,29 @@ if TYPE_CHECKING:
 HASH_KEY = "fedmlh.hash"  # int64 [4]: num_tables, num_buckets, hash seed, num_classes
 
 
+def paper_hash_size(num_classes: int, num_tables: int | None = None) -> tuple[int, int]:
+    """``(R, B)`` for ``p = num_classes``: the FedMLH paper's own pairs at its label counts,
+    ``(4, 4000)`` at p = 131073 and ``(8, 5000)`` at p = 312330 (R = 8 from p = 200000 up, B capped
+    at 4000 for R = 4 and 5000 for R = 8), and below the cap ``R * B`` about ``p / 2`` (our rule for
+    small label spaces, where the paper gives no pairs: Bibtex p = 159 gives (4, 19), Delicious
+    p = 983 gives (4, 122)). ``num_tables`` fixes R. ``R * B < p`` for every ``p >= 9``."""
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    r = int(num_tables) if num_tables is not None else (4 if num_classes < 200_000 else 8)
+    cap = 4000 if r <= 4 else 5000
+    return r, max(2, min(num_classes // (2 * r), cap))
+
+
 class FedMLH(Strategy):
     """FedMLH with R hashed sub-models.
 
     Args:
-        num_tables: R sub-models (hash tables); default ``DEFAULT_NUM_TABLES`` of fedkernels.nn.fedmlh.
-        num_buckets: B buckets per table; ``None`` picks ``default_num_buckets(p)`` (``max(2, p // 10)``)
-            at ``init_state``, as FedMLHHead does.
-        hidden: hidden layer widths of each sub-model (a whole model here, where FedMLHHead's default
-            ``()`` is an output layer over a body the user brings).
+        num_tables: R sub-models (hash tables); ``None`` picks R from p (:func:`paper_hash_size`).
+        num_buckets: B buckets per table; ``None`` picks B from p and R (:func:`paper_hash_size`).
+        hidden: hidden layer widths of each sub-model.
+
+    ``R * B >= p`` saves nothing over FedAvg's p outputs: ``init_state`` then warns (``UserWarning``,
+    naming both options); ``fedkernels run`` refuses it.
     """
 
     name = "FedMLH"
@@ -47,15 +62,22 @@ class FedMLH(Strategy):
     config_caches = ("_templates",)
 
     def __init__(
-        self, num_tables: int = DEFAULT_NUM_TABLES, num_buckets: int | None = None, hidden: Sequence[int] = (256,)
+        self, num_tables: int | None = None, num_buckets: int | None = None, hidden: Sequence[int] = (256,)
     ) -> None:
-        if int(num_tables) < 1:
+        if num_tables is not None and int(num_tables) < 1:
             raise ValueError(f"num_tables must be >= 1, got {num_tables}")
         if num_buckets is not None and int(num_buckets) < 2:
             raise ValueError(f"num_buckets must be >= 2, got {num_buckets}")
-        self.num_tables, self.num_buckets, self.hidden = int(num_tables), num_buckets, tuple(int(h) for h in hidden)
+        self.num_tables = None if num_tables is None else int(num_tables)
+        self.num_buckets = None if num_buckets is None else int(num_buckets)
+        self.hidden = tuple(int(h) for h in hidden)
         # One head per (F, hash family), built (and its p x R table hashed) once; _load copies it.
         self._templates: dict[tuple, FedMLHHead] = {}
+
+    def hash_size(self, num_classes: int) -> tuple[int, int]:
+        """The ``(R, B)`` this strategy uses for ``num_classes`` labels (the options, else from p)."""
+        r, b = paper_hash_size(num_classes, self.num_tables)
+        return r, self.num_buckets if self.num_buckets is not None else b
 
     def _build(self, hash_params: torch.Tensor, num_features: int) -> FedMLHHead:
         """The head for broadcast ``(R, B, seed, p)`` over ``num_features`` inputs. The head
@@ -87,10 +109,15 @@ class FedMLH(Strategy):
         return head
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
-        b = self.num_buckets if self.num_buckets is not None else default_num_buckets(num_classes)
-        hash_params = torch.tensor(
-            [self.num_tables, b, derive_seed(seed, "fedmlh-hash"), num_classes], dtype=torch.int64
-        )
+        r, b = self.hash_size(num_classes)
+        if r * b >= num_classes:
+            warnings.warn(
+                f"FedMLH: num_tables * num_buckets = {r} * {b} = {r * b} >= p = {num_classes} classes: the "
+                "hashed model is no smaller than FedAvg's; lower num_buckets or num_tables",
+                UserWarning,
+                stacklevel=2,
+            )
+        hash_params = torch.tensor([r, b, derive_seed(seed, "fedmlh-hash"), num_classes], dtype=torch.int64)
         head = self._template(hash_params, num_features)
         state = {name: p.detach().clone() for name, p in head.named_parameters()}
         state[HASH_KEY] = hash_params

@@ -33,6 +33,7 @@ TABLE_COLUMNS = [
     "MB to best",
     "MB to target",
     "model MB",
+    "failed clients",
     "s",
 ]
 
@@ -52,6 +53,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "MB to best": _mb(c["bytes_to_best"]),
             "MB to target": _mb(c.get("bytes_to_target")),
             "model MB": r["model_bytes"] / MB,
+            "failed clients": r.get("failed_clients", 0),
             "s": r["seconds"],
         }
         rows.append(row)

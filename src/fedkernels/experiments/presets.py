@@ -1,0 +1,170 @@
+"""Named presets: one TOML file per paper table row, run by ``fedkernels run --preset NAME``.
+
+A preset file ``presets/<name>.toml`` is a ``--config`` TOML file (the keys of
+:class:`~fedkernels.experiments.experiment.ExperimentConfig`) plus a ``[paper]`` table saying what it
+reproduces (schema in docs/api/fl.md, "Presets")::
+
+    algorithms = ["FedAvg", "FedMLH"]
+    dataset = "bibtex"                  # a shipped dataset name, or a path
+    rounds = 30
+    [algorithm_options.FedMLH]
+    num_buckets = 20
+    [paper]
+    source = "FedMLH (Dai et al.), Table 2"
+    dataset_note = "official Mulan split; the paper ran larger data"
+    [paper.p_at_1]                      # algorithm -> the paper's P@1 in percent (may be empty)
+    FedAvg = 41.0
+    [paper.sweep]                       # optional: the sweep the paper reports
+    option = "FedMLH.num_buckets"
+    values = [10, 20, 40]
+    p_at_1 = [40.0, 45.0, 46.0]         # optional, one per value
+
+The files ship inside the package (``importlib.resources``), so an installed wheel has them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .experiment import config_keys, parse_toml
+
+PAPER_KEYS = {"source", "dataset_note", "p_at_1", "sweep"}
+SWEEP_KEYS = {"option", "values", "p_at_1"}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep the paper reports: ``option`` (``ALG.key``) over ``values``, with the paper's P@1 (%) per value."""
+
+    option: str
+    values: list[Any]
+    p_at_1: list[float] | None = None
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named experiment: its run settings and what the paper reports for it.
+
+    Attributes:
+        name: the file's stem (``fedmlh-bibtex``).
+        config: ExperimentConfig fields (as in a ``--config`` file; ``dataset`` not yet resolved).
+        source: the paper and its table.
+        dataset_note: how our data and protocol relate to the paper's.
+        p_at_1: algorithm -> the paper's P@1 in percent (empty if the paper has no number here).
+        sweep: the sweep the paper reports, if any.
+    """
+
+    name: str
+    config: dict[str, Any]
+    source: str
+    dataset_note: str
+    p_at_1: dict[str, float] = field(default_factory=dict)
+    sweep: Sweep | None = None
+
+    def summary(self) -> str:
+        """One line for ``--list-presets``."""
+        algos = ", ".join(self.config.get("algorithms", []))
+        return f"{algos} on {self.config.get('dataset', 'synthetic')} ({self.source})"
+
+
+def _preset_dir():
+    return resources.files("fedkernels.experiments") / "presets"
+
+
+def preset_names() -> list[str]:
+    """Names of the shipped presets, sorted."""
+    return sorted(p.name[: -len(".toml")] for p in _preset_dir().iterdir() if p.name.endswith(".toml"))
+
+
+def list_presets() -> list[Preset]:
+    """Every shipped preset, sorted by name."""
+    return [load_preset(n) for n in preset_names()]
+
+
+def load_preset(name: str) -> Preset:
+    """The shipped preset ``name``, or a preset file at the path ``name``.
+
+    Raises:
+        ValueError: no such preset (the message lists the shipped ones), or the file breaks the schema
+            (the message names the file and the key).
+    """
+    path = Path(name)
+    if name.endswith(".toml") and path.is_file():
+        return parse_preset(path.stem, path.read_text(), str(path))
+    res = _preset_dir() / f"{name}.toml"
+    if not res.is_file():
+        raise ValueError(f"unknown preset {name!r}; shipped presets: {', '.join(preset_names())}")
+    return parse_preset(name, res.read_text(), f"preset {name}")
+
+
+def parse_preset(name: str, text: str, where: str) -> Preset:
+    """A preset from its TOML text; ``where`` names it in errors."""
+    data = parse_toml(text)
+    paper = data.pop("paper", None)
+    if not isinstance(paper, dict):
+        raise ValueError(f"{where}: a preset needs a [paper] table (source, dataset_note, [paper.p_at_1])")
+    unknown = sorted(set(data) - config_keys())
+    if unknown:
+        raise ValueError(f"{where}: unknown config keys {unknown}")
+    bad = sorted(set(paper) - PAPER_KEYS)
+    if bad:
+        raise ValueError(f"{where}: unknown [paper] keys {bad}; known: {sorted(PAPER_KEYS)}")
+    for key in ("source", "dataset_note"):
+        if not isinstance(paper.get(key), str) or not paper[key].strip():
+            raise ValueError(f"{where}: paper.{key} must be a non-empty string")
+    p_at_1 = paper.get("p_at_1", {})
+    if not isinstance(p_at_1, dict):
+        raise ValueError(f"{where}: paper.p_at_1 must be a table of algorithm = percent")
+    for alg, v in p_at_1.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 100:
+            raise ValueError(f"{where}: paper.p_at_1.{alg} must be a percentage in [0, 100], got {v!r}")
+    return Preset(
+        name,
+        data,
+        paper["source"].strip(),
+        paper["dataset_note"].strip(),
+        {k: float(v) for k, v in p_at_1.items()},
+        _sweep(paper.get("sweep"), where),
+    )
+
+
+def _sweep(raw: Any, where: str) -> Sweep | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: paper.sweep must be a table (option, values, p_at_1)")
+    bad = sorted(set(raw) - SWEEP_KEYS)
+    if bad:
+        raise ValueError(f"{where}: unknown [paper.sweep] keys {bad}; known: {sorted(SWEEP_KEYS)}")
+    option, values, p = raw.get("option"), raw.get("values"), raw.get("p_at_1")
+    if not isinstance(option, str) or "." not in option:
+        raise ValueError(f"{where}: paper.sweep.option must look like 'ALGORITHM.key', got {option!r}")
+    if not isinstance(values, list) or not values:
+        raise ValueError(f"{where}: paper.sweep.values must be a non-empty list")
+    if p is not None and (not isinstance(p, list) or len(p) != len(values)):
+        raise ValueError(f"{where}: paper.sweep.p_at_1 must list one percentage per value ({len(values)})")
+    return Sweep(option, values, None if p is None else [float(v) for v in p])
+
+
+def data_roots(data_dir: str | Path | None = None) -> list[Path]:
+    """Folders searched for a preset's bare dataset name, in order: ``data_dir``, ``$FEDKERNELS_DATA``,
+    ``./data``, ``../shared/data`` (the checkout's sibling folder of shipped data)."""
+    roots = [Path(data_dir)] if data_dir else []
+    if os.environ.get("FEDKERNELS_DATA"):
+        roots.append(Path(os.environ["FEDKERNELS_DATA"]))
+    return [*roots, Path("data"), Path("..") / "shared" / "data"]
+
+
+def resolve_preset_dataset(dataset: str, data_dir: str | Path | None = None) -> str:
+    """A preset's ``dataset``: ``synthetic`` and existing paths as they are; a bare name is looked up in
+    :func:`data_roots` (else left as is, for a dataset fetched by ``fedkernels data get``)."""
+    if dataset == "synthetic" or Path(dataset).exists():
+        return dataset
+    for root in data_roots(data_dir):
+        if (root / dataset).exists():
+            return str(root / dataset)
+    return dataset

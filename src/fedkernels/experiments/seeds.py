@@ -1,0 +1,65 @@
+"""Aggregating one experiment run over several seeds: mean and sample standard deviation per algorithm."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+SEED_METRICS = ("P@1", "P@3", "P@5")
+
+
+def seed_summary(
+    runs: list[list[dict[str, Any]]], paper: dict[str, float] | None = None, metrics: tuple[str, ...] = SEED_METRICS
+) -> list[dict[str, Any]]:
+    """One row per algorithm over the seeds' results.
+
+    Args:
+        runs: one list of :func:`~fedkernels.experiments.run_algorithm` results per seed.
+        paper: algorithm -> the paper's P@1 in percent (a preset's ``p_at_1``), shown beside ours.
+        metrics: the final metrics to aggregate.
+
+    Returns:
+        rows with ``algorithm``, ``seeds``, ``<metric> mean`` and ``<metric> std`` (sample standard
+        deviation; 0.0 for one seed), ``model MB``, ``failed clients`` and ``paper P@1`` (a fraction,
+        ``None`` where the paper has no number). Algorithms appear in first-seen order.
+    """
+    order: list[str] = []
+    by_alg: dict[str, list[dict[str, Any]]] = {}
+    for results in runs:
+        for r in results:
+            if r["algorithm"] not in by_alg:
+                order.append(r["algorithm"])
+            by_alg.setdefault(r["algorithm"], []).append(r)
+    paper_lc = {k.lower(): v for k, v in (paper or {}).items()}
+    rows = []
+    for alg in order:
+        group = by_alg[alg]
+        row: dict[str, Any] = {"algorithm": alg, "seeds": len(group)}
+        for m in metrics:
+            values = [float(r["final"][m]) for r in group if m in r["final"] and not math.isnan(r["final"][m])]
+            row[f"{m} mean"] = statistics.mean(values) if values else None
+            row[f"{m} std"] = (statistics.stdev(values) if len(values) > 1 else 0.0) if values else None
+        row["model MB"] = group[0]["model_bytes"] / 1e6
+        row["failed clients"] = sum(r.get("failed_clients", 0) for r in group)
+        pp = paper_lc.get(alg.lower())
+        row["paper P@1"] = None if pp is None else pp / 100.0
+        rows.append(row)
+    return rows
+
+
+def seed_table(rows: list[dict[str, Any]]) -> str:
+    """A markdown table of :func:`seed_summary` rows: ``mean ± std`` per metric, ours beside the paper's."""
+    metrics = [k[: -len(" mean")] for k in rows[0] if k.endswith(" mean")] if rows else []
+    head = ["algorithm", "seeds", *metrics, "paper P@1", "model MB", "failed clients"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["algorithm"], str(r["seeds"])]
+        for m in metrics:
+            mean, std = r[f"{m} mean"], r[f"{m} std"]
+            cells.append("-" if mean is None else f"{mean:.4f} ± {std:.4f}")
+        cells.append("n/a" if r["paper P@1"] is None else f"{r['paper P@1']:.4f}")
+        cells.append(f"{r['model MB']:.4f}")
+        cells.append(str(r["failed clients"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
