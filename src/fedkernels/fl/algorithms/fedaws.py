@@ -342,9 +342,8 @@ class FedALC(FedAwS):
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = super().init_state(num_features, num_classes, seed)
         W = torch.empty_like(state["W"])
-        W[self._permutation(num_classes)[0]] = state[
-            "W"
-        ]  # class c's initial embedding sits at its row, as in FedAwS at c
+        # class c's initial embedding sits at its row, as in FedAwS at c
+        W[self._permutation(num_classes)[0]] = state["W"]
         state["W"] = W
         return state
 
