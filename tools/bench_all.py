@@ -30,6 +30,8 @@ QUICK: dict[str, list[str]] = {
     "select_norms": ["--quick"],
     "gpu_model": ["--quick"],
 }
+# scripts that need an environment variable: skipped, with the reason, when it is unset
+NEEDS_ENV = {"gpu_model": ("FK_CUDA_EMU_MODULE", "the emulated CUDA module: `python tools/emulate.py build`")}
 # benchmarks whose script has no --quick yet (full runs take minutes to hours): skipped, named
 NO_QUICK_YET = (
     "fl_fedaws",
@@ -63,8 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     OUT.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
-    failed = []
+    failed, skipped = [], []
     for name in chosen:
+        var, what = NEEDS_ENV.get(name, (None, ""))
+        if var is not None and not os.environ.get(var):
+            skipped.append(f"{name} (set {var}: {what})")
+            continue
         cmd = [sys.executable, str(BENCH / f"{name}.py"), *QUICK[name], "--out", str(OUT / f"{name}.json")]
         print(f"$ {' '.join(cmd)}", flush=True)
         if args.list:
@@ -74,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"-- {name}: exit {rc}, {time.perf_counter() - t0:.0f} s", flush=True)
         if rc:
             failed.append(name)
+    if skipped:
+        print(f"skipped: {', '.join(skipped)}")
     if NO_QUICK_YET and args.only is None:
         print(f"skipped (no --quick yet): {', '.join(NO_QUICK_YET)}")
     if failed:
