@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedkernels.fl.algorithms.fedmlh import FedMLH, paper_hash_size
+from fedkernels.fl.algorithms.fedmlh import FedMLH
+from fedkernels.nn import default_hash_size as paper_hash_size
 
 
 def test_the_papers_pairs_at_its_label_counts():

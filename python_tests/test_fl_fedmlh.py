@@ -95,14 +95,16 @@ def test_loaded_heads_share_the_table_not_the_weights():
 
 
 def test_defaults_follow_the_paper_rule():
-    # FedMLH picks (R, B) from p (paper_hash_size: the FedMLH paper's pairs, R * B about p / 2 below
-    # them); FedMLHHead keeps its own default B = max(2, p // 10) for users who bring their own body.
-    from fedkernels.fl.algorithms.fedmlh import paper_hash_size
-    from fedkernels.nn.fedmlh import DEFAULT_NUM_TABLES
+    # One rule for both (nn.default_hash_size: the FedMLH paper's pairs, R * B about p / 2 below
+    # them): the strategy's head and a FedMLHHead built with no sizes agree.
+    from fedkernels.nn import FedMLHHead, default_hash_size
 
     s = FedMLH()
     head = s._template(s.init_state(4, 300, 0)[HASH_KEY], 4)
-    assert (head.num_tables, head.num_buckets) == paper_hash_size(300) == (DEFAULT_NUM_TABLES, 37)
+    assert (head.num_tables, head.num_buckets) == default_hash_size(300) == (4, 37)
+    plain = FedMLHHead(4, 300)
+    assert (plain.num_tables, plain.num_buckets) == (4, 37)
+    assert FedMLHHead(4, 300, num_tables=2).num_buckets == 75
 
 
 def test_predict_topk_matches_head_scores():

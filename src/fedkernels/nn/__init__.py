@@ -1,7 +1,7 @@
 """Drop-in torch.nn modules built on the fedkernels ops."""
 
 # sketch (FedMLH)
-from .fedmlh import FedMLHHead
+from .fedmlh import FedMLHHead, default_hash_size
 
 # sampled (FedSS)
 from .sampled_softmax import SampledSoftmaxHead, logq_correction
@@ -13,6 +13,7 @@ __all__: list[str] = [
     "FedMLHHead",
     "SampledSoftmaxHead",
     "SpreadoutRegularizer",
+    "default_hash_size",
     "learn_fixed_class_embeddings",
     "logq_correction",
     "positive_pull",

@@ -14,13 +14,21 @@ from .._validate import as_csr
 from ..hashing import HashFamily
 from ..ops.sketch import bucket_merge, bucket_merge_topk, label_hash
 
-# The defaults of the hashing, shared with the FedMLH strategy (fedkernels.fl.FedMLH reads them here).
-DEFAULT_NUM_TABLES = 4
 
-
-def default_num_buckets(num_classes: int) -> int:
-    """B when none is given: ``max(2, p // 10)`` (so ``R * B < p`` for R < 10 and large p)."""
-    return max(2, int(num_classes) // 10)
+# The default hashing size, shared with the FedMLH strategy (fedkernels.fl.FedMLH reads it here).
+def default_hash_size(num_classes: int, num_tables: int | None = None) -> tuple[int, int]:
+    """``(R, B)`` for ``p = num_classes``: the FedMLH paper's own pairs at its label counts,
+    ``(4, 4000)`` at p = 131073 and ``(8, 5000)`` at p = 312330 (R = 8 from p = 200000 up, B capped
+    at 4000 for R = 4 and 5000 for R = 8), and below the cap ``R * B`` about ``p / 2`` (our rule for
+    small label spaces, where the paper gives no pairs: Bibtex p = 159 gives (4, 19), Delicious
+    p = 983 gives (4, 122)). ``num_tables`` fixes R. ``R * B < p`` for every ``p >= 9``."""
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    r = int(num_tables) if num_tables is not None else (4 if num_classes < 200_000 else 8)
+    if r < 1:
+        raise ValueError(f"num_tables must be >= 1, got {num_tables}")
+    cap = 4000 if r <= 4 else 5000
+    return r, max(2, min(num_classes // (2 * r), cap))
 
 
 class FedMLHHead(nn.Module):
@@ -30,8 +38,8 @@ class FedMLHHead(nn.Module):
     parameter has R as its first dim and sub-model j owns ``param[j]`` (what per-table averaging
     needs); all R run as one batched computation (``torch.baddbmm``). ``.table`` (int32 ``[p, R]``)
     is a non-persistent buffer rebuilt from ``.hash_family``, so ``state_dict()`` holds only weights.
-    ``num_tables`` defaults to ``DEFAULT_NUM_TABLES`` (4) and ``num_buckets`` to
-    ``default_num_buckets(num_classes)`` (``max(2, p // 10)``), the same defaults as the FedMLH strategy.
+    ``num_tables`` and ``num_buckets`` default to :func:`default_hash_size` of ``num_classes``, the
+    same rule as the FedMLH strategy.
 
     Example:
         >>> head = FedMLHHead(500, num_classes=983, num_tables=4, num_buckets=250, hidden=(128,))
@@ -45,20 +53,21 @@ class FedMLHHead(nn.Module):
         self,
         in_features: int,
         num_classes: int,
-        num_tables: int = DEFAULT_NUM_TABLES,
+        num_tables: int | None = None,
         num_buckets: int | None = None,
         hidden: Sequence[int] = (),
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if num_buckets is None:
-            num_buckets = default_num_buckets(num_classes)
         if int(in_features) < 1:
             raise ValueError(f"in_features must be >= 1, got {in_features}")
         if int(num_classes) < 1:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
         if any(int(h) < 1 for h in hidden):
             raise ValueError(f"hidden sizes must be >= 1, got {tuple(hidden)}")
+        if num_tables is None or num_buckets is None:
+            r, b = default_hash_size(int(num_classes), num_tables)
+            num_tables, num_buckets = r, b if num_buckets is None else num_buckets
         self.hash_family = HashFamily(num_tables, num_buckets, seed)  # validates R, B, seed
         self.in_features, self.num_classes = int(in_features), int(num_classes)
         self.num_tables, self.num_buckets = int(num_tables), int(num_buckets)

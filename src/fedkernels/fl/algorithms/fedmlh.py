@@ -14,11 +14,10 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
-from ...nn.fedmlh import FedMLHHead
+from ...nn.fedmlh import FedMLHHead, default_hash_size
 from ..aggregate import weighted_average
 from ..local import train_local
 from ..payload import Payload, PayloadSpec, state_spec
@@ -26,31 +25,15 @@ from ..seeding import derive_seed, generator
 from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
 
-if TYPE_CHECKING:
-    from ...nn import FedMLHHead
-
 HASH_KEY = "fedmlh.hash"  # int64 [4]: num_tables, num_buckets, hash seed, num_classes
-
-
-def paper_hash_size(num_classes: int, num_tables: int | None = None) -> tuple[int, int]:
-    """``(R, B)`` for ``p = num_classes``: the FedMLH paper's own pairs at its label counts,
-    ``(4, 4000)`` at p = 131073 and ``(8, 5000)`` at p = 312330 (R = 8 from p = 200000 up, B capped
-    at 4000 for R = 4 and 5000 for R = 8), and below the cap ``R * B`` about ``p / 2`` (our rule for
-    small label spaces, where the paper gives no pairs: Bibtex p = 159 gives (4, 19), Delicious
-    p = 983 gives (4, 122)). ``num_tables`` fixes R. ``R * B < p`` for every ``p >= 9``."""
-    if num_classes < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-    r = int(num_tables) if num_tables is not None else (4 if num_classes < 200_000 else 8)
-    cap = 4000 if r <= 4 else 5000
-    return r, max(2, min(num_classes // (2 * r), cap))
 
 
 class FedMLH(Strategy):
     """FedMLH with R hashed sub-models.
 
     Args:
-        num_tables: R sub-models (hash tables); ``None`` picks R from p (:func:`paper_hash_size`).
-        num_buckets: B buckets per table; ``None`` picks B from p and R (:func:`paper_hash_size`).
+        num_tables: R sub-models (hash tables); ``None`` picks R from p (:func:`default_hash_size`).
+        num_buckets: B buckets per table; ``None`` picks B from p and R (:func:`default_hash_size`).
         hidden: hidden layer widths of each sub-model.
 
     ``R * B >= p`` saves nothing over FedAvg's p outputs: ``init_state`` then warns (``UserWarning``,
@@ -76,7 +59,7 @@ class FedMLH(Strategy):
 
     def hash_size(self, num_classes: int) -> tuple[int, int]:
         """The ``(R, B)`` this strategy uses for ``num_classes`` labels (the options, else from p)."""
-        r, b = paper_hash_size(num_classes, self.num_tables)
+        r, b = default_hash_size(num_classes, self.num_tables)
         return r, self.num_buckets if self.num_buckets is not None else b
 
     def _build(self, hash_params: torch.Tensor, num_features: int) -> FedMLHHead:
