@@ -87,7 +87,8 @@ def _is_module(dotted: str) -> bool:
     if not dotted:
         return False
     p = SRC.joinpath(*dotted.split("."))
-    return p.with_suffix(".py").exists() or (p / "__init__.py").exists() or any(p.parent.glob(p.name + ".*.so"))
+    # the compiled _C is known by its stub (_C.pyi): a clean checkout has no built .so in src/
+    return any(p.with_suffix(s).exists() for s in (".py", ".pyi")) or (p / "__init__.py").exists()
 
 
 def all_modules() -> list[Path]:
