@@ -3,8 +3,9 @@
 Issue 7's experiment (the FedALC paper reports P@1 58.7-59.7 / 48.3-49.2 / 11.6 for FedALC / FedAwS /
 FedAvg on Bibtex). Each client holds one label: client c gets every training sample labelled c,
 relabelled c alone (a sample with several labels is at several clients). Reads ../shared/data/bibtex
-at run time. Writes build/fl_fedaws.json unless ``--out NAME`` names bench/results/NAME.json (the
-committed table: never overwritten by a probe).
+at run time. Writes build/bench-results/fl_fedaws.json unless ``--out PATH`` says where (the committed
+table is bench/results/fl_fedaws.json: never overwritten by a probe). ``--quick``: 2 rounds, tiny models,
+every algorithm (a smoke run of the whole path, seconds).
 
     # the committed table (docs/api/fl.md, "Reproducing the papers"), merged from two processes:
     PYTHONPATH=src python bench/fl_fedaws.py --algorithms FedAwS FedALC --seeds 0 1 2 --eval-every 50
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import markdown_table, read_xc_dense, write_results
+from common import markdown_table, read_xc_dense, results_path, write_results
 
 from fedkernels.fl import ClientData, FedAvg, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import FedALC, FedALCFixed, FedAwS
@@ -29,6 +30,18 @@ from fedkernels.fl.algorithms import FedALC, FedALCFixed, FedAwS
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".." / "shared" / "data" / "bibtex"
 ALGORITHMS = ["FedAvg", "FedAwS", "FedALC", "FedALC-fixed"]
+# --quick: the smallest run through every algorithm (explicit flags still win)
+QUICK = {
+    "rounds": 2,
+    "clients_per_round": 2,
+    "epochs": 1,
+    "embed_dim": 16,
+    "hidden": [16],
+    "dim": 8,
+    "k": 2,
+    "fedavg_hidden": [16],
+    "algorithms": ALGORITHMS,
+}
 
 read_xc = read_xc_dense  # the library's XC reader, dense features
 
@@ -84,7 +97,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--fedavg-hidden", type=int, nargs="*", default=[256])
     ap.add_argument("--eval-every", type=int, default=None, help="test P@k every N rounds (default: last only)")
     ap.add_argument("--algorithms", nargs="+", default=ALGORITHMS[:3], choices=ALGORITHMS)
-    ap.add_argument("--out", default=None, help="write bench/results/<OUT>.json (default: build/fl_fedaws.json)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="result JSON (default: build/bench-results/<name>.json; never bench/results)",
+    )
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds, tiny models, every algorithm")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
     return ap
 
@@ -169,8 +188,17 @@ def summarise(rows: list[dict]) -> list[dict]:
     return out
 
 
+def parse_args(ap: argparse.ArgumentParser, quick: dict) -> argparse.Namespace:
+    """Parse the command line; ``--quick`` makes ``quick`` the defaults (explicit flags still win)."""
+    args = ap.parse_args()
+    if args.quick:
+        ap.set_defaults(**quick)
+        args = ap.parse_args()
+    return args
+
+
 def main() -> None:
-    args = parser().parse_args()
+    args = parse_args(parser(), QUICK)
     torch.set_num_threads(args.threads)
     train, test = load(args)
     clients = one_label_per_client(train)
@@ -180,16 +208,17 @@ def main() -> None:
             rows.append(run_one(name, seed, args, clients, train, test))
             print({k: v for k, v in rows[-1].items() if k != "curve"}, "curve", rows[-1]["curve"], flush=True)
     summary = summarise(rows)
-    path = None if args.out else ROOT / "build" / "fl_fedaws.json"
+    # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
+    path = results_path("fl_fedaws", out=args.out, quick=True)
     extra = {
         "dataset": "bibtex (official split)",
         "clients": len(clients),
         "seeds": args.seeds,
-        "args": vars(args),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "summary": summary,
         "spread_options": {k: list(v) if isinstance(v, tuple) else v for k, v in spread_options(args).items()},
     }
-    path = write_results(args.out or "fl_fedaws", rows, extra, path=path)
+    path = write_results("fl_fedaws", rows, extra, path=path)
     print(markdown_table(summary, list(summary[0])))
     print(f"results in {path}")
 

@@ -2,8 +2,8 @@
 
 The FedALC paper's sweep (its Bibtex table: lambda = 1, 10, 100, 150, 200, 500). lambda scales the
 server's spreadout step: ``spread_lr = lambda * lr`` (FedAwS's learning-rate multiplier). Every other
-setting is ``bench/fl_fedaws.py``'s (same flags). Writes build/fl_fedaws_sweep.json and
-build/fl_fedaws_sweep.png; ``--out NAME`` writes bench/results/NAME.json and NAME.png instead.
+setting is ``bench/fl_fedaws.py``'s (same flags). Writes build/bench-results/fl_fedaws_sweep.json and
+.png; ``--out PATH.json`` writes there (and PATH.png) instead. ``--quick``: two weights, 2 rounds, tiny models.
 
     PYTHONPATH=src python bench/fl_fedaws_sweep.py --weights 1 10 100 --rounds 100
 """
@@ -14,10 +14,8 @@ import copy
 from pathlib import Path
 
 import torch
-from common import RESULTS, markdown_table, write_results
-from fl_fedaws import load, one_label_per_client, parser, run_one
-
-ROOT = Path(__file__).resolve().parents[1]
+from common import markdown_table, results_path, write_results
+from fl_fedaws import QUICK, load, one_label_per_client, parse_args, parser, run_one
 
 
 def plot(rows: list[dict], path: Path) -> Path | None:
@@ -51,7 +49,7 @@ def main() -> None:
     ap.description = __doc__
     ap.add_argument("--weights", type=float, nargs="+", default=[1, 10, 100, 150, 200, 500])
     ap.set_defaults(algorithms=["FedAwS", "FedALC"], rounds=100)  # FedALC with the preset's pull 0.1
-    args = ap.parse_args()
+    args = parse_args(ap, {**QUICK, "algorithms": ["FedAwS", "FedALC"], "weights": [1, 100]})
     if any(w <= 0 for w in args.weights):
         ap.error("--weights must be positive")
     if "FedAvg" in args.algorithms or "FedALC-fixed" in args.algorithms:
@@ -71,11 +69,12 @@ def main() -> None:
                 row.update(reg_weight=weight, label=f"{name} lambda={weight:g}")
                 rows.append(row)
                 print({k: v for k, v in row.items() if k != "curve"}, flush=True)
-    out_dir = RESULTS if args.out else ROOT / "build"
-    name = args.out or "fl_fedaws_sweep"
-    extra = {"dataset": "bibtex (official split)", "clients": len(clients), "args": vars(args)}
-    path = write_results(name, rows, extra, path=out_dir / f"{name}.json")
-    png = plot(rows, out_dir / f"{name}.png")
+    # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
+    path = results_path("fl_fedaws_sweep", out=args.out, quick=True)
+    run_args = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    extra = {"dataset": "bibtex (official split)", "clients": len(clients), "args": run_args}
+    path = write_results("fl_fedaws_sweep", rows, extra, path=path)
+    png = plot(rows, path.with_suffix(".png"))
     print(markdown_table(rows, ["algorithm", "reg_weight", "seed", "P@1", "P@3", "P@5", "MB_up", "MB_down"]))
     print(f"results in {path}" + (f", plot in {png}" if png else ""))
 
