@@ -5,8 +5,11 @@ of F x B). Reports P@1/3/5, PSP@k, the frequent/infrequent split of P@k, bytes t
 bytes to reach the lower of the two best P@1 (a level both reach), and model size per client.
 
     PYTHONPATH=src python bench/fl_fedmlh.py [--rounds N] [--seeds 0 1 2] [--datasets bibtex] [--append]
+    PYTHONPATH=src python bench/fl_fedmlh.py --out bench/results/fl_fedmlh.json   # the committed table
+    PYTHONPATH=src python bench/fl_fedmlh.py --quick         # smoke run: Bibtex, 2 rounds, 1 local epoch
 
-Writes bench/results/fl_fedmlh.json and bench/results/fl_fedmlh_<dataset>.png.
+Writes build/bench-results/fl_fedmlh.json and fl_fedmlh_<dataset>.png beside it; ``--out PATH`` says
+where (bench/results only through it).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS, machine, markdown_table, write_results
+from common import machine, markdown_table, results_path, write_results
 
 from fedkernels.experiments.experiment import ExperimentConfig, add_common_target, prepare_data, run_algorithm
 from fedkernels.experiments.report import plot_accuracy, summary_rows
@@ -60,8 +63,16 @@ COLUMNS = [
 ]
 
 
-def run_dataset(name: str, data_dir: Path, rounds: int | None, seed: int, plot: bool = True) -> tuple[list[dict], dict]:
-    """Both algorithms on one dataset; returns the summary rows and the full results."""
+def run_dataset(
+    name: str,
+    data_dir: Path,
+    rounds: int | None,
+    seed: int,
+    plot: Path | None = None,
+    local_epochs: int = 5,
+) -> tuple[list[dict], dict]:
+    """Both algorithms on one dataset (P@1 curves plotted to ``plot`` when given); returns the summary
+    rows and the full results."""
     s = SETTINGS[name]
     cfg = ExperimentConfig(
         algorithms=["FedAvg", "FedMLH"],
@@ -75,7 +86,7 @@ def run_dataset(name: str, data_dir: Path, rounds: int | None, seed: int, plot: 
         clients=10,
         clients_per_round=4,
         rounds=rounds or s["rounds"],
-        local_epochs=5,
+        local_epochs=local_epochs,
         batch_size=64,
         optimizer="adam",
         lr=0.01,
@@ -106,12 +117,9 @@ def run_dataset(name: str, data_dir: Path, rounds: int | None, seed: int, plot: 
             else None
         ),
     }
-    if plot:
+    if plot is not None:
         plot_accuracy(
-            RESULTS / f"fl_fedmlh_{name}.png",
-            results,
-            "P@1",
-            f"{name}: FedMLH partition, 10 clients, 4/round, 5 local epochs",
+            plot, results, "P@1", f"{name}: FedMLH partition, 10 clients, 4/round, {local_epochs} local epochs"
         )
     full = {
         "config": asdict(cfg),
@@ -155,10 +163,23 @@ def main() -> None:
     ap.add_argument("--datasets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     ap.add_argument("--append", action="store_true", help="keep the other datasets' results already in the JSON")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
+    ap.add_argument("--local-epochs", type=int, default=5)
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="result JSON (default: build/bench-results/fl_fedmlh.json; plots beside it)",
+    )
+    ap.add_argument("--quick", action="store_true", help="smoke run: Bibtex, 2 rounds, 1 local epoch")
     args = ap.parse_args()
+    if args.quick:  # the quick settings become the defaults: explicit flags still win
+        ap.set_defaults(datasets=["bibtex"], rounds=2, local_epochs=1)
+        args = ap.parse_args()
+    # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
+    out = results_path("fl_fedmlh", out=args.out, quick=True)
     torch.set_num_threads(args.threads)
     rows, full = [], {}
-    old = RESULTS / "fl_fedmlh.json"
+    old = out
     if args.append and old.is_file():
         prev = json.loads(old.read_text())
         rows = [r for r in prev["rows"] if r["dataset"] not in args.datasets]
@@ -169,7 +190,8 @@ def main() -> None:
             print(f"skip {name}: {args.data_dir / name} not found")
             continue
         for seed in args.seeds:
-            r, f = run_dataset(name, args.data_dir, args.rounds, seed, plot=seed == args.seeds[0])
+            png = out.with_name(f"{out.stem}_{name}.png") if seed == args.seeds[0] else None
+            r, f = run_dataset(name, args.data_dir, args.rounds, seed, plot=png, local_epochs=args.local_epochs)
             rows += [{**row, "seed": seed} for row in r]
             full[name if seed == args.seeds[0] else f"{name}/seed{seed}"] = f
             print(
@@ -190,6 +212,7 @@ def main() -> None:
             "loadavg_at_end": os.getloadavg(),
             "note": "shared 2-core machine; compare rows within this run",
         },
+        path=out,
     )
     print(markdown_table(rows, ["seed", *COLUMNS]))
     print("\nmean +- std over seeds\n")
