@@ -8,7 +8,9 @@ relative to the mean |gradient| at initialisation. gamma = 0 is plain FedSGD wit
 Also the personalised network variant (shared hidden layer, per-client heads coupled over a
 feature-covariance kNN graph).
 
-Run: PYTHONPATH=src python bench/fl_l1diff.py [--rounds R]
+Run: PYTHONPATH=src python bench/fl_l1diff.py [--rounds R] [--quick] [--out PATH]
+Writes build/bench-results/fl_l1diff.json (the committed table: ``--out bench/results/fl_l1diff.json``).
+``--quick``: 2 rounds, gamma 0 and 1 only (plus the float16 and network variants): a smoke run.
 """
 
 from __future__ import annotations
@@ -40,7 +42,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--eta", type=float, default=20.0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
+    ap.add_argument("--out", type=Path, default=None, help="result JSON (default: build/bench-results/fl_l1diff.json)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds, gamma 0 and 1")
     args = ap.parse_args()
+    if args.quick:  # the quick settings become the defaults: explicit flags still win
+        ap.set_defaults(rounds=2)
+        args = ap.parse_args()
+    gammas = (0.0, 1.0) if args.quick else (0.0, 0.1, 0.3, 1.0, 3.0)
     torch.set_num_threads(args.threads)
     x, labels, nl = read_xc(DATA / "bibtex" / "train.txt")
     xt, labels_t, _ = read_xc(DATA / "bibtex" / "test.txt")
@@ -60,7 +68,7 @@ def main() -> None:
     cfg = RunConfig(
         rounds=args.rounds, clients_per_round=4, train=TrainConfig(batch_size=512), seed=0, eval_every=args.rounds
     )
-    runs = [("L1Diff", rel, lambda g: L1Diff(gamma=g, eta=args.eta)) for rel in (0.0, 0.1, 0.3, 1.0, 3.0)]
+    runs = [("L1Diff", rel, lambda g: L1Diff(gamma=g, eta=args.eta)) for rel in gammas]
     runs.append(("L1Diff f16", 1.0, lambda g: L1Diff(gamma=g, eta=args.eta, value_dtype="float16")))
     runs.append(
         (
@@ -100,7 +108,10 @@ def main() -> None:
             "eta": args.eta,
             "mean_abs_grad_at_init": gscale,
             "linear_params": params,
+            "quick": args.quick,
         },
+        # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
+        path=common.results_path("fl_l1diff", out=args.out, quick=True),
     )
     print(f"\nwrote {path}\n")
     print(common.markdown_table(rows, list(rows[0].keys())))
