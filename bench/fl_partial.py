@@ -4,7 +4,8 @@ the exchange fraction p and the Dirichlet label-skew beta.
 Data: ../shared/data/<dataset>/{train,test}.txt (Extreme Classification format, read here; never
 copied). Partition: each training sample is assigned by its first label; each class's samples are
 split over the clients by Dirichlet(beta) proportions (samples without labels: uniformly).
-Run: ``PYTHONPATH=src python bench/fl_partial.py`` (writes bench/results/fl_partial.json).
+Run: ``PYTHONPATH=src python bench/fl_partial.py`` (writes build/bench-results/fl_partial.json; the committed
+table: ``--out bench/results/fl_partial.json``). ``--quick``: one beta, p 0.25 and 1, 2 rounds, a tiny model.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import read_xc_dense
+from common import read_xc_dense, results_path
 
 from fedkernels.fl import FedAvg, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import PartialExchange
@@ -26,7 +27,6 @@ from fedkernels.fl.seeding import numpy_rng
 from fedkernels.fl.types import ClientData
 
 DATA = Path(os.environ.get("FEDKERNELS_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 read_xc = read_xc_dense  # the library's XC reader, dense features
@@ -90,9 +90,17 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--normalize", action="store_true", help="rank tensors by RMS change instead of the norm")
     parser.add_argument("--eval-every", type=int, default=5, help="rounds between test evaluations (P@1 curve)")
-    parser.add_argument("--out", default="fl_partial.json", help="file name under bench/results/")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="result JSON (default: build/bench-results/fl_partial.json)"
+    )
+    parser.add_argument("--quick", action="store_true", help="smoke run: one beta, p 0.25 and 1, 2 rounds, tiny model")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
     args = parser.parse_args()
+    if args.quick:  # the quick settings become the defaults: explicit flags still win
+        parser.set_defaults(
+            betas=[0.5], fractions=[0.25, 1.0], hidden=[16], clients=4, per_round=2, rounds=2, epochs=1, eval_every=1
+        )
+        args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if not (DATA / args.dataset / "train.txt").exists():
         print(f"dataset not found under {DATA} (set FEDKERNELS_DATA)", file=sys.stderr)
@@ -126,13 +134,14 @@ def main() -> int:
                 f"P@5 {r['metrics']['P@5']:.4f} up {r['bytes_up'] / 1e6:.2f} MB ({r['seconds']:.0f} s)",
                 flush=True,
             )
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / args.out
+    # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
+    out = results_path("fl_partial", out=args.out, quick=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
             {
                 "dataset": args.dataset,
-                "args": vars(args),
+                "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                 "rows": rows,
                 "note": "2-core machine shared with other engineers",
                 "loadavg_at_end": os.getloadavg(),
