@@ -6,7 +6,9 @@ Reads ``../shared/data/<dataset>/{train,test}.txt`` (Extreme Classification form
 Partition: label-skewed — labels are shuffled with the seed and a sample goes to client
 ``rank(its first label) mod C`` (so each client holds a disjoint slice of the label space, as in
 FedSS's setting); samples without labels go to a seeded random client. Features are scaled per
-sample to unit L2 norm. Writes bench/results/fl_sampled.json and prints a markdown table.
+sample to unit L2 norm. Writes build/bench-results/fl_sampled.json (the committed table: ``--out
+bench/results/fl_sampled.json``) and prints a markdown table. ``--quick``: Bibtex, 2 rounds, one m, tiny
+model, every variant (a smoke run).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import markdown_table, write_results
+from common import markdown_table, results_path, write_results
 
 from fedkernels.fl import ClientData, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import FedSS, FullSoftmax, NegOnly, PosOnly
@@ -87,10 +89,24 @@ def main() -> None:
         choices=["FullSoftmax", "FedSS", "NegOnly", "PosOnly"],
     )
     ap.add_argument("--eval-every", type=int, default=5, help="rounds between test evaluations (P@1 curve)")
-    ap.add_argument("--out", default="fl_sampled", help="results name: bench/results/<out>.json")
+    ap.add_argument("--out", type=Path, default=None, help="result JSON (default: build/bench-results/fl_sampled.json)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: Bibtex, 2 rounds, one m, tiny model")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
     args = ap.parse_args()
+    if args.quick:  # the quick settings become the defaults: explicit flags still win
+        ap.set_defaults(
+            dataset="bibtex",
+            rounds=2,
+            clients=4,
+            per_round=2,
+            negatives="8",
+            epochs=1,
+            hidden=[16],
+            embed_dim=8,
+            eval_every=1,
+        )
+        args = ap.parse_args()
     torch.set_num_threads(args.threads)
     root = DATA / args.dataset
     train, test = read_xc(root / "train.txt"), read_xc(root / "test.txt")
@@ -138,15 +154,17 @@ def main() -> None:
         )
         print(rows[-1], flush=True)
     path = write_results(
-        args.out,
+        "fl_sampled",
         rows,
         {
             "dataset": args.dataset,
-            "args": vars(args),
+            "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "popularity": popularity,
             "loadavg_at_end": os.getloadavg(),
             "partition": "label-skew (first label rank mod clients)",
         },
+        # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
+        path=results_path("fl_sampled", out=args.out, quick=True),
     )
     print(markdown_table(rows, ["algorithm", "m", "P@1", "P@3", "P@5", "MB_down", "MB_up", "seconds"]))
     print(f"\nwrote {path}")
