@@ -17,7 +17,9 @@ serialisation), model bytes, the client's peak memory (the largest peak resident
 one client's ``update`` call: decode, local training, encode — measured by resetting VmHWM through
 /proc/self/clear_refs), and the server's memory (state + the decoded uploads it holds + the peak
 growth during ``aggregate``), and P@1/P@5 on held-out samples. Runs with one thread.
-Writes bench/results/fl_xc_scale.json and prints a markdown table.
+Writes build/bench-results/fl_xc_scale.json (the committed table: ``--out bench/results/fl_xc_scale.json``)
+and prints a markdown table. ``--quick``: p = 2048 with (R, B) = (2, 128), 200 + 100 samples, F = 1024,
+2 rounds (a smoke run of the whole path; its ratios mean nothing).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import markdown_table, write_results
+from common import markdown_table, results_path, write_results
 
 from fedkernels.data import XCSpec, fedmlh_partition, make_clients, synthetic_xc, to_client_data
 from fedkernels.fl import RunConfig, Server, TrainConfig
@@ -44,6 +46,7 @@ from fedkernels.metrics import ranking_metrics
 from fedkernels.sparse_rows import slice_rows
 
 SCALES = {131073: (4, 4000), 312330: (8, 5000)}  # the FedMLH paper's p -> (R, B)
+QUICK_SCALES = {2048: (2, 128)}  # --quick's small p -> (R, B): R * B < p as at the paper's scales
 PAPER = {"communication": "2x to 18.75x", "memory": "up to 3.40x"}  # FedAvg over FedMLH, the paper's claims
 
 
@@ -181,12 +184,31 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--out", type=Path, default=None, help="result JSON (default: build/bench-results/fl_xc_scale.json)"
+    )
+    ap.add_argument("--quick", action="store_true", help="smoke run: p = 2048, 300 samples, F = 1024, 2 rounds")
     args = ap.parse_args()
+    if args.quick:  # the quick settings become the defaults: explicit flags still win
+        ap.set_defaults(
+            scales=sorted(QUICK_SCALES),
+            train=200,
+            test=100,
+            features=1024,
+            hidden=8,
+            negatives=16,
+            clients=4,
+            per_round=2,
+            rounds=2,
+        )
+        args = ap.parse_args()
+    known = {**SCALES, **QUICK_SCALES}
+    if any(p not in known for p in args.scales):
+        ap.error(f"--scales: choose from {sorted(known)} (each p needs its (R, B))")
     torch.set_num_threads(1)
     rows, ratios = [], []
     for p in args.scales:
-        r, b = SCALES[p]
+        r, b = known[p]
         t0 = time.perf_counter()
         spec = XCSpec(
             num_samples=args.train + args.test,
@@ -271,7 +293,8 @@ def main() -> None:
             "memory": "client: largest VmHWM growth over one client's update (decode, train, encode); server: "
             "state + decoded uploads held + VmHWM growth during aggregate; glibc mmap threshold fixed at 128 KiB",
         },
-        args.out,
+        # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
+        results_path("fl_xc_scale", out=args.out, quick=True),
     )
     print(f"wrote {path}")
 
