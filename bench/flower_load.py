@@ -5,10 +5,12 @@ faulty clients' uploads. How the clients are hosted and why: ``python_tests/flow
 
     PYTHONPATH=src python bench/flower_load.py                       # 10, 30, 100 clients, all families
     PYTHONPATH=src python bench/flower_load.py --clients 100 --strategies fedavg --rounds 2
+    PYTHONPATH=src python bench/flower_load.py --quick   # smoke run: 10 clients, 2 rounds, 1 s deadline, 3 families
 
 Prints a Markdown table: rounds per second of the Flower run (start-up excluded; every round waits
 for the deadline, since some client always hangs) and the server process's peak RSS growth over
-the run (VmHWM, reset before it) in MiB.
+the run (VmHWM, reset before it) in MiB, and writes the rows as JSON to build/bench-results/flower_load.json
+(``--out PATH`` elsewhere; the committed table is bench/results/flower_load.md, copied from a full run's output).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # python_tests.* (the load machinery, tiny data, strategy options)
     sys.path.append(str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import results_path, write_results  # noqa: E402
 
 from python_tests.flower_load import FAMILIES, check, flower_run, reference_run  # noqa: E402
 
@@ -33,7 +38,17 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=3.0)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--out", type=Path, default=None, help="result JSON (default: build/bench-results/flower_load.json)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 10 clients, 2 rounds, 1 s deadline, three families (dense, sparse rows, codec)",
+    )
     args = p.parse_args()
+    if args.quick:  # the quick settings become the defaults: explicit flags still win
+        p.set_defaults(clients=[10], rounds=2, timeout=1.0, strategies=["fedavg", "fedss", "l1diff"])
+        args = p.parse_args()
+    rows = []
     logging.getLogger("flwr").setLevel(logging.WARNING)  # Flower's per-round summaries
     print("| strategy | clients | rounds/s | server peak RSS growth (MiB) | failed / chosen | equals in-process |")
     print("|---|---|---|---|---|---|")
@@ -44,10 +59,27 @@ def main() -> int:
             check(fk, ref)
             failed = sum(len(h.failed) for h in fk.history)
             chosen = sum(len(h.clients) for h in fk.history)
+            rows.append(
+                {
+                    "strategy": strategy,
+                    "clients": n,
+                    "rounds/s": args.rounds / seconds,
+                    "server peak RSS growth MiB": peak,
+                    "failed": failed,
+                    "chosen": chosen,
+                    "equals in-process": True,  # check() raised otherwise
+                }
+            )
             print(
                 f"| {strategy} | {n} | {args.rounds / seconds:.2f} | {peak:.1f} | {failed} / {chosen} | yes |",
                 flush=True,
             )
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
+    path = write_results(
+        "flower_load", rows, {"settings": settings}, path=results_path("flower_load", out=args.out, quick=True)
+    )
+    print(f"\nwrote {path}")
     return 0
 
 
