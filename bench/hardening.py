@@ -1,10 +1,11 @@
 """What safety costs: the checked payload decode and the atomic checkpoint against what a user would
 write unchecked (``safetensors.torch.load`` / ``save_file``), same run, same payloads.
 
-    PYTHONPATH=src python bench/hardening.py [--mib 64]
+    PYTHONPATH=src python bench/hardening.py [--mib 64] [--quick] [--out PATH]
 
 Reports time ratios (checked / unchecked), payload GB/s against the measured copy bandwidth, and
-peak extra memory. Writes bench/results/hardening.json and prints a markdown table.
+peak extra memory. Writes build/bench-results/hardening.json (the committed table: ``--out
+bench/results/hardening.json``) and prints a markdown table. ``--quick``: 1 MiB payloads, few repeats.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, timeit, write_results
+from common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, results_path, timeit, write_results
 
 from fedkernels.fl.checkpoint import save_checkpoint
 from fedkernels.fl.payload import PayloadSpec, TensorSpec, decode, encode, state_spec
@@ -47,13 +48,22 @@ def payloads(total_mib: int) -> dict[str, tuple[dict[str, torch.Tensor], Payload
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=64, help="size of the big tensor of each payload")
+    ap.add_argument("--out", type=Path, default=None, help="result JSON (default: build/bench-results/hardening.json)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 MiB payloads, a 16 MiB copy probe, few repeats")
     args = ap.parse_args()
-    copy = copy_bandwidth_gbs()
+    if args.quick:  # the quick settings become the defaults: explicit flags still win
+        ap.set_defaults(mib=1)
+        args = ap.parse_args()
+    if args.mib < 1:
+        ap.error(f"--mib must be at least 1, got {args.mib}")
+    # quick: fewer repeats and a smaller copy probe (the full run's 256 MiB probe dominates at 1 MiB)
+    reps = {"repeat": 3, "min_time": 0.0} if args.quick else {}
+    copy = copy_bandwidth_gbs(nbytes=1 << 24) if args.quick else copy_bandwidth_gbs()
     rows = []
     for name, (tensors, spec) in payloads(args.mib).items():
         raw = encode(tensors)
-        t_checked = timeit(lambda raw=raw, spec=spec: decode(raw, spec))
-        t_plain = timeit(lambda raw=raw: st_load(raw))
+        t_checked = timeit(lambda raw=raw, spec=spec: decode(raw, spec), **reps)
+        t_plain = timeit(lambda raw=raw: st_load(raw), **reps)
         rows.append(
             {
                 "case": f"decode {name}",
@@ -72,8 +82,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=Path(__file__).resolve().parent) as tmp:
         ckpt, plain = Path(tmp) / "run.ckpt", Path(tmp) / "plain.safetensors"
         meta = {"round": 1, "history": []}
-        t_atomic = timeit(lambda: save_checkpoint(ckpt, dense, meta), repeat=5)
-        t_plain = timeit(lambda: save_file(dense, str(plain)), repeat=5)
+        t_atomic = timeit(lambda: save_checkpoint(ckpt, dense, meta), **{"repeat": 5, **reps})
+        t_plain = timeit(lambda: save_file(dense, str(plain)), **{"repeat": 5, **reps})
     rows.append(
         {
             "case": "checkpoint dense state (atomic + fsync vs save_file)",
@@ -88,7 +98,13 @@ def main() -> None:
     path = write_results(
         "hardening",
         rows,
-        {"note": "shared 2-core machine: other builds ran at the same time; ratios within one run are what counts"},
+        {
+            "note": "shared 2-core machine: other builds ran at the same time; ratios within one run are what counts",
+            "mib": args.mib,
+            "quick": args.quick,
+        },
+        # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
+        path=results_path("hardening", out=args.out, quick=True),
     )
     print(
         markdown_table(
