@@ -2,9 +2,9 @@
 
 The one list of the benchmarks is ``QUICK`` below: each script with ``--quick`` and an explicit
 ``--out`` under build/bench-results, so a smoke run never overwrites the tables in bench/results (those are
-full runs the README and docs quote). Scripts still without a quick form are named in
-``NO_QUICK_YET`` and skipped with a note; a script in bench/ on neither list fails the run, so a new
-benchmark cannot be forgotten. Not part of CI (timings on shared runners mean nothing).
+full runs the README and docs quote; a bench script writes there only when its ``--out`` says so). A
+script in bench/ on neither ``QUICK`` nor ``NOT_BENCHMARKS`` fails the run, so a new benchmark cannot be
+forgotten. Not part of CI (timings on shared runners mean nothing).
 
 Usage: python tools/bench_all.py [--only NAME ...] [--list]
 """
@@ -29,22 +29,19 @@ QUICK: dict[str, list[str]] = {
     "prox": ["--quick"],
     "select_norms": ["--quick"],
     "gpu_model": ["--quick"],
+    "fl_fedaws": ["--quick"],
+    "fl_fedaws_sweep": ["--quick"],
+    "fl_fedmlh": ["--quick"],
+    "fl_l1diff": ["--quick"],
+    "fl_partial": ["--quick"],
+    "fl_sampled": ["--quick"],
+    "fl_xc_scale": ["--quick"],
+    "flower_load": ["--quick"],
+    "hardening": ["--quick"],
+    "sketch_ceiling": ["--quick"],
 }
 # scripts that need an environment variable: skipped, with the reason, when it is unset
 NEEDS_ENV = {"gpu_model": ("FK_CUDA_EMU_MODULE", "the emulated CUDA module: `python tools/emulate.py build`")}
-# benchmarks whose script has no --quick yet (full runs take minutes to hours): skipped, named
-NO_QUICK_YET = (
-    "fl_fedaws",
-    "fl_fedaws_sweep",
-    "fl_fedmlh",
-    "fl_l1diff",
-    "fl_partial",
-    "fl_sampled",
-    "fl_xc_scale",
-    "flower_load",
-    "hardening",
-    "sketch_ceiling",
-)
 NOT_BENCHMARKS = ("common", "fl_report", "select_shapes")  # helpers and a report printer
 
 
@@ -54,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="print the scripts and their arguments, run nothing")
     args = ap.parse_args(argv)
     scripts = sorted(p.stem for p in BENCH.glob("*.py"))
-    unlisted = [s for s in scripts if s not in QUICK and s not in NO_QUICK_YET and s not in NOT_BENCHMARKS]
+    unlisted = [s for s in scripts if s not in QUICK and s not in NOT_BENCHMARKS]
     if unlisted:
         print(f"bench scripts in no list of tools/bench_all.py: {unlisted}", file=sys.stderr)
         return 2
@@ -82,8 +79,6 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(name)
     if skipped:
         print(f"skipped: {', '.join(skipped)}")
-    if NO_QUICK_YET and args.only is None:
-        print(f"skipped (no --quick yet): {', '.join(NO_QUICK_YET)}")
     if failed:
         print(f"failed: {failed}", file=sys.stderr)
         return 1
