@@ -18,10 +18,11 @@ from pathlib import Path
 
 import torch
 
+# The committed CPU tables the README and docs quote: a run writes here only when its --out says so.
 RESULTS = Path(__file__).resolve().parent / "results"
-# Where a run on a non-CPU device writes when --out is not given: bench/results holds the CPU tables.
+# Where a full run on a non-CPU device writes when --out is not given.
 DEVICE_RESULTS = Path(__file__).resolve().parents[1] / "gpu-check" / "bench"
-# Where a --quick (smoke) run writes when --out is not given: never over the committed tables.
+# Where a CPU run and any --quick (smoke) run write when --out is not given: never over the committed tables.
 QUICK_RESULTS = Path(__file__).resolve().parents[1] / "build" / "bench-results"
 
 
@@ -117,8 +118,8 @@ def add_device_arguments(ap: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         default=None,
-        help="result JSON (default: bench/results/<name>.json on cpu, "
-        "gpu-check/bench/<name>.json on cuda; a cuda run never writes bench/results)",
+        help="result JSON (default: build/bench-results/<name>.json on cpu and with --quick, "
+        "gpu-check/bench/<name>.json on cuda; bench/results only when --out names it, and never from cuda)",
     )
 
 
@@ -157,14 +158,14 @@ def check_device_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace
 
 
 def results_path(name: str, device: str = "cpu", out: Path | None = None, quick: bool = False) -> Path:
-    """Where a run writes: ``out`` if given; else a ``quick`` (smoke) run writes
-    build/bench-results/<name>.json, a full run bench/results/<name>.json on cpu and
-    gpu-check/bench/<name>.json on any other device (bench/results holds the committed CPU tables)."""
+    """Where a run writes: ``out`` if given; else build/bench-results/<name>.json on cpu or for a
+    ``quick`` (smoke) run, gpu-check/bench/<name>.json for a full run on any other device. bench/results
+    (the committed CPU tables) is written only when ``out`` names it."""
     if out is not None:
         return Path(out)
-    if quick:
+    if quick or torch.device(device).type == "cpu":
         return QUICK_RESULTS / f"{name}.json"
-    return (RESULTS if torch.device(device).type == "cpu" else DEVICE_RESULTS) / f"{name}.json"
+    return DEVICE_RESULTS / f"{name}.json"
 
 
 def device_info(device: str) -> dict:
@@ -184,11 +185,11 @@ def device_info(device: str) -> dict:
 def write_results(
     name: str, rows: list[dict], extra: dict | None = None, path: Path | None = None, device: str = "cpu"
 ) -> Path:
-    """Write the rows, the machine and ``extra`` as JSON to ``path`` (default bench/results/<name>.json).
+    """Write the rows, the machine and ``extra`` as JSON to ``path`` (default build/bench-results/<name>.json).
 
     A non-CPU ``device`` adds its :func:`device_info` under "device" (CPU files are unchanged).
     """
-    path = Path(path) if path is not None else RESULTS / f"{name}.json"
+    path = Path(path) if path is not None else results_path(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"benchmark": name, "machine": machine(), "rows": rows, **(extra or {})}
     if torch.device(device).type != "cpu":

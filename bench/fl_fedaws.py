@@ -208,8 +208,7 @@ def main() -> None:
             rows.append(run_one(name, seed, args, clients, train, test))
             print({k: v for k, v in rows[-1].items() if k != "curve"}, "curve", rows[-1]["curve"], flush=True)
     summary = summarise(rows)
-    # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
-    path = results_path("fl_fedaws", out=args.out, quick=True)
+    path = results_path("fl_fedaws", out=args.out)
     extra = {
         "dataset": "bibtex (official split)",
         "clients": len(clients),

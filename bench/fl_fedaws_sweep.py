@@ -69,8 +69,7 @@ def main() -> None:
                 row.update(reg_weight=weight, label=f"{name} lambda={weight:g}")
                 rows.append(row)
                 print({k: v for k, v in row.items() if k != "curve"}, flush=True)
-    # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
-    path = results_path("fl_fedaws_sweep", out=args.out, quick=True)
+    path = results_path("fl_fedaws_sweep", out=args.out)
     run_args = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     extra = {"dataset": "bibtex (official split)", "clients": len(clients), "args": run_args}
     path = write_results("fl_fedaws_sweep", rows, extra, path=path)

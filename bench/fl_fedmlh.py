@@ -175,8 +175,7 @@ def main() -> None:
     if args.quick:  # the quick settings become the defaults: explicit flags still win
         ap.set_defaults(datasets=["bibtex"], rounds=2, local_epochs=1)
         args = ap.parse_args()
-    # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
-    out = results_path("fl_fedmlh", out=args.out, quick=True)
+    out = results_path("fl_fedmlh", out=args.out)
     torch.set_num_threads(args.threads)
     rows, full = [], {}
     old = out

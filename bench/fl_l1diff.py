@@ -110,8 +110,7 @@ def main() -> None:
             "linear_params": params,
             "quick": args.quick,
         },
-        # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
-        path=common.results_path("fl_l1diff", out=args.out, quick=True),
+        path=common.results_path("fl_l1diff", out=args.out),
     )
     print(f"\nwrote {path}\n")
     print(common.markdown_table(rows, list(rows[0].keys())))

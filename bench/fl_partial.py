@@ -134,8 +134,7 @@ def main() -> int:
                 f"P@5 {r['metrics']['P@5']:.4f} up {r['bytes_up'] / 1e6:.2f} MB ({r['seconds']:.0f} s)",
                 flush=True,
             )
-    # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
-    out = results_path("fl_partial", out=args.out, quick=True)
+    out = results_path("fl_partial", out=args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(

@@ -163,8 +163,7 @@ def main() -> None:
             "loadavg_at_end": os.getloadavg(),
             "partition": "label-skew (first label rank mod clients)",
         },
-        # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
-        path=results_path("fl_sampled", out=args.out, quick=True),
+        path=results_path("fl_sampled", out=args.out),
     )
     print(markdown_table(rows, ["algorithm", "m", "P@1", "P@3", "P@5", "MB_down", "MB_up", "seconds"]))
     print(f"\nwrote {path}")

@@ -293,8 +293,7 @@ def main() -> None:
             "memory": "client: largest VmHWM growth over one client's update (decode, train, encode); server: "
             "state + decoded uploads held + VmHWM growth during aggregate; glibc mmap threshold fixed at 128 KiB",
         },
-        # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
-        results_path("fl_xc_scale", out=args.out, quick=True),
+        results_path("fl_xc_scale", out=args.out),
     )
     print(f"wrote {path}")
 

@@ -75,10 +75,7 @@ def main() -> int:
                 flush=True,
             )
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
-    path = write_results(
-        "flower_load", rows, {"settings": settings}, path=results_path("flower_load", out=args.out, quick=True)
-    )
+    path = write_results("flower_load", rows, {"settings": settings}, path=results_path("flower_load", out=args.out))
     print(f"\nwrote {path}")
     return 0
 

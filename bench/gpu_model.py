@@ -12,7 +12,8 @@ a kernel without a bytes function below still gets its launch row (bytes shown a
     python tools/emulate.py build                           # prints the module path
     FK_CUDA_EMU_MODULE=<that path> PYTHONPATH=src python bench/gpu_model.py [--quick]
 
-Writes bench/results/gpu_model.json (gpu_model-quick.json with --quick) and prints markdown.
+Writes build/bench-results/gpu_model.json (gpu_model-quick.json with --quick; the committed table only
+with ``--out bench/results/gpu_model.json``) and prints markdown.
 
 How each op is recorded (most ops record without running kernel bodies, execute=False):
 - linear_cross_entropy at s = 131072: the launcher runs at::mm on the CPU per 512-class chunk even
@@ -1110,7 +1111,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--out",
         default=None,
-        help="JSON path (default bench/results/gpu_model.json; --quick: build/bench-results/gpu_model-quick.json)",
+        help="JSON path (default build/bench-results/gpu_model.json, --quick: gpu_model-quick.json there)",
     )
     args = ap.parse_args(argv)
     if not os.environ.get("FK_CUDA_EMU_MODULE"):

@@ -103,8 +103,7 @@ def main() -> None:
             "mib": args.mib,
             "quick": args.quick,
         },
-        # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
-        path=results_path("hardening", out=args.out, quick=True),
+        path=results_path("hardening", out=args.out),
     )
     print(
         markdown_table(

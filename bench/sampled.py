@@ -16,8 +16,8 @@ peak memory can be read from the resident set; scatter_rows_mean is timed with g
 On cuda both parts run in this process (peak memory is the caching allocator's peak) and the copy
 bandwidth is a copy on the GPU.
 
-Writes bench/results/sampled.json (cpu) or gpu-check/bench/sampled.json (cuda, unless --out) and
-prints markdown tables.
+Writes build/bench-results/sampled.json (cpu) or gpu-check/bench/sampled.json (cuda) unless --out says
+where (the committed table: ``--out bench/results/sampled.json``), and prints markdown tables.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 the server's masked weighted average, against the PyTorch a user would write, in the same run.
 
 Models: the parameter shapes of ResNet-50 (161 tensors, 25.6M) and BERT-base (199 tensors, 109.5M).
-Run: ``PYTHONPATH=src python bench/select_norms.py`` (writes bench/results/select.json, prints a table).
+Run: ``PYTHONPATH=src python bench/select_norms.py`` (writes build/bench-results/select.json;
+``--out bench/results/select.json`` for the committed table; prints a table).
 ``--quick``: ResNet-50 only (writes select-quick.json); ``--device cuda``: on a GPU (writes
 gpu-check/bench/select[-quick].json unless ``--out`` names a file).
 """

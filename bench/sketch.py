@@ -1,6 +1,7 @@
 """Sketching microbenchmarks (FedMLH): fedkernels ops vs the PyTorch composition a user would write.
 
-    python bench/sketch.py            # the issue's configurations, N = 1024; writes bench/results/sketch.json
+    python bench/sketch.py            # the issue's configurations, N = 1024; writes build/bench-results/sketch.json
+    python bench/sketch.py --out bench/results/sketch.json   # the committed table
     python bench/sketch.py --quick    # two small configurations, N = 256 (under a minute)
     python bench/sketch.py --quick --device cuda   # on a GPU; writes gpu-check/bench/sketch-quick.json
     python bench/sketch.py --topk-launch   # bucket_merge_topk's CUDA launch shape per configuration (no GPU needed)

@@ -173,9 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     configs = part_configs(ghz, **cfg) if args.part in ("all", "configs") else []
     rmws = part_rmw(ghz, **rmw) if args.part in ("all", "rmw") else []
     extra = {"rmw": rmws, "tsc_ghz": ghz, "part": args.part, "quick": args.quick}
-    # even a full run writes bench/results only through --out (quick=True: the build/bench-results default)
     path = common.write_results(
-        "sketch_ceiling", configs, extra, path=common.results_path("sketch_ceiling", out=args.out, quick=True)
+        "sketch_ceiling", configs, extra, path=common.results_path("sketch_ceiling", out=args.out)
     )
     print(f"wrote {path}")
     return 0

@@ -193,5 +193,5 @@ def test_quick_bench_runs_never_write_the_committed_tables():
         sys.path.remove(str(bench))
     assert common.results_path("prox", "cpu", None, quick=True).parent == common.QUICK_RESULTS
     assert common.RESULTS not in common.results_path("prox", "cpu", None, quick=True).parents
-    assert common.results_path("prox", "cpu", None) == common.RESULTS / "prox.json"
+    assert common.results_path("prox", "cpu", None) == common.QUICK_RESULTS / "prox.json"
     assert common.results_path("prox", "cpu", Path("x.json"), quick=True) == Path("x.json")

@@ -181,7 +181,7 @@ def test_device_argument_errors(argv, message, capsys):
 
 
 def test_results_path():
-    assert common.results_path("sketch") == ROOT / "bench" / "results" / "sketch.json"
+    assert common.results_path("sketch") == ROOT / "build" / "bench-results" / "sketch.json"
     assert common.results_path("sketch", "cuda") == ROOT / "gpu-check" / "bench" / "sketch.json"
     assert common.results_path("sketch", "cuda", Path("/tmp/x.json")) == Path("/tmp/x.json")
 

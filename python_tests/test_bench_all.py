@@ -1,0 +1,116 @@
+"""``make bench`` (tools/bench_all.py): every bench script has a quick run, and no bench script writes the
+committed tables in bench/results unless its ``--out`` says so. Nothing here runs a benchmark: the list
+comes from ``bench_all.py --list`` and the output paths from the scripts' code and bench/common.py."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+QUICK_OUT = ROOT / "build" / "bench-results"
+READERS = {"common", "fl_report"}  # common defines the paths; fl_report only reads bench/results
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench_all = _load("fk_bench_all", ROOT / "tools" / "bench_all.py")
+
+
+def _listed() -> dict[str, list[str]]:
+    """script name -> its arguments, from ``bench_all.py --list`` (the env var makes gpu_model listed too)."""
+    env = {**os.environ, "FK_CUDA_EMU_MODULE": "unused-by-list"}
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bench_all.py"), "--list"], capture_output=True, text=True, env=env
+    )
+    assert res.returncode == 0, res.stderr
+    out = {}
+    for line in res.stdout.splitlines():
+        if line.startswith("$ "):
+            words = line[2:].split()
+            out[Path(words[1]).stem] = words[2:]
+    return out
+
+
+def _benchmarks() -> list[str]:
+    return sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in bench_all.NOT_BENCHMARKS)
+
+
+def test_every_bench_script_is_listed_with_quick_and_an_out_under_build():
+    listed = _listed()
+    assert sorted(listed) == _benchmarks()
+    for name, args in listed.items():
+        assert "--quick" in args, name
+        out = Path(args[args.index("--out") + 1])
+        assert out == QUICK_OUT / f"{name}.json", name
+    assert not hasattr(bench_all, "NO_QUICK_YET")
+
+
+def _flags(name: str) -> set[str]:
+    """The options a bench script's code declares, with those of the bench modules it imports from
+    (fl_fedaws_sweep extends fl_fedaws's parser; common.add_device_arguments adds --out)."""
+    tree = ast.parse((BENCH / f"{name}.py").read_text())
+    flags = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
+            fn = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+            if fn == "add_argument" and node.args and isinstance(node.args[0], ast.Constant):
+                flags.add(node.args[0].value)
+            if fn == "add_device_arguments":
+                flags.update({"--device", "--out"})
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module != name
+            and (BENCH / f"{node.module}.py").is_file()
+        ):
+            flags |= _flags(node.module)
+    return flags
+
+
+@pytest.mark.parametrize("name", _benchmarks())
+def test_bench_script_declares_quick_and_out(name: str):
+    flags = _flags(name)
+    assert "--quick" in flags, name
+    assert "--out" in flags, name
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in READERS))
+def test_bench_script_never_names_bench_results(name: str):
+    """No script builds a bench/results path itself (``RESULTS`` or ``... / "results"``): its default output
+    comes from common.results_path, which never points there."""
+    tree = ast.parse((BENCH / f"{name}.py").read_text())
+    for node in ast.walk(tree):
+        assert not (isinstance(node, ast.Name) and node.id == "RESULTS"), f"{name}: line {node.lineno}"
+        assert not (isinstance(node, ast.Attribute) and node.attr == "RESULTS"), f"{name}: line {node.lineno}"
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            right = node.right
+            assert not (isinstance(right, ast.Constant) and right.value == "results"), f"{name}: line {node.lineno}"
+
+
+def test_default_output_paths_avoid_bench_results(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    common = _load("fk_bench_common_paths", BENCH / "common.py")
+    results = common.RESULTS.resolve()
+    for kwargs in ({}, {"quick": True}, {"device": "cuda"}, {"device": "cuda", "quick": True}):
+        path = common.results_path("x", **kwargs).resolve()
+        assert results not in path.parents, kwargs
+    assert common.results_path("x") == common.QUICK_RESULTS / "x.json"
+    # an explicit --out still may name bench/results (how the committed tables are made)
+    assert common.results_path("x", out=common.RESULTS / "x.json") == common.RESULTS / "x.json"
+    monkeypatch.setattr(common, "QUICK_RESULTS", tmp_path)
+    path = common.write_results("x", [{"a": 1}])
+    assert path == tmp_path / "x.json" and path.is_file()
