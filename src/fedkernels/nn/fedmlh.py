@@ -139,9 +139,12 @@ class FedMLHHead(nn.Module):
         """Mean BCE-with-logits of all R sub-models against their hashed labels (a scalar).
 
         Args:
-            x: ``[N, F]``; indptr: int64 ``[N + 1]``; indices: int64 ``[nnz]`` class ids in ``[0, p)``
-            (int32 CSR from scipy and numpy arrays are accepted; an indptr of another length than
-            ``N + 1`` is a ValueError naming ``indptr``).
+            x: ``[N, F]`` features.
+            indptr: int64 ``[N + 1]`` CSR row pointers of the labels; another length is a ValueError
+                naming ``indptr``.
+            indices: int64 ``[nnz]`` class ids in ``[0, p)``.
+
+        int32 CSR from scipy and numpy arrays are accepted for ``indptr`` and ``indices``.
         """
         indptr, indices = as_csr(indptr, indices, num_rows=x.shape[0])  # int32 / numpy converted once
         logits = self(x)
