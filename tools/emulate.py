@@ -59,9 +59,30 @@ def build(checks: str, python: str = sys.executable) -> Path:
     return Path(found[0])
 
 
+# Test files that launch no kernel of their own (they run the loop, the CLI, data readers, docs
+# checks or subprocesses): left out of the emulated and sanitized op runs (tools/sanitize.sh too).
+NON_OP_TESTS = (
+    "test_fl_",
+    "test_flower",
+    "test_hardening",
+    "test_readme",
+    "test_gpu_check",
+    "test_bench_all",
+    "test_cli_",
+    "test_data_",
+    "test_docs_",
+    "test_examples",
+    "test_experiments_",
+    "test_fedmlh_hash_size",
+    "test_layers",
+    "test_packaging",
+)
+
+
 def op_test_files() -> list[str]:
-    """The op tests: every test file except the federated loop's, Flower's and the hardening ones."""
-    skip = ("test_fl_", "test_flower", "test_hardening", "test_readme", "test_gpu_check")
+    """The op tests: every test file except those that run no op of their own (the federated loop,
+    Flower, hardening, CLI, data, docs, examples and packaging tests; NON_OP_TESTS)."""
+    skip = NON_OP_TESTS
     return sorted(
         str(p.relative_to(ROOT)) for p in (ROOT / "python_tests").glob("test_*.py") if not p.name.startswith(skip)
     )

@@ -3,9 +3,9 @@
 # their own build dir and run the op test-suite under them. Any ASan/UBSan report aborts the
 # process, so a report fails the run.
 #
-#   tools/sanitize.sh [pytest args...]        (default: every op test, python_tests/test_*.py
-#                                              minus the federated-loop and Flower tests, and the
-#                                              codec fuzzer, python_tests/fuzz/test_codec_fuzz.py)
+#   tools/sanitize.sh [pytest args...]        (default: the op tests, tools/emulate.py's
+#                                              op_test_files(), and the codec fuzzer,
+#                                              python_tests/fuzz/test_codec_fuzz.py)
 # Env: PYTHON (an interpreter whose torch is CPU-only; default: python3 on PATH),
 #      FK_SANITIZE_BUILD (build dir; default build/sanitize), HYPOTHESIS_PROFILE (default: sanitize).
 set -euo pipefail
@@ -14,6 +14,8 @@ ROOT=$(pwd)
 PY="${PYTHON:-python3}"
 BUILD="${FK_SANITIZE_BUILD:-$ROOT/build/sanitize}"
 OUT="$BUILD/pkg"   # the sanitized _C lives here, never in src/, so normal builds are untouched
+# The op tests: tools/emulate.py's op_test_files() (one list of the test files that run no op).
+OP_TESTS=$("$PY" -c "import sys; sys.path.insert(0, 'tools'); import emulate; print(' '.join(emulate.op_test_files()))")
 
 # Build: same CMake project, sanitizer flags on, module written to $OUT/fedkernels/.
 "$PY" - "$BUILD" "$OUT" <<'EOF'
@@ -48,7 +50,7 @@ export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-sanitize}"
 
 if [ $# -eq 0 ]; then
   # the codec fuzzer drives the compiled decoder; the other fuzzers are Python decoders (`make fuzz`)
-  set -- $(ls python_tests/test_*.py python_tests/fuzz/test_codec_fuzz.py | grep -v -e '/test_fl_' -e '/test_flower' -e '/test_hardening')
+  set -- $OP_TESTS python_tests/fuzz/test_codec_fuzz.py
 fi
 # An editable install (pip install -e ., as `make install` does) puts an import hook ahead of
 # PYTHONPATH; drop it so the sanitized module is the one imported, and prove it is.
