@@ -16,7 +16,7 @@ MYPY ?= $(VENV)/bin/mypy
 CLANG_FORMAT ?= $(VENV)/bin/clang-format
 CSRC_FILES = git ls-files -z 'csrc/*.cpp' 'csrc/*.h' 'csrc/*.cu' 'csrc/*.cuh'
 
-.PHONY: demo test fuzz test-cuda-emu install bench docs gpu-check inplace clean lint format
+.PHONY: demo test fuzz test-cuda-emu install bench bench-peers docs gpu-check inplace clean lint format
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,11 @@ docs: $(PY)
 # tables the docs quote) is never written. Not part of CI. BENCH_ARGS="--only sketch spread" picks some.
 bench: install
 	$(PY) tools/bench_all.py $(BENCH_ARGS)
+
+# The peer libraries the benchmarks time beside each op (faiss-cpu, prox-tv, cut-cross-entropy; bench/peers.py),
+# into .venv. Bench-only: fedkernels never imports them. prox-tv needs LAPACKE headers to build.
+bench-peers: install
+	$(PY) -m pip install -q 'faiss-cpu>=1.8' 'prox-tv>=3.2' 'cut-cross-entropy>=25.1'
 
 # Verify the CUDA kernels on this machine's NVIDIA GPU (README "Verifying the CUDA kernels on your GPU"):
 # builds them into its own venv (.venv-cuda, torch 2.14.1 CUDA 13.0; needs nvcc 13), runs every test
