@@ -25,5 +25,11 @@ void pack_tile_rows(const float* w, int64_t r0, int64_t n, int64_t d, float* dst
 void fused_tile_pair(const float* rows, int64_t row0, int64_t na, const float* packed_cols, int64_t col0, int64_t nb,
                      int64_t d, bool both_sides, Candidates<float>& cand);
 
+// The final pass's float64 distances of row `row` of float32 w to its `size` candidates `ids`,
+// bit-identical to spread::exact_distance, eight candidates per AVX-512 vector (knn_exact_avx512.cpp;
+// only called where fused_tiles_available()). ua: scratch of d doubles.
+void exact_candidate_distances(const float* w, int64_t row, int64_t d, int metric, const double* norms,
+                               const int64_t* ids, int64_t size, double* ua, double* exact);
+
 }  // namespace spread_cpu
 }  // namespace fedkernels

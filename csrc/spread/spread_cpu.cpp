@@ -168,10 +168,33 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   at::parallel_for(0, c, 64, [&](int64_t rb, int64_t re) {
     std::vector<double> exact(static_cast<size_t>(cand.cap));
     std::vector<int64_t> scratch_ids(static_cast<size_t>(k));
+    std::vector<double> unit_row;  // the vector final pass's a / |a| (cosine)
     for (int64_t i = rb; i < re; ++i) {
-      if (cand.overflow[i]) {
+      if (cand.overflow[i] || cand.sizes[i] < k) {  // (a short list: keys that were not finite)
         spread::knn_exact_row(w, i, c, d, metric, norms.data(), exact.data(), scratch_ids.data(), k, out_dist, out_idx);
-      } else {
+        continue;
+      }
+      if constexpr (std::is_same_v<T, float>) {
+        if (fused) {  // same distances, bit for bit, eight candidates per AVX-512 vector
+          unit_row.resize(static_cast<size_t>(d));
+          int64_t* ids = cand.ids.data() + i * cand.cap;
+          // Only candidates keyed within the band of the k-th can be among the true k nearest (spread.h),
+          // and the list holds all of them (else the row overflowed): the rest need no exact distance.
+          const ACC* keys = cand.keys.data() + i * cand.cap;
+          const ACC limit = keys[k - 1] + cand.bands[i];
+          int64_t live = k;
+          while (live < cand.sizes[i] && keys[live] <= limit) ++live;
+          spread_cpu::exact_candidate_distances(w, i, d, metric, norms.data(), ids, live, unit_row.data(),
+                                                exact.data());
+          spread::sort_candidates(exact.data(), ids, live);
+          for (int64_t s = 0; s < k; ++s) {
+            out_dist[i * k + s] = static_cast<ACC>(exact[s]);
+            out_idx[i * k + s] = ids[s];
+          }
+          continue;
+        }
+      }
+      {
         spread::knn_finalize_row(w, i, d, metric, norms.data(), cand.ids.data() + i * cand.cap, cand.sizes[i],
                                  exact.data(), k, out_dist, out_idx);
       }
