@@ -10,6 +10,12 @@ C^2 * 4 bytes = 40 GB for the forward alone: it is not run there, its memory is 
     PYTHONPATH=src python bench/spread.py --quick --device cuda        # on a GPU: gpu-check/bench/spread.json
     PYTHONPATH=src python bench/spread.py --cuda-model   # the CUDA launch table below, and exit
 
+Peers (CPU, C <= 20000): torch.compile of the cdist + topk composition and of the loss's composition
+(calls alternated with ours and the eager composition, minimum of 5 each), and faiss-cpu self-search
+(IndexFlatL2 / IndexFlatIP, k + 1 neighbours with the own id dropped) under two OpenBLAS kernel choices,
+each in its own worker process (bench/spread_peers.py), at 1 and 2 threads, l2 and cosine: the
+"vs_faiss_best" columns divide the faster faiss build's time by ours. --skip-peers leaves them out.
+
 CUDA kernels on an H100 (132 SMs, 3.35 TB/s, 67 TFLOP/s FP32 and 34 TFLOP/s FP64 on CUDA cores), C =
 100000, k = 10, analytic (cuda_launch_model; no GPU has run them). warps/SM: warps one launch puts on
 each SM; resident: warps an SM holds at once given the registers ptxas reports for sm_90 (PTXAS_REGS);
@@ -63,6 +69,8 @@ from common import (
     timeit,
     write_results,
 )
+from peers import alternating_min, compiled_peer, thread_scaling
+from spread_peers import knn_peer_row, start_faiss_peers
 
 import fedkernels
 
@@ -216,6 +224,14 @@ def composition_loss_fwd_bwd(W: torch.Tensor, k: int) -> torch.Tensor:
     return W.grad
 
 
+def composition_loss(W: torch.Tensor, k: int) -> torch.Tensor:
+    """The loss of composition_loss_fwd_bwd, forward only (what torch.compile gets)."""
+    D = torch.cdist(W, W)
+    D = D + torch.diag(torch.full((W.shape[0],), float("inf"), dtype=W.dtype, device=W.device))
+    vals, _ = D.topk(k, dim=1, largest=False)
+    return (torch.clamp(MARGIN - vals, min=0) ** 2).sum()
+
+
 def fused_loss_fwd_bwd(W: torch.Tensor, k: int) -> torch.Tensor:
     W = W.detach().requires_grad_(True)
     fedkernels.spreadout_loss(W, MARGIN, k).backward()
@@ -260,7 +276,47 @@ def bench_config(c: int, d: int, run_composition: bool, repeat: int, device: str
         # compute-bound: the minimum traffic (read W, write dist+idx) is tiny against copy bandwidth
         fk_knn_gbs=(c * d * 4 + c * K * 12) / t_knn / 1e9,
     )
-    if run_composition:
+    if run_composition and device == "cpu" and repeat >= 5:
+        # peers alternated with ours, minimum of `repeat` each; the times above are overwritten by them
+        knn_fns = {"fk": lambda: fedkernels.knn_classes(W, K), "torch": lambda: composition_knn(W, K)}
+        cknn, knn_note = compiled_peer(composition_knn, W, K)
+        if cknn is not None:
+            knn_fns["compiled"] = lambda: cknn(W, K)
+        loss_fns = {"fk": lambda: fused_loss_fwd_bwd(W, K), "torch": lambda: composition_loss_fwd_bwd(W, K)}
+        closs, loss_note = compiled_peer(composition_loss, W, K)
+        if closs is not None:
+
+            def compiled_fwd_bwd() -> torch.Tensor:
+                Wr = W.detach().requires_grad_(True)
+                closs(Wr, K).backward()
+                return Wr.grad
+
+            loss_fns["compiled"] = compiled_fwd_bwd
+        tk = alternating_min(knn_fns, repeat=repeat)
+        tl = alternating_min(loss_fns, repeat=repeat)
+        _, idx_fk = fedkernels.knn_classes(W, K)
+        _, idx_ref = composition_knn(W, K)
+        row.update(
+            fk_knn_s=tk["fk"],
+            fk_loss_fwd_bwd_s=tl["fk"],
+            fk_knn_gflops=2 * c * c * d / tk["fk"] / 1e9,
+            torch_knn_s=tk["torch"],
+            torch_knn_peak_mib=mib(peak_extra_bytes(lambda: composition_knn(W, K), device)),
+            torch_loss_fwd_bwd_s=tl["torch"],
+            torch_loss_peak_mib=mib(peak_extra_bytes(lambda: composition_loss_fwd_bwd(W, K), device)),
+            compiled_knn_s=tk.get("compiled", knn_note),
+            compiled_loss_fwd_bwd_s=tl.get("compiled", loss_note),
+            knn_speedup=tk["torch"] / tk["fk"],
+            loss_speedup=tl["torch"] / tl["fk"],
+            knn_vs_compiled=tk["compiled"] / tk["fk"] if "compiled" in tk else knn_note,
+            loss_vs_compiled=tl["compiled"] / tl["fk"] if "compiled" in tl else loss_note,
+            rows_same_neighbours=(idx_fk.sort(1).values == idx_ref.sort(1).values).all(1).float().mean().item(),
+            composition="run",
+        )
+        # 1 -> 2 threads of our ops (each alone, minimum of 5 per thread count)
+        row["fk_knn_thread_speedup"] = thread_scaling(lambda: fedkernels.knn_classes(W, K))["speedup"]
+        row["fk_loss_thread_speedup"] = thread_scaling(lambda: fused_loss_fwd_bwd(W, K))["speedup"]
+    elif run_composition:
         t_cknn, m_cknn = measure(lambda: composition_knn(W, K), repeat, device)
         t_closs, m_closs = measure(lambda: composition_loss_fwd_bwd(W, K), repeat, device)
         # same answer check: the neighbour sets of both paths agree
@@ -303,6 +359,7 @@ def main() -> None:
     ap.add_argument("--append", action="store_true", help="merge into the existing result file")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     add_device_arguments(ap)
+    ap.add_argument("--skip-peers", action="store_true", help="leave out the faiss self-search peers")
     ap.add_argument("--cuda-model", action="store_true", help="only print the CUDA launch model and exit")
     args = ap.parse_args()
     if args.cuda_model:
@@ -321,14 +378,30 @@ def main() -> None:
     if args.append and out.exists():
         previous = {(r["C"], r["d"]): r for r in json.loads(out.read_text())["rows"]}
     for c, d in configs:
-        # one timed run per configuration from C = 20000 on: they take minutes on 2 shared cores
+        # one timed run per configuration from C = 100000 on: they take minutes on 2 shared cores
         # (a GPU repeats every configuration: a single call would time its first-launch costs)
-        repeat = 5 if c <= 1000 or not on_cpu else 1
+        repeat = 5 if c <= 20000 or not on_cpu else 1
         row = bench_config(c, d, run_composition=c <= 20000, repeat=repeat, device=device)
         print(row, flush=True)
         previous[(c, d)] = row
     rows = [previous[key] for key in sorted(previous)]
+    peer_rows, peer_note = [], "skipped (--skip-peers)" if args.skip_peers else "CPU only"
+    if on_cpu and not args.skip_peers:
+        faiss_peers, peer_note = start_faiss_peers()
+        try:
+            for c, d in configs:
+                if c > 20000:
+                    continue  # faiss at C = 100000 takes minutes per call: the ratio is shown at 20000
+                W = torch.randn(c, d, generator=torch.Generator().manual_seed(0)) / d**0.5
+                for metric in ("l2", "cosine"):
+                    peer_rows.append(knn_peer_row(W, K, metric, faiss_peers))
+                    print(peer_rows[-1], flush=True)
+        finally:
+            for peer in faiss_peers.values():
+                peer.close()
     extra = {
+        "knn_peer_rows": peer_rows,
+        "knn_peer_note": peer_note,
         "copy_bandwidth_gbs": copy_bandwidth_gbs(device),
         "k": K,
         "margin": MARGIN,
@@ -351,10 +424,27 @@ def main() -> None:
         "fk_loss_peak_mib",
         "torch_loss_peak_mib",
         "fk_knn_gflops",
+        "compiled_knn_s",
+        "knn_vs_compiled",
+        "compiled_loss_fwd_bwd_s",
+        "loss_vs_compiled",
+        "fk_knn_thread_speedup",
+        "fk_loss_thread_speedup",
         "load_avg_1min",
         "composition",
     ]
     print(markdown_table(rows, cols))
+    if peer_rows:
+        names = [n for n in ("env", "skx") if f"faiss_{n}_t1_s" in peer_rows[0]]
+        peer_cols = ["C", "d", "metric"]
+        for t in (1, 2):
+            peer_cols += [f"fk_t{t}_s"] + [f"faiss_{n}_t{t}_s" for n in names] + [f"vs_faiss_best_t{t}"]
+        peer_cols += ["fk_thread_speedup"] + [f"faiss_{n}_thread_speedup" for n in names]
+        peer_cols += [f"same_neighbours_faiss_{n}" for n in names] + ["load_avg_1min"]
+        print(f"\nknn_classes vs faiss self-search ({peer_note}):")
+        print(markdown_table(peer_rows, peer_cols))
+    else:
+        print(f"\nfaiss peer: {peer_note}")
     print(
         f"knn tile path: {extra['knn_tile_path']}; copy bandwidth {extra['copy_bandwidth_gbs']:.1f} GB/s; "
         f"results in {path}"

@@ -42,7 +42,14 @@ QUICK: dict[str, list[str]] = {
 }
 # scripts that need an environment variable: skipped, with the reason, when it is unset
 NEEDS_ENV = {"gpu_model": ("FK_CUDA_EMU_MODULE", "the emulated CUDA module: `python tools/emulate.py build`")}
-NOT_BENCHMARKS = ("common", "peers", "fl_report", "select_shapes")  # helpers and a report printer
+NOT_BENCHMARKS = (
+    "common",
+    "peers",
+    "fl_report",
+    "select_shapes",
+    "spread_peers",
+    "spread_faiss_worker",
+)  # helpers, a printer
 
 
 def main(argv: list[str] | None = None) -> int:
