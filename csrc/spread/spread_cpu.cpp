@@ -32,6 +32,13 @@ using spread_cpu::Candidates;
 constexpr int64_t kBlock = 256;
 constexpr int64_t kGroups = 16;  // block groups: 16 rounds of 8 tasks
 
+// A hint to fetch the cache line at p (a no-op where the compiler has no prefetch builtin).
+inline void prefetch(const void* p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p);
+#endif
+}
+
 // Float64 norms of every row (cosine needs them for the exact recompute and the keys).
 template <typename T>
 std::vector<double> row_norms(const T* w, int64_t c, int64_t d) {
@@ -184,6 +191,11 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
           const ACC limit = keys[k - 1] + cand.bands[i];
           int64_t live = k;
           while (live < cand.sizes[i] && keys[live] <= limit) ++live;
+          if (i + 1 < re) {  // the next row's nearest candidates are scattered over W: fetch them now
+            const int64_t* next = cand.ids.data() + (i + 1) * cand.cap;
+            for (int64_t s = 0; s < std::min(cand.sizes[i + 1], k + 2); ++s)
+              for (int64_t q = 0; q < d; q += 16) prefetch(w + next[s] * d + q);
+          }
           spread_cpu::exact_candidate_distances(w, i, d, metric, norms.data(), ids, live, unit_row.data(),
                                                 exact.data());
           spread::sort_candidates(exact.data(), ids, live);
