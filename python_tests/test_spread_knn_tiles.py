@@ -84,3 +84,18 @@ def test_half_input_multi_block():
 def test_deterministic_across_threads_multi_group():
     # 40 blocks of 256 rows: 16 block groups, so the round schedule has more tasks than threads
     assert_knn_thread_invariant(torch.randn(10240, 8, generator=torch.Generator().manual_seed(3)))
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    c=st.integers(257, 540),
+    d=st.integers(129, 400),
+    k=st.integers(1, 20),
+    metric=st.sampled_from(["l2", "cosine"]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_wide_rows_match_brute_force(c, d, k, metric, seed):
+    # d in the hundreds: a micro-tile's two B panels (2 x 16 x d floats) outgrow L1 and the final
+    # pass runs several 8-candidate groups of long rows; C leaves a partial last row/column block
+    W = torch.randn(c, d, generator=torch.Generator().manual_seed(seed))
+    _assert_matches_reference(W, k, metric, fedkernels.knn_classes(W, k, metric))
