@@ -154,9 +154,10 @@ def linear_cross_entropy(
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     if _takes_fused_path(h, W, bias, reduction, return_lse):
-        return _FusedLinearCrossEntropy.apply(
+        fused: torch.Tensor = _FusedLinearCrossEntropy.apply(  # type: ignore[no-untyped-call]
             h, W, target, bias, float(scale), int(ignore_index), reduction, int(chunk_size)
         )
+        return fused
     loss, lse = torch.ops.fedkernels.linear_cross_entropy(
         h, W, target, bias, float(scale), int(ignore_index), reduction, int(chunk_size)
     )
