@@ -16,7 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 QUICK_OUT = ROOT / "build" / "bench-results"
-READERS = {"common", "fl_report"}  # common defines the paths; fl_report only reads bench/results
+READERS = {"common", "fl_report", "fl_plots"}  # common defines the paths; these two read bench/results
+# (fl_plots writes its PNGs only beside its --out)
 
 
 def _load(name: str, path: Path):
