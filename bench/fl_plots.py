@@ -103,7 +103,8 @@ def plot_l1diff(data: dict[str, Any], path: Path) -> Path:
             ax.plot([_mb(r)], [float(r["P@1"])], marker, ms=7, ls="", label=f"{name}, gamma {r['g']:g}")
     ax.set_xscale("log")
     rounds = rows[0]["rounds"] if rows else "?"
-    return _finish(ax, f"l1-difference gamma, {data.get('dataset', '?')}, {rounds} rounds", path)
+    dataset = str(data.get("dataset", "?")).split(",")[0]
+    return _finish(ax, f"l1-difference gamma, {dataset}, iid, {rounds} rounds (downloads: the dense model)", path)
 
 
 def plot_fedaws(data: dict[str, Any], path: Path) -> Path:
