@@ -1,16 +1,19 @@
 """The papers' sweeps as plots of accuracy against communication, drawn from the committed result JSONs.
 
-One PNG per sweep, x = MB communicated (up + down, the whole run), y = test P@1 at the end of the run:
+One PNG per sweep, x = MB communicated (up + down, the whole run), y = test P@1 at the end of the run
+(the regulariser sweep: see below):
 
 - ``fl_sampled_sweep.png``: FedSS sample size m (fl_sampled.json; FedSS and NegOnly over m, the full
   softmax and PosOnly as single points);
 - ``fl_partial_sweep.png``: partial exchange fraction p, one line per Dirichlet beta (fl_partial.json;
   FedAvg of each beta as a star);
 - ``fl_l1diff_sweep.png``: l1-difference gamma (fl_l1diff.json, rows with MB_up / MB_down);
-- ``fl_fedaws_sweep_tradeoff.png``: FedAwS / FedALC regulariser weight (fl_fedaws_sweep.json), and
-  per weight the P@1 curve over cumulative MB (the JSON's ``curve`` holds exact bytes per evaluation).
+- ``fl_fedaws_sweep_tradeoff.png``: FedAwS / FedALC regulariser weight (fl_fedaws_sweep.json). Every
+  weight sends the same bytes, so the left panel puts the weight on x (P@1: the mean of the second
+  half's evaluations, and the final one), the right one per weight the P@1 curve over cumulative MB
+  (the JSON's ``curve`` holds exact bytes per evaluation).
 
-Each point is one run's final numbers, no interpolation. Reads ``--results DIR`` (default: the folder of
+Each point is one run's numbers, no interpolation. Reads ``--results DIR`` (default: the folder of
 the committed tables); writes the PNGs beside ``--out`` (default build/bench-results/fl_plots.json, an
 index of what was drawn). A sweep whose JSON is missing, or lacks the fields, is skipped with a note.
 ``--quick``: the same plots (they cost no training), for the smoke run of tools/bench_all.py.
@@ -27,7 +30,8 @@ from typing import Any
 
 from common import results_path
 
-COMMITTED = Path(__file__).resolve().parent / "results"  # read only: the committed tables
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "bench" / "results"  # read only: the committed tables
 
 
 def _plt() -> Any:
@@ -107,26 +111,45 @@ def plot_l1diff(data: dict[str, Any], path: Path) -> Path:
     return _finish(ax, f"l1-difference gamma, {dataset}, iid, {rounds} rounds (downloads: the dense model)", path)
 
 
+def late_mean(curve: list[list[float]]) -> float:
+    """Mean P@1 over the evaluations in the second half of a run (``curve``: [round, P@1, MB] rows).
+
+    One label per client, 20 of 159 classes move each round, so single evaluations swing by up to
+    0.1: the late mean ranks the weights more stably than the last one."""
+    last = curve[-1][0]
+    late = [c[1] for c in curve if c[0] > last / 2]
+    return sum(late) / len(late)
+
+
 def plot_fedaws(data: dict[str, Any], path: Path) -> Path:
-    """FedAwS / FedALC over the regulariser weight: final points (left), P@1 over cumulative MB (right)."""
+    """FedAwS / FedALC over the regulariser weight: late-mean P@1 against the whole run's MB (left; the
+    final P@1 as open markers), and per weight P@1 over cumulative MB (right)."""
     plt = _plt()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     rows = data["rows"]
     for name, fmt in (("FedAwS", "s--"), ("FedALC", "o-")):
-        group = [r for r in rows if r["algorithm"] == name]
-        if group:
-            _lines(left, group, "reg_weight", f"{name} (label = weight)", fmt)
+        group = sorted((r for r in rows if r["algorithm"] == name), key=lambda r: r["reg_weight"])
+        if not group:
+            continue
+        xs = [_mb(r) for r in group]
+        weights = [r["reg_weight"] for r in group]
+        late = [late_mean(r["curve"]) for r in group]
+        left.plot(weights, late, fmt, ms=4, label=f"{name}: mean P@1, second half of the run")
+        left.plot(weights, [float(r["P@1"]) for r in group], fmt[0], mfc="none", ls="", label=f"{name}: final P@1")
         for r in group:
             right.plot(
-                [c[2] for c in r["curve"]],
-                [c[1] for c in r["curve"]],
-                fmt,
-                ms=3,
-                label=f"{name} {r['reg_weight']:g}",
+                [c[2] for c in r["curve"]], [c[1] for c in r["curve"]], fmt, ms=3, label=f"{name} {r['reg_weight']:g}"
             )
+        left.annotate(f"{xs[0]:.0f} MB each (up + down)", (weights[0], late[0]), fontsize=6)
     a = data.get("args", {})
-    rounds = a.get("rounds", "?")
-    _finish(left, f"FedAwS / FedALC regulariser weight, Bibtex one label per client, {rounds} rounds", path)
+    left.set_xscale("log")
+    left.set_xlabel("regulariser weight lambda (server step = lambda x lr; same MB each)")
+    left.set_ylabel("test P@1")
+    left.set_title(
+        f"Bibtex, one label per client, {a.get('rounds', '?')} rounds, seed {a.get('seeds', [0])[0]}", fontsize=9
+    )
+    left.grid(alpha=0.3)
+    left.legend(fontsize=6)
     right.set_xlabel("MB communicated, up + down (cumulative)")
     right.set_ylabel("test P@1")
     right.grid(alpha=0.3)
@@ -154,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     index_path = results_path("fl_plots", out=args.out, quick=args.quick)
     index_path.parent.mkdir(parents=True, exist_ok=True)
-    index: dict[str, Any] = {"benchmark": "fl_plots", "results": str(args.results), "plots": {}, "skipped": {}}
+    results = args.results.resolve()
+    shown = results.relative_to(ROOT) if ROOT in results.parents else results  # no machine paths in the index
+    index: dict[str, Any] = {"benchmark": "fl_plots", "results": str(shown), "plots": {}, "skipped": {}}
     for stem, (fn, png, fields) in PLOTS.items():
         src = args.results / f"{stem}.json"
         if not src.is_file():
