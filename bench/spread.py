@@ -14,7 +14,8 @@ Peers (CPU, C <= 20000): torch.compile of the cdist + topk composition and of th
 (calls alternated with ours and the eager composition, minimum of 5 each), and faiss-cpu self-search
 (IndexFlatL2 / IndexFlatIP, k + 1 neighbours with the own id dropped) under two OpenBLAS kernel choices,
 each in its own worker process (bench/spread_peers.py), at 1 and 2 threads, l2 and cosine: the
-"vs_faiss_best" columns divide the faster faiss build's time by ours. --skip-peers leaves them out.
+"vs_faiss_best" columns divide the faster faiss build's time by ours. --skip-peers leaves them out;
+--peers-only runs just them (with --append, keeping the file's other rows).
 
 CUDA kernels on an H100 (132 SMs, 3.35 TB/s, 67 TFLOP/s FP32 and 34 TFLOP/s FP64 on CUDA cores), C =
 100000, k = 10, analytic (cuda_launch_model; no GPU has run them). warps/SM: warps one launch puts on
@@ -367,6 +368,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     add_device_arguments(ap)
     ap.add_argument("--skip-peers", action="store_true", help="leave out the faiss self-search peers")
+    ap.add_argument("--peers-only", action="store_true", help="only the faiss self-search peers (rows: --append)")
     ap.add_argument("--cuda-model", action="store_true", help="only print the CUDA launch model and exit")
     args = ap.parse_args()
     if args.cuda_model:
@@ -384,7 +386,7 @@ def main() -> None:
     previous = {}
     if args.append and out.exists():
         previous = {(r["C"], r["d"]): r for r in json.loads(out.read_text())["rows"]}
-    for c, d in configs:
+    for c, d in [] if args.peers_only else configs:
         # one timed run per configuration from C = 100000 on: they take minutes on 2 shared cores
         # (a GPU repeats every configuration: a single call would time its first-launch costs)
         repeat = 5 if c <= 20000 or not on_cpu else 1
