@@ -89,7 +89,7 @@ TableLists invert_table_cpu(const int32_t* table, int64_t p, int64_t r, int64_t 
 //     bounds (a class left has v_j < c_j), skipping the classes pass 1 visited.
 // Bounds are compared strictly (classes are not visited by id), so ties are settled by heap_offer's
 // (value, id) order whatever the visiting order.
-constexpr int64_t kCutoffDiv = 32;    // pass 1 visits about R / kCutoffDiv of the classes
+constexpr int64_t kCutoffDiv = 64;    // pass 1 visits about R / kCutoffDiv of the classes
 constexpr int64_t kSampleSize = 512;  // cutoff sample per table: a strided subset of the B values
 
 // Per-table cutoffs of one source row; false when the row holds a NaN.
