@@ -240,8 +240,12 @@ def bench_config(
     seed: int = 0,
     ops: tuple[str, ...] = OPS,
     device: str = "cpu",
+    count_sketches: bool = True,
 ) -> list[dict]:
-    """Rows for one (p, R, B) and N: inputs drawn on the CPU (same values on every device), then moved to ``device``."""
+    """Rows for one (p, R, B) and N: inputs drawn on the CPU (same values on every device), then moved to ``device``.
+
+    ``count_sketches``: also the count_sketch rows (their input x [64, p] does not depend on N).
+    """
     p, r, b = config
     g = torch.Generator().manual_seed(seed)
     hf = HashFamily(r, b, seed)
@@ -340,10 +344,10 @@ def bench_config(
                 )
             )
 
-    # count sketch of COUNT_SKETCH_ROWS vectors of length p (independent of N: measured once, at the first N)
+    # count sketch of COUNT_SKETCH_ROWS vectors of length p (independent of N: the caller asks for it once)
     x = torch.randn(COUNT_SKETCH_ROWS, p, generator=g).to(device)
     sk_bytes = x.numel() * 4 + table.numel() * 5 + COUNT_SKETCH_ROWS * r * b * 4
-    if "count_sketch" in ops and n == BATCHES[0]:
+    if "count_sketch" in ops and count_sketches:
         want = fedkernels.count_sketch(x, table, signs, b)
         check_same(want, compose_count_sketch(x, table, signs, b), "count_sketch", exact=False)
         check_same(want, csvec_count_sketch(x, table, signs, b), "count_sketch (csvec)", exact=False)
@@ -365,7 +369,7 @@ def bench_config(
                 device,
             )
         )
-    if "count_sketch_query" in ops and n == BATCHES[0]:
+    if "count_sketch_query" in ops and count_sketches:
         m = fedkernels.count_sketch(x, table, signs, b)
         check_same(
             fedkernels.count_sketch_query(m, table, signs), compose_query_median(m, table, signs), "count_sketch_query"
@@ -515,6 +519,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="two small configurations, N = 256")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     ap.add_argument(
+        "--batches",
+        default=",".join(map(str, BATCHES)),
+        help="comma-separated N for the main rows (default 256,1024; the 1-and-2-thread bucket_merge_topk "
+        "goal rows always use 256,1024)",
+    )
+    ap.add_argument(
         "--ops",
         default=",".join(OPS),
         help="comma-separated subset of " + ", ".join(OPS) + " (a subset writes sketch-<ops>.json)",
@@ -555,6 +565,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     configs, batches = (QUICK_CONFIGS, QUICK_BATCHES) if args.quick else (CONFIGS, BATCHES)
+    if not args.quick:
+        batches = tuple(int(v) for v in args.batches.split(",") if v)
     ops = tuple(o for o in args.ops.split(",") if o)
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
@@ -569,11 +581,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in batches:
         for config in configs:
-            rows += bench_config(config, n, copy_gbs, ops=ops, device=device)
+            rows += bench_config(config, n, copy_gbs, ops=ops, device=device, count_sketches=n == batches[0])
     thread_rows = []
     if "bucket_merge_topk" in ops and not args.quick:
         print(f"\nbucket_merge_topk at {GOAL_CONFIG}, 1 and 2 threads:")
-        thread_rows = topk_thread_rows(batches, device)
+        thread_rows = topk_thread_rows(BATCHES, device)
     goal_rows = goals(rows, thread_rows)
     name = "sketch-quick" if args.quick else "sketch"
     if set(ops) != set(OPS):
@@ -585,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "copy_bandwidth_gbs": copy_gbs,
             "N": list(batches),
+            "topk_threads_N": list(BATCHES),
             "k": TOPK,
             "topk_threads": thread_rows,
             "loadavg_at_end": load,

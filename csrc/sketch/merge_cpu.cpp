@@ -91,6 +91,7 @@ TableLists invert_table_cpu(const int32_t* table, int64_t p, int64_t r, int64_t 
 // (value, id) order whatever the visiting order.
 constexpr int64_t kCutoffDiv = 64;    // pass 1 visits about R / kCutoffDiv of the classes
 constexpr int64_t kSampleSize = 512;  // cutoff sample per table: a strided subset of the B values
+constexpr int64_t kRowsAhead = 8;     // table rows prefetched ahead in the first pass
 
 // Per-table cutoffs of one source row; false when the row holds a NaN.
 template <typename scalar_t, typename acc_t>
@@ -130,7 +131,11 @@ void topk_row_threshold(const scalar_t* src, int64_t table_stride, const int32_t
     const scalar_t* row = src + j * table_stride;
     for (int64_t b = 0; b < nb; ++b) {
       if (!(static_cast<acc_t>(row[b]) >= cut[j])) continue;
-      for (int64_t e = inv.offsets[j * nb + b]; e < inv.offsets[j * nb + b + 1]; ++e) {
+      const int64_t e0 = inv.offsets[j * nb + b], e1 = inv.offsets[j * nb + b + 1];
+      // a bucket's classes are scattered over the table: fetch their rows kRowsAhead ahead
+      for (int64_t e = e0; e < std::min(e1, e0 + kRowsAhead); ++e) __builtin_prefetch(table + inv.members[e] * r);
+      for (int64_t e = e0; e < e1; ++e) {
+        if (e + kRowsAhead < e1) __builtin_prefetch(table + inv.members[e + kRowsAhead] * r);
         const int64_t l = inv.members[e];
         const int32_t* trow = table + l * r;
         if (j > 0 && visited_before<scalar_t, acc_t>(src, table_stride, trow, cut, j)) continue;
