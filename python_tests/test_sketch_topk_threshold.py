@@ -121,3 +121,14 @@ def test_thread_count_does_not_change_results():
     two = with_threads(2, lambda: fedkernels.bucket_merge_topk(logp, table, 5))
     assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])
     check(logp, table, 5)
+
+
+def test_first_pass_stop_is_strict_when_rounding_ties():
+    # bfloat16, R = 2, B = 4 (the cutoffs are the row maxima): mean(c) = (1 + 2^-8) / 2 rounds to 0.5, and
+    # class 0, which the first pass does not visit (1 - 2^-8 < 1, 2^-9 < 2^-8), also rounds to 0.5: it ties
+    # the visited class 1 (1.0 and 0.0) and must win on its smaller id, so the pass may stop only strictly above
+    logp = torch.tensor([[[1.0, 1 - 2**-8, -10.0, -10.0]], [[2**-8, 2**-9, 0.0, -10.0]]], dtype=torch.bfloat16)
+    table = torch.tensor([[1, 1], [0, 2]], dtype=torch.int32)
+    values, indices = fedkernels.bucket_merge_topk(logp, table, 1)
+    assert indices.tolist() == [[0]] and values.tolist() == [[0.5]]
+    check(logp, table, 1)
