@@ -42,6 +42,7 @@ SETTINGS = {
     "bibtex": {"num_tables": 4, "num_buckets": 20, "num_frequent": 16, "rounds": 10},
 }
 
+# the per-run table columns (stored in the JSON as "columns": bench/fl_report.py prints those)
 COLUMNS = [
     "dataset",
     "algorithm",
@@ -210,6 +211,7 @@ def main() -> None:
             "seconds": time.perf_counter() - t0,
             "loadavg_at_end": os.getloadavg(),
             "note": "shared 2-core machine; compare rows within this run",
+            "columns": COLUMNS,  # bench/fl_report.py prints these
         },
         path=out,
     )

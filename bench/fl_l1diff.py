@@ -84,6 +84,7 @@ def main() -> None:
         m = s.history[-1].metrics
         ups = sum(len(r.clients) - len(r.failed) for r in s.history)
         up_bytes = sum(r.bytes_up for r in s.history)
+        down_bytes = sum(r.bytes_down for r in s.history)
         n_params = sum(t[0].numel() if k.startswith("personal.") else t.numel() for k, t in s.state.items())
         rows.append(
             {
@@ -96,6 +97,8 @@ def main() -> None:
                 "KiB per update": up_bytes / ups / 1024,
                 "bits/param": 8 * up_bytes / ups / n_params,
                 "dense f32 KiB": 4 * n_params / 1024,
+                "MB_up": up_bytes / 1e6,
+                "MB_down": down_bytes / 1e6,
                 "seconds": time.perf_counter() - t0,
             }
         )

@@ -71,23 +71,9 @@ def fedmlh() -> str:
     d = load("fl_fedmlh.json")
     if d is None:
         return "(no fl_fedmlh.json)"
-    cols = [
-        "P@1",
-        "P@3",
-        "P@5",
-        "PSP@1",
-        "PSP@5",
-        "P@1_freq",
-        "P@1_infreq",
-        "P@5_freq",
-        "P@5_infreq",
-        "best P@1",
-        "rounds to best",
-        "MB to best",
-        "MB to target",
-        "model MB",
-        "s",
-    ]
+    if "columns" not in d:
+        return "(fl_fedmlh.json has no 'columns': it predates them; rerun bench/fl_fedmlh.py)"
+    cols = [c for c in d["columns"] if c not in ("dataset", "algorithm")]
     out = []
     for ds in dict.fromkeys(r["dataset"] for r in d["rows"]):
         rows = [[r.get("seed", 0), r["algorithm"], *(r.get(c) for c in cols)] for r in d["rows"] if r["dataset"] == ds]

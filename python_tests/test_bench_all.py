@@ -16,7 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 QUICK_OUT = ROOT / "build" / "bench-results"
-READERS = {"common", "fl_report"}  # common defines the paths; fl_report only reads bench/results
+READERS = {"common", "fl_report", "fl_plots"}  # common defines the paths; these two read bench/results
+# (fl_plots writes its PNGs only beside its --out)
 
 
 def _load(name: str, path: Path):
@@ -114,3 +115,29 @@ def test_default_output_paths_avoid_bench_results(tmp_path, monkeypatch):
     monkeypatch.setattr(common, "QUICK_RESULTS", tmp_path)
     path = common.write_results("x", [{"a": 1}])
     assert path == tmp_path / "x.json" and path.is_file()
+
+
+def _columns_of(script: str) -> list[str]:
+    """The ``COLUMNS`` list a bench script defines, read from its code (no import: it needs torch)."""
+    for node in ast.parse((BENCH / f"{script}.py").read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "COLUMNS" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{script}.py defines no COLUMNS")
+
+
+def test_fl_report_prints_the_columns_fl_fedmlh_wrote(tmp_path, monkeypatch):
+    """fl_fedmlh.py writes its column list into its JSON; fl_report.py takes it from there (one list)."""
+    import json
+
+    columns = _columns_of("fl_fedmlh")
+    committed = json.loads((BENCH / "results" / "fl_fedmlh.json").read_text())
+    assert committed["columns"] == columns
+    report = _load("fk_fl_report", BENCH / "fl_report.py")
+    header = next(line for line in report.fedmlh().splitlines() if line.startswith("| seed | algorithm |"))
+    assert header == "| " + " | ".join(["seed", "algorithm", *columns[2:]]) + " |"
+    # a JSON with another list prints that list; one without says to rerun
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    (tmp_path / "fl_fedmlh.json").write_text(json.dumps({**committed, "columns": ["dataset", "algorithm", "P@1"]}))
+    assert "| seed | algorithm | P@1 |" in report.fedmlh()
+    (tmp_path / "fl_fedmlh.json").write_text(json.dumps({k: v for k, v in committed.items() if k != "columns"}))
+    assert "rerun bench/fl_fedmlh.py" in report.fedmlh()

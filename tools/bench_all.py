@@ -34,6 +34,7 @@ QUICK: dict[str, list[str]] = {
     "fl_fedmlh": ["--quick"],
     "fl_l1diff": ["--quick"],
     "fl_partial": ["--quick"],
+    "fl_plots": ["--quick"],
     "fl_sampled": ["--quick"],
     "fl_xc_scale": ["--quick"],
     "flower_load": ["--quick"],

@@ -127,6 +127,8 @@ def build_config(args: argparse.Namespace):
         merged["ks"] = args.ks
     if args.checkpoint is not None:
         merged["checkpoint"] = args.checkpoint
+    if args.sparse is not None:
+        merged["sparse"] = args.sparse
     if args.resume:
         merged["resume"] = True
         merged.setdefault("checkpoint", str(Path(merged.get("output", ExperimentConfig.output)) / "checkpoints"))
@@ -435,6 +437,13 @@ def parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--ks", nargs="+", type=int, help="the k of P@k (default: 1 3 5)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r.add_argument(
+        "--sparse",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep a file dataset's features sparse (torch.sparse_csr) from file to model; "
+        "memory grows with the nonzeros, not N x F (default: dense; the synthetic default is always dense)",
+    )
     r.add_argument(
         "--checkpoint",
         default=None,

@@ -70,6 +70,9 @@ class ExperimentConfig:
     # Bibtex need the raw bag of words (unit rows shrink the first layer's steps ~68x: P@1 0.175
     # against 0.309 after 60 rounds, docs/api/fl.md "Reproducing the papers").
     l2_normalize: bool = True
+    # keep a file dataset's features as torch.sparse_csr from file to model (partition, local
+    # training, evaluation): memory ~ nonzeros, not N x F. The synthetic default is always dense.
+    sparse: bool = False
     test_fraction: float = 0.2
     partition: str = "fedmlh"
     num_frequent: int | None = None  # FedMLH split and freq/infreq metrics; default: 10% of classes
@@ -112,6 +115,8 @@ class ExperimentConfig:
             raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
         if not isinstance(self.l2_normalize, bool):
             raise ValueError(f"l2_normalize must be true or false, got {self.l2_normalize!r}")
+        if not isinstance(self.sparse, bool):
+            raise ValueError(f"sparse must be true or false, got {self.sparse!r}")
         if not 0 < self.test_fraction < 1:
             raise ValueError(f"test_fraction must lie in (0, 1), got {self.test_fraction!r}")
         if not self.beta > 0:
@@ -221,6 +226,7 @@ def prepare_data(cfg: ExperimentConfig) -> PreparedData:
             feature_dim=cfg.feature_dim,
             test_fraction=cfg.test_fraction,
             l2_normalize=cfg.l2_normalize,
+            sparse=cfg.sparse,
             **cfg.synthetic,
         )
     except ValueError as e:
@@ -229,7 +235,12 @@ def prepare_data(cfg: ExperimentConfig) -> PreparedData:
             raise
         print(f"note: {e}; hashing the features to {dim} columns (set --feature-dim to choose)", flush=True)
         ds = load_dataset(
-            cfg.dataset, seed=cfg.seed, feature_dim=dim, test_fraction=cfg.test_fraction, l2_normalize=cfg.l2_normalize
+            cfg.dataset,
+            seed=cfg.seed,
+            feature_dim=dim,
+            test_fraction=cfg.test_fraction,
+            l2_normalize=cfg.l2_normalize,
+            sparse=cfg.sparse,
         )
         ds.notes["feature_dim"] = f"{dim} (hashed automatically: too many features to keep dense)"
     tr, p = ds.train, ds.num_classes
