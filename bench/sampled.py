@@ -2,13 +2,18 @@
 
     PYTHONPATH=src python bench/sampled.py [--device cpu|cuda] [--quick] [--out PATH]
 
-- linear_cross_entropy vs ``F.cross_entropy(h @ W.T + bias, target)``: N = 4096, d = 256,
-  s in {1024, 16384, 131072}, float32; forward (no grad) and forward + backward; time ratio and peak
-  extra memory of each.
+- linear_cross_entropy vs ``F.cross_entropy(h @ W.T + bias, target)`` (eager), ``torch.compile`` of it,
+  and cut-cross-entropy's ``linear_cross_entropy(impl="torch_compile")`` (its only CPU path; it has no
+  bias argument, so it runs in the no-bias rows only): N in {2048, 4096}, d = 256, s in {16384, 65536,
+  131072} (``--lce-sizes``), float32, with and without bias; forward (no grad) and forward + backward;
+  minimum of 5 alternated calls at 1 and 2 threads (``vs_X`` = X's time / ours, > 1: ours faster;
+  ``*_thread_speedup`` = 1-thread / 2-thread time), and peak extra memory of each.
 - scatter_rows_mean vs an ``index_add_``-based weighted mean, d = 256, n in {4096, 16384, 131072}
   output rows and T in {16384, 65536} sources: time ratio, and achieved bandwidth (bytes it must
   read and write: T * (4 d + 8 + 4) + rows_written * 4 d) against the copy bandwidth measured just
-  before and just after it (the faster of the two).
+  before and just after it (the faster of the two). Peers (``scatter_peers``): ``index_reduce_`` mean
+  and torch-scatter's ``scatter_mean`` (unweighted: timed against ours with weights 1), and
+  ``torch.compile`` of the index_add_ composition; ours' 1-to-2-thread speed-up.
 
 The linear_cross_entropy part runs in a child process with MALLOC_MMAP_THRESHOLD_=65536 so that
 peak memory can be read from the resident set; scatter_rows_mean is timed with glibc's defaults.
@@ -41,67 +46,102 @@ from common import (
     timeit,
     write_results,
 )
+from peers import alternating_min, compiled_peer, optional_peer, thread_scaling
 
 import fedkernels
 
 
-def lce_rows(device: str, sizes: list[int], n: int = 4096, d: int = 256) -> list[dict]:
+def _lce_contenders(h, W, b, t, mode: str, with_bias: bool) -> tuple[dict, dict]:
+    """The callables to time for one (mode, bias) case, and why any peer is missing."""
+    leaves = [x.clone().requires_grad_() for x in (h, W, b)]
+    bias = b if with_bias else None
+
+    def eager(h, W, t, b=None):
+        return F.cross_entropy(h @ W.T + b if b is not None else h @ W.T, t)
+
+    def ours(h, W, t, b=None):
+        return fedkernels.linear_cross_entropy(h, W, t, b)
+
+    fns: dict = {"ours": ours, "eager": eager}
+    missing: dict = {}
+    args = (h, W, t) + ((bias,) if with_bias else ())
+    with torch.no_grad() if mode == "fwd" else torch.enable_grad():
+        compiled, why = compiled_peer(eager, *((*leaves[:2], t, leaves[2]) if with_bias else (*leaves[:2], t)))
+    if compiled is None:
+        missing["compiled"] = why
+    else:
+        fns["compiled"] = compiled
+    cce_mod, cce_why = optional_peer("cut_cross_entropy")
+    if cce_mod is None:
+        missing["cce"] = cce_why
+    elif with_bias:
+        missing["cce"] = "cut-cross-entropy 25.1.1 linear_cross_entropy has no bias argument"
+    else:
+        fns["cce"] = lambda h, W, t, b=None: cce_mod.linear_cross_entropy(h, W, t, impl="torch_compile")
+
+    def run(fn):
+        if mode == "fwd":
+
+            def call():
+                with torch.no_grad():
+                    return fn(*args)
+
+        else:
+
+            def call():
+                for x in leaves:
+                    x.grad = None
+                fn(leaves[0], leaves[1], t, leaves[2] if with_bias else None).backward()
+                return [x.grad for x in leaves]
+
+        return call
+
+    return {name: run(fn) for name, fn in fns.items()}, missing
+
+
+def lce_rows(
+    device: str, configs: list[tuple[int, int]], d: int = 256, threads: tuple[int, ...] = (1, 2)
+) -> list[dict]:
+    """Ours vs eager, torch.compile and cut-cross-entropy: alternating minima at each thread count, peak memory."""
     rows = []
-    for s in sizes:
-        g = torch.Generator().manual_seed(s)
+    for n, s in configs:
+        g = torch.Generator().manual_seed(s + n)
         h = torch.randn(n, d, generator=g).to(device) / d**0.5
         W = torch.randn(s, d, generator=g).to(device)
         b = torch.randn(s, generator=g).to(device)
         t = torch.randint(0, s, (n,), generator=g).to(device)
-        leaves = [x.clone().requires_grad_() for x in (h, W, b)]
-
-        def ours_fwd(h=h, W=W, t=t, b=b):
-            with torch.no_grad():
-                return fedkernels.linear_cross_entropy(h, W, t, b)
-
-        def torch_fwd(h=h, W=W, b=b, t=t):
-            with torch.no_grad():
-                return F.cross_entropy(h @ W.T + b, t)
-
-        def ours_fwd_bwd(leaves=leaves, t=t):
-            for x in leaves:
-                x.grad = None
-            loss = fedkernels.linear_cross_entropy(*leaves[:2], t, leaves[2])
-            loss.backward()
-            return [x.grad for x in leaves]
-
-        def torch_fwd_bwd(leaves=leaves, t=t):
-            for x in leaves:
-                x.grad = None
-            loss = F.cross_entropy(leaves[0] @ leaves[1].T + leaves[2], t)
-            loss.backward()
-            return [x.grad for x in leaves]
-
-        # s = 131072 takes minutes per call on the shared 2-core machine: one timed call each there
-        big = s >= 100_000
-        reps = dict(warmup=0, repeat=1, min_time=0.0) if big else dict(warmup=1, repeat=3, min_time=0.0)
-        torch.testing.assert_close(ours_fwd(), torch_fwd(), rtol=1e-4, atol=1e-4)  # same answer first
-        for mode, ours, ref in (("fwd", ours_fwd, torch_fwd), ("fwd+bwd", ours_fwd_bwd, torch_fwd_bwd)):
-            t_ours = timeit(ours, device, **reps)
-            t_ref = timeit(ref, device, **reps)
-            m_ours = peak_extra_bytes(ours, device)
-            m_ref = peak_extra_bytes(ref, device)
-            rows.append(
-                {
-                    "op": "linear_cross_entropy",
-                    "mode": mode,
-                    "N": n,
-                    "d": d,
-                    "s": s,
-                    "fedkernels_ms": t_ours * 1e3,
-                    "torch_ms": t_ref * 1e3,
-                    "speedup": t_ref / t_ours,
-                    "fedkernels_peak_MiB": mib(m_ours),
-                    "torch_peak_MiB": mib(m_ref),
-                    "peak_ratio": m_ours / max(m_ref, 1),
-                }
+        with torch.no_grad():  # same answer first
+            torch.testing.assert_close(
+                fedkernels.linear_cross_entropy(h, W, t, b), F.cross_entropy(h @ W.T + b, t), rtol=1e-4, atol=1e-4
             )
-            print(rows[-1], flush=True)
+        for with_bias in (True, False):
+            for mode in ("fwd", "fwd+bwd"):
+                calls, missing = _lce_contenders(h, W, b, t, mode, with_bias)
+                best: dict[int, dict[str, float]] = {}
+                before = torch.get_num_threads()
+                try:
+                    for nt in threads:
+                        torch.set_num_threads(nt)
+                        best[nt] = alternating_min(calls, repeat=5)
+                finally:
+                    torch.set_num_threads(before)
+                peak = {name: peak_extra_bytes(fn, device) for name, fn in calls.items()}
+                for nt in threads:
+                    row = {"op": "linear_cross_entropy", "mode": mode, "bias": with_bias, "N": n, "d": d, "s": s}
+                    row["threads"] = nt
+                    for name in ("ours", "eager", "compiled", "cce"):
+                        if name in best[nt]:
+                            row[f"{name}_ms"] = best[nt][name] * 1e3
+                            row[f"{name}_peak_MiB"] = mib(peak[name])
+                            row[f"{name}_thread_speedup"] = best[threads[0]][name] / best[threads[-1]][name]
+                            if name != "ours":
+                                row[f"vs_{name}"] = best[nt][name] / best[nt]["ours"]  # > 1: ours faster
+                        else:
+                            row[f"{name}_ms"] = None
+                            row[f"{name}_missing"] = missing[name]
+                    row["peak_ratio_vs_eager"] = peak["ours"] / max(peak["eager"], 1)
+                    rows.append(row)
+                    print(row, flush=True)
     return rows
 
 
@@ -110,6 +150,77 @@ def copy_bandwidth_now(device: str, nbytes: int = 1 << 28) -> float:
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
     return 2 * nbytes / timeit(lambda: dst.copy_(src), device, repeat=9) / 1e9
+
+
+def scatter_peers(out, idx, src, w, n: int, device: str) -> dict:
+    """Peers of scatter_rows_mean, alternated with ours in one loop (minimum of 5 each).
+
+    - index_reduce_(0, idx, src, "mean", include_self=False) is an unweighted mean: it is timed, and
+      checked bit for bit, against ours with all weights 1 (the same mean).
+    - torch_scatter.scatter_mean (unweighted too, if it imports) plus the copy of the touched rows
+      into out, on the same weight-1 case.
+    - torch.compile of the weighted index_add_ composition, against ours on the weighted case.
+    Also ours' speed-up from 1 to 2 threads (bench/peers.py thread_scaling).
+    """
+    ones = torch.ones_like(w)
+    touched = torch.unique(idx)
+    res: dict = {}
+
+    def ours_w(w=w):
+        return fedkernels.scatter_rows_mean(out, idx, src, w)
+
+    def ours_1():
+        return fedkernels.scatter_rows_mean(out, idx, src, ones)
+
+    def index_reduce():
+        return out.index_reduce_(0, idx, src, "mean", include_self=False)
+
+    def composition(out, idx, src, w):
+        num = torch.zeros_like(out).index_add_(0, idx, src * w[:, None])
+        den = torch.zeros(out.shape[0], device=out.device, dtype=out.dtype).index_add_(0, idx, w)
+        safe = torch.where(den > 0, den, torch.ones_like(den))
+        return torch.where((den > 0)[:, None], num / safe[:, None], out)
+
+    base = out.clone()
+    a = ours_1().clone()
+    out.copy_(base)
+    bitequal = torch.equal(a, index_reduce())
+    out.copy_(base)
+    res["index_reduce_bitequal_w1"] = bitequal
+    calls = {"ours_w1": ours_1, "index_reduce": index_reduce, "ours": ours_w}
+    ts, why = optional_peer("torch_scatter")
+    if ts is None:
+        res["torch_scatter_missing"] = why
+    else:
+
+        def scatter_mean():
+            m = ts.scatter_mean(src, idx, dim=0, dim_size=n)
+            out[touched] = m[touched]
+            return out
+
+        torch.testing.assert_close(scatter_mean().clone(), a)
+        out.copy_(base)
+        calls["torch_scatter"] = scatter_mean
+    compiled, cwhy = compiled_peer(composition, out, idx, src, w)
+    if compiled is None:
+        res["compiled_missing"] = cwhy
+    else:
+        torch.testing.assert_close(compiled(base, idx, src, w), ours_w().clone())
+        calls["compiled"] = lambda: compiled(out, idx, src, w)
+    best = alternating_min(calls, repeat=5)
+    res["ours_w1_ms"] = best["ours_w1"] * 1e3
+    res["index_reduce_ms"] = best["index_reduce"] * 1e3
+    res["vs_index_reduce"] = best["index_reduce"] / best["ours_w1"]
+    if "torch_scatter" in best:
+        res["torch_scatter_ms"] = best["torch_scatter"] * 1e3
+        res["vs_torch_scatter"] = best["torch_scatter"] / best["ours_w1"]
+    if "compiled" in best:
+        res["compiled_ms"] = best["compiled"] * 1e3
+        res["vs_compiled"] = best["compiled"] / best["ours"]
+    scaling = thread_scaling(ours_w)
+    res["thread_speedup"] = scaling["speedup"]
+    out.copy_(base)
+    return res
 
 
 def scatter_rows(device: str, configs: list[tuple[int, int]], d: int = 256) -> list[dict]:
@@ -137,6 +248,7 @@ def scatter_rows(device: str, configs: list[tuple[int, int]], d: int = 256) -> l
         torch.testing.assert_close(ours().clone(), want)  # same answer first
         t_ours = timeit(ours, device)
         t_ref = timeit(composition, device)
+        peers = scatter_peers(out, idx, src, w, n, device) if device == "cpu" else {}
         # what must move: every source row and its id and weight read, every named output row written
         # The VM's copy speed jumps between about 40 and 75 GB/s: measure it on both sides of the
         # timing and compare against the faster one (the stricter fraction).
@@ -157,6 +269,7 @@ def scatter_rows(device: str, configs: list[tuple[int, int]], d: int = 256) -> l
                 "frac_of_copy": nbytes / t_ours / 1e9 / bw,
                 "fedkernels_peak_MiB": mib(peak_extra_bytes(ours, device)),
                 "torch_peak_MiB": mib(peak_extra_bytes(composition, device)),
+                **peers,
             }
         )
         print(rows[-1], flush=True)
@@ -167,7 +280,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes only (a smoke run, not the issue's table)")
     ap.add_argument("--parts", default="lce,scatter", help="which parts to (re)run; others keep their saved rows")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads for both sides (0: torch's default)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads for the scatter part (0: torch's default)")
+    ap.add_argument(
+        "--lce-sizes",
+        default="",
+        help="linear_cross_entropy (N x s) list, e.g. 2048x16384,2048x65536 (default: the issue's N in {2048, 4096}, "
+        "s in {16384, 65536, 131072}); each is timed at 1 and 2 threads",
+    )
     add_device_arguments(ap)
     args = ap.parse_args()
     args.device = check_device_arguments(ap, args)
@@ -190,12 +309,15 @@ def main() -> None:
         if not parts:
             return
     load_start = os.getloadavg()  # the machine may be shared: say how busy it was
-    sizes = [1024, 16384] if args.quick else [1024, 16384, 131072]
+    if args.lce_sizes:
+        lce_configs = [tuple(int(v) for v in item.split("x")) for item in args.lce_sizes.split(",")]
+    else:
+        lce_configs = [(256, 1024)] if args.quick else [(n, s) for n in (2048, 4096) for s in (16384, 65536, 131072)]
     # (n output rows, T sources): the issue's N = 4096 rows, and wider matrices where most rows get one source
     configs = [(4096, 16384)] if args.quick else [(4096, 16384), (4096, 65536), (16384, 16384), (131072, 65536)]
     saved = json.loads(out.read_text())["rows"] if out.exists() else []
     keep = {"lce": "linear_cross_entropy", "scatter": "scatter_rows_mean"}
-    lce = lce_rows(args.device, sizes) if "lce" in parts else [r for r in saved if r["op"] == keep["lce"]]
+    lce = lce_rows(args.device, lce_configs) if "lce" in parts else [r for r in saved if r["op"] == keep["lce"]]
     sc = scatter_rows(args.device, configs) if "scatter" in parts else [r for r in saved if r["op"] == keep["scatter"]]
     extra = {
         "copy_bandwidth_gbs": copy_bandwidth_gbs(args.device),
@@ -214,20 +336,40 @@ def main() -> None:
             lce,
             [
                 "mode",
+                "bias",
+                "N",
                 "s",
-                "fedkernels_ms",
-                "torch_ms",
-                "speedup",
-                "fedkernels_peak_MiB",
-                "torch_peak_MiB",
-                "peak_ratio",
+                "threads",
+                "ours_ms",
+                "vs_eager",
+                "vs_compiled",
+                "vs_cce",
+                "ours_thread_speedup",
+                "compiled_thread_speedup",
+                "ours_peak_MiB",
+                "eager_peak_MiB",
+                "peak_ratio_vs_eager",
             ],
         )
     )
     print()
     print(
         markdown_table(
-            sc, ["n", "T", "rows_written", "fedkernels_ms", "torch_ms", "speedup", "GB/s", "copy_GB/s", "frac_of_copy"]
+            sc,
+            [
+                "n",
+                "T",
+                "rows_written",
+                "fedkernels_ms",
+                "torch_ms",
+                "speedup",
+                "vs_index_reduce",
+                "vs_torch_scatter",
+                "vs_compiled",
+                "thread_speedup",
+                "GB/s",
+                "frac_of_copy",
+            ],
         )
     )
     print(f"\nload average (1, 5, 15 min) at start {load_start}, at end {os.getloadavg()}")

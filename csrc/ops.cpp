@@ -38,6 +38,10 @@ TORCH_LIBRARY(fedkernels, m) {
   m.def(
       "linear_cross_entropy_backward(Tensor h, Tensor W, Tensor target, Tensor? bias, Tensor lse, "
       "Tensor grad_loss, Tensor grad_lse, float scale, int ignore_index, int chunk_size) -> (Tensor, Tensor, Tensor)");
+  // The reduced loss, lse, and the gradients for an upstream gradient of 1 (the CPU autograd path).
+  m.def(
+      "linear_cross_entropy_fused(Tensor h, Tensor W, Tensor target, Tensor? bias, float scale, int ignore_index, "
+      "str reduction, int chunk_size) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   // In place on out; returns nothing (an aliased return cannot be functionalised); the Python wrapper returns out.
   m.def("scatter_rows_mean(Tensor(a!) out, Tensor idx, Tensor src, Tensor weight) -> ()");
   // (sampled: schemas here)

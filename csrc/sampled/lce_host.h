@@ -36,6 +36,15 @@ struct LcePlan {
   int64_t group_begin(int64_t g) const { return g * num_chunks / num_groups; }
 };
 
+// Rows per tile of the CPU fused forward+backward: its logits block [rows, chunks * chunk] stays
+// within kLceFusedBytes (so peak memory stays O(chunk budget), not O(N * s)), between 16 and
+// kLceTileRows rows (fewer rows would starve the [chunk, rows] x [rows, d] gradient GEMMs).
+constexpr int64_t kLceFusedBytes = int64_t(32) << 20;
+inline int64_t lce_fused_tile_rows(const LcePlan& plan, int64_t s, int64_t elem_bytes) {
+  const int64_t row_bytes = std::max<int64_t>(1, plan.num_chunks * plan.chunk * elem_bytes);
+  return std::clamp<int64_t>(kLceFusedBytes / row_bytes, 16, kLceTileRows);
+}
+
 // h, W, bias detached (the tile ops are the kernel, not part of a graph), contiguous, in the
 // accumulation dtype; bias undefined when absent.
 struct LceInputs {

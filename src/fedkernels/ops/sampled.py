@@ -124,7 +124,10 @@ def linear_cross_entropy(
 
     Per sample ``loss_n = logsumexp_j(z_nj) - z_n,target`` (0 where ``target == ignore_index``),
     computed chunk by chunk of classes with an online log-sum-exp; the backward recomputes the
-    logit blocks, so peak extra memory is O(N * chunk + outputs), never O(N * s). float32, bfloat16
+    logit blocks, so peak extra memory is O(N * chunk + outputs), never O(N * s). On CPU, a reduced
+    loss (``"mean"``/``"sum"``, no ``return_lse``) that needs gradients takes a fused path instead:
+    the forward also computes the gradients (one logit GEMM instead of two) a tile of rows at a time
+    within a 32 MiB logits budget, and the backward only scales them. float32, bfloat16
     and float16 inputs accumulate in float32 (float64 in float64). Differentiable in h, W and bias.
     With ``W = W_full[cols]`` and ``bias = -log(m q)`` on the sampled negatives it is the
     sampled-softmax loss; with all classes it is the full softmax.
@@ -150,10 +153,75 @@ def linear_cross_entropy(
     """
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    if _takes_fused_path(h, W, bias, reduction, return_lse):
+        fused: torch.Tensor = _FusedLinearCrossEntropy.apply(  # type: ignore[no-untyped-call]
+            h, W, target, bias, float(scale), int(ignore_index), reduction, int(chunk_size)
+        )
+        return fused
     loss, lse = torch.ops.fedkernels.linear_cross_entropy(
         h, W, target, bias, float(scale), int(ignore_index), reduction, int(chunk_size)
     )
     return (loss, lse) if return_lse else loss
+
+
+def _takes_fused_path(
+    h: torch.Tensor, W: torch.Tensor, bias: torch.Tensor | None, reduction: str, return_lse: bool
+) -> bool:
+    """CPU, a reduced loss without lse, and some input that needs a gradient: forward and gradients in one op."""
+    if return_lse or reduction == "none" or not torch.is_grad_enabled():
+        return False
+    tensors = [t for t in (h, W, bias) if isinstance(t, torch.Tensor)]
+    if len(tensors) != 3 - (bias is None) or any(t.device.type != "cpu" for t in tensors):
+        return False  # not tensors (the op's checks name the argument) or not on CPU
+    return any(t.requires_grad for t in tensors)
+
+
+class _FusedLinearCrossEntropy(torch.autograd.Function):
+    """Reduced linear cross-entropy whose forward also computes the gradients for an upstream gradient of 1.
+
+    The backward scales them by the real upstream gradient (a scalar) and casts them to the input dtypes.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        h: torch.Tensor,
+        W: torch.Tensor,
+        target: torch.Tensor,
+        bias: torch.Tensor | None,
+        scale: float,
+        ignore_index: int,
+        reduction: str,
+        chunk_size: int,
+    ) -> torch.Tensor:
+        loss, _, grad_h, grad_W, grad_bias = torch.ops.fedkernels.linear_cross_entropy_fused(
+            h, W, target, bias, scale, ignore_index, reduction, chunk_size
+        )
+        ctx.save_for_backward(grad_h, grad_W, grad_bias)
+        ctx.dtypes = (h.dtype, W.dtype, None if bias is None else bias.dtype)
+        return loss
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_loss: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        h_dtype, W_dtype, b_dtype = ctx.dtypes
+        g = grad_loss.to(ctx.saved_tensors[0].dtype)
+
+        def scaled(grad: torch.Tensor, dtype: torch.dtype, needed: bool) -> torch.Tensor | None:
+            return (grad * g).to(dtype) if needed else None
+
+        grad_h, grad_W, grad_bias = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        return (
+            scaled(grad_h, h_dtype, need[0]),
+            scaled(grad_W, W_dtype, need[1]),
+            None,
+            scaled(grad_bias, b_dtype, need[3]) if b_dtype is not None else None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 def scatter_rows_mean(out: torch.Tensor, idx: torch.Tensor, src: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -242,6 +310,28 @@ def _lce_backward_fake(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grad_bias = torch.empty_like(bias) if bias is not None else h.new_empty((0,), dtype=_acc_dtype(h.dtype))
     return torch.empty_like(h), torch.empty_like(W), grad_bias
+
+
+@torch.library.register_fake("fedkernels::linear_cross_entropy_fused")
+def _lce_fused_fake(
+    h: torch.Tensor,
+    W: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None,
+    scale: float,
+    ignore_index: int,
+    reduction: str,
+    chunk_size: int,
+) -> tuple[torch.Tensor, ...]:
+    acc = _acc_dtype(h.dtype)
+    grad_bias = h.new_empty((W.shape[0] if bias is not None else 0,), dtype=acc)
+    return (
+        h.new_empty((), dtype=acc),
+        h.new_empty((h.shape[0],), dtype=acc),
+        h.new_empty(h.shape, dtype=acc),
+        W.new_empty(W.shape, dtype=acc),
+        grad_bias,
+    )
 
 
 @torch.library.register_fake("fedkernels::scatter_rows_mean")
