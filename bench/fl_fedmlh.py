@@ -177,6 +177,7 @@ def main() -> None:
         ap.set_defaults(datasets=["bibtex"], rounds=2, local_epochs=1)
         args = ap.parse_args()
     out = results_path("fl_fedmlh", out=args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)  # the plots are written beside it before the JSON
     torch.set_num_threads(args.threads)
     rows, full = [], {}
     old = out

@@ -4,6 +4,9 @@ Compares, in the same run:
 - prox_tv1d (exact, linear time) against an iterative dual projected-gradient (FISTA) solver in
   PyTorch, the composition a user would write without this library, and against Condat's C code
   as shipped by the PyPI package prox-tv (``tv1_1d(x, w, method='condat')``; optional, bench-only);
+- a lam sweep (0.01 .. 100 times the input's noise scale) on three signals (i.i.d. noise, random walk,
+  noisy piecewise constant), d = 1e6 (and 1e3, 1e7 in a full run), float64 and float32, against the
+  fastest of prox-tv's methods, calls alternated, with the max abs difference (lam_sweep_rows);
 - ns per element for d = 1e3 .. 1e7 on one thread (each call on a fresh row, see cycler), rows per
   second for batches on 1 and 2 threads (parallel efficiency), peak extra memory, achieved GB/s
   against measured copy bandwidth;
@@ -21,10 +24,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
+
+# Output buffers on transparent huge pages, as numpy (prox-tv's outputs) does for large arrays: with
+# torch's default 4 KiB pages an 80 MB output costs ~30 ms of page faults per call at d = 1e7
+# (measured: empty_like + fill 34 ms vs np.zeros + fill 5.5 ms), which would time the allocator, not
+# the solvers. Read by torch's CPU allocator, so it must be set before the first allocation.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import torch
 
@@ -162,6 +172,117 @@ def speed_rows(quick: bool, device: str = "cpu") -> list[dict]:
     return rows
 
 
+LAMS = [0.01, 0.1, 0.5, 1.0, 2.0, 100.0]
+PEER_METHODS = ("condat", "hybridtautstring")  # prox-tv's direct algorithm and its default method
+
+
+def signal(kind: str, d: int, g: torch.Generator) -> torch.Tensor:
+    """A float64 test row of length d whose sample-to-sample noise has standard deviation 1, so lam is
+    in units of that noise for every kind (the "input scale" of the sweep):
+
+    - ``randn``: i.i.d. N(0, 1), the signal of the d sweep above (many short segments at small lam);
+    - ``walk``: a random walk, cumsum of N(0, 1) (long drifting stretches: long rescans at large lam);
+    - ``pwc``: piecewise constant with a jump of N(0, 9) variance at each sample with probability 1e-3,
+      plus N(0, 1) noise (the denoising case TV is meant for).
+    """
+    x = torch.randn(d, generator=g, dtype=torch.float64)
+    if kind == "randn":
+        return x
+    if kind == "walk":
+        return x.cumsum(0)
+    jumps = torch.randn(d, generator=g, dtype=torch.float64) * (torch.rand(d, generator=g, dtype=torch.float64) < 1e-3)
+    return 3.0 * jumps.cumsum(0) + x
+
+
+def alternating_min_cpu(fns: dict, repeat: int) -> dict[str, float]:
+    """peers.alternating_min on thread CPU time: with one torch thread every contender runs inline, so
+    this leaves out the time slices other processes take on a shared machine (wall time keeps them)."""
+    for fn in fns.values():
+        fn()
+    best = {name: float("inf") for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.thread_time()
+            fn()
+            best[name] = min(best[name], time.thread_time() - t0)
+    return best
+
+
+def lam_sweep_rows(quick: bool) -> list[dict]:
+    """prox_tv1d against prox-tv over lam, signals, sizes and dtypes: one thread, calls alternated.
+
+    d = 1e7 runs the N(0, 1) signal in float64 only. The peer is the fastest of prox-tv's ``condat``
+    and ``hybridtautstring`` (its default) per row;
+    it always gets float64 data (its only dtype; converted outside the timed call), so float32 rows
+    compare our float32 solve with the peer's float64 one. Rows cycle through distinct inputs (see
+    cycler). The batched column times the same lam on [16, d / 16] at 1 and 2 threads: one row is
+    sequential (a taut string has no parallel split), only rows (or blockwise blocks) run in parallel.
+    ``peer/ours`` is from wall time, ``peer/ours cpu`` from thread CPU time (both alternated, minima).
+    """
+    from peers import alternating_min, optional_peer, thread_scaling
+
+    prox_tv, why = optional_peer("prox_tv")
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    sizes = [10**6] if quick else [10**3, 10**6, 10**7]
+    kinds = ["randn"] if quick else ["randn", "walk", "pwc"]
+    rows = []
+    for d in sizes:
+        g = torch.Generator().manual_seed(2)
+        for kind in kinds:
+            pool64 = [signal(kind, d, g) for _ in range(max(1, min(64, POOL // d)))]
+            if d >= 10**7 and kind != "randn":
+                continue  # d = 1e7: the N(0, 1) signal only (a 2-core shared machine's time budget)
+            for dtype in (torch.float64, torch.float32) if d < 10**7 else (torch.float64,):
+                pool = [r.to(dtype) for r in pool64]
+                nxt_ours, nxt_peer = cycler(pool), cycler([r.numpy() for r in pool64])
+                for lam in LAMS:
+                    fns = {"ours": lambda lam=lam, nxt=nxt_ours: fedkernels.prox_tv1d(nxt(), lam, False)}
+                    if prox_tv is not None:
+                        for m in PEER_METHODS:
+                            fns[m] = lambda lam=lam, m=m, nxt=nxt_peer: prox_tv.tv1_1d(nxt(), lam, method=m)
+                    repeat = 5 if d >= 10**7 else 7
+                    calls = 1 if d >= 10**5 else max(1, 10**5 // d)  # short rows: time a batch of calls
+
+                    def batched(f, calls=calls):
+                        return lambda: [f() for _ in range(calls)]
+
+                    t = alternating_min({k: batched(f) for k, f in fns.items()}, repeat=repeat)
+                    tc = alternating_min_cpu({k: batched(f) for k, f in fns.items()}, repeat=repeat)
+                    u = fedkernels.prox_tv1d(pool[0], lam, False)
+                    row = {
+                        "signal": kind,
+                        "d": d,
+                        "dtype": str(dtype).removeprefix("torch."),
+                        "lam": lam,
+                        "segments": int(torch.count_nonzero(u[1:] != u[:-1])) + 1,
+                        "ours ms": t["ours"] / calls * 1e3,
+                    }
+                    if prox_tv is None:
+                        row["peer"] = why
+                    else:
+                        best = min(PEER_METHODS, key=lambda m: t[m])
+                        ref = torch.from_numpy(prox_tv.tv1_1d(pool64[0].numpy(), lam, method=best))
+                        row |= {
+                            "condat ms": t["condat"] / calls * 1e3,
+                            "hybridtautstring ms": t["hybridtautstring"] / calls * 1e3,
+                            "peer": best,
+                            "peer/ours": t[best] / t["ours"],
+                            "peer/ours cpu": min(tc[m] for m in PEER_METHODS) / tc["ours"],
+                            "max |ours-peer|": float((u.double() - ref).abs().max()),
+                        }
+                    if d == 10**6 and kind == "randn":
+                        zb = pool[0].view(16, -1)
+                        sc = thread_scaling(lambda zb=zb, lam=lam: fedkernels.prox_tv1d(zb, lam, False))
+                        torch.set_num_threads(1)
+                        row["batched 16 rows 1->2 thr"] = sc["speedup"]
+                    row["torch.compile"] = "n/a: no torch composition of the sequential taut string"
+                    rows.append(row)
+                    print({k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    torch.set_num_threads(old)
+    return rows
+
+
 def batch_rows(quick: bool) -> list[dict]:
     rows = []
     old = torch.get_num_threads()
@@ -234,13 +355,22 @@ def main() -> None:
     device = common.check_device_arguments(ap, args)
     on_cpu = torch.device(device).type == "cpu"
     speed = speed_rows(args.quick, device)
+    sweep = lam_sweep_rows(args.quick) if on_cpu else []  # the peer (prox-tv) runs on the host
     batch = batch_rows(args.quick) if on_cpu else []  # thread scaling is a CPU question
     codec = codec_rows(args.quick) if on_cpu else []  # the codec runs on bytes on the host
     note = (
         "machine shared with other engineers' builds while measuring: absolute times are noisy; "
         "ratios were measured in the same run"
     )
-    extra = {"batches": batch, "codec": codec, "note": note}
+    extra = {
+        "lam_sweep": sweep,
+        "batches": batch,
+        "codec": codec,
+        "codec_compile": "n/a: the codec (encode_runs / decode_runs) is timed by no torch composition here, "
+        "only its sizes are measured, so there is nothing to torch.compile",
+        "note": note,
+        "load_average_at_end": list(os.getloadavg()),
+    }
     if not on_cpu:
         extra = {
             "copy_bandwidth_gbs": common.copy_bandwidth_gbs(device),
@@ -270,6 +400,10 @@ def main() -> None:
             ],
         )
     )
+    print()
+    sweep_cols = ["signal", "d", "dtype", "lam", "segments", "ours ms", "condat ms", "hybridtautstring ms"]
+    sweep_cols += ["peer", "peer/ours", "peer/ours cpu", "max |ours-peer|", "batched 16 rows 1->2 thr", "torch.compile"]
+    print(common.markdown_table(sweep, [c for c in sweep_cols if sweep and any(c in r for r in sweep)]))
     print()
     print(common.markdown_table(batch, list(batch[0].keys()) if batch else []))
     print()

@@ -1,5 +1,7 @@
 """Partial weight exchange microbenchmarks (issue 4): fused delta norms, top-k tensor selection and
-the server's masked weighted average, against the PyTorch a user would write, in the same run.
+the server's masked weighted average, against the PyTorch a user would write and torch.compile of
+it, in the same run (CPU: calls alternated, minimum of 7), with the op's 1 -> 2 thread speed-up and
+the copy bandwidth at 1 and 2 threads (the ceiling of that speed-up for these memory-bound ops).
 
 Models: the parameter shapes of ResNet-50 (161 tensors, 25.6M) and BERT-base (199 tensors, 109.5M).
 Run: ``PYTHONPATH=src python bench/select_norms.py`` (writes build/bench-results/select.json;
@@ -16,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import argparse
+import os
 
 import torch
 from common import (
@@ -29,11 +32,33 @@ from common import (
     timeit,
     write_results,
 )
+from peers import alternating_min, compiled_peer, thread_scaling
 from select_shapes import bert_base_shapes, resnet50_shapes
 
 import fedkernels
 
 MODELS = {"resnet50": resnet50_shapes, "bert-base": bert_base_shapes}
+
+
+def copy_scaling(device: str = "cpu", nbytes: int = 1 << 27) -> dict[str, float]:
+    """Copy bandwidth (GB/s, read + write) at 1 and 2 threads: the ceiling of a memory-bound op's
+    thread scaling (when 2 threads copy barely faster than 1, no streaming op can scale better)."""
+    src = torch.ones(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    sc = thread_scaling(lambda: dst.copy_(src))
+    return {"copy_gbs_1thr": 2 * nbytes / sc["t1_s"] / 1e9, "copy_gbs_2thr": 2 * nbytes / sc["t2_s"] / 1e9}
+
+
+def with_peers(methods: dict, peers: dict, args: tuple, skipped: dict[str, str]) -> dict:
+    """``methods`` plus each ``torch.compile`` peer that compiles (the reason goes to ``skipped`` if not)."""
+    out = dict(methods)
+    for name, fn in peers.items():
+        cfn, why = compiled_peer(fn, *args)
+        if cfn is None:
+            skipped[name] = why
+        else:
+            out[name] = lambda cfn=cfn: cfn(*args)
+    return out
 
 
 def make_pair(
@@ -73,12 +98,26 @@ def bench_norms(model: str, dtype: torch.dtype, rows: list[dict], copy_gbs: floa
     want = torch.stack([(a.double() - b.double()).norm() for a, b in zip(new, old, strict=True)])
     got = fedkernels.delta_norms(new, old).double()
     assert torch.allclose(got, want, rtol=1e-5, atol=0.0), "delta_norms disagrees with float64"
-    methods = {
+    base = {
         "fedkernels.delta_norms": lambda: fedkernels.delta_norms(new, old),
         "python loop": lambda: loop_norms(new, old),
         "_foreach_norm(_foreach_sub)": lambda: foreach_norms(new, old),
     }
-    times = {name: timeit(fn, device, repeat=5) for name, fn in methods.items()}
+    skipped: dict[str, str] = {}
+    compiled = {"torch.compile(foreach)": foreach_norms, "torch.compile(loop)": loop_norms} if device == "cpu" else {}
+    methods = with_peers(base, compiled, (new, old), skipped)
+    times = timed(methods, device)
+    scaling = thread_scaling(base["fedkernels.delta_norms"]) if device == "cpu" else None
+    for name, why in skipped.items():
+        rows.append(
+            {
+                "model": model,
+                "dtype": str(dtype).replace("torch.", ""),
+                "op": "delta_norms",
+                "method": name,
+                "note": why,
+            }
+        )
     for name, fn in methods.items():
         peak = peak_extra_bytes(fn, device)
         rows.append(
@@ -94,6 +133,7 @@ def bench_norms(model: str, dtype: torch.dtype, rows: list[dict], copy_gbs: floa
                 "pct_copy_bw": 100 * nbytes / times[name] / 1e9 / copy_gbs,
                 "peak_extra_mib": mib(peak),
                 "peak_extra_pct_model": 100 * peak / model_bytes,
+                **({"1->2 thr": scaling["speedup"]} if scaling and name == "fedkernels.delta_norms" else {}),
             }
         )
     topk = {
@@ -105,7 +145,7 @@ def bench_norms(model: str, dtype: torch.dtype, rows: list[dict], copy_gbs: floa
     k = fedkernels.num_selected(len(new), 0.1)
     want_idx = torch.sort(want, descending=True, stable=True)[1][:k]  # float64 ranking
     assert torch.equal(topk["fedkernels.select_topk_tensors"](), want_idx), "top-k disagrees with float64"
-    ttimes = {name: timeit(fn, device, repeat=5) for name, fn in topk.items()}
+    ttimes = timed(topk, device)
     for name in topk:
         rows.append(
             {
@@ -140,18 +180,28 @@ def bench_average(
     loop_average(ref, sent)
     fedkernels.masked_weighted_average(dst, sent)
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(dst, ref, strict=True)), "average disagrees"
-    methods = {
+    skipped: dict[str, str] = {}
+    base = {
         "fedkernels.masked_weighted_average": lambda: fedkernels.masked_weighted_average(dst, sent),
         "python loop": lambda: loop_average(ref, sent),
     }
-    times = {name: timeit(fn, device, repeat=5) for name, fn in methods.items()}
+    cref = [d.clone() for d in dst]
+    compiled = {"torch.compile(loop)": loop_average} if device == "cpu" else {}
+    methods = with_peers(base, compiled, (cref, sent), skipped)
+    if "torch.compile(loop)" in methods:
+        assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(cref, ref, strict=True))
+    times = timed(methods, device)
+    scaling = thread_scaling(base["fedkernels.masked_weighted_average"]) if device == "cpu" else None
+    op = f"masked_weighted_average ({clients} clients, p={fraction})"
+    for name, why in skipped.items():
+        rows.append({"model": model, "dtype": "float32", "op": op, "method": name, "note": why})
     for name, fn in methods.items():
         peak = peak_extra_bytes(fn, device)
         rows.append(
             {
                 "model": model,
                 "dtype": "float32",
-                "op": f"masked_weighted_average ({clients} clients, p={fraction})",
+                "op": op,
                 "method": name,
                 "tensors": len(shapes),
                 "time_ms": 1e3 * times[name],
@@ -159,8 +209,18 @@ def bench_average(
                 "gbs": nbytes / times[name] / 1e9,
                 "pct_copy_bw": 100 * nbytes / times[name] / 1e9 / copy_gbs,
                 "peak_extra_mib": mib(peak),
+                **(
+                    {"1->2 thr": scaling["speedup"]} if scaling and name == "fedkernels.masked_weighted_average" else {}
+                ),
             }
         )
+
+
+def timed(methods: dict, device: str) -> dict[str, float]:
+    """Seconds per call of each method: on the CPU calls alternated, minimum of 7 (peers.alternating_min)."""
+    if device != "cpu":
+        return {name: timeit(fn, device, repeat=5) for name, fn in methods.items()}
+    return alternating_min(methods, repeat=7)
 
 
 def main() -> int:
@@ -177,6 +237,7 @@ def main() -> int:
     models = args.models if args.models is not None else (["resnet50"] if args.quick else list(MODELS))
     name = "select-quick" if args.quick else "select"
     copy_gbs = copy_bandwidth_gbs(device)
+    copy_thr = copy_scaling(device) if device == "cpu" else {}
     rows: list[dict] = []
     for model in models:
         for dtype in args.dtypes:
@@ -190,12 +251,18 @@ def main() -> int:
     path = write_results(
         name,
         rows,
-        {"copy_bandwidth_gbs": copy_gbs, "note": note},
+        {
+            "copy_bandwidth_gbs": copy_gbs,
+            **copy_thr,
+            "note": note,
+            "load_average_at_end": list(os.getloadavg()),
+        },
         path=results_path(name, device, args.out, args.quick),
         device=device,
     )
     cols = ["model", "dtype", "op", "method", "time_ms", "fk_speedup", "gbs", "pct_copy_bw", "peak_extra_mib"]
-    print(f"copy bandwidth {copy_gbs:.1f} GB/s, threads {torch.get_num_threads()}\n")
+    cols += ["1->2 thr", "note"]
+    print(f"copy bandwidth {copy_gbs:.1f} GB/s, threads {torch.get_num_threads()}, {copy_thr}\n")
     print(markdown_table(rows, cols))
     print(f"\nwrote {path}")
     return 0
