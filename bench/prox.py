@@ -194,20 +194,6 @@ def signal(kind: str, d: int, g: torch.Generator) -> torch.Tensor:
     return 3.0 * jumps.cumsum(0) + x
 
 
-def alternating_min_cpu(fns: dict, repeat: int) -> dict[str, float]:
-    """peers.alternating_min on thread CPU time: with one torch thread every contender runs inline, so
-    this leaves out the time slices other processes take on a shared machine (wall time keeps them)."""
-    for fn in fns.values():
-        fn()
-    best = {name: float("inf") for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0 = time.thread_time()
-            fn()
-            best[name] = min(best[name], time.thread_time() - t0)
-    return best
-
-
 def lam_sweep_rows(quick: bool) -> list[dict]:
     """prox_tv1d against prox-tv over lam, signals, sizes and dtypes: one thread, calls alternated.
 
@@ -248,7 +234,7 @@ def lam_sweep_rows(quick: bool) -> list[dict]:
                         return lambda: [f() for _ in range(calls)]
 
                     t = alternating_min({k: batched(f) for k, f in fns.items()}, repeat=repeat)
-                    tc = alternating_min_cpu({k: batched(f) for k, f in fns.items()}, repeat=repeat)
+                    tc = alternating_min({k: batched(f) for k, f in fns.items()}, repeat=repeat, clock=time.thread_time)
                     u = fedkernels.prox_tv1d(pool[0], lam, False)
                     row = {
                         "signal": kind,
