@@ -257,11 +257,13 @@ FAKE_PAYLOADS = {
         {
             "op": "linear_cross_entropy",
             "mode": "fwd",
+            "bias": True,
             "N": 4096,
             "d": 256,
             "s": 1024,
-            "fedkernels_ms": 1.0,
-            "torch_ms": 1.5,
+            "threads": 1,
+            "ours_ms": 1.0,
+            "eager_ms": 1.5,
         },
         {
             "op": "scatter_rows_mean",
@@ -325,6 +327,7 @@ def test_bench_rows_from_fake_payloads():
     assert (sk["ours_ms"], sk["torch_ms"], sk["speedup"], sk["gbs"], sk["pct_copy"]) == (0.5, 2.0, 4.0, 1000.0, 50.0)
     lce, scatter = rows["sampled"]
     assert lce["op"] == "linear_cross_entropy fwd" and lce["gbs"] is None and lce["pct_copy"] is None
+    assert lce["speedup"] == 1.5 and "bias=True threads=1" in lce["config"]
     assert scatter["speedup"] == 10.0 and scatter["pct_copy"] == 100.0
     assert [(r["vs"], r["speedup"], r["gbs"]) for r in rows["select"]] == [
         ("python loop", 8.0, 1500.0),

@@ -137,10 +137,10 @@ def _sampled(rows: list[dict]) -> Iterable[Row]:
             yield _row(
                 "sampled",
                 f"linear_cross_entropy {r['mode']}",
-                f"N={r['N']} d={r['d']} s={r['s']}",
-                "F.cross_entropy(h @ W.T + b)",
-                r["fedkernels_ms"],
-                r["torch_ms"],
+                f"N={r['N']} d={r['d']} s={r['s']} bias={r['bias']} threads={r['threads']}",
+                "F.cross_entropy(h @ W.T + b)" if r["bias"] else "F.cross_entropy(h @ W.T)",
+                r["ours_ms"],
+                r["eager_ms"],
                 None,
             )
         else:
