@@ -66,7 +66,9 @@ def test_constant_scores_every_class_ties(seed, r, b, value):
     for k in (1, 7, p):
         values, indices = fedkernels.bucket_merge_topk(logp, table, k)
         assert torch.equal(indices, torch.arange(k).expand(2, k))
-        assert torch.equal(values, torch.full((2, k), value))
+        # all k values are the one merged score (the float32 mean of r copies of value, which need not be
+        # value itself: 3 * v / 3 can round), and equal the reference's
+        assert torch.equal(values, values[:, :1].expand(2, k))
         check(logp, table, k)
 
 
