@@ -141,3 +141,17 @@ def test_vector_exp_extremes_and_nan():
     want = torch.nn.functional.cross_entropy(h.double() @ W.double().T, target, reduction="none")
     torch.testing.assert_close(got[[0, 3]], want[[0, 3]].float())
     assert torch.isnan(got[1]) == torch.isnan(want[1]) and torch.isnan(got[2])
+
+
+def test_fused_op_opcheck_and_bad_input():
+    h, W, target, b = _inputs(6, 8, 10, seed=3)
+    for reduction in ("mean", "sum"):
+        args = (h, W, target, b, 1.5, -100, reduction, 4)
+        torch.library.opcheck(torch.ops.fedkernels.linear_cross_entropy_fused.default, args)
+    fused = torch.ops.fedkernels.linear_cross_entropy_fused
+    with pytest.raises(ValueError, match="reduction"):
+        fused(h, W, target, b, 1.0, -100, "none", 4)
+    with pytest.raises((ValueError, RuntimeError), match="target"):
+        fused(h, W, target[:-1], b, 1.0, -100, "mean", 4)
+    with pytest.raises(IndexError, match=r"target .* must lie in \[0, 10\)"):
+        fused(h, W, torch.full_like(target, 10), b, 1.0, -100, "mean", 4)
