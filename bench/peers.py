@@ -11,6 +11,7 @@ minimum of ``repeat`` (at least 5) per contender, so a slow minute of the shared
 from __future__ import annotations
 
 import importlib
+import os
 import time
 from collections.abc import Callable
 from types import ModuleType
@@ -39,8 +40,12 @@ def optional_peer(module: str) -> tuple[ModuleType | None, str]:
 def compiled_peer(fn: Callable[..., object], *args: object, **compile_kwargs: object) -> tuple[Callable | None, str]:
     """``torch.compile(fn)`` warmed up on ``args``: ``(compiled, "ok")`` or ``(None, why it failed)``.
 
-    The compile (and its autotuning) happens here, outside any timed region.
+    The compile (and its autotuning) happens here, outside any timed region. ``FK_BENCH_NO_COMPILE=1``
+    skips it (``(None, why)``): a short GPU check (``gpu_check.py --no-compile-peers``) cannot wait for
+    inductor's Triton compiles.
     """
+    if os.environ.get("FK_BENCH_NO_COMPILE") == "1":
+        return None, "torch.compile skipped: FK_BENCH_NO_COMPILE=1"
     try:
         cfn = torch.compile(fn, **compile_kwargs)  # type: ignore[arg-type]
         for _ in range(2):

@@ -469,3 +469,27 @@ def test_main_exits_1_on_a_failure(tmp_path, monkeypatch, tests_ok, bench_fails)
     assert rc == 1 and not rep["ok"]
     if bench_fails:
         assert rep["benches"]["select"]["status"] == "failed" and "bench failed" in rep["benches"]["select"]["tail"]
+
+
+def test_test_selection_picks_op_files_and_their_cuda_half():
+    """--tests all / ops / cuda: the whole suite, the op test files, or their cuda-parametrised tests."""
+    assert gpu_check.selected_tests("all") == ["python_tests"]
+    ops = gpu_check.selected_tests("ops")
+    assert "python_tests/test_sketch_merge.py" in ops and not any("test_fl_" in f for f in ops)
+    assert gpu_check.selected_tests("cuda") == ["-k", "cuda", *ops]
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(["--tests", "some"])
+    assert gpu_check.parse_args(["--tests", "cuda", "--no-compile-peers"]).no_compile_peers
+
+
+def test_no_compile_peers_skips_torch_compile(monkeypatch):
+    """FK_BENCH_NO_COMPILE=1 (gpu_check --no-compile-peers): no compile, and the peer says why."""
+    peers = _load("fk_bench_peers", ROOT / "bench" / "peers.py")
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(fn) or fn)
+    monkeypatch.setenv("FK_BENCH_NO_COMPILE", "1")
+    cfn, why = peers.compiled_peer(lambda x: x + 1, torch.ones(2))
+    assert cfn is None and "FK_BENCH_NO_COMPILE" in why and calls == []
+    monkeypatch.delenv("FK_BENCH_NO_COMPILE")
+    cfn, why = peers.compiled_peer(lambda x: x + 1, torch.ones(2))
+    assert why == "ok" and len(calls) == 1 and torch.equal(cfn(torch.ones(2)), torch.full((2,), 2.0))

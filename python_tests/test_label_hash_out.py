@@ -13,6 +13,14 @@ from fedkernels import HashFamily
 from python_tests.helpers import csr_from_lists
 from python_tests.reference import sketch_ref
 
+# torch < 2.13 cannot functionalize a custom op whose output aliases an input (no at::Tag::out; csrc/ops.cpp
+# registers the schema without it there), so opcheck and torch.compile of the out= form fail on it. The
+# package needs torch >= 2.13; gpu-check may meet an older CUDA torch on a GPU machine.
+needs_out_tag = pytest.mark.skipif(
+    tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13),
+    reason="torch < 2.13 cannot functionalize custom out= ops (no Tag.out)",
+)
+
 
 @st.composite
 def label_sets(draw):
@@ -158,6 +166,7 @@ def test_empty_batch_into_out():
     assert fedkernels.label_hash(indptr, indices, HashFamily(2, 8).table(5), 8, out=out) is out
 
 
+@needs_out_tag
 def test_opcheck_out_overload():
     indptr, indices, table, b = _args()
     torch.library.opcheck(
@@ -167,6 +176,7 @@ def test_opcheck_out_overload():
     )
 
 
+@needs_out_tag
 def test_compile_fullgraph_with_out():
     indptr, indices, table, b = _args()
 

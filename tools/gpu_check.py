@@ -1,6 +1,7 @@
 """`make gpu-check`: verify the CUDA kernels on this machine's NVIDIA GPU with one command.
 
     python3 tools/gpu_check.py [--venv .venv-cuda] [--out gpu-check/gpu-check.json] [--full] [--workers N]
+                               [--tests all|ops|cuda]
 
 1. Finds a GPU: nvidia-smi must list one, and torch in the venv must see it. Without one it prints
    why and exits 2 having done nothing (no venv, no build, no output folder).
@@ -11,7 +12,8 @@
    src/fedkernels/_C*.so of a development build is left alone.
 4. Measures the GPU's copy bandwidth (a 1 GiB ``copy_``).
 5. Runs ``pytest python_tests`` (every op test runs on cpu and on cuda where a GPU exists) with the
-   hypothesis profile 'ci'.
+   hypothesis profile 'ci'. ``--tests ops``: only the op test files (no federated loop, Flower, CLI,
+   docs); ``--tests cuda``: only the op tests whose id names cuda (the GPU half, when time is short).
 6. Runs every op benchmark (bench/sketch.py, sampled.py, select_norms.py, prox.py, spread.py) with
    ``--device cuda --quick`` (``--full``: the README's sizes), each op against its PyTorch composition.
 7. Writes one JSON (default gpu-check/gpu-check.json; logs and each benchmark's own JSON beside it,
@@ -37,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_check_report as report
+from emulate import op_test_files
 from gpu_probe import NEEDED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -223,13 +226,22 @@ def build(venv: Path, nvcc: Path, archs: str, out_dir: Path) -> dict:
     return {"ok": rc == 0, "arch_list": archs, "log": str(log), "registered": out.strip()[-2000:]}
 
 
-def run_tests(venv: Path, nvcc: Path, out_dir: Path, workers: int, timeout: float) -> dict:
-    """pytest python_tests with the 'ci' hypothesis profile; counts from its summary and junit XML."""
+def selected_tests(which: str) -> list[str]:
+    """pytest arguments for ``--tests``: all of python_tests, the op test files, or their cuda-parametrised tests."""
+    if which == "all":
+        return ["python_tests"]
+    files = op_test_files()  # tools/emulate.py: the op test files the emulator also runs
+    return files if which == "ops" else ["-k", "cuda", *files]
+
+
+def run_tests(venv: Path, nvcc: Path, out_dir: Path, workers: int, timeout: float, which: str = "all") -> dict:
+    """pytest python_tests (``which``: see selected_tests) with the 'ci' hypothesis profile; counts from its
+    summary and junit XML."""
     xml = out_dir / "pytest.xml"
     xml.unlink(missing_ok=True)
     cmd = [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"]
-    cmd += (["-n", str(workers)] if workers > 1 else []) + ["python_tests"]
-    print(f"== pytest python_tests on cpu and cuda ({workers} workers, log: {out_dir / 'pytest.log'})", flush=True)
+    cmd += (["-n", str(workers)] if workers > 1 else []) + selected_tests(which)
+    print(f"== pytest ({which}) on cpu and cuda ({workers} workers, log: {out_dir / 'pytest.log'})", flush=True)
     rc, out = run_logged(
         cmd, out_dir / "pytest.log", child_env(venv, nvcc, HYPOTHESIS_PROFILE="ci"), timeout, echo=True
     )
@@ -239,7 +251,14 @@ def run_tests(venv: Path, nvcc: Path, out_dir: Path, workers: int, timeout: floa
 
 
 def run_bench(
-    name: str, venv: Path, nvcc: Path, out_dir: Path, full: bool, timeout: float, copy_gbs: float | None
+    name: str,
+    venv: Path,
+    nvcc: Path,
+    out_dir: Path,
+    full: bool,
+    timeout: float,
+    copy_gbs: float | None,
+    compile_peers: bool = True,
 ) -> dict:
     """One benchmark on cuda: its status, its rows in gpu-check form, and where its JSON and log are."""
     bench_dir = out_dir / "bench"
@@ -249,7 +268,8 @@ def run_bench(
     cmd = [str(venv / "bin" / "python"), BENCHES[name], "--device", "cuda", "--out", str(js)]
     cmd += [] if full else ["--quick"]
     print(f"== bench {name} on cuda (log: {log})", flush=True)
-    rc, out = run_logged(cmd, log, child_env(venv, nvcc), timeout, echo=True)
+    env = child_env(venv, nvcc, **({} if compile_peers else {"FK_BENCH_NO_COMPILE": "1"}))
+    rc, out = run_logged(cmd, log, env, timeout, echo=True)
     entry: dict = {"status": "ok", "json": str(js), "log": str(log), "returncode": rc, "rows": []}
     if rc:
         entry.update(status="timeout" if rc == 124 else "failed", tail=out[-2000:])
@@ -273,6 +293,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="pytest-xdist workers (1: no xdist)",
     )
     ap.add_argument("--benches", default=",".join(BENCHES), help="comma-separated subset of " + ", ".join(BENCHES))
+    ap.add_argument(
+        "--tests",
+        choices=("all", "ops", "cuda"),
+        default="all",
+        help="all of python_tests; the op test files; or only their cuda-parametrised tests",
+    )
+    ap.add_argument(
+        "--no-compile-peers",
+        action="store_true",
+        help="skip the benchmarks' torch.compile peers (inductor's Triton compiles take minutes)",
+    )
     ap.add_argument("--bench-timeout", type=float, default=240.0, help="seconds per benchmark before it is killed")
     ap.add_argument("--test-timeout", type=float, default=1800.0, help="seconds for the test suite")
     args = ap.parse_args(argv)
@@ -356,12 +387,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== copy bandwidth {gpu['copy_bandwidth_gbs']} GB/s (1 GiB copy_ on the GPU)", flush=True)
         steps["copy_bandwidth"] = time.perf_counter() - t
         t = time.perf_counter()
-        tests = run_tests(args.venv, nvcc, out_dir, args.workers, args.test_timeout)
+        tests = run_tests(args.venv, nvcc, out_dir, args.workers, args.test_timeout, args.tests)
+        tests["selection"] = args.tests
         steps["tests"] = time.perf_counter() - t
         for name in args.benches:
             t = time.perf_counter()
             benches[name] = run_bench(
-                name, args.venv, nvcc, out_dir, args.full, args.bench_timeout, gpu["copy_bandwidth_gbs"]
+                name,
+                args.venv,
+                nvcc,
+                out_dir,
+                args.full,
+                args.bench_timeout,
+                gpu["copy_bandwidth_gbs"],
+                not args.no_compile_peers,
             )
             steps[f"bench {name}"] = time.perf_counter() - t
     result = report.assemble(gpu, built, tests, benches, steps, setup_s=setup_s)

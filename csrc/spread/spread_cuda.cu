@@ -23,6 +23,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <cstdlib>
 #include <limits>
@@ -53,6 +54,16 @@ constexpr int kMergeUnroll = 4;  // 4 x 32 keys per lane step, one warp vote
 // unless torch lets the matmul round its inputs (fp32_precision "tf32": 2^-11, "bf16": 2^-8) on the
 // backend that runs it (cuBLAS on a GPU; the CPU's under the emulator). A setting that cannot be read
 // is taken as the widest.
+// torch 2.13 added Float32Precision::DEFAULT ("inherit the generic setting"); older torch (gpu-check may
+// meet one on a GPU machine) has only NONE for that.
+bool is_default_precision(at::Float32Precision p) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+  return p == at::Float32Precision::DEFAULT;
+#else
+  return false;
+#endif
+}
+
 double gemm_unit_roundoff(const at::Tensor& W, bool is_double) {
   if (is_double) return 0x1p-53;
   const auto& ctx = at::globalContext();
@@ -60,7 +71,7 @@ double gemm_unit_roundoff(const at::Tensor& W, bool is_double) {
   try {
     p = ctx.float32Precision(W.is_cuda() ? at::Float32Backend::CUDA : at::Float32Backend::MKLDNN,
                              at::Float32Op::MATMUL);
-    if (p == at::Float32Precision::NONE || p == at::Float32Precision::DEFAULT)
+    if (p == at::Float32Precision::NONE || is_default_precision(p))
       p = ctx.float32Precision(at::Float32Backend::GENERIC, at::Float32Op::ALL);
   } catch (const c10::Error&) {
     return 0x1p-8;
