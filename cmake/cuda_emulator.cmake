@@ -42,6 +42,7 @@ endif()
 
 Python_add_library(_C_emu MODULE WITH_SOABI ${FK_EMU_GENERATED} ${FK_EMU_RUNTIME})
 add_dependencies(_C_emu fk_emu_headers)
+fk_check_cxx_runtime(_C_emu)
 # Stand-ins and rewritten headers first, so they win over torch's own ATen/cuda and c10/cuda headers.
 target_include_directories(_C_emu BEFORE PRIVATE "${FK_EMU_GEN}" csrc/emu/include)
 target_include_directories(_C_emu PRIVATE csrc ${TORCH_INCLUDE_DIRS})
