@@ -285,7 +285,7 @@ def main() -> None:
         "--lce-sizes",
         default="",
         help="linear_cross_entropy (N x s) list, e.g. 2048x16384,2048x65536 (default: the issue's N in {2048, 4096}, "
-        "s in {16384, 65536, 131072}); each is timed at 1 and 2 threads",
+        "s in {16384, 65536, 131072}); each is timed at 1 and 2 threads, and the saved rows of other pairs are kept",
     )
     add_device_arguments(ap)
     args = ap.parse_args()
@@ -317,7 +317,16 @@ def main() -> None:
     configs = [(4096, 16384)] if args.quick else [(4096, 16384), (4096, 65536), (16384, 16384), (131072, 65536)]
     saved = json.loads(out.read_text())["rows"] if out.exists() else []
     keep = {"lce": "linear_cross_entropy", "scatter": "scatter_rows_mean"}
-    lce = lce_rows(args.device, lce_configs) if "lce" in parts else [r for r in saved if r["op"] == keep["lce"]]
+    saved_lce = [r for r in saved if r["op"] == keep["lce"]]
+    if "lce" in parts:
+        lce = lce_rows(args.device, lce_configs)
+        for r in lce:  # rows of several runs may share the file: each says how busy its run was
+            r["load_avg_1min"] = round(load_start[0], 2)
+        if args.lce_sizes:  # only these (N, s) were rerun: the other pairs keep their saved rows
+            redone = {(r["N"], r["s"]) for r in lce}
+            lce = sorted([r for r in saved_lce if (r["N"], r["s"]) not in redone] + lce, key=lambda r: (r["N"], r["s"]))
+    else:
+        lce = saved_lce
     sc = scatter_rows(args.device, configs) if "scatter" in parts else [r for r in saved if r["op"] == keep["scatter"]]
     extra = {
         "copy_bandwidth_gbs": copy_bandwidth_gbs(args.device),
