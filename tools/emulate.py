@@ -76,6 +76,7 @@ NON_OP_TESTS = (
     "test_fedmlh_hash_size",
     "test_layers",
     "test_packaging",
+    "test_cxx_runtime_check",
 )
 
 
