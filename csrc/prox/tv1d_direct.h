@@ -70,6 +70,7 @@ struct TvScan {
   // The string bends at x on the lower wall (down = true: a step down after sample x) or on the upper
   // wall: samples x0 .. x-1 get the slope num / den, x is the new apex, and the scan resumes with
   // sample x taken in. Relative to the new apex the wall it sits on is at 0 and the other at -+2 lam.
+  template <bool kAtEnd = false>
   FK_HOST_DEVICE FK_INLINE void bend(int64_t x, double num, double den, bool down) {
     const double v = num / den;
     bad |= tv_nonfinite(v);
@@ -82,7 +83,11 @@ struct TvScan {
     kmax = k > kmax ? k : kmax;
     x0 = x;
     k = xm = xM = x + 1;
-    const double zx = tv_load(z, x);
+    // kAtEnd (a bend found at k = n): x = n happens when rounding of S_n against the walls' sums puts
+    // the end a hair outside them at the wall point n (e.g. a one-piece anchored row clamped to
+    // S_n + lam); the piece from n is then empty and its walls unused. Read z[n - 1], not z[n] past the
+    // row (a NaN stored there was reported as z's).
+    const double zx = tv_load(z, kAtEnd && x == n ? n - 1 : x);
     lo = down ? zx : zx - 2.0 * lam;
     hi = down ? zx + 2.0 * lam : zx;
     nm = lo;
@@ -243,23 +248,15 @@ FK_HOST_DEVICE TvStatus tv1d_direct_row(const T* z, T* u, int64_t n, double lam,
       ehi = e + lam;
     }
     if (anchored) e = elo > 0.0 ? elo : (ehi < 0.0 ? ehi : 0.0);
-    // The last piece, x0 .. n-1, at slope v.
-    const auto finish = [&](double v) {
+    if (e * s.dm < s.nm * s.dx) {
+      s.template bend<true>(s.xm, s.nm, s.dm, true);
+    } else if (e * s.dM > s.nM * s.dx) {
+      s.template bend<true>(s.xM, s.nM, s.dM, false);
+    } else {
+      const double v = e / s.dx;
       s.bad |= tv_nonfinite(v) || tv_nonfinite(s.lo) || tv_nonfinite(s.hi);
       tv_fill(u, s.x0, n, n, v);
       return s.bad ? TvStatus::kNonFinite : TvStatus::kOk;
-    };
-    // A bend at the wall point x = n itself (rounding of S_n against the walls' sums put e a hair
-    // outside them, e.g. a one-piece anchored row clamped to S_n + lam) ends the string there: bend()
-    // would start a piece at n and read z[n], past the row (a NaN there was reported as z's).
-    if (e * s.dm < s.nm * s.dx) {
-      if (s.xm == n) return finish(s.nm / s.dm);
-      s.bend(s.xm, s.nm, s.dm, true);
-    } else if (e * s.dM > s.nM * s.dx) {
-      if (s.xM == n) return finish(s.nM / s.dM);
-      s.bend(s.xM, s.nM, s.dM, false);
-    } else {
-      return finish(e / s.dx);
     }
     if (s.over_budget()) return TvStatus::kBudget;
   }
