@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedkernels
@@ -214,6 +214,28 @@ def test_prox_tv1d(seed: int, rows: int, d: int, lam: float, anchored: bool, dty
     cpu = OPS.prox_tv1d.default(z, lam_t, anchored, 0)
     cuda = on_cuda(OPS.prox_tv1d.default, z, lam_t, anchored, 0)
     assert_same(cpu, cuda)  # the same sequential FK_HOST_DEVICE solver per row
+
+
+@settings(max_examples=15)
+@given(
+    seed=seeds,
+    d=st.integers(2048, 3 * 2048 + 5),
+    lam=st.sampled_from([1e-3, 0.01, 0.1, 0.25, 1.0, 100.0]),
+    integers=st.booleans(),
+    anchored=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+def test_prox_tv1d_long_rows(seed: int, d: int, lam: float, integers: bool, anchored: bool, dtype) -> None:
+    # Rows of several scan chunks (kTvChunk = 2048): the host's one-sample-piece loop (SSE selects) and
+    # NaN/inf test per chunk against the device's scalar loop and per-sample test. Integer rows with lam
+    # in quarters make the step tests tie exactly.
+    rng = torch.Generator().manual_seed(seed)
+    z = torch.randn(2, d, generator=rng, dtype=torch.float64)
+    z = (z * 2).round() if integers else z
+    lam_t = torch.tensor([lam, 4 * lam], dtype=torch.float64)
+    cpu = OPS.prox_tv1d.default(z.to(dtype), lam_t, anchored, 0)
+    cuda = on_cuda(OPS.prox_tv1d.default, z.to(dtype), lam_t, anchored, 0)
+    assert_same(cpu, cuda)
 
 
 @given(

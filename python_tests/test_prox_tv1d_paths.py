@@ -111,3 +111,33 @@ def test_one_sample_pieces(lam):
     u = fedkernels.prox_tv1d(torch.tensor(z), lam, False).numpy()
     assert np.count_nonzero(np.diff(u)) > 0.9 * len(z)
     _assert_exact(z, u, lam, False)
+
+
+def test_row_end_bend_reads_nothing_past_the_row():
+    # A one-piece anchored row whose end clamps to S_n + lam: S_n summed in order rounds a hair above
+    # the upper wall's own sum, so the string bends at the wall point n itself. That bend used to start
+    # a piece at n and read z[n]: here a NaN just past a finite view, reported as "z must be finite".
+    big = torch.tensor(
+        [0.54338819665865057, -0.092581387529846015, -0.35520398848232498, -1.144769228926432, np.nan],
+        dtype=torch.float64,
+    )
+    z = big[:4]
+    u = fedkernels.prox_tv1d(z, 1.0, True)
+    assert torch.equal(u, fedkernels.prox_tv1d(z.clone(), 1.0, True))
+    _assert_exact(z.numpy(), u.numpy(), 1.0, True)
+
+
+@given(
+    d=st.integers(1, 40),
+    lam=st.floats(1e-3, 10.0),
+    anchored=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**31),
+)
+def test_rows_read_only_their_own_samples(d, lam, anchored, dtype, seed):
+    # Each row a view into a buffer whose next element is NaN: the answer must not depend on it.
+    walk = np.cumsum(np.random.default_rng(seed).normal(size=d))
+    buf = torch.tensor(np.append(walk, np.nan)).to(dtype)
+    z = buf[:d]
+    u = fedkernels.prox_tv1d(z, lam, anchored)
+    assert torch.equal(u, fedkernels.prox_tv1d(z.clone(), lam, anchored))

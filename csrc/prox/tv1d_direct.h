@@ -10,77 +10,37 @@
 // highest lower-wall point xm and the lowest upper-wall point xM seen since the apex.
 //
 // No scratch memory; each sample is read once plus once per rescan after a step. Rescans are counted
-// and the solve gives up past `budget` of them, or past 4 per sample fixed so far (rows that rescan
+// and the solve gives up past `budget` of them, or past 4 per sample read so far (rows that rescan
 // that much, such as a random walk at large lam, finish sooner in the funnel).
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "common/macros.h"
-
-#if !defined(__CUDA_ARCH__) && (defined(__x86_64__) || defined(_M_X64))
-#include <emmintrin.h>
-#endif
+#include "prox/tv1d_io.h"
+#include "prox/tv1d_short_pieces.h"
 
 namespace fedkernels {
 
 enum class TvStatus : int { kOk = 0, kNonFinite = 1, kBudget = 2 };
 
-// True when x is NaN or +-inf (a bit test: cheap, branch-free, and immune to fast-math rewrites).
-FK_HOST_DEVICE FK_INLINE bool tv_nonfinite(double x) {
-  uint64_t b;
-  memcpy(&b, &x, sizeof b);
-  return ((b >> 52) & 0x7ff) == 0x7ff;
-}
-
-// z[i] as a double. On x86 hosts a plain float -> double conversion (cvtss2sd) merges into its
-// destination register, a false dependency that chains loop iterations (measured: float rows 1.5x
-// slower than double ones at large lam); convert packed from a zeroed register instead. Same value.
-FK_HOST_DEVICE FK_INLINE double tv_load(const double* z, int64_t i) { return z[i]; }
-FK_HOST_DEVICE FK_INLINE double tv_load(const float* z, int64_t i) {
-#if !defined(__CUDA_ARCH__) && (defined(__x86_64__) || defined(_M_X64))
-  return _mm_cvtsd_f64(_mm_cvtps_pd(_mm_load_ss(z + i)));
-#else
-  return static_cast<double>(z[i]);
-#endif
-}
-
-// v as a T. On x86 hosts double -> float (cvtsd2ss) merges into its destination register, the same
-// false dependency as in tv_load; convert packed instead (cvtpd2ps writes the whole register).
-template <typename T>
-FK_HOST_DEVICE FK_INLINE T tv_cast(double v) {
-  return static_cast<T>(v);
-}
-#if !defined(__CUDA_ARCH__) && (defined(__x86_64__) || defined(_M_X64))
-template <>
-FK_HOST_DEVICE FK_INLINE float tv_cast<float>(double v) {
-  return _mm_cvtss_f32(_mm_cvtpd_ps(_mm_set_sd(v)));
-}
-#endif
-
-// u[a..b) = v. Runs are short and of random length, so a loop exit per sample mispredicts: write
-// four at a time instead, spilling up to three past b when the row has room. The spill is harmless
-// because runs are written left to right and every later sample is written again by a later run.
-template <typename T>
-FK_HOST_DEVICE FK_INLINE void tv_fill(T* u, int64_t a, int64_t b, int64_t n, double v) {
-  const T t = tv_cast<T>(v);
-  if (b + 3 <= n) {
-    for (int64_t i = a; i < b; i += 4) {
-      u[i] = t;
-      u[i + 1] = t;
-      u[i + 2] = t;
-      u[i + 3] = t;
-    }
-  } else {
-    for (int64_t i = a; i < b; ++i) u[i] = t;
-  }
-}
-
-// Samples per scan chunk, and the narrowing events per sample (1 / 2^kTvRareShift) below which the
-// next chunk tests them with branches instead of selects (see TvScan::run).
+// Samples per scan chunk, and the narrowing events per step (1 / 2^kTvRareShift) below which the next
+// chunk tests them with branches instead of selects (see TvScan::run). The next chunk runs the
+// one-sample-piece loop after each bend when more than 3 in 4 of this chunk's pieces were one sample
+// long: it gains where it then takes several pieces per entry (lam 0.2 on N(0, 1): 77% one-sample
+// pieces, even; lam 0.1: 89%, 20% faster) and loses where it exits at once (lam 0.25: 72%, 5% slower).
 constexpr int64_t kTvChunk = 2048;
 constexpr int kTvRareShift = 4;
+
+// Host builds test the samples for NaN/inf a chunk at a time, after the scan has read them (in cache
+// then), in a vectorised pass: a bit test per sample in the scan loop was ~10% of its time at large
+// lam, where samples are read about twice; a pass ahead of the scan paid for the memory reads the scan
+// overlaps. A CUDA thread, scanning its row from global memory, tests each sample as it reads it.
+#if defined(__CUDA_ARCH__)
+constexpr bool kTvChunkCheck = false;
+#else
+constexpr bool kTvChunkCheck = true;
+#endif
 
 // The scan state of one row (see the top of the file); one struct so both scan flavours share it.
 template <typename T>
@@ -97,10 +57,20 @@ struct TvScan {
   double dx = 0.0;                        // k - x0
   bool bad = false;
   int64_t rescans = 0;
+  int64_t kmax = 0;  // the furthest k when last updated (at bends): how far the scan has read
+  // While x0 == 0: z[0] + ... + z[k-1] in order (no bend yet, so no rescan: k only grew; bends are at
+  // x >= 1, as xm = xM = 1 after the first sample), the exact S_n of a one-piece row.
+  double s0 = 0.0;
+  int64_t checked = 0;       // kTvChunkCheck: z[0, checked) tested for NaN/inf
+  int64_t events = 0;        // narrowing events in the last chunk
+  int64_t pieces = 0;        // pieces ended (bends) in the last chunk
+  int64_t ones = 0;          // of them one sample long
+  bool short_pieces = true;  // the next chunk runs the one-sample-piece loop after each bend
 
   // The string bends at x on the lower wall (down = true: a step down after sample x) or on the upper
   // wall: samples x0 .. x-1 get the slope num / den, x is the new apex, and the scan resumes with
   // sample x taken in. Relative to the new apex the wall it sits on is at 0 and the other at -+2 lam.
+  template <bool kAtEnd = false>
   FK_HOST_DEVICE FK_INLINE void bend(int64_t x, double num, double den, bool down) {
     const double v = num / den;
     bad |= tv_nonfinite(v);
@@ -110,9 +80,14 @@ struct TvScan {
       tv_fill(u, x0, x, n, v);
     }
     rescans += k - x;
+    kmax = k > kmax ? k : kmax;
     x0 = x;
     k = xm = xM = x + 1;
-    const double zx = tv_load(z, x);
+    // kAtEnd (a bend found at k = n): x = n happens when rounding of S_n against the walls' sums puts
+    // the end a hair outside them at the wall point n (e.g. a one-piece anchored row clamped to
+    // S_n + lam); the piece from n is then empty and its walls unused. Read z[n - 1], not z[n] past the
+    // row (a NaN stored there was reported as z's).
+    const double zx = tv_load(z, kAtEnd && x == n ? n - 1 : x);
     lo = down ? zx : zx - 2.0 * lam;
     hi = down ? zx + 2.0 * lam : zx;
     nm = lo;
@@ -120,38 +95,99 @@ struct TvScan {
     dm = dM = dx = 1.0;
   }
 
-  // Rescans past the total budget, or past 4 per sample fixed so far (plus slack for short rows).
-  FK_HOST_DEVICE FK_INLINE bool over_budget() const { return rescans > budget || rescans > 4 * x0 + 4096; }
+  // Rescans past the total budget, or past 4 per sample read so far (plus slack for short rows). Per
+  // sample read, not per sample fixed: at large lam a piece can be found only thousands of samples
+  // after it ends (on N(0, 1) at lam 100, 1 row in 8 went to the funnel, 4x slower, that way).
+  FK_HOST_DEVICE FK_INLINE bool over_budget() const { return rescans > budget || rescans > 4 * kmax + 4096; }
 
-  // Scans up to `steps` samples. Returns the narrowing events seen, or -1 when over budget.
+  // run()'s bookkeeping: steps are counted through k, which grows by one per step between bends; the
+  // current stretch of steps runs from k = from to end, `left` steps remain after it.
+  struct Stretch {
+    int64_t left, from, end;
+    int64_t bends = 0, ones = 0;  // pieces ended, and of them one sample long
+  };
+
+  // Called right after a bend (the piece holds sample x0 alone): runs the one-sample pieces that follow
+  // (tv1d_short_pieces.h) for at most `steps` samples. Returns the samples consumed.
+  FK_HOST_DEVICE FK_INLINE int64_t one_sample_pieces(int64_t steps, Stretch& st) {
+    const int64_t first = x0, end = n - 1 - x0 < steps ? n - 1 : x0 + steps;
+    double l = lo, h = hi;
+    const int64_t x = tv_one_sample_pieces<T, !kTvChunkCheck>(z, u, first, end, 2.0 * lam, l, h, bad);
+    if (x == first) return 0;
+    rescans += x - first;  // bend() counts k - x = 1 for each
+    st.bends += x - first;
+    st.ones += x - first;
+    x0 = x;
+    k = xm = xM = x + 1;
+    kmax = k > kmax ? k : kmax;
+    lo = nm = l;
+    hi = nM = h;
+    return x - first;
+  }
+
+  // A bend found by run() at the current k: the stretch's steps are spent, then bend(), the one-sample
+  // pieces that follow, and the next stretch. False when over budget. (Called from two sites, down
+  // and up: one `if (down || up)` site ran 10% slower at large lam.)
+  template <bool kShort>
+  FK_HOST_DEVICE FK_INLINE bool bend_in_run(int64_t x, double num, double den, bool down, Stretch& st) {
+    st.left -= k - st.from;
+    ++st.bends;
+    st.ones += x - x0 == 1;
+    bend(x, num, den, down);
+    if (over_budget()) return false;
+    if (kShort) {
+      st.left -= one_sample_pieces(st.left, st);
+      if (over_budget()) return false;
+    }
+    st.from = k;
+    st.end = n - k < st.left ? n : k + st.left;
+    return true;
+  }
+
+  // kTvChunkCheck: tests z[checked, k) for NaN/inf. The scan reads z[k] only below the highest k so
+  // far, and ends at k = n, so testing up to k after each chunk and at the end covers every sample.
+  FK_HOST_DEVICE FK_INLINE void check_read() {
+    if (kTvChunkCheck && k > checked) {
+      bad |= tv_any_nonfinite(z, checked, k);
+      checked = k;
+    }
+  }
+
+  // Scans up to `steps` steps (samples taken in, rescans included); counts events and pieces.
+  // Returns false when over budget.
   // kBranchy: narrowing tested with branches. Where events are rare (few long segments, large lam)
   // those predict well and keep the selects' compare -> blend latency off the loop's dependency
   // chain; where they are dense they are coin flips, and selects win.
-  template <bool kBranchy>
-  FK_HOST_DEVICE FK_INLINE int64_t run(int64_t steps) {
-    int64_t events = 0;
-    for (int64_t it = 0; it < steps && k < n; ++it) {
+  // kFirst: x0 == 0 at the start (x0 never decreases), so s0 is kept up to date.
+  // kShort: run the one-sample-piece loop after each bend. A template flag, not a test: compiled into
+  // every chunk, its registers cost the other loops 5-10% on float rows at lam 0.5-1.
+  template <bool kBranchy, bool kFirst, bool kShort>
+  FK_HOST_DEVICE FK_INLINE bool run(int64_t steps) {
+    int64_t ev = 0;  // locals: members would be stored to memory on every count
+    Stretch st{steps, k, n - k < steps ? n : k + steps};
+    while (k < st.end) {
       const double zk = tv_load(z, k);
-      bad |= tv_nonfinite(zk);
+      if (!kTvChunkCheck) bad |= tv_nonfinite(zk);
       ++k;
+      if (kFirst) s0 += zk;
       lo += zk;
       hi += zk;
       dx += 1.0;
       const double min_at = nm * dx, max_at = nM * dx;  // the two lines at k, times dm resp. dM
       if (hi * dm < min_at) {
-        bend(xm, nm, dm, true);  // the upper wall passes under the vmin line: step down
-        if (over_budget()) return -1;
+        // the upper wall passes under the vmin line: step down
+        if (!bend_in_run<kShort>(xm, nm, dm, true, st)) return false;
       } else if (lo * dM > max_at) {
-        bend(xM, nM, dM, false);  // the lower wall passes over the vmax line: step up
-        if (over_budget()) return -1;
+        // the lower wall passes over the vmax line: step up
+        if (!bend_in_run<kShort>(xM, nM, dM, false, st)) return false;
       } else if (kBranchy) {
         if (lo * dm >= min_at) {
           nm = lo, dm = dx, xm = k;
-          ++events;
+          ++ev;
         }
         if (hi * dM <= max_at) {
           nM = hi, dM = dx, xM = k;
-          ++events;
+          ++ev;
         }
       } else {
         // A wall point inside the funnel narrows it (selects, not branches: these are coin flips).
@@ -162,15 +198,29 @@ struct TvScan {
         nM = hi_in ? hi : nM;
         dM = hi_in ? dx : dM;
         xM = hi_in ? k : xM;
-        events += static_cast<int64_t>(lo_in) + static_cast<int64_t>(hi_in);
+        ev += static_cast<int64_t>(lo_in) + static_cast<int64_t>(hi_in);
       }
     }
-    return events;
+    events = ev;
+    pieces = st.bends;
+    ones = st.ones;
+    return true;
+  }
+
+  // One chunk in the flavour chosen for it (see tv1d_direct_row).
+  FK_HOST_DEVICE FK_INLINE bool run_chunk(bool branchy) {
+    const bool first = x0 == 0;
+    if (branchy) {
+      if (first) return short_pieces ? run<true, true, true>(kTvChunk) : run<true, true, false>(kTvChunk);
+      return short_pieces ? run<true, false, true>(kTvChunk) : run<true, false, false>(kTvChunk);
+    }
+    if (first) return short_pieces ? run<false, true, true>(kTvChunk) : run<false, true, false>(kTvChunk);
+    return short_pieces ? run<false, false, true>(kTvChunk) : run<false, false, false>(kTvChunk);
   }
 };
 
 // Solves row z[0..n) into u (lam > 0). kNonFinite: z holds NaN/inf or an intermediate overflowed;
-// kBudget: the rescans ran over budget (u partially written; solve again another way). Both scan
+// kBudget: the rescans ran over budget (u partially written; solve again another way). The scan
 // flavours do the same arithmetic, so the result does not depend on which chunks took which.
 template <typename T>
 FK_HOST_DEVICE TvStatus tv1d_direct_row(const T* z, T* u, int64_t n, double lam, bool anchored, int64_t budget) {
@@ -181,26 +231,27 @@ FK_HOST_DEVICE TvStatus tv1d_direct_row(const T* z, T* u, int64_t n, double lam,
   bool branchy = false;
   for (;;) {
     while (s.k < n) {
-      const int64_t ev = branchy ? s.template run<true>(kTvChunk) : s.template run<false>(kTvChunk);
-      if (ev < 0) return TvStatus::kBudget;
-      branchy = (ev << kTvRareShift) < kTvChunk;
+      if (!s.run_chunk(branchy)) return TvStatus::kBudget;
+      s.check_read();
+      branchy = (s.events << kTvRareShift) < kTvChunk;
+      s.short_pieces = 4 * s.ones > 3 * s.pieces;
     }
     // k == n: the string ends at (n, A + e): e = S_n - A when free; anchored, the end is free in the
     // tube [S_n - lam, S_n + lam] and the string then stays flat, so e is the clamp of 0 into it.
     double e = 0.5 * (s.lo + s.hi), elo = s.lo, ehi = s.hi;
     if (s.x0 == 0) {
-      // One piece so far (at most once per row): S_n summed exactly as the old absolute scan did;
-      // lo and hi lose it to rounding where lam >> |S_n|, and the free end's value is S_n / n.
-      e = 0.0;
-      for (int64_t i = 0; i < n; ++i) e += tv_load(z, i);
+      // One piece so far: S_n summed in order (s0, kept by the scan while x0 == 0) as the old absolute
+      // scan did; lo and hi lose it to rounding where lam >> |S_n|, and the free end's value is S_n / n.
+      // (Summed again here it was a serial pass of ~0.8 ns per sample: 30% of a one-piece row.)
+      e = s.s0;
       elo = e - lam;
       ehi = e + lam;
     }
     if (anchored) e = elo > 0.0 ? elo : (ehi < 0.0 ? ehi : 0.0);
     if (e * s.dm < s.nm * s.dx) {
-      s.bend(s.xm, s.nm, s.dm, true);
+      s.template bend<true>(s.xm, s.nm, s.dm, true);
     } else if (e * s.dM > s.nM * s.dx) {
-      s.bend(s.xM, s.nM, s.dM, false);
+      s.template bend<true>(s.xM, s.nM, s.dM, false);
     } else {
       const double v = e / s.dx;
       s.bad |= tv_nonfinite(v) || tv_nonfinite(s.lo) || tv_nonfinite(s.hi);
