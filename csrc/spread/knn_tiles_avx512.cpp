@@ -37,21 +37,100 @@ int64_t packed_tile_floats(int64_t n, int64_t d) { return padded_rows(n) * d; }
 
 namespace {
 
+// Candidates::offer with the insertion in registers, for lists of at most 32 (cap <= 32, ld 16 or
+// 32): the position is the count of kept entries that precede (key, j) under spread::key_less (padding
+// keys are +inf, masked out by size), and the entries after it move up one lane (valignd / valignq
+// with the previous vector) instead of one at a time. Same list, overflow flag and gate as offer().
+// Lane l of the 32 floats lo:hi.
+__attribute__((target("avx512f"))) inline float lane(__m512 lo, __m512 hi, int64_t l) {
+  return _mm512_cvtss_f32(_mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(l & 15)), l < 16 ? lo : hi));
+}
+
+template <bool kTwo>
+__attribute__((target("avx512f"))) inline void offer_vector(Candidates<float>& cand, int64_t i, float key, int64_t j) {
+  if (!(key <= cand.gates[i]) || j == i) return;
+  const int64_t cap = cand.cap;
+  float* kr = cand.keys.data() + i * cand.ld;
+  int64_t* ir = cand.ids.data() + i * cand.ld;
+  int64_t& sz = cand.sizes[i];
+  constexpr int kIdVectors = kTwo ? 4 : 2;
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  const __m512 kv = _mm512_set1_ps(key);
+  const __m512i jv = _mm512_set1_epi64(j);
+  const __m512 k0 = _mm512_loadu_ps(kr), k1 = kTwo ? _mm512_loadu_ps(kr + 16) : inf;
+  __m512i id[kIdVectors];
+  uint32_t id_less = 0;
+#pragma GCC unroll 4
+  for (int b = 0; b < kIdVectors; ++b) {
+    id[b] = _mm512_loadu_si512(ir + 8 * b);
+    id_less |= static_cast<uint32_t>(_mm512_cmplt_epi64_mask(id[b], jv)) << (8 * b);
+  }
+  const uint32_t lt = static_cast<uint32_t>(_mm512_cmp_ps_mask(k0, kv, _CMP_LT_OQ)) |
+                      (static_cast<uint32_t>(_mm512_cmp_ps_mask(k1, kv, _CMP_LT_OQ)) << 16);
+  const uint32_t eq = static_cast<uint32_t>(_mm512_cmp_ps_mask(k0, kv, _CMP_EQ_OQ)) |
+                      (static_cast<uint32_t>(_mm512_cmp_ps_mask(k1, kv, _CMP_EQ_OQ)) << 16);
+  const int64_t size = sz;
+  const uint32_t live = size >= 32 ? ~0u : (1u << size) - 1;
+  const int pos = __builtin_popcount((lt | (eq & id_less)) & live);
+  if (pos >= cap) {  // after all cap kept entries: a near-tie of the k-th that the list cannot hold
+    cand.overflow[i] = 1;
+    return;
+  }
+  const bool full = size == cap;
+  // Lanes above pos take their left neighbour; lane pos the new entry; lanes >= cap stay padding.
+  const uint32_t after = pos >= 31 ? 0u : ~0u << (pos + 1), at = 1u << pos;
+  const uint32_t pad = cap >= 32 ? 0u : ~0u << cap;
+  __m512 n0 = _mm512_mask_blend_ps(
+      static_cast<__mmask16>(after), k0,
+      _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(k0), _mm512_castps_si512(k0), 15)));
+  n0 = _mm512_mask_mov_ps(n0, static_cast<__mmask16>(at), kv);
+  n0 = _mm512_mask_mov_ps(n0, static_cast<__mmask16>(pad), inf);
+  _mm512_storeu_ps(kr, n0);
+  __m512 n1 = inf;
+  if (kTwo) {
+    n1 = _mm512_mask_blend_ps(
+        static_cast<__mmask16>(after >> 16), k1,
+        _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(k1), _mm512_castps_si512(k0), 15)));
+    n1 = _mm512_mask_mov_ps(n1, static_cast<__mmask16>(at >> 16), kv);
+    n1 = _mm512_mask_mov_ps(n1, static_cast<__mmask16>(pad >> 16), inf);
+    _mm512_storeu_ps(kr + 16, n1);
+  }
+#pragma GCC unroll 4
+  for (int b = 0; b < kIdVectors; ++b) {
+    const __m512i prev = b == 0 ? id[0] : id[b - 1];
+    __m512i v =
+        _mm512_mask_blend_epi64(static_cast<__mmask8>(after >> (8 * b)), id[b], _mm512_alignr_epi64(id[b], prev, 7));
+    v = _mm512_mask_mov_epi64(v, static_cast<__mmask8>(at >> (8 * b)), jv);
+    _mm512_storeu_si512(ir + 8 * b, v);
+  }
+  // The old last entry and the new k-th key come from the registers (no reload of what was just stored).
+  if (!full) sz = size + 1;
+  if (size + 1 < cand.k) return;
+  const float gate = lane(n0, n1, cand.k - 1) + cand.bands[i];
+  if (full && lane(k0, k1, cap - 1) <= gate) cand.overflow[i] = 1;  // a dropped near-tie of the k-th
+  cand.gates[i] = gate;
+}
+
 // Offers the set bits of mask (lane t = column col + t of keys) to list `row` (as_rows) or the
 // lists of those columns, each offered `other` (!as_rows).
-inline void offer_bits(Candidates<float>& cand, uint32_t mask, const float* keys, int64_t base, int64_t other,
-                       bool as_rows) {
+__attribute__((target("avx512f"))) inline void offer_bits(Candidates<float>& cand, uint32_t mask, const float* keys,
+                                                          int64_t base, int64_t other, bool as_rows) {
   while (mask) {
     const int t = __builtin_ctz(mask);
     mask &= mask - 1;
-    if (as_rows)
-      cand.offer(other, keys[t], base + t);
+    const int64_t i = as_rows ? other : base + t, j = as_rows ? base + t : other;
+    if (cand.ld == 16)
+      offer_vector<false>(cand, i, keys[t], j);
+    else if (cand.ld == 32)
+      offer_vector<true>(cand, i, keys[t], j);
     else
-      cand.offer(base + t, keys[t], other);
+      cand.offer(i, keys[t], j);
   }
 }
 
-template <int kMetric, bool kBoth>
+// kDiag: rows and columns are the same block (row0 == col0). Only micro-tiles that hold pairs j > i are
+// computed, and each such key goes to both sides, so a diagonal block costs about half a full one.
+template <int kMetric, bool kDiag>
 __attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0, int64_t na, const float* pb,
                                                   int64_t col0, int64_t nb, int64_t d, Candidates<float>& cand) {
   const __m512 nan = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
@@ -70,6 +149,7 @@ __attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0,
     const __m512 ctj0 = _mm512_mask_loadu_ps(nan, cm0, ct + j0);
     const __m512 ctj1 = _mm512_mask_loadu_ps(nan, cm1, ct + j0 + 16);
     for (int64_t ib = 0; ib < na; ib += kMr) {
+      if (kDiag && jb + kNr - 1 <= ib) break;  // every pair of this and later micro-tiles has j <= i
       const int64_t nrow = std::min(kMr, na - ib);
       const float* a[kMr];  // row-major rows; rows past na repeat the last one (their keys are unused)
 #pragma GCC unroll 8
@@ -92,11 +172,8 @@ __attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0,
         _mm512_store_ps(g[r], acc0[r]);
         _mm512_store_ps(g[r] + 16, acc1[r]);
       }
-      __m512 gc0 = neg_inf, gc1 = neg_inf;
-      if (kBoth) {
-        gc0 = _mm512_mask_loadu_ps(neg_inf, cm0, gates + j0);
-        gc1 = _mm512_mask_loadu_ps(neg_inf, cm1, gates + j0 + 16);
-      }
+      __m512 gc0 = _mm512_mask_loadu_ps(neg_inf, cm0, gates + j0);
+      __m512 gc1 = _mm512_mask_loadu_ps(neg_inf, cm1, gates + j0 + 16);
       for (int64_t r = 0; r < nrow; ++r) {
         const int64_t i = row0 + ib + r;
         const __m512 g0 = _mm512_load_ps(g[r]), g1 = _mm512_load_ps(g[r] + 16);
@@ -106,26 +183,27 @@ __attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0,
         const __m512 kr0 = kMetric == spread::kL2 ? _mm512_sub_ps(ctj0, t0) : _mm512_mul_ps(ctj0, t0);
         const __m512 kr1 = kMetric == spread::kL2 ? _mm512_sub_ps(ctj1, t1) : _mm512_mul_ps(ctj1, t1);
         const __m512 gr = _mm512_set1_ps(gates[i]);
-        const uint32_t mr = static_cast<uint32_t>(_mm512_cmp_ps_mask(kr0, gr, _CMP_LE_OQ)) |
-                            (static_cast<uint32_t>(_mm512_cmp_ps_mask(kr1, gr, _CMP_LE_OQ)) << 16);
+        // Diagonal block: only lanes with column j > row i (the pair j < i is another micro-tile's j > i).
+        const int64_t below = kDiag ? ib + r - jb + 1 : 0;  // lanes t < below have j <= i
+        const uint32_t upper = below <= 0 ? ~0u : below >= 32 ? 0u : ~0u << below;
+        const uint32_t mr = upper & (static_cast<uint32_t>(_mm512_cmp_ps_mask(kr0, gr, _CMP_LE_OQ)) |
+                                     (static_cast<uint32_t>(_mm512_cmp_ps_mask(kr1, gr, _CMP_LE_OQ)) << 16));
         if (mr) {
           _mm512_store_ps(keys, kr0);
           _mm512_store_ps(keys + 16, kr1);
           offer_bits(cand, mr, keys, j0, i, true);
         }
-        if (kBoth) {
-          const __m512 cti = _mm512_set1_ps(ct[i]);
-          const __m512 kc0 = kMetric == spread::kL2 ? _mm512_sub_ps(cti, t0) : _mm512_mul_ps(cti, t0);
-          const __m512 kc1 = kMetric == spread::kL2 ? _mm512_sub_ps(cti, t1) : _mm512_mul_ps(cti, t1);
-          const uint32_t mc = static_cast<uint32_t>(_mm512_cmp_ps_mask(kc0, gc0, _CMP_LE_OQ)) |
-                              (static_cast<uint32_t>(_mm512_cmp_ps_mask(kc1, gc1, _CMP_LE_OQ)) << 16);
-          if (mc) {
-            _mm512_store_ps(keys, kc0);
-            _mm512_store_ps(keys + 16, kc1);
-            offer_bits(cand, mc, keys, j0, i, false);
-            gc0 = _mm512_mask_loadu_ps(neg_inf, cm0, gates + j0);  // the offers may have lowered them
-            gc1 = _mm512_mask_loadu_ps(neg_inf, cm1, gates + j0 + 16);
-          }
+        const __m512 cti = _mm512_set1_ps(ct[i]);
+        const __m512 kc0 = kMetric == spread::kL2 ? _mm512_sub_ps(cti, t0) : _mm512_mul_ps(cti, t0);
+        const __m512 kc1 = kMetric == spread::kL2 ? _mm512_sub_ps(cti, t1) : _mm512_mul_ps(cti, t1);
+        const uint32_t mc = upper & (static_cast<uint32_t>(_mm512_cmp_ps_mask(kc0, gc0, _CMP_LE_OQ)) |
+                                     (static_cast<uint32_t>(_mm512_cmp_ps_mask(kc1, gc1, _CMP_LE_OQ)) << 16));
+        if (mc) {
+          _mm512_store_ps(keys, kc0);
+          _mm512_store_ps(keys + 16, kc1);
+          offer_bits(cand, mc, keys, j0, i, false);
+          gc0 = _mm512_mask_loadu_ps(neg_inf, cm0, gates + j0);  // the offers may have lowered them
+          gc1 = _mm512_mask_loadu_ps(neg_inf, cm1, gates + j0 + 16);
         }
       }
     }
@@ -181,14 +259,15 @@ bool fused_tiles_available() {
 }
 
 void fused_tile_pair(const float* rows, int64_t row0, int64_t na, const float* packed_cols, int64_t col0, int64_t nb,
-                     int64_t d, bool both_sides, Candidates<float>& cand) {
+                     int64_t d, Candidates<float>& cand) {
+  const bool diagonal = row0 == col0;
   if (cand.metric == spread::kL2) {
-    if (both_sides)
+    if (diagonal)
       tile_pair<spread::kL2, true>(rows, row0, na, packed_cols, col0, nb, d, cand);
     else
       tile_pair<spread::kL2, false>(rows, row0, na, packed_cols, col0, nb, d, cand);
   } else {
-    if (both_sides)
+    if (diagonal)
       tile_pair<spread::kCosine, true>(rows, row0, na, packed_cols, col0, nb, d, cand);
     else
       tile_pair<spread::kCosine, false>(rows, row0, na, packed_cols, col0, nb, d, cand);
@@ -201,8 +280,7 @@ bool fused_tiles_available() { return false; }
 
 void pack_tile_rows(const float*, int64_t, int64_t, int64_t, float*) {}
 
-void fused_tile_pair(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, bool,
-                     Candidates<float>&) {}
+void fused_tile_pair(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, Candidates<float>&) {}
 
 #endif
 

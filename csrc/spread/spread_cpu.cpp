@@ -31,6 +31,9 @@ using spread_cpu::Candidates;
 
 constexpr int64_t kBlock = 256;
 constexpr int64_t kGroups = 16;  // block groups: 16 rounds of 8 tasks
+// C * d up to which W is packed whole once and cosine keeps float64 unit rows (at most 16 MiB of
+// packed float32 and 32 MiB of float64).
+constexpr int64_t kWholeCopy = int64_t{1} << 22;
 
 // A hint to fetch the cache line at p (a no-op where the compiler has no prefetch builtin).
 inline void prefetch(const void* p) {
@@ -39,11 +42,19 @@ inline void prefetch(const void* p) {
 #endif
 }
 
-// Float64 norms of every row (cosine needs them for the exact recompute and the keys).
+// Float64 norms of every row (cosine needs them for the exact recompute and the keys), in parallel;
+// float32 rows sixteen at a time on AVX-512 CPUs (the same bits as spread::row_sq_norm).
 template <typename T>
-std::vector<double> row_norms(const T* w, int64_t c, int64_t d) {
+std::vector<double> row_norms(const T* w, int64_t c, int64_t d, bool vector) {
   std::vector<double> norms(static_cast<size_t>(c));
   at::parallel_for(0, c, 256, [&](int64_t b, int64_t e) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (vector) {
+        spread_cpu::row_sq_norms(w, b, e, d, norms.data());
+        for (int64_t i = b; i < e; ++i) norms[i] = std::sqrt(norms[i]);
+        return;
+      }
+    }
     for (int64_t i = b; i < e; ++i) norms[i] = std::sqrt(spread::row_sq_norm(w + i * d, d));
   });
   return norms;
@@ -107,11 +118,10 @@ void transpose_tile(const ACC* src, int64_t m, int64_t n, ACC* dst) {
 }
 
 template <typename T, typename ACC>
-void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int metric, at::Tensor& dist,
-                  at::Tensor& idx) {
+void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int metric, const std::vector<double>& norms,
+                  at::Tensor& dist, at::Tensor& idx) {
   const int64_t c = W.size(0), d = W.size(1);
   const T* w = W.data_ptr<T>();
-  const std::vector<double> norms = row_norms(w, c, d);
   std::vector<ACC> col_term(static_cast<size_t>(c));
   double max_norm = 0.0;
   for (int64_t j = 0; j < c; ++j) {
@@ -133,21 +143,37 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   if constexpr (std::is_same_v<ACC, float>) fused = spread_cpu::fused_tiles_available();
   const int64_t tile = spread_cpu::packed_tile_floats(kBlock, d);
   std::vector<std::vector<float>> packs(static_cast<size_t>(at::get_num_threads()));  // per thread, reused
+  // Up to kWholeCopy entries, every column block is packed once up front (not once per task that reads
+  // it) and cosine's final pass reads float64 unit rows instead of dividing per candidate and dim.
+  const bool whole = fused && c * d <= kWholeCopy;
+  std::vector<float> packed_all;
+  std::vector<double> unit;
+  if (whole) {
+    packed_all.resize(static_cast<size_t>((t - 1) * tile + spread_cpu::packed_tile_floats(c - (t - 1) * kBlock, d)));
+    if (metric == spread::kCosine) unit.resize(static_cast<size_t>(c * d));
+    at::parallel_for(0, t, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t r0 = b * kBlock, n = std::min(kBlock, c - r0);
+        spread_cpu::pack_tile_rows(Wacc.data_ptr<float>(), r0, n, d, packed_all.data() + b * tile);
+        if (!unit.empty()) spread_cpu::unit_rows(Wacc.data_ptr<float>(), r0, r0 + n, d, norms.data(), unit.data());
+      }
+    });
+  }
   auto run_tasks = [&](const std::vector<Task>& tasks) {
     at::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t tb, int64_t te) {
       if constexpr (std::is_same_v<ACC, float>) {
         if (fused) {
           std::vector<float>& pack = packs[static_cast<size_t>(at::get_thread_num())];
-          pack.resize(static_cast<size_t>(tile));
+          if (!whole) pack.resize(static_cast<size_t>(tile));
           const float* wf = Wacc.data_ptr<float>();
           int64_t packed = -1;  // the column block now in `pack`
           for (int64_t tk = tb; tk < te; ++tk)
             for (const auto& [bi, bj] : tasks[tk]) {
               const int64_t na = std::min(kBlock, c - bi * kBlock), nb = std::min(kBlock, c - bj * kBlock);
-              if (bj != packed) spread_cpu::pack_tile_rows(wf, bj * kBlock, nb, d, pack.data());
+              if (!whole && bj != packed) spread_cpu::pack_tile_rows(wf, bj * kBlock, nb, d, pack.data());
               packed = bj;
-              spread_cpu::fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, pack.data(), bj * kBlock, nb, d,
-                                          bi != bj, cand);
+              const float* cols = whole ? packed_all.data() + bj * tile : pack.data();
+              spread_cpu::fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, cols, bj * kBlock, nb, d, cand);
             }
           return;
         }
@@ -175,7 +201,7 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   at::parallel_for(0, c, 64, [&](int64_t rb, int64_t re) {
     std::vector<double> exact(static_cast<size_t>(cand.cap));
     std::vector<int64_t> scratch_ids(static_cast<size_t>(k));
-    std::vector<double> unit_row;  // the vector final pass's a / |a| (cosine)
+    std::vector<double> xa;  // the vector final pass's row a in float64 (l2) or a / |a| (cosine)
     for (int64_t i = rb; i < re; ++i) {
       if (cand.overflow[i] || cand.sizes[i] < k) {  // (a short list: keys that were not finite)
         spread::knn_exact_row(w, i, c, d, metric, norms.data(), exact.data(), scratch_ids.data(), k, out_dist, out_idx);
@@ -183,21 +209,21 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
       }
       if constexpr (std::is_same_v<T, float>) {
         if (fused) {  // same distances, bit for bit, eight candidates per AVX-512 vector
-          unit_row.resize(static_cast<size_t>(d));
-          int64_t* ids = cand.ids.data() + i * cand.cap;
+          xa.resize(static_cast<size_t>(d));
+          int64_t* ids = cand.ids.data() + i * cand.ld;
           // Only candidates keyed within the band of the k-th can be among the true k nearest (spread.h),
           // and the list holds all of them (else the row overflowed): the rest need no exact distance.
-          const ACC* keys = cand.keys.data() + i * cand.cap;
+          const ACC* keys = cand.keys.data() + i * cand.ld;
           const ACC limit = keys[k - 1] + cand.bands[i];
           int64_t live = k;
           while (live < cand.sizes[i] && keys[live] <= limit) ++live;
           if (i + 1 < re) {  // the next row's nearest candidates are scattered over W: fetch them now
-            const int64_t* next = cand.ids.data() + (i + 1) * cand.cap;
+            const int64_t* next = cand.ids.data() + (i + 1) * cand.ld;
             for (int64_t s = 0; s < std::min(cand.sizes[i + 1], k + 2); ++s)
               for (int64_t q = 0; q < d; q += 16) prefetch(w + next[s] * d + q);
           }
-          spread_cpu::exact_candidate_distances(w, i, d, metric, norms.data(), ids, live, unit_row.data(),
-                                                exact.data());
+          spread_cpu::exact_candidate_distances(w, i, d, metric, norms.data(), unit.empty() ? nullptr : unit.data(),
+                                                ids, live, xa.data(), exact.data());
           spread::sort_candidates(exact.data(), ids, live);
           for (int64_t s = 0; s < k; ++s) {
             out_dist[i * k + s] = static_cast<ACC>(exact[s]);
@@ -207,7 +233,7 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
         }
       }
       {
-        spread::knn_finalize_row(w, i, d, metric, norms.data(), cand.ids.data() + i * cand.cap, cand.sizes[i],
+        spread::knn_finalize_row(w, i, d, metric, norms.data(), cand.ids.data() + i * cand.ld, cand.sizes[i],
                                  exact.data(), k, out_dist, out_idx);
       }
     }
@@ -215,11 +241,26 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
 }
 
 std::tuple<at::Tensor, at::Tensor> knn_classes_cpu(const at::Tensor& W_in, int64_t k, std::string metric_name) {
-  check_knn_args(W_in, k, metric_name);
+  // Float64 W is checked for finite values by ATen (its squared norms can overflow for finite
+  // entries); narrower types by their float64 norms, which are finite exactly when the row is.
+  if (W_in.scalar_type() == at::kDouble) {
+    check_knn_args(W_in, k, metric_name);
+  } else {
+    check_knn_shape_args(W_in, k, metric_name);
+  }
   const int metric = parse_metric(metric_name);
   const at::Tensor W = W_in.contiguous();
-  const int64_t c = W.size(0);
+  const int64_t c = W.size(0), d = W.size(1);
   const auto acc_type = W.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  std::vector<double> norms;
+  FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "knn_classes_cpu_norms", [&] {
+    norms = row_norms(W.data_ptr<scalar_t>(), c, d, spread_cpu::fused_tiles_available());
+  });
+  if (W.scalar_type() != at::kDouble) {
+    bool finite = true;
+    for (const double n : norms) finite = finite && std::isfinite(n);
+    TORCH_CHECK_VALUE(finite, "W must be finite (it has NaN or inf entries)");
+  }
   at::Tensor dist = at::empty({c, k}, W.options().dtype(acc_type));
   at::Tensor idx = at::empty({c, k}, W.options().dtype(at::kLong));
   if (k == 0 || c == 0) return {dist, idx};
@@ -227,9 +268,9 @@ std::tuple<at::Tensor, at::Tensor> knn_classes_cpu(const at::Tensor& W_in, int64
   const at::Tensor Wacc = W.scalar_type() == acc_type ? W : W.to(acc_type);
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "knn_classes_cpu", [&] {
     if constexpr (std::is_same_v<scalar_t, double>) {
-      knn_cpu_impl<scalar_t, double>(W, Wacc, k, metric, dist, idx);
+      knn_cpu_impl<scalar_t, double>(W, Wacc, k, metric, norms, dist, idx);
     } else {
-      knn_cpu_impl<scalar_t, float>(W, Wacc, k, metric, dist, idx);
+      knn_cpu_impl<scalar_t, float>(W, Wacc, k, metric, norms, dist, idx);
     }
   });
   return {dist, idx};
