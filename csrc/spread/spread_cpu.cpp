@@ -20,6 +20,7 @@
 #include "common/dispatch.h"
 #include "spread/spread.h"
 #include "spread/knn_candidates.h"
+#include "spread/knn_pair_queue.h"
 #include "spread/knn_tiles.h"
 #include "spread/spread_checks.h"
 
@@ -34,6 +35,7 @@ constexpr int64_t kGroups = 16;  // block groups: 16 rounds of 8 tasks
 // C * d up to which W is packed whole once and cosine keeps float64 unit rows (at most 16 MiB of
 // packed float32 and 32 MiB of float64).
 constexpr int64_t kWholeCopy = int64_t{1} << 22;
+constexpr int64_t kWholeBlock = 128;  // rows per block of the whole-matrix path
 
 // A hint to fetch the cache line at p (a no-op where the compiler has no prefetch builtin).
 inline void prefetch(const void* p) {
@@ -117,6 +119,92 @@ void transpose_tile(const ACC* src, int64_t m, int64_t n, ACC* dst) {
         for (int64_t cc = c0; cc < std::min(c0 + kSub, n); ++cc) dst[cc * m + r] = src[r * n + cc];
 }
 
+// Per-thread scratch of the final pass.
+struct FinalScratch {
+  std::vector<double> exact, xa;  // candidate distances; the row a in float64 (l2) or a / |a| (cosine)
+  std::vector<int64_t> ids;
+};
+
+// Final pass of rows [r0, r1): the k nearest by (float64 distance, id) among each row's kept candidates,
+// or an exact scan of all classes for a row whose list overflowed. vector: the AVX-512 pass (float32
+// W); unit: its cosine operand, float64 unit rows of all classes, or nullptr.
+template <typename T, typename ACC>
+void finalize_rows(const T* w, int64_t c, int64_t d, int64_t k, int metric, const std::vector<double>& norms,
+                   const double* unit, bool vector, Candidates<ACC>& cand, int64_t r0, int64_t r1, FinalScratch& s,
+                   ACC* out_dist, int64_t* out_idx) {
+  s.exact.resize(static_cast<size_t>(std::max(cand.cap, k)));
+  s.ids.resize(static_cast<size_t>(k));
+  for (int64_t i = r0; i < r1; ++i) {
+    if (cand.overflow[i] || cand.sizes[i] < k) {  // (a short list: keys that were not finite)
+      spread::knn_exact_row(w, i, c, d, metric, norms.data(), s.exact.data(), s.ids.data(), k, out_dist, out_idx);
+      continue;
+    }
+    int64_t* ids = cand.ids.data() + i * cand.ld;
+    if constexpr (std::is_same_v<T, float>) {
+      if (vector) {  // same distances, bit for bit, sixteen candidates per AVX-512 panel
+        s.xa.resize(static_cast<size_t>(d));
+        // Only candidates keyed within the band of the k-th can be among the true k nearest (spread.h),
+        // and the list holds all of them (else the row overflowed): the rest need no exact distance.
+        const ACC* keys = cand.keys.data() + i * cand.ld;
+        const ACC limit = keys[k - 1] + cand.bands[i];
+        int64_t live = k;
+        while (live < cand.sizes[i] && keys[live] <= limit) ++live;
+        if (i + 1 < r1) {  // the next row's nearest candidates are scattered over W: fetch them now
+          const int64_t* next = cand.ids.data() + (i + 1) * cand.ld;
+          for (int64_t q = 0; q < std::min(cand.sizes[i + 1], k + 2); ++q)
+            for (int64_t x = 0; x < d; x += 16) prefetch(w + next[q] * d + x);
+        }
+        spread_cpu::exact_candidate_distances(w, i, d, metric, norms.data(), unit, ids, live, s.xa.data(),
+                                              s.exact.data());
+        spread::sort_candidates(s.exact.data(), ids, live);
+        for (int64_t q = 0; q < k; ++q) {
+          out_dist[i * k + q] = static_cast<ACC>(s.exact[q]);
+          out_idx[i * k + q] = ids[q];
+        }
+        continue;
+      }
+    }
+    spread::knn_finalize_row(w, i, d, metric, norms.data(), ids, cand.sizes[i], s.exact.data(), k, out_dist, out_idx);
+  }
+}
+
+// The whole-matrix path (C * d <= kWholeCopy, fused tiles): W packed once, cosine's unit rows once,
+// blocks of kWholeBlock rows, and every job (preparing a block, a block pair, a block's final pass) in
+// one parallel region under a PairQueue, so no barrier separates the phases. Extra memory: the packed
+// copy (C * d floats) and, for cosine, the unit rows (C * d doubles).
+template <typename T>
+void knn_whole(const T* w, const float* wf, int64_t c, int64_t d, int64_t k, int metric,
+               const std::vector<double>& norms, bool vector_final, Candidates<float>& cand, float* out_dist,
+               int64_t* out_idx) {
+  const int64_t block = kWholeBlock, t = (c + block - 1) / block;
+  const int64_t tile = spread_cpu::packed_tile_floats(block, d);
+  std::vector<float> packed(
+      static_cast<size_t>((t - 1) * tile + spread_cpu::packed_tile_floats(c - (t - 1) * block, d)));
+  std::vector<double> unit(metric == spread::kCosine && vector_final ? static_cast<size_t>(c * d) : 0);
+  spread_cpu::PairQueue queue(t);
+  const int64_t workers = std::min<int64_t>(at::get_num_threads(), t);
+  at::parallel_for(0, workers, 1, [&](int64_t w0, int64_t w1) {
+    FinalScratch scratch;
+    for (int64_t worker = w0; worker < w1; ++worker) {
+      spread_cpu::PairQueue::Job job;
+      while (queue.next(job)) {
+        const int64_t r0 = job.a * block, na = std::min(block, c - r0);
+        if (job.kind == spread_cpu::PairQueue::kPrepare) {
+          spread_cpu::pack_tile_rows(wf, r0, na, d, packed.data() + job.a * tile);
+          if (!unit.empty()) spread_cpu::unit_rows(wf, r0, r0 + na, d, norms.data(), unit.data());
+        } else if (job.kind == spread_cpu::PairQueue::kPair) {
+          const int64_t c0 = job.b * block, nb = std::min(block, c - c0);
+          spread_cpu::fused_tile_pair(wf + r0 * d, r0, na, packed.data() + job.b * tile, c0, nb, d, cand);
+        } else {
+          finalize_rows<T, float>(w, c, d, k, metric, norms, unit.empty() ? nullptr : unit.data(), vector_final, cand,
+                                  r0, r0 + na, scratch, out_dist, out_idx);
+        }
+        queue.done(job);
+      }
+    }
+  });
+}
+
 template <typename T, typename ACC>
 void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int metric, const std::vector<double>& norms,
                   at::Tensor& dist, at::Tensor& idx) {
@@ -135,45 +223,38 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   cand.init(c, k, std::min<int64_t>(spread::candidate_capacity(k), c - 1), metric, col_term.data());
   for (int64_t i = 0; i < c; ++i)
     cand.bands[i] = static_cast<ACC>(spread::key_band(metric, d, unit_roundoff, norms[i], max_norm));
+  ACC* out_dist = dist.data_ptr<ACC>();
+  int64_t* out_idx = idx.data_ptr<int64_t>();
 
-  const int64_t t = (c + kBlock - 1) / kBlock;
-  auto block_rows = [&](int64_t b) { return Wacc.narrow(0, b * kBlock, std::min(kBlock, c - b * kBlock)); };
   // Float32 keys on an AVX-512 CPU: fused register tiles (knn_tiles_avx512.cpp), no key matrix.
   bool fused = false;
   if constexpr (std::is_same_v<ACC, float>) fused = spread_cpu::fused_tiles_available();
+  const bool vector_final = fused && std::is_same_v<T, float>;
+  if constexpr (std::is_same_v<ACC, float>) {
+    if (fused && c * d <= kWholeCopy) {
+      knn_whole(w, Wacc.data_ptr<float>(), c, d, k, metric, norms, vector_final, cand, out_dist, out_idx);
+      return;
+    }
+  }
+
+  const int64_t t = (c + kBlock - 1) / kBlock;
+  auto block_rows = [&](int64_t b) { return Wacc.narrow(0, b * kBlock, std::min(kBlock, c - b * kBlock)); };
   const int64_t tile = spread_cpu::packed_tile_floats(kBlock, d);
   std::vector<std::vector<float>> packs(static_cast<size_t>(at::get_num_threads()));  // per thread, reused
-  // Up to kWholeCopy entries, every column block is packed once up front (not once per task that reads
-  // it) and cosine's final pass reads float64 unit rows instead of dividing per candidate and dim.
-  const bool whole = fused && c * d <= kWholeCopy;
-  std::vector<float> packed_all;
-  std::vector<double> unit;
-  if (whole) {
-    packed_all.resize(static_cast<size_t>((t - 1) * tile + spread_cpu::packed_tile_floats(c - (t - 1) * kBlock, d)));
-    if (metric == spread::kCosine) unit.resize(static_cast<size_t>(c * d));
-    at::parallel_for(0, t, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t r0 = b * kBlock, n = std::min(kBlock, c - r0);
-        spread_cpu::pack_tile_rows(Wacc.data_ptr<float>(), r0, n, d, packed_all.data() + b * tile);
-        if (!unit.empty()) spread_cpu::unit_rows(Wacc.data_ptr<float>(), r0, r0 + n, d, norms.data(), unit.data());
-      }
-    });
-  }
   auto run_tasks = [&](const std::vector<Task>& tasks) {
     at::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t tb, int64_t te) {
       if constexpr (std::is_same_v<ACC, float>) {
         if (fused) {
           std::vector<float>& pack = packs[static_cast<size_t>(at::get_thread_num())];
-          if (!whole) pack.resize(static_cast<size_t>(tile));
+          pack.resize(static_cast<size_t>(tile));
           const float* wf = Wacc.data_ptr<float>();
           int64_t packed = -1;  // the column block now in `pack`
           for (int64_t tk = tb; tk < te; ++tk)
             for (const auto& [bi, bj] : tasks[tk]) {
               const int64_t na = std::min(kBlock, c - bi * kBlock), nb = std::min(kBlock, c - bj * kBlock);
-              if (!whole && bj != packed) spread_cpu::pack_tile_rows(wf, bj * kBlock, nb, d, pack.data());
+              if (bj != packed) spread_cpu::pack_tile_rows(wf, bj * kBlock, nb, d, pack.data());
               packed = bj;
-              const float* cols = whole ? packed_all.data() + bj * tile : pack.data();
-              spread_cpu::fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, cols, bj * kBlock, nb, d, cand);
+              spread_cpu::fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, pack.data(), bj * kBlock, nb, d, cand);
             }
           return;
         }
@@ -196,47 +277,9 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   };
   for (const auto& round : block_schedule(t)) run_tasks(round);
 
-  ACC* out_dist = dist.data_ptr<ACC>();
-  int64_t* out_idx = idx.data_ptr<int64_t>();
   at::parallel_for(0, c, 64, [&](int64_t rb, int64_t re) {
-    std::vector<double> exact(static_cast<size_t>(cand.cap));
-    std::vector<int64_t> scratch_ids(static_cast<size_t>(k));
-    std::vector<double> xa;  // the vector final pass's row a in float64 (l2) or a / |a| (cosine)
-    for (int64_t i = rb; i < re; ++i) {
-      if (cand.overflow[i] || cand.sizes[i] < k) {  // (a short list: keys that were not finite)
-        spread::knn_exact_row(w, i, c, d, metric, norms.data(), exact.data(), scratch_ids.data(), k, out_dist, out_idx);
-        continue;
-      }
-      if constexpr (std::is_same_v<T, float>) {
-        if (fused) {  // same distances, bit for bit, eight candidates per AVX-512 vector
-          xa.resize(static_cast<size_t>(d));
-          int64_t* ids = cand.ids.data() + i * cand.ld;
-          // Only candidates keyed within the band of the k-th can be among the true k nearest (spread.h),
-          // and the list holds all of them (else the row overflowed): the rest need no exact distance.
-          const ACC* keys = cand.keys.data() + i * cand.ld;
-          const ACC limit = keys[k - 1] + cand.bands[i];
-          int64_t live = k;
-          while (live < cand.sizes[i] && keys[live] <= limit) ++live;
-          if (i + 1 < re) {  // the next row's nearest candidates are scattered over W: fetch them now
-            const int64_t* next = cand.ids.data() + (i + 1) * cand.ld;
-            for (int64_t s = 0; s < std::min(cand.sizes[i + 1], k + 2); ++s)
-              for (int64_t q = 0; q < d; q += 16) prefetch(w + next[s] * d + q);
-          }
-          spread_cpu::exact_candidate_distances(w, i, d, metric, norms.data(), unit.empty() ? nullptr : unit.data(),
-                                                ids, live, xa.data(), exact.data());
-          spread::sort_candidates(exact.data(), ids, live);
-          for (int64_t s = 0; s < k; ++s) {
-            out_dist[i * k + s] = static_cast<ACC>(exact[s]);
-            out_idx[i * k + s] = ids[s];
-          }
-          continue;
-        }
-      }
-      {
-        spread::knn_finalize_row(w, i, d, metric, norms.data(), cand.ids.data() + i * cand.ld, cand.sizes[i],
-                                 exact.data(), k, out_dist, out_idx);
-      }
-    }
+    FinalScratch scratch;
+    finalize_rows<T, ACC>(w, c, d, k, metric, norms, nullptr, vector_final, cand, rb, re, scratch, out_dist, out_idx);
   });
 }
 
