@@ -18,7 +18,7 @@ constexpr int64_t kChunk = 64;  // keys tested together before any per-entry bra
 template <typename ACC>
 struct Candidates {
   int64_t k, cap;
-  int64_t ld;  // row stride of keys and ids: cap rounded up to 16; keys past a row's size are +inf
+  int64_t ld;  // row stride of keys and ids: cap rounded up to 16 (entries past a row's size are unused)
   int metric;
   const ACC* col_term;  // l2: |w_j|^2; cosine: -1 / |w_j|
   std::vector<ACC> keys, bands;
@@ -29,7 +29,7 @@ struct Candidates {
   void init(int64_t c, int64_t k_, int64_t cap_, int metric_, const ACC* col_term_) {
     k = k_;
     cap = cap_;
-    ld = (cap + 15) / 16 * 16;  // whole vectors, so the AVX-512 insertion (knn_tiles_avx512.cpp) needs no tail
+    ld = (cap + 15) / 16 * 16;  // whole vectors for the AVX-512 insertion (knn_tiles_avx512.cpp)
     metric = metric_;
     col_term = col_term_;
     keys.assign(static_cast<size_t>(c * ld), std::numeric_limits<ACC>::infinity());

@@ -1,12 +1,13 @@
-// AVX-512 final pass of the CPU knn_classes (float32 W): the float64 distances of a row's kept
-// candidates, sixteen candidates per panel (two vectors of eight float64 lanes). Each lane performs
-// exactly the operations of spread::exact_distance (l2: sum of (a - b)^2 then sqrt; cosine: sum of
-// (a / |a| - b / |b|)^2 then / 2), in the same dim order, without FMA (the build uses
-// -ffp-contract=off), so the bits match the scalar path. A lane needs one candidate's dims in order,
-// but a candidate's row is contiguous in W: sixteen rows are loaded sixteen dims at a time and
-// transposed in registers (no gathers), and each lane then runs its own sequential sum. Cosine reads
-// b / |b| from a precomputed float64 copy of the unit rows where the caller has one (two 8 x 8
-// transposes per eight dims), else divides in the loop (eight lanes per vdivpd).
+// Vector final pass of the CPU knn_classes (float32 W, CPUs with AVX-512): the float64 distances of a
+// row's kept candidates. Each lane performs exactly the operations of spread::exact_distance (l2: sum
+// of (a - b)^2 then sqrt; cosine: sum of (a / |a| - b / |b|)^2 then / 2), in the same dim order,
+// without FMA (the build uses -ffp-contract=off), so the bits match the scalar path. A lane needs one
+// candidate's dims in order while a candidate's row is contiguous in W, so groups of four candidate
+// rows are loaded eight dims at a time and transposed in registers (no gathers); one pass over the
+// dims runs up to four groups (sixteen candidates), each lane its own sequential sum. The groups are
+// 256-bit: on AMD Zen 4 a 512-bit shuffle or conversion costs two 256-bit ones, and four-candidate
+// groups waste fewer lanes on the usual k + 1 candidates than sixteen-lane panels. Cosine reads
+// b / |b| from float64 unit rows where the caller has them, else divides in the loop.
 #include "spread/knn_tiles.h"
 
 #include <algorithm>
@@ -27,161 +28,152 @@ namespace spread_cpu {
 
 namespace {
 
-constexpr int64_t kPanel = 16;  // candidates per panel: 16 float32 lanes, two float64 vectors
+constexpr int64_t kGroup = 4;  // candidates per group: four float64 lanes
+constexpr int kMaxGroups = 4;  // groups per pass over the dims
 
-// r[l] := the 16 floats at rows[l] (masked to the first nq), transposed in place: afterwards lane l
-// of r[q] is rows[l][q]. Two in-lane shuffle stages and two 128-bit lane stages.
-__attribute__((target("avx512f"))) inline void load_transposed_16x16(const float* const* rows, __mmask16 qm,
-                                                                     __m512* r) {
-  __m512 t[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_ps(qm, rows[i]);
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {  // r[4i + m]: rows 4i..4i+3 of dims m, m + 4, m + 8, m + 12
-    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-#pragma GCC unroll 4
-  for (int m = 0; m < 4; ++m) {
-    const __m512 u = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88), v = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xDD);
-    const __m512 x = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
-    const __m512 y = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xDD);
-    t[m] = _mm512_shuffle_f32x4(u, x, 0x88);
-    t[m + 4] = _mm512_shuffle_f32x4(v, y, 0x88);
-    t[m + 8] = _mm512_shuffle_f32x4(u, x, 0xDD);
-    t[m + 12] = _mm512_shuffle_f32x4(v, y, 0xDD);
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
-}
+// What a lane adds per dim: (x_q - b_q)^2 with x = the row's a (l2), the same with x = a / |a| and
+// b / |b| formed per dim (cosine without unit rows), or b_q^2 (squared norms of the group's rows).
+enum Term { kDiff, kDivide, kSquare };
 
-// r[l] := the 8 doubles at rows[l] (masked to the first nq), transposed: lane l of r[q] is rows[l][q].
-__attribute__((target("avx512f"))) inline void load_transposed_8x8(const double* const* rows, __mmask8 qm, __m512d* r) {
-  __m512d t[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) r[i] = _mm512_maskz_loadu_pd(qm, rows[i]);
+// c[q] (q < 8): lane l = rows[l][q0 + q] as float64, for the four float rows (dims past d read 0).
+__attribute__((target("avx512f,avx512vl"))) inline void float_group(const float* const* rows, int64_t q0, int64_t d,
+                                                                    __m256d* c) {
+  __m256 r[4];
+  if (q0 + 8 <= d) {
 #pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm512_unpacklo_pd(r[2 * i], r[2 * i + 1]);  // rows 2i, 2i+1 of dims 0, 2, 4, 6 (pairs)
-    t[2 * i + 1] = _mm512_unpackhi_pd(r[2 * i], r[2 * i + 1]);
+    for (int l = 0; l < 4; ++l) r[l] = _mm256_loadu_ps(rows[l] + q0);
+  } else {
+    const __mmask8 m = static_cast<__mmask8>((1u << (d - q0)) - 1);
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; ++l)
+      r[l] = _mm512_castps512_ps256(_mm512_maskz_loadu_ps(static_cast<__mmask16>(m), rows[l] + q0));
   }
-  const __m512i lo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), hi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
-#pragma GCC unroll 2
-  for (int i = 0; i < 2; ++i) {  // r[4i + m]: rows 4i..4i+3, dims m and m + 4 in its two halves
-    r[4 * i] = _mm512_permutex2var_pd(t[4 * i], lo, t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_permutex2var_pd(t[4 * i + 1], lo, t[4 * i + 3]);
-    r[4 * i + 2] = _mm512_permutex2var_pd(t[4 * i], hi, t[4 * i + 2]);
-    r[4 * i + 3] = _mm512_permutex2var_pd(t[4 * i + 1], hi, t[4 * i + 3]);
-  }
-  const __m512i lo2 = _mm512_set_epi64(11, 10, 9, 8, 3, 2, 1, 0), hi2 = _mm512_set_epi64(15, 14, 13, 12, 7, 6, 5, 4);
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  // u_m holds dims m (low 128 bits) and m + 4 (high), lanes = rows 0-3
+  const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+                       _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
 #pragma GCC unroll 4
   for (int m = 0; m < 4; ++m) {
-    t[m] = _mm512_permutex2var_pd(r[m], lo2, r[4 + m]);
-    t[m + 4] = _mm512_permutex2var_pd(r[m], hi2, r[4 + m]);
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) r[i] = t[i];
-}
-
-// Rows of the panel's candidates; lanes past n repeat the last one (their results are unused).
-template <typename T>
-inline void panel_rows(const T* base, const int64_t* ids, int64_t n, int64_t d, int64_t lanes, const T** rows) {
-  for (int64_t l = 0; l < lanes; ++l) rows[l] = base + ids[std::min(l, n - 1)] * d;
-}
-
-// What float_panel_sums adds per dim: (x_q - b_q)^2 with x = the row's a (l2), the same with x = a / |a|
-// and b / |b| formed per dim (cosine without unit rows), or b_q^2 (squared norms of the panel's rows).
-enum PanelSum { kDiff, kDivide, kSquare };
-
-// Sum over dims, in order, of the PanelSum term for the panel's 16 candidates b. s0: lanes 0-7, s1: 8-15.
-template <PanelSum kSum>
-__attribute__((target("avx512f"))) void float_panel_sums(const double* x, const float* w, const int64_t* ids, int64_t n,
-                                                         int64_t d, const double* nb_lanes, __m512d& s0, __m512d& s1) {
-  const float* rows[kPanel];
-  panel_rows(w, ids, n, d, kPanel, rows);
-  __m512d nb0 = _mm512_setzero_pd(), nb1 = nb0;
-  if (kSum == kDivide) {
-    nb0 = _mm512_loadu_pd(nb_lanes);
-    nb1 = _mm512_loadu_pd(nb_lanes + 8);
-  }
-  s0 = _mm512_setzero_pd();
-  s1 = _mm512_setzero_pd();
-  for (int64_t q0 = 0; q0 < d; q0 += 16) {
-    const int64_t nq = std::min<int64_t>(16, d - q0);
-    __m512 col[16];
-    load_transposed_16x16(rows, static_cast<__mmask16>(nq >= 16 ? 0xFFFF : (1u << nq) - 1), col);
-    for (int l = 0; l < kPanel; ++l) rows[l] += 16;
-#pragma GCC unroll 16
-    for (int q = 0; q < 16; ++q) {
-      if (q < nq) {
-        __m512d b0 = _mm512_cvtps_pd(_mm512_castps512_ps256(col[q]));
-        __m512d b1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(col[q]), 1)));
-        if (kSum == kDivide) {
-          b0 = _mm512_div_pd(b0, nb0);
-          b1 = _mm512_div_pd(b1, nb1);
-        }
-        if (kSum == kSquare) {
-          s0 = _mm512_add_pd(s0, _mm512_mul_pd(b0, b0));
-          s1 = _mm512_add_pd(s1, _mm512_mul_pd(b1, b1));
-        } else {
-          const __m512d xq = _mm512_set1_pd(x[q0 + q]);
-          const __m512d t0 = _mm512_sub_pd(xq, b0), t1 = _mm512_sub_pd(xq, b1);
-          s0 = _mm512_add_pd(s0, _mm512_mul_pd(t0, t0));
-          s1 = _mm512_add_pd(s1, _mm512_mul_pd(t1, t1));
-        }
-      }
-    }
+    c[m] = _mm256_cvtps_pd(_mm256_castps256_ps128(u[m]));
+    c[m + 4] = _mm256_cvtps_pd(_mm256_extractf128_ps(u[m], 1));
   }
 }
 
-// The same sum from float64 unit rows: x = a / |a|, b / |b| read from `unit` (cosine, small C).
-__attribute__((target("avx512f"))) void unit_panel_sums(const double* x, const double* unit, const int64_t* ids,
-                                                        int64_t n, int64_t d, __m512d& s0, __m512d& s1) {
-  const double* rows[kPanel];
-  panel_rows(unit, ids, n, d, kPanel, rows);
-  s0 = _mm512_setzero_pd();
-  s1 = _mm512_setzero_pd();
+// c[q] (q < 4): lane l = rows[l][q0 + q], for the four double rows (dims past d read 0).
+__attribute__((target("avx512f,avx512vl"))) inline void double_group(const double* const* rows, int64_t q0, int64_t d,
+                                                                     __m256d* c) {
+  __m256d r[4];
+  if (q0 + 4 <= d) {
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; ++l) r[l] = _mm256_loadu_pd(rows[l] + q0);
+  } else {
+    const __mmask8 m = static_cast<__mmask8>((1u << (d - q0)) - 1);
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; ++l) r[l] = _mm512_castpd512_pd256(_mm512_maskz_loadu_pd(m, rows[l] + q0));
+  }
+  const __m256d t0 = _mm256_unpacklo_pd(r[0], r[1]), t1 = _mm256_unpackhi_pd(r[0], r[1]);
+  const __m256d t2 = _mm256_unpacklo_pd(r[2], r[3]), t3 = _mm256_unpackhi_pd(r[2], r[3]);
+  c[0] = _mm256_permute2f128_pd(t0, t2, 0x20);
+  c[1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+  c[2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+  c[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+}
+
+// Lane sums over all dims, in order, for kGroups groups of four rows (rows[g * 4 + l]); acc[g] lane l.
+// x: the row's float64 operand (unused for kSquare); nb[g]: the groups' norms (kDivide).
+template <Term kTerm, int kGroups>
+__attribute__((target("avx512f,avx512vl"))) void float_sums(const double* x, const float* const* rows, int64_t d,
+                                                            const __m256d* nb, __m256d* acc) {
+#pragma GCC unroll 4
+  for (int g = 0; g < kGroups; ++g) acc[g] = _mm256_setzero_pd();
   for (int64_t q0 = 0; q0 < d; q0 += 8) {
+    __m256d c[kGroups][8];
+#pragma GCC unroll 4
+    for (int g = 0; g < kGroups; ++g) float_group(rows + g * kGroup, q0, d, c[g]);
     const int64_t nq = std::min<int64_t>(8, d - q0);
-    const __mmask8 qm = static_cast<__mmask8>(nq >= 8 ? 0xFF : (1u << nq) - 1);
-    __m512d c0[8], c1[8];
-    load_transposed_8x8(rows, qm, c0);
-    load_transposed_8x8(rows + 8, qm, c1);
-    for (int l = 0; l < kPanel; ++l) rows[l] += 8;
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q) {
-      if (q < nq) {
-        const __m512d xq = _mm512_set1_pd(x[q0 + q]);
-        const __m512d t0 = _mm512_sub_pd(xq, c0[q]), t1 = _mm512_sub_pd(xq, c1[q]);
-        s0 = _mm512_add_pd(s0, _mm512_mul_pd(t0, t0));
-        s1 = _mm512_add_pd(s1, _mm512_mul_pd(t1, t1));
+      if (q >= nq) break;
+      const __m256d xq = kTerm == kSquare ? _mm256_setzero_pd() : _mm256_set1_pd(x[q0 + q]);
+#pragma GCC unroll 4
+      for (int g = 0; g < kGroups; ++g) {
+        if (kTerm == kSquare) {
+          acc[g] = _mm256_add_pd(acc[g], _mm256_mul_pd(c[g][q], c[g][q]));
+        } else {
+          const __m256d b = kTerm == kDivide ? _mm256_div_pd(c[g][q], nb[g]) : c[g][q];
+          const __m256d t = _mm256_sub_pd(xq, b);
+          acc[g] = _mm256_add_pd(acc[g], _mm256_mul_pd(t, t));
+        }
       }
     }
   }
 }
 
-// Lanes [0, n) of the panel sums through `finish` (sqrt for l2, * 0.5 for cosine) into out.
-__attribute__((target("avx512f"))) void store_panel(__m512d s0, __m512d s1, bool l2, int64_t n, double* out) {
-  alignas(64) double r[kPanel];
-  const __m512d half = _mm512_set1_pd(0.5);
-  _mm512_store_pd(r, l2 ? _mm512_sqrt_pd(s0) : _mm512_mul_pd(half, s0));
-  _mm512_store_pd(r + 8, l2 ? _mm512_sqrt_pd(s1) : _mm512_mul_pd(half, s1));
-  for (int64_t l = 0; l < n; ++l) out[l] = r[l];
+// The same sums of (x_q - u_q)^2 over float64 unit rows u (cosine with unit rows).
+template <int kGroups>
+__attribute__((target("avx512f,avx512vl"))) void unit_sums(const double* x, const double* const* rows, int64_t d,
+                                                           __m256d* acc) {
+#pragma GCC unroll 4
+  for (int g = 0; g < kGroups; ++g) acc[g] = _mm256_setzero_pd();
+  for (int64_t q0 = 0; q0 < d; q0 += 4) {
+    __m256d c[kGroups][4];
+#pragma GCC unroll 4
+    for (int g = 0; g < kGroups; ++g) double_group(rows + g * kGroup, q0, d, c[g]);
+    const int64_t nq = std::min<int64_t>(4, d - q0);
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      if (q >= nq) break;
+      const __m256d xq = _mm256_set1_pd(x[q0 + q]);
+#pragma GCC unroll 4
+      for (int g = 0; g < kGroups; ++g) {
+        const __m256d t = _mm256_sub_pd(xq, c[g][q]);
+        acc[g] = _mm256_add_pd(acc[g], _mm256_mul_pd(t, t));
+      }
+    }
+  }
+}
+
+// Sums of up to sixteen candidates `ids` (n of them) into sums[0 .. n): one pass over the dims with
+// ceil(n / 4) groups. Lanes past n repeat the last candidate (their sums are not stored).
+template <Term kTerm>
+__attribute__((target("avx512f,avx512vl"))) void candidate_sums(const double* x, const float* w, const double* unit,
+                                                                const double* norms, const int64_t* ids, int64_t n,
+                                                                int64_t d, double* sums) {
+  const float* rows[kGroup * kMaxGroups];
+  const double* urows[kGroup * kMaxGroups];
+  __m256d nb[kMaxGroups], acc[kMaxGroups];
+  alignas(32) double nbs[kGroup * kMaxGroups] = {};
+  for (int64_t l = 0; l < kGroup * kMaxGroups; ++l) {
+    const int64_t j = ids[std::min(l, n - 1)];
+    rows[l] = w + j * d;
+    if (unit != nullptr) urows[l] = unit + j * d;
+    if (kTerm == kDivide) nbs[l] = norms[j];
+  }
+  for (int g = 0; g < kMaxGroups; ++g) nb[g] = _mm256_load_pd(nbs + kGroup * g);  // (read by kDivide only)
+  const int64_t groups = (n + kGroup - 1) / kGroup;
+  if (unit != nullptr) {
+    if (groups == 1) unit_sums<1>(x, urows, d, acc);
+    if (groups == 2) unit_sums<2>(x, urows, d, acc);
+    if (groups == 3) unit_sums<3>(x, urows, d, acc);
+    if (groups == 4) unit_sums<4>(x, urows, d, acc);
+  } else {
+    if (groups == 1) float_sums<kTerm, 1>(x, rows, d, nb, acc);
+    if (groups == 2) float_sums<kTerm, 2>(x, rows, d, nb, acc);
+    if (groups == 3) float_sums<kTerm, 3>(x, rows, d, nb, acc);
+    if (groups == 4) float_sums<kTerm, 4>(x, rows, d, nb, acc);
+  }
+  alignas(32) double r[kGroup * kMaxGroups];
+  for (int64_t g = 0; g < groups; ++g) _mm256_store_pd(r + kGroup * g, acc[g]);
+  std::copy(r, r + n, sums);
 }
 
 }  // namespace
 
-__attribute__((target("avx512f"))) void exact_candidate_distances(const float* w, int64_t row, int64_t d, int metric,
-                                                                  const double* norms, const double* unit,
-                                                                  const int64_t* ids, int64_t size, double* xa,
-                                                                  double* exact) {
+__attribute__((target("avx512f,avx512vl"))) void exact_candidate_distances(const float* w, int64_t row, int64_t d,
+                                                                           int metric, const double* norms,
+                                                                           const double* unit, const int64_t* ids,
+                                                                           int64_t size, double* xa, double* exact) {
   const float* a = w + row * d;
   const double na = norms[row];
   if (metric == spread::kCosine && !(na > spread::kCosineEps)) {  // no unit form for this row: scalar throughout
@@ -196,45 +188,38 @@ __attribute__((target("avx512f"))) void exact_candidate_distances(const float* w
   } else {
     for (int64_t q = 0; q < d; ++q) xa[q] = static_cast<double>(a[q]) / na;
   }
-  for (int64_t s = 0; s < size; s += kPanel) {
-    const int64_t n = std::min(kPanel, size - s);
-    __m512d s0, s1;
-    double nbs[kPanel];
+  constexpr int64_t kPass = kGroup * kMaxGroups;
+  for (int64_t s = 0; s < size; s += kPass) {
+    const int64_t n = std::min(kPass, size - s);
     if (metric == spread::kL2) {
-      float_panel_sums<kDiff>(xa, w, ids + s, n, d, nullptr, s0, s1);
-    } else {
-      for (int64_t l = 0; l < kPanel; ++l) nbs[l] = norms[ids[s + std::min(l, n - 1)]];
-      if (unit != nullptr)
-        unit_panel_sums(xa, unit, ids + s, n, d, s0, s1);
-      else
-        float_panel_sums<kDivide>(xa, w, ids + s, n, d, nbs, s0, s1);
+      candidate_sums<kDiff>(xa, w, nullptr, norms, ids + s, n, d, exact + s);
+      for (int64_t l = 0; l < n; ++l) exact[s + l] = std::sqrt(exact[s + l]);
+      continue;
     }
-    store_panel(s0, s1, metric == spread::kL2, n, exact + s);
-    if (metric == spread::kL2) continue;
-    for (int64_t l = 0; l < n; ++l) {  // a zero candidate has no unit form: 1 - a.b / (clamped norms)
-      if (!spread::cosine_unit(na, nbs[l]))
-        exact[s + l] = spread::exact_distance(a, w + ids[s + l] * d, d, metric, na, nbs[l]);
+    candidate_sums<kDivide>(xa, w, unit, norms, ids + s, n, d, exact + s);
+    for (int64_t l = 0; l < n; ++l) {
+      const double nb = norms[ids[s + l]];
+      // a zero candidate has no unit form: 1 - a.b / (clamped norms), as spread::distance_from_sum
+      exact[s + l] = spread::cosine_unit(na, nb) ? 0.5 * exact[s + l]
+                                                 : spread::exact_distance(a, w + ids[s + l] * d, d, metric, na, nb);
     }
   }
 }
 
 // Lanes are rows: sixteen rows' sums of x^2 run side by side, each in dim order (spread::row_sq_norm).
-__attribute__((target("avx512f"))) void row_sq_norms(const float* w, int64_t r0, int64_t r1, int64_t d, double* sq) {
-  for (int64_t i0 = r0; i0 < r1; i0 += kPanel) {
-    const int64_t n = std::min(kPanel, r1 - i0);
-    int64_t ids[kPanel];
-    for (int64_t l = 0; l < kPanel; ++l) ids[l] = i0 + l;
-    __m512d s0, s1;
-    float_panel_sums<kSquare>(nullptr, w, ids, n, d, nullptr, s0, s1);
-    alignas(64) double r[kPanel];
-    _mm512_store_pd(r, s0);
-    _mm512_store_pd(r + 8, s1);
-    for (int64_t l = 0; l < n; ++l) sq[i0 + l] = r[l];
+__attribute__((target("avx512f,avx512vl"))) void row_sq_norms(const float* w, int64_t r0, int64_t r1, int64_t d,
+                                                              double* sq) {
+  constexpr int64_t kPass = kGroup * kMaxGroups;
+  for (int64_t i0 = r0; i0 < r1; i0 += kPass) {
+    const int64_t n = std::min(kPass, r1 - i0);
+    int64_t ids[kPass];
+    for (int64_t l = 0; l < kPass; ++l) ids[l] = i0 + l;
+    candidate_sums<kSquare>(nullptr, w, nullptr, nullptr, ids, n, d, sq + i0);
   }
 }
 
-__attribute__((target("avx512f"))) void unit_rows(const float* w, int64_t r0, int64_t r1, int64_t d,
-                                                  const double* norms, double* unit) {
+__attribute__((target("avx512f,avx512vl"))) void unit_rows(const float* w, int64_t r0, int64_t r1, int64_t d,
+                                                           const double* norms, double* unit) {
   for (int64_t i = r0; i < r1; ++i) {
     if (!(norms[i] > spread::kCosineEps)) continue;
     const __m512d n = _mm512_set1_pd(norms[i]);

@@ -8,7 +8,7 @@
 namespace fedkernels {
 namespace spread_cpu {
 
-// True when this CPU runs the fused path (AVX-512F) and FEDKERNELS_KNN_BLAS is not set (the
+// True when this CPU runs the fused path (AVX-512F and VL) and FEDKERNELS_KNN_BLAS is not set (the
 // variable forces the portable BLAS tile path, e.g. to test it on an AVX-512 machine).
 bool fused_tiles_available();
 

@@ -41,73 +41,64 @@ namespace {
 // 32): the position is the count of kept entries that precede (key, j) under spread::key_less (padding
 // keys are +inf, masked out by size), and the entries after it move up one lane (valignd / valignq
 // with the previous vector) instead of one at a time. Same list, overflow flag and gate as offer().
-// Lane l of the 32 floats lo:hi.
-__attribute__((target("avx512f"))) inline float lane(__m512 lo, __m512 hi, int64_t l) {
-  return _mm512_cvtss_f32(_mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(l & 15)), l < 16 ? lo : hi));
-}
-
+// Candidates::offer with the insertion in registers, for lists of at most 32 (cap <= 32, ld 16 or
+// 32): the position is the count of kept entries that precede (key, j) under spread::key_less, and
+// one masked expand per vector moves the entries from it on up a lane and puts the new one in its
+// place (the lanes past a row's size are never read). Same list, overflow flag and gate as offer().
 template <bool kTwo>
 __attribute__((target("avx512f"))) inline void offer_vector(Candidates<float>& cand, int64_t i, float key, int64_t j) {
   if (!(key <= cand.gates[i]) || j == i) return;
-  const int64_t cap = cand.cap;
+  const int64_t cap = cand.cap, size = cand.sizes[i];
   float* kr = cand.keys.data() + i * cand.ld;
   int64_t* ir = cand.ids.data() + i * cand.ld;
-  int64_t& sz = cand.sizes[i];
-  constexpr int kIdVectors = kTwo ? 4 : 2;
-  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   const __m512 kv = _mm512_set1_ps(key);
-  const __m512i jv = _mm512_set1_epi64(j);
-  const __m512 k0 = _mm512_loadu_ps(kr), k1 = kTwo ? _mm512_loadu_ps(kr + 16) : inf;
-  __m512i id[kIdVectors];
-  uint32_t id_less = 0;
-#pragma GCC unroll 4
-  for (int b = 0; b < kIdVectors; ++b) {
-    id[b] = _mm512_loadu_si512(ir + 8 * b);
-    id_less |= static_cast<uint32_t>(_mm512_cmplt_epi64_mask(id[b], jv)) << (8 * b);
-  }
-  const uint32_t lt = static_cast<uint32_t>(_mm512_cmp_ps_mask(k0, kv, _CMP_LT_OQ)) |
-                      (static_cast<uint32_t>(_mm512_cmp_ps_mask(k1, kv, _CMP_LT_OQ)) << 16);
-  const uint32_t eq = static_cast<uint32_t>(_mm512_cmp_ps_mask(k0, kv, _CMP_EQ_OQ)) |
-                      (static_cast<uint32_t>(_mm512_cmp_ps_mask(k1, kv, _CMP_EQ_OQ)) << 16);
-  const int64_t size = sz;
+  const __m512 k0 = _mm512_loadu_ps(kr), k1 = kTwo ? _mm512_loadu_ps(kr + 16) : kv;
   const uint32_t live = size >= 32 ? ~0u : (1u << size) - 1;
-  const int pos = __builtin_popcount((lt | (eq & id_less)) & live);
+  uint32_t before = static_cast<uint32_t>(_mm512_cmp_ps_mask(k0, kv, _CMP_LT_OQ));
+  uint32_t equal = static_cast<uint32_t>(_mm512_cmp_ps_mask(k0, kv, _CMP_EQ_OQ));
+  if (kTwo) {
+    before |= static_cast<uint32_t>(_mm512_cmp_ps_mask(k1, kv, _CMP_LT_OQ)) << 16;
+    equal |= static_cast<uint32_t>(_mm512_cmp_ps_mask(k1, kv, _CMP_EQ_OQ)) << 16;
+  }
+  before &= live;
+  for (uint32_t e = equal & live; e; e &= e - 1) {  // equal keys (rare): the smaller id goes first
+    const int l = __builtin_ctz(e);
+    if (ir[l] < j) before |= 1u << l;
+  }
+  const int pos = __builtin_popcount(before);
   if (pos >= cap) {  // after all cap kept entries: a near-tie of the k-th that the list cannot hold
     cand.overflow[i] = 1;
     return;
   }
   const bool full = size == cap;
-  // Lanes above pos take their left neighbour; lane pos the new entry; lanes >= cap stay padding.
-  const uint32_t after = pos >= 31 ? 0u : ~0u << (pos + 1), at = 1u << pos;
-  const uint32_t pad = cap >= 32 ? 0u : ~0u << cap;
-  __m512 n0 = _mm512_mask_blend_ps(
-      static_cast<__mmask16>(after), k0,
-      _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(k0), _mm512_castps_si512(k0), 15)));
-  n0 = _mm512_mask_mov_ps(n0, static_cast<__mmask16>(at), kv);
-  n0 = _mm512_mask_mov_ps(n0, static_cast<__mmask16>(pad), inf);
+  const float dropped = full ? kr[cap - 1] : 0.0f;
+  const uint32_t keep = ~(1u << pos);  // the lanes that take the old entries, in order
+  const __m512 n0 = _mm512_mask_expand_ps(kv, static_cast<__mmask16>(keep), k0);
   _mm512_storeu_ps(kr, n0);
-  __m512 n1 = inf;
   if (kTwo) {
-    n1 = _mm512_mask_blend_ps(
-        static_cast<__mmask16>(after >> 16), k1,
-        _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(k1), _mm512_castps_si512(k0), 15)));
-    n1 = _mm512_mask_mov_ps(n1, static_cast<__mmask16>(at >> 16), kv);
-    n1 = _mm512_mask_mov_ps(n1, static_cast<__mmask16>(pad >> 16), inf);
-    _mm512_storeu_ps(kr + 16, n1);
+    const __m512 from =
+        pos < 16 ? _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(k1), _mm512_castps_si512(k0), 15))
+                 : k1;  // k0[15], k1[0..14] when lane 15 moved up
+    _mm512_storeu_ps(kr + 16, _mm512_mask_expand_ps(kv, static_cast<__mmask16>(keep >> 16), from));
   }
-#pragma GCC unroll 4
-  for (int b = 0; b < kIdVectors; ++b) {
-    const __m512i prev = b == 0 ? id[0] : id[b - 1];
-    __m512i v =
-        _mm512_mask_blend_epi64(static_cast<__mmask8>(after >> (8 * b)), id[b], _mm512_alignr_epi64(id[b], prev, 7));
-    v = _mm512_mask_mov_epi64(v, static_cast<__mmask8>(at >> (8 * b)), jv);
-    _mm512_storeu_si512(ir + 8 * b, v);
+  const __m512i jv = _mm512_set1_epi64(j);
+  __m512i prev = _mm512_loadu_si512(ir);
+  _mm512_storeu_si512(ir, _mm512_mask_expand_epi64(jv, static_cast<__mmask8>(keep), prev));
+#pragma GCC unroll 3
+  for (int b = 1; b < (kTwo ? 4 : 2); ++b) {
+    const __m512i cur = _mm512_loadu_si512(ir + 8 * b);
+    const __m512i from = pos < 8 * b ? _mm512_alignr_epi64(cur, prev, 7) : cur;
+    _mm512_storeu_si512(ir + 8 * b, _mm512_mask_expand_epi64(jv, static_cast<__mmask8>(keep >> (8 * b)), from));
+    prev = cur;
   }
-  // The old last entry and the new k-th key come from the registers (no reload of what was just stored).
-  if (!full) sz = size + 1;
+  if (!full) cand.sizes[i] = size + 1;
   if (size + 1 < cand.k) return;
-  const float gate = lane(n0, n1, cand.k - 1) + cand.bands[i];
-  if (full && lane(k0, k1, cap - 1) <= gate) cand.overflow[i] = 1;  // a dropped near-tie of the k-th
+  // The new k-th key from the register (cap <= 32 and k < cap, so k <= 16 when kTwo is false).
+  const int64_t kth = cand.k - 1;
+  const __m512 kth_vec = kth < 16 ? n0 : _mm512_loadu_ps(kr + 16);
+  const float gate =
+      _mm512_cvtss_f32(_mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(kth & 15)), kth_vec)) + cand.bands[i];
+  if (full && dropped <= gate) cand.overflow[i] = 1;  // a dropped near-tie of the k-th
   cand.gates[i] = gate;
 }
 
@@ -254,7 +245,7 @@ void pack_tile_rows(const float* w, int64_t r0, int64_t n, int64_t d, float* dst
 }
 
 bool fused_tiles_available() {
-  static const bool cpu_ok = __builtin_cpu_supports("avx512f");
+  static const bool cpu_ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
   return cpu_ok && std::getenv("FEDKERNELS_KNN_BLAS") == nullptr;
 }
 
