@@ -8,14 +8,18 @@
 // how the keys were rounded.
 #include "spread/knn_tiles.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define FK_KNN_HAVE_AVX512 1
 // GCC 12 flags the intrinsics' internal undefined-vector placeholders as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #else
 #define FK_KNN_HAVE_AVX512 0
 #endif
@@ -119,9 +123,35 @@ __attribute__((target("avx512f"))) inline void offer_bits(Candidates<float>& can
   }
 }
 
-// kDiag: rows and columns are the same block (row0 == col0). Only micro-tiles that hold pairs j > i are
-// computed, and each such key goes to both sides, so a diagonal block costs about half a full one.
-template <int kMetric, bool kDiag>
+// g[r][t] = row r . column t for the 8 x 32 micro-tile: rows a (row-major, stride d; rows past nrow
+// repeat the last one, their products unused) times two packed panels b (b + q * 16, b + 16 d + q * 16).
+__attribute__((target("avx512f"))) inline void dot_micro_tile(const float* a0, int64_t nrow, const float* b, int64_t d,
+                                                              float (*g)[kNr]) {
+  const float* a[kMr];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMr; ++r) a[r] = a0 + std::min<int64_t>(r, nrow - 1) * d;
+  __m512 acc0[kMr], acc1[kMr];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMr; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  for (int64_t q = 0; q < d; ++q) {
+    const __m512 b0 = _mm512_loadu_ps(b + q * kPanel);
+    const __m512 b1 = _mm512_loadu_ps(b + kPanel * d + q * kPanel);
+#pragma GCC unroll 8
+    for (int r = 0; r < kMr; ++r) {
+      const __m512 ar = _mm512_set1_ps(a[r][q]);
+      acc0[r] = _mm512_fmadd_ps(ar, b0, acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(ar, b1, acc1[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kMr; ++r) {
+    _mm512_storeu_ps(g[r], acc0[r]);
+    _mm512_storeu_ps(g[r] + 16, acc1[r]);
+  }
+}
+
+// Two disjoint blocks: each key goes to the row's list and the column's.
+template <int kMetric>
 __attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0, int64_t na, const float* pb,
                                                   int64_t col0, int64_t nb, int64_t d, Candidates<float>& cand) {
   const __m512 nan = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
@@ -140,29 +170,8 @@ __attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0,
     const __m512 ctj0 = _mm512_mask_loadu_ps(nan, cm0, ct + j0);
     const __m512 ctj1 = _mm512_mask_loadu_ps(nan, cm1, ct + j0 + 16);
     for (int64_t ib = 0; ib < na; ib += kMr) {
-      if (kDiag && jb + kNr - 1 <= ib) break;  // every pair of this and later micro-tiles has j <= i
       const int64_t nrow = std::min(kMr, na - ib);
-      const float* a[kMr];  // row-major rows; rows past na repeat the last one (their keys are unused)
-#pragma GCC unroll 8
-      for (int r = 0; r < kMr; ++r) a[r] = wa + (ib + std::min<int64_t>(r, nrow - 1)) * d;
-      __m512 acc0[kMr], acc1[kMr];
-#pragma GCC unroll 8
-      for (int r = 0; r < kMr; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
-      for (int64_t q = 0; q < d; ++q) {
-        const __m512 b0 = _mm512_loadu_ps(b + q * kPanel);
-        const __m512 b1 = _mm512_loadu_ps(b + kPanel * d + q * kPanel);
-#pragma GCC unroll 8
-        for (int r = 0; r < kMr; ++r) {
-          const __m512 ar = _mm512_set1_ps(a[r][q]);
-          acc0[r] = _mm512_fmadd_ps(ar, b0, acc0[r]);
-          acc1[r] = _mm512_fmadd_ps(ar, b1, acc1[r]);
-        }
-      }
-#pragma GCC unroll 8
-      for (int r = 0; r < kMr; ++r) {
-        _mm512_store_ps(g[r], acc0[r]);
-        _mm512_store_ps(g[r] + 16, acc1[r]);
-      }
+      dot_micro_tile(wa + ib * d, std::min(kMr, na - ib), b, d, g);
       __m512 gc0 = _mm512_mask_loadu_ps(neg_inf, cm0, gates + j0);
       __m512 gc1 = _mm512_mask_loadu_ps(neg_inf, cm1, gates + j0 + 16);
       for (int64_t r = 0; r < nrow; ++r) {
@@ -174,11 +183,8 @@ __attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0,
         const __m512 kr0 = kMetric == spread::kL2 ? _mm512_sub_ps(ctj0, t0) : _mm512_mul_ps(ctj0, t0);
         const __m512 kr1 = kMetric == spread::kL2 ? _mm512_sub_ps(ctj1, t1) : _mm512_mul_ps(ctj1, t1);
         const __m512 gr = _mm512_set1_ps(gates[i]);
-        // Diagonal block: only lanes with column j > row i (the pair j < i is another micro-tile's j > i).
-        const int64_t below = kDiag ? ib + r - jb + 1 : 0;  // lanes t < below have j <= i
-        const uint32_t upper = below <= 0 ? ~0u : below >= 32 ? 0u : ~0u << below;
-        const uint32_t mr = upper & (static_cast<uint32_t>(_mm512_cmp_ps_mask(kr0, gr, _CMP_LE_OQ)) |
-                                     (static_cast<uint32_t>(_mm512_cmp_ps_mask(kr1, gr, _CMP_LE_OQ)) << 16));
+        const uint32_t mr = static_cast<uint32_t>(_mm512_cmp_ps_mask(kr0, gr, _CMP_LE_OQ)) |
+                            (static_cast<uint32_t>(_mm512_cmp_ps_mask(kr1, gr, _CMP_LE_OQ)) << 16);
         if (mr) {
           _mm512_store_ps(keys, kr0);
           _mm512_store_ps(keys + 16, kr1);
@@ -187,8 +193,8 @@ __attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0,
         const __m512 cti = _mm512_set1_ps(ct[i]);
         const __m512 kc0 = kMetric == spread::kL2 ? _mm512_sub_ps(cti, t0) : _mm512_mul_ps(cti, t0);
         const __m512 kc1 = kMetric == spread::kL2 ? _mm512_sub_ps(cti, t1) : _mm512_mul_ps(cti, t1);
-        const uint32_t mc = upper & (static_cast<uint32_t>(_mm512_cmp_ps_mask(kc0, gc0, _CMP_LE_OQ)) |
-                                     (static_cast<uint32_t>(_mm512_cmp_ps_mask(kc1, gc1, _CMP_LE_OQ)) << 16));
+        const uint32_t mc = static_cast<uint32_t>(_mm512_cmp_ps_mask(kc0, gc0, _CMP_LE_OQ)) |
+                            (static_cast<uint32_t>(_mm512_cmp_ps_mask(kc1, gc1, _CMP_LE_OQ)) << 16);
         if (mc) {
           _mm512_store_ps(keys, kc0);
           _mm512_store_ps(keys + 16, kc1);
@@ -197,6 +203,101 @@ __attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0,
           gc1 = _mm512_mask_loadu_ps(neg_inf, cm1, gates + j0 + 16);
         }
       }
+    }
+  }
+}
+
+// A row's list from its keys `keys` (columns col0 + t for t < n, +inf where excluded), when the list is
+// still empty: the smallest keys in (key, id) order by repeated vector minimum, appended, until the
+// next one is above the gate (the k-th plus the band) or the list is full (then a near-tie is dropped:
+// overflow). The same list offer() would build from these keys in any order, without the about
+// k (1 + ln(n / k)) one-at-a-time insertions. keys: 16-float vectors, nv of them.
+__attribute__((target("avx512f"))) void select_into_empty(Candidates<float>& cand, int64_t i, float* keys, int64_t nv,
+                                                          int64_t col0) {
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  float* kr = cand.keys.data() + i * cand.ld;
+  int64_t* ir = cand.ids.data() + i * cand.ld;
+  int64_t size = 0;
+  float gate = std::numeric_limits<float>::infinity();
+  for (;;) {
+    __m512 m = inf;
+    for (int64_t v = 0; v < nv; ++v) m = _mm512_min_ps(m, _mm512_load_ps(keys + 16 * v));
+    const float mn = _mm512_reduce_min_ps(m);
+    if (mn == std::numeric_limits<float>::infinity() || !(mn <= gate)) break;
+    int64_t lane = 0;  // the first column holding mn: equal keys go to the smaller id
+    for (int64_t v = 0; v < nv; ++v) {
+      const uint32_t eq = _mm512_cmp_ps_mask(_mm512_load_ps(keys + 16 * v), _mm512_set1_ps(mn), _CMP_EQ_OQ);
+      if (eq) {
+        lane = 16 * v + __builtin_ctz(eq);
+        break;
+      }
+    }
+    if (size == cand.cap) {  // a near-tie of the k-th that the list cannot hold
+      cand.overflow[i] = 1;
+      break;
+    }
+    kr[size] = mn;
+    ir[size] = col0 + lane;
+    keys[lane] = std::numeric_limits<float>::infinity();
+    if (++size == cand.k) gate = mn + cand.bands[i];
+  }
+  cand.sizes[i] = size;
+  if (size >= cand.k) cand.gates[i] = gate;
+}
+
+// A block with itself (rows row0 .. row0 + n, packed in pb): the dot products of its upper micro-tiles
+// into a [n, n] scratch, mirrored below the diagonal, then each row's keys at once. A row whose list
+// is empty (the usual case: the whole-matrix schedule runs every block's diagonal pair first) fills it
+// by select_into_empty; any other row, or one with a key that is not finite, offers each key that passes
+// its gate, as tile_pair does. Costs the scratch's writes over tile_pair's diagonal case.
+template <int kMetric>
+__attribute__((target("avx512f"))) void diagonal_block(const float* wa, int64_t row0, int64_t n, const float* pb,
+                                                       int64_t d, Candidates<float>& cand) {
+  const int64_t ldg = padded_rows(n);
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<size_t>(ldg * ldg + ldg + 16));
+  float* dots = scratch.data();
+  float* keys = dots + ldg * ldg;
+  keys += (16 - reinterpret_cast<uintptr_t>(keys) / sizeof(float) % 16) % 16;  // 64-byte aligned
+  alignas(64) float g[kMr][kNr];
+  for (int64_t jb = 0; jb < n; jb += kNr) {
+    for (int64_t ib = 0; ib < n; ib += kMr) {
+      if (jb + kNr - 1 <= ib) break;
+      dot_micro_tile(wa + ib * d, std::min(kMr, n - ib), pb + jb * d, d, g);
+      for (int64_t r = 0; r < std::min(kMr, n - ib); ++r) std::copy(g[r], g[r] + kNr, dots + (ib + r) * ldg + jb);
+    }
+  }
+  for (int64_t r = 1; r < n; ++r)  // products with j < i from their mirror j > i
+    for (int64_t t = 0; t < r; ++t) dots[r * ldg + t] = dots[t * ldg + r];
+  const float* ct = cand.col_term + row0;
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  const int64_t nv = ldg / 16;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t i = row0 + r;
+    bool finite = true;
+    for (int64_t v = 0; v < nv; ++v) {
+      const int64_t live = std::min<int64_t>(16, n - 16 * v);
+      const __mmask16 m = static_cast<__mmask16>(live >= 16 ? 0xFFFF : live > 0 ? (1u << live) - 1 : 0);
+      const __m512 gv = _mm512_loadu_ps(dots + r * ldg + 16 * v);
+      const __m512 cv = _mm512_maskz_loadu_ps(m, ct + 16 * v);
+      // l2 key: |w_j|^2 - 2 w_i.w_j; cosine: -(w_i.w_j) / |w_j| (as in tile_pair).
+      const __m512 kv = kMetric == spread::kL2 ? _mm512_sub_ps(cv, _mm512_add_ps(gv, gv)) : _mm512_mul_ps(cv, gv);
+      finite = finite && _mm512_mask_cmp_ps_mask(m, _mm512_abs_ps(kv), inf, _CMP_LT_OQ) == m;
+      _mm512_store_ps(keys + 16 * v, _mm512_mask_mov_ps(inf, m, kv));
+    }
+    keys[r] = std::numeric_limits<float>::infinity();  // not its own neighbour
+    if (finite && cand.sizes[i] == 0) {
+      select_into_empty(cand, i, keys, nv, row0);
+      continue;
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      if (t == r) continue;
+      if (cand.ld == 16)
+        offer_vector<false>(cand, i, keys[t], row0 + t);
+      else if (cand.ld == 32)
+        offer_vector<true>(cand, i, keys[t], row0 + t);
+      else
+        cand.offer(i, keys[t], row0 + t);
     }
   }
 }
@@ -254,14 +355,14 @@ void fused_tile_pair(const float* rows, int64_t row0, int64_t na, const float* p
   const bool diagonal = row0 == col0;
   if (cand.metric == spread::kL2) {
     if (diagonal)
-      tile_pair<spread::kL2, true>(rows, row0, na, packed_cols, col0, nb, d, cand);
+      diagonal_block<spread::kL2>(rows, row0, na, packed_cols, d, cand);
     else
-      tile_pair<spread::kL2, false>(rows, row0, na, packed_cols, col0, nb, d, cand);
+      tile_pair<spread::kL2>(rows, row0, na, packed_cols, col0, nb, d, cand);
   } else {
     if (diagonal)
-      tile_pair<spread::kCosine, true>(rows, row0, na, packed_cols, col0, nb, d, cand);
+      diagonal_block<spread::kCosine>(rows, row0, na, packed_cols, d, cand);
     else
-      tile_pair<spread::kCosine, false>(rows, row0, na, packed_cols, col0, nb, d, cand);
+      tile_pair<spread::kCosine>(rows, row0, na, packed_cols, col0, nb, d, cand);
   }
 }
 

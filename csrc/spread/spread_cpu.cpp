@@ -119,6 +119,14 @@ void transpose_tile(const ACC* src, int64_t m, int64_t n, ACC* dst) {
         for (int64_t cc = c0; cc < std::min(c0 + kSub, n); ++cc) dst[cc * m + r] = src[r * n + cc];
 }
 
+// Entries kept per row: k plus slack for near-ties of the k-th (a row with more takes the exact
+// rescan). The slack is spread::candidate_capacity's 8, cut to 6 or 7 where that fits a row's keys in
+// one 16-float vector (k = 9, 10; AVX-512 insertion: half the vectors to shift).
+int64_t list_capacity(int64_t k) {
+  const int64_t cap = spread::candidate_capacity(k);
+  return cap > 16 && k + 6 <= 16 ? 16 : cap;
+}
+
 // Per-thread scratch of the final pass.
 struct FinalScratch {
   std::vector<double> exact, xa;  // candidate distances; the row a in float64 (l2) or a / |a| (cosine)
@@ -220,7 +228,7 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   }
   const double unit_roundoff = std::is_same_v<ACC, double> ? 0x1p-53 : 0x1p-24;
   Candidates<ACC> cand;
-  cand.init(c, k, std::min<int64_t>(spread::candidate_capacity(k), c - 1), metric, col_term.data());
+  cand.init(c, k, std::min<int64_t>(list_capacity(k), c - 1), metric, col_term.data());
   for (int64_t i = 0; i < c; ++i)
     cand.bands[i] = static_cast<ACC>(spread::key_band(metric, d, unit_roundoff, norms[i], max_norm));
   ACC* out_dist = dist.data_ptr<ACC>();
