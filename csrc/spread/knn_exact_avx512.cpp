@@ -221,7 +221,10 @@ __attribute__((target("avx512f,avx512vl"))) void row_sq_norms(const float* w, in
 __attribute__((target("avx512f,avx512vl"))) void unit_rows(const float* w, int64_t r0, int64_t r1, int64_t d,
                                                            const double* norms, double* unit) {
   for (int64_t i = r0; i < r1; ++i) {
-    if (!(norms[i] > spread::kCosineEps)) continue;
+    if (!(norms[i] > spread::kCosineEps)) {  // no unit form (its lanes take the scalar path): zeros
+      std::fill(unit + i * d, unit + (i + 1) * d, 0.0);
+      continue;
+    }
     const __m512d n = _mm512_set1_pd(norms[i]);
     const float* a = w + i * d;
     double* u = unit + i * d;

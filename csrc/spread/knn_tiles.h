@@ -37,7 +37,7 @@ void exact_candidate_distances(const float* w, int64_t row, int64_t d, int metri
 void row_sq_norms(const float* w, int64_t r0, int64_t r1, int64_t d, double* sq);
 
 // unit[i * d + q] = double(w[i * d + q]) / norms[i] for rows [r0, r1) whose norm exceeds
-// spread::kCosineEps (the operands spread::distance_term divides; other rows are left as they are).
+// spread::kCosineEps (the operands spread::distance_term divides), 0 for the other rows.
 void unit_rows(const float* w, int64_t r0, int64_t r1, int64_t d, const double* norms, double* unit);
 
 }  // namespace spread_cpu

@@ -14,6 +14,7 @@
 #include <torch/library.h>
 
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -186,9 +187,11 @@ void knn_whole(const T* w, const float* wf, int64_t c, int64_t d, int64_t k, int
                int64_t* out_idx) {
   const int64_t block = kWholeBlock, t = (c + block - 1) / block;
   const int64_t tile = spread_cpu::packed_tile_floats(block, d);
-  std::vector<float> packed(
-      static_cast<size_t>((t - 1) * tile + spread_cpu::packed_tile_floats(c - (t - 1) * block, d)));
-  std::vector<double> unit(metric == spread::kCosine && vector_final ? static_cast<size_t>(c * d) : 0);
+  // Uninitialised: preparing a block writes all of its part of both.
+  const std::unique_ptr<float[]> packed(
+      new float[static_cast<size_t>((t - 1) * tile + spread_cpu::packed_tile_floats(c - (t - 1) * block, d))]);
+  const bool with_unit = metric == spread::kCosine && vector_final;
+  const std::unique_ptr<double[]> unit(with_unit ? new double[static_cast<size_t>(c * d)] : nullptr);
   spread_cpu::PairQueue queue(t);
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), t);
   at::parallel_for(0, workers, 1, [&](int64_t w0, int64_t w1) {
@@ -198,14 +201,14 @@ void knn_whole(const T* w, const float* wf, int64_t c, int64_t d, int64_t k, int
       while (queue.next(job)) {
         const int64_t r0 = job.a * block, na = std::min(block, c - r0);
         if (job.kind == spread_cpu::PairQueue::kPrepare) {
-          spread_cpu::pack_tile_rows(wf, r0, na, d, packed.data() + job.a * tile);
-          if (!unit.empty()) spread_cpu::unit_rows(wf, r0, r0 + na, d, norms.data(), unit.data());
+          spread_cpu::pack_tile_rows(wf, r0, na, d, packed.get() + job.a * tile);
+          if (with_unit) spread_cpu::unit_rows(wf, r0, r0 + na, d, norms.data(), unit.get());
         } else if (job.kind == spread_cpu::PairQueue::kPair) {
           const int64_t c0 = job.b * block, nb = std::min(block, c - c0);
-          spread_cpu::fused_tile_pair(wf + r0 * d, r0, na, packed.data() + job.b * tile, c0, nb, d, cand);
+          spread_cpu::fused_tile_pair(wf + r0 * d, r0, na, packed.get() + job.b * tile, c0, nb, d, cand);
         } else {
-          finalize_rows<T, float>(w, c, d, k, metric, norms, unit.empty() ? nullptr : unit.data(), vector_final, cand,
-                                  r0, r0 + na, scratch, out_dist, out_idx);
+          finalize_rows<T, float>(w, c, d, k, metric, norms, unit.get(), vector_final, cand, r0, r0 + na, scratch,
+                                  out_dist, out_idx);
         }
         queue.done(job);
       }
