@@ -13,6 +13,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -131,7 +132,24 @@ int64_t list_capacity(int64_t k) {
 // Per-thread scratch of the final pass.
 struct FinalScratch {
   std::vector<double> exact, xa;  // candidate distances; the row a in float64 (l2) or a / |a| (cosine)
-  std::vector<int64_t> ids;
+  std::vector<int64_t> ids, todo;
+};
+
+// What finished rows of the vector final pass leave for later ones: distance(i, j) and distance(j, i)
+// are the same float64 bits (each dim's term is a square of a difference or a product, summed in the
+// same order), so a row takes a candidate's distance from that candidate's finished row when it lists
+// the row among its own, instead of recomputing it: most cosine neighbour pairs are mutual, about a
+// third of l2 ones. A row is read only after its flag is set (release / acquire), so threads may
+// finish rows in any order; the bits do not depend on which side computed a pair.
+struct FinalShare {
+  int64_t ld;
+  std::vector<double> exact;  // [C, ld]: a finished row's distances, in its sorted candidate order
+  std::vector<int64_t> live;  // its number of recomputed candidates
+  std::unique_ptr<std::atomic<char>[]> done;
+  FinalShare(int64_t c, int64_t ld_)
+      : ld(ld_), exact(static_cast<size_t>(c * ld_)), live(static_cast<size_t>(c)), done(new std::atomic<char>[c]) {
+    for (int64_t i = 0; i < c; ++i) done[i].store(0, std::memory_order_relaxed);
+  }
 };
 
 // Final pass of rows [r0, r1): the k nearest by (float64 distance, id) among each row's kept candidates,
@@ -139,10 +157,11 @@ struct FinalScratch {
 // W); unit: its cosine operand, float64 unit rows of all classes, or nullptr.
 template <typename T, typename ACC>
 void finalize_rows(const T* w, int64_t c, int64_t d, int64_t k, int metric, const std::vector<double>& norms,
-                   const double* unit, bool vector, Candidates<ACC>& cand, int64_t r0, int64_t r1, FinalScratch& s,
-                   ACC* out_dist, int64_t* out_idx) {
-  s.exact.resize(static_cast<size_t>(std::max(cand.cap, k)));
-  s.ids.resize(static_cast<size_t>(k));
+                   const double* unit, bool vector, Candidates<ACC>& cand, FinalShare* share, int64_t r0, int64_t r1,
+                   FinalScratch& s, ACC* out_dist, int64_t* out_idx) {
+  s.exact.resize(static_cast<size_t>(2 * std::max(cand.cap, k)));
+  s.ids.resize(static_cast<size_t>(std::max(cand.cap, k)));
+  s.todo.resize(static_cast<size_t>(cand.cap));
   for (int64_t i = r0; i < r1; ++i) {
     if (cand.overflow[i] || cand.sizes[i] < k) {  // (a short list: keys that were not finite)
       spread::knn_exact_row(w, i, c, d, metric, norms.data(), s.exact.data(), s.ids.data(), k, out_dist, out_idx);
@@ -163,12 +182,35 @@ void finalize_rows(const T* w, int64_t c, int64_t d, int64_t k, int metric, cons
           for (int64_t q = 0; q < std::min(cand.sizes[i + 1], k + 2); ++q)
             for (int64_t x = 0; x < d; x += 16) prefetch(w + next[q] * d + x);
         }
-        spread_cpu::exact_candidate_distances(w, i, d, metric, norms.data(), unit, ids, live, s.xa.data(),
-                                              s.exact.data());
-        spread::sort_candidates(s.exact.data(), ids, live);
+        double* exact = s.exact.data();
+        int64_t todo = 0;  // candidates whose distance no finished row holds: s.ids, slots s.todo
+        for (int64_t q = 0; q < live; ++q) {
+          const int64_t j = ids[q];
+          int64_t found = -1;
+          if (share != nullptr && share->done[j].load(std::memory_order_acquire)) {
+            const int64_t* jids = cand.ids.data() + j * cand.ld;
+            for (int64_t t = 0; t < share->live[j]; ++t) found = jids[t] == i ? t : found;
+          }
+          if (found >= 0) {
+            exact[q] = share->exact[j * share->ld + found];
+          } else {
+            s.ids[todo] = j;
+            s.todo[todo++] = q;
+          }
+        }
+        double* fresh = exact + std::max(cand.cap, k);
+        spread_cpu::exact_candidate_distances(w, i, d, metric, norms.data(), unit, s.ids.data(), todo, s.xa.data(),
+                                              fresh);
+        for (int64_t t = 0; t < todo; ++t) exact[s.todo[t]] = fresh[t];
+        spread::sort_candidates(exact, ids, live);
         for (int64_t q = 0; q < k; ++q) {
-          out_dist[i * k + q] = static_cast<ACC>(s.exact[q]);
+          out_dist[i * k + q] = static_cast<ACC>(exact[q]);
           out_idx[i * k + q] = ids[q];
+        }
+        if (share != nullptr) {
+          std::copy(exact, exact + live, share->exact.data() + i * share->ld);
+          share->live[i] = live;
+          share->done[i].store(1, std::memory_order_release);
         }
         continue;
       }
@@ -192,6 +234,7 @@ void knn_whole(const T* w, const float* wf, int64_t c, int64_t d, int64_t k, int
       new float[static_cast<size_t>((t - 1) * tile + spread_cpu::packed_tile_floats(c - (t - 1) * block, d))]);
   const bool with_unit = metric == spread::kCosine && vector_final;
   const std::unique_ptr<double[]> unit(with_unit ? new double[static_cast<size_t>(c * d)] : nullptr);
+  FinalShare share(c, cand.ld);
   spread_cpu::PairQueue queue(t);
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), t);
   at::parallel_for(0, workers, 1, [&](int64_t w0, int64_t w1) {
@@ -207,8 +250,8 @@ void knn_whole(const T* w, const float* wf, int64_t c, int64_t d, int64_t k, int
           const int64_t c0 = job.b * block, nb = std::min(block, c - c0);
           spread_cpu::fused_tile_pair(wf + r0 * d, r0, na, packed.get() + job.b * tile, c0, nb, d, cand);
         } else {
-          finalize_rows<T, float>(w, c, d, k, metric, norms, unit.get(), vector_final, cand, r0, r0 + na, scratch,
-                                  out_dist, out_idx);
+          finalize_rows<T, float>(w, c, d, k, metric, norms, unit.get(), vector_final, cand, &share, r0, r0 + na,
+                                  scratch, out_dist, out_idx);
         }
         queue.done(job);
       }
@@ -288,9 +331,11 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   };
   for (const auto& round : block_schedule(t)) run_tasks(round);
 
+  std::unique_ptr<FinalShare> share(vector_final ? new FinalShare(c, cand.ld) : nullptr);
   at::parallel_for(0, c, 64, [&](int64_t rb, int64_t re) {
     FinalScratch scratch;
-    finalize_rows<T, ACC>(w, c, d, k, metric, norms, nullptr, vector_final, cand, rb, re, scratch, out_dist, out_idx);
+    finalize_rows<T, ACC>(w, c, d, k, metric, norms, nullptr, vector_final, cand, share.get(), rb, re, scratch,
+                          out_dist, out_idx);
   });
 }
 
