@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <cstdlib>
 #include <limits>
 #include <vector>
@@ -158,7 +159,6 @@ __attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0,
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const float* ct = cand.col_term;
   const float* gates = cand.gates.data();
-  alignas(64) float g[kMr][kNr];
   alignas(64) float keys[kNr];
   for (int64_t jb = 0; jb < nb; jb += kNr) {
     const float* b = pb + jb * d;  // panels jb / 16 and jb / 16 + 1
@@ -171,15 +171,32 @@ __attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0,
     const __m512 ctj1 = _mm512_mask_loadu_ps(nan, cm1, ct + j0 + 16);
     for (int64_t ib = 0; ib < na; ib += kMr) {
       const int64_t nrow = std::min(kMr, na - ib);
-      dot_micro_tile(wa + ib * d, std::min(kMr, na - ib), b, d, g);
+      // The micro-tile's products stay in registers for the epilogue (no store and reload).
+      const float* a[kMr];  // row-major rows; rows past na repeat the last one (their keys are unused)
+#pragma GCC unroll 8
+      for (int r = 0; r < kMr; ++r) a[r] = wa + (ib + std::min<int64_t>(r, nrow - 1)) * d;
+      __m512 acc0[kMr], acc1[kMr];
+#pragma GCC unroll 8
+      for (int r = 0; r < kMr; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+      for (int64_t q = 0; q < d; ++q) {
+        const __m512 b0 = _mm512_loadu_ps(b + q * kPanel);
+        const __m512 b1 = _mm512_loadu_ps(b + kPanel * d + q * kPanel);
+#pragma GCC unroll 8
+        for (int r = 0; r < kMr; ++r) {
+          const __m512 ar = _mm512_set1_ps(a[r][q]);
+          acc0[r] = _mm512_fmadd_ps(ar, b0, acc0[r]);
+          acc1[r] = _mm512_fmadd_ps(ar, b1, acc1[r]);
+        }
+      }
       __m512 gc0 = _mm512_mask_loadu_ps(neg_inf, cm0, gates + j0);
       __m512 gc1 = _mm512_mask_loadu_ps(neg_inf, cm1, gates + j0 + 16);
-      for (int64_t r = 0; r < nrow; ++r) {
+#pragma GCC unroll 8
+      for (int r = 0; r < kMr; ++r) {
+        if (r >= nrow) break;
         const int64_t i = row0 + ib + r;
-        const __m512 g0 = _mm512_load_ps(g[r]), g1 = _mm512_load_ps(g[r] + 16);
         // l2 key: |w_j|^2 - 2 w_i.w_j; cosine: -(w_i.w_j) / |w_j| (as in Candidates::scan).
-        const __m512 t0 = kMetric == spread::kL2 ? _mm512_add_ps(g0, g0) : g0;
-        const __m512 t1 = kMetric == spread::kL2 ? _mm512_add_ps(g1, g1) : g1;
+        const __m512 t0 = kMetric == spread::kL2 ? _mm512_add_ps(acc0[r], acc0[r]) : acc0[r];
+        const __m512 t1 = kMetric == spread::kL2 ? _mm512_add_ps(acc1[r], acc1[r]) : acc1[r];
         const __m512 kr0 = kMetric == spread::kL2 ? _mm512_sub_ps(ctj0, t0) : _mm512_mul_ps(ctj0, t0);
         const __m512 kr1 = kMetric == spread::kL2 ? _mm512_sub_ps(ctj1, t1) : _mm512_mul_ps(ctj1, t1);
         const __m512 gr = _mm512_set1_ps(gates[i]);
@@ -353,6 +370,18 @@ bool fused_tiles_available() {
 void fused_tile_pair(const float* rows, int64_t row0, int64_t na, const float* packed_cols, int64_t col0, int64_t nb,
                      int64_t d, Candidates<float>& cand) {
   const bool diagonal = row0 == col0;
+  // With more lists than fit in L2 (many classes), each offer would wait for its row's list to come
+  // from L3: fetch the lists of both blocks into L2 first (a few hundred lines against the pair's
+  // na * nb * d multiply-adds).
+  if (cand.sizes.size() * static_cast<size_t>(cand.ld) * 12 > (size_t{1} << 19)) {
+    for (const auto& [r0, n] : {std::make_pair(row0, na), std::make_pair(col0, nb)}) {
+      for (int64_t i = r0; i < r0 + n; ++i) {
+        for (int64_t x = 0; x < cand.ld; x += 16) _mm_prefetch(cand.keys.data() + i * cand.ld + x, _MM_HINT_T1);
+        for (int64_t x = 0; x < cand.ld; x += 8) _mm_prefetch(cand.ids.data() + i * cand.ld + x, _MM_HINT_T1);
+      }
+      if (diagonal) break;
+    }
+  }
   if (cand.metric == spread::kL2) {
     if (diagonal)
       diagonal_block<spread::kL2>(rows, row0, na, packed_cols, d, cand);
