@@ -14,6 +14,7 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -285,7 +286,8 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   if constexpr (std::is_same_v<ACC, float>) fused = spread_cpu::fused_tiles_available();
   const bool vector_final = fused && std::is_same_v<T, float>;
   if constexpr (std::is_same_v<ACC, float>) {
-    if (fused && c * d <= kWholeCopy) {
+    // FEDKERNELS_KNN_TILED forces the block-pair rounds below at any size (tests compare the two paths).
+    if (fused && c * d <= kWholeCopy && std::getenv("FEDKERNELS_KNN_TILED") == nullptr) {
       knn_whole(w, Wacc.data_ptr<float>(), c, d, k, metric, norms, vector_final, cand, out_dist, out_idx);
       return;
     }
