@@ -52,7 +52,10 @@ inline void prefetch(const void* p) {
 template <typename T>
 std::vector<double> row_norms(const T* w, int64_t c, int64_t d, bool vector) {
   std::vector<double> norms(static_cast<size_t>(c));
-  at::parallel_for(0, c, 256, [&](int64_t b, int64_t e) {
+  // Chunks of at least 2^20 entries (a fraction of a millisecond): a smaller W is read by one thread,
+  // since a parallel region costs a time slice whenever the other core is busy.
+  const int64_t grain = std::max<int64_t>(256, (int64_t{1} << 20) / std::max<int64_t>(d, 1));
+  at::parallel_for(0, c, grain, [&](int64_t b, int64_t e) {
     if constexpr (std::is_same_v<T, float>) {
       if (vector) {
         spread_cpu::row_sq_norms(w, b, e, d, norms.data());
