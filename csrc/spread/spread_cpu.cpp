@@ -1,14 +1,17 @@
 // CPU launcher of knn_classes. The distance matrix is symmetric, so only block pairs (I <= J) of
-// kBlock x kBlock keys are computed; each block pair feeds the candidate lists of its rows and of its
-// columns. Two tile paths: on AVX-512 CPUs (float32 keys) a fused register-tile kernel tests the keys
-// against the rows' gates without storing them (knn_tiles_avx512.cpp); elsewhere at::mm fills a
-// per-thread key tile (BLAS single-threaded inside the parallel region) that is scanned row-wise and,
-// transposed, column-wise. To stay race-free and deterministic, block pairs run as tasks in rounds
-// (block_schedule) in which no two tasks touch the same rows, so each row's list has one writer at a
-// time and receives its offers in an order that does not depend on the thread count. A final pass
-// recomputes the kept candidates in float64 (or rescans rows with too many near-ties; see spread.h).
-// Extra memory: C x (k + 8) candidates, per thread one packed [kBlock, d] block (fused path) or two
-// [kBlock, kBlock] key tiles (BLAS path).
+// keys are computed; each block pair feeds the candidate lists of its rows and of its columns. Two
+// tile paths: on AVX-512 CPUs (float32 keys) a fused register-tile kernel tests the keys against the
+// rows' gates without storing them (knn_tiles_avx512.cpp); elsewhere at::mm fills a per-thread key
+// tile (BLAS single-threaded inside the parallel region) that is scanned row-wise and, transposed,
+// column-wise. Every row's list has one writer at a time: up to C * d = kWholeCopy (fused tiles) all
+// jobs run in one parallel region from a PairQueue (knn_whole), above it block pairs run as tasks in
+// rounds (block_schedule) in which no two tasks touch the same rows. A final pass recomputes the kept
+// candidates in float64 (or rescans rows with too many near-ties; see spread.h), so the output does
+// not depend on the order of the offers and is the same for any thread count.
+// Extra memory: C x ld candidates (ld = capacity rounded up to 16) and their float64 distances, per
+// thread one packed [kBlock, d] block and a diagonal block's [n, n] products (fused path) or two
+// [kBlock, kBlock] key tiles (BLAS path); the whole-matrix path adds a packed copy of W and, for
+// cosine, float64 unit rows.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -23,6 +26,7 @@
 #include "common/dispatch.h"
 #include "spread/spread.h"
 #include "spread/knn_candidates.h"
+#include "spread/knn_final.h"
 #include "spread/knn_pair_queue.h"
 #include "spread/knn_tiles.h"
 #include "spread/spread_checks.h"
@@ -39,13 +43,6 @@ constexpr int64_t kGroups = 16;  // block groups: 16 rounds of 8 tasks
 // packed float32 and 32 MiB of float64).
 constexpr int64_t kWholeCopy = int64_t{1} << 22;
 constexpr int64_t kWholeBlock = 128;  // rows per block of the whole-matrix path
-
-// A hint to fetch the cache line at p (a no-op where the compiler has no prefetch builtin).
-inline void prefetch(const void* p) {
-#if defined(__GNUC__) || defined(__clang__)
-  __builtin_prefetch(p);
-#endif
-}
 
 // Float64 norms of every row (cosine needs them for the exact recompute and the keys), in parallel;
 // float32 rows sixteen at a time on AVX-512 CPUs (the same bits as spread::row_sq_norm).
@@ -133,96 +130,6 @@ int64_t list_capacity(int64_t k) {
   return cap > 16 && k + 6 <= 16 ? 16 : cap;
 }
 
-// Per-thread scratch of the final pass.
-struct FinalScratch {
-  std::vector<double> exact, xa;  // candidate distances; the row a in float64 (l2) or a / |a| (cosine)
-  std::vector<int64_t> ids, todo;
-};
-
-// What finished rows of the vector final pass leave for later ones: distance(i, j) and distance(j, i)
-// are the same float64 bits (each dim's term is a square of a difference or a product, summed in the
-// same order), so a row takes a candidate's distance from that candidate's finished row when it lists
-// the row among its own, instead of recomputing it: most cosine neighbour pairs are mutual, about a
-// third of l2 ones. A row is read only after its flag is set (release / acquire), so threads may
-// finish rows in any order; the bits do not depend on which side computed a pair.
-struct FinalShare {
-  int64_t ld;
-  std::vector<double> exact;  // [C, ld]: a finished row's distances, in its sorted candidate order
-  std::vector<int64_t> live;  // its number of recomputed candidates
-  std::unique_ptr<std::atomic<char>[]> done;
-  FinalShare(int64_t c, int64_t ld_)
-      : ld(ld_), exact(static_cast<size_t>(c * ld_)), live(static_cast<size_t>(c)), done(new std::atomic<char>[c]) {
-    for (int64_t i = 0; i < c; ++i) done[i].store(0, std::memory_order_relaxed);
-  }
-};
-
-// Final pass of rows [r0, r1): the k nearest by (float64 distance, id) among each row's kept candidates,
-// or an exact scan of all classes for a row whose list overflowed. vector: the AVX-512 pass (float32
-// W); unit: its cosine operand, float64 unit rows of all classes, or nullptr.
-template <typename T, typename ACC>
-void finalize_rows(const T* w, int64_t c, int64_t d, int64_t k, int metric, const std::vector<double>& norms,
-                   const double* unit, bool vector, Candidates<ACC>& cand, FinalShare* share, int64_t r0, int64_t r1,
-                   FinalScratch& s, ACC* out_dist, int64_t* out_idx) {
-  s.exact.resize(static_cast<size_t>(2 * std::max(cand.cap, k)));
-  s.ids.resize(static_cast<size_t>(std::max(cand.cap, k)));
-  s.todo.resize(static_cast<size_t>(cand.cap));
-  for (int64_t i = r0; i < r1; ++i) {
-    if (cand.overflow[i] || cand.sizes[i] < k) {  // (a short list: keys that were not finite)
-      spread::knn_exact_row(w, i, c, d, metric, norms.data(), s.exact.data(), s.ids.data(), k, out_dist, out_idx);
-      continue;
-    }
-    int64_t* ids = cand.ids.data() + i * cand.ld;
-    if constexpr (std::is_same_v<T, float>) {
-      if (vector) {  // same distances, bit for bit, sixteen candidates per AVX-512 panel
-        s.xa.resize(static_cast<size_t>(d));
-        // Only candidates keyed within the band of the k-th can be among the true k nearest (spread.h),
-        // and the list holds all of them (else the row overflowed): the rest need no exact distance.
-        const ACC* keys = cand.keys.data() + i * cand.ld;
-        const ACC limit = keys[k - 1] + cand.bands[i];
-        int64_t live = k;
-        while (live < cand.sizes[i] && keys[live] <= limit) ++live;
-        if (i + 1 < r1) {  // the next row's nearest candidates are scattered over W: fetch them now
-          const int64_t* next = cand.ids.data() + (i + 1) * cand.ld;
-          for (int64_t q = 0; q < std::min(cand.sizes[i + 1], k + 2); ++q)
-            for (int64_t x = 0; x < d; x += 16) prefetch(w + next[q] * d + x);
-        }
-        double* exact = s.exact.data();
-        int64_t todo = 0;  // candidates whose distance no finished row holds: s.ids, slots s.todo
-        for (int64_t q = 0; q < live; ++q) {
-          const int64_t j = ids[q];
-          int64_t found = -1;
-          if (share != nullptr && share->done[j].load(std::memory_order_acquire)) {
-            const int64_t* jids = cand.ids.data() + j * cand.ld;
-            for (int64_t t = 0; t < share->live[j]; ++t) found = jids[t] == i ? t : found;
-          }
-          if (found >= 0) {
-            exact[q] = share->exact[j * share->ld + found];
-          } else {
-            s.ids[todo] = j;
-            s.todo[todo++] = q;
-          }
-        }
-        double* fresh = exact + std::max(cand.cap, k);
-        spread_cpu::exact_candidate_distances(w, i, d, metric, norms.data(), unit, s.ids.data(), todo, s.xa.data(),
-                                              fresh);
-        for (int64_t t = 0; t < todo; ++t) exact[s.todo[t]] = fresh[t];
-        spread::sort_candidates(exact, ids, live);
-        for (int64_t q = 0; q < k; ++q) {
-          out_dist[i * k + q] = static_cast<ACC>(exact[q]);
-          out_idx[i * k + q] = ids[q];
-        }
-        if (share != nullptr) {
-          std::copy(exact, exact + live, share->exact.data() + i * share->ld);
-          share->live[i] = live;
-          share->done[i].store(1, std::memory_order_release);
-        }
-        continue;
-      }
-    }
-    spread::knn_finalize_row(w, i, d, metric, norms.data(), ids, cand.sizes[i], s.exact.data(), k, out_dist, out_idx);
-  }
-}
-
 // The whole-matrix path (C * d <= kWholeCopy, fused tiles): W packed once, cosine's unit rows once,
 // blocks of kWholeBlock rows, and every job (preparing a block, a block pair, a block's final pass) in
 // one parallel region under a PairQueue, so no barrier separates the phases. Extra memory: the packed
@@ -238,11 +145,11 @@ void knn_whole(const T* w, const float* wf, int64_t c, int64_t d, int64_t k, int
       new float[static_cast<size_t>((t - 1) * tile + spread_cpu::packed_tile_floats(c - (t - 1) * block, d))]);
   const bool with_unit = metric == spread::kCosine && vector_final;
   const std::unique_ptr<double[]> unit(with_unit ? new double[static_cast<size_t>(c * d)] : nullptr);
-  FinalShare share(c, cand.ld);
+  spread_cpu::FinalShare share(c, cand.ld);
   spread_cpu::PairQueue queue(t);
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), t);
   at::parallel_for(0, workers, 1, [&](int64_t w0, int64_t w1) {
-    FinalScratch scratch;
+    spread_cpu::FinalScratch scratch;
     for (int64_t worker = w0; worker < w1; ++worker) {
       spread_cpu::PairQueue::Job job;
       while (queue.next(job)) {
@@ -254,8 +161,8 @@ void knn_whole(const T* w, const float* wf, int64_t c, int64_t d, int64_t k, int
           const int64_t c0 = job.b * block, nb = std::min(block, c - c0);
           spread_cpu::fused_tile_pair(wf + r0 * d, r0, na, packed.get() + job.b * tile, c0, nb, d, cand);
         } else {
-          finalize_rows<T, float>(w, c, d, k, metric, norms, unit.get(), vector_final, cand, &share, r0, r0 + na,
-                                  scratch, out_dist, out_idx);
+          spread_cpu::finalize_rows<T, float>(w, c, d, k, metric, norms, unit.get(), vector_final, cand, &share, r0,
+                                              r0 + na, scratch, out_dist, out_idx);
         }
         queue.done(job);
       }
@@ -336,11 +243,11 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   };
   for (const auto& round : block_schedule(t)) run_tasks(round);
 
-  std::unique_ptr<FinalShare> share(vector_final ? new FinalShare(c, cand.ld) : nullptr);
+  std::unique_ptr<spread_cpu::FinalShare> share(vector_final ? new spread_cpu::FinalShare(c, cand.ld) : nullptr);
   at::parallel_for(0, c, 64, [&](int64_t rb, int64_t re) {
-    FinalScratch scratch;
-    finalize_rows<T, ACC>(w, c, d, k, metric, norms, nullptr, vector_final, cand, share.get(), rb, re, scratch,
-                          out_dist, out_idx);
+    spread_cpu::FinalScratch scratch;
+    spread_cpu::finalize_rows<T, ACC>(w, c, d, k, metric, norms, nullptr, vector_final, cand, share.get(), rb, re,
+                                      scratch, out_dist, out_idx);
   });
 }
 
