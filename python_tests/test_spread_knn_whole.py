@@ -1,4 +1,4 @@
-"""knn_classes' whole-matrix CPU path (C * d <= 2^22 on AVX-512 CPUs: W packed once, 128-row blocks
+"""knn_classes' whole-matrix CPU path (C <= 2048 and C * d <= 2^22 on AVX-512 CPUs: W packed once, 128-row blocks
 run as jobs of one parallel region, diagonal blocks filled by vector selection, the final pass in groups
 of four candidates reusing mutual pairs' distances) against the brute-force reference and, bit for bit,
 against the block-pair rounds of the large-C path (forced by FEDKERNELS_KNN_TILED) and the portable

@@ -3,11 +3,12 @@
 // tile paths: on AVX-512 CPUs (float32 keys) a fused register-tile kernel tests the keys against the
 // rows' gates without storing them (knn_tiles_avx512.cpp); elsewhere at::mm fills a per-thread key
 // tile (BLAS single-threaded inside the parallel region) that is scanned row-wise and, transposed,
-// column-wise. Every row's list has one writer at a time: up to C * d = kWholeCopy (fused tiles) all
-// jobs run in one parallel region from a PairQueue (knn_whole), above it block pairs run as tasks in
-// rounds (block_schedule) in which no two tasks touch the same rows. A final pass recomputes the kept
-// candidates in float64 (or rescans rows with too many near-ties; see spread.h), so the output does
-// not depend on the order of the offers and is the same for any thread count.
+// column-wise. Every row's list has one writer at a time: for small C (fused tiles, C <= kWholeMaxRows
+// and C * d <= kWholeCopy) all jobs run in one parallel region from a PairQueue (knn_whole); otherwise
+// block pairs run as tasks in rounds (block_schedule) in which no two tasks touch the same rows. A
+// final pass recomputes the kept candidates in float64 (or rescans rows with too many near-ties; see
+// spread.h), so the output does not depend on the order of the offers and is the same for any thread
+// count.
 // Extra memory: C x ld candidates (ld = capacity rounded up to 16) and their float64 distances, per
 // thread one packed [kBlock, d] block and a diagonal block's [n, n] products (fused path) or two
 // [kBlock, kBlock] key tiles (BLAS path); the whole-matrix path adds a packed copy of W and, for
@@ -43,6 +44,10 @@ constexpr int64_t kGroups = 16;  // block groups: 16 rounds of 8 tasks
 // packed float32 and 32 MiB of float64).
 constexpr int64_t kWholeCopy = int64_t{1} << 22;
 constexpr int64_t kWholeBlock = 128;  // rows per block of the whole-matrix path
+// C up to which the whole-matrix path runs (16 blocks). Above it the rounds' grouped tasks keep a
+// packed column block in L2 across row blocks, which measured faster on one thread (C = 4096, d = 512:
+// 106 vs 115 ms; C = 20000, d = 64: 334 vs 406 ms), and the barriers cost little against the work.
+constexpr int64_t kWholeMaxRows = 2048;
 
 // Float64 norms of every row (cosine needs them for the exact recompute and the keys), in parallel;
 // float32 rows sixteen at a time on AVX-512 CPUs (the same bits as spread::row_sq_norm).
@@ -130,7 +135,7 @@ int64_t list_capacity(int64_t k) {
   return cap > 16 && k + 6 <= 16 ? 16 : cap;
 }
 
-// The whole-matrix path (C * d <= kWholeCopy, fused tiles): W packed once, cosine's unit rows once,
+// The whole-matrix path (fused tiles, C <= kWholeMaxRows, C * d <= kWholeCopy): W packed once, cosine's unit rows once,
 // blocks of kWholeBlock rows, and every job (preparing a block, a block pair, a block's final pass) in
 // one parallel region under a PairQueue, so no barrier separates the phases. Extra memory: the packed
 // copy (C * d floats) and, for cosine, the unit rows (C * d doubles).
@@ -197,7 +202,7 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   const bool vector_final = fused && std::is_same_v<T, float>;
   if constexpr (std::is_same_v<ACC, float>) {
     // FEDKERNELS_KNN_TILED forces the block-pair rounds below at any size (tests compare the two paths).
-    if (fused && c * d <= kWholeCopy && std::getenv("FEDKERNELS_KNN_TILED") == nullptr) {
+    if (fused && c <= kWholeMaxRows && c * d <= kWholeCopy && std::getenv("FEDKERNELS_KNN_TILED") == nullptr) {
       knn_whole(w, Wacc.data_ptr<float>(), c, d, k, metric, norms, vector_final, cand, out_dist, out_idx);
       return;
     }
