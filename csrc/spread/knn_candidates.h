@@ -18,6 +18,7 @@ constexpr int64_t kChunk = 64;  // keys tested together before any per-entry bra
 template <typename ACC>
 struct Candidates {
   int64_t k, cap;
+  int64_t ld;  // row stride of keys and ids: cap rounded up to 16 (entries past a row's size are unused)
   int metric;
   const ACC* col_term;  // l2: |w_j|^2; cosine: -1 / |w_j|
   std::vector<ACC> keys, bands;
@@ -28,10 +29,11 @@ struct Candidates {
   void init(int64_t c, int64_t k_, int64_t cap_, int metric_, const ACC* col_term_) {
     k = k_;
     cap = cap_;
+    ld = (cap + 15) / 16 * 16;  // whole vectors for the AVX-512 insertion (knn_tiles_avx512.cpp)
     metric = metric_;
     col_term = col_term_;
-    keys.resize(static_cast<size_t>(c * cap));
-    ids.resize(static_cast<size_t>(c * cap));
+    keys.assign(static_cast<size_t>(c * ld), std::numeric_limits<ACC>::infinity());
+    ids.assign(static_cast<size_t>(c * ld), 0);
     sizes.assign(static_cast<size_t>(c), 0);
     overflow.assign(static_cast<size_t>(c), 0);
     bands.resize(static_cast<size_t>(c));
@@ -45,29 +47,29 @@ struct Candidates {
   // cap-th key means about k (1 + ln(C / k)) offers per row instead of cap (1 + ln(C / cap)).
   ACC gate(int64_t i) const {
     if (sizes[i] < k) return std::numeric_limits<ACC>::infinity();
-    return keys[i * cap + k - 1] + bands[i];
+    return keys[i * ld + k - 1] + bands[i];
   }
 
   // Offer row i one key of column j: the per-entry logic of scan() below, for keys that passed a
   // (possibly stale, hence larger) gate test elsewhere.
   void offer(int64_t i, ACC key, int64_t j) {
     if (!(key <= gates[i]) || j == i) return;
-    ACC* kr = keys.data() + i * cap;
+    ACC* kr = keys.data() + i * ld;
     int64_t& sz = sizes[i];
     if (sz == cap && key > kr[cap - 1]) {
       overflow[i] = 1;  // a near-tie of the k-th that the list cannot hold
       return;
     }
     bool of = false;
-    spread::candidate_offer(kr, ids.data() + i * cap, sz, cap, k, bands[i], key, j, of);
+    spread::candidate_offer(kr, ids.data() + i * ld, sz, cap, k, bands[i], key, j, of);
     if (of) overflow[i] = 1;
     gates[i] = gate(i);
   }
 
   // Offer row i the keys of columns col0 .. col0 + n from one row of a GEMM tile.
   void scan(int64_t i, const ACC* g, int64_t col0, int64_t n) {
-    ACC* kr = keys.data() + i * cap;
-    int64_t* ir = ids.data() + i * cap;
+    ACC* kr = keys.data() + i * ld;
+    int64_t* ir = ids.data() + i * ld;
     int64_t& sz = sizes[i];
     bool of = overflow[i];
     ACC gt = gate(i);

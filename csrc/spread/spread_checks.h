@@ -16,10 +16,15 @@ inline int parse_metric(const std::string& metric) {
   return -1;
 }
 
-// W: float32/float16/bfloat16/float64 [C, d] with finite values.
-inline void check_class_matrix(const at::Tensor& W) {
+// W: float32/float16/bfloat16/float64 [C, d] (its values unchecked).
+inline void check_class_matrix_shape(const at::Tensor& W) {
   check_floating(W, "W");
   check_dim(W, 2, "W");
+}
+
+// W: float32/float16/bfloat16/float64 [C, d] with finite values.
+inline void check_class_matrix(const at::Tensor& W) {
+  check_class_matrix_shape(W);
   if (W.numel() > 0) {
     // In row chunks of about 2^20 entries: isfinite's temporaries would otherwise be several [C, d]
     // tensors, more than knn_classes itself needs. One host sync at the end.
@@ -41,6 +46,14 @@ inline void check_k(int64_t k, int64_t num_classes) {
 
 inline void check_knn_args(const at::Tensor& W, int64_t k, const std::string& metric) {
   check_class_matrix(W);
+  check_k(k, W.size(0));
+  parse_metric(metric);
+}
+
+// check_knn_args without the scan for NaN/inf, for a launcher that finds them in a pass it makes anyway
+// (it must raise the same "W must be finite" error before writing anything).
+inline void check_knn_shape_args(const at::Tensor& W, int64_t k, const std::string& metric) {
+  check_class_matrix_shape(W);
   check_k(k, W.size(0));
   parse_metric(metric);
 }

@@ -1,25 +1,34 @@
 // CPU launcher of knn_classes. The distance matrix is symmetric, so only block pairs (I <= J) of
-// kBlock x kBlock keys are computed; each block pair feeds the candidate lists of its rows and of its
-// columns. Two tile paths: on AVX-512 CPUs (float32 keys) a fused register-tile kernel tests the keys
-// against the rows' gates without storing them (knn_tiles_avx512.cpp); elsewhere at::mm fills a
-// per-thread key tile (BLAS single-threaded inside the parallel region) that is scanned row-wise and,
-// transposed, column-wise. To stay race-free and deterministic, block pairs run as tasks in rounds
-// (block_schedule) in which no two tasks touch the same rows, so each row's list has one writer at a
-// time and receives its offers in an order that does not depend on the thread count. A final pass
-// recomputes the kept candidates in float64 (or rescans rows with too many near-ties; see spread.h).
-// Extra memory: C x (k + 8) candidates, per thread one packed [kBlock, d] block (fused path) or two
-// [kBlock, kBlock] key tiles (BLAS path).
+// keys are computed; each block pair feeds the candidate lists of its rows and of its columns. Two
+// tile paths: on AVX-512 CPUs (float32 keys) a fused register-tile kernel tests the keys against the
+// rows' gates without storing them (knn_tiles_avx512.cpp); elsewhere at::mm fills a per-thread key
+// tile (BLAS single-threaded inside the parallel region) that is scanned row-wise and, transposed,
+// column-wise. Every row's list has one writer at a time: for small C (fused tiles, C <= kWholeMaxRows
+// and C * d <= kWholeCopy) all jobs run in one parallel region from a PairQueue (knn_whole); otherwise
+// block pairs run as tasks in rounds (block_schedule) in which no two tasks touch the same rows. A
+// final pass recomputes the kept candidates in float64 (or rescans rows with too many near-ties; see
+// spread.h), so the output does not depend on the order of the offers and is the same for any thread
+// count.
+// Extra memory: C x ld candidates (ld = capacity rounded up to 16) and their float64 distances, per
+// thread one packed [kBlock, d] block and a diagonal block's [n, n] products (fused path) or two
+// [kBlock, kBlock] key tiles (BLAS path); the whole-matrix path adds a packed copy of W and, for
+// cosine, float64 unit rows.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "common/dispatch.h"
 #include "spread/spread.h"
 #include "spread/knn_candidates.h"
+#include "spread/knn_final.h"
+#include "spread/knn_pair_queue.h"
 #include "spread/knn_tiles.h"
 #include "spread/spread_checks.h"
 
@@ -31,19 +40,31 @@ using spread_cpu::Candidates;
 
 constexpr int64_t kBlock = 256;
 constexpr int64_t kGroups = 16;  // block groups: 16 rounds of 8 tasks
+// C * d up to which W is packed whole once and cosine keeps float64 unit rows (at most 16 MiB of
+// packed float32 and 32 MiB of float64).
+constexpr int64_t kWholeCopy = int64_t{1} << 22;
+constexpr int64_t kWholeBlock = 128;  // rows per block of the whole-matrix path
+// C up to which the whole-matrix path runs (16 blocks). Above it the rounds' grouped tasks keep a
+// packed column block in L2 across row blocks, which measured faster on one thread (C = 4096, d = 512:
+// 106 vs 115 ms; C = 20000, d = 64: 334 vs 406 ms), and the barriers cost little against the work.
+constexpr int64_t kWholeMaxRows = 2048;
 
-// A hint to fetch the cache line at p (a no-op where the compiler has no prefetch builtin).
-inline void prefetch(const void* p) {
-#if defined(__GNUC__) || defined(__clang__)
-  __builtin_prefetch(p);
-#endif
-}
-
-// Float64 norms of every row (cosine needs them for the exact recompute and the keys).
+// Float64 norms of every row (cosine needs them for the exact recompute and the keys), in parallel;
+// float32 rows sixteen at a time on AVX-512 CPUs (the same bits as spread::row_sq_norm).
 template <typename T>
-std::vector<double> row_norms(const T* w, int64_t c, int64_t d) {
+std::vector<double> row_norms(const T* w, int64_t c, int64_t d, bool vector) {
   std::vector<double> norms(static_cast<size_t>(c));
-  at::parallel_for(0, c, 256, [&](int64_t b, int64_t e) {
+  // Chunks of at least 2^20 entries (a fraction of a millisecond): a smaller W is read by one thread,
+  // since a parallel region costs a time slice whenever the other core is busy.
+  const int64_t grain = std::max<int64_t>(256, (int64_t{1} << 20) / std::max<int64_t>(d, 1));
+  at::parallel_for(0, c, grain, [&](int64_t b, int64_t e) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (vector) {
+        spread_cpu::row_sq_norms(w, b, e, d, norms.data());
+        for (int64_t i = b; i < e; ++i) norms[i] = std::sqrt(norms[i]);
+        return;
+      }
+    }
     for (int64_t i = b; i < e; ++i) norms[i] = std::sqrt(spread::row_sq_norm(w + i * d, d));
   });
   return norms;
@@ -106,12 +127,59 @@ void transpose_tile(const ACC* src, int64_t m, int64_t n, ACC* dst) {
         for (int64_t cc = c0; cc < std::min(c0 + kSub, n); ++cc) dst[cc * m + r] = src[r * n + cc];
 }
 
+// Entries kept per row: k plus slack for near-ties of the k-th (a row with more takes the exact
+// rescan). The slack is spread::candidate_capacity's 8, cut to 6 or 7 where that fits a row's keys in
+// one 16-float vector (k = 9, 10; AVX-512 insertion: half the vectors to shift).
+int64_t list_capacity(int64_t k) {
+  const int64_t cap = spread::candidate_capacity(k);
+  return cap > 16 && k + 6 <= 16 ? 16 : cap;
+}
+
+// The whole-matrix path (fused tiles, C <= kWholeMaxRows, C * d <= kWholeCopy): W packed once, cosine's unit rows once,
+// blocks of kWholeBlock rows, and every job (preparing a block, a block pair, a block's final pass) in
+// one parallel region under a PairQueue, so no barrier separates the phases. Extra memory: the packed
+// copy (C * d floats) and, for cosine, the unit rows (C * d doubles).
+template <typename T>
+void knn_whole(const T* w, const float* wf, int64_t c, int64_t d, int64_t k, int metric,
+               const std::vector<double>& norms, bool vector_final, Candidates<float>& cand, float* out_dist,
+               int64_t* out_idx) {
+  const int64_t block = kWholeBlock, t = (c + block - 1) / block;
+  const int64_t tile = spread_cpu::packed_tile_floats(block, d);
+  // Uninitialised: preparing a block writes all of its part of both.
+  const std::unique_ptr<float[]> packed(
+      new float[static_cast<size_t>((t - 1) * tile + spread_cpu::packed_tile_floats(c - (t - 1) * block, d))]);
+  const bool with_unit = metric == spread::kCosine && vector_final;
+  const std::unique_ptr<double[]> unit(with_unit ? new double[static_cast<size_t>(c * d)] : nullptr);
+  spread_cpu::FinalShare share(c, cand.ld);
+  spread_cpu::PairQueue queue(t);
+  const int64_t workers = std::min<int64_t>(at::get_num_threads(), t);
+  at::parallel_for(0, workers, 1, [&](int64_t w0, int64_t w1) {
+    spread_cpu::FinalScratch scratch;
+    for (int64_t worker = w0; worker < w1; ++worker) {
+      spread_cpu::PairQueue::Job job;
+      while (queue.next(job)) {
+        const int64_t r0 = job.a * block, na = std::min(block, c - r0);
+        if (job.kind == spread_cpu::PairQueue::kPrepare) {
+          spread_cpu::pack_tile_rows(wf, r0, na, d, packed.get() + job.a * tile);
+          if (with_unit) spread_cpu::unit_rows(wf, r0, r0 + na, d, norms.data(), unit.get());
+        } else if (job.kind == spread_cpu::PairQueue::kPair) {
+          const int64_t c0 = job.b * block, nb = std::min(block, c - c0);
+          spread_cpu::fused_tile_pair(wf + r0 * d, r0, na, packed.get() + job.b * tile, c0, nb, d, cand);
+        } else {
+          spread_cpu::finalize_rows<T, float>(w, c, d, k, metric, norms, unit.get(), vector_final, cand, &share, r0,
+                                              r0 + na, scratch, out_dist, out_idx);
+        }
+        queue.done(job);
+      }
+    }
+  });
+}
+
 template <typename T, typename ACC>
-void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int metric, at::Tensor& dist,
-                  at::Tensor& idx) {
+void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int metric, const std::vector<double>& norms,
+                  at::Tensor& dist, at::Tensor& idx) {
   const int64_t c = W.size(0), d = W.size(1);
   const T* w = W.data_ptr<T>();
-  const std::vector<double> norms = row_norms(w, c, d);
   std::vector<ACC> col_term(static_cast<size_t>(c));
   double max_norm = 0.0;
   for (int64_t j = 0; j < c; ++j) {
@@ -122,15 +190,26 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   }
   const double unit_roundoff = std::is_same_v<ACC, double> ? 0x1p-53 : 0x1p-24;
   Candidates<ACC> cand;
-  cand.init(c, k, std::min<int64_t>(spread::candidate_capacity(k), c - 1), metric, col_term.data());
+  cand.init(c, k, std::min<int64_t>(list_capacity(k), c - 1), metric, col_term.data());
   for (int64_t i = 0; i < c; ++i)
     cand.bands[i] = static_cast<ACC>(spread::key_band(metric, d, unit_roundoff, norms[i], max_norm));
+  ACC* out_dist = dist.data_ptr<ACC>();
+  int64_t* out_idx = idx.data_ptr<int64_t>();
 
-  const int64_t t = (c + kBlock - 1) / kBlock;
-  auto block_rows = [&](int64_t b) { return Wacc.narrow(0, b * kBlock, std::min(kBlock, c - b * kBlock)); };
   // Float32 keys on an AVX-512 CPU: fused register tiles (knn_tiles_avx512.cpp), no key matrix.
   bool fused = false;
   if constexpr (std::is_same_v<ACC, float>) fused = spread_cpu::fused_tiles_available();
+  const bool vector_final = fused && std::is_same_v<T, float>;
+  if constexpr (std::is_same_v<ACC, float>) {
+    // FEDKERNELS_KNN_TILED forces the block-pair rounds below at any size (tests compare the two paths).
+    if (fused && c <= kWholeMaxRows && c * d <= kWholeCopy && std::getenv("FEDKERNELS_KNN_TILED") == nullptr) {
+      knn_whole(w, Wacc.data_ptr<float>(), c, d, k, metric, norms, vector_final, cand, out_dist, out_idx);
+      return;
+    }
+  }
+
+  const int64_t t = (c + kBlock - 1) / kBlock;
+  auto block_rows = [&](int64_t b) { return Wacc.narrow(0, b * kBlock, std::min(kBlock, c - b * kBlock)); };
   const int64_t tile = spread_cpu::packed_tile_floats(kBlock, d);
   std::vector<std::vector<float>> packs(static_cast<size_t>(at::get_num_threads()));  // per thread, reused
   auto run_tasks = [&](const std::vector<Task>& tasks) {
@@ -146,8 +225,7 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
               const int64_t na = std::min(kBlock, c - bi * kBlock), nb = std::min(kBlock, c - bj * kBlock);
               if (bj != packed) spread_cpu::pack_tile_rows(wf, bj * kBlock, nb, d, pack.data());
               packed = bj;
-              spread_cpu::fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, pack.data(), bj * kBlock, nb, d,
-                                          bi != bj, cand);
+              spread_cpu::fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, pack.data(), bj * kBlock, nb, d, cand);
             }
           return;
         }
@@ -170,56 +248,35 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   };
   for (const auto& round : block_schedule(t)) run_tasks(round);
 
-  ACC* out_dist = dist.data_ptr<ACC>();
-  int64_t* out_idx = idx.data_ptr<int64_t>();
+  std::unique_ptr<spread_cpu::FinalShare> share(vector_final ? new spread_cpu::FinalShare(c, cand.ld) : nullptr);
   at::parallel_for(0, c, 64, [&](int64_t rb, int64_t re) {
-    std::vector<double> exact(static_cast<size_t>(cand.cap));
-    std::vector<int64_t> scratch_ids(static_cast<size_t>(k));
-    std::vector<double> unit_row;  // the vector final pass's a / |a| (cosine)
-    for (int64_t i = rb; i < re; ++i) {
-      if (cand.overflow[i] || cand.sizes[i] < k) {  // (a short list: keys that were not finite)
-        spread::knn_exact_row(w, i, c, d, metric, norms.data(), exact.data(), scratch_ids.data(), k, out_dist, out_idx);
-        continue;
-      }
-      if constexpr (std::is_same_v<T, float>) {
-        if (fused) {  // same distances, bit for bit, eight candidates per AVX-512 vector
-          unit_row.resize(static_cast<size_t>(d));
-          int64_t* ids = cand.ids.data() + i * cand.cap;
-          // Only candidates keyed within the band of the k-th can be among the true k nearest (spread.h),
-          // and the list holds all of them (else the row overflowed): the rest need no exact distance.
-          const ACC* keys = cand.keys.data() + i * cand.cap;
-          const ACC limit = keys[k - 1] + cand.bands[i];
-          int64_t live = k;
-          while (live < cand.sizes[i] && keys[live] <= limit) ++live;
-          if (i + 1 < re) {  // the next row's nearest candidates are scattered over W: fetch them now
-            const int64_t* next = cand.ids.data() + (i + 1) * cand.cap;
-            for (int64_t s = 0; s < std::min(cand.sizes[i + 1], k + 2); ++s)
-              for (int64_t q = 0; q < d; q += 16) prefetch(w + next[s] * d + q);
-          }
-          spread_cpu::exact_candidate_distances(w, i, d, metric, norms.data(), ids, live, unit_row.data(),
-                                                exact.data());
-          spread::sort_candidates(exact.data(), ids, live);
-          for (int64_t s = 0; s < k; ++s) {
-            out_dist[i * k + s] = static_cast<ACC>(exact[s]);
-            out_idx[i * k + s] = ids[s];
-          }
-          continue;
-        }
-      }
-      {
-        spread::knn_finalize_row(w, i, d, metric, norms.data(), cand.ids.data() + i * cand.cap, cand.sizes[i],
-                                 exact.data(), k, out_dist, out_idx);
-      }
-    }
+    spread_cpu::FinalScratch scratch;
+    spread_cpu::finalize_rows<T, ACC>(w, c, d, k, metric, norms, nullptr, vector_final, cand, share.get(), rb, re,
+                                      scratch, out_dist, out_idx);
   });
 }
 
 std::tuple<at::Tensor, at::Tensor> knn_classes_cpu(const at::Tensor& W_in, int64_t k, std::string metric_name) {
-  check_knn_args(W_in, k, metric_name);
+  // Float64 W is checked for finite values by ATen (its squared norms can overflow for finite
+  // entries); narrower types by their float64 norms, which are finite exactly when the row is.
+  if (W_in.scalar_type() == at::kDouble) {
+    check_knn_args(W_in, k, metric_name);
+  } else {
+    check_knn_shape_args(W_in, k, metric_name);
+  }
   const int metric = parse_metric(metric_name);
   const at::Tensor W = W_in.contiguous();
-  const int64_t c = W.size(0);
+  const int64_t c = W.size(0), d = W.size(1);
   const auto acc_type = W.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  std::vector<double> norms;
+  FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "knn_classes_cpu_norms", [&] {
+    norms = row_norms(W.data_ptr<scalar_t>(), c, d, spread_cpu::fused_tiles_available());
+  });
+  if (W.scalar_type() != at::kDouble) {
+    bool finite = true;
+    for (const double n : norms) finite = finite && std::isfinite(n);
+    TORCH_CHECK_VALUE(finite, "W must be finite (it has NaN or inf entries)");
+  }
   at::Tensor dist = at::empty({c, k}, W.options().dtype(acc_type));
   at::Tensor idx = at::empty({c, k}, W.options().dtype(at::kLong));
   if (k == 0 || c == 0) return {dist, idx};
@@ -227,9 +284,9 @@ std::tuple<at::Tensor, at::Tensor> knn_classes_cpu(const at::Tensor& W_in, int64
   const at::Tensor Wacc = W.scalar_type() == acc_type ? W : W.to(acc_type);
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "knn_classes_cpu", [&] {
     if constexpr (std::is_same_v<scalar_t, double>) {
-      knn_cpu_impl<scalar_t, double>(W, Wacc, k, metric, dist, idx);
+      knn_cpu_impl<scalar_t, double>(W, Wacc, k, metric, norms, dist, idx);
     } else {
-      knn_cpu_impl<scalar_t, float>(W, Wacc, k, metric, dist, idx);
+      knn_cpu_impl<scalar_t, float>(W, Wacc, k, metric, norms, dist, idx);
     }
   });
   return {dist, idx};
