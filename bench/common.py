@@ -198,6 +198,20 @@ def write_results(
     return path
 
 
+def load_note() -> str:
+    """How busy the machine was when a bench ended (its 1 / 5 / 15-minute load average), for the JSON's note.
+
+    On this project's 2-core machine a bench alone keeps the 5-minute average below about 2.5; above
+    that something else ran beside it and absolute times are inflated.
+    """
+    load = os.getloadavg()
+    state = "quiet (only this bench running)" if load[1] < 2.5 else "loaded: absolute times are noisy"
+    return (
+        f"load average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min): {state}; "
+        "every ratio was measured in the same run"
+    )
+
+
 def markdown_table(rows: list[dict], columns: list[str]) -> str:
     """A markdown table of ``rows`` restricted to ``columns`` (floats to 3 significant digits)."""
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import read_xc_dense, results_path
+from common import load_note, read_xc_dense, results_path
 
 from fedkernels.fl import FedAvg, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import PartialExchange
@@ -142,7 +142,7 @@ def main() -> int:
                 "dataset": args.dataset,
                 "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                 "rows": rows,
-                "note": "2-core machine shared with other engineers",
+                "note": load_note(),
                 "loadavg_at_end": os.getloadavg(),
             },
             indent=2,

@@ -352,10 +352,8 @@ def main() -> None:
     sweep = lam_sweep_rows(args.quick) if on_cpu else []  # the peer (prox-tv) runs on the host
     batch = batch_rows(args.quick) if on_cpu else []  # thread scaling is a CPU question
     codec = codec_rows(args.quick) if on_cpu else []  # the codec runs on bytes on the host
-    note = (
-        "machine shared with other engineers' builds while measuring: absolute times are noisy; "
-        "ratios were measured in the same run"
-    )
+    load = os.getloadavg()
+    note = common.load_note()
     extra = {
         "lam_sweep": sweep,
         "batches": batch,
@@ -363,7 +361,7 @@ def main() -> None:
         "codec_compile": "n/a: the codec (encode_runs / decode_runs) is timed by no torch composition here, "
         "only its sizes are measured, so there is nothing to torch.compile",
         "note": note,
-        "load_average_at_end": list(os.getloadavg()),
+        "load_average_at_end": list(load),
         "allocator": {k: os.environ.get(k) for k in (*ALLOCATOR_ENV, "THP_MEM_ALLOC_ENABLE")},
     }
     if not on_cpu:

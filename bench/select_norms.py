@@ -25,6 +25,7 @@ from common import (
     add_device_arguments,
     check_device_arguments,
     copy_bandwidth_gbs,
+    load_note,
     markdown_table,
     mib,
     peak_extra_bytes,
@@ -243,11 +244,7 @@ def main() -> int:
         for dtype in args.dtypes:
             bench_norms(model, getattr(torch, dtype), rows, copy_gbs, device)
         bench_average(model, rows, copy_gbs, device=device)
-    note = (
-        "2-core machine shared with other engineers' builds; ratios are measured in the same run"
-        if device == "cpu"
-        else "ratios are measured in the same run"
-    )
+    note = load_note() if device == "cpu" else "ratios are measured in the same run"
     path = write_results(
         name,
         rows,

@@ -62,6 +62,7 @@ from common import (
     add_device_arguments,
     check_device_arguments,
     copy_bandwidth_gbs,
+    load_note,
     markdown_table,
     mib,
     peak_extra_bytes,
@@ -416,7 +417,7 @@ def main() -> None:
         "margin": MARGIN,
         "knn_tile_path": knn_tile_path() if on_cpu else f"{device} kernels",
         "load_avg_end": os.getloadavg(),
-        "note": "machine shared with other engineers' builds/tests; compare ratios within this run",
+        "note": load_note(),
     }
     path = write_results("spread", rows, extra, path=out, device=device)
     cols = [
