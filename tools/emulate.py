@@ -77,6 +77,7 @@ NON_OP_TESTS = (
     "test_layers",
     "test_packaging",
     "test_cxx_runtime_check",
+    "test_tools_",
 )
 
 
@@ -135,12 +136,18 @@ def main(argv: list[str]) -> int:
     ]
     if a.coverage:
         args.append(f"--emu-coverage={a.coverage}")
-    if a.checks == "asan":  # one process, so a report aborts the run; fd 2 not captured
-        args += ["--capture=sys", "-p", "no:xdist"]
     names_tests = any(a.endswith(".py") or "::" in a or os.path.isdir(a) for a in pytest_args)
-    args += pytest_args + ([] if names_tests else op_test_files())
+    targets = pytest_args + ([] if names_tests else op_test_files())
     print(f"emulate: {module.name} (checks={a.checks}, order={a.order}, seed={a.seed})", flush=True)
-    return subprocess.run(args, cwd=ROOT, env=env).returncode
+    if a.checks == "asan":
+        # One process per shard, so a report aborts it (and fails the run); fd 2 not captured.
+        # Shards (FK_TEST_SHARDS, default: one per core) run at once: one process left a core idle.
+        import test_shards
+
+        args += ["--capture=sys", "-p", "no:xdist"]
+        shards = int(os.environ.get("FK_TEST_SHARDS", os.cpu_count() or 1))
+        return test_shards.run(args, targets, shards, env=env, cwd=ROOT)
+    return subprocess.run(args + targets, cwd=ROOT, env=env).returncode
 
 
 if __name__ == "__main__":

@@ -1,0 +1,97 @@
+"""Run one pytest command over test files split into shards, one process per shard, all at once.
+
+The AddressSanitizer runs (tools/sanitize.sh, ``tools/emulate.py test --checks asan``) run pytest in
+one process without xdist, so an ASan report aborts the run and its text reaches stderr. On a 2-core
+CI machine that leaves a core idle for minutes. Shards keep both properties (each shard is one such
+process; a report aborts it and fails the whole run) and use every core.
+
+    python tools/test_shards.py --shards 2 -- CMD ARGS... -- TESTS_AND_PYTEST_ARGS...
+
+Arguments after the second ``--`` that name test files (``*.py``, ``file::test``) or directories are
+split between the shards; the others (``-k expr``, ``-x``, ...) go to every shard. Each shard's output
+is kept in a temporary file and printed whole when it ends, so shards do not interleave.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def is_test_path(arg: str, cwd: Path | None = None) -> bool:
+    """True for a pytest argument that names tests (a file, a file::node id or a directory)."""
+    return arg.endswith(".py") or "::" in arg or (not arg.startswith("-") and (Path(cwd or ".") / arg).is_dir())
+
+
+def split(paths: list[str], shards: int, cwd: Path | None = None) -> list[list[str]]:
+    """Greedy split of ``paths`` into at most ``shards`` groups of similar total file size.
+
+    File size stands in for run time (the op test files are property tests of similar density);
+    the largest file goes first into the lightest group. Empty groups are dropped.
+    """
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+
+    def size(p: str) -> int:
+        f = Path(cwd or ".") / p.split("::", 1)[0]
+        return f.stat().st_size if f.is_file() else 1
+
+    groups: list[list[str]] = [[] for _ in range(shards)]
+    loads = [0] * shards
+    for p in sorted(paths, key=size, reverse=True):
+        i = loads.index(min(loads))
+        groups[i].append(p)
+        loads[i] += size(p)
+    return [sorted(g) for g in groups if g]
+
+
+def run(
+    command: list[str],
+    pytest_args: list[str],
+    shards: int,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> int:
+    """Run ``command + shard`` for every shard at once (in ``cwd``, with ``env``); 0 only if every shard returned 0."""
+    paths = [a for a in pytest_args if is_test_path(a, cwd)]
+    shared = [a for a in pytest_args if not is_test_path(a, cwd)]
+    groups = split(paths, shards, cwd) if paths else [[]]
+    worst = 0
+    with contextlib.ExitStack() as stack:
+        procs = []
+        for group in groups:
+            log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
+            cmd = [*command, *shared, *group]
+            procs.append((log, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)))
+        for i, (log, proc) in enumerate(procs):
+            rc = proc.wait()
+            log.seek(0)
+            print(f"--- shard {i + 1} of {len(groups)} (exit {rc}) ---", flush=True)
+            sys.stdout.write(log.read())
+            sys.stdout.flush()
+            if rc != 0 and worst == 0:
+                worst = rc
+    return worst
+
+
+def main(argv: list[str]) -> int:
+    if argv.count("--") < 2:
+        raise SystemExit("usage: test_shards.py --shards N -- CMD ARGS... -- TESTS_AND_PYTEST_ARGS...")
+    first = argv.index("--")
+    second = argv.index("--", first + 1)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shards", type=int, default=os.cpu_count() or 1)
+    a = ap.parse_args(argv[:first])
+    command = argv[first + 1 : second]
+    if not command:
+        raise SystemExit("test_shards: no command between the two '--'")
+    return run(command, argv[second + 1 :], a.shards)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
