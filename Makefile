@@ -43,15 +43,15 @@ fuzz: install
 	$(PY) -m pytest -q -n 2 python_tests/fuzz
 
 # Every CUDA kernel executed on this CPU by the CUDA emulator (docs/EMULATOR.md), as CI runs it:
-# default order with the coverage check, a random order under AddressSanitizer, the race check.
+# default order on the race-check build (the full hypothesis profile, __shared__ races and
+# uninitialised reads reported) with the coverage check, then a random order under AddressSanitizer.
 # FK_EMU_SEED picks the random order (default: from the clock, printed).
 EMU_SEED ?= $(or $(FK_EMU_SEED),$(shell date +%s))
 test-cuda-emu: install
 	rm -f build/emu-coverage.json*
-	$(PY) tools/emulate.py test --coverage build/emu-coverage.json -- -n 2
+	$(PY) tools/emulate.py test --checks race --coverage build/emu-coverage.json -- -n 2
 	$(PY) tools/emu_coverage.py build/emu-coverage.json*
 	HYPOTHESIS_PROFILE=sanitize $(PY) tools/emulate.py test --checks asan --order random --seed $(EMU_SEED)
-	HYPOTHESIS_PROFILE=sanitize $(PY) tools/emulate.py test --checks race -- -n 2
 
 # The docs site (docs/, API reference from the docstrings) into site/; any warning fails the build.
 docs: $(PY)

@@ -67,12 +67,30 @@ def pytest_configure(config: pytest.Config) -> None:
         "emu_direct: runs the CPU kernels and calls CUDA kernels itself "
         "(the emulator's routing is not installed for it)",
     )
+    config.addinivalue_line(
+        "markers",
+        "cpu_path(reason): checks a CPU-only code path (a CPU kernel's path choice, scratch or stores) or "
+        "no op at all, so it launches no CUDA kernel of its own; the emulated runs skip it",
+    )
     if config.getoption("--emulate-cuda"):
         from fedkernels.testing import cuda_emulator
 
         module = cuda_emulator.load()
         module.set_order(config.getoption("--emu-order"), config.getoption("--emu-seed"))
         EMULATING = True
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under --emulate-cuda, skip the tests marked cpu_path: routed to the CUDA kernels they would only
+    repeat inputs the op's other tests give the kernel (tools/emu_coverage.py still checks every
+    kernel is launched), at minutes of emulated time."""
+    if not EMULATING:
+        return
+    for item in items:
+        mark = item.get_closest_marker("cpu_path")
+        if mark is not None:
+            why = mark.args[0] if mark.args else "a CPU-only path"
+            item.add_marker(pytest.mark.skip(reason=f"cpu_path: {why}; no CUDA kernel of its own to emulate"))
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -12,6 +12,7 @@ import fedkernels
 from python_tests.reference import prox_ref
 
 
+@pytest.mark.cpu_path("graph_prox is a PyTorch-level solver, no op")
 @settings(max_examples=25)
 @given(
     n=st.integers(2, 5),

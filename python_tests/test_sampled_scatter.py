@@ -177,6 +177,7 @@ def test_exact_rounding_order_any_threads(n, t, d, popular, dtype):
         torch.set_num_threads(old)
 
 
+@pytest.mark.cpu_path("the CPU kernel's streamed 16-byte row stores")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_streamed_rows_any_alignment(dtype):
     # Outputs of many MiB are streamed past the cache in 16-byte stores: rows that start off a
@@ -202,6 +203,7 @@ def test_streamed_rows_any_alignment(dtype):
             torch.set_num_threads(old)
 
 
+@pytest.mark.cpu_path("the CPU sort's per-thread scratch")
 def test_concurrent_callers_keep_their_own_scratch():
     # The sort's arrays are kept per calling thread between calls: threads calling at once, at
     # different sizes, must each get the single-caller answer.

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 import fedkernels
 from python_tests.reference import spread_ref
 
+pytestmark = pytest.mark.cpu_path("the CPU whole-matrix, tiled and BLAS paths of knn_classes")
+
 PATHS = {"whole": {}, "tiled": {"FEDKERNELS_KNN_TILED": "1"}, "blas": {"FEDKERNELS_KNN_BLAS": "1"}}
 
 
