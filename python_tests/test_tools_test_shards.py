@@ -66,3 +66,16 @@ def test_run_fails_when_any_shard_fails(tmp_path: Path, capsys) -> None:
 def test_main_needs_two_separators() -> None:
     with pytest.raises(SystemExit, match="usage"):
         test_shards.main(["--shards", "2", "--", "python"])
+
+
+def test_run_with_one_job_runs_every_shard_in_turn(tmp_path: Path, capsys) -> None:
+    files = []
+    for i in range(5):
+        (tmp_path / f"t{i}.py").write_text("#" * (5 - i))
+        files.append(f"t{i}.py")
+    assert test_shards.run(ECHO, files, shards=5, cwd=tmp_path, jobs=1) == 0
+    out = capsys.readouterr().out
+    # one file per shard, largest first, each shard's output printed whole after it ends
+    shards = [line for line in out.splitlines() if line.startswith("--- shard")]
+    assert shards == [f"--- shard {i} of 5 (exit 0) ---" for i in range(1, 6)]
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("ARGS")] == files

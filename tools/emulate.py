@@ -141,11 +141,11 @@ def main(argv: list[str]) -> int:
     print(f"emulate: {module.name} (checks={a.checks}, order={a.order}, seed={a.seed})", flush=True)
     if a.checks == "asan":
         # One process per shard, so a report aborts it (and fails the run); fd 2 not captured.
-        # Shards (FK_TEST_SHARDS, default: one per core) run at once: one process left a core idle.
+        # Shards (FK_TEST_SHARDS, default: three per core) run one per core: one process left a core idle.
         import test_shards
 
         args += ["--capture=sys", "-p", "no:xdist"]
-        shards = int(os.environ.get("FK_TEST_SHARDS", os.cpu_count() or 1))
+        shards = int(os.environ.get("FK_TEST_SHARDS", 3 * (os.cpu_count() or 1)))
         return test_shards.run(args, targets, shards, env=env, cwd=ROOT)
     return subprocess.run(args + targets, cwd=ROOT, env=env).returncode
 

@@ -1,11 +1,12 @@
-"""Run one pytest command over test files split into shards, one process per shard, all at once.
+"""Run one pytest command over test files split into shards: one process per shard, one per core at a time.
 
 The AddressSanitizer runs (tools/sanitize.sh, ``tools/emulate.py test --checks asan``) run pytest in
 one process without xdist, so an ASan report aborts the run and its text reaches stderr. On a 2-core
 CI machine that leaves a core idle for minutes. Shards keep both properties (each shard is one such
-process; a report aborts it and fails the whole run) and use every core.
+process; a report aborts it and fails the whole run) and use every core. More shards than cores
+(default: three per core, largest first) keep the cores busy to the end.
 
-    python tools/test_shards.py --shards 2 -- CMD ARGS... -- TESTS_AND_PYTEST_ARGS...
+    python tools/test_shards.py [--shards N] [--jobs J] -- CMD ARGS... -- TESTS_AND_PYTEST_ARGS...
 
 Arguments after the second ``--`` that name test files (``*.py``, ``file::test``) or directories are
 split between the shards; the others (``-k expr``, ``-x``, ...) go to every shard. Each shard's output
@@ -20,6 +21,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
+import typing
 from pathlib import Path
 
 
@@ -47,7 +50,8 @@ def split(paths: list[str], shards: int, cwd: Path | None = None) -> list[list[s
         i = loads.index(min(loads))
         groups[i].append(p)
         loads[i] += size(p)
-    return [sorted(g) for g in groups if g]
+    order = sorted(range(shards), key=lambda i: -loads[i])  # largest first: it starts first
+    return [sorted(groups[i]) for i in order if groups[i]]
 
 
 def run(
@@ -56,26 +60,39 @@ def run(
     shards: int,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    jobs: int | None = None,
 ) -> int:
-    """Run ``command + shard`` for every shard at once (in ``cwd``, with ``env``); 0 only if every shard returned 0."""
+    """Run ``command + shard`` for every shard, at most ``jobs`` (default: one per core) at a time, in
+    ``cwd`` with ``env``; returns 0 only if every shard returned 0 (else the first failure's code).
+
+    More shards than jobs balance the cores: a job that ends early takes the next shard (largest first).
+    """
+    jobs = max(1, jobs or os.cpu_count() or 1)
     paths = [a for a in pytest_args if is_test_path(a, cwd)]
     shared = [a for a in pytest_args if not is_test_path(a, cwd)]
     groups = split(paths, shards, cwd) if paths else [[]]
     worst = 0
     with contextlib.ExitStack() as stack:
-        procs = []
-        for group in groups:
-            log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
-            cmd = [*command, *shared, *group]
-            procs.append((log, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)))
-        for i, (log, proc) in enumerate(procs):
-            rc = proc.wait()
-            log.seek(0)
-            print(f"--- shard {i + 1} of {len(groups)} (exit {rc}) ---", flush=True)
-            sys.stdout.write(log.read())
-            sys.stdout.flush()
-            if rc != 0 and worst == 0:
-                worst = rc
+        pending = list(enumerate(groups))
+        active: list[tuple[int, typing.IO[str], subprocess.Popen]] = []
+        while pending or active:
+            while pending and len(active) < jobs:
+                i, group = pending.pop(0)
+                log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
+                cmd = [*command, *shared, *group]
+                active.append((i, log, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)))
+            done = [a for a in active if a[2].poll() is not None]
+            if not done:
+                time.sleep(0.1)
+                continue
+            for i, log, proc in done:
+                active.remove((i, log, proc))
+                log.seek(0)
+                print(f"--- shard {i + 1} of {len(groups)} (exit {proc.returncode}) ---", flush=True)
+                sys.stdout.write(log.read())
+                sys.stdout.flush()
+                if proc.returncode != 0 and worst == 0:
+                    worst = proc.returncode
     return worst
 
 
@@ -85,12 +102,13 @@ def main(argv: list[str]) -> int:
     first = argv.index("--")
     second = argv.index("--", first + 1)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shards", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--shards", type=int, default=3 * (os.cpu_count() or 1), help="groups of test files")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="shards running at once")
     a = ap.parse_args(argv[:first])
     command = argv[first + 1 : second]
     if not command:
         raise SystemExit("test_shards: no command between the two '--'")
-    return run(command, argv[second + 1 :], a.shards)
+    return run(command, argv[second + 1 :], a.shards, jobs=a.jobs)
 
 
 if __name__ == "__main__":
