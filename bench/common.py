@@ -198,13 +198,14 @@ def write_results(
     return path
 
 
-def load_note() -> str:
-    """How busy the machine was when a bench ended (its 1 / 5 / 15-minute load average), for the JSON's note.
+def load_note(load: tuple[float, float, float] | None = None) -> str:
+    """How busy the machine was when a bench ended (``load``: its 1 / 5 / 15-minute load average, read
+    now if not given, so a bench that also stores the numbers reads them once), for the JSON's note.
 
     On this project's 2-core machine a bench alone keeps the 5-minute average below about 2.5; above
     that something else ran beside it and absolute times are inflated.
     """
-    load = os.getloadavg()
+    load = load or os.getloadavg()
     state = "quiet (only this bench running)" if load[1] < 2.5 else "loaded: absolute times are noisy"
     return (
         f"load average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min): {state}; "

@@ -136,14 +136,15 @@ def main() -> int:
             )
     out = results_path("fl_partial", out=args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
     out.write_text(
         json.dumps(
             {
                 "dataset": args.dataset,
                 "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                 "rows": rows,
-                "note": load_note(),
-                "loadavg_at_end": os.getloadavg(),
+                "note": load_note(load),
+                "loadavg_at_end": load,
             },
             indent=2,
         )

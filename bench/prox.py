@@ -353,7 +353,7 @@ def main() -> None:
     batch = batch_rows(args.quick) if on_cpu else []  # thread scaling is a CPU question
     codec = codec_rows(args.quick) if on_cpu else []  # the codec runs on bytes on the host
     load = os.getloadavg()
-    note = common.load_note()
+    note = common.load_note(load)
     extra = {
         "lam_sweep": sweep,
         "batches": batch,

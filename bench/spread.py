@@ -409,6 +409,7 @@ def main() -> None:
         finally:
             for peer in faiss_peers.values():
                 peer.close()
+    load_end = os.getloadavg()
     extra = {
         "knn_peer_rows": peer_rows,
         "knn_peer_note": peer_note,
@@ -416,8 +417,8 @@ def main() -> None:
         "k": K,
         "margin": MARGIN,
         "knn_tile_path": knn_tile_path() if on_cpu else f"{device} kernels",
-        "load_avg_end": os.getloadavg(),
-        "note": load_note(),
+        "load_avg_end": load_end,
+        "note": load_note(load_end),
     }
     path = write_results("spread", rows, extra, path=out, device=device)
     cols = [

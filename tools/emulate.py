@@ -145,8 +145,7 @@ def main(argv: list[str]) -> int:
         import test_shards
 
         args += ["--capture=sys", "-p", "no:xdist"]
-        shards = int(os.environ.get("FK_TEST_SHARDS", 3 * (os.cpu_count() or 1)))
-        return test_shards.run(args, targets, shards, env=env, cwd=ROOT)
+        return test_shards.run(args, targets, test_shards.default_shards(), env=env, cwd=ROOT)
     return subprocess.run(args + targets, cwd=ROOT, env=env).returncode
 
 

@@ -65,6 +65,6 @@ echo "sanitize: running under ASan+UBSan with $SO"
 # it (and fails the run); --capture=sys: pytest must not capture fd 2, or a report would vanish with
 # the aborted process. The test files are split into FK_TEST_SHARDS shards (default: three per core)
 # that run one per core (tools/test_shards.py).
-"$PY" "$ROOT/tools/test_shards.py" --shards "${FK_TEST_SHARDS:-$((3 * $(nproc)))}" -- "$PY" -c "$BOOT
+"$PY" "$ROOT/tools/test_shards.py" -- "$PY" -c "$BOOT
 import pytest; sys.exit(pytest.main(['-q', '--capture=sys', '-p', 'no:cacheprovider', '-p', 'no:xdist', *sys.argv[1:]]))" -- "$@"
 echo "sanitize: no ASan/UBSan reports"

@@ -31,11 +31,17 @@ def is_test_path(arg: str, cwd: Path | None = None) -> bool:
     return arg.endswith(".py") or "::" in arg or (not arg.startswith("-") and (Path(cwd or ".") / arg).is_dir())
 
 
+def default_shards() -> int:
+    """FK_TEST_SHARDS if set, else three shards per core (the ASan runs' callers share this default)."""
+    return int(os.environ.get("FK_TEST_SHARDS", 3 * (os.cpu_count() or 1)))
+
+
 def split(paths: list[str], shards: int, cwd: Path | None = None) -> list[list[str]]:
     """Greedy split of ``paths`` into at most ``shards`` groups of similar total file size.
 
-    File size stands in for run time (the op test files are property tests of similar density);
-    the largest file goes first into the lightest group. Empty groups are dropped.
+    File size is only a rough stand-in for run time (a few small files hold the slowest tests), which
+    is why run() takes more shards than cores; the largest file goes first into the lightest group.
+    Empty groups are dropped; the heaviest group comes first.
     """
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
@@ -102,7 +108,7 @@ def main(argv: list[str]) -> int:
     first = argv.index("--")
     second = argv.index("--", first + 1)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shards", type=int, default=3 * (os.cpu_count() or 1), help="groups of test files")
+    ap.add_argument("--shards", type=int, default=default_shards(), help="groups of test files")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="shards running at once")
     a = ap.parse_args(argv[:first])
     command = argv[first + 1 : second]
