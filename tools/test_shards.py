@@ -48,7 +48,7 @@ def split(paths: list[str], shards: int, cwd: Path | None = None) -> list[list[s
 
     def size(p: str) -> int:
         f = Path(cwd or ".") / p.split("::", 1)[0]
-        return f.stat().st_size if f.is_file() else 1
+        return f.stat().st_size + 1 if f.is_file() else 1  # + 1: empty files still spread over the groups
 
     groups: list[list[str]] = [[] for _ in range(shards)]
     loads = [0] * shards
