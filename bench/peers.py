@@ -17,6 +17,10 @@ from collections.abc import Callable
 from types import ModuleType
 
 import torch
+import torch._dynamo
+
+# A bench's sweep of shapes and grad modes recompiles one peer many times; room for that sweep.
+RECOMPILE_LIMIT = 64
 
 # import name -> what to install (pip name, and any system package it needs to build)
 INSTALL_HINTS = {
@@ -40,12 +44,19 @@ def optional_peer(module: str) -> tuple[ModuleType | None, str]:
 def compiled_peer(fn: Callable[..., object], *args: object, **compile_kwargs: object) -> tuple[Callable | None, str]:
     """``torch.compile(fn)`` warmed up on ``args``: ``(compiled, "ok")`` or ``(None, why it failed)``.
 
-    The compile (and its autotuning) happens here, outside any timed region. ``FK_BENCH_NO_COMPILE=1``
+    The compile (and its autotuning) happens here, outside any timed region. Benches that sweep
+    shapes call ``fresh_compiles()`` per configuration, so each peer is compiled for its shapes as a
+    user's first call would be (not as dynamo's dynamic-shape recompile). ``FK_BENCH_NO_COMPILE=1``
     skips it (``(None, why)``): a short GPU check (``gpu_check.py --no-compile-peers``) cannot wait for
     inductor's Triton compiles.
     """
     if os.environ.get("FK_BENCH_NO_COMPILE") == "1":
         return None, "torch.compile skipped: FK_BENCH_NO_COMPILE=1"
+    # dynamo compiles a function again for each new shape or grad mode, at most recompile_limit (8)
+    # times per code object, and then runs it eagerly without a word: a bench sweeping shapes would
+    # time eager code under the name "torch.compile". Make that an error instead (for this process).
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     try:
         cfn = torch.compile(fn, **compile_kwargs)  # type: ignore[arg-type]
         for _ in range(2):
@@ -53,6 +64,12 @@ def compiled_peer(fn: Callable[..., object], *args: object, **compile_kwargs: ob
     except Exception as e:  # inductor failures of any kind mean "no compiled peer"
         return None, f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
     return cfn, "ok"
+
+
+def fresh_compiles() -> None:
+    """Forget every compiled graph (``torch._dynamo.reset()``): the next call of a compiled peer,
+    cut-cross-entropy's included, compiles anew for the shapes it is given."""
+    torch._dynamo.reset()
 
 
 def _sync_if_cuda() -> None:

@@ -39,6 +39,7 @@ from common import (
     add_device_arguments,
     check_device_arguments,
     copy_bandwidth_gbs,
+    cpu_model,
     markdown_table,
     mib,
     peak_extra_bytes,
@@ -46,7 +47,7 @@ from common import (
     timeit,
     write_results,
 )
-from peers import alternating_min, compiled_peer, optional_peer, thread_scaling
+from peers import alternating_min, compiled_peer, fresh_compiles, optional_peer, thread_scaling
 
 import fedkernels
 
@@ -105,6 +106,7 @@ def lce_rows(
     """Ours vs eager, torch.compile and cut-cross-entropy: alternating minima at each thread count, peak memory."""
     rows = []
     for n, s in configs:
+        fresh_compiles()  # compiled peers see this (N, s) as their first shapes
         g = torch.Generator().manual_seed(s + n)
         h = torch.randn(n, d, generator=g).to(device) / d**0.5
         W = torch.randn(s, d, generator=g).to(device)
@@ -320,8 +322,9 @@ def main() -> None:
     saved_lce = [r for r in saved if r["op"] == keep["lce"]]
     if "lce" in parts:
         lce = lce_rows(args.device, lce_configs)
-        for r in lce:  # rows of several runs may share the file: each says how busy its run was
+        for r in lce:  # rows of several runs may share the file: each says how busy its run was, and where
             r["load_avg_1min"] = round(load_start[0], 2)
+            r["cpu"] = cpu_model()
         if args.lce_sizes:  # only these (N, s) were rerun: the other pairs keep their saved rows
             redone = {(r["N"], r["s"]) for r in lce}
             lce = sorted([r for r in saved_lce if (r["N"], r["s"]) not in redone] + lce, key=lambda r: (r["N"], r["s"]))
