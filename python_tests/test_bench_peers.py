@@ -43,7 +43,7 @@ def test_recompile_past_the_limit_raises_instead_of_running_eagerly(monkeypatch,
     assert dynamo_config.fail_on_recompile_limit_hit
     assert dynamo_config.recompile_limit >= peers.RECOMPILE_LIMIT
     dynamo_config.recompile_limit = 1  # the compile above used the one allowed entry
-    with pytest.raises(Exception, match="(?i)recompile|cache.*limit"):
+    with pytest.raises(Exception, match=r"(?i)recompile|cache.*limit"):
         cfn(torch.ones(3, 5))  # a new rank needs a recompile: past the limit
     peers.fresh_compiles()  # forgotten graphs: the same peer compiles again for the new shape
     torch.testing.assert_close(cfn(torch.ones(3, 5)), torch.full((3, 5), 2.0))
