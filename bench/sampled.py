@@ -40,6 +40,7 @@ from common import (
     check_device_arguments,
     copy_bandwidth_gbs,
     cpu_model,
+    load_note,
     markdown_table,
     mib,
     peak_extra_bytes,
@@ -322,20 +323,22 @@ def main() -> None:
     saved_lce = [r for r in saved if r["op"] == keep["lce"]]
     if "lce" in parts:
         lce = lce_rows(args.device, lce_configs)
+        cpu = cpu_model()
         for r in lce:  # rows of several runs may share the file: each says how busy its run was, and where
             r["load_avg_1min"] = round(load_start[0], 2)
-            r["cpu"] = cpu_model()
+            r["cpu"] = cpu
         if args.lce_sizes:  # only these (N, s) were rerun: the other pairs keep their saved rows
             redone = {(r["N"], r["s"]) for r in lce}
             lce = sorted([r for r in saved_lce if (r["N"], r["s"]) not in redone] + lce, key=lambda r: (r["N"], r["s"]))
     else:
         lce = saved_lce
     sc = scatter_rows(args.device, configs) if "scatter" in parts else [r for r in saved if r["op"] == keep["scatter"]]
+    load_end = os.getloadavg()
     extra = {
         "copy_bandwidth_gbs": copy_bandwidth_gbs(args.device),
         "load_average_start": load_start,
-        "load_average_end": os.getloadavg(),
-        "note": "2-core machine shared with other jobs; ratios are from the same run",
+        "load_average_end": load_end,
+        "note": load_note(load_end),
         "malloc": "linear_cross_entropy rows: MALLOC_MMAP_THRESHOLD_=65536 "
         "(peak memory); scatter_rows_mean rows: glibc defaults",
     }
@@ -384,7 +387,7 @@ def main() -> None:
             ],
         )
     )
-    print(f"\nload average (1, 5, 15 min) at start {load_start}, at end {os.getloadavg()}")
+    print(f"\nload average (1, 5, 15 min) at start {load_start}, at end {load_end}")
     print(f"wrote {path}")
 
 

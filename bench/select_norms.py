@@ -250,7 +250,8 @@ def main() -> int:
         for dtype in args.dtypes:
             bench_norms(model, getattr(torch, dtype), rows, copy_gbs, device)
         bench_average(model, rows, copy_gbs, device=device)
-    note = load_note() if device == "cpu" else "ratios are measured in the same run"
+    load = os.getloadavg()
+    note = load_note(load) if device == "cpu" else "ratios are measured in the same run"
     path = write_results(
         name,
         rows,
@@ -258,7 +259,7 @@ def main() -> int:
             "copy_bandwidth_gbs": copy_gbs,
             **copy_thr,
             "note": note,
-            "load_average_at_end": list(os.getloadavg()),
+            "load_average_at_end": list(load),
         },
         path=results_path(name, device, args.out, args.quick),
         device=device,
