@@ -278,6 +278,11 @@ def lam_sweep_rows(quick: bool) -> list[dict]:
 
 
 def batch_rows(quick: bool) -> list[dict]:
+    """Many rows in one call (lam 0.5): rows/s at 1 and 2 threads, against prox-tv's Condat solver
+    looped over the same rows on one thread (it takes one 1D float64 vector per call)."""
+    from peers import alternating_min, optional_peer
+
+    prox_tv, why = optional_peer("prox_tv")
     rows = []
     old = torch.get_num_threads()
     g = torch.Generator().manual_seed(1)
@@ -287,6 +292,21 @@ def batch_rows(quick: bool) -> list[dict]:
         for th in (1, 2):
             torch.set_num_threads(th)
             times[th] = common.timeit(lambda z=z: fedkernels.prox_tv1d(z, 0.5), repeat=5)
+        torch.set_num_threads(1)
+        peer_cols: dict = {"condat loop": why}
+        if prox_tv is not None:
+            z64 = list(z.double().numpy())  # its only dtype; converted outside the timing
+            t = alternating_min(
+                {
+                    "ours": lambda z=z: fedkernels.prox_tv1d(z, 0.5),
+                    "condat": lambda z64=z64: [prox_tv.tv1_1d(r, 0.5, method="condat") for r in z64],
+                },
+                repeat=5,
+            )
+            peer_cols = {
+                "condat loop rows/s": n_rows / t["condat"],
+                "condat loop / ours (1 thread)": t["condat"] / t["ours"],
+            }
         one = torch.randn(n_rows * d, generator=g)
         torch.set_num_threads(2)
         t_block = common.timeit(lambda one=one, d=d: fedkernels.prox_tv1d(one, 0.5, block_size=d), repeat=5)
@@ -296,6 +316,7 @@ def batch_rows(quick: bool) -> list[dict]:
             "rows/s 2 threads": n_rows / times[2],
             "parallel efficiency": times[1] / (2 * times[2]),
             "blockwise 1-vector ns/elem (2 thr)": t_block / (n_rows * d) * 1e9,
+            **peer_cols,
         }
         rows.append(row)
         print(row, flush=True)

@@ -178,6 +178,27 @@ def test_gradcheck(anchored):
     assert torch.autograd.gradcheck(lambda a, b: fedkernels.prox_tv1d(a, b, anchored, block_size=5), (z, lam0))
 
 
+def test_calls_without_grad_skip_the_autograd_kernel_with_same_bits():
+    """A call no gradient can flow through skips the Python autograd kernel (its per-call cost is a
+    1000-entry solve): same bits as the tracked call, and a graph whenever z or a tensor lam needs one."""
+    g = torch.Generator().manual_seed(5)
+    z = torch.randn(4, 50, dtype=torch.float64, generator=g) * 2
+    lam = torch.rand(4, dtype=torch.float64, generator=g)
+    plain = fedkernels.prox_tv1d(z, lam)
+    tracked = fedkernels.prox_tv1d(z.clone().requires_grad_(), lam)
+    assert plain.grad_fn is None and tracked.grad_fn is not None
+    assert torch.equal(plain, tracked.detach())
+    lam_g = lam.clone().requires_grad_()
+    assert fedkernels.prox_tv1d(z, lam_g).grad_fn is not None
+    assert torch.autograd.gradcheck(lambda b: fedkernels.prox_tv1d(z, b), (lam_g,))
+    with torch.no_grad():
+        assert fedkernels.prox_tv1d(z.clone().requires_grad_(), lam).grad_fn is None
+    with torch.inference_mode():
+        assert torch.equal(fedkernels.prox_tv1d(z, lam), plain)
+    float_lam = fedkernels.prox_tv1d(z, 0.7)
+    assert torch.equal(float_lam, fedkernels.prox_tv1d(z, torch.tensor(0.7, dtype=torch.float64)))
+
+
 def test_gradient_averages_over_segments():
     z = torch.tensor([3.0, 3.2, -1.0, -0.8, 0.1], dtype=torch.float64, requires_grad=True)
     u = fedkernels.prox_tv1d(z, 0.5)  # segments {0,1}, {2,3}, {4} pinned to 0

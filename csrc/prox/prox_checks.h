@@ -33,6 +33,15 @@ inline at::Tensor check_prox_tv1d_args(const at::Tensor& z, const at::Tensor& la
   const auto batch = z.sizes().slice(0, z.dim() - 1);
   TORCH_CHECK_VALUE(at::is_expandable_to(lam.sizes(), batch), "lam of shape ", lam.sizes(),
                     " must broadcast to the batch shape z.shape[:-1] = ", batch);
+  if (lam.is_cpu() && lam.numel() == 1) {
+    // One lam for every row on the host (the common call): read it directly; the tensor ops of the
+    // general path below cost about as long as the solve of a 1000-entry row.
+    const double v = lam.scalar_type() == at::kDouble ? *lam.const_data_ptr<double>()
+                                                      : static_cast<double>(*lam.const_data_ptr<float>());
+    TORCH_CHECK_VALUE(std::isfinite(v), "lam must be finite, got ", v);
+    TORCH_CHECK_VALUE(v >= 0.0, "lam must be >= 0, got min ", v);
+    return at::full({c10::multiply_integers(batch)}, v, at::TensorOptions().dtype(at::kDouble));
+  }
   const auto lam64 = lam.to(at::kDouble);
   if (lam64.is_cpu()) {  // a plain loop: no reductions on the hot path of small calls
     const auto lc = lam64.contiguous();
