@@ -199,6 +199,23 @@ def test_calls_without_grad_skip_the_autograd_kernel_with_same_bits():
     assert torch.equal(float_lam, fedkernels.prox_tv1d(z, torch.tensor(0.7, dtype=torch.float64)))
 
 
+def test_float_lam_first_seen_in_inference_mode_still_supports_backward():
+    """A float lam's tensor is made once and reused; made under inference mode it must still be
+    savable for a later call's backward (an inference tensor is not)."""
+    z = torch.randn(3, 40, dtype=torch.float64)
+    with torch.inference_mode():
+        first = fedkernels.prox_tv1d(z, 0.3125)
+    zg = z.clone().requires_grad_()
+    u = fedkernels.prox_tv1d(zg, 0.3125)
+    u.sum().backward()
+    assert torch.equal(u.detach(), first) and zg.grad is not None
+    for i in range(200):  # many distinct lams: the cache stays bounded and answers stay right
+        assert torch.equal(
+            fedkernels.prox_tv1d(z, 0.01 * i), fedkernels.prox_tv1d(z, torch.tensor(0.01 * i, dtype=torch.float64))
+        )
+    assert len(fedkernels.ops.prox._LAM_TENSORS) <= fedkernels.ops.prox._LAM_TENSORS_MAX
+
+
 def test_gradient_averages_over_segments():
     z = torch.tensor([3.0, 3.2, -1.0, -0.8, 0.1], dtype=torch.float64, requires_grad=True)
     u = fedkernels.prox_tv1d(z, 0.5)  # segments {0,1}, {2,3}, {4} pinned to 0
