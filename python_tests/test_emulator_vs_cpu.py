@@ -238,6 +238,26 @@ def test_prox_tv1d_long_rows(seed: int, d: int, lam: float, integers: bool, anch
     assert_same(cpu, cuda)
 
 
+@settings(max_examples=15)
+@given(
+    seed=seeds,
+    d=st.integers(300, 3000),
+    lam=st.sampled_from([30.0, 100.0, 1000.0]),
+    sign=st.sampled_from([1.0, -1.0]),
+    anchored=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+def test_prox_tv1d_funnel_resume(seed: int, d: int, lam: float, sign: float, anchored: bool, dtype) -> None:
+    # Random walks at large lam: the direct scan runs over budget part way and the funnel solves the rest
+    # from its last bend (on either wall: the sign flip swaps them); host and device hand over alike.
+    rng = torch.Generator().manual_seed(seed)
+    z = (sign * torch.randn(3, d, generator=rng, dtype=torch.float64).cumsum(1)).to(dtype)
+    lam_t = torch.tensor(lam, dtype=torch.float64)
+    cpu = OPS.prox_tv1d.default(z, lam_t, anchored, 0)
+    cuda = on_cuda(OPS.prox_tv1d.default, z, lam_t, anchored, 0)
+    assert_same(cpu, cuda)
+
+
 @given(
     seed=seeds,
     c=st.integers(2, 80),

@@ -70,6 +70,42 @@ def test_random_walk_large_lam_hands_over_to_funnel(lam, anchored):
         assert abs(p[-1]) <= tol
 
 
+@settings(max_examples=40)
+@given(
+    d=st.integers(300, 5000),
+    lam=st.sampled_from([30.0, 100.0, 1000.0]),
+    sign=st.sampled_from([1.0, -1.0]),
+    anchored=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
+def test_funnel_resumes_from_the_direct_scans_last_bend(d, lam, sign, anchored, seed):
+    # Short random walks at large lam run the direct scan over budget part way (47 of 64 rows of 1000
+    # at lam 100); the funnel then solves only the rest, from the string's last bend, which sits on the
+    # lower or the upper wall (the sign flip swaps them). The whole answer must pass the certificate.
+    z = sign * np.cumsum(np.random.default_rng(seed).normal(size=d))
+    u = fedkernels.prox_tv1d(torch.tensor(z), lam, anchored)
+    _assert_exact(z, u.numpy(), lam, anchored)
+    z32 = torch.tensor(z, dtype=torch.float32)
+    assert torch.equal(
+        fedkernels.prox_tv1d(z32, lam, anchored), fedkernels.prox_tv1d(z32.double(), lam, anchored).float()
+    )
+
+
+@given(
+    d=st.integers(300, 3000),
+    where=st.floats(0, 1, exclude_max=True),
+    bad=st.sampled_from([float("nan"), float("inf")]),
+    lam=st.sampled_from([100.0, 1000.0]),
+    anchored=st.booleans(),
+)
+def test_non_finite_in_a_handed_over_row_rejected(d, where, bad, lam, anchored):
+    # before or after the bend the funnel resumes from: either part's samples are checked
+    z = torch.tensor(np.cumsum(np.random.default_rng(d).normal(size=d)))
+    z[int(where * d)] = bad
+    with pytest.raises(ValueError, match="finite"):
+        fedkernels.prox_tv1d(z, lam, anchored)
+
+
 @given(
     d=st.sampled_from([1, 2, 3, CHUNK + 1, 3 * CHUNK]),
     lam=st.sampled_from([1e-300, 1e-12, 1e-3, 1e3, 1e12, 1e300]),

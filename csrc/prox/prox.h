@@ -92,13 +92,16 @@ struct TvFunnel {
 
 // Solves one row with the funnel (worst-case linear; the fallback of tv1d_direct_row):
 // u = argmin 0.5||u - z||^2 + lam (sum_{i<n} |u_i - u_{i+1}| + [anchored] |u_n|).
+// y0: the string's start height over S_0 = 0 (0 for a whole row; -+lam for the rest of a row whose
+// direct scan stopped at a bend on the lower / upper wall, z and u then starting at that bend).
 // lo, hi: scratch of n + 1 points each (the lower and upper chains). Returns false when the row
 // holds NaN/inf (or its sums overflow double); u is then unspecified. lam > 0 (lam == 0 is a copy,
 // done by the caller).
 template <typename T>
-FK_HOST_DEVICE bool tv1d_funnel_row(const T* z, T* u, int64_t n, double lam, bool anchored, TvPoint* lo, TvPoint* hi) {
+FK_HOST_DEVICE bool tv1d_funnel_row(const T* z, T* u, int64_t n, double lam, bool anchored, TvPoint* lo, TvPoint* hi,
+                                    double y0 = 0.0) {
   if (n == 0) return true;
-  TvFunnel<T> f{u, lo, hi};
+  TvFunnel<T> f{u, lo, hi, TvPoint{y0, 0.0}};
   lo[0] = f.apex;
   hi[0] = f.apex;
   double s = 0.0;
@@ -144,13 +147,14 @@ FK_HOST_DEVICE bool tv1d_funnel_row(const T* z, T* u, int64_t n, double lam, boo
 // need well under one per sample; only constructed worst cases (quadratic for Condat) hit this.
 FK_HOST_DEVICE FK_INLINE int64_t tv_direct_budget(int64_t n) { return 4 * n + 256; }
 
-// Solves one row: the direct algorithm, then the funnel if the direct one ran out of budget.
+// Solves one row: the direct algorithm, then, if it ran out of budget, the funnel from its last bend.
 // Returns false when the row holds NaN/inf (or an intermediate overflows double).
 template <typename T>
 FK_HOST_DEVICE bool tv1d_solve_row(const T* z, T* u, int64_t n, double lam, bool anchored, TvPoint* lo, TvPoint* hi) {
-  const TvStatus st = tv1d_direct_row(z, u, n, lam, anchored, tv_direct_budget(n));
+  TvResume r;
+  const TvStatus st = tv1d_direct_row(z, u, n, lam, anchored, tv_direct_budget(n), r);
   if (st != TvStatus::kBudget) return st == TvStatus::kOk;
-  return tv1d_funnel_row(z, u, n, lam, anchored, lo, hi);
+  return tv1d_funnel_row(z + r.x0, u + r.x0, n - r.x0, lam, anchored, lo, hi, r.y0);
 }
 
 // Sign of a - b as -1, 0, +1.

@@ -17,8 +17,8 @@ namespace fedkernels {
 // template body into every clone.
 #define FK_TV_DIRECT(T)                                                                                         \
   FK_CPU_AVX2_CLONE __attribute__((flatten)) static TvStatus tv_direct(const T* z, T* u, int64_t n, double lam, \
-                                                                       bool anchored) {                         \
-    return tv1d_direct_row(z, u, n, lam, anchored, tv_direct_budget(n));                                        \
+                                                                       bool anchored, TvResume& resume) {       \
+    return tv1d_direct_row(z, u, n, lam, anchored, tv_direct_budget(n), resume);                                \
   }
 FK_TV_DIRECT(float)
 FK_TV_DIRECT(double)
@@ -47,12 +47,13 @@ static at::Tensor prox_tv1d_cpu(const at::Tensor& z_in, const at::Tensor& lam, b
           std::copy(zp + off, zp + off + n, up + off);
           for (int64_t i = off; i < off + n; ++i) ok = ok && (zp[i] - zp[i] == 0);
         } else {
-          const TvStatus st = tv_direct(zp + off, up + off, n, lam_r, anchored);
+          TvResume r;
+          const TvStatus st = tv_direct(zp + off, up + off, n, lam_r, anchored, r);
           ok = st == TvStatus::kOk;
           if (st == TvStatus::kBudget) {
             // Same two solvers in the same order as tv1d_solve_row (the CUDA path), so CPU == CUDA.
             if (!lo) lo.reset(new TvPoint[l.block + 1]), hi.reset(new TvPoint[l.block + 1]);
-            ok = tv1d_funnel_row(zp + off, up + off, n, lam_r, anchored, lo.get(), hi.get());
+            ok = tv1d_funnel_row(zp + off + r.x0, up + off + r.x0, n - r.x0, lam_r, anchored, lo.get(), hi.get(), r.y0);
           }
         }
         if (!ok) bad.store(true, std::memory_order_relaxed);

@@ -1,7 +1,8 @@
 // The fast path of prox_tv1d: Condat's direct algorithm (L. Condat, "A direct algorithm for 1D total
 // variation denoising", IEEE SPL 2013), written here from the paper's description, with the anchored
 // right end added and a work budget so the row stays linear time in the worst case (the caller then
-// falls back to the funnel in prox.h). Shared by the CPU and CUDA launchers.
+// solves the rest of the row, from the last bend, with the funnel in prox.h). Shared by the CPU and
+// CUDA launchers.
 //
 // Taut-string view: the current segment starts at the apex x0; lo / hi are the lower / upper wall
 // heights at k relative to the apex (S_k - A -+ lam, S the prefix sums), so every state restarts
@@ -56,6 +57,7 @@ struct TvScan {
   double nM = 0.0, dM = 0.0;              // vmax = nM / dM
   double dx = 0.0;                        // k - x0
   bool bad = false;
+  bool apex_low = false;  // the apex x0 > 0 sits on the lower wall (S_x0 - lam), else the upper one
   int64_t rescans = 0;
   int64_t kmax = 0;  // the furthest k when last updated (at bends): how far the scan has read
   // While x0 == 0: z[0] + ... + z[k-1] in order (no bend yet, so no rescan: k only grew; bends are at
@@ -82,6 +84,7 @@ struct TvScan {
     rescans += k - x;
     kmax = k > kmax ? k : kmax;
     x0 = x;
+    apex_low = down;
     k = xm = xM = x + 1;
     // kAtEnd (a bend found at k = n): x = n happens when rounding of S_n against the walls' sums puts
     // the end a hair outside them at the wall point n (e.g. a one-piece anchored row clamped to
@@ -122,6 +125,7 @@ struct TvScan {
     kmax = k > kmax ? k : kmax;
     lo = nm = l;
     hi = nM = h;
+    apex_low = l == tv_load(z, x);  // the restart put the wall the string bent on at z[x]
     return x - first;
   }
 
@@ -219,19 +223,35 @@ struct TvScan {
   }
 };
 
+// Where the funnel takes over from a direct scan that ran over budget: u[0, x0) is final (the string's
+// pieces up to its last bend), and the string passes through (x0, S_x0 + y0), y0 = -lam or +lam on the
+// wall it bent on (0 at the row's start). The rest of the row is the same problem started there.
+struct TvResume {
+  int64_t x0 = 0;
+  double y0 = 0.0;
+};
+
 // Solves row z[0..n) into u (lam > 0). kNonFinite: z holds NaN/inf or an intermediate overflowed;
-// kBudget: the rescans ran over budget (u partially written; solve again another way). The scan
-// flavours do the same arithmetic, so the result does not depend on which chunks took which.
+// kBudget: the rescans ran over budget (u[0, resume.x0) written and final, every sample before it
+// checked; solve the rest from `resume`). The scan flavours do the same arithmetic, so the result does
+// not depend on which chunks took which.
 template <typename T>
-FK_HOST_DEVICE TvStatus tv1d_direct_row(const T* z, T* u, int64_t n, double lam, bool anchored, int64_t budget) {
+FK_HOST_DEVICE TvStatus tv1d_direct_row(const T* z, T* u, int64_t n, double lam, bool anchored, int64_t budget,
+                                        TvResume& resume) {
   if (n == 0) return TvStatus::kOk;
   TvScan<T> s{z, u, n, lam, budget};
+  const auto over = [&]() {
+    s.check_read();  // z[0, k) holds z[0, x0): the funnel checks only what follows
+    resume.x0 = s.x0;
+    resume.y0 = s.x0 == 0 ? 0.0 : (s.apex_low ? -lam : lam);
+    return s.bad ? TvStatus::kNonFinite : TvStatus::kBudget;
+  };
   s.lo = -lam;  // the string leaves (0, 0) with the walls at -+lam
   s.hi = lam;
   bool branchy = false;
   for (;;) {
     while (s.k < n) {
-      if (!s.run_chunk(branchy)) return TvStatus::kBudget;
+      if (!s.run_chunk(branchy)) return over();
       s.check_read();
       branchy = (s.events << kTvRareShift) < kTvChunk;
       s.short_pieces = 4 * s.ones > 3 * s.pieces;
@@ -258,7 +278,7 @@ FK_HOST_DEVICE TvStatus tv1d_direct_row(const T* z, T* u, int64_t n, double lam,
       tv_fill(u, s.x0, n, n, v);
       return s.bad ? TvStatus::kNonFinite : TvStatus::kOk;
     }
-    if (s.over_budget()) return TvStatus::kBudget;
+    if (s.over_budget()) return over();
   }
 }
 
