@@ -20,6 +20,11 @@ inline TvLayout tv_layout(const at::Tensor& z, int64_t block_size) {
   return l;
 }
 
+inline void check_lam_value(double v) {
+  TORCH_CHECK_VALUE(std::isfinite(v), "lam must be finite, got ", v);
+  TORCH_CHECK_VALUE(v >= 0.0, "lam must be >= 0, got min ", v);
+}
+
 // z: float32/float64 [..., d]; lam: float tensor broadcastable to z.shape[:-1], finite, >= 0.
 // Returns lam expanded to one float64 value per row.
 inline at::Tensor check_prox_tv1d_args(const at::Tensor& z, const at::Tensor& lam, int64_t block_size) {
@@ -38,18 +43,14 @@ inline at::Tensor check_prox_tv1d_args(const at::Tensor& z, const at::Tensor& la
     // general path below cost about as long as the solve of a 1000-entry row.
     const double v = lam.scalar_type() == at::kDouble ? *lam.const_data_ptr<double>()
                                                       : static_cast<double>(*lam.const_data_ptr<float>());
-    TORCH_CHECK_VALUE(std::isfinite(v), "lam must be finite, got ", v);
-    TORCH_CHECK_VALUE(v >= 0.0, "lam must be >= 0, got min ", v);
+    check_lam_value(v);
     return at::full({c10::multiply_integers(batch)}, v, at::TensorOptions().dtype(at::kDouble));
   }
   const auto lam64 = lam.to(at::kDouble);
   if (lam64.is_cpu()) {  // a plain loop: no reductions on the hot path of small calls
     const auto lc = lam64.contiguous();
     const double* p = lc.data_ptr<double>();
-    for (int64_t i = 0; i < lc.numel(); ++i) {
-      TORCH_CHECK_VALUE(std::isfinite(p[i]), "lam must be finite, got ", p[i]);
-      TORCH_CHECK_VALUE(p[i] >= 0.0, "lam must be >= 0, got min ", p[i]);
-    }
+    for (int64_t i = 0; i < lc.numel(); ++i) check_lam_value(p[i]);
   } else if (lam64.numel() > 0) {
     TORCH_CHECK_VALUE(at::isfinite(lam64).all().item<bool>(), "lam must be finite, got a NaN or inf");
     const double mn = lam64.min().item<double>();

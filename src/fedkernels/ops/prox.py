@@ -14,11 +14,9 @@ _LAM_TENSORS: dict[tuple[float, torch.device], torch.Tensor] = {}
 _LAM_TENSORS_MAX = 64
 
 
-def _lam_tensor(lam: float | torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+def _cached_lam_tensor(lam: float | torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     if isinstance(lam, torch.Tensor):
         return lam
-    if torch.compiler.is_compiling():  # a graph input, not module state
-        return torch.scalar_tensor(float(lam), dtype=torch.float64, device=z.device)
     key = (float(lam), z.device)
     t = _LAM_TENSORS.get(key)
     if t is None:
@@ -37,10 +35,8 @@ def _needs_autograd_layer(z: torch.Tensor, lam: torch.Tensor) -> bool:
     The Python autograd kernel that ``register_autograd`` installs costs 7-20 us per call even when
     it just redispatches (dataclass, trampoline; more with cold caches), which is as long as the whole
     solve of a 1000-entry row. Skipping it is what that kernel does itself in that case; under
-    ``torch.compile`` and functorch transforms the call always takes the registered path.
+    functorch transforms the call always takes the registered path.
     """
-    if torch.compiler.is_compiling():  # first: dynamo traces the registered op, not the guards below
-        return True
     return (torch.is_grad_enabled() and torch._C._any_requires_grad(z, lam)) or (
         torch._C._functorch.peek_interpreter_stack() is not None
     )
@@ -71,7 +67,12 @@ def prox_tv1d(z: torch.Tensor, lam: float | torch.Tensor, anchored: bool = True,
         >>> prox_tv1d(z, 0.5)                    # tensor([2.85, 2.85, -0.4, -0.4, 0.0])
         >>> prox_tv1d(z, 0.5, anchored=False)    # tensor([2.85, 2.85, -0.4, -0.4, -0.4])
     """
-    lam_t = _lam_tensor(lam, z)
+    if torch.compiler.is_compiling():
+        # dynamo traces the registered op, with a float lam as a graph constant (no module cache)
+        if not isinstance(lam, torch.Tensor):
+            lam = torch.scalar_tensor(float(lam), dtype=torch.float64, device=z.device)
+        return torch.ops.fedkernels.prox_tv1d(z, lam, anchored, block_size)
+    lam_t = _cached_lam_tensor(lam, z)
     if _needs_autograd_layer(z, lam_t):
         return torch.ops.fedkernels.prox_tv1d(z, lam_t, anchored, block_size)
     with torch._C._AutoDispatchBelowAutograd():
