@@ -44,12 +44,13 @@ fuzz: install
 
 # Every CUDA kernel executed on this CPU by the CUDA emulator (docs/EMULATOR.md), as CI runs it:
 # default order on the race-check build (the full hypothesis profile, __shared__ races and
-# uninitialised reads reported) with the coverage check, then a random order under AddressSanitizer.
+# uninitialised reads reported; plus every algorithm's short federated run against its CPU run) with
+# the coverage check, then a random order under AddressSanitizer.
 # FK_EMU_SEED picks the random order (default: from the clock, printed).
 EMU_SEED ?= $(or $(FK_EMU_SEED),$(shell date +%s))
 test-cuda-emu: install
 	rm -f build/emu-coverage.json*
-	$(PY) tools/emulate.py test --checks race --coverage build/emu-coverage.json -- -n 2
+	$(PY) tools/emulate.py test --checks race --loop --coverage build/emu-coverage.json -- -n 2
 	$(PY) tools/emu_coverage.py build/emu-coverage.json*
 	HYPOTHESIS_PROFILE=sanitize $(PY) tools/emulate.py test --checks asan --order random --seed $(EMU_SEED)
 

@@ -73,9 +73,9 @@ def test_hash_table_is_built_once_per_run(monkeypatch):
     calls = []
     real = HashFamily.table
 
-    def counting(self, num_classes):
+    def counting(self, num_classes, *args, **kwargs):
         calls.append(num_classes)
-        return real(self, num_classes)
+        return real(self, num_classes, *args, **kwargs)
 
     monkeypatch.setattr(HashFamily, "table", counting)
     s = _server(rounds=2)

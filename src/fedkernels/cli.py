@@ -47,6 +47,8 @@ _RUN_FLAGS: dict[str, tuple[type, str]] = {
     "max_test": (int, "evaluate on at most this many test samples"),
     "output": (str, "output folder (JSON, CSV, PNG)"),
     "threads": (int, "torch threads (default: torch's; 1 is much faster on a busy machine)"),
+    "device": (str, "where training, aggregation and evaluation run: cpu | cuda | cuda:N"),
+    "autocast": (str, "mixed precision of local training: off | bf16 (state and aggregation stay float32)"),
 }
 
 

@@ -51,12 +51,12 @@ def _hits(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> to
     """bool ``[N, k]``: whether each predicted id is a true label of its sample."""
     n, k = topk.shape
     if n == 0 or k == 0:
-        return torch.zeros(n, k, dtype=torch.bool)
-    rows = torch.repeat_interleave(torch.arange(n), indptr.diff())
+        return torch.zeros(n, k, dtype=torch.bool, device=topk.device)
+    rows = torch.repeat_interleave(torch.arange(n, device=indptr.device), indptr.diff())
     # A sample's true labels as sorted keys row * P + label, searched for every prediction.
     p = int(max(int(indices.max()) if indices.numel() else 0, int(topk.max())) + 1)
     keys = torch.sort(rows * p + indices).values
-    q = (torch.arange(n).unsqueeze(1) * p + topk).reshape(-1)
+    q = (torch.arange(n, device=topk.device).unsqueeze(1) * p + topk).reshape(-1)
     pos = torch.searchsorted(keys, q).clamp_max(max(keys.numel() - 1, 0))
     found = keys[pos] == q if keys.numel() else torch.zeros_like(q, dtype=torch.bool)
     return found.view(n, k)
@@ -86,7 +86,7 @@ def ndcg_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k
     n = topk.shape[0]
     if n == 0:
         return 0.0
-    disc = 1.0 / torch.log2(torch.arange(k, dtype=torch.float64) + 2.0)
+    disc = 1.0 / torch.log2(torch.arange(k, dtype=torch.float64, device=topk.device) + 2.0)
     dcg = (_hits(topk[:, :k], indptr, indices).double() * disc).sum(1)
     nlab = indptr.diff().clamp_max(k)
     idcg = torch.cumsum(disc, 0)[(nlab - 1).clamp_min(0)] * (nlab > 0)
@@ -149,18 +149,18 @@ def psp_at_k(
     n = topk.shape[0]
     if n == 0:
         return 0.0
-    w = torch.as_tensor(inv_propensity, dtype=torch.float64)
+    w = torch.as_tensor(inv_propensity, dtype=torch.float64, device=topk.device)
     if (indices.numel() and int(indices.max()) >= w.numel()) or (topk.numel() and int(topk.max()) >= w.numel()):
         raise ValueError(f"inv_propensity has {w.numel()} labels but an id is out of that range")
     gained = (_hits(topk[:, :k], indptr, indices).double() * w[topk[:, :k]]).sum() / (k * n)
     if not normalize:
         return float(gained)
     # The best top-k: per sample, the k largest weights among its labels.
-    rows = torch.repeat_interleave(torch.arange(n), indptr.diff())
+    rows = torch.repeat_interleave(torch.arange(n, device=indptr.device), indptr.diff())
     wl = w[indices]
     order = torch.sort(wl, descending=True, stable=True).indices
     order = order[torch.sort(rows[order], stable=True).indices]  # by sample, weight descending within
-    rank = torch.arange(indices.numel()) - indptr[:-1][rows[order]]
+    rank = torch.arange(indices.numel(), device=indices.device) - indptr[:-1][rows[order]]
     best = wl[order][rank < k].sum() / (k * n)
     return float(gained / best) if best > 0 else 0.0
 
@@ -182,7 +182,7 @@ def split_precision_at_k(
     if n == 0:
         return 0.0, 0.0
     hits = _hits(topk[:, :k], indptr, indices)
-    is_freq = torch.isin(topk[:, :k], torch.as_tensor(frequent, dtype=torch.int64))
+    is_freq = torch.isin(topk[:, :k], torch.as_tensor(frequent, dtype=torch.int64, device=topk.device))
     return float((hits & is_freq).sum() / (k * n)), float((hits & ~is_freq).sum() / (k * n))
 
 
@@ -196,9 +196,13 @@ def map_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k:
     if n == 0:
         return 0.0
     hits = _hits(topk[:, :k], indptr, indices).double()
-    prec_at_i = torch.cumsum(hits, 1) / torch.arange(1, k + 1, dtype=torch.float64)
+    prec_at_i = torch.cumsum(hits, 1) / torch.arange(1, k + 1, dtype=torch.float64, device=hits.device)
     denom = indptr.diff().clamp_max(k).double()
-    ap = torch.where(denom > 0, (hits * prec_at_i).sum(1) / denom.clamp_min(1), torch.zeros(n, dtype=torch.float64))
+    ap = torch.where(
+        denom > 0,
+        (hits * prec_at_i).sum(1) / denom.clamp_min(1),
+        torch.zeros(n, dtype=torch.float64, device=hits.device),
+    )
     return float(ap.mean())
 
 

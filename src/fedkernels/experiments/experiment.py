@@ -34,7 +34,8 @@ from ..data import (
     make_clients,
     one_label_per_client,
 )
-from ..fl.local import make_optimizer
+from ..fl.device import resolve_device
+from ..fl.local import AUTOCAST, make_optimizer
 from ..fl.registry import make_strategy, strategies
 from ..fl.server import RunConfig, Server, record_from_json
 from ..fl.types import ClientData, RoundRecord, TrainConfig
@@ -96,6 +97,10 @@ class ExperimentConfig:
     # a folder of per-algorithm checkpoints written after every round (resumed with resume=True)
     checkpoint: str | None = None
     resume: bool = False
+    # where training, the server's state and evaluation run: "cpu", "cuda" or "cuda:N" (fedkernels.fl.device)
+    device: str = "cpu"
+    # mixed precision of local training's forward pass: "off" or "bf16" (fedkernels.fl.local.autocast)
+    autocast: str = "off"
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field (before any data is loaded)."""
@@ -129,6 +134,12 @@ class ExperimentConfig:
             raise ValueError(f"ks must be positive, got {self.ks}")
         if self.resume and self.checkpoint is None:
             raise ValueError("resume needs checkpoint (the folder the interrupted run wrote)")
+        try:  # a GPU that is not there is refused here, before any data is read
+            resolve_device(self.device)
+        except ValueError as e:
+            raise ValueError(f"device (--device): {e}") from None
+        if self.autocast not in AUTOCAST:
+            raise ValueError(f"autocast (--autocast) must be one of {AUTOCAST}, got {self.autocast!r}")
         try:  # the optimizer is built by every client; an unknown one would fail each of them
             make_optimizer([torch.zeros(1, requires_grad=True)], self.train_config())
         except ValueError as e:
@@ -150,7 +161,13 @@ class ExperimentConfig:
 
     def train_config(self) -> TrainConfig:
         """The clients' local training settings."""
-        return TrainConfig(epochs=self.local_epochs, batch_size=self.batch_size, lr=self.lr, optimizer=self.optimizer)
+        return TrainConfig(
+            epochs=self.local_epochs,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            optimizer=self.optimizer,
+            autocast=self.autocast,
+        )
 
     def options_for(self, name: str) -> dict[str, Any]:
         """The constructor options of algorithm ``name`` (any case): :data:`DEFAULT_OPTIONS` under the
@@ -305,6 +322,7 @@ def run_algorithm(
         seed=cfg.seed,
         eval_every=cfg.eval_every,
         eval_k=tuple(cfg.ks),
+        device=cfg.device,
     )
     t0 = time.perf_counter()
     server = Server(strategy, data.clients, data.dataset.num_features, data.dataset.num_classes, run_cfg)

@@ -17,6 +17,7 @@ import torch
 
 from ..metrics import ranking_metrics
 from . import payload as pl
+from .device import to_device
 from .round import Answer, ClientSentNothing, failure_reason
 from .strategy import SERVER, State, Strategy
 from .types import ClientData
@@ -40,23 +41,26 @@ def evaluation_download(state: State) -> bytes:
     return pl.encode({n: t for n, t in state.items() if not n.startswith(SERVER)})
 
 
-def client_evaluation(strategy: Strategy, download: bytes, data: ClientData, ks: tuple[int, ...]) -> bytes:
-    """Client side: rank ``data`` (the client's held-out set) under the downloaded global state.
+def client_evaluation(
+    strategy: Strategy, download: bytes, data: ClientData, ks: tuple[int, ...], device: torch.device | str = "cpu"
+) -> bytes:
+    """Client side: rank ``data`` (the client's held-out set) under the downloaded global state, on ``device``.
 
     Returns:
         The serialised report: ``metrics`` float64 ``[2 * len(ks)]`` (means over this client's
         examples, in :func:`metric_names` order; zeros when it holds none) and ``num_examples``
         int64 ``[1]``.
     """
-    state = pl.decode(download)
+    device = torch.device(device)
+    state = to_device(pl.decode(download), device)
     values = [0.0] * (2 * len(ks))
     if len(data) and ks:
-        topk = strategy.predict_topk(state, data.x, max(ks))
-        got = ranking_metrics(topk, data.indptr, data.indices, ks)
+        topk = strategy.predict_topk(state, data.x.to(device), max(ks)).cpu()
+        got = ranking_metrics(topk, data.indptr.cpu(), data.indices.cpu(), ks)
         values = [got[name] for name in metric_names(ks)]
     report = {
-        "metrics": torch.tensor(values, dtype=torch.float64),
-        "num_examples": torch.tensor([len(data)], dtype=torch.int64),
+        "metrics": torch.tensor(values, dtype=torch.float64, device="cpu"),
+        "num_examples": torch.tensor([len(data)], dtype=torch.int64, device="cpu"),
     }
     return pl.encode(report)
 

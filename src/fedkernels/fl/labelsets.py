@@ -79,8 +79,10 @@ def class_permutation(secret: bytes, num_classes: int) -> torch.Tensor:
         for c in range(int(num_classes))
     ]
     order = sorted(range(len(tags)), key=tags.__getitem__)  # order[r] = class at row r
-    perm = torch.empty(len(tags), dtype=torch.int64)
-    perm[torch.tensor(order, dtype=torch.int64)] = torch.arange(len(tags), dtype=torch.int64)
+    perm = torch.empty(len(tags), dtype=torch.int64, device="cpu")
+    perm[torch.tensor(order, dtype=torch.int64, device="cpu")] = torch.arange(
+        len(tags), dtype=torch.int64, device="cpu"
+    )
     return perm
 
 
@@ -205,7 +207,7 @@ class LabelSets:
     def pair_weights(self) -> PairWeights:
         """FedALC ``alpha[c, c'] = 1 - cooc(c, c') / count(c)`` over co-occurring pairs (others weigh 1)."""
         indptr, indices, cooc = self.cooccurrence()
-        rows = torch.repeat_interleave(torch.arange(self.num_classes), indptr.diff())
+        rows = torch.repeat_interleave(torch.arange(self.num_classes, device=indptr.device), indptr.diff())
         alpha = 1.0 - cooc.double() / self.counts()[rows].double()
         return PairWeights(indptr, indices, alpha.to(torch.float32))
 
@@ -224,4 +226,8 @@ def merge_reports(reports: Iterable[LabelReport]) -> LabelSets:
     if last is not None:
         indptr.append(len(indices))
     # rows within a set ascend: label digests are sorted and rows follow digest order
-    return LabelSets(tuple(labels), torch.tensor(indptr, dtype=torch.int64), torch.tensor(indices, dtype=torch.int64))
+    return LabelSets(
+        tuple(labels),
+        torch.tensor(indptr, dtype=torch.int64, device="cpu"),
+        torch.tensor(indices, dtype=torch.int64, device="cpu"),
+    )

@@ -10,12 +10,13 @@ from torch import nn
 
 
 def mlp(in_features: int, out_features: int, hidden: Sequence[int] = (), seed: int = 0) -> nn.Sequential:
-    """A ReLU MLP ``in -> hidden... -> out`` with seeded initialisation."""
-    g = torch.Generator().manual_seed(seed)
+    """A ReLU MLP ``in -> hidden... -> out`` with seeded initialisation, built on the host (the same
+    weights wherever it then moves)."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
     dims = [in_features, *hidden, out_features]
     layers: list[nn.Module] = []
     for i, (a, b) in enumerate(itertools.pairwise(dims)):
-        lin = nn.Linear(a, b)
+        lin = nn.Linear(a, b, device="cpu")
         bound = 1.0 / a**0.5
         with torch.no_grad():
             lin.weight.uniform_(-bound, bound, generator=g)
@@ -48,16 +49,20 @@ def embed_mlp(
     """
     if embed_dim < 1:
         raise ValueError(f"embed_dim must be >= 1, got {embed_dim}")
-    g = torch.Generator().manual_seed(seed)
-    embed = nn.Linear(in_features, embed_dim, bias=False)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    embed = nn.Linear(in_features, embed_dim, bias=False, device="cpu")
     with torch.no_grad():
         embed.weight.uniform_(-(1.0 / in_features**0.5), 1.0 / in_features**0.5, generator=g)
-    body = mlp(embed_dim, out_features, hidden, int(torch.randint(0, 2**62, (1,), generator=g)))
+    body = mlp(embed_dim, out_features, hidden, int(torch.randint(0, 2**62, (1,), generator=g, device="cpu")))
     return nn.Sequential(embed, *body)
 
 
 def load_state(module: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:
-    """Copy ``state`` into ``module`` (strict: every name and shape must match)."""
+    """Copy ``state`` into ``module`` (strict: every name and shape must match), on the state's device:
+    the module moves to where the state's tensors are (modules are built on the host, seeded)."""
+    for t in state.values():
+        module.to(t.device)
+        break
     module.load_state_dict(state, strict=True)
     return module
 

@@ -177,7 +177,8 @@ def decode(data: bytes, spec: PayloadSpec | None = None) -> Payload:
     if spec is not None:
         check_claims(entries, spec)  # before safetensors builds a single tensor
     try:
-        tensors = _st_load(data)
+        with torch.device("cpu"):  # safetensors makes empty tensors on torch's default device: keep them on the host
+            tensors = _st_load(data)
     except Exception as e:  # safetensors raises its own error types for malformed input
         raise PayloadError(f"payload is not valid safetensors: {e}") from None
     if spec is not None:
@@ -328,7 +329,7 @@ def _has_repeats(t: torch.Tensor, ts: TensorSpec) -> bool:
             idx = t.reshape(-1).to(torch.int64)  # no copy for int64 ids
             if ts.min_value:
                 idx = idx - ts.min_value
-            seen = torch.zeros(span, dtype=torch.bool)
+            seen = torch.zeros(span, dtype=torch.bool, device=t.device)
             seen[idx] = True
             return int(seen.sum()) != t.numel()
     return t.numel() != torch.unique(t).numel()

@@ -21,8 +21,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import torch
+
 from . import payload as pl
 from .client import ClientTimeout
+from .device import state_device, to_device
 from .seeding import derive_seed, numpy_rng
 from .strategy import State, Strategy
 from .types import ClientResult, RoundRecord
@@ -77,6 +80,8 @@ def setup_exchange(
     """The server side of the setup exchange: check each client's raw setup report (spec, then
     ``check_setup_report``) and hand the checked ones, in ascending client id, to
     ``strategy.setup_from_reports``. A client whose report fails (or who sent none) is left out.
+    The reports stay on the host (they are digests and ids); the entries the strategy returns join
+    the state on the state's device.
 
     Returns:
         The failures (client -> reason), the bytes of the reports taken, and ``state`` with the
@@ -99,7 +104,8 @@ def setup_exchange(
             failed[c] = failure_reason(e)
             continue
         taken += len(answer)
-    return failed, taken, with_entries(state, strategy.setup_from_reports(state, checked, seed))
+    extra = to_device(strategy.setup_from_reports(state, checked, seed), state_device(state))
+    return failed, taken, with_entries(state, extra)
 
 
 def with_entries(state: State, extra: State) -> State:
@@ -150,6 +156,11 @@ class Round:
     _sent: dict[int, tuple[pl.Payload, int]] = field(default_factory=dict)  # client -> (download, its bytes)
     _bytes_up: dict[int, int] = field(default_factory=dict)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the state lives: checked requests and uploads are moved there before the strategy uses them."""
+        return state_device(self.state)
+
     def seeds(self) -> dict[int, int]:
         """Each live client's seed for this round (the clients not yet failed)."""
         return {c: client_seed(self.run_seed, self.round, c) for c in self.chosen if c not in self.failed}
@@ -177,7 +188,7 @@ class Round:
                     self._bytes_up[c] = len(raw)
                     if spec is None:
                         raise pl.PayloadError(f"strategy {self.strategy.name} takes no client request")
-                    request = pl.decode(raw, bounded(spec, self.max_upload_bytes))
+                    request = to_device(pl.decode(raw, bounded(spec, self.max_upload_bytes)), self.device)
                 # A request that passed its spec may still be refused by the strategy: this client only.
                 down = self.strategy.client_payload(self.state, c, request, self.round, seed)
             except Exception as e:
@@ -207,6 +218,7 @@ class Round:
             try:
                 checked = pl.decode(answer, bounded(self.strategy.upload_spec(self.state, down), self.max_upload_bytes))
                 checked = self.strategy.check_upload(self.state, down, checked, self._requests[c])
+                checked = to_device(checked, self.device)
             except ValueError as e:  # the decoders and checks raise only this (PayloadError) on bad bytes
                 self.fail(c, e)
                 continue

@@ -23,6 +23,7 @@ from . import evaluation as ev
 from . import payload as pl
 from .checkpoint import clean_stale_temps, load_checkpoint, save_checkpoint
 from .client import ClientEndpoint, LocalClient, call_with_deadline
+from .device import resolve_device, to_device
 from .round import (  # noqa: F401  (re-exported: the names the loop has always had)
     Answer,
     ClientSentNothing,
@@ -56,6 +57,9 @@ class RunConfig:
     client_timeout: float | None = None  # seconds per client call; None waits forever
     checkpoint: str | None = None  # file written after every round of run(), resumed from if present
     max_upload_bytes: int | None = None  # tighter bound than the strategy's spec on any client's bytes
+    # where the state, local training and evaluation run: "cpu", "cuda" or "cuda:N" (fedkernels.fl.device).
+    # Not part of a checkpoint's run identity: a run checkpointed on one device resumes on another.
+    device: str = "cpu"
 
 
 class Server:
@@ -89,10 +93,13 @@ class Server:
             raise ValueError(f"max_upload_bytes must be >= 8 or None, got {config.max_upload_bytes}")
         if config.client_timeout is not None and not config.client_timeout > 0:
             raise ValueError(f"client_timeout must be positive or None, got {config.client_timeout}")
+        self.device = resolve_device(config.device)
         self.strategy = strategy
         self.clients = clients
         self.config = config
-        self.state: State = strategy.init_state(num_features, num_classes, derive_seed(config.seed, "init"))
+        # built on the host (seeded host generators: the same initial state on every device), then moved
+        init = strategy.init_state(num_features, num_classes, derive_seed(config.seed, "init"))
+        self.state: State = to_device(init, self.device)
         self.setup_failed: dict[int, str] = {}  # clients whose setup report was left out
         self.setup_bytes_up = 0  # the setup reports' bytes (clients to server), before round 0
         if has_setup_exchange(strategy):  # the same exchange as over Flower, through real bytes
@@ -101,10 +108,11 @@ class Server:
             self.setup_failed, self.setup_bytes_up, self.state = setup_exchange(
                 strategy, self.state, reports, seed, config.max_upload_bytes
             )
-        self.state = with_entries(self.state, strategy.setup(clients, derive_seed(config.seed, "setup")))
+        setup = to_device(strategy.setup(clients, derive_seed(config.seed, "setup")), self.device)
+        self.state = with_entries(self.state, setup)
         self.history: list[RoundRecord] = []
         self.round = 0
-        self.endpoints: list[ClientEndpoint] = [LocalClient(strategy, d, config.train) for d in clients]
+        self.endpoints: list[ClientEndpoint] = [LocalClient(strategy, d, config.train, self.device) for d in clients]
         if client_wrapper is not None:
             self.endpoints = [client_wrapper(i, e) for i, e in enumerate(self.endpoints)]
         if config.checkpoint is not None:
@@ -175,7 +183,7 @@ class Server:
         """
         state, meta = load_checkpoint(path, self.state)
         check_identity(meta, self._identity(), path)
-        self.state = state
+        self.state = to_device(state, self.device)  # checkpoints hold host tensors, whatever device wrote them
         self.round = int(meta["round"])
         self.history = [record_from_json(h) for h in meta["history"]]
 
@@ -191,14 +199,15 @@ class Server:
         frequent: torch.Tensor | None = None,
     ) -> dict[str, float]:
         """Ranking metrics of the global model on ``test`` (PSP@k with ``inv_propensity`` float ``[p]``,
-        frequent/infrequent P@k with ``frequent`` bool ``[p]``: see :func:`fedkernels.metrics.ranking_metrics`)."""
+        frequent/infrequent P@k with ``frequent`` bool ``[p]``: see :func:`fedkernels.metrics.ranking_metrics`).
+        Each batch of ``test`` is ranked on the run's device; the metrics are computed on the host."""
         ks = ks or self.config.eval_k
         kmax = min(max(ks), test.num_classes)
         preds = [
-            self.strategy.predict_topk(self.state, slice_rows(test.x, i, i + batch), kmax)
+            self.strategy.predict_topk(self.state, slice_rows(test.x, i, i + batch).to(self.device), kmax).cpu()
             for i in range(0, len(test), batch)
         ]
-        topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64)
+        topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64, device="cpu")
         return ranking_metrics(
             topk, test.indptr, test.indices, tuple(k for k in ks if k <= kmax), inv_propensity, frequent
         )
@@ -216,7 +225,7 @@ class Server:
         reports: dict[int, Answer] = {}
         for c, data in enumerate(held_out):
             try:
-                reports[c] = ev.client_evaluation(self.strategy, down, data, ks)
+                reports[c] = ev.client_evaluation(self.strategy, down, data, ks, self.device)
             except Exception as e:  # this client's failure only
                 reports[c] = e
         metrics, failed, _ = ev.aggregate_evaluation(reports, ks)

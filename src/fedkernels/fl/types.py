@@ -13,13 +13,15 @@ __all__ = ["ClientData", "ClientResult", "RoundRecord", "TrainConfig"]
 
 @dataclass
 class TrainConfig:
-    """Local training: E epochs of minibatch SGD (or Adam) at a learning rate."""
+    """Local training: E epochs of minibatch SGD (or Adam) at a learning rate; ``autocast="bf16"``
+    runs the forward pass under bfloat16 autocast (:func:`fedkernels.fl.local.autocast`)."""
 
     epochs: int = 1
     batch_size: int = 64
     lr: float = 0.1
     optimizer: str = "sgd"  # "sgd" | "adam"
     weight_decay: float = 0.0
+    autocast: str = "off"  # "off" | "bf16"
 
 
 @dataclass

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
@@ -40,6 +41,7 @@ from ..fl import evaluation as ev
 from ..fl import payload as pl
 from ..fl.checkpoint import save_checkpoint
 from ..fl.client import ClientEndpoint, LocalClient
+from ..fl.device import resolve_device, to_device
 from ..fl.round import (
     Answer,
     ClientFailed,
@@ -100,7 +102,9 @@ class FlowerStrategy(_FlowerStrategy):
         self.strategy, self.config, self.num_clients = strategy, config, num_clients
         self.federated_evaluation = federated_evaluation
         self.dims = (num_features, num_classes)
-        self.state: State = strategy.init_state(num_features, num_classes, derive_seed(config.seed, "init"))
+        self.device = resolve_device(config.device)
+        init = strategy.init_state(num_features, num_classes, derive_seed(config.seed, "init"))
+        self.state: State = to_device(init, self.device)
         self.history: list[RoundRecord] = []
         self.nodes: dict[int, tuple[int, int]] = {}  # client id -> (node id, num examples)
         self.setup_failed: dict[int, str] | None = None  # None until the setup exchange ran
@@ -225,6 +229,7 @@ class FlowerStrategy(_FlowerStrategy):
                 "lr": float(t.lr),
                 "optimizer": t.optimizer,
                 "weight-decay": float(t.weight_decay),
+                "autocast": t.autocast,
                 **extra,
             }
         )
@@ -380,7 +385,17 @@ def client_app(
 
     def local(context: Context, header: ConfigRecord) -> tuple[Strategy, ClientEndpoint]:
         """This node's strategy (initialised as the server's) and its endpoint for the run in ``header``."""
-        names = ("run-seed", "num-features", "num-classes", "epochs", "batch-size", "lr", "optimizer", "weight-decay")
+        names = (
+            "run-seed",
+            "num-features",
+            "num-classes",
+            "epochs",
+            "batch-size",
+            "lr",
+            "optimizer",
+            "weight-decay",
+            "autocast",
+        )
         key = repr(tuple(header[n] for n in names))
         cached = client_cache.get(context.node_id)
         if cached is None or cached[0] != key:  # the strategy is initialised as the server's, so client_update can run
@@ -396,8 +411,9 @@ def client_app(
                 _float_field(header, "lr"),
                 _str_field(header, "optimizer"),
                 _float_field(header, "weight-decay"),
+                _str_field(header, "autocast"),
             )
-            client: ClientEndpoint = LocalClient(strategy, _data(context), train)
+            client: ClientEndpoint = LocalClient(strategy, _data(context), train, node_device(context))
             if wrap is not None:
                 client = wrap(context, int(context.node_config["partition-id"]), client)
             cached = client_cache[context.node_id] = (key, strategy, client)
@@ -440,9 +456,18 @@ def client_app(
             raise pl.PayloadError("message field 'ks' must be a list of ints")
         ks = tuple(int(k) for k in ks_field)
         data = _data(context, eval_data=True)
-        return reply(message, report=ev.client_evaluation(strategy, _bytes_field(h, "payload"), data, ks))
+        report = ev.client_evaluation(strategy, _bytes_field(h, "payload"), data, ks, node_device(context))
+        return reply(message, report=report)
 
     return app
+
+
+def node_device(context: Context) -> torch.device:
+    """Where this node trains: its ``node_config["device"]`` (``flower-supernode --node-config
+    'device="cuda:1"'``), else the run's ``run_config["device"]``, else ``cpu``; refused clearly
+    (:class:`~fedkernels.fl.device.DeviceUnavailable`) when that GPU is not there."""
+    spec = context.node_config.get("device") or context.run_config.get("device") or "cpu"
+    return resolve_device(str(spec))
 
 
 def run_config_from(context: Context, **defaults: object) -> RunConfig:
@@ -451,7 +476,8 @@ def run_config_from(context: Context, **defaults: object) -> RunConfig:
     name, else RunConfig's default): ``rounds``, ``clients-per-round``, ``seed``, ``timeout``
     (seconds; 0 waits forever), ``checkpoint`` ("" for none), ``max-upload-bytes`` (0 for no extra
     bound), ``eval-every``, ``eval-k`` (e.g. "1,3,5"), ``epochs``, ``batch-size``, ``lr``,
-    ``optimizer``, ``weight-decay``."""
+    ``optimizer``, ``weight-decay``, ``autocast`` ("off" or "bf16"), ``device`` (the server's; each
+    node takes its own from its node config, see :func:`node_device`)."""
     c = context.run_config
     base = RunConfig(**defaults)  # type: ignore[arg-type]
     t = base.train
@@ -471,12 +497,14 @@ def run_config_from(context: Context, **defaults: object) -> RunConfig:
         max_upload_bytes=max_up or None,
         eval_every=int(get("eval-every", base.eval_every)),  # type: ignore[call-overload]
         eval_k=tuple(int(k) for k in str(ks).split(",") if k.strip()),
+        device=str(get("device", base.device)),
         train=TrainConfig(
             epochs=int(get("epochs", t.epochs)),  # type: ignore[call-overload]
             batch_size=int(get("batch-size", t.batch_size)),  # type: ignore[call-overload]
             lr=float(get("lr", t.lr)),  # type: ignore[arg-type]
             optimizer=str(get("optimizer", t.optimizer)),
             weight_decay=float(get("weight-decay", t.weight_decay)),  # type: ignore[arg-type]
+            autocast=str(get("autocast", t.autocast)),
         ),
     )
 

@@ -84,7 +84,7 @@ def label_report(data: ClientData, key: bytes, class_rows: torch.Tensor) -> Payl
     return {
         "pairs": report.to_tensor(),
         "label_digests": torch.frombuffer(bytearray(digests), dtype=torch.uint8).reshape(len(held), ls.DIGEST_BYTES),
-        "rows": torch.tensor([int(class_rows[lab]) for lab in held], dtype=torch.int64),
+        "rows": torch.tensor([int(class_rows[lab]) for lab in held], dtype=torch.int64, device="cpu"),
     }
 
 
@@ -122,9 +122,9 @@ def pair_weights_from_reports(reports: Sequence[Payload], num_classes: int) -> P
         raw = r["label_digests"].contiguous().numpy().tobytes()
         for i, row in enumerate(r["rows"].tolist()):
             links.setdefault(raw[i * ls.DIGEST_BYTES : (i + 1) * ls.DIGEST_BYTES], int(row))
-    to_row = torch.tensor([links[d] for d in sets.label_digests], dtype=torch.int64)
+    to_row = torch.tensor([links[d] for d in sets.label_digests], dtype=torch.int64, device="cpu")
     pw = sets.pair_weights()
-    rows = torch.repeat_interleave(torch.arange(sets.num_classes), pw.indptr.diff())
+    rows = torch.repeat_interleave(torch.arange(sets.num_classes, device=pw.indptr.device), pw.indptr.diff())
     return PairWeights.from_pairs(to_row[rows], to_row[pw.indices], pw.values, num_classes)
 
 
@@ -143,7 +143,7 @@ def class_pair_weights(
         raise TypeError(
             "clients: the label-set collection digests dense feature rows; pass dense features (x.to_dense())"
         )
-    rows_of_class = torch.arange(num_classes) if class_rows is None else class_rows
+    rows_of_class = torch.arange(num_classes, device="cpu") if class_rows is None else class_rows
     reports = [label_report(c, key, rows_of_class) for c in clients]
     return pair_weights_from_reports(reports, num_classes), sum(len(encode(r)) for r in reports)
 
@@ -204,7 +204,7 @@ class FedAwS(Strategy):
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = {_G + n: t for n, t in state_of(self._make_extractor(num_features, seed)).items()}
         g = generator(seed, "class-embeddings")
-        state["W"] = F.normalize(torch.randn(num_classes, self.dim, generator=g), dim=1)
+        state["W"] = F.normalize(torch.randn(num_classes, self.dim, generator=g, device="cpu"), dim=1)
         return state
 
     def _make_extractor(self, num_features: int, seed: int = 0) -> torch.nn.Module:
@@ -220,7 +220,7 @@ class FedAwS(Strategy):
         )
 
     def client_request(self, data: ClientData, round: int, seed: int) -> Payload:
-        return {"class_id": torch.tensor([client_class(data)], dtype=torch.int64)}
+        return {"class_id": torch.tensor([client_class(data)], dtype=torch.int64, device="cpu")}
 
     def request_spec(self, state: State) -> PayloadSpec:
         return PayloadSpec({"class_id": TensorSpec(torch.int64, (1,), min_value=0, max_value=state["W"].shape[0])})
@@ -369,7 +369,8 @@ class FedALC(FedAwS):
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
         """Client side (it maps rows back to class ids with the secret's permutation)."""
-        return self._permutation(state["W"].shape[0])[1][super().predict_topk(state, x, k)]
+        rows = super().predict_topk(state, x, k)
+        return self._permutation(state["W"].shape[0])[1].to(rows.device)[rows]
 
 
 class FedALCFixed(FedALC):

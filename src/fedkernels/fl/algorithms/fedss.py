@@ -40,7 +40,7 @@ CLASSES = "classes"  # the state's class matrix W [p, d]; every other state entr
 
 def _pairs(batch: ClientData) -> tuple[torch.Tensor, torch.Tensor]:
     """(sample index, label) for every label of every sample in the batch: int64 ``[nnz]`` each."""
-    rows = torch.repeat_interleave(torch.arange(len(batch)), batch.indptr.diff())
+    rows = torch.repeat_interleave(torch.arange(len(batch), device=batch.indptr.device), batch.indptr.diff())
     return rows, batch.indices
 
 
@@ -70,8 +70,8 @@ class FedSS(Strategy):
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = state_of(mlp(num_features, self.embed_dim, self.hidden, seed))
-        g = torch.Generator().manual_seed(derive_seed(seed, CLASSES))
-        state[CLASSES] = torch.randn(num_classes, self.embed_dim, generator=g) / self.embed_dim**0.5
+        g = torch.Generator(device="cpu").manual_seed(derive_seed(seed, CLASSES))
+        state[CLASSES] = torch.randn(num_classes, self.embed_dim, generator=g, device="cpu") / self.embed_dim**0.5
         return state
 
     def _body(self, params: Payload) -> torch.nn.Module:
@@ -98,7 +98,7 @@ class FedSS(Strategy):
             return None
         return {
             "class_ids": torch.cat([positives, negatives]),
-            "num_positives": torch.tensor([positives.numel()], dtype=torch.int64),
+            "num_positives": torch.tensor([positives.numel()], dtype=torch.int64, device=positives.device),
         }
 
     def request_spec(self, state: State) -> PayloadSpec | None:
@@ -117,12 +117,12 @@ class FedSS(Strategy):
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
         body = {k: v for k, v in state.items() if k != CLASSES}
         if request is None:  # FullSoftmax
-            p = state[CLASSES].shape[0]
-            ids = torch.arange(p, dtype=torch.int64)
+            p, device = state[CLASSES].shape[0], state[CLASSES].device
+            ids = torch.arange(p, dtype=torch.int64, device=device)
             return {
                 **body,
                 "class_ids": ids,
-                "num_positives": torch.tensor([p], dtype=torch.int64),
+                "num_positives": torch.tensor([p], dtype=torch.int64, device=device),
                 "rows": state[CLASSES].clone(),
             }
         ids = request["class_ids"]

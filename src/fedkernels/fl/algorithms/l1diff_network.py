@@ -90,7 +90,7 @@ class L1DiffNetwork(Strategy):
         state = {n: t for n, t in full.items() if n not in self._head_names()}
         for n in self._head_names():  # every client starts from the same head
             state[PERSONAL + n] = full[n].unsqueeze(0).repeat(self.num_clients, *([1] * full[n].dim()))
-        state[GAP] = torch.tensor(-1.0, dtype=torch.float64)
+        state[GAP] = torch.tensor(-1.0, dtype=torch.float64, device="cpu")
         return state
 
     @staticmethod
@@ -176,7 +176,7 @@ class L1DiffNetwork(Strategy):
         if self.graph == "models" or edges is None:
             edges, _ = model_space_graph(y, self.k, "cosine")
         res = graph_prox(y, edges, self.eta * self.lam, self.p, tol=self.tol)
-        state[GAP] = torch.tensor(res.gap, dtype=torch.float64)
+        state[GAP] = torch.tensor(res.gap, dtype=torch.float64, device=state[GAP].device)
         at = 0
         for n in names:
             width = state[n][0].numel()
