@@ -19,7 +19,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,9 +27,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from fedkernels.fl import payload as pl  # noqa: E402
-from fedkernels.fl.privacy.ring import RingCodec  # noqa: E402
-from fedkernels.fl.privacy.secagg import SecAggClient, SecAggParams, SecAggServer, default_degree  # noqa: E402
+from fedkernels.fl import payload as pl
+from fedkernels.fl.privacy.ring import RingCodec
+from fedkernels.fl.privacy.secagg import SecAggClient, SecAggParams, SecAggServer, default_degree
 
 
 def session_cost(n: int, length: int, bits: int = 32, drop: int = 0) -> dict:
@@ -146,8 +145,12 @@ def cmd_epsilon(args) -> None:
                 t0 = time.perf_counter()
                 res = _experiment(args.dataset, algorithm, seed, args.rounds, priv, args.clients, args.per_round)
                 eps = res["privacy"].get("epsilon", math.inf) if noise >= 0 else math.inf
-                rows.append({"algorithm": algorithm, "noise": noise, "seed": seed, "epsilon": eps, "P@1": res["final"]["P@1"]})
-                print(f"{algorithm} noise={noise} seed={seed}: eps={eps:.3g} P@1={res['final']['P@1']:.4f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+                rows.append(
+                    {"algorithm": algorithm, "noise": noise, "seed": seed, "epsilon": eps, "P@1": res["final"]["P@1"]}
+                )
+                took = time.perf_counter() - t0
+                p1 = res["final"]["P@1"]
+                print(f"{algorithm} noise={noise} seed={seed}: eps={eps:.3g} P@1={p1:.4f} ({took:.0f} s)", flush=True)
                 if args.out:
                     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2, default=str))
 
@@ -174,9 +177,11 @@ def cmd_rows(args) -> None:
         res = run_algorithm("FedSS", cfg, prepare_data(cfg))
         h = res["history"][0]
         live = len(h["clients"]) - len(h["failed"])
+        priv = h.get("privacy", {})
         print(
-            f"FedSS secagg={secagg}: per client up {h['bytes_up'] / live / 1e3:.1f} kB, down {h['bytes_down'] / live / 1e3:.1f} kB, "
-            f"round rows {h.get('privacy', {}).get('round_rows', '-')}, secagg bytes up {h.get('privacy', {}).get('secagg_bytes_up', 0) / live / 1e3:.1f} kB",
+            f"FedSS secagg={secagg}: per client up {h['bytes_up'] / live / 1e3:.1f} kB, "
+            f"down {h['bytes_down'] / live / 1e3:.1f} kB, round rows {priv.get('round_rows', '-')}, "
+            f"of which SecAgg+ messages up {priv.get('secagg_bytes_up', 0) / live / 1e3:.1f} kB",
             flush=True,
         )
 

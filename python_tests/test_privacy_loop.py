@@ -28,7 +28,9 @@ def clients_for(name):
 
 
 def config(rounds=2, per_round=4, seed=7):
-    return RunConfig(rounds=rounds, clients_per_round=per_round, seed=seed, train=TrainConfig(epochs=1, batch_size=16, lr=0.3))
+    return RunConfig(
+        rounds=rounds, clients_per_round=per_round, seed=seed, train=TrainConfig(epochs=1, batch_size=16, lr=0.3)
+    )
 
 
 SECURE = sorted(n for n in strategies() if n != "l1diffnetwork")
@@ -41,7 +43,9 @@ def test_secagg_run_matches_the_plain_run(name):
     float32 rounding of the two orders of summation."""
     plain = Server(make_strategy(name), clients_for(name), NUM_FEATURES, NUM_CLASSES, config())
     plain.run()
-    secure = PrivateServer(make_strategy(name), clients_for(name), NUM_FEATURES, NUM_CLASSES, config(), PrivacyConfig(secagg=True))
+    secure = PrivateServer(
+        make_strategy(name), clients_for(name), NUM_FEATURES, NUM_CLASSES, config(), PrivacyConfig(secagg=True)
+    )
     secure.run()
     assert [r.failed for r in secure.history] == [[], []]
     for k, v in plain.state.items():
@@ -51,7 +55,9 @@ def test_secagg_run_matches_the_plain_run(name):
 
 def test_fedss_row_set_is_the_private_union_of_the_requests():
     name = "fedss"
-    s = PrivateServer(make_strategy(name), clients_for(name), NUM_FEATURES, NUM_CLASSES, config(1), PrivacyConfig(secagg=True))
+    s = PrivateServer(
+        make_strategy(name), clients_for(name), NUM_FEATURES, NUM_CLASSES, config(1), PrivacyConfig(secagg=True)
+    )
     rec = s.run_round()
     strat = make_strategy(name)
     union = set()
@@ -90,13 +96,26 @@ def test_dropout_before_masking_equals_a_plain_crash_and_after_it_counts():
     name, victim = "fedavg", None
     base = Server(make_strategy(name), clients_for(name), NUM_FEATURES, NUM_CLASSES, config(1))
     victim = base.select_clients(0)[1]
-    crash = Server(make_strategy(name), clients_for(name), NUM_FEATURES, NUM_CLASSES, config(1),
-                   client_wrapper=lambda c, e: Crash(e) if c == victim else e)
+    crash = Server(
+        make_strategy(name),
+        clients_for(name),
+        NUM_FEATURES,
+        NUM_CLASSES,
+        config(1),
+        client_wrapper=lambda c, e: Crash(e) if c == victim else e,
+    )
     crash.run()
     base.run()
     for kind, ref in (("upd/masked", crash), ("upd/unmask", base)):
-        s = PrivateServer(make_strategy(name), clients_for(name), NUM_FEATURES, NUM_CLASSES, config(1), PrivacyConfig(secagg=True),
-                          client_wrapper=lambda c, e, kind=kind: DropAt(e, kind) if c == victim else e)
+        s = PrivateServer(
+            make_strategy(name),
+            clients_for(name),
+            NUM_FEATURES,
+            NUM_CLASSES,
+            config(1),
+            PrivacyConfig(secagg=True),
+            client_wrapper=lambda c, e, kind=kind: DropAt(e, kind) if c == victim else e,
+        )
         rec = s.run_round()
         assert [c for c, _ in rec.failed] == [victim] and kind in rec.failed[0][1]
         for k, v in ref.state.items():
@@ -106,15 +125,24 @@ def test_dropout_before_masking_equals_a_plain_crash_and_after_it_counts():
 def test_more_dropouts_than_tolerated_skip_the_round_with_the_reason():
     name = "fedavg"
     priv = PrivacyConfig(secagg=True, max_dropouts=1)  # 4 clients: complete graph k = 3, threshold 2
-    s = PrivateServer(make_strategy(name), clients_for(name), NUM_FEATURES, NUM_CLASSES, config(1), priv,
-                      client_wrapper=lambda c, e: DropAt(e, "upd/unmask") if c in s_chosen[:2] else e)
+    s = PrivateServer(
+        make_strategy(name),
+        clients_for(name),
+        NUM_FEATURES,
+        NUM_CLASSES,
+        config(1),
+        priv,
+        client_wrapper=lambda c, e: DropAt(e, "upd/unmask") if c in s_chosen[:2] else e,
+    )
     before = {k: v.clone() for k, v in s.state.items()}
     rec = s.run_round()
     assert "cannot unmask" in rec.skipped and len(rec.failed) == 2
     assert all(torch.equal(before[k], s.state[k]) for k in before)
 
 
-s_chosen = Server(make_strategy("fedavg"), clients_for("fedavg"), NUM_FEATURES, NUM_CLASSES, config(1)).select_clients(0)
+s_chosen = Server(make_strategy("fedavg"), clients_for("fedavg"), NUM_FEATURES, NUM_CLASSES, config(1)).select_clients(
+    0
+)
 
 
 class Hostile:
@@ -125,13 +153,22 @@ class Hostile:
 
     def handle(self, kind, round, seed, message):
         reply = pl.decode(self.inner.handle(kind, round, seed, message))
-        return pl.encode({n: torch.full_like(t, 1e6 / math.sqrt(sum(v.numel() for v in reply.values()))) for n, t in reply.items()})
+        return pl.encode(
+            {n: torch.full_like(t, 1e6 / math.sqrt(sum(v.numel() for v in reply.values()))) for n, t in reply.items()}
+        )
 
 
 def _dp_server(wrapper=None, noise=0.0, secagg=False, clip=0.5, per_round=4):
     priv = PrivacyConfig(secagg=secagg, dp=DPConfig(clip, noise=noise), noise_seed=123)
-    return PrivateServer(make_strategy("fedavg"), clients_for("fedavg"), NUM_FEATURES, NUM_CLASSES,
-                         config(1, per_round), priv, client_wrapper=wrapper)
+    return PrivateServer(
+        make_strategy("fedavg"),
+        clients_for("fedavg"),
+        NUM_FEATURES,
+        NUM_CLASSES,
+        config(1, per_round),
+        priv,
+        client_wrapper=wrapper,
+    )
 
 
 def test_clipping_bounds_a_hostile_clients_influence():
@@ -190,4 +227,40 @@ def test_target_epsilon_calibrates_sigma_within_budget():
 
 def test_l1diffnetwork_is_refused_with_the_reason():
     with pytest.raises(ValueError, match="personal head"):
-        PrivateServer(make_strategy("l1diffnetwork"), clients_for("fedavg"), NUM_FEATURES, NUM_CLASSES, config(), PrivacyConfig(secagg=True))
+        PrivateServer(
+            make_strategy("l1diffnetwork"),
+            clients_for("fedavg"),
+            NUM_FEATURES,
+            NUM_CLASSES,
+            config(),
+            PrivacyConfig(secagg=True),
+        )
+
+
+def test_dp_sgd_clips_every_example_against_a_reference():
+    """One DP-SGD step (SGD, lr 1, q = 1 so every example is in the batch, no noise) equals the
+    per-example clipped mean gradient computed one example at a time here; a 1e6-scaled example
+    moves the weights by at most clip / n."""
+    from fedkernels.fl.dpsgd import train_dp_sgd
+    from fedkernels.fl.local import make_optimizer
+    from python_tests.fl_data import tiny_dataset
+
+    data = tiny_dataset(8, seed=4)
+    data.x[3] *= 1e6
+    w0 = torch.randn(data.x.shape[1], generator=torch.Generator().manual_seed(0))
+
+    def loss_fn(batch):
+        return ((batch.x @ w) - batch.indptr.diff().float()).pow(2).mean()
+
+    clip = 0.25
+    cfg = TrainConfig(epochs=1, batch_size=8, lr=1.0, optimizer="sgd", dp_sample_clip=clip, dp_sample_noise=0.0)
+    w = w0.clone().requires_grad_(True)
+    train_dp_sgd([w], loss_fn, data, cfg, torch.Generator().manual_seed(1), make_optimizer([w], cfg))
+    ref = torch.zeros_like(w0)
+    for i in range(8):
+        wi = w0.clone().requires_grad_(True)
+        row = data.rows(torch.tensor([i]))
+        (g,) = torch.autograd.grad(((row.x @ wi) - row.indptr.diff().float()).pow(2).mean(), wi)
+        ref += g * min(1.0, clip / g.norm().item())
+    assert torch.allclose(w.detach(), w0 - ref / 8, atol=1e-5, rtol=1e-5)
+    assert (w.detach() - w0).norm().item() <= clip + 1e-6

@@ -9,15 +9,15 @@ import pytest
 pytest.importorskip("cryptography", reason="needs the extra fedkernels[privacy]")
 pytest.importorskip("Crypto", reason="needs the extra fedkernels[privacy]")
 
-import torch  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from scipy.stats import chisquare  # noqa: E402
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import chisquare
 
-from fedkernels.fl import payload as pl  # noqa: E402
-from fedkernels.fl.privacy import crypto  # noqa: E402
-from fedkernels.fl.privacy.ring import RingCodec, fraction_bits, from_wire, to_wire  # noqa: E402
-from fedkernels.fl.privacy.secagg import (  # noqa: E402
+from fedkernels.fl import payload as pl
+from fedkernels.fl.privacy import crypto
+from fedkernels.fl.privacy.ring import RingCodec, fraction_bits, from_wire, to_wire
+from fedkernels.fl.privacy.secagg import (
     SecAggClient,
     SecAggError,
     SecAggParams,
@@ -158,7 +158,13 @@ def test_clients_refuse_inconsistent_server_messages():
     a = SecAggClient(0, p)
     a.advertise()
     with pytest.raises(SecAggError, match="not a subset of the public graph"):
-        a.share_keys({"ids": torch.tensor([0, 1]), "c_pk": torch.zeros(2, 32, dtype=torch.uint8), "s_pk": torch.zeros(2, 32, dtype=torch.uint8)})
+        a.share_keys(
+            {
+                "ids": torch.tensor([0, 1]),
+                "c_pk": torch.zeros(2, 32, dtype=torch.uint8),
+                "s_pk": torch.zeros(2, 32, dtype=torch.uint8),
+            }
+        )
     b = SecAggClient(1, p)
     with pytest.raises(SecAggError, match="stage 2 arrived at stage 1"):
         b.share_keys({})
@@ -197,7 +203,9 @@ def test_ring_wire_round_trip_and_range_check():
     codec = RingCodec(32, 3, 1.0)
     x = codec.encode(torch.tensor([-1.0, -0.3, 0.0, 0.7, 1.0, 5.0]))
     assert torch.equal(from_wire(to_wire(x, 32), 32), x)
-    assert (codec.decode(x) - torch.tensor([-1.0, -0.3, 0.0, 0.7, 1.0, 1.0], dtype=torch.float64)).abs().max() <= codec.step() / 2
+    assert (
+        codec.decode(x) - torch.tensor([-1.0, -0.3, 0.0, 0.7, 1.0, 1.0], dtype=torch.float64)
+    ).abs().max() <= codec.step() / 2
     with pytest.raises(ValueError, match="must lie in"):
         from_wire(torch.tensor([1 << 20]), 16)
     with pytest.raises(ValueError, match="cannot hold"):

@@ -476,7 +476,8 @@ def parser() -> argparse.ArgumentParser:
         "--secagg",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="sum the clients' updates with SecAgg+ secure aggregation: the server sees only sums (docs/api/privacy.md)",
+        help="sum the clients' updates with SecAgg+ secure aggregation: the server sees only sums "
+        "(docs/api/privacy.md)",
     )
     r.add_argument(
         "--checkpoint",

@@ -401,7 +401,13 @@ def check_privacy(cfg: ExperimentConfig) -> None:
         v = getattr(cfg, name)
         if v is None and allow_none:
             return
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (v == 0 and not zero):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or not math.isfinite(v)
+            or v < 0
+            or (v == 0 and not zero)
+        ):
             raise ValueError(f"{name} must be a finite number {'>= 0' if zero else '> 0'}, got {v!r}")
 
     if not isinstance(cfg.secagg, bool):

@@ -31,8 +31,8 @@ from __future__ import annotations
 import torch
 
 from ..algorithms import FedAwS, FedSS, L1Diff, L1DiffNetwork, PartialExchange
-from ..algorithms.fedaws import FIXED_W, pair_weights_of
 from ..algorithms.fedaws import _G as FEDAWS_PREFIX
+from ..algorithms.fedaws import FIXED_W, pair_weights_of
 from ..algorithms.fedss import CLASSES
 from ..algorithms.l1diff_codec import decode_upload
 from ..payload import Payload
@@ -130,7 +130,11 @@ class PartialForm(DenseForm):
         out = {}
         for n in names:
             sent = n in upload
-            out[n] = a * (upload[n].double() - download[n].double()) if sent else torch.zeros(download[n].shape, dtype=torch.float64)
+            out[n] = (
+                a * (upload[n].double() - download[n].double())
+                if sent
+                else torch.zeros(download[n].shape, dtype=torch.float64)
+            )
         if weight is not None:
             out[COUNT] = torch.tensor([a if n in upload else 0.0 for n in names], dtype=torch.float64)
         return out
@@ -265,7 +269,11 @@ class RowsForm(DenseForm):
         if self.fedss:
             W = state[self.key].clone()
             if self.uploads_rows and rows is not None and rows.numel():
-                per = sums[ROW_COUNT] if denominator is None else torch.full((rows.numel(),), denominator, dtype=torch.float64)
+                per = (
+                    sums[ROW_COUNT]
+                    if denominator is None
+                    else torch.full((rows.numel(),), denominator, dtype=torch.float64)
+                )
                 keep = per > 0
                 step = sums[ROWS][keep] / per[keep].unsqueeze(1)
                 W[rows[keep]] = (W[rows[keep]].double() + step).to(W.dtype)
@@ -276,7 +284,11 @@ class RowsForm(DenseForm):
         W = state["W"].clone()
         if not s.fixed_embeddings:
             if rows is not None and rows.numel():
-                per = sums[ROW_COUNT] if denominator is None else torch.full((rows.numel(),), denominator, dtype=torch.float64)
+                per = (
+                    sums[ROW_COUNT]
+                    if denominator is None
+                    else torch.full((rows.numel(),), denominator, dtype=torch.float64)
+                )
                 keep = per > 0
                 step = sums[ROWS][keep] / per[keep].unsqueeze(1)
                 if row_noise is not None:

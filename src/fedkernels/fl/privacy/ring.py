@@ -39,7 +39,8 @@ def fraction_bits(bits: int, num_clients: int, bound: float) -> int:
         f -= 1  # guard the float log against an edge
     if f < 0:
         raise ValueError(
-            f"a {bits}-bit ring cannot hold the sum of {num_clients} values bounded by {bound}: raise bits or lower the bound"
+            f"a {bits}-bit ring cannot hold the sum of {num_clients} values bounded by {bound}: "
+            "raise bits or lower the bound"
         )
     return min(f, 52)  # beyond float64's mantissa a finer step adds nothing
 

@@ -351,7 +351,10 @@ class SecAggServer:
         """Stage 4 messages: the survivors (U3) and the dropped (U2 minus U3), the same for everyone."""
         survivors = sorted(self.ys)
         dropped = sorted(set(self.cts) - set(self.ys))
-        msg = {"survivors": torch.tensor(survivors, dtype=torch.int64), "dropped": torch.tensor(dropped, dtype=torch.int64)}
+        msg = {
+            "survivors": torch.tensor(survivors, dtype=torch.int64),
+            "dropped": torch.tensor(dropped, dtype=torch.int64),
+        }
         return {v: msg for v in survivors}
 
     # stage 4

@@ -156,7 +156,9 @@ class PrivateServer(Server):
             seed = derive_seed(self.config.seed, "client", round, c)
             ep = self.private_endpoints[c]
             try:
-                out[c] = call_with_deadline(lambda ep=ep, msg=msg: ep.handle(kind, round, seed, msg), self.config.client_timeout)
+                out[c] = call_with_deadline(
+                    lambda ep=ep, msg=msg, seed=seed: ep.handle(kind, round, seed, msg), self.config.client_timeout
+                )
             except Exception as e:  # this client's failure only
                 out[c] = e
         return out
@@ -215,7 +217,12 @@ def private_round(server: PrivateServer, exchange: Exchange) -> RoundRecord:
         for c in live:
             seed = derive_seed(cfg.seed, "client", r, c)
             down = form.download(state, c, r, seed, rows)
-            ctl = [weights.get(c, -1.0), dpc.clip if (dpc is not None and secure) else 0.0, client_std, 0.0 if secure else 1.0]
+            ctl = [
+                weights.get(c, -1.0),
+                dpc.clip if (dpc is not None and secure) else 0.0,
+                client_std,
+                0.0 if secure else 1.0,
+            ]
             msgs[c] = pl.encode({**down, CTL: torch.tensor(ctl, dtype=torch.float64)})
         answers = exchange("train", r, msgs)
         spec = pl.PayloadSpec({n: pl.TensorSpec(torch.float32, s) for n, s in layout.items()})
@@ -277,7 +284,14 @@ def private_round(server: PrivateServer, exchange: Exchange) -> RoundRecord:
         secagg_bytes_up=float(tally.secagg_up),
         secagg_bytes_down=float(tally.secagg_down),
     )
-    rec = RoundRecord(r, list(chosen), sorted(tally.failed.items()), tally.down + tally.secagg_down, tally.up + tally.secagg_up, skipped=skipped)
+    rec = RoundRecord(
+        r,
+        list(chosen),
+        sorted(tally.failed.items()),
+        tally.down + tally.secagg_down,
+        tally.up + tally.secagg_up,
+        skipped=skipped,
+    )
     rec.privacy = info
     rec.seconds = time.perf_counter() - t0
     return rec
