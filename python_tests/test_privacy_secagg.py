@@ -201,7 +201,7 @@ def test_fraction_bits_is_the_largest_that_cannot_overflow(bits, n, bound):
 
 def test_ring_wire_round_trip_and_range_check():
     codec = RingCodec(32, 3, 1.0)
-    x = codec.encode(torch.tensor([-1.0, -0.3, 0.0, 0.7, 1.0, 5.0]))
+    x = codec.encode(torch.tensor([-1.0, -0.3, 0.0, 0.7, 1.0, 5.0], dtype=torch.float64))
     assert torch.equal(from_wire(to_wire(x, 32), 32), x)
     assert (
         codec.decode(x) - torch.tensor([-1.0, -0.3, 0.0, 0.7, 1.0, 1.0], dtype=torch.float64)

@@ -51,8 +51,9 @@ class DenseForm:
         self.strategy = strategy
 
     def names(self, state: State) -> list[str]:
-        """The state tensors that are averaged (floating point, not server-only)."""
-        return [n for n, t in state.items() if t.is_floating_point() and not n.startswith(SERVER)]
+        """The state tensors that are averaged (floating point, not server-only), sorted: a decoded
+        download's order need not be the state's, and per-tensor vectors are indexed by this order."""
+        return sorted(n for n, t in state.items() if t.is_floating_point() and not n.startswith(SERVER))
 
     def layout(self, state: State, weighted: bool, rows: torch.Tensor | None = None) -> dict[str, tuple[int, ...]]:
         """Name -> shape of every summed tensor (public: the same for every client)."""
@@ -161,9 +162,12 @@ class RowsForm(DenseForm):
         self.uploads_rows = not getattr(strategy, "fixed_embeddings", False)
 
     def names(self, state: State) -> list[str]:
-        if self.fedss:
-            return [n for n, t in state.items() if n != self.key and t.is_floating_point() and not n.startswith(SERVER)]
-        return [n for n in state if n.startswith(FEDAWS_PREFIX)]
+        if self.fedss:  # the body: a state's or a download's tensors but the rows
+            skip = (self.key, ROWS, ROUND_ROWS)
+            return sorted(
+                n for n, t in state.items() if n not in skip and t.is_floating_point() and not n.startswith(SERVER)
+            )
+        return sorted(n for n in state if n.startswith(FEDAWS_PREFIX))
 
     def table(self, state: State) -> torch.Tensor:
         """The row matrix clients read (FedALC-fixed: its fixed embeddings)."""
