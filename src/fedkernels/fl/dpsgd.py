@@ -51,8 +51,8 @@ def train_dp_sgd(
         total = [torch.zeros_like(p) for p in params]
         for i in chosen.tolist():
             loss = loss_fn(data.rows(torch.tensor([i])))
-            grads = torch.autograd.grad(loss, params, allow_unused=True)
-            grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params, strict=True)]
+            raw = torch.autograd.grad(loss, params, allow_unused=True)
+            grads = [torch.zeros_like(p) if g is None else g for g, p in zip(raw, params, strict=True)]
             norm = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))
             scale = min(1.0, clip / norm) if norm > 0 else 1.0
             for acc, g in zip(total, grads, strict=True):

@@ -222,7 +222,7 @@ class RowsForm(DenseForm):
         elif self.fedss:
             ids, num_pos = request["class_ids"], request["num_positives"]
         else:
-            ids, num_pos = request["class_id"].reshape(1), None
+            ids, num_pos = request["class_id"].reshape(1), torch.ones(1, dtype=torch.int64)  # unused by FedAwS
         pos = torch.searchsorted(rows, ids)
         if bool((pos >= rows.numel()).any()) or not bool((rows[pos.clamp(max=rows.numel() - 1)] == ids).all()):
             raise ValueError("the round's rows lack rows this client asked for")

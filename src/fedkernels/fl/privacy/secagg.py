@@ -241,10 +241,11 @@ class SecAggClient:
             raise SecAggError(f"client {self.id}: {len(survivors)} survivors, fewer than the threshold")
         ids, kinds, shares = [], [], []
         for u, (b_share, s_share) in sorted(self.held.items()):
-            if u in survivors:
-                ids.append(u), kinds.append(0), shares.append(b_share)
-            elif u in dropped:
-                ids.append(u), kinds.append(1), shares.append(s_share)
+            if u in survivors or u in dropped:
+                kind = 0 if u in survivors else 1
+                ids.append(u)
+                kinds.append(kind)
+                shares.append(b_share if kind == 0 else s_share)
         return {
             "ids": torch.tensor(ids, dtype=torch.int64),
             "kind": torch.tensor(kinds, dtype=torch.uint8),

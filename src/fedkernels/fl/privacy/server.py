@@ -18,10 +18,12 @@ here, Flower messages in :mod:`fedkernels.integrations.flower_secagg`.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -142,7 +144,7 @@ class PrivateServer(Server):
         super().__init__(strategy, clients, num_features, num_classes, config)
         self.q = config.clients_per_round / len(clients)
         self.sigma = privacy.dp.noise_multiplier(self.q, config.rounds) if privacy.dp is not None else None
-        self.private_endpoints = []
+        self.private_endpoints: list[Any] = []  # PrivateClient or a wrapper with its handle()
         for c, data in enumerate(clients):
             ep: object = PrivateClient(c, strategy, self.form, data, config.train, privacy.noise_seed)
             self.private_endpoints.append(client_wrapper(c, ep) if client_wrapper is not None else ep)  # type: ignore[arg-type]
@@ -157,7 +159,7 @@ class PrivateServer(Server):
             ep = self.private_endpoints[c]
             try:
                 out[c] = call_with_deadline(
-                    lambda ep=ep, msg=msg, seed=seed: ep.handle(kind, round, seed, msg), self.config.client_timeout
+                    functools.partial(ep.handle, kind, round, seed, msg), self.config.client_timeout
                 )
             except Exception as e:  # this client's failure only
                 out[c] = e
