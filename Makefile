@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # The lint tools are pinned: another ruff or clang-format version formats some lines differently.
 RUFF_PIN := ruff==0.17.6
 LINT_DEPS := $(RUFF_PIN) mypy==2.4.1 clang-format==23.1.5
-DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr>=1.41,<2' $(LINT_DEPS)
+DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr>=1.41,<2' cryptography pycryptodome dp-accounting $(LINT_DEPS)
 # The API reference (mkdocs.yml): mkdocstrings reads the docstrings from src/ without importing it;
 # ruff formats the rendered signatures.
 DOCS_DEPS := 'mkdocs>=1.6,<2' 'mkdocstrings[python]>=0.29' $(RUFF_PIN)
@@ -28,7 +28,12 @@ $(VENV)/.lint-deps: | $(PY)
 	$(PY) -m pip install -q $(LINT_DEPS)
 	touch $@
 
-install: $(PY)
+# ... and the privacy extra (secure aggregation, DP accounting) likewise.
+$(VENV)/.privacy-deps: | $(PY)
+	$(PY) -m pip install -q cryptography pycryptodome dp-accounting
+	touch $@
+
+install: $(PY) $(VENV)/.privacy-deps
 	$(PY) -m pip install -q --no-build-isolation -e .
 
 demo: install

@@ -49,6 +49,19 @@ _RUN_FLAGS: dict[str, tuple[type, str]] = {
     "threads": (int, "torch threads (default: torch's; 1 is much faster on a busy machine)"),
     "device": (str, "where training, aggregation and evaluation run: cpu | cuda | cuda:N"),
     "autocast": (str, "mixed precision of local training: off | bf16 (state and aggregation stay float32)"),
+    # privacy (docs/api/privacy.md); --secagg is a switch, below
+    "secagg_dropouts": (int, "SecAgg+: dropouts always tolerated per session (default: the most the graph allows)"),
+    "secagg_bits": (int, "SecAgg+: the ring is Z_2^bits (32: 4 bytes a value)"),
+    "secagg_bound": (float, "SecAgg+ without DP: each contributed value is clamped to [-bound, bound]"),
+    "secagg_degree": (int, "SecAgg+: neighbours per client (default ~3 log2 n, everyone up to 17 clients)"),
+    "dp_clip": (float, "client-level DP: L2 clip of each client's update (needs --dp-noise or --target-epsilon)"),
+    "dp_noise": (float, "client-level DP: noise multiplier sigma (noise std = sigma * clip)"),
+    "target_epsilon": (float, "client-level DP: pick sigma so the run ends at this epsilon"),
+    "dp_delta": (float, "DP delta of the reported epsilon"),
+    "embedding_dp_clip": (float, "FedAwS/FedALC server-side DP: L2 clip of each class-embedding update"),
+    "embedding_dp_noise": (float, "FedAwS/FedALC server-side DP: noise multiplier on the embedding updates"),
+    "dp_sample_clip": (float, "sample-level DP-SGD in local training: per-example L2 clip"),
+    "dp_sample_noise": (float, "sample-level DP-SGD: noise multiplier"),
 }
 
 
@@ -131,6 +144,8 @@ def build_config(args: argparse.Namespace):
         merged["checkpoint"] = args.checkpoint
     if args.sparse is not None:
         merged["sparse"] = args.sparse
+    if args.secagg is not None:
+        merged["secagg"] = args.secagg
     if args.resume:
         merged["resume"] = True
         merged.setdefault("checkpoint", str(Path(merged.get("output", ExperimentConfig.output)) / "checkpoints"))
@@ -271,6 +286,8 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                 post["P@1"] = f"{rec.metrics['P@1']:.3f}"
             if rec.failed:
                 post["failed"] = str(len(rec.failed))
+            if "epsilon" in rec.privacy:
+                post["ε"] = f"{rec.privacy['epsilon']:.3g}"
             bar.set_postfix(post)
             bar.update(1)
 
@@ -284,6 +301,17 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     print(table)
     if target is not None:
         print(f"\nMB to target: communication until test P@1 >= {target:.4f} (the lowest best P@1 of the algorithms).")
+    for r in results:
+        priv = r.get("privacy") or {}
+        if "epsilon" in priv:
+            print(
+                f"{r['algorithm']}: client-level (ε = {priv['epsilon']:.3g}, δ = {priv['delta']:g})-DP after "
+                f"{cfg.rounds} rounds, noise multiplier {priv['noise_multiplier']:.3g}"
+            )
+        if "sample_epsilon" in priv:
+            print(f"{r['algorithm']}: sample-level DP-SGD, ε = {priv['sample_epsilon']:.3g} at δ = {cfg.dp_delta:g}")
+        if "embedding_epsilon" in priv:
+            print(f"{r['algorithm']}: class-embedding DP, ε = {priv['embedding_epsilon']:.3g}")
     failed = sum(r["failed_clients"] for r in results)
     if failed:
         print(f"\nwarning: {failed} client updates failed and were left out (reasons per round in results.json)")
@@ -445,6 +473,13 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="keep a file dataset's features sparse (torch.sparse_csr) from file to model; "
         "memory grows with the nonzeros, not N x F (default: dense; the synthetic default is always dense)",
+    )
+    r.add_argument(
+        "--secagg",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="sum the clients' updates with SecAgg+ secure aggregation: the server sees only sums "
+        "(docs/api/privacy.md)",
     )
     r.add_argument(
         "--checkpoint",

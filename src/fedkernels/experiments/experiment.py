@@ -101,6 +101,22 @@ class ExperimentConfig:
     device: str = "cpu"
     # mixed precision of local training's forward pass: "off" or "bf16" (fedkernels.fl.local.autocast)
     autocast: str = "off"
+    # privacy (fedkernels.fl.privacy, docs/api/privacy.md): SecAgg+ secure aggregation, client-level DP
+    # (clip + noise multiplier, or a target epsilon at dp_delta), FedALC's server-side embedding DP,
+    # sample-level DP-SGD in local training
+    secagg: bool = False
+    secagg_dropouts: int | None = None
+    secagg_bits: int = 32
+    secagg_bound: float = 4.0
+    secagg_degree: int | None = None
+    dp_clip: float | None = None
+    dp_noise: float | None = None
+    target_epsilon: float | None = None
+    dp_delta: float = 1e-5
+    embedding_dp_clip: float | None = None
+    embedding_dp_noise: float | None = None
+    dp_sample_clip: float | None = None
+    dp_sample_noise: float = 0.0
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field (before any data is loaded)."""
@@ -158,6 +174,11 @@ class ExperimentConfig:
                 )
         for name in self.algorithms:  # unknown names and option keys fail here, before any data is loaded
             make_strategy(name, **self.options_for(name))
+        check_privacy(self)
+
+    def private(self) -> bool:
+        """Whether the run's rounds are private (secure aggregation, client-level or embedding DP)."""
+        return self.secagg or self.dp_clip is not None or self.embedding_dp_clip is not None
 
     def train_config(self) -> TrainConfig:
         """The clients' local training settings."""
@@ -167,6 +188,8 @@ class ExperimentConfig:
             lr=self.lr,
             optimizer=self.optimizer,
             autocast=self.autocast,
+            dp_sample_clip=self.dp_sample_clip,
+            dp_sample_noise=self.dp_sample_noise,
         )
 
     def options_for(self, name: str) -> dict[str, Any]:
@@ -325,7 +348,14 @@ def run_algorithm(
         device=cfg.device,
     )
     t0 = time.perf_counter()
-    server = Server(strategy, data.clients, data.dataset.num_features, data.dataset.num_classes, run_cfg)
+    if cfg.private():
+        from ..fl.privacy import PrivateServer
+
+        server: Server = PrivateServer(
+            strategy, data.clients, data.dataset.num_features, data.dataset.num_classes, run_cfg, privacy_config(cfg)
+        )
+    else:
+        server = Server(strategy, data.clients, data.dataset.num_features, data.dataset.num_classes, run_cfg)
     if ckpt is not None:
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         if cfg.resume and ckpt.exists():
@@ -340,6 +370,8 @@ def run_algorithm(
                 + (", ..." if len(rec.failed) > 3 else "")
                 + ")"
             )
+        if cfg.dp_sample_clip is not None:
+            rec.privacy["sample_epsilon"] = sample_epsilon(server.history, data.clients, cfg)
         if (rec.round + 1) % cfg.eval_every == 0 or rec.round + 1 == cfg.rounds:
             rec.metrics = server.evaluate(data.test, tuple(cfg.ks), 2048, data.inv_propensity, data.frequent)
         if ckpt is not None:
@@ -347,7 +379,9 @@ def run_algorithm(
         if on_round is not None:
             on_round(rec)
     evaluated = [r for r in server.history if r.metrics]
+    privacy = server.history[-1].privacy if server.history else {}
     return {
+        "privacy": privacy,
         "algorithm": strategy.name,
         "options": options,
         "final": evaluated[-1].metrics if evaluated else {},
@@ -371,3 +405,100 @@ def add_common_target(results: list[dict[str, Any]], metric: str = "P@1") -> flo
         s = communication_summary([record_from_json(h) for h in r["history"]], metric, r["model_bytes"], target)
         r["comm"].update(target=target, rounds_to_target=s["rounds_to_target"], bytes_to_target=s["bytes_to_target"])
     return target
+
+
+def check_privacy(cfg: ExperimentConfig) -> None:
+    """Validate the privacy settings (before any data is read); ValueError names the field."""
+
+    def positive(name: str, allow_none: bool = True, zero: bool = False) -> None:
+        v = getattr(cfg, name)
+        if v is None and allow_none:
+            return
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or not math.isfinite(v)
+            or v < 0
+            or (v == 0 and not zero)
+        ):
+            raise ValueError(f"{name} must be a finite number {'>= 0' if zero else '> 0'}, got {v!r}")
+
+    if not isinstance(cfg.secagg, bool):
+        raise ValueError(f"secagg must be true or false, got {cfg.secagg!r}")
+    for name in ("dp_clip", "target_epsilon", "embedding_dp_clip", "dp_sample_clip"):
+        positive(name)
+    for name in ("dp_noise", "embedding_dp_noise"):
+        positive(name, zero=True)
+    positive("dp_sample_noise", allow_none=False, zero=True)
+    positive("secagg_bound", allow_none=False)
+    if not isinstance(cfg.dp_delta, (int, float)) or not 0 < cfg.dp_delta < 1:
+        raise ValueError(f"dp_delta must lie in (0, 1), got {cfg.dp_delta!r}")
+    if isinstance(cfg.secagg_bits, bool) or not isinstance(cfg.secagg_bits, int) or not 8 <= cfg.secagg_bits <= 62:
+        raise ValueError(f"secagg_bits must be an integer in [8, 62], got {cfg.secagg_bits!r}")
+    for name in ("secagg_dropouts", "secagg_degree"):
+        v = getattr(cfg, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ValueError(f"{name} must be an integer >= 0 or unset, got {v!r}")
+    if cfg.dp_clip is None and (cfg.dp_noise is not None or cfg.target_epsilon is not None):
+        raise ValueError("dp_noise / target_epsilon need dp_clip (the L2 bound the noise is calibrated to)")
+    if cfg.dp_clip is not None and (cfg.dp_noise is None) == (cfg.target_epsilon is None):
+        raise ValueError("dp_clip needs exactly one of dp_noise (the noise multiplier) and target_epsilon")
+    if (cfg.embedding_dp_clip is None) != (cfg.embedding_dp_noise is None):
+        raise ValueError("embedding_dp_clip and embedding_dp_noise go together")
+    if cfg.dp_sample_noise and cfg.dp_sample_clip is None:
+        raise ValueError("dp_sample_noise needs dp_sample_clip")
+    if not (cfg.private() or cfg.dp_sample_clip is not None):
+        return
+    try:
+        from ..fl import privacy  # noqa: F401  (the optional extra)
+    except ImportError as e:
+        raise ValueError(f"privacy options need the extra fedkernels[privacy] ({e})") from None
+    from ..fl.privacy.forms import form_of
+
+    if cfg.private():
+        for name in cfg.algorithms:
+            form_of(make_strategy(name, **cfg.options_for(name)))  # L1DiffNetwork is refused here
+            if cfg.embedding_dp_clip is not None and canonical_name(name) not in ("FedAwS", "FedALC", "FedALC-fixed"):
+                raise ValueError(f"embedding_dp_* applies to FedAwS, FedALC and FedALC-fixed, not {name}")
+
+
+def privacy_config(cfg: ExperimentConfig):
+    """The :class:`~fedkernels.fl.privacy.PrivacyConfig` of a run."""
+    from ..fl.privacy import DPConfig, PrivacyConfig
+
+    dpc = None
+    if cfg.dp_clip is not None:
+        dpc = DPConfig(cfg.dp_clip, cfg.dp_noise, cfg.target_epsilon, cfg.dp_delta)
+    return PrivacyConfig(
+        secagg=cfg.secagg,
+        max_dropouts=cfg.secagg_dropouts,
+        bits=cfg.secagg_bits,
+        bound=cfg.secagg_bound,
+        degree=cfg.secagg_degree,
+        dp=dpc,
+        embedding_clip=cfg.embedding_dp_clip,
+        embedding_noise=cfg.embedding_dp_noise,
+    )
+
+
+def sample_epsilon(history: list[RoundRecord], clients: list[ClientData], cfg: ExperimentConfig) -> float:
+    """Sample-level DP-SGD: the largest epsilon (at ``dp_delta``) over clients after the rounds of
+    ``history`` (each client's DP-SGD steps at its own sampling rate, from dp-accounting)."""
+    from ..fl.dpsgd import dp_steps_per_epoch
+    from ..fl.privacy.dp import epsilon
+
+    runs: dict[int, int] = {}
+    for rec in history:
+        bad = {c for c, _ in rec.failed}
+        for c in rec.clients:
+            if c not in bad:
+                runs[c] = runs.get(c, 0) + 1
+    worst = 0.0
+    for c, times in runs.items():
+        n = len(clients[c])
+        if n == 0:
+            continue
+        steps = times * cfg.local_epochs * dp_steps_per_epoch(n, cfg.batch_size)
+        q = min(1.0, cfg.batch_size / n)
+        worst = max(worst, epsilon(q, cfg.dp_sample_noise, steps, cfg.dp_delta))
+    return worst

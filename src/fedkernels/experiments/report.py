@@ -34,6 +34,7 @@ TABLE_COLUMNS = [
     "MB to target",
     "model MB",
     "failed clients",
+    "ε",
     "s",
 ]
 
@@ -54,6 +55,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "MB to target": _mb(c.get("bytes_to_target")),
             "model MB": r["model_bytes"] / MB,
             "failed clients": r.get("failed_clients", 0),
+            "ε": (r.get("privacy") or {}).get("epsilon"),  # client-level DP runs only
             "s": r["seconds"],
         }
         rows.append(row)
@@ -99,6 +101,7 @@ def write_csv(path: Path, results: list[dict[str, Any]]) -> Path:
                     "cum_bytes_down": down,
                     "seconds": round(h["seconds"], 4),
                     **h["metrics"],
+                    **h.get("privacy", {}),
                 }
             )
     keys: list[str] = []

@@ -38,6 +38,10 @@ def train_local(
     if config.epochs < 0 or config.batch_size < 1:
         raise ValueError(f"epochs must be >= 0 and batch_size >= 1, got {config.epochs}, {config.batch_size}")
     opt = make_optimizer(params, config)
+    if config.dp_sample_clip is not None:  # sample-level DP: per-example clipping and noise
+        from .dpsgd import train_dp_sgd
+
+        return train_dp_sgd(params, loss_fn, data, config, generator, opt)
     n, steps = len(data), 0
     for _ in range(config.epochs):
         # the shuffle is drawn on the host generator whatever the device: same order on cpu and cuda

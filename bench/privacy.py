@@ -1,0 +1,216 @@
+"""Privacy costs: SecAgg+ bytes and seconds per round at 10/100/1000 clients; P@1 against epsilon.
+
+  python bench/privacy.py cost [--length 10000] [--clients 10 100 1000] [--out FILE.json]
+  python bench/privacy.py rows --dataset ../shared/data/bibtex        # FedSS/FedAwS row-subset bytes
+  python bench/privacy.py epsilon --dataset ../shared/data/bibtex --seeds 3 [--rounds 30]
+
+``cost`` runs one SecAgg+ session of n simulated clients (real X25519, ChaCha20-Poly1305, Shamir,
+ChaCha20 masks) summing vectors of ``length`` float32-sized values, and reports per client and for
+the server: bytes each way and seconds per stage, beside the plain sum (each client sends its 4-byte
+values, the server adds them). Client seconds are the mean over clients (they run in parallel on
+devices); server seconds are the server's own work. ``rows`` measures what the private request union
+costs FedSS on a real dataset. ``epsilon`` runs client-level DP (central noise, same epsilon as
+distributed) for FedAvg and FedMLH over a grid of noise multipliers and writes P@1 against epsilon.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from fedkernels.fl import payload as pl
+from fedkernels.fl.privacy.ring import RingCodec
+from fedkernels.fl.privacy.secagg import SecAggClient, SecAggParams, SecAggServer, default_degree
+
+
+def session_cost(n: int, length: int, bits: int = 32, drop: int = 0) -> dict:
+    """One session; ``drop`` clients leave after sharing keys (their masks are rebuilt)."""
+    k = default_degree(n)
+    t = k - k // 2 - 1
+    params = SecAggParams(tuple(range(n)), length, bits, t, 1, b"bench", None)
+    codec = RingCodec(bits, n, 4.0)
+    x = codec.encode(torch.randn(length) * 0.1)
+    srv = SecAggServer(params)
+    clients = {c: SecAggClient(c, params) for c in range(n)}
+    up = {s: 0 for s in ("advertise", "share", "masked", "unmask")}
+    down = dict(up)
+    client_s = dict.fromkeys(up, 0.0)
+    server_s = dict.fromkeys(up, 0.0)
+    dropped = set(range(drop))
+
+    def stage(name, messages, answer, take):
+        t0 = time.perf_counter()
+        msgs = {c: pl.encode(m) for c, m in messages().items()}
+        server_s[name] += time.perf_counter() - t0
+        for c, raw in msgs.items():
+            if name == "masked" and c in dropped:
+                continue
+            down[name] += len(raw)
+            t0 = time.perf_counter()
+            reply = pl.encode(answer(c, pl.decode(raw)))
+            client_s[name] += time.perf_counter() - t0
+            up[name] += len(reply)
+            t0 = time.perf_counter()
+            take(c, pl.decode(reply, srv.spec(name, c)))
+            server_s[name] += time.perf_counter() - t0
+
+    stage("advertise", lambda: {c: {} for c in range(n)}, lambda c, m: clients[c].advertise(), srv.take_advertise)
+    stage("share", srv.share_messages, lambda c, m: clients[c].share_keys(m), srv.take_shares)
+    stage("masked", srv.masked_messages, lambda c, m: clients[c].masked_input(m, x), srv.take_masked)
+    stage("unmask", srv.unmask_messages, lambda c, m: clients[c].unmask(m), srv.take_unmask)
+    t0 = time.perf_counter()
+    srv.result()
+    server_s["result"] = time.perf_counter() - t0
+    # the plain sum: every client sends its float32 vector, the server adds them
+    plain_msg = pl.encode({"x": torch.randn(length)})
+    t0 = time.perf_counter()
+    acc = torch.zeros(length, dtype=torch.float64)
+    for _ in range(n):
+        acc += pl.decode(plain_msg)["x"]
+    plain_server = time.perf_counter() - t0
+    live = n - drop
+    return {
+        "clients": n,
+        "length": length,
+        "degree": k,
+        "threshold": params.threshold,
+        "max_dropouts": t,
+        "dropped": drop,
+        "client_bytes_up": sum(up.values()) / n,
+        "client_bytes_down": sum(down.values()) / n,
+        "plain_client_bytes_up": len(plain_msg),
+        "client_seconds": {s: v / (live if s in ("masked", "unmask") else n) for s, v in client_s.items()},
+        "server_seconds": server_s,
+        "server_seconds_total": sum(server_s.values()),
+        "plain_server_seconds": plain_server,
+    }
+
+
+def cmd_cost(args) -> None:
+    rows = []
+    for n in args.clients:
+        r = session_cost(n, args.length, drop=args.drop if n > 10 else 0)
+        rows.append(r)
+        cs = sum(r["client_seconds"].values())
+        print(
+            f"n={n:5d} k={r['degree']:3d} t={r['max_dropouts']:3d} | client up {r['client_bytes_up'] / 1e3:8.1f} kB "
+            f"(plain {r['plain_client_bytes_up'] / 1e3:.1f}) down {r['client_bytes_down'] / 1e3:8.1f} kB | client "
+            f"{cs:.3f} s (masking {r['client_seconds']['masked']:.3f}) | server {r['server_seconds_total']:.2f} s "
+            f"(unmask {r['server_seconds']['result']:.2f}; plain sum {r['plain_server_seconds']:.4f})",
+            flush=True,
+        )
+    out = {"load_average": os.getloadavg(), "length": args.length, "rows": rows}
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=2))
+
+
+def _experiment(dataset: str, algorithm: str, seed: int, rounds: int, privacy: dict, clients: int, per_round: int):
+    from fedkernels.experiments.experiment import ExperimentConfig, prepare_data, run_algorithm
+
+    opts = {"FedMLH": {"hidden": []}, "FedAvg": {"hidden": []}}
+    cfg = ExperimentConfig(
+        algorithms=[algorithm],
+        algorithm_options={algorithm: opts.get(algorithm, {})},
+        dataset=dataset,
+        clients=clients,
+        clients_per_round=per_round,
+        rounds=rounds,
+        local_epochs=1,
+        seed=seed,
+        eval_every=rounds,
+        threads=1,
+        partition="iid",
+        **privacy,
+    )
+    cfg.validate()
+    return run_algorithm(algorithm, cfg, prepare_data(cfg))
+
+
+def cmd_epsilon(args) -> None:
+    torch.set_num_threads(1)
+    rows = []
+    for algorithm in args.algorithms:
+        for noise in args.noise:
+            for seed in range(args.seeds):
+                priv = {} if noise < 0 else {"dp_clip": args.clip, "dp_noise": noise}
+                t0 = time.perf_counter()
+                res = _experiment(args.dataset, algorithm, seed, args.rounds, priv, args.clients, args.per_round)
+                eps = res["privacy"].get("epsilon", math.inf) if noise >= 0 else math.inf
+                rows.append(
+                    {"algorithm": algorithm, "noise": noise, "seed": seed, "epsilon": eps, "P@1": res["final"]["P@1"]}
+                )
+                took = time.perf_counter() - t0
+                p1 = res["final"]["P@1"]
+                print(f"{algorithm} noise={noise} seed={seed}: eps={eps:.3g} P@1={p1:.4f} ({took:.0f} s)", flush=True)
+                if args.out:
+                    Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2, default=str))
+
+
+def cmd_rows(args) -> None:
+    """FedSS on a real dataset, one round of plain FedSS against the SecAgg+ round with the private
+    request union: bytes per client each way and the row set's size."""
+    from fedkernels.experiments.experiment import ExperimentConfig, prepare_data, run_algorithm
+
+    torch.set_num_threads(1)
+    for secagg in (False, True):
+        cfg = ExperimentConfig(
+            algorithms=["FedSS"],
+            algorithm_options={"FedSS": {"hidden": [], "num_negatives": 64}},
+            dataset=args.dataset,
+            clients=args.clients,
+            clients_per_round=args.per_round,
+            rounds=1,
+            local_epochs=1,
+            threads=1,
+            secagg=secagg,
+        )
+        cfg.validate()
+        res = run_algorithm("FedSS", cfg, prepare_data(cfg))
+        h = res["history"][0]
+        live = len(h["clients"]) - len(h["failed"])
+        priv = h.get("privacy", {})
+        print(
+            f"FedSS secagg={secagg}: per client up {h['bytes_up'] / live / 1e3:.1f} kB, "
+            f"down {h['bytes_down'] / live / 1e3:.1f} kB, round rows {priv.get('round_rows', '-')}, "
+            f"of which SecAgg+ messages up {priv.get('secagg_bytes_up', 0) / live / 1e3:.1f} kB",
+            flush=True,
+        )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("cost")
+    c.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000])
+    c.add_argument("--length", type=int, default=10_000)
+    c.add_argument("--drop", type=int, default=2, help="clients that drop before their masked input (n > 10)")
+    c.add_argument("--out")
+    e = sub.add_parser("epsilon")
+    e.add_argument("--dataset", required=True)
+    e.add_argument("--algorithms", nargs="+", default=["FedAvg", "FedMLH"])
+    e.add_argument("--noise", type=float, nargs="+", default=[-1, 0.3, 0.6, 1.0, 2.0], help="-1: no DP")
+    e.add_argument("--clip", type=float, default=0.5)
+    e.add_argument("--seeds", type=int, default=3)
+    e.add_argument("--rounds", type=int, default=30)
+    e.add_argument("--clients", type=int, default=100)
+    e.add_argument("--per-round", type=int, default=10)
+    e.add_argument("--out")
+    r = sub.add_parser("rows")
+    r.add_argument("--dataset", required=True)
+    r.add_argument("--clients", type=int, default=10)
+    r.add_argument("--per-round", type=int, default=4)
+    args = p.parse_args()
+    {"cost": cmd_cost, "epsilon": cmd_epsilon, "rows": cmd_rows}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
