@@ -1,5 +1,6 @@
 """Privacy costs: SecAgg+ bytes and seconds per round at 10/100/1000 clients; P@1 against epsilon.
 
+  python bench/privacy.py --quick [--out FILE.json]                    # make bench: cost at 10 clients, 1000 values
   python bench/privacy.py cost [--length 10000] [--clients 10 100 1000] [--out FILE.json]
   python bench/privacy.py rows --dataset ../shared/data/bibtex        # FedSS/FedAwS row-subset bytes
   python bench/privacy.py epsilon --dataset ../shared/data/bibtex --seeds 3 [--rounds 30]
@@ -188,7 +189,9 @@ def cmd_rows(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p.add_argument("--quick", action="store_true", help="one small cost session (10 clients, 1000 values)")
+    p.add_argument("--out", dest="quick_out", help="with --quick: the JSON to write")
+    sub = p.add_subparsers(dest="cmd")
     c = sub.add_parser("cost")
     c.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000])
     c.add_argument("--length", type=int, default=10_000)
@@ -209,6 +212,12 @@ def main() -> None:
     r.add_argument("--clients", type=int, default=10)
     r.add_argument("--per-round", type=int, default=4)
     args = p.parse_args()
+    if args.cmd is None:
+        if not args.quick:
+            p.error("choose a command (cost, epsilon, rows) or --quick")
+        args = argparse.Namespace(clients=[10], length=1000, drop=2, out=args.quick_out)
+        cmd_cost(args)
+        return
     {"cost": cmd_cost, "epsilon": cmd_epsilon, "rows": cmd_rows}[args.cmd](args)
 
 

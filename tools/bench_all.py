@@ -40,6 +40,7 @@ QUICK: dict[str, list[str]] = {
     "flower_load": ["--quick"],
     "hardening": ["--quick"],
     "sketch_ceiling": ["--quick"],
+    "privacy": ["--quick"],
 }
 # scripts that need an environment variable: skipped, with the reason, when it is unset
 NEEDS_ENV = {"gpu_model": ("FK_CUDA_EMU_MODULE", "the emulated CUDA module: `python tools/emulate.py build`")}
