@@ -11,6 +11,7 @@ ServerApp from its checkpoint.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -78,6 +79,7 @@ class FlowerStrategy(_FlowerStrategy):
         setup_bytes_up: the bytes of the setup reports taken (0 without a setup exchange).
         resumed_from: the round a checkpoint resumed this run at (None: started afresh).
         discovery_seconds: time spent identifying nodes before round 1.
+        messages_sent: message type -> how many this run pushed.
     """
 
     def __init__(
@@ -117,6 +119,7 @@ class FlowerStrategy(_FlowerStrategy):
         self.setup_bytes_up = 0
         self.resumed_from: int | None = None
         self.discovery_seconds = 0.0
+        self.messages_sent: Counter[str] = Counter()  # message type -> how many were pushed
         self._identify_tries: dict[int, int] = {}
         self._grid: Grid | None = None
         self._round: Round | None = None
@@ -363,6 +366,7 @@ class FlowerStrategy(_FlowerStrategy):
     def _send(self, grid: Grid, messages: Iterable[Message]) -> list[Message]:
         """Push ``messages`` and collect their replies under the queue-aware deadline."""
         batch = dict(enumerate(messages))
+        self.messages_sent.update(m.metadata.message_type for m in batch.values())
         return list(exchange(grid, batch, self.timeout).values())
 
     def _replies(self, replies: Iterable[Message]) -> dict[int, Message | None]:
@@ -425,6 +429,7 @@ class FlowerStrategy(_FlowerStrategy):
             node: Message(RecordDict({pr.KEY: head}), node, pr.IDENTIFY, group_id="identify", ttl=self._ttl())
             for node in unknown
         }
+        self.messages_sent[pr.IDENTIFY] += len(msgs)
         got = exchange(grid, msgs, self.timeout)
         for node in unknown:
             reply = got.get(node)
