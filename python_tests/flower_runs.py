@@ -79,8 +79,9 @@ def run_config(
 
 class Drill:
     """A client that crashes or sends garbage in chosen rounds (``faults``: {round: "crash"|"garbage"}).
-    Garbage is a well-formed payload of the wrong tensors (every tensor's bytes as uint8), so it
-    reaches the server's checks over any transport (Flower carries tensors, not raw bytes)."""
+    Garbage is a well-formed payload of the wrong tensors (every tensor's bytes as uint8, each byte
+    flipped), so it reaches the server's checks over any transport (Flower carries tensors, not raw
+    bytes): float tensors fail their dtype, codec streams their checks."""
 
     def __init__(self, inner, faults: dict[int, str]) -> None:
         self.inner, self.faults = inner, faults
@@ -97,10 +98,10 @@ class Drill:
 
 
 def as_bytes(upload: bytes) -> bytes:
-    """The upload with every tensor reinterpreted as its raw uint8 bytes (names kept)."""
+    """The upload with every tensor as its raw uint8 bytes, each flipped (names kept)."""
     from fedkernels.fl import payload as pl
 
-    return pl.encode({n: t.reshape(-1).view(torch.uint8) for n, t in pl.decode(upload).items()})
+    return pl.encode({n: t.reshape(-1).view(torch.uint8) ^ 0x5A for n, t in pl.decode(upload).items()})
 
 
 def drill_wrapper(spec: str):

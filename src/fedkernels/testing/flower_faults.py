@@ -46,7 +46,7 @@ def _npy(shape: tuple[int, ...], dtype: str, body: bytes) -> bytes:
     """``.npy`` bytes whose header claims ``shape`` of ``dtype``, followed by ``body`` (any length)."""
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(header, {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": shape})
-    return np.lib.format.magic(1, 0) + header.getvalue() + body
+    return header.getvalue() + body  # (the header writer writes the magic too)
 
 
 def _tamper(kind: str, record: ArrayRecord, l1diff: bool) -> ArrayRecord:

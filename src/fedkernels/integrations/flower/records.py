@@ -70,7 +70,7 @@ def tensor_to_array(t: torch.Tensor) -> Array:
     """
     if t.dtype not in _NAMES:
         raise pl.PayloadError(f"tensor of dtype {t.dtype} cannot travel as a Flower Array (no NumPy dtype)")
-    return Array(np.ascontiguousarray(t.detach().to("cpu").numpy()))
+    return Array(t.detach().to("cpu").contiguous().numpy())  # (np.ascontiguousarray would make 0-d 1-d)
 
 
 class ArrayCache:
