@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import load_note, markdown_table, results_path, write_results  # noqa: E402
-from proctree import TreeMonitor  # noqa: E402
+from common import load_note, markdown_table, results_path, write_results
+from proctree import TreeMonitor
 
 COLUMNS = [
     "clients",
@@ -56,7 +56,12 @@ def backend(workers: int) -> dict:
     """Flower's Ray backend: ``workers`` ClientApp workers of one CPU each, no dashboard."""
     return {
         "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-        "init_args": {"num_cpus": workers, "include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False},
+        "init_args": {
+            "num_cpus": workers,
+            "include_dashboard": False,
+            "logging_level": "ERROR",
+            "log_to_driver": False,
+        },
     }
 
 
@@ -120,6 +125,7 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--strategy", default="fedavg")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per message")
+    p.add_argument("--max-in-flight", type=int, default=0, help="messages out at once (0: all)")
     p.add_argument("--out", type=Path, default=None, help="result JSON (default: build/bench-results/flower_sim.json)")
     p.add_argument("--quick", action="store_true", help="smoke run: 10 clients, 2 rounds")
     args = p.parse_args()
@@ -142,6 +148,7 @@ def main() -> int:
             hidden=args.hidden,
             epochs=args.epochs,
             timeout=args.timeout,
+            max_in_flight=args.max_in_flight,
         )
         rows.append(one(s, args.workers))
         print(markdown_table(rows[-1:], COLUMNS), flush=True)

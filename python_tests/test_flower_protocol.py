@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("flwr", reason="flwr is not installed (pip install 'fedkernels[flower]')")
 
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import Array, ArrayRecord, Message, RecordDict
 
 from fedkernels.fl import Server
 from fedkernels.fl import evaluation as ev
@@ -138,11 +138,15 @@ def test_round_serialises_a_shared_download_once():
 # ---- the deadline under queueing ------------------------------------------------------------------
 class QueueGrid:
     """A fake grid on a fake clock: ``workers`` serve the pushed messages in order, ``service``
-    seconds each; messages to ``hung`` nodes are taken by a worker and never answered."""
+    seconds each; messages to ``hung`` nodes are taken by a worker and never answered. Tracks the
+    most messages out (pushed, reply not pulled) at once."""
 
     def __init__(self, workers: int, service: float, hung=()) -> None:
-        self.workers, self.service, self.hung, self.now = workers, service, set(hung), 0.0
-        self.ready: list[tuple[float, str, Message]] = []
+        self.service, self.hung, self.now = service, set(hung), 0.0
+        self.free = [0.0] * workers
+        self.ready: dict[str, tuple[float, Message]] = {}
+        self.out: set[str] = set()
+        self.most = 0
 
     def clock(self) -> float:
         return self.now
@@ -151,22 +155,25 @@ class QueueGrid:
         self.now += dt
 
     def push_messages(self, messages):
-        free = [self.now] * self.workers
         ids = []
-        for i, m in enumerate(messages):
-            w = min(range(self.workers), key=lambda k: free[k])
-            start = free[w]
-            free[w] = float("inf") if m.metadata.dst_node_id in self.hung else start + self.service
-            m.metadata.__dict__["_message_id"] = f"q{i}"
-            if m.metadata.dst_node_id not in self.hung:
-                reply = Message(RecordDict({"r": ConfigRecord({"i": i})}), reply_to=m)
-                self.ready.append((free[w], f"q{i}", reply))
-            ids.append(f"q{i}")
+        for m in messages:
+            mid = f"q{len(self.out) + len(self.ready) + self.now:.3f}-{id(m)}"
+            w = min(range(len(self.free)), key=lambda k: self.free[k])
+            start = max(self.free[w], self.now)
+            hung = m.metadata.dst_node_id in self.hung
+            self.free[w] = float("inf") if hung else start + self.service
+            m.metadata.__dict__["_message_id"] = mid
+            if not hung:
+                self.ready[mid] = (self.free[w], Message(RecordDict({}), reply_to=m))
+            self.out.add(mid)
+            ids.append(mid)
+        self.most = max(self.most, len(self.out))
         return ids
 
     def pull_messages(self, ids):
-        ids = set(ids)
-        return [r for t, mid, r in self.ready if t <= self.now and mid in ids]
+        got = [self.ready.pop(mid)[1] for mid in list(ids) if mid in self.ready and self.ready[mid][0] <= self.now]
+        self.out -= {r.metadata.reply_to_message_id for r in got}
+        return got
 
 
 def test_deadline_counts_per_message_not_per_fan_out():
@@ -293,3 +300,11 @@ def test_evaluation_sample(per_round):
     got = ev.evaluation_clients(4, 2, 6, per_round)
     assert got == ev.evaluation_clients(4, 2, 6, per_round) and got == sorted(set(got))
     assert len(got) == (6 if per_round is None else min(per_round, 6)) and set(got) <= set(range(6))
+
+
+def test_window_keeps_few_messages_out_and_loses_none():
+    """With a window of 3, never more than 3 messages are out, and all 40 are answered."""
+    grid = QueueGrid(workers=2, service=1.0)
+    msgs = {n: Message(RecordDict({}), n, "train", group_id="1") for n in range(40)}
+    got = exchange(grid, msgs, timeout=3.0, window=3, clock=grid.clock, sleep=grid.sleep)
+    assert sorted(got) == list(range(40)) and grid.most == 3

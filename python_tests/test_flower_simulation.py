@@ -18,11 +18,11 @@ import pytest
 pytest.importorskip("flwr", reason="flwr is not installed (pip install 'fedkernels[flower]')")
 pytest.importorskip("ray", reason="Flower's simulation engine needs Ray (pip install 'flwr[simulation]')")
 
-import torch  # noqa: E402
+import torch
 
-from fedkernels.fl.checkpoint import load_checkpoint  # noqa: E402
-from fedkernels.testing.flower_faults import KINDS, fault_of  # noqa: E402
-from fedkernels.testing.flower_sim import Settings, apps, in_process_run  # noqa: E402
+from fedkernels.fl.checkpoint import load_checkpoint
+from fedkernels.testing.flower_faults import KINDS, fault_of
+from fedkernels.testing.flower_sim import Settings, apps, in_process_run
 
 CLIENTS, PER_ROUND, ROUNDS, EVAL_CLIENTS, RATE = 100, 20, 2, 10, 0.3
 

@@ -31,9 +31,7 @@ from ..integrations.flower import PAYLOAD
 KINDS = ("crash", "empty", "garbage", "oversized", "bomb")
 OVERSIZE = 1 << 20
 # A version-1 l1-difference codec stream (28 bytes) claiming a tensor of 2^33 + 1 elements.
-CODEC_BOMB = (
-    b"FKRL\x01\x00\x01\x01\x00\x00\x00\x02\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\xc0\x80"
-)
+CODEC_BOMB = b"FKRL\x01\x00\x01\x01\x00\x00\x00\x02\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\xc0\x80"
 
 
 def fault_of(seed: int, round: int, client: int, rate: float) -> str | None:

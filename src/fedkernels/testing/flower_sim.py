@@ -36,7 +36,7 @@ from ..integrations.flower import FlowerStrategy, client_app, partition_id, serv
 from .flower_faults import hostile_mod, silent_where_faulty
 
 # Small options per strategy for the small data; a registered strategy not listed runs with its defaults.
-OPTIONS = {
+OPTIONS: dict[str, dict[str, object]] = {
     "fedavg": dict(hidden=(8,)),
     "fedmlh": dict(num_tables=2, num_buckets=4, hidden=(8,)),
     "partialexchange": dict(fraction=0.5, hidden=(8,)),
@@ -62,6 +62,7 @@ class Settings:
     timeout: float = 60.0  # seconds per message
     eval_clients: int = 0  # clients per federated evaluation (0: no federated evaluation)
     fault_rate: float = 0.0  # share of train replies turned hostile (:mod:`.flower_faults`)
+    max_in_flight: int = 0  # messages out at once (0: all)
     checkpoint: str = ""
     result: str = ""
 
@@ -82,17 +83,17 @@ SETTINGS = tuple(f.name.replace("_", "-") for f in dataclasses.fields(Settings))
 
 def settings_from(context: Context) -> Settings:
     """:class:`Settings` from Flower's ``run_config`` (keys :data:`SETTINGS`; missing: defaults)."""
-    c, out = context.run_config, {}
+    c, out, defaults = context.run_config, {}, Settings()
     for f in dataclasses.fields(Settings):
         key = f.name.replace("_", "-")
         if key in c:
-            out[f.name] = type(f.default)(c[key])  # type: ignore[call-arg]
+            out[f.name] = type(getattr(defaults, f.name))(c[key])
     return Settings(**out)
 
 
 def make_strategy(s: Settings) -> Strategy:
     """The run's strategy (small options; ``hidden`` from the settings)."""
-    opts = dict(OPTIONS.get(s.strategy.lower(), {}))
+    opts: dict[str, object] = {**OPTIONS.get(s.strategy.lower(), {})}
     if "hidden" in opts:
         opts["hidden"] = (s.hidden,)
     return registered(s.strategy, **opts)
@@ -134,7 +135,8 @@ class _Outcome:
     """Writes the run's outcome to ``settings.result`` after each round and at the end."""
 
     def __init__(self, s: Settings) -> None:
-        self.s, self.t0, self.rounds = s, time.perf_counter(), []
+        self.s, self.t0 = s, time.perf_counter()
+        self.rounds: list[dict[str, float]] = []
 
     def round(self, fk: FlowerStrategy, rec: RoundRecord) -> None:
         self.rounds.append({"round": rec.round, "seconds": rec.seconds, "wall": time.perf_counter() - self.t0})
@@ -176,6 +178,7 @@ def apps(s: Settings | None = None) -> tuple[ServerApp, ClientApp]:
             st.run_config(),
             federated_evaluation=st.eval_clients > 0,
             startup_grace=st.timeout,
+            max_in_flight=st.max_in_flight or None,
         )
 
     server = server_app(

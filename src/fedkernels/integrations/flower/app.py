@@ -35,7 +35,7 @@ RUN_CONFIG_KEYS = (
     "optimizer",
     "weight-decay",
 )
-FLOWER_KEYS = ("num-clients", "federated-eval", "startup-grace", "partition-keys")
+FLOWER_KEYS = ("num-clients", "federated-eval", "startup-grace", "partition-keys", "max-in-flight")
 
 
 def run_config_from(context: Context, **defaults: object) -> RunConfig:
@@ -108,9 +108,10 @@ def flower_strategy_from(
 ) -> FlowerStrategy:
     """A :class:`FlowerStrategy` with everything from ``run_config``: the :func:`run_config_from`
     keys plus ``num-clients`` (unless given), ``federated-eval`` (bool), ``startup-grace``
-    (seconds) and ``partition-keys`` (a :func:`read_partition_keys` file; "" for none)."""
+    (seconds), ``partition-keys`` (a :func:`read_partition_keys` file; "" for none) and
+    ``max-in-flight`` (messages out at once; 0 for all)."""
     c = context.run_config
-    n = int(c["num-clients"]) if num_clients is None else num_clients  # type: ignore[call-overload]
+    n = int(c["num-clients"]) if num_clients is None else num_clients
     keys_file = str(c.get("partition-keys", ""))
     return FlowerStrategy(
         strategy,
@@ -119,8 +120,9 @@ def flower_strategy_from(
         n,
         run_config_from(context, **defaults),
         federated_evaluation=bool(c.get("federated-eval", False)),
-        startup_grace=float(c.get("startup-grace", DEFAULT_STARTUP_GRACE)),  # type: ignore[arg-type]
+        startup_grace=float(c.get("startup-grace", DEFAULT_STARTUP_GRACE)),
         partition_keys=read_partition_keys(keys_file) if keys_file else None,
+        max_in_flight=int(c.get("max-in-flight", 0)) or None,
     )
 
 

@@ -12,6 +12,11 @@ that is being served gets ``timeout`` seconds from the last reply before it; one
 others is not charged for their time. Every message carries a time-to-live of the hard cap, so the
 SuperLink drops what was not delivered by then instead of running a stale round later.
 
+With ``window``, at most that many messages are out at once (the next is pushed as a reply comes):
+Flower's simulation engine scans every pending message for every virtual node several times a
+second, so with 1000 nodes a full fan-out of 1000 messages costs it about a million checks a scan;
+a window of a few messages per worker keeps the workers busy at a fraction of that.
+
 Replies are matched to messages by ``reply_to_message_id``; a content reply from another node than
 the one addressed is ignored (an error reply is accepted from the SuperLink too: e.g. "node
 unavailable").
@@ -20,7 +25,7 @@ unavailable").
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Protocol, TypeVar
 
 from flwr.app import Message
@@ -32,9 +37,9 @@ FIRST_POLL, MAX_POLL = 0.02, 0.5  # seconds between pulls: quick while replies c
 class PushPullGrid(Protocol):
     """The part of Flower's ``Grid`` an exchange uses."""
 
-    def push_messages(self, messages: list[Message]) -> list[str]: ...
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]: ...
 
-    def pull_messages(self, message_ids: list[str]) -> list[Message]: ...
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]: ...
 
 
 def hard_cap(timeout: float, num_messages: int) -> float:
@@ -46,6 +51,7 @@ def exchange(
     grid: PushPullGrid,
     messages: Mapping[K, Message],
     timeout: float,
+    window: int | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[K, Message]:
@@ -56,23 +62,34 @@ def exchange(
         messages: what to send, keyed by the caller (e.g. client id). Their TTL should be at least
             :func:`hard_cap` (see :func:`deadline_ttl`).
         timeout: seconds one message may take, counted from the last reply before it.
+        window: the most messages out at once (``None``: all of them).
         clock, sleep: time sources (tests pass fake ones).
 
     Returns:
         key -> reply for every message answered in time (a reply may carry an error). Keys missing
-        from the result timed out.
+        from the result timed out (or were never pushed: the deadline passed first).
     """
     if not messages:
         return {}
     if not timeout > 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
-    keys = list(messages)
-    ids = list(grid.push_messages([messages[k] for k in keys]))
-    dst = {k: messages[k].metadata.dst_node_id for k in keys}
-    pending = {mid: k for mid, k in zip(ids, keys, strict=True) if mid}  # a message the SuperLink refused stays out
+    if window is not None and window < 1:
+        raise ValueError(f"window must be >= 1 or None, got {window}")
+    queue = list(messages)
+    queue.reverse()  # pop() sends them in the caller's order
+    dst = {k: messages[k].metadata.dst_node_id for k in queue}
+    pending: dict[str, K] = {}
     replies: dict[K, Message] = {}
     start = last = clock()
-    end, poll = start + hard_cap(timeout, len(keys)), FIRST_POLL
+    end, poll = start + hard_cap(timeout, len(queue)), FIRST_POLL
+
+    def push() -> None:
+        batch = [queue.pop() for _ in range(min(len(queue), (window or len(queue)) - len(pending)))]
+        if batch:
+            ids = grid.push_messages([messages[k] for k in batch])
+            pending.update((mid, k) for mid, k in zip(ids, batch, strict=True) if mid)  # a refused one stays out
+
+    push()
     while pending:
         progress = False
         for reply in grid.pull_messages(list(pending)):
@@ -86,6 +103,7 @@ def exchange(
         now = clock()
         if progress:
             last, poll = now, FIRST_POLL
+            push()
         if not pending or now - last >= timeout or now >= end:
             break
         sleep(min(poll, max(0.0, min(last + timeout, end) - now)))

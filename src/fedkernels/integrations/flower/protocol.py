@@ -106,4 +106,4 @@ def int_list_field(rec: ConfigRecord, key: str) -> list[int]:
     v = rec.get(key)
     if not isinstance(v, list) or not all(type(k) is int for k in v):
         raise pl.PayloadError(f"message field {key!r} must be a list of ints")
-    return list(v)
+    return [int(k) for k in v]

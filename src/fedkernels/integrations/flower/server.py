@@ -10,6 +10,7 @@ ServerApp from its checkpoint.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -69,6 +70,8 @@ class FlowerStrategy(_FlowerStrategy):
             starts as soon as they all do); later rounds never wait for nodes.
         partition_keys: optional client -> PEM public key of the only node allowed to serve it
             (with SuperNode authentication; see :mod:`.nodes`).
+        max_in_flight: the most messages out at once in an exchange (``None``: a round's all);
+            on Flower's simulation engine with many virtual nodes, a few per worker (:mod:`.exchange`).
 
     Attributes:
         state: the global fedkernels State.
@@ -92,6 +95,7 @@ class FlowerStrategy(_FlowerStrategy):
         federated_evaluation: bool = False,
         startup_grace: float = DEFAULT_STARTUP_GRACE,
         partition_keys: dict[int, bytes] | None = None,
+        max_in_flight: int | None = None,
     ) -> None:
         if type(strategy).setup is not Strategy.setup:
             raise NotImplementedError(
@@ -106,6 +110,9 @@ class FlowerStrategy(_FlowerStrategy):
             raise ValueError(f"eval_clients must be >= 1 or None, got {config.eval_clients}")
         if not startup_grace >= 0:
             raise ValueError(f"startup_grace must be >= 0, got {startup_grace}")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1 or None, got {max_in_flight}")
+        self.max_in_flight = max_in_flight
         self.strategy, self.config, self.num_clients = strategy, config, num_clients
         self.federated_evaluation, self.startup_grace = federated_evaluation, startup_grace
         self.dims = (num_features, num_classes)
@@ -143,7 +150,7 @@ class FlowerStrategy(_FlowerStrategy):
         """The state before round 1 as an ArrayRecord (Flower's ``start`` takes one)."""
         return self.arrays()
 
-    def start(  # type: ignore[override]
+    def start(
         self,
         grid: Grid,
         initial_arrays: ArrayRecord | None = None,
@@ -247,9 +254,10 @@ class FlowerStrategy(_FlowerStrategy):
         rnd, self._round = self._round, None
         assert rnd is not None and rnd.round == server_round - 1, "configure_train first"
         t0 = time.perf_counter()
-        answers, weights = {}, {}
+        answers: dict[int, Answer] = {}
+        weights: dict[int, int] = {}
         for c, reply in self._replies(replies).items():
-            answers[c], n = self._payload(c, reply, lambda c=c: rnd.upload_limit(c), weighted=True)
+            answers[c], n = self._payload(c, reply, functools.partial(rnd.upload_limit, c), weighted=True)
             if n is not None:
                 weights[c] = n
         self.state, rec = rnd.finish(answers, weights)
@@ -367,7 +375,7 @@ class FlowerStrategy(_FlowerStrategy):
         """Push ``messages`` and collect their replies under the queue-aware deadline."""
         batch = dict(enumerate(messages))
         self.messages_sent.update(m.metadata.message_type for m in batch.values())
-        return list(exchange(grid, batch, self.timeout).values())
+        return list(exchange(grid, batch, self.timeout, self.max_in_flight).values())
 
     def _replies(self, replies: Iterable[Message]) -> dict[int, Message | None]:
         """Each outbox client's reply (``None``: none came), matched by message id and source node."""
@@ -430,7 +438,7 @@ class FlowerStrategy(_FlowerStrategy):
             for node in unknown
         }
         self.messages_sent[pr.IDENTIFY] += len(msgs)
-        got = exchange(grid, msgs, self.timeout)
+        got = exchange(grid, msgs, self.timeout, self.max_in_flight)
         for node in unknown:
             reply = got.get(node)
             if reply is None or reply.has_error() or pr.KEY not in reply.content.config_records:
