@@ -308,3 +308,41 @@ def test_window_keeps_few_messages_out_and_loses_none():
     msgs = {n: Message(RecordDict({}), n, "train", group_id="1") for n in range(40)}
     got = exchange(grid, msgs, timeout=3.0, window=3, clock=grid.clock, sleep=grid.sleep)
     assert sorted(got) == list(range(40)) and grid.most == 3
+
+
+def test_client_refuses_a_server_with_another_identity():
+    """A train message whose run-identity digest is not the node's own gets an error reply (the
+    node never trains for a server with another fedkernels version or strategy options)."""
+    from flwr.app import ConfigRecord
+
+    from fedkernels.integrations.flower import KEY
+
+    grid = apps_grid({10: 0})
+    app, ctx = grid.apps[10]
+    header = ConfigRecord({"identity": "0" * 64, "round": 0, "seed": 1})
+    with pytest.raises(Exception, match="run identity differs"):
+        app(Message(RecordDict({KEY: header}), 10, "train", group_id="1"), ctx)
+
+
+def test_a_killed_run_resumes_to_the_same_state(tmp_path):
+    """A FlowerStrategy started again on its checkpoint (as a restarted ServerApp is) goes on from
+    the last completed round to the uninterrupted run's state and history; a checkpoint of another
+    run (another seed) is refused naming the field."""
+    ckpt = tmp_path / "run.ckpt"
+
+    def flower(rounds, seed=9, checkpoint=str(ckpt)):
+        cfg = run_config(rounds, 3, seed, timeout=5, checkpoint=checkpoint)
+        return FlowerStrategy(make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES, 4, cfg, startup_grace=0)
+
+    first = flower(2)
+    first.start(apps_grid({10: 0, 11: 1, 12: 2, 13: 3}), timeout=5)
+    again = flower(4)
+    again.start(apps_grid({20: 0, 21: 1, 22: 2, 23: 3}), timeout=5)  # new nodes, new ids: a new run
+    whole = flower(4, checkpoint=None)
+    whole.start(apps_grid({10: 0, 11: 1, 12: 2, 13: 3}), timeout=5)
+    assert again.resumed_from == 2 and same_state(again.state, whole.state)
+    assert [(h.clients, h.failed, h.bytes_up) for h in again.history] == [
+        (h.clients, h.failed, h.bytes_up) for h in whole.history
+    ]
+    with pytest.raises(ValueError, match="seed=9, this run has 10"):
+        flower(4, seed=10).start(apps_grid({10: 0, 11: 1, 12: 2, 13: 3}), timeout=5)
