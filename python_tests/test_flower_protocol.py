@@ -212,8 +212,9 @@ class Scripted(FlowerStrategy):
 def test_leave_rejoin_duplicate_and_startup_grace():
     """Client 3's node is missing at start (round 0 starts after the grace, not the timeout); client
     1's node leaves before round 1 ("gone"), and a new node claiming client 1 joins before round 2
-    and is used; a node claiming client 0, which another node serves, is refused as a duplicate,
-    then takes over when that node leaves. The state equals the in-process run with the same
+    and is used, leaves, and comes back under the same node id (asked again, used again); a node
+    claiming client 0, which another node serves, is refused as a duplicate, then takes over when
+    that node leaves. The state equals the in-process run with the same
     clients silent in the same rounds."""
     grid = apps_grid({10: 0, 11: 1, 12: 2, 20: 0})
     late = apps_grid({13: 3, 21: 1})
@@ -221,7 +222,12 @@ def test_leave_rejoin_duplicate_and_startup_grace():
     def add(node):
         return lambda g: g.apps.update({node: late.apps[node]})
 
-    script = {1: lambda g: g.offline.add(11), 2: add(21), 3: lambda g: (g.offline.add(10), add(13)(g))}
+    script = {
+        1: lambda g: g.offline.add(11),
+        2: add(21),
+        3: lambda g: (g.offline.add(10), add(13)(g), g.offline.add(21)),
+        4: lambda g: g.offline.discard(21),  # back under the same node id: asked again, serves client 1
+    }
     fk = Scripted(
         script, make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES, 4, run_config(5, 4, 9, timeout=5), startup_grace=0.2
     )
@@ -231,14 +237,15 @@ def test_leave_rejoin_duplicate_and_startup_grace():
         [(3, "not connected")],
         [(1, "gone (node left)"), (3, "not connected")],
         [(3, "not connected")],
-        [],
+        [(1, "gone (node left)")],
         [],
     ]
     kinds = [(e.round, e.kind, e.node, e.client) for e in fk.nodes.events]
     assert (0, "refused", 20, 0) in kinds and (1, "left", 11, 1) in kinds and (2, "joined", 21, 1) in kinds
     assert (3, "left", 10, 0) in kinds and (3, "took over", 20, 0) in kinds and (3, "joined", 13, 3) in kinds
+    assert (3, "left", 21, 1) in kinds and (4, "joined", 21, 1) in kinds
     assert fk.discovery_seconds < 5  # the grace, not the 5 s timeout
-    silent = {0: {3}, 1: {1, 3}, 2: {3}}
+    silent = {0: {3}, 1: {1, 3}, 2: {3}, 3: {1}}
 
     class Silent:
         def __init__(self, inner, cid):
@@ -261,7 +268,7 @@ def test_leave_rejoin_duplicate_and_startup_grace():
     ref.run()
     assert same_state(fk.state, ref.state)
     assert [[c for c, _ in h.failed] for h in fk.history] == [[c for c, _ in h.failed] for h in ref.history]
-    assert fk.messages_sent["query.fedkernels_identify"] == 6  # each node asked once
+    assert fk.messages_sent["query.fedkernels_identify"] == 7  # each node once, node 21 again on its return
 
 
 def test_node_with_other_options_is_refused():

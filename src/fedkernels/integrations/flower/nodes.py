@@ -94,14 +94,17 @@ class NodeRegistry:
         self.events.append(NodeEvent(round, "unidentified", node, None, reason))
 
     def refresh(self, round: int, online: set[int]) -> None:
-        """Drop nodes that are no longer online; hand their clients to a standby node, if one is online."""
+        """Drop nodes that are no longer online (one that comes back is asked again); hand their
+        clients to a standby node, if one is online."""
         for node in sorted(set(self.client_of) - online):
             cid = self.client_of.pop(node)
             del self.node_of[cid]
             self.left.add(cid)
             self.events.append(NodeEvent(round, "left", node, cid))
-        for node in sorted(set(self.standby) - online):
-            del self.standby[node]
+        for node in self.seen - online:  # e.g. an authenticated node restarting keeps its id
+            self.standby.pop(node, None)
+            self.refused.pop(node, None)
+        self.seen &= online
         for node, cid in sorted(self.standby.items()):
             if cid not in self.node_of:
                 del self.standby[node]
