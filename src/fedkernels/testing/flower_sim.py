@@ -63,6 +63,7 @@ class Settings:
     eval_clients: int = 0  # clients per federated evaluation (0: no federated evaluation)
     fault_rate: float = 0.0  # share of train replies turned hostile (:mod:`.flower_faults`)
     max_in_flight: int = 0  # messages out at once (0: all)
+    startup_grace: float = 600.0  # seconds to wait for every node before round 1 (ends when all answered)
     checkpoint: str = ""
     result: str = ""
 
@@ -177,7 +178,7 @@ def apps(s: Settings | None = None) -> tuple[ServerApp, ClientApp]:
             st.num_clients,
             st.run_config(),
             federated_evaluation=st.eval_clients > 0,
-            startup_grace=st.timeout,
+            startup_grace=st.startup_grace,
             max_in_flight=st.max_in_flight or None,
         )
 

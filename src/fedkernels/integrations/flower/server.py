@@ -206,10 +206,13 @@ class FlowerStrategy(_FlowerStrategy):
 
     def connect(self, grid: Grid) -> None:
         """Before round 1: identify the online nodes until every client has one or
-        ``startup_grace`` seconds pass (a missing client fails "not connected" until its node comes)."""
+        ``startup_grace`` seconds pass (a missing client fails "not connected" until its node comes).
+        A node slow to answer now (e.g. the simulation engine's workers still starting) is asked
+        again, waiting up to the grace for a first reply, and is not counted against it."""
         t0 = time.monotonic()
         while True:
-            self._refresh(grid, len(self.history))
+            left = max(0.0, self.startup_grace - (time.monotonic() - t0))
+            self._refresh(grid, len(self.history), startup_wait=max(self.timeout, left))
             if self.nodes.complete() or time.monotonic() - t0 >= self.startup_grace:
                 break
             time.sleep(min(0.5, max(0.0, self.startup_grace - (time.monotonic() - t0))))
@@ -420,8 +423,9 @@ class FlowerStrategy(_FlowerStrategy):
         except pl.PayloadError as e:
             return e, None
 
-    def _refresh(self, grid: Grid, r: int) -> None:
-        """Update the client-to-node map: drop nodes that left, identify the ones never asked."""
+    def _refresh(self, grid: Grid, r: int, startup_wait: float | None = None) -> None:
+        """Update the client-to-node map: drop nodes that left, identify the ones never asked (with
+        ``startup_wait``: before round 1, that long for replies, no refusal for silence)."""
         self._refreshed = r
         if self.nodes.partition_keys is not None:
             infos = {int(n.node_id): bytes(n.public_key) for n in grid.get_nodes()}
@@ -438,10 +442,12 @@ class FlowerStrategy(_FlowerStrategy):
             for node in unknown
         }
         self.messages_sent[pr.IDENTIFY] += len(msgs)
-        got = exchange(grid, msgs, self.timeout, self.max_in_flight)
+        got = exchange(grid, msgs, startup_wait or self.timeout, self.max_in_flight)
         for node in unknown:
             reply = got.get(node)
             if reply is None or reply.has_error() or pr.KEY not in reply.content.config_records:
+                if startup_wait is not None:  # not counted: asked again on the next pass
+                    continue
                 tries = self._identify_tries[node] = self._identify_tries.get(node, 0) + 1
                 why = "no reply" if reply is None else "an error" if reply.has_error() else "no header"
                 self.nodes.fail_identify(r, node, f"identify query: {why} (try {tries})")
