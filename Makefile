@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # The lint tools are pinned: another ruff or clang-format version formats some lines differently.
 RUFF_PIN := ruff==0.17.6
 LINT_DEPS := $(RUFF_PIN) mypy==2.4.1 clang-format==23.1.5
-DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr>=1.41,<2' cryptography pycryptodome dp-accounting $(LINT_DEPS)
+DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr[simulation]>=1.42,<2' cryptography pycryptodome dp-accounting $(LINT_DEPS)
 # The API reference (mkdocs.yml): mkdocstrings reads the docstrings from src/ without importing it;
 # ruff formats the rendered signatures.
 DOCS_DEPS := 'mkdocs>=1.6,<2' 'mkdocstrings[python]>=0.29' $(RUFF_PIN)
@@ -39,8 +39,9 @@ install: $(PY) $(VENV)/.privacy-deps
 demo: install
 	$(VENV)/bin/fedkernels run --demo
 
+# --dist loadgroup: tests marked xdist_group share a worker (the Flower deployment is started once).
 test: install
-	$(PY) -m pytest -q -n 2 python_tests --ignore=python_tests/fuzz
+	$(PY) -m pytest -q -n 2 --dist loadgroup python_tests --ignore=python_tests/fuzz
 
 # The fuzzers of every untrusted decoder (python_tests/fuzz, docs/api/hardening.md "Fuzzing in CI"):
 # fixed, derandomized budgets, about a minute on 2 cores; CI runs them as their own step.

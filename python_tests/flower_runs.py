@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from fedkernels.fl import ClientData, RunConfig, Strategy, TrainConfig
 from fedkernels.fl.registry import make_strategy as registered
 from python_tests.fl_data import one_label_clients, tiny_clients
@@ -76,7 +78,10 @@ def run_config(
 
 
 class Drill:
-    """A client that crashes or sends garbage in chosen rounds (``faults``: {round: "crash"|"garbage"})."""
+    """A client that crashes or sends garbage in chosen rounds (``faults``: {round: "crash"|"garbage"}).
+    Garbage is a well-formed payload of the wrong tensors (every tensor's bytes as uint8, each byte
+    flipped), so it reaches the server's checks over any transport (Flower carries tensors, not raw
+    bytes): float tensors fail their dtype, codec streams their checks."""
 
     def __init__(self, inner, faults: dict[int, str]) -> None:
         self.inner, self.faults = inner, faults
@@ -89,7 +94,14 @@ class Drill:
         if kind == "crash":
             raise RuntimeError(f"drill crash in round {round}")
         up = self.inner.update(download, round, seed)
-        return b"\x07" * len(up) if kind == "garbage" else up
+        return as_bytes(up) if kind == "garbage" else up
+
+
+def as_bytes(upload: bytes) -> bytes:
+    """The upload with every tensor as its raw uint8 bytes, each flipped (names kept)."""
+    from fedkernels.fl import payload as pl
+
+    return pl.encode({n: t.reshape(-1).view(torch.uint8) ^ 0x5A for n, t in pl.decode(upload).items()})
 
 
 def drill_wrapper(spec: str):

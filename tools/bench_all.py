@@ -38,6 +38,7 @@ QUICK: dict[str, list[str]] = {
     "fl_sampled": ["--quick"],
     "fl_xc_scale": ["--quick"],
     "flower_load": ["--quick"],
+    "flower_sim": ["--quick"],
     "hardening": ["--quick"],
     "sketch_ceiling": ["--quick"],
     "privacy": ["--quick"],
@@ -51,6 +52,7 @@ NOT_BENCHMARKS = (
     "select_shapes",
     "spread_peers",
     "spread_faiss_worker",
+    "proctree",
 )  # helpers, a printer
 
 

@@ -19,6 +19,7 @@ from ..metrics import ranking_metrics
 from . import payload as pl
 from .device import to_device
 from .round import Answer, ClientSentNothing, failure_reason
+from .seeding import numpy_rng
 from .strategy import SERVER, State, Strategy
 from .types import ClientData
 
@@ -35,10 +36,27 @@ def evaluation_ks(ks: tuple[int, ...], num_classes: int) -> tuple[int, ...]:
     return tuple(sorted({int(k) for k in ks if 1 <= int(k) <= num_classes}))
 
 
+def evaluation_payload(state: State) -> pl.Payload:
+    """What the server sends each evaluating client: the global state less the server-only entries
+    (``SERVER`` prefix)."""
+    return {n: t for n, t in state.items() if not n.startswith(SERVER)}
+
+
 def evaluation_download(state: State) -> bytes:
-    """What the server sends each evaluating client: the global state, serialised, less the
-    server-only entries (``SERVER`` prefix)."""
-    return pl.encode({n: t for n, t in state.items() if not n.startswith(SERVER)})
+    """:func:`evaluation_payload`, serialised."""
+    return pl.encode(evaluation_payload(state))
+
+
+def evaluation_clients(seed: int, round: int, num_clients: int, per_round: int | None) -> list[int]:
+    """The clients that evaluate after ``round`` (0-based): all of them when ``per_round`` is None
+    or at least ``num_clients``, else a seeded sample of ``per_round`` without replacement (its own
+    stream, independent of the training selection), ascending."""
+    if per_round is None or per_round >= num_clients:
+        return list(range(num_clients))
+    if per_round < 1:
+        raise ValueError(f"eval_clients must be >= 1 or None, got {per_round}")
+    rng = numpy_rng(seed, "evaluate", round)
+    return sorted(int(c) for c in rng.choice(num_clients, size=per_round, replace=False))
 
 
 def client_evaluation(

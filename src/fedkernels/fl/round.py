@@ -155,6 +155,9 @@ class Round:
     _requests: dict[int, pl.Payload | None] = field(default_factory=dict)
     _sent: dict[int, tuple[pl.Payload, int]] = field(default_factory=dict)  # client -> (download, its bytes)
     _bytes_up: dict[int, int] = field(default_factory=dict)
+    _sizes: dict[tuple, int] = field(default_factory=dict)  # download tensors -> their serialised size
+    _encoded: dict[tuple, bytes] = field(default_factory=dict)  # download tensors -> their bytes (in-process)
+    _keep: list[pl.Payload] = field(default_factory=list)
 
     @property
     def device(self) -> torch.device:
@@ -177,7 +180,16 @@ class Round:
     def downloads(self, requests: Mapping[int, Answer]) -> dict[int, bytes]:
         """Check each live client's request and build its download. ``requests[c]`` is the raw
         request (``None``: it made none; a missing client made none). Returns the serialised
-        download of every client still live, ascending."""
+        download of every client still live, ascending; clients whose downloads hold the same
+        tensors share one ``bytes`` object (serialised once)."""
+        return {c: self._encoded[_tensors_key(down)] for c, down in self._build(requests, keep_bytes=True).items()}
+
+    def download_payloads(self, requests: Mapping[int, Answer]) -> dict[int, pl.Payload]:
+        """As :meth:`downloads`, but the downloads as tensors, for a transport with its own wire
+        form; the bytes each takes serialised are counted (not kept) all the same."""
+        return self._build(requests, keep_bytes=False)
+
+    def _build(self, requests: Mapping[int, Answer], keep_bytes: bool) -> dict[int, pl.Payload]:
         spec = self.strategy.request_spec(self.state)
         out = {}
         for c, seed in self.seeds().items():
@@ -191,13 +203,37 @@ class Round:
                     request = to_device(pl.decode(raw, bounded(spec, self.max_upload_bytes)), self.device)
                 # A request that passed its spec may still be refused by the strategy: this client only.
                 down = self.strategy.client_payload(self.state, c, request, self.round, seed)
+                size = self._size(down, keep_bytes)
             except Exception as e:
                 self.fail(c, e)
                 continue
-            raw_down = pl.encode(down)
-            self._requests[c], self._sent[c] = request, (down, len(raw_down))
-            out[c] = raw_down
+            self._requests[c], self._sent[c] = request, (down, size)
+            out[c] = down
         return out
+
+    def _size(self, down: pl.Payload, keep_bytes: bool) -> int:
+        """The serialised size of ``down``, serialising once per distinct set of tensors: a download
+        holding the same tensor objects (same versions) as an earlier one shares its bytes (e.g.
+        every client's copy of the global state). The bytes are kept with ``keep_bytes``."""
+        key = _tensors_key(down)
+        if key not in self._sizes:
+            raw = pl.encode(down)
+            self._sizes[key] = len(raw)
+            self._keep.append(down)  # the tensors stay alive, so their ids are not reused this round
+            if keep_bytes:
+                self._encoded[key] = raw
+        return self._sizes[key]
+
+    def upload_limit(self, client_id: int) -> int:
+        """The most bytes ``client_id``'s upload may take (its spec's bound, lowered by
+        ``max_upload_bytes``): a transport refuses more before decoding anything."""
+        down, _ = self._sent[client_id]
+        return bounded(self.strategy.upload_spec(self.state, down), self.max_upload_bytes).byte_limit()
+
+    def request_limit(self) -> int:
+        """The most bytes a client request may take (0 when the strategy takes none)."""
+        spec = self.strategy.request_spec(self.state)
+        return 0 if spec is None else bounded(spec, self.max_upload_bytes).byte_limit()
 
     def bytes_down(self, client_id: int) -> int:
         """The bytes of the download built for ``client_id`` (0 if none was)."""
@@ -241,6 +277,20 @@ class Round:
         )
         rec.seconds = time.perf_counter() - self.t0
         return state, rec
+
+
+def tensor_identity(t: torch.Tensor) -> tuple[int, object]:
+    """A tensor's identity while unchanged: its object and version (in-place writes bump it). An
+    inference tensor has no version: it gets a fresh token, so it is never taken for another."""
+    try:
+        return id(t), t._version
+    except RuntimeError:
+        return id(t), object()
+
+
+def _tensors_key(payload: pl.Payload) -> tuple:
+    """Names and tensor identities of a payload: equal keys, equal bytes."""
+    return tuple((name, *tensor_identity(t)) for name, t in sorted(payload.items()))
 
 
 def _unwrap(answer: Answer) -> bytes | None:

@@ -60,6 +60,7 @@ class RunConfig:
     # where the state, local training and evaluation run: "cpu", "cuda" or "cuda:N" (fedkernels.fl.device).
     # Not part of a checkpoint's run identity: a run checkpointed on one device resumes on another.
     device: str = "cpu"
+    eval_clients: int | None = None  # clients per federated evaluation (a seeded sample); None: all
 
 
 class Server:
@@ -94,6 +95,8 @@ class Server:
         if config.client_timeout is not None and not config.client_timeout > 0:
             raise ValueError(f"client_timeout must be positive or None, got {config.client_timeout}")
         self.device = resolve_device(config.device)
+        if config.eval_clients is not None and config.eval_clients < 1:
+            raise ValueError(f"eval_clients must be >= 1 or None, got {config.eval_clients}")
         self.strategy = strategy
         self.clients = clients
         self.config = config
@@ -213,19 +216,22 @@ class Server:
         )
 
     def evaluate_federated(
-        self, held_out: list[ClientData], ks: tuple[int, ...] | None = None
+        self, held_out: list[ClientData], ks: tuple[int, ...] | None = None, round: int | None = None
     ) -> tuple[dict[str, float], dict[int, str]]:
-        """Federated evaluation (:mod:`fedkernels.fl.evaluation`): every client ranks its own
-        held-out set ``held_out[c]`` under the global model, through real serialisation; the
-        example-weighted P@k/nDCG@k and the clients whose report failed."""
+        """Federated evaluation (:mod:`fedkernels.fl.evaluation`): clients rank their own held-out
+        sets ``held_out[c]`` under the global model, through real serialisation; the
+        example-weighted P@k/nDCG@k and the clients whose report failed. After ``round`` (0-based)
+        with ``config.eval_clients`` set, only that round's seeded sample of clients evaluates
+        (:func:`fedkernels.fl.evaluation.evaluation_clients`); otherwise every client does."""
         if len(held_out) != len(self.clients):
             raise ValueError(f"held_out must hold one set per client ({len(self.clients)}), got {len(held_out)}")
         ks = ev.evaluation_ks(ks or self.config.eval_k, held_out[0].num_classes)
         down = ev.evaluation_download(self.state)
+        per_round = self.config.eval_clients if round is not None else None
         reports: dict[int, Answer] = {}
-        for c, data in enumerate(held_out):
+        for c in ev.evaluation_clients(self.config.seed, round or 0, len(self.clients), per_round):
             try:
-                reports[c] = ev.client_evaluation(self.strategy, down, data, ks, self.device)
+                reports[c] = ev.client_evaluation(self.strategy, down, held_out[c], ks, self.device)
             except Exception as e:  # this client's failure only
                 reports[c] = e
         metrics, failed, _ = ev.aggregate_evaluation(reports, ks)
@@ -245,7 +251,7 @@ class Server:
             if test is not None and (rec.round + 1) % self.config.eval_every == 0:
                 rec.metrics = self.evaluate(test)
             if held_out is not None and (rec.round + 1) % self.config.eval_every == 0:
-                fed, _ = self.evaluate_federated(held_out)
+                fed, _ = self.evaluate_federated(held_out, round=rec.round)
                 rec.metrics.update({f"fed-{k}": v for k, v in fed.items()})
             if self.config.checkpoint is not None:
                 self.save_checkpoint(self.config.checkpoint)
