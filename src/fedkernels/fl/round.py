@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from . import payload as pl
-from .client import ClientTimeout
+from .client import ROUND_TAG, ClientTimeout
 from .seeding import derive_seed, numpy_rng
 from .strategy import State, Strategy
 from .types import ClientResult, RoundRecord
@@ -56,14 +56,26 @@ def bounded(spec: pl.PayloadSpec, max_bytes: int | None) -> pl.PayloadSpec:
     return spec if max_bytes is None else dataclasses.replace(spec, max_bytes=min(spec.max_bytes, max_bytes))
 
 
+MAX_REASON_CHARS = 300
+"""The longest failure reason a round records. Reasons quote what a client sent (tensor names,
+its exception's message), so a hostile client could make every record, the history kept in memory,
+results.json and every checkpoint grow at will; longer reasons are cut, saying how long they were."""
+
+
 def failure_reason(e: BaseException) -> str:
     """The ``RoundRecord.failed`` reason for a client failure: "rejected: ...", "timed out ...",
-    "sent no upload", a transport's own reason, or "crashed: <type>: <message>"."""
+    "sent no upload", a transport's own reason, or "crashed: <type>: <message>"; at most
+    :data:`MAX_REASON_CHARS` characters."""
     if isinstance(e, ValueError):  # PayloadError and any other malformed-input error of a check
-        return f"rejected: {e}"
-    if isinstance(e, (ClientTimeout, ClientSentNothing, ClientFailed)):
-        return str(e)
-    return f"crashed: {type(e).__name__}: {e}"
+        why = f"rejected: {e}"
+    elif isinstance(e, (ClientTimeout, ClientSentNothing, ClientFailed)):
+        why = str(e)
+    else:
+        why = f"crashed: {type(e).__name__}: {e}"
+    if len(why) <= MAX_REASON_CHARS:
+        return why
+    tail = f"... ({len(why)} characters)"
+    return why[: MAX_REASON_CHARS - len(tail)] + tail
 
 
 def has_setup_exchange(strategy: Strategy) -> bool:
@@ -206,6 +218,7 @@ class Round:
             self._bytes_up[c] = self._bytes_up.get(c, 0) + len(answer)
             try:
                 checked = pl.decode(answer, bounded(self.strategy.upload_spec(self.state, down), self.max_upload_bytes))
+                check_round_tag(answer, self.round)
                 checked = self.strategy.check_upload(self.state, down, checked, self._requests[c])
             except ValueError as e:  # the decoders and checks raise only this (PayloadError) on bad bytes
                 self.fail(c, e)
@@ -229,6 +242,21 @@ class Round:
         )
         rec.seconds = time.perf_counter() - self.t0
         return state, rec
+
+
+def check_round_tag(upload: bytes, round: int) -> None:
+    """Refuse an upload not tagged with ``round`` (:data:`fedkernels.fl.client.ROUND_TAG`): a
+    client's upload replayed in a later round, or a late answer to an earlier one, is never
+    aggregated again. Call after the upload decoded.
+
+    Raises:
+        PayloadError: the tag is missing or names another round.
+    """
+    tag = pl.read_metadata(upload).get(ROUND_TAG)
+    if tag is None:
+        raise pl.PayloadError(f"upload carries no round tag ({ROUND_TAG!r} metadata); this is round {round}")
+    if tag != str(round):
+        raise pl.PayloadError(f"upload is tagged for round {tag!r:.24}, this is round {round} (a replayed upload?)")
 
 
 def _unwrap(answer: Answer) -> bytes | None:

@@ -23,6 +23,7 @@ from . import evaluation as ev
 from . import payload as pl
 from .checkpoint import clean_stale_temps, load_checkpoint, save_checkpoint
 from .client import ClientEndpoint, LocalClient, call_with_deadline
+from .data_identity import data_fingerprint
 from .round import (  # noqa: F401  (re-exported: the names the loop has always had)
     Answer,
     ClientSentNothing,
@@ -56,6 +57,9 @@ class RunConfig:
     client_timeout: float | None = None  # seconds per client call; None waits forever
     checkpoint: str | None = None  # file written after every round of run(), resumed from if present
     max_upload_bytes: int | None = None  # tighter bound than the strategy's spec on any client's bytes
+    # names the clients' data in a checkpoint's run identity; None: the in-process server hashes the
+    # clients' data (fl.data_identity), a Flower server (which never holds it) records none
+    data_id: str | None = None
 
 
 class Server:
@@ -104,6 +108,7 @@ class Server:
         self.state = with_entries(self.state, strategy.setup(clients, derive_seed(config.seed, "setup")))
         self.history: list[RoundRecord] = []
         self.round = 0
+        self._data_id: str | None = None
         self.endpoints: list[ClientEndpoint] = [LocalClient(strategy, d, config.train) for d in clients]
         if client_wrapper is not None:
             self.endpoints = [client_wrapper(i, e) for i, e in enumerate(self.endpoints)]
@@ -180,7 +185,9 @@ class Server:
         self.history = [record_from_json(h) for h in meta["history"]]
 
     def _identity(self) -> dict:
-        return run_identity(self.strategy, self.config, len(self.clients))
+        if self._data_id is None:  # computed once, when a checkpoint is first written or read
+            self._data_id = self.config.data_id or data_fingerprint(self.clients)
+        return run_identity(self.strategy, self.config, len(self.clients), self._data_id)
 
     def evaluate(
         self,
@@ -245,10 +252,12 @@ class Server:
         return self.history
 
 
-def run_identity(strategy: Strategy, config: RunConfig, num_clients: int) -> dict:
-    """What a checkpoint must match to be resumed by a run (as it reads back from JSON)."""
+def run_identity(strategy: Strategy, config: RunConfig, num_clients: int, data: str | None = None) -> dict:
+    """What a checkpoint must match to be resumed by a run (as it reads back from JSON); ``data``
+    names the clients' data (default: ``config.data_id``)."""
     ident = {
         "strategy": strategy.name,
+        "data": data if data is not None else config.data_id,
         "seed": config.seed,
         "num_clients": num_clients,
         "clients_per_round": config.clients_per_round,
@@ -263,6 +272,13 @@ def check_identity(meta: dict, mine: dict, path: str | Path) -> None:
     where the checkpoint's run identity ``meta`` differs from this run's ``mine``."""
     for key, want in mine.items():
         have = meta.get(key)
+        if key == "data" and have is None and "data" in meta:
+            continue  # written without a data identity (a Flower server never holds the data)
+        if key == "data" and have != want:
+            raise ValueError(
+                f"checkpoint {path} was written for other data (data={have!r:.24}..., this run has "
+                f"{want!r:.24}...): another dataset, split, partition or preprocessing"
+            )
         if isinstance(want, dict) and isinstance(have, dict):
             for sub in sorted(set(want) | set(have)):
                 if have.get(sub) != want.get(sub):
