@@ -88,13 +88,24 @@ def label_report(data: ClientData, key: bytes, class_rows: torch.Tensor) -> Payl
     }
 
 
-def label_report_spec(num_classes: int) -> PayloadSpec:
-    """What a well-formed :func:`label_report` looks like (rows are server rows of ``num_classes``)."""
+MAX_REPORT_PAIRS = 1 << 16
+"""The default bound on a setup report's (instance, label) pairs (64 bytes each: a 4 MiB report).
+An honest FedALC client reports one pair per sample it holds; raise ``max_report_pairs`` for
+clients with more samples."""
+
+
+def label_report_spec(
+    num_classes: int, max_pairs: int = MAX_REPORT_PAIRS, max_labels: int | None = None
+) -> PayloadSpec:
+    """What a well-formed :func:`label_report` looks like: at most ``max_pairs`` pairs and
+    ``max_labels`` (default ``num_classes``) label digests linked to distinct server rows of
+    ``num_classes``. Every tensor is bounded, so a longer report is refused on its length alone."""
+    m = num_classes if max_labels is None else max_labels
     return PayloadSpec(
         {
-            "pairs": TensorSpec(torch.uint8, (None, 2 * ls.DIGEST_BYTES)),
-            "label_digests": TensorSpec(torch.uint8, ("m", ls.DIGEST_BYTES)),
-            "rows": TensorSpec(torch.int64, ("m",), min_value=0, max_value=num_classes, unique=True),
+            "pairs": TensorSpec(torch.uint8, (None, 2 * ls.DIGEST_BYTES), max_numel=max_pairs * 2 * ls.DIGEST_BYTES),
+            "label_digests": TensorSpec(torch.uint8, ("m", ls.DIGEST_BYTES), max_numel=m * ls.DIGEST_BYTES),
+            "rows": TensorSpec(torch.int64, ("m",), min_value=0, max_value=num_classes, unique=True, max_numel=m),
         }
     )
 
@@ -115,13 +126,23 @@ def check_label_report(report: Payload) -> Payload:
 def pair_weights_from_reports(reports: Sequence[Payload], num_classes: int) -> PairWeights:
     """Server side of the label-set collection: merge the checked reports into label sets over
     digests, build ``alpha`` and move it to the linked server rows. Where clients link one digest to
-    different rows, the first report's link holds (reports in ascending client id)."""
-    sets = ls.merge_reports(ls.LabelReport.from_tensor(r["pairs"]) for r in reports)
+    different rows, or different digests to one row, the first report's link holds (reports in
+    ascending client id) and the pairs of the digest that lost are dropped."""
     links: dict[bytes, int] = {}
+    taken: set[int] = set()
     for r in reports:
         raw = r["label_digests"].contiguous().numpy().tobytes()
         for i, row in enumerate(r["rows"].tolist()):
-            links.setdefault(raw[i * ls.DIGEST_BYTES : (i + 1) * ls.DIGEST_BYTES], int(row))
+            digest = raw[i * ls.DIGEST_BYTES : (i + 1) * ls.DIGEST_BYTES]
+            # one digest per row, first come: an honest run links each class's one digest to its row,
+            # so a second digest claiming a taken row comes from a lying client (its pairs are dropped;
+            # kept, they would give the row two sets of pairs and the weights duplicate entries)
+            if digest not in links and int(row) not in taken:
+                links[digest] = int(row)
+                taken.add(int(row))
+    sets = ls.merge_reports(
+        ls.LabelReport(tuple(p for p in ls.LabelReport.from_tensor(r["pairs"]).pairs if p[1] in links)) for r in reports
+    )
     to_row = torch.tensor([links[d] for d in sets.label_digests], dtype=torch.int64)
     pw = sets.pair_weights()
     rows = torch.repeat_interleave(torch.arange(sets.num_classes), pw.indptr.diff())
@@ -322,9 +343,24 @@ class FedALC(FedAwS):
     # class_permutation(secret, C) memoised per C: configuration (the constructor's secret), not run state
     config_caches = ("_perms",)
 
-    def __init__(self, *args, client_secret: bytes | None = None, **kw) -> None:
+    def __init__(
+        self,
+        *args,
+        client_secret: bytes | None = None,
+        max_report_pairs: int = MAX_REPORT_PAIRS,
+        client_secret_file: str | None = None,
+        **kw,
+    ) -> None:
         super().__init__(*args, **kw)
+        if isinstance(max_report_pairs, bool) or not isinstance(max_report_pairs, int) or max_report_pairs < 1:
+            raise ValueError(f"max_report_pairs must be an integer >= 1, got {max_report_pairs!r}")
+        if client_secret is not None and client_secret_file is not None:
+            raise ValueError("pass client_secret or client_secret_file, not both")
+        if client_secret_file is not None:
+            client_secret = ls.secret_from_file(client_secret_file)
         self._secret = ls.new_client_secret() if client_secret is None else ls.check_secret(client_secret)
+        self.max_report_pairs = max_report_pairs
+        self.client_secret_file = client_secret_file
         self._perms: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def _permutation(self, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -356,7 +392,10 @@ class FedALC(FedAwS):
         return label_report(data, self._secret, self._permutation(data.num_classes)[0])
 
     def setup_report_spec(self, state: State) -> PayloadSpec:
-        return label_report_spec(state["W"].shape[0])
+        """A client holds one class, so its report links one label digest; its pairs are bounded by
+        ``max_report_pairs``. So one report is at most ``64 max_report_pairs`` bytes plus a small
+        header, and adds at most ``2 (C - 1)`` pair weights (its row's co-occurrences)."""
+        return label_report_spec(state["W"].shape[0], self.max_report_pairs, max_labels=1)
 
     def check_setup_report(self, report: Payload) -> Payload:
         return check_label_report(report)
