@@ -72,9 +72,11 @@ def test_fedalc_setup_reports_stay_within_the_setup_bound():
 def test_a_10000_round_hostile_history_checkpoint_stays_loadable_and_bounded():
     """A 10,000-round run with four rejected clients a round: the checkpoint loads (before: its header
     passed the loader's 4 MiB after about 1,100 such rounds), its size is the model plus the history,
-    and saving or loading it grows the peak by at most a few times the history's bytes."""
+    and saving or loading it grows the peak by at most the model plus 6 x the history's JSON bytes (the
+    records as Python objects, their JSON text, the file's bytes; the writer parses what it wrote, as
+    the reader will)."""
     got = child("long-history")
     assert got["rounds"] == 10_000 and got["same"], got
     assert got["file_mib"] <= got["model_mib"] + got["history_mib"] + 1, got
-    bound = got["model_mib"] + 4 * got["history_mib"] + SLACK_MIB
-    assert got["save_growth_mib"] <= bound and got["load_growth_mib"] <= bound + 6 * got["history_mib"], got
+    bound = got["model_mib"] + 6 * got["history_mib"] + SLACK_MIB
+    assert got["save_growth_mib"] <= bound and got["load_growth_mib"] <= bound, got

@@ -132,23 +132,64 @@ def _open_locked_temp(tmp: Path) -> int:
     raise OSError(f"cannot create the temp file {tmp}: it keeps being removed")
 
 
-def encode_checkpoint(state: dict[str, torch.Tensor], meta: dict) -> bytes:
+def _record_json(rec: dict) -> bytes:
+    return json.dumps(rec, allow_nan=True, separators=(",", ":")).encode()
+
+
+class HistoryLog:
+    """A run's history as checkpoint JSON, each record encoded and checked once.
+
+    A record is final once a later one exists (the loop may still add metrics to the last record, e.g.
+    after a federated evaluation), so :meth:`encode` keeps the JSON of every record but the last and
+    encodes only the new ones and the last: a save then costs the concatenation of the kept bytes, not
+    a re-encoding and re-check of every round so far. A writer that changes an earlier record must use
+    a fresh log (the in-process :class:`~fedkernels.fl.Server` never does)."""
+
+    def __init__(self, num_clients: object = None, path: str | Path = "") -> None:
+        self.num_clients, self.path = num_clients, path
+        self._final: list[bytes] = []
+
+    def encode(self, records: list[dict]) -> bytes:
+        """The history tensor's bytes for ``records`` (dicts as :func:`record_from_json` reads them).
+
+        Raises:
+            PayloadError: a record fails :func:`check_record` (naming its field).
+        """
+        if len(self._final) >= len(records):
+            self._final = self._final[: max(0, len(records) - 1)]
+        for i in range(len(self._final), len(records)):
+            line = _record_json(records[i])
+            check_record(json.loads(line), i, self.num_clients, self.path)  # as the reader will see it
+            if i < len(records) - 1:
+                self._final.append(line)
+            else:
+                last = line
+        parts = self._final + ([last] if records else [])
+        return b"[" + b",".join(parts) + b"]"
+
+
+def encode_checkpoint(state: dict[str, torch.Tensor], meta: dict, history: bytes | None = None) -> bytes:
     """The bytes of a checkpoint of ``state`` with ``meta`` (a JSON-able dict with ``round`` and
-    ``history``, a list of round records as dicts, plus the run identity). The history goes into the
-    ``fedkernels.history`` tensor, the rest into the header's metadata, both under the checksum."""
+    ``history``, a list of round records as dicts, plus the run identity), or with ``history`` already
+    encoded (:class:`HistoryLog`). The history goes into the ``fedkernels.history`` tensor, the rest
+    into the header's metadata, both under the checksum."""
     if HISTORY in state:
         raise ValueError(f"state may not hold a tensor named {HISTORY!r} (the checkpoint's history)")
     small = {k: v for k, v in meta.items() if k != "history"}
     meta_json = json.dumps({"format": FORMAT, **small}, allow_nan=True)
-    history = json.dumps(meta.get("history", []), allow_nan=True, separators=(",", ":")).encode()
+    if history is None:
+        history = json.dumps(meta.get("history", []), allow_nan=True, separators=(",", ":")).encode()
     tensors = {**state, HISTORY: torch.frombuffer(bytearray(history), dtype=torch.uint8)}
     return pl.encode(tensors, metadata={_META_KEY: meta_json, _SUM_KEY: checksum(tensors, meta_json)})
 
 
-def save_checkpoint(path: str | Path, state: dict[str, torch.Tensor], meta: dict) -> None:
+def save_checkpoint(
+    path: str | Path, state: dict[str, torch.Tensor], meta: dict, log: HistoryLog | None = None
+) -> None:
     """Write ``state`` and the JSON-able ``meta`` (with their checksum) to ``path`` atomically (temp
     file under ``flock``, fsync, rename, fsync of the directory). Stale temp files of earlier killed
-    saves go first.
+    saves go first. With ``log``, ``meta["history"]`` is encoded (and its records checked) through it,
+    so only the records new since the last save are.
 
     Raises:
         ValueError: the checkpoint would fail the loader's checks (a record or the header over its
@@ -156,8 +197,12 @@ def save_checkpoint(path: str | Path, state: dict[str, torch.Tensor], meta: dict
     """
     path = Path(path)
     clean_stale_temps(path)
-    body = encode_checkpoint(state, meta)
-    check_file_bytes(body, state, path, tensors=False)  # loadable, or not written at all
+    if log is None:
+        body = encode_checkpoint(state, meta)
+        check_file_bytes(body, state, path, tensors=False)  # loadable, or not written at all
+    else:
+        body = encode_checkpoint(state, meta, log.encode(meta["history"]))
+        check_file_bytes(body, state, path, tensors=False, records=len(meta["history"]))
     tmp = _temp_name(path, os.getpid())
     fd = _open_locked_temp(tmp)
     try:
@@ -234,12 +279,13 @@ def _peek_round(head: bytes) -> int:
 
 
 def check_file_bytes(
-    data: bytes, like: dict[str, torch.Tensor], path: str | Path, tensors: bool = True
+    data: bytes, like: dict[str, torch.Tensor], path: str | Path, tensors: bool = True, records: int | None = None
 ) -> tuple[dict[str, torch.Tensor], dict]:
     """Every check :func:`load_checkpoint` runs on a checkpoint's bytes: framing and sizes against
     ``like`` (header within ``MAX_HEADER_BYTES``), metadata and history fields, and (``tensors``) the
     tensors built and the checksum verified. With ``tensors=False`` (the writer's check of what it
-    just encoded) no tensor is built and the returned state is empty.
+    just encoded) no tensor is built and the returned state is empty; with ``records`` (the writer's
+    count of records a :class:`HistoryLog` already checked one by one) the history is not parsed again.
 
     Raises:
         PayloadError: naming ``path`` and what is wrong.
@@ -282,6 +328,13 @@ def check_file_bytes(
             raise pl.PayloadError(f"checkpoint {path} fails its checksum ({_SUM_KEY}): the file is damaged")
         history_raw = state.pop(HISTORY).numpy().tobytes()
     else:
+        if records is not None:  # checked record by record as the log encoded them
+            if records != rnd:
+                raise pl.PayloadError(f"checkpoint {path}: field 'history' must hold {rnd} records, got {records}")
+            for key in ("seed", "num_clients", "clients_per_round"):
+                if key in meta and (not _is_int(meta[key]) or meta[key] < 0):
+                    raise pl.PayloadError(f"checkpoint {path}: field '{key}' must be an integer >= 0")
+            return state, meta
         n = int.from_bytes(data[:8], "little")
         begin, end = entries[HISTORY]["data_offsets"]
         history_raw = data[8 + n + begin : 8 + n + end]
@@ -339,34 +392,47 @@ def check_meta(meta: dict, path: str | Path) -> None:
         got = f"{len(hist)} records" if isinstance(hist, list) else repr(type(hist).__name__)
         raise bad("history", f"must be a list of {rnd} records (one per round), got {got}")
     for i, rec in enumerate(hist):
-        where = f"history[{i}]"
-        if not isinstance(rec, dict) or set(rec) != set(RECORD_FIELDS):
-            raise bad(where, f"must be a record with exactly the fields {', '.join(RECORD_FIELDS)}")
-        if rec["round"] != i or not _is_int(rec["round"]):
-            raise bad(f"{where}.round", f"must be {i}, got {rec['round']!r}")
-        clients = rec["clients"]
-        if not isinstance(clients, list) or not all(_is_int(c) and c >= 0 for c in clients):
-            raise bad(f"{where}.clients", f"must be a list of client ids, got {clients!r:.80}")
-        if len(set(clients)) != len(clients) or (_is_int(num_clients) and any(c >= num_clients for c in clients)):
-            raise bad(f"{where}.clients", f"must be distinct ids below num_clients = {num_clients}")
-        failed = rec["failed"]
-        ok = isinstance(failed, list) and all(
-            isinstance(f, list) and len(f) == 2 and _is_int(f[0]) and f[0] in clients and isinstance(f[1], str)
-            for f in failed
-        )
-        if not ok:
-            raise bad(f"{where}.failed", f"must be a list of [client, reason] of its clients, got {failed!r:.80}")
-        for key in ("bytes_down", "bytes_up"):
-            if not _is_int(rec[key]) or not 0 <= rec[key] < 2**63:
-                raise bad(f"{where}.{key}", f"must be an integer >= 0, got {rec[key]!r}")
-        metrics = rec["metrics"]
-        if not isinstance(metrics, dict) or not all(isinstance(k, str) and _is_number(v) for k, v in metrics.items()):
-            raise bad(f"{where}.metrics", f"must map names to numbers, got {metrics!r:.80}")
-        sec = rec["seconds"]
-        if not _is_number(sec) or not math.isfinite(sec) or sec < 0:
-            raise bad(f"{where}.seconds", f"must be a finite number >= 0, got {sec!r}")
-        if not isinstance(rec["skipped"], str):
-            raise bad(f"{where}.skipped", f"must be a string, got {rec['skipped']!r:.80}")
+        check_record(rec, i, num_clients, path)
+
+
+def check_record(rec: object, i: int, num_clients: object, path: str | Path) -> None:
+    """Field checks of history record ``i`` (see :func:`check_meta`).
+
+    Raises:
+        PayloadError: naming ``path`` and the field.
+    """
+
+    def bad(field: str, what: str) -> pl.PayloadError:
+        return pl.PayloadError(f"checkpoint {path}: field '{field}' {what}")
+
+    where = f"history[{i}]"
+    if not isinstance(rec, dict) or set(rec) != set(RECORD_FIELDS):
+        raise bad(where, f"must be a record with exactly the fields {', '.join(RECORD_FIELDS)}")
+    if rec["round"] != i or not _is_int(rec["round"]):
+        raise bad(f"{where}.round", f"must be {i}, got {rec['round']!r}")
+    clients = rec["clients"]
+    if not isinstance(clients, list) or not all(_is_int(c) and c >= 0 for c in clients):
+        raise bad(f"{where}.clients", f"must be a list of client ids, got {clients!r:.80}")
+    if len(set(clients)) != len(clients) or (_is_int(num_clients) and any(c >= num_clients for c in clients)):
+        raise bad(f"{where}.clients", f"must be distinct ids below num_clients = {num_clients}")
+    failed = rec["failed"]
+    ok = isinstance(failed, list) and all(
+        isinstance(f, list) and len(f) == 2 and _is_int(f[0]) and f[0] in clients and isinstance(f[1], str)
+        for f in failed
+    )
+    if not ok:
+        raise bad(f"{where}.failed", f"must be a list of [client, reason] of its clients, got {failed!r:.80}")
+    for key in ("bytes_down", "bytes_up"):
+        if not _is_int(rec[key]) or not 0 <= rec[key] < 2**63:
+            raise bad(f"{where}.{key}", f"must be an integer >= 0, got {rec[key]!r}")
+    metrics = rec["metrics"]
+    if not isinstance(metrics, dict) or not all(isinstance(k, str) and _is_number(v) for k, v in metrics.items()):
+        raise bad(f"{where}.metrics", f"must map names to numbers, got {metrics!r:.80}")
+    sec = rec["seconds"]
+    if not _is_number(sec) or not math.isfinite(sec) or sec < 0:
+        raise bad(f"{where}.seconds", f"must be a finite number >= 0, got {sec!r}")
+    if not isinstance(rec["skipped"], str):
+        raise bad(f"{where}.skipped", f"must be a string, got {rec['skipped']!r:.80}")
 
 
 def _read_metadata(data: bytes) -> dict[str, object]:

