@@ -39,6 +39,7 @@ QUICK: dict[str, list[str]] = {
     "fl_xc_scale": ["--quick"],
     "flower_load": ["--quick"],
     "hardening": ["--quick"],
+    "hardening_sweep": ["--quick"],
     "sketch_ceiling": ["--quick"],
 }
 # scripts that need an environment variable: skipped, with the reason, when it is unset
