@@ -6,8 +6,8 @@ from .datasets import Dataset, load_dataset, load_xc_dataset, resolve_dataset, t
 from .feature_hashing import hash_features, idf_weights
 from .fetcher import DownloadError, cache_dir, dataset_dir, fetch, is_fetched, sha256_of, verify
 from .formats import read_any, read_libsvm, read_npz, write_xc
-from .locations import data_dir, data_roots
 from .labels import labels_to_csr, multi_hot_to_csr
+from .locations import data_dir, data_roots
 from .partition import (
     Shard,
     dirichlet_partition,

@@ -218,8 +218,8 @@ class Round:
             self._bytes_up[c] = self._bytes_up.get(c, 0) + len(answer)
             try:
                 checked = pl.decode(answer, bounded(self.strategy.upload_spec(self.state, down), self.max_upload_bytes))
-                check_round_tag(answer, self.round)
                 checked = self.strategy.check_upload(self.state, down, checked, self._requests[c])
+                check_round_tag(answer, self.round)  # a well-formed upload, but for this round?
             except ValueError as e:  # the decoders and checks raise only this (PayloadError) on bad bytes
                 self.fail(c, e)
                 continue

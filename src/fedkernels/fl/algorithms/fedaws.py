@@ -336,6 +336,11 @@ class FedALC(FedAwS):
             permutation; the server-side state never holds it. Same seed and same secret give
             bit-identical runs; resuming a checkpoint needs the same secret (its run identity holds
             :func:`~fedkernels.fl.labelsets.key_id`, a one-way tag of it).
+        client_secret_file: read the secret from this file (64 hex digits, mode 0600), making it there
+            with a fresh secret if it is missing (:func:`~fedkernels.fl.labelsets.secret_from_file`):
+            how ``fedkernels run --checkpoint`` keeps it for ``--resume`` without writing it anywhere else.
+        max_report_pairs: the most (instance, label) pairs a client's setup report may hold (one per
+            sample it holds; default 2**16, a 4 MiB report): longer reports are refused on their length.
     """
 
     name = "FedALC"
@@ -372,8 +377,11 @@ class FedALC(FedAwS):
         return perms
 
     def options(self) -> dict:
-        """FedAwS's options plus the secret's one-way tag (a resumed run must use the same secret)."""
-        return {**super().options(), "client_key_id": ls.key_id(self._secret)}
+        """FedAwS's options plus the secret's one-way tag (a resumed run must use the same secret,
+        wherever its file lives: the file's path is not part of the identity)."""
+        out = {**super().options(), "client_key_id": ls.key_id(self._secret)}
+        out.pop("client_secret_file", None)
+        return out
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = super().init_state(num_features, num_classes, seed)
