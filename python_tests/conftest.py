@@ -35,7 +35,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.enviro
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 # The real datasets live beside the checkout (../shared/data); tests that need them skip without.
-DATA_DIR = Path(os.environ.get("FEDKERNELS_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+DATA_DIR = Path(
+    os.environ.get("FEDKERNELS_DATA_DIR")
+    or os.environ.get("FEDKERNELS_DATA")  # the deprecated name
+    or Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+)
 
 
 # ---- the CUDA execution emulator (docs/EMULATOR.md): `pytest --emulate-cuda` runs every fedkernels op
@@ -138,5 +142,5 @@ def device(request) -> str:
 @pytest.fixture
 def data_dir() -> Path:
     if not DATA_DIR.is_dir():
-        pytest.skip(f"real datasets not found at {DATA_DIR} (set FEDKERNELS_DATA)")
+        pytest.skip(f"real datasets not found at {DATA_DIR} (set FEDKERNELS_DATA_DIR)")
     return DATA_DIR

@@ -9,6 +9,7 @@ import torch
 
 from fedkernels.fl import RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms import PartialExchange
+from fedkernels.fl.client import ROUND_TAG
 from python_tests.fl_data import assert_training_improves, tiny_clients
 
 
@@ -25,7 +26,9 @@ def test_round_trip_and_bytes():
     rec = s.run_round()  # the same round again through the server (pure functions of the seed)
     assert rec.clients == chosen and not rec.failed
     assert rec.bytes_down == len(chosen) * len(encode(state0))  # the whole model goes down
-    assert rec.bytes_up == sum(len(encode(u.payload)) for u in ups)
+    assert rec.bytes_up == sum(
+        len(encode(u.payload, metadata={ROUND_TAG: "0"})) for u in ups
+    )  # uploads name their round
     k = math.ceil(0.5 * 4)
     assert all(len(u.payload) == k for u in ups)  # 2 of the 4 tensors go up
     assert rec.bytes_up < len(chosen) * len(encode(state0))

@@ -161,5 +161,6 @@ def test_checkpoint_is_plain_safetensors_and_json(tmp_path):
     s.run()
     with safe_open(str(ckpt), "pt") as f:
         meta = json.loads(f.metadata()["fedkernels.checkpoint"])
-        assert set(f.keys()) == set(s.state)
-    assert meta["round"] == 2 and meta["seed"] == 5 and len(meta["history"]) == 2
+        assert set(f.keys()) == {*s.state, "fedkernels.history"}  # the history: a uint8 tensor of JSON
+        history = json.loads(f.get_tensor("fedkernels.history").numpy().tobytes())
+    assert meta["round"] == 2 and meta["seed"] == 5 and len(history) == 2

@@ -40,6 +40,7 @@ QUICK: dict[str, list[str]] = {
     "flower_load": ["--quick"],
     "flower_sim": ["--quick"],
     "hardening": ["--quick"],
+    "hardening_sweep": ["--quick"],
     "sketch_ceiling": ["--quick"],
     "privacy": ["--quick"],
 }

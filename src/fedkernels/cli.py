@@ -117,6 +117,7 @@ def build_config(args: argparse.Namespace):
     holds for algorithms that ``--algorithms`` left out are dropped.
     """
     from .experiments.experiment import ExperimentConfig, canonical_name, config_keys, load_config
+    from .experiments.limits import field_checks
     from .experiments.presets import load_preset, resolve_preset_dataset
 
     merged: dict[str, Any] = {}
@@ -137,6 +138,10 @@ def build_config(args: argparse.Namespace):
         merged["dataset"] = resolve_preset_dataset(args.dataset, args.data_dir)
     if args.algorithms:
         merged["algorithms"] = args.algorithms
+    checks = field_checks()  # the two fields merged below: their shapes first (a file may hold anything)
+    for key in ("algorithms", "algorithm_options"):
+        if key in merged:
+            checks[key](merged[key])
     merged["algorithms"] = [canonical_name(a) for a in merged.get("algorithms", ExperimentConfig().algorithms)]
     if args.ks:
         merged["ks"] = args.ks
@@ -196,9 +201,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     seeds = args.seeds if args.seeds is not None else (3 if args.preset else 1)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
-    from .experiments.experiment import check_checkpoints
+    from .experiments.experiment import check_checkpoints, check_outputs
 
-    check_checkpoints(cfg)
+    check_checkpoints(cfg)  # both before any data is read: results are never lost to a late error
+    check_outputs(cfg)
     before = torch.get_num_threads()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
@@ -263,7 +269,7 @@ def _run_seeds(cfg, args: argparse.Namespace, seeds: int) -> int:
 def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     from tqdm import tqdm
 
-    from .experiments.experiment import add_common_target, prepare_data, run_algorithm
+    from .experiments.experiment import add_common_target, prepare_data, redact_secrets, run_algorithm
     from .experiments.report import plot_accuracy, results_table, write_csv, write_json
 
     data = prepare_data(cfg)
@@ -321,7 +327,10 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     write_json(
         out / "results.json",
         {
-            "config": asdict(cfg),
+            "config": {
+                **asdict(cfg),
+                "algorithm_options": {a: redact_secrets(o) for a, o in cfg.algorithm_options.items()},
+            },
             "dataset": {
                 "name": ds.name,
                 **ds.notes,
@@ -453,7 +462,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--data-dir",
         default=None,
-        help="folder holding datasets by name (default: $FEDKERNELS_DATA, ./data, ../shared/data)",
+        help="a folder holding datasets by name, searched first (then $FEDKERNELS_DATA_DIR, ./data, ../shared/data)",
     )
     r.add_argument("--config", help="a JSON or TOML file of run settings (flags override it)")
     r.add_argument(
@@ -516,6 +525,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AllClientsFailed as e:
         print(f"fedkernels {args.command}: run failed: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # a disk or permission failure: one line naming the file, not a traceback
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        print(f"fedkernels {args.command}: error: {e.strerror or e}{where}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -184,21 +184,45 @@ def load_dataset(
     )
 
 
-def resolve_dataset(spec: str | Path) -> Path:
-    """A path as given if it exists, else the cache folder of the registered dataset ``spec``.
+def resolve_dataset(spec: str | Path, data_dir: str | Path | None = None) -> Path:
+    """The data of ``spec``: a path as given if it exists; else a bare name (``bibtex``, any case, or
+    a registered dataset's name or alias) looked up in :func:`~fedkernels.data.locations.data_roots`
+    (``data_dir``, the data folder ``$FEDKERNELS_DATA_DIR``, ``./data``, ``../shared/data``). A copy
+    fetched by ``fedkernels data get`` is checked against the SHA-256 of its files recorded at fetch
+    time (:func:`~fedkernels.data.fetcher.verify_folder`), so later edits to the cache are noticed.
 
     Raises:
-        FileNotFoundError: neither a path nor a fetched dataset (the message says how to fetch it).
+        FileNotFoundError: not found; the message lists every place it looked and, for a registered
+            dataset, the ``fedkernels data get`` command that fetches it.
+        ValueError: a fetched copy whose files changed since they were fetched.
     """
-    from .fetcher import dataset_dir, is_fetched
+    from .fetcher import MARKER, verify_folder
+    from .locations import data_dir as default_data_dir
+    from .locations import data_roots, find_in, is_bare_name
     from .remote import find_remote
 
-    path = Path(spec)
-    remote = None if path.exists() else find_remote(str(spec))
-    if remote is None:
+    path = Path(spec).expanduser()
+    if path.exists():
         return path
-    if not is_fetched(str(spec)):
-        raise FileNotFoundError(
-            f"dataset {spec!r} is registered but not downloaded: run `fedkernels data get {remote.name}` first"
+    name = str(spec)
+    remote = find_remote(name)
+    roots = data_roots(data_dir)
+    if is_bare_name(name):
+        names = [name, *([remote.name, *remote.aliases] if remote else [])]
+        for root in roots:
+            hit = find_in(root, names)
+            if hit is not None:
+                if (hit / MARKER).is_file():
+                    verify_folder(hit)
+                return hit
+        looked = ", ".join(str(r / name) for r in roots)
+    else:
+        looked = str(path)
+    if remote is not None:
+        hint = (
+            f"; {remote.name} is a registered dataset: `fedkernels data get {remote.name}` downloads it into "
+            f"{data_dir or default_data_dir()}"
         )
-    return dataset_dir(str(spec))
+    else:
+        hint = " (pass a file or folder, set --data-dir or $FEDKERNELS_DATA_DIR, or see `fedkernels data list`)"
+    raise FileNotFoundError(f"dataset {name!r} not found, looked in: {looked}{hint}")

@@ -40,6 +40,7 @@ from ..fl.registry import make_strategy, strategies
 from ..fl.server import RunConfig, Server, record_from_json
 from ..fl.types import ClientData, RoundRecord, TrainConfig
 from ..metrics import communication_summary, inverse_propensity
+from .limits import check_fields, check_output_files, check_writable_folder
 
 PARTITIONS = ("fedmlh", "dirichlet", "iid", "one_label")
 
@@ -119,7 +120,9 @@ class ExperimentConfig:
     dp_sample_noise: float = 0.0
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first bad field (before any data is loaded)."""
+        """Raise ``ValueError`` naming the first bad field (before any data is loaded): every field's
+        type and range (:func:`~fedkernels.experiments.limits.check_fields`), then their relations."""
+        check_fields(self)
         if not self.algorithms:
             raise ValueError("algorithms must name at least one algorithm")
         if self.partition not in PARTITIONS:
@@ -173,6 +176,7 @@ class ExperimentConfig:
                     f"{self.algorithms} (add it to --algorithms or drop its options)"
                 )
         for name in self.algorithms:  # unknown names and option keys fail here, before any data is loaded
+            check_option_types(name, self.options_for(name))
             make_strategy(name, **self.options_for(name))
         check_privacy(self)
 
@@ -201,6 +205,48 @@ class ExperimentConfig:
             if canonical_name(key) == canon:
                 own.update(opts)
         return {**DEFAULT_OPTIONS.get(canon, {}), **own}
+
+
+def check_option_types(name: str, options: dict[str, Any]) -> None:
+    """Each option of algorithm ``name`` against its constructor default's type: an int option takes
+    an int, a float option a finite number, a sequence of ints (layer widths such as ``hidden``)
+    a list of ints >= 1, a bool option true or false.
+
+    Raises:
+        ValueError: naming ``ALG.option`` and what it must be.
+    """
+    import inspect
+
+    cls = strategies().get(name.lower())
+    if cls is None:
+        return  # make_strategy names the unknown algorithm
+    defaults: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            for key, param in inspect.signature(init).parameters.items():
+                if param.default is not inspect.Parameter.empty:
+                    defaults.setdefault(key, param.default)
+    for key, value in options.items():
+        if key not in defaults:
+            continue
+        d, where = defaults[key], f"{cls.name}.{key}"
+        if isinstance(d, bool):
+            ok, want = isinstance(value, bool), "true or false"
+        elif isinstance(d, int):
+            ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        elif isinstance(d, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            want = "a finite number"
+        elif isinstance(d, (tuple, list)) and all(isinstance(x, int) and not isinstance(x, bool) for x in d):
+            ok = isinstance(value, (tuple, list)) and all(
+                isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 1 << 24 for x in value
+            )
+            want = "a list of integers in [1, 2**24] (layer widths)"
+        else:
+            continue
+        if not ok:
+            raise ValueError(f"{where} must be {want}, got {value!r:.80}")
 
 
 def canonical_name(name: str) -> str:
@@ -312,15 +358,69 @@ def checkpoint_path(cfg: ExperimentConfig, name: str) -> Path | None:
 
 
 def check_checkpoints(cfg: ExperimentConfig) -> None:
-    """Refuse to start over a checkpoint folder that holds a run unless ``cfg.resume`` says to continue it."""
-    if cfg.checkpoint is None or cfg.resume:
+    """Refuse to start over a checkpoint folder that holds a run unless ``cfg.resume`` says to continue
+    it: an algorithm's checkpoint in the folder itself or in a per-seed subfolder (``seed<k>/``, what
+    ``--seeds N`` writes), so a rerun without ``--resume`` never overwrites one. Then check the folder
+    takes files, before any data is read."""
+    if cfg.checkpoint is None:
         return
-    found = [p for p in (checkpoint_path(cfg, a) for a in cfg.algorithms) if p is not None and p.exists()]
-    if found:
-        raise ValueError(
-            f"checkpoint folder {cfg.checkpoint} already holds {', '.join(p.name for p in found)}: "
-            "pass --resume to continue that run, or choose another --checkpoint folder"
-        )
+    folder = Path(cfg.checkpoint)
+    if not cfg.resume:
+        names = {f"{canonical_name(a)}.ckpt" for a in cfg.algorithms}
+        found = sorted(p for p in folder.glob("*.ckpt") if p.name in names)
+        found += sorted(p for p in folder.glob("seed*/*.ckpt") if p.name in names)
+        if found:
+            shown = ", ".join(str(p.relative_to(folder)) for p in found[:4]) + (", ..." if len(found) > 4 else "")
+            raise ValueError(
+                f"checkpoint folder {cfg.checkpoint} already holds {shown}: "
+                "pass --resume to continue that run, or choose another --checkpoint folder"
+            )
+    check_writable_folder(folder, "checkpoint")
+
+
+RESULT_FILES = ("results.json", "results.md", "rounds.csv", "accuracy.png", "seeds.md", "seeds.json")
+
+
+def check_outputs(cfg: ExperimentConfig) -> None:
+    """The output folder takes files and none of the result files is in the way, checked before any
+    data is read: a run never fails after training with its results lost.
+
+    Raises:
+        ValueError: naming the output path and what is wrong.
+    """
+    folder = check_writable_folder(cfg.output, "output")
+    check_output_files(folder, RESULT_FILES)
+
+
+def secret_options(name: str, cfg: ExperimentConfig) -> dict[str, Any]:
+    """The options of algorithm ``name`` for a run: :meth:`ExperimentConfig.options_for`, plus, for a
+    strategy keyed by a client secret (FedALC) that checkpoints with neither ``client_secret`` nor
+    ``client_secret_file`` given, ``client_secret_file = <checkpoint>/<name>.secret`` (mode 0600), so
+    ``--resume`` finds the same secret and the secret is never written into the results."""
+    import inspect
+
+    options = cfg.options_for(name)
+    cls = strategies().get(name.lower())
+    if cls is None or cfg.checkpoint is None or "client_secret" in options or "client_secret_file" in options:
+        return options
+    inits = [k.__dict__["__init__"] for k in cls.__mro__[:-1] if "__init__" in k.__dict__]
+    takes = any("client_secret_file" in inspect.signature(init).parameters for init in inits)
+    if takes:
+        options["client_secret_file"] = str(Path(cfg.checkpoint) / f"{cls.name}.secret")
+    return options
+
+
+def redact_secrets(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` as results may record them: a ``client_secret`` becomes its one-way key id."""
+    from ..fl.labelsets import check_secret, key_id
+
+    out = dict(options)
+    if "client_secret" in out:
+        try:
+            out["client_secret"] = f"<redacted; key id {key_id(check_secret(out['client_secret']))}>"
+        except ValueError:
+            out["client_secret"] = "<redacted>"
+    return out
 
 
 def run_algorithm(
@@ -334,7 +434,7 @@ def run_algorithm(
     Raises:
         AllClientsFailed: every client of some round failed (their reasons in the message).
     """
-    options = cfg.options_for(name)
+    options = secret_options(name, cfg)
     strategy = make_strategy(name, **options)
     per_round = min(cfg.clients_per_round, len(data.clients))
     ckpt = checkpoint_path(cfg, name)
@@ -383,7 +483,7 @@ def run_algorithm(
     return {
         "privacy": privacy,
         "algorithm": strategy.name,
-        "options": options,
+        "options": redact_secrets(options),
         "final": evaluated[-1].metrics if evaluated else {},
         "model_bytes": strategy.model_bytes(server.state),
         "seconds": time.perf_counter() - t0,

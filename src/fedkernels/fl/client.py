@@ -56,7 +56,15 @@ class LocalClient:
 
     def update(self, download: bytes, round: int, seed: int) -> bytes | None:
         received = to_device(pl.decode(download), self.device, non_blocking=True)
-        return pl.encode(self.strategy.client_update(received, self._local_data(), self.train, round, seed))
+        upload = self.strategy.client_update(received, self._local_data(), self.train, round, seed)
+        return pl.encode(upload, metadata={ROUND_TAG: str(round)})
+
+
+ROUND_TAG = "fedkernels.round"
+"""The upload's metadata entry naming the round it answers: the server refuses an upload tagged
+with another round (a replayed or stale one). Not authentication: whoever can send as the client
+can write any tag; the transport's identity (Flower's node authentication, TLS) is what stops a third
+party sending as a client."""
 
 
 class ClientTimeout(Exception):

@@ -231,6 +231,19 @@ def check_header(data: bytes, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) 
     return entries
 
 
+def read_metadata(data: bytes) -> dict[str, str]:
+    """The string entries of a safetensors header's ``__metadata__`` (call after :func:`decode` or
+    :func:`check_header` accepted ``data``; anything that is not a string map reads as empty)."""
+    n = int.from_bytes(bytes(data[:8]), "little")
+    try:
+        md = json.loads(bytes(data[8 : 8 + n])).get("__metadata__")
+    except (ValueError, AttributeError, RecursionError):
+        return {}
+    if not isinstance(md, dict):
+        return {}
+    return {k: v for k, v in md.items() if isinstance(k, str) and isinstance(v, str)}
+
+
 def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
     keys = [k for k, _ in pairs]
     if len(set(keys)) != len(keys):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import payload as pl
-from .client import ClientTimeout
+from .client import ROUND_TAG, ClientTimeout
 from .device import state_device, to_device
 from .seeding import derive_seed, numpy_rng
 from .strategy import State, Strategy
@@ -59,14 +59,26 @@ def bounded(spec: pl.PayloadSpec, max_bytes: int | None) -> pl.PayloadSpec:
     return spec if max_bytes is None else dataclasses.replace(spec, max_bytes=min(spec.max_bytes, max_bytes))
 
 
+MAX_REASON_CHARS = 300
+"""The longest failure reason a round records. Reasons quote what a client sent (tensor names,
+its exception's message), so a hostile client could make every record, the history kept in memory,
+results.json and every checkpoint grow at will; longer reasons are cut, saying how long they were."""
+
+
 def failure_reason(e: BaseException) -> str:
     """The ``RoundRecord.failed`` reason for a client failure: "rejected: ...", "timed out ...",
-    "sent no upload", a transport's own reason, or "crashed: <type>: <message>"."""
+    "sent no upload", a transport's own reason, or "crashed: <type>: <message>"; at most
+    :data:`MAX_REASON_CHARS` characters."""
     if isinstance(e, ValueError):  # PayloadError and any other malformed-input error of a check
-        return f"rejected: {e}"
-    if isinstance(e, (ClientTimeout, ClientSentNothing, ClientFailed)):
-        return str(e)
-    return f"crashed: {type(e).__name__}: {e}"
+        why = f"rejected: {e}"
+    elif isinstance(e, (ClientTimeout, ClientSentNothing, ClientFailed)):
+        why = str(e)
+    else:
+        why = f"crashed: {type(e).__name__}: {e}"
+    if len(why) <= MAX_REASON_CHARS:
+        return why
+    tail = f"... ({len(why)} characters)"
+    return why[: MAX_REASON_CHARS - len(tail)] + tail
 
 
 def has_setup_exchange(strategy: Strategy) -> bool:
@@ -254,6 +266,7 @@ class Round:
             try:
                 checked = pl.decode(answer, bounded(self.strategy.upload_spec(self.state, down), self.max_upload_bytes))
                 checked = self.strategy.check_upload(self.state, down, checked, self._requests[c])
+                check_round_tag(answer, self.round)  # a well-formed upload, but for this round?
                 checked = to_device(checked, self.device)
             except ValueError as e:  # the decoders and checks raise only this (PayloadError) on bad bytes
                 self.fail(c, e)
@@ -291,6 +304,21 @@ def tensor_identity(t: torch.Tensor) -> tuple[int, object]:
 def _tensors_key(payload: pl.Payload) -> tuple:
     """Names and tensor identities of a payload: equal keys, equal bytes."""
     return tuple((name, *tensor_identity(t)) for name, t in sorted(payload.items()))
+
+
+def check_round_tag(upload: bytes, round: int) -> None:
+    """Refuse an upload not tagged with ``round`` (:data:`fedkernels.fl.client.ROUND_TAG`): a
+    client's upload replayed in a later round, or a late answer to an earlier one, is never
+    aggregated again. Call after the upload decoded.
+
+    Raises:
+        PayloadError: the tag is missing or names another round.
+    """
+    tag = pl.read_metadata(upload).get(ROUND_TAG)
+    if tag is None:
+        raise pl.PayloadError(f"upload carries no round tag ({ROUND_TAG!r} metadata); this is round {round}")
+    if tag != str(round):
+        raise pl.PayloadError(f"upload is tagged for round {tag!r:.24}, this is round {round} (a replayed upload?)")
 
 
 def _unwrap(answer: Answer) -> bytes | None:

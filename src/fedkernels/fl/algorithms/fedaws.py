@@ -88,13 +88,24 @@ def label_report(data: ClientData, key: bytes, class_rows: torch.Tensor) -> Payl
     }
 
 
-def label_report_spec(num_classes: int) -> PayloadSpec:
-    """What a well-formed :func:`label_report` looks like (rows are server rows of ``num_classes``)."""
+MAX_REPORT_PAIRS = 1 << 16
+"""The default bound on a setup report's (instance, label) pairs (64 bytes each: a 4 MiB report).
+An honest FedALC client reports one pair per sample it holds; raise ``max_report_pairs`` for
+clients with more samples."""
+
+
+def label_report_spec(
+    num_classes: int, max_pairs: int = MAX_REPORT_PAIRS, max_labels: int | None = None
+) -> PayloadSpec:
+    """What a well-formed :func:`label_report` looks like: at most ``max_pairs`` pairs and
+    ``max_labels`` (default ``num_classes``) label digests linked to distinct server rows of
+    ``num_classes``. Every tensor is bounded, so a longer report is refused on its length alone."""
+    m = num_classes if max_labels is None else max_labels
     return PayloadSpec(
         {
-            "pairs": TensorSpec(torch.uint8, (None, 2 * ls.DIGEST_BYTES)),
-            "label_digests": TensorSpec(torch.uint8, ("m", ls.DIGEST_BYTES)),
-            "rows": TensorSpec(torch.int64, ("m",), min_value=0, max_value=num_classes, unique=True),
+            "pairs": TensorSpec(torch.uint8, (None, 2 * ls.DIGEST_BYTES), max_numel=max_pairs * 2 * ls.DIGEST_BYTES),
+            "label_digests": TensorSpec(torch.uint8, ("m", ls.DIGEST_BYTES), max_numel=m * ls.DIGEST_BYTES),
+            "rows": TensorSpec(torch.int64, ("m",), min_value=0, max_value=num_classes, unique=True, max_numel=m),
         }
     )
 
@@ -115,13 +126,23 @@ def check_label_report(report: Payload) -> Payload:
 def pair_weights_from_reports(reports: Sequence[Payload], num_classes: int) -> PairWeights:
     """Server side of the label-set collection: merge the checked reports into label sets over
     digests, build ``alpha`` and move it to the linked server rows. Where clients link one digest to
-    different rows, the first report's link holds (reports in ascending client id)."""
-    sets = ls.merge_reports(ls.LabelReport.from_tensor(r["pairs"]) for r in reports)
+    different rows, or different digests to one row, the first report's link holds (reports in
+    ascending client id) and the pairs of the digest that lost are dropped."""
     links: dict[bytes, int] = {}
+    taken: set[int] = set()
     for r in reports:
         raw = r["label_digests"].contiguous().numpy().tobytes()
         for i, row in enumerate(r["rows"].tolist()):
-            links.setdefault(raw[i * ls.DIGEST_BYTES : (i + 1) * ls.DIGEST_BYTES], int(row))
+            digest = raw[i * ls.DIGEST_BYTES : (i + 1) * ls.DIGEST_BYTES]
+            # one digest per row, first come: an honest run links each class's one digest to its row,
+            # so a second digest claiming a taken row comes from a lying client (its pairs are dropped;
+            # kept, they would give the row two sets of pairs and the weights duplicate entries)
+            if digest not in links and int(row) not in taken:
+                links[digest] = int(row)
+                taken.add(int(row))
+    sets = ls.merge_reports(
+        ls.LabelReport(tuple(p for p in ls.LabelReport.from_tensor(r["pairs"]).pairs if p[1] in links)) for r in reports
+    )
     to_row = torch.tensor([links[d] for d in sets.label_digests], dtype=torch.int64, device="cpu")
     pw = sets.pair_weights()
     rows = torch.repeat_interleave(torch.arange(sets.num_classes, device=pw.indptr.device), pw.indptr.diff())
@@ -315,6 +336,11 @@ class FedALC(FedAwS):
             permutation; the server-side state never holds it. Same seed and same secret give
             bit-identical runs; resuming a checkpoint needs the same secret (its run identity holds
             :func:`~fedkernels.fl.labelsets.key_id`, a one-way tag of it).
+        client_secret_file: read the secret from this file (64 hex digits, mode 0600), making it there
+            with a fresh secret if it is missing (:func:`~fedkernels.fl.labelsets.secret_from_file`):
+            how ``fedkernels run --checkpoint`` keeps it for ``--resume`` without writing it anywhere else.
+        max_report_pairs: the most (instance, label) pairs a client's setup report may hold (one per
+            sample it holds; default 2**16, a 4 MiB report): longer reports are refused on their length.
     """
 
     name = "FedALC"
@@ -322,9 +348,24 @@ class FedALC(FedAwS):
     # class_permutation(secret, C) memoised per C: configuration (the constructor's secret), not run state
     config_caches = ("_perms",)
 
-    def __init__(self, *args, client_secret: bytes | None = None, **kw) -> None:
+    def __init__(
+        self,
+        *args,
+        client_secret: bytes | None = None,
+        max_report_pairs: int = MAX_REPORT_PAIRS,
+        client_secret_file: str | None = None,
+        **kw,
+    ) -> None:
         super().__init__(*args, **kw)
+        if isinstance(max_report_pairs, bool) or not isinstance(max_report_pairs, int) or max_report_pairs < 1:
+            raise ValueError(f"max_report_pairs must be an integer >= 1, got {max_report_pairs!r}")
+        if client_secret is not None and client_secret_file is not None:
+            raise ValueError("pass client_secret or client_secret_file, not both")
+        if client_secret_file is not None:
+            client_secret = ls.secret_from_file(client_secret_file)
         self._secret = ls.new_client_secret() if client_secret is None else ls.check_secret(client_secret)
+        self.max_report_pairs = max_report_pairs
+        self.client_secret_file = client_secret_file
         self._perms: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def _permutation(self, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -336,8 +377,11 @@ class FedALC(FedAwS):
         return perms
 
     def options(self) -> dict:
-        """FedAwS's options plus the secret's one-way tag (a resumed run must use the same secret)."""
-        return {**super().options(), "client_key_id": ls.key_id(self._secret)}
+        """FedAwS's options plus the secret's one-way tag (a resumed run must use the same secret,
+        wherever its file lives: the file's path is not part of the identity)."""
+        out = {**super().options(), "client_key_id": ls.key_id(self._secret)}
+        out.pop("client_secret_file", None)
+        return out
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = super().init_state(num_features, num_classes, seed)
@@ -356,7 +400,10 @@ class FedALC(FedAwS):
         return label_report(data, self._secret, self._permutation(data.num_classes)[0])
 
     def setup_report_spec(self, state: State) -> PayloadSpec:
-        return label_report_spec(state["W"].shape[0])
+        """A client holds one class, so its report links one label digest; its pairs are bounded by
+        ``max_report_pairs``. So one report is at most ``64 max_report_pairs`` bytes plus a small
+        header, and adds at most ``2 (C - 1)`` pair weights (its row's co-occurrences)."""
+        return label_report_spec(state["W"].shape[0], self.max_report_pairs, max_labels=1)
 
     def check_setup_report(self, report: Payload) -> Payload:
         return check_label_report(report)

@@ -21,7 +21,7 @@ from flwr.clientapp import ClientApp
 
 from ...fl import evaluation as ev
 from ...fl import payload as pl
-from ...fl.client import ClientEndpoint, LocalClient
+from ...fl.client import ROUND_TAG, ClientEndpoint, LocalClient
 from ...fl.device import resolve_device
 from ...fl.seeding import derive_seed
 from ...fl.strategy import Strategy
@@ -168,6 +168,9 @@ def client_app(
         records: dict = {pr.KEY: ConfigRecord({"client-id": partition_id(context), **fields})}
         if raw:
             records[pr.PAYLOAD] = bytes_to_record(raw)
+            tag = pl.read_metadata(raw).get(ROUND_TAG)
+            if tag is not None:  # the arrays carry no metadata: the upload's round tag rides in the header
+                records[pr.KEY][pr.ROUND_TAG_FIELD] = tag
         return Message(RecordDict(records), reply_to=message)
 
     def header(message: Message) -> ConfigRecord:

@@ -31,6 +31,9 @@ from ...fl.strategy import Strategy
 
 KEY = "fedkernels"  # the ConfigRecord every fedkernels message and reply carries
 PAYLOAD = "fedkernels.payload"  # the ArrayRecord of a message's payload (download, upload, report)
+# the upload's round tag (fedkernels.fl.client.ROUND_TAG), in the reply's header: arrays carry no metadata
+ROUND_TAG_FIELD = "round-tag"
+MAX_ROUND_TAG = 24  # characters: a round number; longer is refused before it is used
 IDENTIFY = f"{MessageType.QUERY}.fedkernels_identify"
 SETUP = f"{MessageType.QUERY}.fedkernels_setup"
 REQUEST = f"{MessageType.QUERY}.fedkernels_request"

@@ -200,20 +200,23 @@ def record_to_payload(record: object, max_bytes: int = pl.DEFAULT_MAX_BYTES) -> 
                 warnings.simplefilter("ignore", UserWarning)
                 flat = torch.frombuffer(data, dtype=dtype, count=n, offset=offset)
         else:
-            flat = torch.empty(0, dtype=dtype)
+            flat = torch.empty(0, dtype=dtype, device="cpu")
         out[name] = flat.reshape(shape)
     return out
 
 
-def record_to_bytes(record: object, max_bytes: int = pl.DEFAULT_MAX_BYTES) -> bytes:
+def record_to_bytes(
+    record: object, max_bytes: int = pl.DEFAULT_MAX_BYTES, metadata: dict[str, str] | None = None
+) -> bytes:
     """An untrusted ``ArrayRecord`` (bounded by :func:`record_to_payload`) as the safetensors bytes
-    of its tensors: what the round protocol decodes, checks against the strategy's spec and counts,
-    as for a client in the same process.
+    of its tensors, with ``metadata`` (e.g. the upload's round tag, which travels beside the record):
+    what the round protocol decodes, checks against the strategy's spec and counts, as for a client
+    in the same process.
 
     Raises:
         PayloadError: see :func:`record_to_payload`.
     """
-    return pl.encode(record_to_payload(record, max_bytes))
+    return pl.encode(record_to_payload(record, max_bytes), metadata=metadata)
 
 
 def payload_bytes(records: Mapping[str, object], key: str, max_bytes: int) -> bytes | None:

@@ -24,6 +24,7 @@ from flwr.serverapp.strategy import Strategy as _FlowerStrategy
 from ...fl import evaluation as ev
 from ...fl import payload as pl
 from ...fl.checkpoint import clean_stale_temps, load_checkpoint, save_checkpoint
+from ...fl.client import ROUND_TAG
 from ...fl.device import resolve_device, to_device
 from ...fl.round import (
     Answer,
@@ -423,7 +424,11 @@ class FlowerStrategy(_FlowerStrategy):
                     raise pl.PayloadError(f"message field 'num-examples' must be in [0, {ev.MAX_EXAMPLES}], got {n}")
             if pr.PAYLOAD not in reply.content:
                 return None, n
-            return record_to_bytes(reply.content[pr.PAYLOAD], limit()), n
+            tag = head.get(pr.ROUND_TAG_FIELD)
+            if tag is not None and not (isinstance(tag, str) and len(tag) <= pr.MAX_ROUND_TAG):
+                raise pl.PayloadError(f"message field {pr.ROUND_TAG_FIELD!r} must be a short string")
+            meta = None if tag is None else {ROUND_TAG: tag}  # checked by the round protocol (replays)
+            return record_to_bytes(reply.content[pr.PAYLOAD], limit(), meta), n
         except pl.PayloadError as e:
             return e, None
 
