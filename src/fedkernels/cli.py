@@ -134,8 +134,8 @@ def build_config(args: argparse.Namespace):
         value = getattr(args, name)
         if value is not None:
             merged[name] = value
-    if args.dataset is not None:  # a bare name finds a shipped dataset as a preset's does
-        merged["dataset"] = resolve_preset_dataset(args.dataset, args.data_dir)
+    if args.dataset is not None:  # looked up below, once every flag is checked
+        merged["dataset"] = args.dataset
     if args.algorithms:
         merged["algorithms"] = args.algorithms
     checks = field_checks()  # the two fields merged below: their shapes first (a file may hold anything)
@@ -171,6 +171,8 @@ def build_config(args: argparse.Namespace):
     merged["algorithm_options"] = options
     cfg = ExperimentConfig(**{k: v for k, v in merged.items() if k in config_keys()})
     cfg.validate()
+    if args.dataset is not None:  # a bare name finds a shipped dataset as a preset's does
+        cfg.dataset = resolve_preset_dataset(args.dataset, args.data_dir)
     return cfg
 
 
