@@ -92,6 +92,17 @@ def compare(runs: dict[str, dict]) -> list[dict]:
     return rows
 
 
+def write_report(a: argparse.Namespace, runs: dict[str, dict]) -> tuple[list[dict], bool]:
+    """Write the JSON for the runs so far; return its rows and whether every run ran and every pair agrees."""
+    rows = compare(runs)
+    ok = all(e["returncode"] == 0 for r in runs.values() for e in r.values()) and all(r["agree"] for r in rows)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(
+        json.dumps({"tolerance_P@1": TOL, "rounds": a.rounds, "runs": runs, "rows": rows, "ok": ok}, indent=2)
+    )
+    return rows, ok
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--devices", default="cpu,cuda", help="comma-separated devices (default: cpu,cuda)")
@@ -120,12 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name} on {dev}: rc {entry['returncode']}, {entry['wall_s']:.1f} s: {algs}", flush=True)
                 if entry["returncode"]:
                     print(entry.get("tail", ""), flush=True)
-    rows = compare(runs)
-    ok = all(e["returncode"] == 0 for r in runs.values() for e in r.values()) and all(r["agree"] for r in rows)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(
-        json.dumps({"tolerance_P@1": TOL, "rounds": a.rounds, "runs": runs, "rows": rows, "ok": ok}, indent=2)
-    )
+            rows, ok = write_report(a, runs)  # after every preset: a run cut short by a timeout keeps its rows
+    rows, ok = write_report(a, runs)
     for r in rows:
         cells = "  ".join(f"{k} {v}" for k, v in r.items() if k not in ("run", "algorithm"))
         print(f"{r['run']:<34} {r['algorithm']:<18} {cells}")
