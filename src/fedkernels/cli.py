@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -200,13 +201,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.list_presets:
         return cmd_list_presets()
     cfg = build_config(args)
+    args.effective_checkpoint = cfg.checkpoint  # a config file or preset may set it: the Ctrl-C hint reads this
     seeds = args.seeds if args.seeds is not None else (3 if args.preset else 1)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
-    from .experiments.experiment import check_checkpoints, check_outputs
+    from .experiments.experiment import check_checkpoints, check_outputs, saved_checkpoints
 
     check_checkpoints(cfg)  # both before any data is read: results are never lost to a late error
     check_outputs(cfg)
+    if cfg.resume and not saved_checkpoints(cfg):
+        print(
+            f"fedkernels run: --resume: no checkpoint to resume in {cfg.checkpoint}; starting at round 0",
+            file=sys.stderr,
+        )
     before = torch.get_num_threads()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
@@ -299,8 +306,13 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
             bar.set_postfix(post)
             bar.update(1)
 
+        def on_resume(history, bar=bar, cum=cum) -> None:  # the bar and the MB count start where the run stopped
+            cum[0] = sum(r.bytes_up + r.bytes_down for r in history)
+            bar.update(len(history))
+            bar.set_postfix({"MB": f"{cum[0] / 1e6:.1f}"})
+
         try:
-            results.append(run_algorithm(name, cfg, data, on_round))
+            results.append(run_algorithm(name, cfg, data, on_round, on_resume))
         finally:
             bar.close()
     target = add_common_target(results)
@@ -513,6 +525,19 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _resume_hint(args: argparse.Namespace) -> str:
+    """How to continue an interrupted command: the same command with ``--resume`` when it checkpointed."""
+    if args.command != "run":
+        return ""
+    argv = sys.argv[1:] if sys.argv and Path(sys.argv[0]).name.startswith("fedkernels") else None
+    if getattr(args, "effective_checkpoint", None) is None:
+        return "Nothing was saved: pass --checkpoint DIR to make a run resumable."
+    if argv is None:
+        return "Run the same command with --resume to continue from its last finished round."
+    again = [a for a in argv if a != "--resume"] + ["--resume"]
+    return "Continue from its last finished round with: fedkernels " + shlex.join(again)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fedkernels`` script."""
     args = parser().parse_args(argv)
@@ -521,6 +546,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return int(args.fn(args) or 0)
+    except KeyboardInterrupt:  # one line, no traceback: what was saved and how to go on
+        print(f"\nfedkernels {args.command}: interrupted. {_resume_hint(args)}", file=sys.stderr)
+        return 130
     except (ValueError, FileNotFoundError, DownloadError) as e:
         print(f"fedkernels {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -357,6 +357,17 @@ def checkpoint_path(cfg: ExperimentConfig, name: str) -> Path | None:
     return None if cfg.checkpoint is None else Path(cfg.checkpoint) / f"{canonical_name(name)}.ckpt"
 
 
+def saved_checkpoints(cfg: ExperimentConfig) -> list[Path]:
+    """The checkpoints of ``cfg``'s algorithms in its checkpoint folder or a per-seed subfolder
+    (``seed<k>/``, what ``--seeds N`` writes); empty without a checkpoint folder."""
+    if cfg.checkpoint is None:
+        return []
+    folder = Path(cfg.checkpoint)
+    names = {f"{canonical_name(a)}.ckpt" for a in cfg.algorithms}
+    found = sorted(p for p in folder.glob("*.ckpt") if p.name in names)
+    return found + sorted(p for p in folder.glob("seed*/*.ckpt") if p.name in names)
+
+
 def check_checkpoints(cfg: ExperimentConfig) -> None:
     """Refuse to start over a checkpoint folder that holds a run unless ``cfg.resume`` says to continue
     it: an algorithm's checkpoint in the folder itself or in a per-seed subfolder (``seed<k>/``, what
@@ -366,9 +377,7 @@ def check_checkpoints(cfg: ExperimentConfig) -> None:
         return
     folder = Path(cfg.checkpoint)
     if not cfg.resume:
-        names = {f"{canonical_name(a)}.ckpt" for a in cfg.algorithms}
-        found = sorted(p for p in folder.glob("*.ckpt") if p.name in names)
-        found += sorted(p for p in folder.glob("seed*/*.ckpt") if p.name in names)
+        found = saved_checkpoints(cfg)
         if found:
             shown = ", ".join(str(p.relative_to(folder)) for p in found[:4]) + (", ..." if len(found) > 4 else "")
             raise ValueError(
@@ -424,12 +433,17 @@ def redact_secrets(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_algorithm(
-    name: str, cfg: ExperimentConfig, data: PreparedData, on_round: Callable[[RoundRecord], None] | None = None
+    name: str,
+    cfg: ExperimentConfig,
+    data: PreparedData,
+    on_round: Callable[[RoundRecord], None] | None = None,
+    on_resume: Callable[[list[RoundRecord]], None] | None = None,
 ) -> dict[str, Any]:
     """Run one algorithm for ``cfg.rounds`` rounds; returns its history, final metrics and bytes.
 
     With ``cfg.checkpoint`` the server checkpoints after every round (evaluation included) and, with
-    ``cfg.resume``, continues from the checkpoint it finds there.
+    ``cfg.resume``, continues from the checkpoint it finds there; ``on_resume`` then gets the rounds
+    the checkpoint holds (a progress display starts from them), ``on_round`` each new round.
 
     Raises:
         AllClientsFailed: every client of some round failed (their reasons in the message).
@@ -460,6 +474,8 @@ def run_algorithm(
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         if cfg.resume and ckpt.exists():
             server.load_checkpoint(ckpt)
+            if on_resume is not None:
+                on_resume(server.history)
     resumed_at = server.round
     while server.round < cfg.rounds:
         rec = server.run_round()

@@ -1,0 +1,75 @@
+"""The first hour's dead ends around stopping and resuming a run: Ctrl-C prints one line that says
+how to go on, ``--resume`` with nothing to resume says so, and a resumed run's progress bar and
+byte count continue from the checkpoint instead of restarting at zero."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from fedkernels.cli import main
+
+CONFIG = """
+algorithms = ["FedAvg"]
+dataset = "synthetic"
+synthetic = {num_samples = 200, num_features = 8, num_classes = 40}
+clients = 3
+clients_per_round = 2
+local_epochs = 1
+batch_size = 32
+[algorithm_options.FedAvg]
+hidden = [4]
+"""
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_without_checkpoint_prints_one_line_and_no_traceback(tmp_path, config, capsys, monkeypatch):
+    monkeypatch.setattr("fedkernels.experiments.experiment.run_algorithm", _interrupt)
+    argv = ["run", "--config", str(config), "--no-progress", "--output", str(tmp_path / "o")]
+    assert main(argv) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err] and "Traceback" not in err
+    assert "interrupted" in err and "pass --checkpoint DIR" in err
+
+
+def test_ctrl_c_with_checkpoint_names_the_resume_command(tmp_path, config, capsys, monkeypatch):
+    monkeypatch.setattr("fedkernels.experiments.experiment.run_algorithm", _interrupt)
+    argv = ["run", "--config", str(config), "--no-progress", "--output", str(tmp_path / "o")]
+    argv += ["--checkpoint", str(tmp_path / "k")]
+    monkeypatch.setattr(sys, "argv", ["fedkernels", *argv])  # as the console script sees it
+    assert main(argv) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("fedkernels " + " ".join(argv) + " --resume")
+
+
+def test_resume_with_nothing_to_resume_says_so(tmp_path, config, capsys):
+    argv = ["run", "--config", str(config), "--no-progress", "--rounds", "1", "--output", str(tmp_path / "o")]
+    assert main([*argv, "--checkpoint", str(tmp_path / "empty"), "--resume"]) == 0
+    assert "no checkpoint to resume in" in capsys.readouterr().err
+
+
+def test_a_resumed_progress_bar_counts_from_the_checkpoint(tmp_path, config, capsys):
+    base = ["run", "--config", str(config), "--checkpoint", str(tmp_path / "k")]
+    assert main([*base, "--no-progress", "--rounds", "2", "--output", str(tmp_path / "a")]) == 0
+    capsys.readouterr()
+    assert main([*base, "--rounds", "3", "--output", str(tmp_path / "b"), "--resume"]) == 0
+    err = capsys.readouterr().err
+    history = json.loads((tmp_path / "b" / "results.json").read_text())["results"][0]["history"]
+    total_mb = sum(h["bytes_up"] + h["bytes_down"] for h in history) / 1e6
+    last = err.replace("\r", "\n").strip().splitlines()[-1]
+    assert re.search(r"\b3/3\b", last), last  # not 1/3: the two checkpointed rounds count
+    assert f"MB={total_mb:.1f}" in last, (last, total_mb)
+    assert "no checkpoint to resume" not in err
