@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .._suggest import did_you_mean
 from ..sparse_rows import csr_from_scipy
 from .feature_hashing import hash_features, idf_weights, l2_normalize_csr, l2_normalize_rows
 from .formats import read_any
@@ -184,6 +185,17 @@ def load_dataset(
     )
 
 
+def _known_names(roots: list[Path], registered: list) -> list[str]:
+    """Names a bare dataset name could have meant: the folders in the data roots, then the registered datasets."""
+    names: list[str] = []
+    for root in roots:
+        try:
+            names += sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+        except OSError:
+            continue
+    return names + [n for d in registered for n in (d.name, *d.aliases)]
+
+
 def resolve_dataset(spec: str | Path, data_dir: str | Path | None = None) -> Path:
     """The data of ``spec``: a path as given if it exists; else a bare name (``bibtex``, any case, or
     a registered dataset's name or alias) looked up in :func:`~fedkernels.data.locations.data_roots`
@@ -199,7 +211,7 @@ def resolve_dataset(spec: str | Path, data_dir: str | Path | None = None) -> Pat
     from .fetcher import MARKER, verify_folder
     from .locations import data_dir as default_data_dir
     from .locations import data_roots, find_in, is_bare_name
-    from .remote import find_remote
+    from .remote import find_remote, remote_datasets
 
     path = Path(spec).expanduser()
     if path.exists():
@@ -216,6 +228,7 @@ def resolve_dataset(spec: str | Path, data_dir: str | Path | None = None) -> Pat
                     verify_folder(hit)
                 return hit
         looked = ", ".join(str(r / name) for r in roots)
+        looked += did_you_mean(name, _known_names(roots, remote_datasets()))
     else:
         looked = str(path)
     if remote is not None:

@@ -29,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .._suggest import did_you_mean
 from .experiment import config_keys, parse_toml
 
 PAPER_KEYS = {"source", "dataset_note", "p_at_1", "sweep"}
@@ -96,7 +97,8 @@ def load_preset(name: str) -> Preset:
         return parse_preset(path.stem, path.read_text(), str(path))
     res = _preset_dir() / f"{name}.toml"
     if not res.is_file():
-        raise ValueError(f"unknown preset {name!r}; shipped presets: {', '.join(preset_names())}")
+        known = preset_names()
+        raise ValueError(f"unknown preset {name!r}{did_you_mean(name, known)}; shipped presets: {', '.join(known)}")
     return parse_preset(name, res.read_text(), f"preset {name}")
 
 
