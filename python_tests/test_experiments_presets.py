@@ -181,6 +181,7 @@ def test_bench_lists_what_exists(capsys):
     out = capsys.readouterr().out
     names = [line.split()[0] for line in out.splitlines()[1:]]
     assert {"sketch", "prox", "fl_fedmlh"} <= set(names) and "common" not in names
+    assert not [n for n in names if n.endswith("_worker")] and "issue" not in out
 
 
 def test_quick_bench_runs_never_write_the_committed_tables():

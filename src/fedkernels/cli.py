@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -403,13 +404,13 @@ def list_benches(root: Path) -> list[tuple[str, str]]:
     out = []
     for path in sorted(root.glob("*.py")):
         text = path.read_text()
-        if path.stem == "common" or "__main__" not in text:
-            continue
+        if path.stem == "common" or path.stem.endswith("_worker") or "__main__" not in text:
+            continue  # helpers, and the peers' worker processes the benches start themselves
         try:
             doc = ((ast.get_docstring(ast.parse(text)) or "").strip().splitlines() or [""])[0]
         except SyntaxError:
             doc = "(does not parse)"
-        out.append((path.stem, doc))
+        out.append((path.stem, re.sub(r"\s*\((?:issue|#)\s*#?\d+[^)]*\)", "", doc)))  # no tracker references
     return out
 
 
