@@ -1,4 +1,4 @@
-"""What limits the CPU count_sketch: its speed at extreme-classification label counts (p = 3993 to 312330) and the add rate it needs.
+"""What limits the CPU count_sketch: its speed at extreme-classification label counts and the add rate it needs.
 
     PYTHONPATH=src python bench/sketch_ceiling.py            # both parts
     PYTHONPATH=src python bench/sketch_ceiling.py --part rmw  # only the add-rate measurement
