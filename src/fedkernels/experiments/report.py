@@ -84,6 +84,12 @@ def write_json(path: Path, payload: dict[str, Any]) -> Path:
     return path
 
 
+def _short(value: Any) -> Any:
+    """A float at 7 significant digits (float32's precision, where the metrics come from): 0.387, not
+    0.38699999451637268; anything else as it is."""
+    return float(f"{value:.7g}") if isinstance(value, float) else value
+
+
 def write_csv(path: Path, results: list[dict[str, Any]]) -> Path:
     """One CSV row per algorithm and round: bytes, cumulative bytes, seconds and metrics."""
     rows = []
@@ -100,8 +106,8 @@ def write_csv(path: Path, results: list[dict[str, Any]]) -> Path:
                     "cum_bytes_up": up,
                     "cum_bytes_down": down,
                     "seconds": round(h["seconds"], 4),
-                    **h["metrics"],
-                    **h.get("privacy", {}),
+                    **{k: _short(v) for k, v in h["metrics"].items()},
+                    **{k: _short(v) for k, v in h.get("privacy", {}).items()},
                 }
             )
     keys: list[str] = []
