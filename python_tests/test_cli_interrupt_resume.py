@@ -38,21 +38,47 @@ def _interrupt(*args, **kwargs):
 
 def test_ctrl_c_without_checkpoint_prints_one_line_and_no_traceback(tmp_path, config, capsys, monkeypatch):
     monkeypatch.setattr("fedkernels.experiments.experiment.run_algorithm", _interrupt)
-    argv = ["run", "--config", str(config), "--no-progress", "--output", str(tmp_path / "o")]
+    argv = ["run", "--config", str(config), "--no-progress", "--output", str(tmp_path / "o"), "--no-checkpoint"]
     assert main(argv) == 130
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [err] and "Traceback" not in err
-    assert "interrupted" in err and "pass --checkpoint DIR" in err
+    assert "interrupted" in err and "Nothing was saved" in err
 
 
-def test_ctrl_c_with_checkpoint_names_the_resume_command(tmp_path, config, capsys, monkeypatch):
+@pytest.mark.parametrize("explicit", [False, True])
+def test_ctrl_c_names_the_resume_command(tmp_path, config, capsys, monkeypatch, explicit):
     monkeypatch.setattr("fedkernels.experiments.experiment.run_algorithm", _interrupt)
     argv = ["run", "--config", str(config), "--no-progress", "--output", str(tmp_path / "o")]
-    argv += ["--checkpoint", str(tmp_path / "k")]
+    argv += ["--checkpoint", str(tmp_path / "k")] if explicit else []  # default: <output>/checkpoints
     monkeypatch.setattr(sys, "argv", ["fedkernels", *argv])  # as the console script sees it
     assert main(argv) == 130
     err = capsys.readouterr().err.strip()
-    assert err.endswith("fedkernels " + " ".join(argv) + " --resume")
+    assert err.splitlines() == [err] and err.endswith("fedkernels " + " ".join(argv) + " --resume")
+
+
+def test_an_interrupted_run_resumes_from_the_default_checkpoint_which_goes_at_the_end(tmp_path, config, capsys):
+    out = tmp_path / "o"
+    base = ["run", "--config", str(config), "--no-progress", "--output", str(out)]
+    assert main([*base, "--rounds", "2"]) == 0
+    assert not (out / "checkpoints").exists()  # a finished run leaves nothing to resume
+    full = json.loads((out / "results.json").read_text())["results"][0]
+    # a run stopped after round 1 (as Ctrl-C would): its checkpoint stays and a plain rerun is refused
+    cfg_dir = tmp_path / "stopped"
+    assert main([*base, "--rounds", "1", "--output", str(cfg_dir), "--checkpoint", str(out / "checkpoints")]) == 0
+    assert (out / "checkpoints" / "FedAvg.ckpt").is_file()
+    assert main([*base, "--rounds", "2"]) == 2
+    assert "pass --resume" in capsys.readouterr().err
+    assert main([*base, "--rounds", "2", "--resume"]) == 0
+    resumed = json.loads((out / "results.json").read_text())["results"][0]
+    assert resumed["resumed_at_round"] == 1 and resumed["final"] == full["final"]
+    assert not (out / "checkpoints").exists()
+
+
+def test_no_checkpoint_with_checkpoint_or_resume_is_refused(tmp_path, config, capsys):
+    base = ["run", "--config", str(config), "--no-progress", "--output", str(tmp_path / "o"), "--no-checkpoint"]
+    assert main([*base, "--resume"]) == 2
+    assert main([*base, "--checkpoint", str(tmp_path / "k")]) == 2
+    assert "--no-checkpoint goes with neither" in capsys.readouterr().err
 
 
 def test_resume_with_nothing_to_resume_says_so(tmp_path, config, capsys):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import os
 import re
 import shlex
@@ -202,14 +203,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.list_presets:
         return cmd_list_presets()
     cfg = build_config(args)
+    if args.no_checkpoint and (args.resume or args.checkpoint is not None):
+        raise ValueError("--no-checkpoint goes with neither --checkpoint nor --resume")
+    default_folder = str(Path(cfg.output) / "checkpoints")  # --resume without --checkpoint looks there too
+    auto_checkpoint = not args.no_checkpoint and cfg.checkpoint in (None, default_folder)
+    if auto_checkpoint:  # an interrupted run can always be resumed; the folder goes once the run ends
+        cfg.checkpoint = default_folder
     args.effective_checkpoint = cfg.checkpoint  # a config file or preset may set it: the Ctrl-C hint reads this
     seeds = args.seeds if args.seeds is not None else (3 if args.preset else 1)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     from .experiments.experiment import check_checkpoints, check_outputs, saved_checkpoints
 
-    check_checkpoints(cfg)  # both before any data is read: results are never lost to a late error
-    check_outputs(cfg)
+    check_outputs(cfg)  # both before any data is read: results are never lost to a late error
+    check_checkpoints(cfg)
     if cfg.resume and not saved_checkpoints(cfg):
         print(
             f"fedkernels run: --resume: no checkpoint to resume in {cfg.checkpoint}; starting at round 0",
@@ -221,10 +228,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         if seeds == 1 and not args.preset:
             _run(cfg, args, Path(cfg.output))
-            return 0
-        return _run_seeds(cfg, args, seeds)
+            rc = 0
+        else:
+            rc = _run_seeds(cfg, args, seeds)
     finally:  # in-process callers (tests, notebooks) keep their own setting
         torch.set_num_threads(before)
+    if auto_checkpoint:
+        remove_checkpoints(cfg)
+    return rc
+
+
+def remove_checkpoints(cfg) -> None:
+    """Delete the finished run's checkpoints in ``cfg.checkpoint`` (and its ``seed<k>/`` folders), then
+    the folders if nothing else is in them: results are written, nothing is left to resume."""
+    from .experiments.experiment import saved_checkpoints
+
+    folder = Path(cfg.checkpoint)
+    for path in saved_checkpoints(cfg):
+        path.unlink(missing_ok=True)
+    for sub in [*sorted(folder.glob("seed*")), folder]:
+        with contextlib.suppress(OSError):  # not empty (a user's file), not a folder, or gone: leave it
+            sub.rmdir()
 
 
 def cmd_list_presets() -> int:
@@ -508,7 +532,13 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--checkpoint",
         default=None,
-        help="folder of per-algorithm checkpoints, written after every round (resume with --resume)",
+        help="folder of per-algorithm checkpoints, written after every round (resume with --resume); "
+        "default <output>/checkpoints, removed when the run ends",
+    )
+    r.add_argument(
+        "--no-checkpoint",
+        action="store_true",
+        help="write no checkpoints (an interrupted run cannot be resumed)",
     )
     r.add_argument(
         "--resume",
@@ -532,7 +562,7 @@ def _resume_hint(args: argparse.Namespace) -> str:
         return ""
     argv = sys.argv[1:] if sys.argv and Path(sys.argv[0]).name.startswith("fedkernels") else None
     if getattr(args, "effective_checkpoint", None) is None:
-        return "Nothing was saved: pass --checkpoint DIR to make a run resumable."
+        return "Nothing was saved (--no-checkpoint): run without it to make a run resumable."
     if argv is None:
         return "Run the same command with --resume to continue from its last finished round."
     again = [a for a in argv if a != "--resume"] + ["--resume"]
