@@ -99,3 +99,13 @@ def test_a_resumed_progress_bar_counts_from_the_checkpoint(tmp_path, config, cap
     assert re.search(r"\b3/3\b", last), last  # not 1/3: the two checkpointed rounds count
     assert f"MB={total_mb:.1f}" in last, (last, total_mb)
     assert "no checkpoint to resume" not in err
+
+
+def test_a_finished_fedalc_run_leaves_no_secret_behind(tmp_path, capsys):
+    cfg = tmp_path / "alc.toml"
+    cfg.write_text(CONFIG.replace('["FedAvg"]', '["FedALC"]').replace("[algorithm_options.FedAvg]\nhidden = [4]\n", ""))
+    out = tmp_path / "o"
+    argv = ["run", "--config", str(cfg), "--no-progress", "--rounds", "1", "--output", str(out)]
+    assert main([*argv, "--partition", "one_label"]) == 0
+    assert json.loads((out / "results.json").read_text())["results"][0]["algorithm"] == "FedALC"
+    assert not (out / "checkpoints").exists()

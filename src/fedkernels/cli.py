@@ -239,13 +239,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def remove_checkpoints(cfg) -> None:
-    """Delete the finished run's checkpoints in ``cfg.checkpoint`` (and its ``seed<k>/`` folders), then
-    the folders if nothing else is in them: results are written, nothing is left to resume."""
+    """Delete the finished run's checkpoints (and FedALC's client secret beside its checkpoint) in
+    ``cfg.checkpoint`` and its ``seed<k>/`` folders, then the folders if nothing else is in them:
+    results are written, nothing is left to resume."""
     from .experiments.experiment import saved_checkpoints
 
     folder = Path(cfg.checkpoint)
     for path in saved_checkpoints(cfg):
         path.unlink(missing_ok=True)
+        path.with_suffix(".secret").unlink(missing_ok=True)  # FedALC's client secret, kept only to resume
     for sub in [*sorted(folder.glob("seed*")), folder]:
         with contextlib.suppress(OSError):  # not empty (a user's file), not a folder, or gone: leave it
             sub.rmdir()
