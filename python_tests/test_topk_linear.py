@@ -172,18 +172,28 @@ def test_huge_p_small_n():
     assert_valid_topk(h, W, b, 10, 0.25, v, i)
 
 
-def test_strided_and_expanded_inputs():
+def _strided_case():
     g = torch.Generator().manual_seed(3)
     hT, WT = torch.randn(40, 11, generator=g), torch.randn(40, 300, generator=g)
-    h, W = hT.t(), WT.t()  # transposed views: [11, 40], [300, 40]
-    b = torch.randn(600, generator=g)[::2]
+    return hT.t(), WT.t(), torch.randn(600, generator=g)[::2]  # transposed views [11, 40], [300, 40]; stride-2 bias
+
+
+def test_strided_and_expanded_inputs():
+    h, W, b = _strided_case()
     v, i = fedkernels.linear_topk(h, W, b, k=9)
-    v2, i2 = fedkernels.linear_topk(h.contiguous(), W.contiguous(), b.contiguous(), k=9)
-    assert torch.equal(i, i2) and torch.equal(v, v2)
     assert_valid_topk(h, W, b, 9, 1.0, v, i)
-    row = torch.randn(1, 40, generator=g)
-    v, i = fedkernels.linear_topk(h, row.expand(50, 40), k=50)  # every class the same: ids in order
+    # expanded: every class the same row (small integers: exact scores whatever the GEMM), so all tie
+    row = torch.randint(-3, 4, (1, 40), generator=torch.Generator().manual_seed(4)).float()
+    v, i = fedkernels.linear_topk(h.round(), row.expand(50, 40), k=50)
     assert torch.equal(i, torch.arange(50).expand(11, 50))
+
+
+@pytest.mark.cpu_path("the CPU kernel reads strides in place: the same bits as contiguous inputs")
+def test_strided_inputs_give_the_contiguous_bits():
+    h, W, b = _strided_case()
+    got = fedkernels.linear_topk(h, W, b, k=9)
+    want = fedkernels.linear_topk(h.contiguous(), W.contiguous(), b.contiguous(), k=9)
+    assert all(torch.equal(x, y) for x, y in zip(got, want, strict=True))
 
 
 @pytest.mark.cpu_path("thread counts and dispatch levels of the CPU kernel")

@@ -19,6 +19,7 @@
 #include <limits>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "topk/topk.h"
@@ -109,7 +110,15 @@ void run_chunk(const Plan& pl, const Inputs<T>& in, const float* hpack, topk_cpu
   std::vector<float> bias(static_cast<size_t>(panels * kCols));
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t j0 = t * pl.tile, cols = std::min(pl.tile, pl.p - j0);
-    pack_w_tile(in.w, in.ws0, in.ws1, j0, cols, pl.d, wpack.data());
+    if constexpr (std::is_same_v<T, float>) {
+      if (isa == topk_cpu::Isa::kAvx2 && in.ws1 == 1) {  // rows contiguous: vector transposes
+        topk_cpu::pack_w_panels_avx2(in.w + j0 * in.ws0, in.ws0, cols, pl.d, wpack.data());
+      } else {
+        pack_w_tile(in.w, in.ws0, in.ws1, j0, cols, pl.d, wpack.data());
+      }
+    } else {
+      pack_w_tile(in.w, in.ws0, in.ws1, j0, cols, pl.d, wpack.data());
+    }
     const float* bias_ptr = nullptr;
     if (in.bias_tile) {
       std::fill(bias.begin(), bias.end(), 0.0f);
@@ -146,11 +155,11 @@ void linear_topk_impl(const Plan& pl, const Inputs<T>& in, float* out_val, int64
     for (int64_t c = c0; c < c1; ++c) {
       topk_cpu::RowTopk top = top_of(pl.by_tiles ? c : 0);
       if (pl.by_tiles) {
-        run_chunk(pl, in, hpack.data(), isa, c * pl.ntiles / pl.chunks, (c + 1) * pl.ntiles / pl.chunks, 0,
-                  pl.nblocks, top);
+        run_chunk(pl, in, hpack.data(), isa, c * pl.ntiles / pl.chunks, (c + 1) * pl.ntiles / pl.chunks, 0, pl.nblocks,
+                  top);
       } else {
-        run_chunk(pl, in, hpack.data(), isa, 0, pl.ntiles, c * pl.nblocks / pl.chunks,
-                  (c + 1) * pl.nblocks / pl.chunks, top);
+        run_chunk(pl, in, hpack.data(), isa, 0, pl.ntiles, c * pl.nblocks / pl.chunks, (c + 1) * pl.nblocks / pl.chunks,
+                  top);
       }
     }
   });

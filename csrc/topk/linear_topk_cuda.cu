@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <tuple>
 
@@ -27,13 +28,13 @@ namespace fedkernels {
 
 namespace {
 
-constexpr int kThreads = 256;                        // 8 warps per block
-constexpr int kPerThread = 8;                        // scores a thread tests per segment
-constexpr int kSegment = kThreads * kPerThread;      // 2048 composites: 16 KiB of shared memory
-constexpr int64_t kTargetBlocks = 528;               // 4 blocks (32 warps) per SM on a 132-SM H100
-constexpr int64_t kTileFloats = int64_t{1} << 25;    // Z of one tile: at most 128 MiB of float32
-constexpr int64_t kMinTileCols = 2 * kSegment;       // a tile at least this wide (when p allows)
-constexpr int64_t kMaxGrid = int64_t{1} << 20;       // blocks loop over items beyond this
+constexpr int kThreads = 256;                      // 8 warps per block
+constexpr int kPerThread = 8;                      // scores a thread tests per segment
+constexpr int kSegment = kThreads * kPerThread;    // 2048 composites: 16 KiB of shared memory
+constexpr int64_t kTargetBlocks = 528;             // 4 blocks (32 warps) per SM on a 132-SM H100
+constexpr int64_t kTileFloats = int64_t{1} << 25;  // Z of one tile: at most 128 MiB of float32
+constexpr int64_t kMinTileCols = 2 * kSegment;     // a tile at least this wide (when p allows)
+constexpr int64_t kMaxGrid = int64_t{1} << 20;     // blocks loop over items beyond this
 
 // This thread's offset in a block-wide exclusive prefix sum of v, and the block's total. Two barriers;
 // the second lets the next call reuse sums.
@@ -107,7 +108,7 @@ __device__ __forceinline__ void merge_top(const uint64_t* a, int64_t k, const ui
 // through scratch[item].
 __global__ void __launch_bounds__(kThreads)
     linear_topk_tile_kernel(const float* z, int64_t n_rows, int64_t cols, int64_t col0, const float* bias, float scale,
-                     int64_t k, int64_t splits, uint64_t* best, uint64_t* scratch) {
+                            int64_t k, int64_t splits, uint64_t* best, uint64_t* scratch) {
   __shared__ uint64_t hits[kSegment];
   __shared__ int sums[kThreads / 32];
   const int tid = static_cast<int>(threadIdx.x);
@@ -163,8 +164,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // values / indices [N, k] from row n's list best[n * stride .. + k).
-__global__ void linear_topk_finish_kernel(const uint64_t* best, int64_t n_rows, int64_t k, int64_t stride, float* values,
-                                   int64_t* indices) {
+__global__ void linear_topk_finish_kernel(const uint64_t* best, int64_t n_rows, int64_t k, int64_t stride,
+                                          float* values, int64_t* indices) {
   const int64_t total = n_rows * k;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -172,6 +173,19 @@ __global__ void linear_topk_finish_kernel(const uint64_t* best, int64_t n_rows, 
     values[e] = topk::composite_score(c);
     indices[e] = topk::composite_id(c);
   }
+}
+
+// Classes per tile: Z at most kTileFloats, whole segments, no wider than p needs.
+// FEDKERNELS_TOPK_CUDA_TILE (classes, rounded up to whole segments) sets it instead: the tests run
+// many tiles at small sizes with it.
+int64_t tile_cols(int64_t n, int64_t p) {
+  const int64_t p_round = (p + kSegment - 1) / kSegment * kSegment;
+  const char* forced = std::getenv("FEDKERNELS_TOPK_CUDA_TILE");
+  if (forced != nullptr) {
+    const int64_t t = std::max<int64_t>(1, std::atoll(forced));
+    return std::min(p_round, (t + kSegment - 1) / kSegment * kSegment);
+  }
+  return std::min(p_round, std::max(kMinTileCols, kTileFloats / n / kSegment * kSegment));
 }
 
 unsigned grid_of(int64_t items) { return static_cast<unsigned>(std::clamp<int64_t>(items, 1, kMaxGrid)); }
@@ -185,10 +199,7 @@ std::tuple<at::Tensor, at::Tensor> linear_topk_cuda(const at::Tensor& h, const a
   at::Tensor indices = at::empty({n, k}, h.options().dtype(at::kLong));
   if (n == 0 || k == 0) return {values, indices};
   const at::Tensor hf = h.to(at::kFloat);  // bfloat16 rows widened exactly; float32 as it is
-  // Tile width: Z at most kTileFloats, whole segments, no wider than p needs.
-  const int64_t p_round = (p + kSegment - 1) / kSegment * kSegment;
-  const int64_t tile =
-      std::min(p_round, std::max(kMinTileCols, kTileFloats / n / kSegment * kSegment));
+  const int64_t tile = tile_cols(n, p);
   const int64_t splits = std::clamp<int64_t>((kTargetBlocks + n - 1) / n, 1, tile / kSegment);
   const auto u64 = h.options().dtype(at::kLong);  // composites live in int64 storage
   at::Tensor best = at::zeros({n, splits, k}, u64);

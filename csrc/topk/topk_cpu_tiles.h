@@ -45,11 +45,11 @@ struct RowTopk {
 
 // One tile of classes against a range of h's micro-panels.
 struct TileJob {
-  const float* hpack;  // all of h, packed: micro-panel b at hpack + b * kRows * d
-  int64_t n;           // rows of h (rows of the last micro-panel beyond n are padding)
+  const float* hpack;      // all of h, packed: micro-panel b at hpack + b * kRows * d
+  int64_t n;               // rows of h (rows of the last micro-panel beyond n are padding)
   int64_t block0, block1;  // micro-panels [block0, block1) to scan
-  const float* wpack;  // the tile's panels: panel t at wpack + t * kCols * d
-  int64_t col0, cols;  // the tile's first class and class count
+  const float* wpack;      // the tile's panels: panel t at wpack + t * kCols * d
+  int64_t col0, cols;      // the tile's first class and class count
   int64_t d;
   float scale;
   const float* bias;  // the tile's bias (cols floats, padded to whole panels), or nullptr
@@ -57,6 +57,10 @@ struct TileJob {
 
 void scan_tile_portable(const TileJob& job, RowTopk& top);
 void scan_tile_avx2(const TileJob& job, RowTopk& top);  // only where select_isa() gives kAvx2
+
+// The panels of `cols` classes of a float32 W whose rows are contiguous (row stride ld), by 8 x 8
+// AVX transposes: the same floats the generic packing writes (only where select_isa() gives kAvx2).
+void pack_w_panels_avx2(const float* w, int64_t ld, int64_t cols, int64_t d, float* dst);
 
 }  // namespace topk_cpu
 }  // namespace fedkernels
