@@ -51,9 +51,7 @@ FK_HOST_DEVICE FK_INLINE uint64_t composite(float score, int64_t id) {
   return (static_cast<uint64_t>(score_key(score)) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(id));
 }
 FK_HOST_DEVICE FK_INLINE float composite_score(uint64_t c) { return key_score(static_cast<uint32_t>(c >> 32)); }
-FK_HOST_DEVICE FK_INLINE int64_t composite_id(uint64_t c) {
-  return static_cast<int64_t>(~static_cast<uint32_t>(c));
-}
+FK_HOST_DEVICE FK_INLINE int64_t composite_id(uint64_t c) { return static_cast<int64_t>(~static_cast<uint32_t>(c)); }
 
 // The score of a pair from its float32 dot product: scale * dot rounded, then + bias rounded (never
 // fused, so every launcher rounds alike).
