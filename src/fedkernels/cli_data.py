@@ -14,7 +14,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     from .data import fetcher as fetch_mod
     from .data.remote import get_remote, remote_datasets
 
-    if args.action == "list":
+    if args.action == "list" or (args.action == "get" and not args.name):
         print(f"{'name':<16} {'train':>10} {'test':>9} {'features':>10} {'labels':>10}  status")
         for ds in remote_datasets():
             status = (
