@@ -121,19 +121,22 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the previous item's last reads of lst are done
     uint64_t thr = lst[k - 1];
     for (int64_t seg = c0; seg < c1; seg += kSegment) {
-      uint64_t mine[kPerThread];
+      // Static indices into c[] (unrolled), so it stays in registers; only the shared store is indexed.
+      uint64_t c[kPerThread];
       int cnt = 0;
+#pragma unroll
       for (int e = 0; e < kPerThread; ++e) {
         const int64_t j = seg + tid + static_cast<int64_t>(e) * kThreads;  // consecutive threads, consecutive j
-        if (j < c1) {
-          const uint64_t c = topk::composite(topk::finish_score(zr[j], scale, bias, j), col0 + j);
-          if (c > thr) mine[cnt++] = c;
-        }
+        c[e] = j < c1 ? topk::composite(topk::finish_score(zr[j], scale, bias, j), col0 + j) : topk::kEmpty;
+        cnt += c[e] > thr ? 1 : 0;
       }
       int total = 0;
-      const int off = block_exclusive_scan(cnt, sums, total);
+      int off = block_exclusive_scan(cnt, sums, total);
       if (total == 0) continue;  // block-uniform
-      for (int e = 0; e < cnt; ++e) hits[off + e] = mine[e];
+#pragma unroll
+      for (int e = 0; e < kPerThread; ++e) {
+        if (c[e] > thr) hits[off++] = c[e];
+      }
       int m = 1;
       while (m < total) m <<= 1;
       for (int i = total + tid; i < m; i += kThreads) hits[i] = topk::kEmpty;
