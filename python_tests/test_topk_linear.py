@@ -249,6 +249,7 @@ def _args():
         (lambda a: a, {"k": 2.0}, ValueError, "k must be an integer"),
         (lambda a: a, {"k": 2, "scale": float("nan")}, ValueError, "scale must be finite"),
         (lambda a: a, {"k": 2, "scale": 1e39}, ValueError, "scale must be finite"),
+        (lambda a: a, {"k": 2, "scale": "2"}, ValueError, "scale must be a real number"),
         (lambda a: (a[0].numpy(), a[1], a[2]), {}, TypeError, "h must be a torch.Tensor"),
     ],
 )

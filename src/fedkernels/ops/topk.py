@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -49,7 +50,7 @@ def linear_topk(
         >>> values, classes = linear_topk(h, W, k=5)   # [4, 5] each, never a [4, 312330] matrix
     """
     k = check_int("k", k)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise ValueError(f"scale must be a real number, got {type(scale).__name__}")
     if not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
