@@ -40,6 +40,7 @@ QUICK: dict[str, list[str]] = {
     "flower_load": ["--quick"],
     "hardening": ["--quick"],
     "sketch_ceiling": ["--quick"],
+    "topk": ["--quick"],
 }
 # scripts that need an environment variable: skipped, with the reason, when it is unset
 NEEDS_ENV = {"gpu_model": ("FK_CUDA_EMU_MODULE", "the emulated CUDA module: `python tools/emulate.py build`")}
@@ -50,6 +51,7 @@ NOT_BENCHMARKS = (
     "select_shapes",
     "spread_peers",
     "spread_faiss_worker",
+    "topk_faiss_worker",
 )  # helpers, a printer
 
 
