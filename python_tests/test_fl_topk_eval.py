@@ -139,3 +139,35 @@ def test_evaluation_at_312330_classes_in_bounded_memory():
     assert names <= set(out), f"not evaluated: {names - set(out)}"
     for name in names:
         assert {"P@5", "nDCG@5", "R@5", "PSP@5", "PSnDCG@5"} <= set(out[name]), name
+
+
+def test_federated_evaluation_reports_propensity_metrics():
+    """With inverse propensities sent beside the model, every client reports PSP@k and PSnDCG@k too;
+    the server's numbers are the example-weighted means of each client's own ranking_metrics."""
+    from fedkernels.data.types import ClientData
+    from fedkernels.fl import FedAvg, RunConfig, Server
+    from fedkernels.metrics import ranking_metrics
+
+    g = torch.Generator().manual_seed(3)
+    p, f = 50, 6
+
+    def data(n: int) -> ClientData:
+        return ClientData(
+            torch.randn(n, f, generator=g), torch.arange(n + 1), torch.randint(0, p, (n,), generator=g), p
+        )
+
+    server = Server(FedAvg(hidden=[4]), [data(20), data(30)], f, p, RunConfig(rounds=1, clients_per_round=2))
+    held = [data(7), data(11)]
+    inv_p = torch.rand(p, dtype=torch.float64, generator=g) + 1.0
+    metrics, failed = server.evaluate_federated(held, (1, 3), inv_p)
+    assert not failed
+    per = [
+        ranking_metrics(server.strategy.predict_topk(server.state, d.x, 3), d.indptr, d.indices, (1, 3), inv_p)
+        for d in held
+    ]
+    names = [f"{m}@{k}" for k in (1, 3) for m in ("P", "nDCG", "R", "PSP", "PSnDCG")]
+    assert sorted(metrics) == sorted(names)
+    for name in names:
+        assert metrics[name] == pytest.approx((7 * per[0][name] + 11 * per[1][name]) / 18, rel=1e-12)
+    plain, _ = server.evaluate_federated(held, (1, 3))  # without propensities: P, nDCG, R only
+    assert sorted(plain) == sorted(n for n in names if not n.startswith("PS"))
