@@ -7,6 +7,8 @@ from torch import nn
 
 from ..ops.topk import linear_topk
 
+SPARSE_BLOCK_BYTES = 64 << 20  # dense rows of a sparse input made at a time
+
 
 @torch.no_grad()
 def sequential_topk(model: nn.Module, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,4 +35,23 @@ def sequential_topk(model: nn.Module, x: torch.Tensor, k: int) -> tuple[torch.Te
         raise TypeError("model must be an nn.Sequential whose last layer is an nn.Linear")
     head = model[-1]
     h = model[:-1](x)
-    return linear_topk(h.to(head.weight.dtype), head.weight, head.bias, k=k)
+    if h.layout == torch.strided:
+        return linear_topk(h.to(head.weight.dtype), head.weight, head.bias, k=k)
+    # A sparse input reaching the last layer directly (a model without hidden layers): the op reads dense
+    # rows, so densify a bounded block of rows at a time (never the whole [N, F], never [N, p]).
+    if h.layout != torch.sparse_csr:
+        h = h.to_sparse_csr()
+    n, f = h.shape
+    rows = max(1, SPARSE_BLOCK_BYTES // max(1, 4 * f))
+    crow, col, val = h.crow_indices(), h.col_indices(), h.values()
+    parts = []
+    for i in range(0, n, rows) if n else [0]:
+        j = min(n, i + rows)
+        lo, hi = int(crow[i]), int(crow[j])
+        counts = (crow[i + 1 : j + 1] - crow[i:j]).to(torch.int64)
+        block = torch.zeros(j - i, f, dtype=head.weight.dtype, device=val.device)
+        block[torch.repeat_interleave(torch.arange(j - i, device=val.device), counts), col[lo:hi]] = val[lo:hi].to(
+            head.weight.dtype
+        )
+        parts.append(linear_topk(block, head.weight, head.bias, k=k))
+    return torch.cat([v for v, _ in parts]), torch.cat([c for _, c in parts])
