@@ -23,7 +23,7 @@ from python_tests.helpers import child_pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "gpu_check.py"
-BENCHES = ["sketch", "sampled", "select", "prox", "spread"]
+BENCHES = ["sketch", "sampled", "select", "prox", "spread", "topk"]
 NO_GPU = "no NVIDIA GPU found: gpu-check needs one; see README 'Verifying the CUDA kernels'"
 # what a gpu-check run would create in the checkout
 ROOT_OUTPUTS = [ROOT / ".venv-cuda", ROOT / "gpu-check", ROOT / "build" / "gpu-check"]
@@ -319,6 +319,10 @@ FAKE_PAYLOADS = {
         },
         {"C": 100000, "d": 64, "k": 10, "fk_knn_s": 0.5, "fk_knn_gbs": 0.1, "fk_loss_fwd_bwd_s": 1.0},
     ],
+    "topk": [
+        {"p": 16384, "d": 64, "N": 64, "k": 5, "fk_t1_s": 0.002, "eager_t1_s": 0.006},
+        {"p": 670091, "d": 512, "N": 4096, "k": 5, "fk_t1_s": 2.0},
+    ],
 }
 
 
@@ -340,6 +344,10 @@ def test_bench_rows_from_fake_payloads():
     knn, loss, knn_big, loss_big = rows["spread"]
     assert knn["speedup"] == pytest.approx(4.0) and loss["speedup"] == pytest.approx(5.0)
     assert knn_big["torch_ms"] is None and loss_big["speedup"] is None
+    tk, tk_big = rows["topk"]
+    assert tk["op"] == "linear_topk" and tk["vs"] == "topk(h @ W.T)" and "p=16384 d=64 N=64 k=5" in tk["config"]
+    assert tk["ours_ms"] == pytest.approx(2.0) and tk["speedup"] == pytest.approx(3.0)
+    assert tk_big["torch_ms"] is None and tk_big["speedup"] is None
     for rs in rows.values():
         for r in rs:
             assert set(r) == {"bench", "op", "config", "vs", "ours_ms", "torch_ms", "speedup", "gbs", "pct_copy"}

@@ -242,10 +242,10 @@ def test_bad_setup_report_is_left_out_not_fatal():
 
 
 def reference_metrics(strategy, state, held_out, ks) -> dict[str, float]:
-    """Slow reference: per client, per example, P@k and nDCG@k by hand; weighted by example counts."""
+    """Slow reference: per client, per example, P@k, nDCG@k and R@k by hand; weighted by example counts."""
     import math
 
-    sums = {f"{m}@{k}": 0.0 for k in ks for m in ("P", "nDCG")}
+    sums = {f"{m}@{k}": 0.0 for k in ks for m in ("P", "nDCG", "R")}
     total = 0
     for data in held_out:
         for i in range(len(data)):
@@ -254,6 +254,7 @@ def reference_metrics(strategy, state, held_out, ks) -> dict[str, float]:
             for k in ks:
                 hits = [1.0 if top[j] in truth else 0.0 for j in range(k)]
                 sums[f"P@{k}"] += sum(hits) / k
+                sums[f"R@{k}"] += sum(hits) / max(len(truth), 1)
                 ideal = sum(1.0 / math.log2(j + 2) for j in range(min(k, len(truth))))
                 dcg = sum(h / math.log2(j + 2) for j, h in enumerate(hits))
                 sums[f"nDCG@{k}"] += dcg / ideal if ideal else 0.0
@@ -273,7 +274,8 @@ def test_federated_evaluation_matches_hand_weighted_reference(name):
     ref = alc_in_process(name, rounds=2)
     assert same_state(fk.state, ref.state)
     for got, want in zip(fk.history, ref.history, strict=True):
-        assert got.metrics == want.metrics and set(got.metrics) == {f"fed-{m}@{k}" for k in ks for m in ("P", "nDCG")}
+        want_names = {f"fed-{m}@{k}" for k in ks for m in ("P", "nDCG", "R")}
+        assert got.metrics == want.metrics and set(got.metrics) == want_names
     held = [held_out_data(c, NUM_CLIENTS, name) for c in range(NUM_CLIENTS)]
     slow = reference_metrics(ref.strategy, ref.state, held, ks)
     for n, v in slow.items():  # ranking_metrics averages in float32 on the client: float32 rounding
@@ -284,12 +286,17 @@ def test_federated_evaluation_drops_bad_reports():
     """A report with a metric outside [0, 1] or a huge example count is left out, not averaged."""
     from fedkernels.fl import evaluation as ev
 
-    ks = (1, 3)
+    ks = (1, 3)  # per k: P, nDCG, R
     good = pl.encode(
-        {"metrics": torch.tensor([0.5, 0.5, 0.25, 0.25], dtype=torch.float64), "num_examples": torch.tensor([4])}
+        {
+            "metrics": torch.tensor([0.5, 0.5, 0.5, 0.25, 0.25, 0.75], dtype=torch.float64),
+            "num_examples": torch.tensor([4]),
+        }
     )
-    liar = pl.encode({"metrics": torch.tensor([7.0, 0, 0, 0], dtype=torch.float64), "num_examples": torch.tensor([4])})
-    heavy = pl.encode({"metrics": torch.ones(4, dtype=torch.float64), "num_examples": torch.tensor([2**50])})
+    liar = pl.encode(
+        {"metrics": torch.tensor([7.0, 0, 0, 0, 0, 0], dtype=torch.float64), "num_examples": torch.tensor([4])}
+    )
+    heavy = pl.encode({"metrics": torch.ones(6, dtype=torch.float64), "num_examples": torch.tensor([2**50])})
     metrics, failed, n = ev.aggregate_evaluation({0: good, 1: liar, 2: heavy, 3: None}, ks)
-    assert n == 4 and metrics == {"P@1": 0.5, "nDCG@1": 0.5, "P@3": 0.25, "nDCG@3": 0.25}
+    assert n == 4 and metrics == {"P@1": 0.5, "nDCG@1": 0.5, "R@1": 0.5, "P@3": 0.25, "nDCG@3": 0.25, "R@3": 0.75}
     assert sorted(failed) == [1, 2, 3] and failed[3] == "sent no evaluation"

@@ -43,6 +43,7 @@ QUICK: dict[str, list[str]] = {
     "hardening_sweep": ["--quick"],
     "sketch_ceiling": ["--quick"],
     "privacy": ["--quick"],
+    "topk": ["--quick"],
 }
 # scripts that need an environment variable: skipped, with the reason, when it is unset
 NEEDS_ENV = {"gpu_model": ("FK_CUDA_EMU_MODULE", "the emulated CUDA module: `python tools/emulate.py build`")}
@@ -54,6 +55,7 @@ NOT_BENCHMARKS = (
     "spread_peers",
     "spread_faiss_worker",
     "proctree",
+    "topk_faiss_worker",
 )  # helpers, a printer
 
 

@@ -55,6 +55,7 @@ BENCHES = {
     "select": "bench/select_norms.py",
     "prox": "bench/prox.py",
     "spread": "bench/spread.py",
+    "topk": "bench/topk.py",
 }
 EXIT_NO_GPU, EXIT_PREREQ = 2, 3
 

@@ -209,12 +209,27 @@ def _spread(rows: list[dict]) -> Iterable[Row]:
         )
 
 
+def _topk(rows: list[dict]) -> Iterable[Row]:
+    for r in rows:
+        eager = r.get("eager_t1_s")
+        yield _row(
+            "topk",
+            "linear_topk",
+            f"p={r['p']} d={r['d']} N={r['N']} k={r['k']}",
+            "topk(h @ W.T)",
+            1e3 * r["fk_t1_s"],
+            1e3 * eager if eager is not None else None,
+            None,
+        )
+
+
 NORMALIZERS: dict[str, Callable[[list[dict]], Iterable[Row]]] = {
     "sketch": _sketch,
     "sampled": _sampled,
     "select": _select,
     "prox": _prox,
     "spread": _spread,
+    "topk": _topk,
 }
 
 

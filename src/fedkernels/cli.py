@@ -148,6 +148,10 @@ def build_config(args: argparse.Namespace):
     merged["algorithms"] = [canonical_name(a) for a in merged.get("algorithms", ExperimentConfig().algorithms)]
     if args.ks:
         merged["ks"] = args.ks
+    if args.metrics:
+        merged["metrics"] = args.metrics
+    if args.propensity:
+        merged["propensity"] = list(args.propensity)
     if args.checkpoint is not None:
         merged["checkpoint"] = args.checkpoint
     if args.sparse is not None:
@@ -305,8 +309,8 @@ def _run_seeds(cfg, args: argparse.Namespace, seeds: int) -> int:
 def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     from tqdm import tqdm
 
-    from .experiments.experiment import add_common_target, prepare_data, redact_secrets, run_algorithm
-    from .experiments.report import plot_accuracy, results_table, write_csv, write_json
+    from .experiments.experiment import add_common_target, metric_columns, prepare_data, redact_secrets, run_algorithm
+    from .experiments.report import TABLE_COLUMNS, plot_accuracy, results_table, write_csv, write_json
 
     data = prepare_data(cfg)
     ds = data.dataset
@@ -343,7 +347,9 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
         finally:
             bar.close()
     target = add_common_target(results)
-    table = results_table(results)
+    # the chosen metric families at every k, then the communication columns
+    rest = [c for c in TABLE_COLUMNS[1:] if "@" not in c or c.startswith("best") or c.endswith("freq")]
+    table = results_table(results, ["algorithm", *metric_columns(cfg.metrics, cfg.ks), *rest])
     print()
     print(table)
     if target is not None:
@@ -516,6 +522,20 @@ def parser() -> argparse.ArgumentParser:
         "--option", action="append", metavar="ALG.key=value", help="a constructor option of a selected algorithm"
     )
     r.add_argument("--ks", nargs="+", type=int, help="the k of P@k (default: 1 3 5)")
+    r.add_argument(
+        "--metrics",
+        nargs="+",
+        help="metric families the results table shows at every k: P nDCG PSP PSnDCG R "
+        "(default: all; every one is computed and saved in results.json)",
+    )
+    r.add_argument(
+        "--propensity",
+        nargs=2,
+        type=float,
+        metavar=("A", "B"),
+        help="Jain et al.'s propensity A and B for PSP@k/PSnDCG@k (default: the dataset's, "
+        "from fedkernels.metrics.PROPENSITY; 0.55 1.5 for others)",
+    )
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.add_argument(
         "--sparse",

@@ -18,7 +18,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     from .data.remote import get_remote, remote_datasets
 
     root = Path(args.data_dir).expanduser() if args.data_dir else fetch_mod.cache_dir()
-    if args.action == "list":
+    if args.action == "list" or (args.action == "get" and not args.name):
         print(f"{'name':<16} {'train':>10} {'test':>9} {'features':>10} {'labels':>10}  status")
         for ds in remote_datasets():
             status = (

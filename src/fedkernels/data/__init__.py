@@ -23,12 +23,14 @@ from .split import train_test_split
 from .synthetic import synthetic_multilabel
 from .types import ClientData
 from .xc_format import XCData, read_xc
+from .xc_layouts import Layout, find_layout, read_filter, read_layout, read_sparse_text, read_split
 from .xc_synthetic import XCSpec, iter_synthetic_xc, synthetic_xc
 
 __all__ = [
     "ClientData",
     "Dataset",
     "DownloadError",
+    "Layout",
     "RemoteDataset",
     "RemoteFile",
     "Shard",
@@ -41,6 +43,7 @@ __all__ = [
     "dirichlet_partition",
     "fedmlh_partition",
     "fetch",
+    "find_layout",
     "find_remote",
     "frequent_classes",
     "get_remote",
@@ -57,9 +60,13 @@ __all__ = [
     "multi_hot_to_csr",
     "one_label_per_client",
     "read_any",
+    "read_filter",
+    "read_layout",
     "read_libsvm",
     "read_mulan_arff",
     "read_npz",
+    "read_sparse_text",
+    "read_split",
     "read_xc",
     "register",
     "remote_datasets",

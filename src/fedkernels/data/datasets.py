@@ -18,6 +18,7 @@ from .split import train_test_split
 from .synthetic import synthetic_multilabel
 from .types import ClientData
 from .xc_format import XCData
+from .xc_layouts import FILTER_FILES, find_layout, read_filter, read_layout
 
 
 @dataclass
@@ -29,12 +30,16 @@ class Dataset:
             when loaded with ``sparse=True``; CSR labels).
         name: what was loaded (``"synthetic"`` or the path).
         notes: how it was made (split seed, hashing dimension, ...), for reports.
+        test_filter: the LF-* datasets' ``filter_labels_test.txt`` as CSR over the test rows
+            (``indptr [N_test + 1]``, ``indices``): (sample, label) pairs dropped from the predictions
+            before scoring (:func:`fedkernels.metrics.filter_predictions`); ``None`` without one.
     """
 
     train: ClientData
     test: ClientData
     name: str
     notes: dict = field(default_factory=dict)
+    test_filter: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def num_features(self) -> int:
@@ -85,6 +90,10 @@ def _xc_parts(path: Path, test_fraction: float, seed: int) -> tuple[XCData, XCDa
                     read_any(path / f"test{ext}"),
                     {"split": f"official train{ext}/test{ext}"},
                 )
+        layout = find_layout(path)  # the repository's other layouts (trn_X_Xf.txt ..., <stem>_train.txt)
+        if layout is not None:
+            train_part, test_part = read_layout(layout)
+            return train_part, test_part, {"split": f"official {layout.train.name}/{layout.test.name}"}
         for ext in (".txt", ".svm", "_X.npz"):
             if (path / f"all{ext}").is_file():
                 parts = {"all": path / f"all{ext}"}
@@ -93,6 +102,7 @@ def _xc_parts(path: Path, test_fraction: float, seed: int) -> tuple[XCData, XCDa
             raise FileNotFoundError(
                 f"{path}: expected an XC-format, libsvm or .npz data file, or a folder with "
                 "train+test or all (.txt XC or libsvm, .svm libsvm, or _X.npz/_Y.npz pairs), "
+                "trn_X_Xf.txt/trn_X_Y.txt/tst_X_Xf.txt/tst_X_Y.txt, or <stem>_train.txt/<stem>_test.txt, "
                 "or a dataset name from `fedkernels data list`"
             )
     full = read_any(parts["all"])
@@ -149,11 +159,20 @@ def load_xc_dataset(
         return torch.from_numpy((l2_normalize_rows(x) if l2_normalize else x).astype(np.float32))
 
     notes.update(feature_dim=feature_dim or train.num_features, tfidf=tfidf, l2_normalize=l2_normalize, sparse=sparse)
+    test_filter = None
+    if "official" in str(notes.get("split", "")):  # a filter file describes the official test split only
+        layout = find_layout(path)
+        where = layout.filters.get("test") if layout is not None else path / FILTER_FILES["test"]
+        if where is not None and where.is_file():
+            fp, fi = read_filter(where, test.num_samples, test.num_labels)
+            test_filter = (torch.from_numpy(fp), torch.from_numpy(fi))
+            notes["test_filter"] = f"{where.name}: {fi.size} (sample, label) pairs dropped from predictions"
     return Dataset(
         to_client_data(dense(train.features), train.labels),
         to_client_data(dense(test.features), test.labels),
         str(path),
         notes,
+        test_filter,
     )
 
 

@@ -49,6 +49,7 @@ from tqdm import tqdm
 
 from .locations import DEPRECATED_ENV_VAR, ENV_VAR, data_dir
 from .remote import RemoteDataset, RemoteFile, get_remote
+from .xc_layouts import find_layout, place_layout
 
 __all__ = [
     "DEPRECATED_ENV_VAR",
@@ -437,6 +438,16 @@ def _place(ds: RemoteDataset, folder: Path) -> None:
     split files."""
     if ds.train_split and ds.test_split:
         _apply_split(ds, folder, ds.train_split, ds.test_split)
+        return
+    if ds.format == "xc-split" or (ds.format == "xc" and not (folder / ds.train).is_file()):
+        # the LF-* split files, or an XC zip laid out otherwise than recorded (e.g. a "BoW features"
+        # zip's <Name>.bow/train.txt): placed by what the download holds
+        layout = find_layout(folder)
+        if layout is None:
+            raise DownloadError(
+                f"{ds.name}: expected {ds.train} (or another layout of the XC repository) in the download"
+            )
+        place_layout(layout, folder)
         return
     for part, rel in (("train", ds.train), ("test", ds.test)):
         src = folder / rel

@@ -29,7 +29,7 @@ _MULAN_RAW = (
 )
 BYTES_PER_SAMPLE = 16 << 10
 DEFAULT_MAX_BYTES = 4 << 30
-FORMATS = ("xc", "libsvm", "npz", "arff")
+FORMATS = ("xc", "xc-split", "libsvm", "npz", "arff")
 _DRIVE = "https://drive.google.com/uc?export=download&id="
 
 
@@ -62,6 +62,9 @@ class RemoteDataset:
         format: ``"xc"`` (header ``N F L``), ``"libsvm"`` or ``"npz"`` (as :func:`read_any` reads), or
             ``"arff"`` (Mulan's ARFF, labels in the last ``num_labels`` attributes: ``get`` converts it
             to XC text).
+            ``"xc-split"`` (the LF-* layout: ``trn_X_Xf.txt``, ``trn_X_Y.txt``, ``tst_X_Xf.txt``,
+            ``tst_X_Y.txt`` and filter files; ``train``/``test`` name the two ``*_X_Xf.txt``, see
+            :mod:`fedkernels.data.xc_layouts`).
         num_features, num_labels, num_train, num_test: as the source publishes them.
         page: the human page describing the dataset.
         notes: anything a user should know (e.g. a manual download).
@@ -125,6 +128,31 @@ def _xc(
         aliases,
     )
 
+
+def _lf(name: str, sizes: tuple[int, int, int, int], aliases: tuple[str, ...] = ()) -> RemoteDataset:
+    """An LF-* dataset: ``<name>.bow.zip`` unpacking to ``<name>/trn_X_Xf.txt`` ... and its filter files."""
+    f, l, ntr, nte = sizes
+    return RemoteDataset(
+        name,
+        (RemoteFile(None, f"{name}.bow.zip", None, "zip"),),
+        f"{name}/trn_X_Xf.txt",
+        f"{name}/tst_X_Xf.txt",
+        "xc-split",
+        f,
+        l,
+        ntr,
+        nte,
+        XC_PAGE,
+        _MANUAL_LF.format(name=name),
+        aliases,
+    )
+
+
+_MANUAL_LF = (
+    "no direct download link recorded: download the 'BoW features' zip from the XC repository page, then "
+    "`fedkernels data get {name} --url file:///path/to/{name}.bow.zip`; the split files (trn_X_Xf.txt, "
+    "trn_X_Y.txt, tst_X_Xf.txt, tst_X_Y.txt) and filter_labels_test.txt are found wherever the zip puts them"
+)
 
 _MANUAL = (
     "no direct download link recorded: download the zip from the XC repository page, then "
@@ -228,6 +256,11 @@ _BUILTIN: tuple[RemoteDataset, ...] = (
     ),
     _xc("Amazon-670K", "0B3lPMIHmG6vGdUJwRzltS1dvUVk", "Amazon", "amazon", (135909, 670091, 490449, 153025)),
     _xc("Amazon-3M", "0B3lPMIHmG6vGUEd4eTRxaWl3YkE", "Amazon-3M", "amazon-3M", (337067, 2812281, 1717899, 742507)),
+    # The label-feature datasets of the papers (BoW features; F, L, N train, N test as the repository's
+    # table lists them, not re-checked offline). Their test ground truth leaves out reciprocal pairs,
+    # which filter_labels_test.txt lists for removal from the predictions before scoring.
+    _lf("LF-AmazonTitles-131K", (40000, 131073, 294805, 134835), aliases=("lf-amazontitles",)),
+    _lf("LF-WikiSeeAlsoTitles-320K", (40000, 312330, 693082, 177515), aliases=("lf-wikiseealsotitles",)),
 )
 
 _REGISTRY: dict[str, RemoteDataset] = {}

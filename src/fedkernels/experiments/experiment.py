@@ -39,7 +39,7 @@ from ..fl.local import AUTOCAST, make_optimizer
 from ..fl.registry import make_strategy, strategies
 from ..fl.server import RunConfig, Server, record_from_json
 from ..fl.types import ClientData, RoundRecord, TrainConfig
-from ..metrics import communication_summary, inverse_propensity
+from ..metrics import communication_summary, inverse_propensity, propensity_params
 from .limits import check_fields, check_output_files, check_writable_folder
 
 PARTITIONS = ("fedmlh", "dirichlet", "iid", "one_label")
@@ -57,6 +57,14 @@ DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
 
 class AllClientsFailed(RuntimeError):
     """Every client of a round failed: the run cannot go on (the message lists their reasons)."""
+
+
+METRIC_FAMILIES = ("P", "nDCG", "PSP", "PSnDCG", "R")  # as ``<family>@<k>`` in the reports
+
+
+def metric_columns(families: list[str], ks: list[int]) -> list[str]:
+    """The results-table columns of ``families`` at every k: ``P@1, P@3, ..., nDCG@1, ...``."""
+    return [f"{m}@{k}" for m in families for k in ks]
 
 
 @dataclass
@@ -89,6 +97,11 @@ class ExperimentConfig:
     seed: int = 0
     eval_every: int = 1
     ks: list[int] = field(default_factory=lambda: [1, 3, 5])
+    # the metric families the results table shows at every k (all are computed and saved)
+    metrics: list[str] = field(default_factory=lambda: list(METRIC_FAMILIES))
+    # [A, B] of Jain et al.'s propensity model for PSP@k / PSnDCG@k; unset: the dataset's own
+    # (fedkernels.metrics.PROPENSITY), 0.55 / 1.5 for datasets not in that table
+    propensity: list[float] | None = None
     max_test: int | None = None
     output: str = "fedkernels-out"
     # torch intra-op threads for the run (None: torch's default). On a machine busy with other
@@ -151,6 +164,14 @@ class ExperimentConfig:
                 raise ValueError(f"{name} must be an integer >= 1 or unset, got {value!r}")
         if not self.ks or min(self.ks) < 1:
             raise ValueError(f"ks must be positive, got {self.ks}")
+        bad = [m for m in self.metrics if m not in METRIC_FAMILIES]
+        if bad or not self.metrics:
+            raise ValueError(f"metrics must name some of {list(METRIC_FAMILIES)}, got {self.metrics!r}")
+        if self.propensity is not None and (
+            len(self.propensity) != 2
+            or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in self.propensity)
+        ):
+            raise ValueError(f"propensity must be [A, B] (two finite numbers), got {self.propensity!r}")
         if self.resume and self.checkpoint is None:
             raise ValueError("resume needs checkpoint (the folder the interrupted run wrote)")
         try:  # a GPU that is not there is refused here, before any data is read
@@ -285,6 +306,7 @@ class PreparedData:
     test: ClientData
     inv_propensity: torch.Tensor
     frequent: torch.Tensor
+    test_filter: tuple[torch.Tensor, torch.Tensor] | None = None  # the LF-* filter over self.test's rows
 
 
 def auto_feature_dim(message: str, cap: int = 1 << 14) -> int | None:
@@ -339,16 +361,22 @@ def prepare_data(cfg: ExperimentConfig) -> PreparedData:
         shards = iid_partition(tr.indptr, tr.indices, cfg.clients, cfg.seed)
     else:
         shards = one_label_per_client(tr.indptr, tr.indices, p)
-    test = ds.test
+    test, test_filter = ds.test, ds.test_filter
     if cfg.max_test is not None and len(test) > cfg.max_test:
         test = test.rows(torch.arange(cfg.max_test))
+        if test_filter is not None:  # the first max_test rows of the filter's CSR
+            fp, fi = test_filter
+            test_filter = (fp[: cfg.max_test + 1], fi[: int(fp[cfg.max_test])])
     counts = torch.from_numpy(label_counts(tr.indptr, tr.indices, p))
+    a, b = cfg.propensity if cfg.propensity is not None else propensity_params(cfg.dataset)
+    ds.notes["propensity"] = {"A": a, "B": b, "from": "config" if cfg.propensity is not None else "dataset table"}
     return PreparedData(
         ds,
         make_clients(tr.x, shards, p),
         test,
-        inverse_propensity(counts, max(len(tr), 3)),
+        inverse_propensity(counts, max(len(tr), 3), a, b),
         torch.from_numpy(frequent_classes(tr.indptr, tr.indices, p, num_frequent)),
+        test_filter,
     )
 
 
@@ -489,7 +517,9 @@ def run_algorithm(
         if cfg.dp_sample_clip is not None:
             rec.privacy["sample_epsilon"] = sample_epsilon(server.history, data.clients, cfg)
         if (rec.round + 1) % cfg.eval_every == 0 or rec.round + 1 == cfg.rounds:
-            rec.metrics = server.evaluate(data.test, tuple(cfg.ks), 2048, data.inv_propensity, data.frequent)
+            rec.metrics = server.evaluate(
+                data.test, tuple(cfg.ks), 2048, data.inv_propensity, data.frequent, data.test_filter
+            )
         if ckpt is not None:
             server.save_checkpoint(ckpt)
         if on_round is not None:

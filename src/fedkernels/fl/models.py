@@ -8,6 +8,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from ..nn.topk import sequential_topk
+from ..ops.topk import linear_topk
+
 
 def mlp(in_features: int, out_features: int, hidden: Sequence[int] = (), seed: int = 0) -> nn.Sequential:
     """A ReLU MLP ``in -> hidden... -> out`` with seeded initialisation, built on the host (the same
@@ -70,3 +73,25 @@ def load_state(module: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:
 def state_of(module: nn.Module) -> dict[str, torch.Tensor]:
     """A detached copy of the module's parameters and buffers."""
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def topk_ids(
+    h: torch.Tensor, W: torch.Tensor, k: int, bias: torch.Tensor | None = None, scale: float = 1.0
+) -> torch.Tensor:
+    """int64 ``[N, k]``: the classes of the k largest ``scale * h @ W.T + bias`` per row, by the fused
+    :func:`fedkernels.linear_topk` (never the ``[N, p]`` scores; ties to the smaller class id).
+
+    Args:
+        h: ``[N, d]`` representations (cast to W's dtype).
+        W: ``[p, d]`` class rows.
+        k: classes per row.
+        bias: optional ``[p]``.
+        scale: multiplies ``h @ W.T``.
+    """
+    return linear_topk(h.to(W.dtype), W, bias, k=k, scale=scale)[1]
+
+
+def model_topk_ids(model: nn.Module, x: torch.Tensor, k: int) -> torch.Tensor:
+    """int64 ``[N, k]``: the top-k classes of ``model(x)`` (its last layer an ``nn.Linear``), fused
+    (:func:`fedkernels.nn.sequential_topk`): every predict_topk of an MLP classifier goes through here."""
+    return sequential_topk(model, x, k)[1]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..metrics import ranking_metrics
+from ..metrics import filter_predictions, ranking_metrics
 from ..sparse_rows import slice_rows
 from . import evaluation as ev
 from . import payload as pl
@@ -216,33 +216,50 @@ class Server:
         batch: int = 4096,
         inv_propensity: torch.Tensor | None = None,
         frequent: torch.Tensor | None = None,
+        test_filter: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> dict[str, float]:
-        """Ranking metrics of the global model on ``test`` (PSP@k with ``inv_propensity`` float ``[p]``,
-        frequent/infrequent P@k with ``frequent`` bool ``[p]``: see :func:`fedkernels.metrics.ranking_metrics`).
-        Each batch of ``test`` is ranked on the run's device; the metrics are computed on the host."""
+        """Ranking metrics of the global model on ``test`` (PSP@k and PSnDCG@k with ``inv_propensity``
+        float ``[p]``, frequent/infrequent P@k with ``frequent`` bool ``[p]``: see
+        :func:`fedkernels.metrics.ranking_metrics`). ``test_filter`` (CSR ``indptr [N + 1], indices``
+        over the test rows, an LF-* dataset's filter file) drops those (sample, label) pairs from the
+        predictions before scoring. Every strategy predicts through a fused top-k, so memory stays
+        O(batch * (hidden + k)) whatever the number of classes. Each batch of ``test`` is ranked on the
+        run's device; the filter and the metrics run on the host."""
         ks = ks or self.config.eval_k
         kmax = min(max(ks), test.num_classes)
-        preds = [
-            self.strategy.predict_topk(self.state, slice_rows(test.x, i, i + batch).to(self.device), kmax).cpu()
-            for i in range(0, len(test), batch)
-        ]
+        # the most pairs a row filters: predicting that many more leaves kmax after the filter
+        extra = int(test_filter[0].diff().max()) if test_filter is not None and len(test) else 0
+        width = min(kmax + extra, test.num_classes)
+        preds = []
+        for i in range(0, len(test), batch):
+            top = self.strategy.predict_topk(self.state, slice_rows(test.x, i, i + batch).to(self.device), width).cpu()
+            if test_filter is not None:
+                fp, fi = test_filter
+                rows = fp[i : i + batch + 1]
+                top = filter_predictions(top, rows - rows[0], fi[int(rows[0]) : int(rows[-1])], kmax)
+            preds.append(top)
         topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64, device="cpu")
         return ranking_metrics(
             topk, test.indptr, test.indices, tuple(k for k in ks if k <= kmax), inv_propensity, frequent
         )
 
     def evaluate_federated(
-        self, held_out: list[ClientData], ks: tuple[int, ...] | None = None, round: int | None = None
+        self,
+        held_out: list[ClientData],
+        ks: tuple[int, ...] | None = None,
+        round: int | None = None,
+        inv_propensity: torch.Tensor | None = None,
     ) -> tuple[dict[str, float], dict[int, str]]:
         """Federated evaluation (:mod:`fedkernels.fl.evaluation`): clients rank their own held-out
         sets ``held_out[c]`` under the global model, through real serialisation; the
-        example-weighted P@k/nDCG@k and the clients whose report failed. After ``round`` (0-based)
-        with ``config.eval_clients`` set, only that round's seeded sample of clients evaluates
-        (:func:`fedkernels.fl.evaluation.evaluation_clients`); otherwise every client does."""
+        example-weighted P@k/nDCG@k/R@k (and PSP@k/PSnDCG@k when ``inv_propensity`` float ``[p]`` is
+        given: it is sent with the model) and the clients whose report failed. After ``round``
+        (0-based) with ``config.eval_clients`` set, only that round's seeded sample of clients
+        evaluates (:func:`fedkernels.fl.evaluation.evaluation_clients`); otherwise every client does."""
         if len(held_out) != len(self.clients):
             raise ValueError(f"held_out must hold one set per client ({len(self.clients)}), got {len(held_out)}")
         ks = ev.evaluation_ks(ks or self.config.eval_k, held_out[0].num_classes)
-        down = ev.evaluation_download(self.state)
+        down = ev.evaluation_download(self.state, inv_propensity)
         per_round = self.config.eval_clients if round is not None else None
         reports: dict[int, Answer] = {}
         for c in ev.evaluation_clients(self.config.seed, round or 0, len(self.clients), per_round):
@@ -250,7 +267,7 @@ class Server:
                 reports[c] = ev.client_evaluation(self.strategy, down, held_out[c], ks, self.device)
             except Exception as e:  # this client's failure only
                 reports[c] = e
-        metrics, failed, _ = ev.aggregate_evaluation(reports, ks)
+        metrics, failed, _ = ev.aggregate_evaluation(reports, ks, inv_propensity is not None)
         return metrics, failed
 
     def run(

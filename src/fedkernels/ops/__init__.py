@@ -21,6 +21,9 @@ from .sketch import bucket_merge, bucket_merge_topk, count_sketch, count_sketch_
 # spread (FedAwS / FedALC)
 from .spread import PairWeights, knn_classes, pair_weight_gather, spreadout_loss, spreadout_pair_loss
 
+# topk (fused linear top-k inference)
+from .topk import linear_topk
+
 _autocast.register()
 
 # every op above (sorted; the families are the import groups)
@@ -34,6 +37,7 @@ __all__ = [
     "knn_classes",
     "label_hash",
     "linear_cross_entropy",
+    "linear_topk",
     "masked_weighted_average",
     "negatives_seed",
     "num_selected",

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from ..aggregate import weighted_average
 from ..local import train_local
-from ..models import load_state, mlp, state_of
+from ..models import load_state, mlp, model_topk_ids, state_of
 from ..payload import Payload, PayloadSpec, state_spec
 from ..seeding import generator
 from ..strategy import State, Strategy
@@ -79,4 +79,4 @@ class FedAvg(Strategy):
 
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
-        return self._model(state)(x).topk(k, dim=1).indices
+        return model_topk_ids(self._model(state), x, k)  # fused last layer: no [N, p] logits

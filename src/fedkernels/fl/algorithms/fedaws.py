@@ -39,7 +39,7 @@ from ...ops.spread import PairWeights, spreadout_loss
 from .. import labelsets as ls
 from ..aggregate import weighted_average, weighted_rows_mean
 from ..local import train_local
-from ..models import embed_mlp, load_state, mlp, state_of
+from ..models import embed_mlp, load_state, mlp, state_of, topk_ids
 from ..payload import Payload, PayloadError, PayloadSpec, TensorSpec, encode, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import SERVER, State, Strategy
@@ -311,7 +311,7 @@ class FedAwS(Strategy):
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
         z = F.normalize(self._extractor(state)(x), dim=1)
-        return (z @ F.normalize(self._embeddings(state), dim=1).T).topk(k, dim=1).indices
+        return topk_ids(z, F.normalize(self._embeddings(state), dim=1), k)  # cosines, fused: no [N, p]
 
     def model_bytes(self, state: State) -> int:
         """A client holds the extractor and one class embedding."""

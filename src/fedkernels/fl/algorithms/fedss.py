@@ -29,7 +29,7 @@ from ...nn.sampled_softmax import SampledSoftmaxHead
 from ...ops.sampled import sample_negatives
 from ..aggregate import weighted_average, weighted_rows_mean
 from ..local import train_local
-from ..models import load_state, mlp, state_of
+from ..models import load_state, mlp, state_of, topk_ids
 from ..payload import Payload, PayloadError, PayloadSpec, TensorSpec, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import State, Strategy
@@ -177,7 +177,7 @@ class FedSS(Strategy):
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
         h = self._body(state)(x)
-        return (self.scale * h @ state[CLASSES].T).topk(k, dim=1).indices
+        return topk_ids(h, state[CLASSES], k, scale=self.scale)  # fused: no [N, p] scores
 
 
 class NegOnly(FedSS):

@@ -20,7 +20,7 @@ import torch
 
 from ...comm import max_stream_bytes
 from ...solvers import feature_space_graph, graph_prox, model_space_graph
-from ..models import load_state, mlp, state_of
+from ..models import load_state, mlp, model_topk_ids, state_of
 from ..payload import Payload, PayloadSpec, TensorSpec
 from ..strategy import SERVER, State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
@@ -189,14 +189,14 @@ class L1DiffNetwork(Strategy):
         """Global evaluation with the mean head (personal evaluation: :meth:`predict_topk_client`)."""
         shared = {n: state[n] for n in self._model_names(state) if not n.startswith(PERSONAL)}
         head = {n: state[PERSONAL + n].mean(0) for n in self._head_names()}
-        return self._client_model(shared, head)(x).topk(k, dim=1).indices
+        return model_topk_ids(self._client_model(shared, head), x, k)  # fused last layer
 
     @torch.no_grad()
     def predict_topk_client(self, state: State, client_id: int, x: torch.Tensor, k: int) -> torch.Tensor:
         """Top-k under client ``client_id``'s personalised model."""
         shared = {n: state[n] for n in self._model_names(state) if not n.startswith(PERSONAL)}
         head = {n: state[PERSONAL + n][client_id] for n in self._head_names()}
-        return self._client_model(shared, head)(x).topk(k, dim=1).indices
+        return model_topk_ids(self._client_model(shared, head), x, k)
 
     def model_bytes(self, state: State) -> int:
         """The model's tensors (the server-only graph and gap left out)."""
