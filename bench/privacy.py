@@ -1,7 +1,7 @@
 """Privacy costs: SecAgg+ bytes and seconds per round at 10/100/1000 clients; P@1 against epsilon.
 
   python bench/privacy.py --quick [--out FILE.json]                    # make bench: cost at 10 clients, 1000 values
-  python bench/privacy.py cost [--length 10000] [--clients 10 100 1000] [--out FILE.json]
+  python bench/privacy.py cost [--length 10000] [--clients 10 100 1000] [--degree K ...] [--out FILE.json]
   python bench/privacy.py rows --dataset ../shared/data/bibtex        # FedSS/FedAwS row-subset bytes
   python bench/privacy.py epsilon --dataset ../shared/data/bibtex --seeds 3 [--rounds 30]
 
@@ -29,15 +29,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from fedkernels.fl import payload as pl
+from fedkernels.fl.privacy.client import session_header
 from fedkernels.fl.privacy.ring import RingCodec
 from fedkernels.fl.privacy.secagg import SecAggClient, SecAggParams, SecAggServer, default_degree
 
 
-def session_cost(n: int, length: int, bits: int = 32, drop: int = 0) -> dict:
-    """One session; ``drop`` clients leave after sharing keys (their masks are rebuilt)."""
-    k = default_degree(n)
+def session_cost(n: int, length: int, bits: int = 32, drop: int = 0, degree: int | None = None) -> dict:
+    """One session; ``drop`` clients leave after sharing keys (their masks are rebuilt); ``degree``:
+    neighbours per client (None: SecAgg+'s default for n)."""
+    k = default_degree(n) if degree is None else min(degree, n - 1)
     t = k - k // 2 - 1
-    params = SecAggParams(tuple(range(n)), length, bits, t, 1, b"bench", None)
+    params = SecAggParams(tuple(range(n)), length, bits, t, 1, b"bench", k)
     codec = RingCodec(bits, n, 4.0)
     x = codec.encode(torch.randn(length) * 0.1)
     srv = SecAggServer(params)
@@ -64,7 +66,8 @@ def session_cost(n: int, length: int, bits: int = 32, drop: int = 0) -> dict:
             take(c, pl.decode(reply, srv.spec(name, c)))
             server_s[name] += time.perf_counter() - t0
 
-    stage("advertise", lambda: {c: {} for c in range(n)}, lambda c, m: clients[c].advertise(), srv.take_advertise)
+    header = session_header(params, 4.0)  # the session's parameters, as a private round sends them
+    stage("advertise", lambda: dict.fromkeys(range(n), header), lambda c, m: clients[c].advertise(), srv.take_advertise)
     stage("share", srv.share_messages, lambda c, m: clients[c].share_keys(m), srv.take_shares)
     stage("masked", srv.masked_messages, lambda c, m: clients[c].masked_input(m, x), srv.take_masked)
     stage("unmask", srv.unmask_messages, lambda c, m: clients[c].unmask(m), srv.take_unmask)
@@ -98,20 +101,22 @@ def session_cost(n: int, length: int, bits: int = 32, drop: int = 0) -> dict:
 
 def cmd_cost(args) -> None:
     rows = []
-    for n in args.clients:
-        r = session_cost(n, args.length, drop=args.drop if n > 10 else 0)
+    for n, degree in [(n, d) for n in args.clients for d in (args.degree or [None])]:
+        r = session_cost(n, args.length, drop=args.drop if n > 10 else 0, degree=degree)
+        r["load_average"] = os.getloadavg()
         rows.append(r)
         cs = sum(r["client_seconds"].values())
         print(
             f"n={n:5d} k={r['degree']:3d} t={r['max_dropouts']:3d} | client up {r['client_bytes_up'] / 1e3:8.1f} kB "
             f"(plain {r['plain_client_bytes_up'] / 1e3:.1f}) down {r['client_bytes_down'] / 1e3:8.1f} kB | client "
             f"{cs:.3f} s (masking {r['client_seconds']['masked']:.3f}) | server {r['server_seconds_total']:.2f} s "
-            f"(unmask {r['server_seconds']['result']:.2f}; plain sum {r['plain_server_seconds']:.4f})",
+            f"(unmask {r['server_seconds']['result']:.2f}; plain sum {r['plain_server_seconds']:.4f}) "
+            f"| load {os.getloadavg()[0]:.1f}",
             flush=True,
         )
-    out = {"load_average": os.getloadavg(), "length": args.length, "rows": rows}
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=2))
+        out = {"load_average": os.getloadavg(), "length": args.length, "rows": rows}
+        if args.out:
+            Path(args.out).write_text(json.dumps(out, indent=2))
 
 
 def _experiment(dataset: str, algorithm: str, seed: int, rounds: int, privacy: dict, clients: int, per_round: int):
@@ -196,6 +201,7 @@ def main() -> None:
     c.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000])
     c.add_argument("--length", type=int, default=10_000)
     c.add_argument("--drop", type=int, default=2, help="clients that drop before their masked input (n > 10)")
+    c.add_argument("--degree", type=int, nargs="+", help="neighbours per client, each (default: SecAgg+'s for n)")
     c.add_argument("--out")
     e = sub.add_parser("epsilon")
     e.add_argument("--dataset", required=True)
@@ -215,7 +221,7 @@ def main() -> None:
     if args.cmd is None:
         if not args.quick:
             p.error("choose a command (cost, epsilon, rows) or --quick")
-        args = argparse.Namespace(clients=[10], length=1000, drop=2, out=args.quick_out)
+        args = argparse.Namespace(clients=[10], length=1000, drop=2, degree=None, out=args.quick_out)
         cmd_cost(args)
         return
     {"cost": cmd_cost, "epsilon": cmd_epsilon, "rows": cmd_rows}[args.cmd](args)

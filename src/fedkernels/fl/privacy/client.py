@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .. import payload as pl
@@ -62,12 +63,31 @@ def unflatten(vector: torch.Tensor, layout: dict[str, tuple[int, ...]]) -> dict[
     return out
 
 
+def session_header(params: SecAggParams, bound: float) -> pl.Payload:
+    """A session's public parameters and encoding bound: the ``advertise`` message (the same for every
+    participant). The participants travel as a bitmap over client ids (one bit per client of the run:
+    125 bytes at 1000 clients), so each client can recompute and check the neighbour graph."""
+    member = torch.zeros(max(params.participants) + 1, dtype=torch.uint8)
+    member[list(params.participants)] = 1
+    degree = -1 if params.degree is None else params.degree
+    return {
+        "members": torch.from_numpy(np.packbits(member.numpy())),
+        "config": torch.tensor(
+            [params.length, params.bits, params.max_dropouts, params.graph_seed, degree], dtype=torch.int64
+        ),
+        "session": torch.frombuffer(bytearray(params.session), dtype=torch.uint8),
+        "bound": torch.tensor([bound], dtype=torch.float64),
+    }
+
+
 def session_params(message: pl.Payload) -> tuple[SecAggParams, float]:
-    """The public session parameters and the encoding bound carried by an ``advertise`` message."""
+    """The public session parameters and the encoding bound of an ``advertise`` message (the inverse
+    of :func:`session_header`)."""
     cfg = [int(v) for v in message["config"].tolist()]
     length, bits, max_dropouts, graph_seed, degree = cfg
+    members = np.unpackbits(message["members"].numpy()).nonzero()[0]
     params = SecAggParams(
-        tuple(int(c) for c in message["participants"].tolist()),
+        tuple(int(c) for c in members),
         length,
         bits,
         max_dropouts,

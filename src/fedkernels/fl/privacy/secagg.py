@@ -15,7 +15,8 @@ every live client and a reply (payload dicts of tensors, serialised like every o
 3. **masked input**: the server routes the ciphertexts. Client u sends
    ``y_u = x_u + PRG(HKDF(b_u)) + sum_v ±PRG(HKDF(X25519(s_u, s_v)))`` over its neighbours v that shared keys
    (+ when u < v, - otherwise), all mod ``2^bits``. One ``y_u`` alone is uniform in the ring.
-4. **unmask**: the server names who sent ``y`` (survivors) and who did not (dropped). Each surviving
+4. **unmask**: the server names, to each surviving client, which of the neighbours whose shares it
+   holds sent ``y`` (survivors) and which did not (dropped): a message of O(k). Each surviving
    client returns, for each neighbour, the share of ``b`` (survivor) or of ``s_seed`` (dropped), never
    both. The server rebuilds each survivor's ``b`` (checked against its SHA-256) and each dropped
    client's ``s_seed`` (its key checked against its public key), removes those masks and is left
@@ -286,8 +287,10 @@ class SecAggClient:
         dropped = {int(i) for i in msg["dropped"].tolist()}
         if survivors & dropped:
             raise SecAggError(f"client {self.id}: the server lists clients as both survivors and dropped")
-        if len(survivors) < self.params.threshold:
-            raise SecAggError(f"client {self.id}: {len(survivors)} survivors, fewer than the threshold")
+        if len(survivors) + 1 < self.params.threshold:  # its own input must not be summed with too few others
+            raise SecAggError(
+                f"client {self.id}: {len(survivors)} surviving neighbours and itself, fewer than the threshold"
+            )
         ids, kinds, shares = [], [], []
         for u, (b_share, s_share) in sorted(self.held.items()):
             if u in survivors or u in dropped:
@@ -398,14 +401,16 @@ class SecAggServer:
         self.ys[client] = from_wire(reply["y"], self.params.bits)
 
     def unmask_messages(self) -> dict[int, Payload]:
-        """Stage 4 messages: the survivors (U3) and the dropped (U2 minus U3), the same for everyone."""
-        survivors = sorted(self.ys)
-        dropped = sorted(set(self.cts) - set(self.ys))
-        msg = {
-            "survivors": torch.tensor(survivors, dtype=torch.int64),
-            "dropped": torch.tensor(dropped, dtype=torch.int64),
-        }
-        return {v: msg for v in survivors}
+        """Stage 4 messages: to each survivor (U3), which of the neighbours whose shares it holds
+        survived and which dropped (U2 minus U3): O(k) a client, not the whole survivor list."""
+        out = {}
+        for v in sorted(self.ys):
+            held = self.routed.get(v, [])
+            out[v] = {
+                "survivors": torch.tensor([u for u in held if u in self.ys], dtype=torch.int64),
+                "dropped": torch.tensor([u for u in held if u not in self.ys], dtype=torch.int64),
+            }
+        return out
 
     # stage 4
     def take_unmask(self, client: int, reply: Payload) -> None:

@@ -37,7 +37,7 @@ from ..server import RunConfig, Server
 from ..strategy import State, Strategy
 from ..types import ClientData, RoundRecord
 from . import dp
-from .client import ACK, CTL, NUM_EXAMPLES, TRAIN, PrivateClient, unflatten
+from .client import ACK, CTL, NUM_EXAMPLES, TRAIN, PrivateClient, session_header, unflatten
 from .forms import ROW_COUNT, ROWS, DenseForm, RowsForm, form_of
 from .ring import RingCodec
 from .secagg import SecAggError, SecAggParams, SecAggServer, default_degree
@@ -405,15 +405,7 @@ def _secure_sum(
     except ValueError as e:
         return None, live, f"secure aggregation ({name}) cannot run: {e}"
     sa = SecAggServer(params)
-    header = {
-        "participants": torch.tensor(live, dtype=torch.int64),
-        "config": torch.tensor(
-            [length, priv.bits, params.max_dropouts, params.graph_seed, -1 if priv.degree is None else priv.degree],
-            dtype=torch.int64,
-        ),
-        "session": torch.frombuffer(bytearray(params.session), dtype=torch.uint8),
-        "bound": torch.tensor([bound], dtype=torch.float64),
-    }
+    header = session_header(params, bound)
     raw = pl.encode(header)
     steps: list[tuple[str, Callable[[], dict[int, pl.Payload]], Callable[[int, pl.Payload], None]]] = [
         ("advertise", lambda: {c: header for c in live}, sa.take_advertise),
