@@ -259,12 +259,12 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
         if dpc is not None or form.requestless() or not priv.secagg:
             rows = torch.arange(p, dtype=torch.int64)
         elif len(live) >= 2:
-            got, live, why = _secure_sum(server, exchange, "req", r, live, {"requested": (p,)}, 1.0, tally)
-            if got is None:
+            union, live, why = _secure_sum(server, exchange, "req", r, live, {"requested": (p,)}, 1.0, tally)
+            if union is None:
                 skipped = why
                 rows = torch.zeros(0, dtype=torch.int64)
             else:
-                rows = (got["requested"] > 0.5).nonzero().reshape(-1)
+                rows = (union["requested"] > 0.5).nonzero().reshape(-1)
         info["round_rows"] = float(rows.numel()) if rows is not None else 0.0
 
     # train: every live client gets its download, weight, clip and noise share
@@ -319,11 +319,11 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
             sums = {n: torch.zeros(s, dtype=torch.float64) for n, s in layout.items()}
             for c in live:
                 x = contributions[c] if clip_bound is None else dp.clip(contributions[c], clip_bound)
-                for n in sums:
-                    sums[n] += x[n]
+                for name in sums:
+                    sums[name] += x[name]
             if dpc is not None and server.sigma:  # central DP: the server adds the noise (a round of nobody too)
-                for n, z in dp.gaussian_like(sums, server.sigma * dpc.clip, server.noise_generator).items():
-                    sums[n] += z
+                for name, z in dp.gaussian_like(sums, server.sigma * dpc.clip, server.noise_generator).items():
+                    sums[name] += z
 
     if sums is not None:
         den = server.q * n_all if dpc is not None else None

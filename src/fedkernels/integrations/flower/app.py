@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
@@ -140,7 +141,7 @@ def flower_strategy_from(
     c = context.run_config
     n = int(c["num-clients"]) if num_clients is None else num_clients
     keys_file = str(c.get("partition-keys", ""))
-    flower = dict(
+    flower: dict[str, Any] = dict(
         federated_evaluation=bool(c.get("federated-eval", False)),
         startup_grace=float(c.get("startup-grace", DEFAULT_STARTUP_GRACE)),
         partition_keys=read_partition_keys(keys_file) if keys_file else None,
@@ -153,7 +154,7 @@ def flower_strategy_from(
         privacy = privacy_config_from(context)
         if privacy is not None:
             return PrivateFlowerStrategy(strategy, num_features, num_classes, n, config, privacy, **flower)
-    return FlowerStrategy(strategy, num_features, num_classes, n, config, **flower)  # type: ignore[arg-type]
+    return FlowerStrategy(strategy, num_features, num_classes, n, config, **flower)
 
 
 EvaluateFn = Callable[[int, Strategy, State, Context], Mapping[str, float]]

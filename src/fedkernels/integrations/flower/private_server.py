@@ -98,7 +98,7 @@ class PrivateFlowerStrategy(FlowerStrategy):
             self._refresh(grid, r)
         rec = private_round(self, functools.partial(self.exchange_private, grid))
         self.history.append(rec)
-        metrics: dict[str, int | float] = {
+        metrics: dict[str, int | float | list[int] | list[float]] = {
             "clients-ok": len(rec.clients) - len(rec.failed),
             "clients-failed": len(rec.failed),
             "bytes-up": rec.bytes_up,
@@ -187,7 +187,7 @@ def privacy_config_from(context: Context) -> PrivacyConfig | None:
     c = context.run_config
 
     def num(key: str, default: float) -> float:
-        return float(c.get(key, default))  # type: ignore[arg-type]
+        return float(c.get(key, default))
 
     clip, noise, target = num("dp-clip", 0), num("dp-noise", 0), num("target-epsilon", 0)
     if clip <= 0 and (noise > 0 or target > 0):
