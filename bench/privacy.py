@@ -4,7 +4,7 @@
   python bench/privacy.py cost [--length 10000] [--clients 10 100 1000] [--degree K ...] [--out FILE.json]
   python bench/privacy.py rows --dataset ../shared/data/bibtex        # FedSS/FedAwS row-subset bytes
   python bench/privacy.py epsilon --datasets ../shared/data/bibtex ../shared/data/delicious --out F.json
-  python bench/privacy.py plot F.json docs/images/privacy_epsilon.png
+  python bench/privacy.py plot F.json bench/results/privacy_epsilon.png
 
 ``cost`` runs one SecAgg+ session of n simulated clients (real X25519, ChaCha20-Poly1305, Shamir,
 ChaCha20 masks) summing vectors of ``length`` float32-sized values, and reports per client and for
