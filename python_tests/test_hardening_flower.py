@@ -117,8 +117,11 @@ class Deployment:
         for i in range(NUM_CLIENTS + 2):
             self.start_node(i)
 
-    def start_node(self, i: int) -> None:
-        """Node i: client i (node NUM_CLIENTS claims client 1; node NUM_CLIENTS + 1 has no registered key)."""
+    def start_node(self, i: int, partition: int | None = None, partitions: int = NUM_CLIENTS) -> None:
+        """Node i: client i (node NUM_CLIENTS claims client 1; node NUM_CLIENTS + 1 has no registered
+        key); with ``partition``, node i (a key :meth:`add_key` made) serves that client."""
+        if partition is None:
+            partition = i if i < NUM_CLIENTS else 1
         self.nodes[i] = self.spawn(
             f"supernode{i}",
             "flower-supernode",
@@ -133,8 +136,15 @@ class Deployment:
             "--max-retries",
             "3",
             "--node-config",
-            f"partition-id={i if i < NUM_CLIENTS else 1} num-partitions={NUM_CLIENTS}",
+            f"partition-id={partition} num-partitions={partitions}",
         )
+
+    def add_key(self) -> int:
+        """A new node key, registered at the SuperLink; returns its node index."""
+        i = len(self.keys)
+        self.keys.append(write_node_key(self.tmp, f"node{i}"))
+        self.flwr("supernode", "register", str(self.keys[i]) + ".pub", "test")
+        return i
 
     def stop_node(self, i: int) -> None:
         """Stop node i (SIGTERM to its group: the SuperNode deactivates itself at the SuperLink)."""
@@ -417,3 +427,101 @@ def test_nodes_come_and_go_and_a_killed_serverapp_resumes(deployment):
     assert refused["reason"] == "its key is not the one registered for client 1"
     assert second["resumed_from"] == 2 and second["rounds"] == ROUNDS
     assert sorted(e["client"] for e in second["events"] if e["kind"] == "joined") == [0, 1, 2]
+
+
+def rounds_done(result: Path) -> int:
+    try:
+        return int(json.loads(result.read_text())["rounds"])
+    except (OSError, ValueError, KeyError):  # not there yet, or caught mid-write
+        return 0
+
+
+class LeaveAt:
+    """The in-process twin of a node stopped after its masked upload in ``round``: it never answers
+    again (its unmask message, and everything of later rounds)."""
+
+    def __init__(self, inner, round: int) -> None:
+        self.inner, self.round = inner, round
+
+    def handle(self, kind: str, round: int, seed: int, message: bytes) -> bytes:
+        if (round == self.round and kind == "upd/unmask") or round > self.round:
+            raise ConnectionError("gone")
+        return self.inner.handle(kind, round, seed, message)
+
+
+def test_secure_aggregation_survives_killed_supernodes(deployment):
+    """SecAgg+ over the authenticated deployment, every client every round (5 clients: two more
+    nodes with freshly registered keys serve clients 3 and 4). Round 0 (5 participants: k = 4,
+    threshold 3, t = 1): client 4's SuperNode is stopped after it uploaded its masked input; the
+    server sees it gone, rebuilds its pairwise masks from its neighbours' Shamir shares and gets the
+    sum of all 5 inputs. Round 1 (4 participants: k = 3, t = 1): clients 2 and 3 are stopped after
+    their masked upload, t + 1 dropouts: the round is refused with the reason and the state kept.
+    The checkpoint equals the in-process PrivateServer twin bit for bit, and the plain run of
+    round 0 within the fixed-point error."""
+    from fedkernels.fl.privacy import PrivacyConfig, PrivateServer
+
+    d, n = deployment, NUM_CLIENTS + 2
+    tmp = d.tmp / "secagg"
+    barrier = tmp / "barrier"
+    barrier.mkdir(parents=True)
+    ckpt = tmp / "run.ckpt"
+    extra = {i: d.add_key() for i in (3, 4)}  # client -> node index
+    for cid, i in extra.items():
+        d.start_node(i, cid, n)
+    node_of = {0: 0, 1: 1, 2: 2, **extra}
+    try:
+        d.wait_online(NUM_CLIENTS + 1 + len(extra))
+        keys = {
+            "num-clients": str(n),
+            "clients-per-round": str(n),
+            "rounds": "2",
+            "drill": "''",
+            "secagg": "true",
+            "stage-barrier": f"'{barrier}'",
+            "timeout": "60",
+            "result-file": f"'{tmp / 'result.json'}'",
+        }
+        submitted = d.run("fedavg", ckpt, stream=False, **keys)
+        assert submitted.returncode == 0, submitted.stdout[-2000:] + submitted.stderr[-2000:]
+        online = NUM_CLIENTS + 1 + len(extra)
+        for rnd, leaving in ((0, [4]), (1, [2, 3])):
+            wait_file(barrier / f"masked-{rnd}", d)
+            for cid in leaving:  # SIGTERM: the SuperNode leaves the SuperLink, as a node that shuts down
+                d.stop_node(node_of[cid])
+            online -= len(leaving)
+            d.wait_online(online)
+            (barrier / f"go-masked-{rnd}").write_text("")
+        end = time.monotonic() + DEADLINE
+        while rounds_done(tmp / "result.json") < 2:  # written after each round's checkpoint
+            assert time.monotonic() < end, d.tail()
+            time.sleep(0.5)
+    finally:
+        if 2 not in d.nodes:  # the other tests use client 2's node
+            d.start_node(2)
+            d.wait_online(NUM_CLIENTS + 1)
+
+    clients = [client_data(i, n) for i in range(n)]
+    cfg = run_config(2, n, SEED)
+    twin = PrivateServer(
+        make_strategy("fedavg"),
+        clients,
+        NUM_FEATURES,
+        NUM_CLASSES,
+        cfg,
+        PrivacyConfig(secagg=True),
+        client_wrapper=lambda c, e: LeaveAt(e, 0 if c == 4 else 1) if c in (2, 3, 4) else e,
+    )
+    twin.run()
+    state, meta = load_checkpoint(ckpt, twin.state)
+    assert all(torch.equal(state[k], twin.state[k]) for k in twin.state)
+    h0, h1 = meta["history"]
+    assert [c for c, _ in h0["failed"]] == [4] and "gone (node left)" in h0["failed"][0][1]
+    assert h0["privacy"]["survivors"] == 5 and h0["skipped"] == ""
+    assert [c for c, _ in h1["failed"]] == [2, 3, 4] and "cannot unmask" in h1["skipped"]
+    assert [h["privacy"] for h in meta["history"]] == [h.privacy for h in twin.history]
+    assert [(h["bytes_up"], h["bytes_down"]) for h in meta["history"]] == [
+        (h.bytes_up, h.bytes_down) for h in twin.history
+    ]
+    plain = Server(make_strategy("fedavg"), clients, NUM_FEATURES, NUM_CLASSES, run_config(1, n, SEED))
+    plain.run()
+    assert all(torch.allclose(state[k], v, atol=2e-5, rtol=0) for k, v in plain.state.items())

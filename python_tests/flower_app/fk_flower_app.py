@@ -4,12 +4,15 @@ tiny synthetic data of python_tests/fl_data.py (each SuperNode's partition-id pi
 Test hooks (run_config): ``result-file`` gets the run's node events after every round; with
 ``barrier-dir``, after each round the ServerApp writes ``done-<round>`` (and its pid to ``pid``)
 there and waits for the test to write ``go-<round>`` (at most 300 s), so the test can stop,
-restart or kill processes between rounds.
+restart or kill processes between rounds. ``secagg`` runs private rounds (SecAgg+); with
+``stage-barrier``, after each round's masked-input stage the ServerApp writes ``masked-<round>``
+there and waits for ``go-masked-<round>``, so the test can stop nodes that uploaded their input.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -36,16 +39,28 @@ def _server_strategy(ctx: Context) -> FlowerStrategy:
         int(c["rounds"]), int(c["clients-per-round"]), int(c["seed"]), float(c["timeout"]), str(c["checkpoint"]) or None
     )
     keys = str(c["partition-keys"])
-    return FlowerStrategy(
-        make_strategy(str(c["strategy"])),
-        NUM_FEATURES,
-        NUM_CLASSES,
-        int(c["num-clients"]),
-        cfg,
+    flower = dict(
         federated_evaluation=bool(c["federated-eval"]),
         startup_grace=float(c["startup-grace"]),
         partition_keys=read_partition_keys(keys) if keys else None,
     )
+    strategy, n = make_strategy(str(c["strategy"])), int(c["num-clients"])
+    if bool(c["secagg"]):
+        from fedkernels.fl.privacy import PrivacyConfig
+        from fedkernels.integrations.flower.private_server import PrivateFlowerStrategy
+
+        after = functools.partial(_stage_barrier, Path(str(c["stage-barrier"]))) if str(c["stage-barrier"]) else None
+        privacy = PrivacyConfig(secagg=True)
+        return PrivateFlowerStrategy(strategy, NUM_FEATURES, NUM_CLASSES, n, cfg, privacy, after, **flower)
+    return FlowerStrategy(strategy, NUM_FEATURES, NUM_CLASSES, n, cfg, **flower)  # type: ignore[arg-type]
+
+
+def _stage_barrier(barrier: Path, kind: str, round: int) -> None:
+    if kind == "upd/masked":
+        (barrier / f"masked-{round}").write_text("")
+        end = time.monotonic() + 300
+        while not (barrier / f"go-masked-{round}").exists() and time.monotonic() < end:
+            time.sleep(0.1)
 
 
 def _after_round(ctx: Context, fk: FlowerStrategy, rec: RoundRecord | None) -> None:

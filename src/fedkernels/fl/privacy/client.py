@@ -2,10 +2,14 @@
 
 A :class:`PrivateClient` answers ``handle(kind, round, seed, message) -> reply`` with bytes only, so the
 same object serves in-process (:class:`~fedkernels.fl.privacy.server.PrivateServer`) and behind a
-Flower SuperNode. Kinds: ``"train"`` (the round's download; reply: an acknowledgement under secure
-aggregation, or the contribution itself in the clear for central DP) and ``"<session>/<stage>"`` for
-the SecAgg+ sessions ``req`` (the private request union) and ``upd`` (the update sum), stages
-``advertise``, ``share``, ``masked``, ``unmask``.
+Flower SuperNode (:mod:`fedkernels.integrations.flower.private_client`). Kinds: ``"count"`` (its
+example count, the weight's numerator), ``"train"`` (the round's download; reply: an acknowledgement
+under secure aggregation, or the contribution itself in the clear for central DP) and
+``"<session>/<stage>"`` for the SecAgg+ sessions ``req`` (the private request union) and ``upd``
+(the update sum), stages ``advertise``, ``share``, ``masked``, ``unmask``.
+
+A transport that runs every message in a fresh process keeps the round's secrets on the client
+between messages with :meth:`PrivateClient.export` / :meth:`PrivateClient.restore`.
 
 What stays on the client: its data, its request, its contribution in the clear, its DP noise, its
 secret keys and mask seeds.
@@ -16,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .. import payload as pl
@@ -29,6 +34,10 @@ from .secagg import SecAggClient, SecAggParams
 
 CTL = "__ctl"  # float64 [4] in a train message: weight (-1: unweighted), clip (0: none), noise std, central (1/0)
 SESSION_STAGES = ("advertise", "share", "masked", "unmask")
+SESSIONS = ("req", "upd")
+COUNT, TRAIN = "count", "train"
+NUM_EXAMPLES = "num_examples"  # int64 [1]: the reply to a count message
+ACK = "ok"  # uint8 [1]: the reply to a train message under secure aggregation
 
 
 def flatten(tensors: dict[str, torch.Tensor], layout: dict[str, tuple[int, ...]]) -> torch.Tensor:
@@ -54,12 +63,31 @@ def unflatten(vector: torch.Tensor, layout: dict[str, tuple[int, ...]]) -> dict[
     return out
 
 
+def session_header(params: SecAggParams, bound: float) -> pl.Payload:
+    """A session's public parameters and encoding bound: the ``advertise`` message (the same for every
+    participant). The participants travel as a bitmap over client ids (one bit per client of the run:
+    125 bytes at 1000 clients), so each client can recompute and check the neighbour graph."""
+    member = torch.zeros(max(params.participants) + 1, dtype=torch.uint8)
+    member[list(params.participants)] = 1
+    degree = -1 if params.degree is None else params.degree
+    return {
+        "members": torch.from_numpy(np.packbits(member.numpy())),
+        "config": torch.tensor(
+            [params.length, params.bits, params.max_dropouts, params.graph_seed, degree], dtype=torch.int64
+        ),
+        "session": torch.frombuffer(bytearray(params.session), dtype=torch.uint8),
+        "bound": torch.tensor([bound], dtype=torch.float64),
+    }
+
+
 def session_params(message: pl.Payload) -> tuple[SecAggParams, float]:
-    """The public session parameters and the encoding bound carried by an ``advertise`` message."""
+    """The public session parameters and the encoding bound of an ``advertise`` message (the inverse
+    of :func:`session_header`)."""
     cfg = [int(v) for v in message["config"].tolist()]
     length, bits, max_dropouts, graph_seed, degree = cfg
+    members = np.unpackbits(message["members"].numpy()).nonzero()[0]
     params = SecAggParams(
-        tuple(int(c) for c in message["participants"].tolist()),
+        tuple(int(c) for c in members),
         length,
         bits,
         max_dropouts,
@@ -70,11 +98,17 @@ def session_params(message: pl.Payload) -> tuple[SecAggParams, float]:
     return params, float(message["bound"][0])
 
 
+def message_kinds() -> tuple[str, ...]:
+    """Every message kind :meth:`PrivateClient.handle` answers."""
+    return (COUNT, TRAIN, *(f"{s}/{stage}" for s in SESSIONS for stage in SESSION_STAGES))
+
+
 @dataclass
 class _Session:
     client: SecAggClient
     codec: RingCodec
     x: torch.Tensor  # the float64 vector this client sums
+    advertise: pl.Payload  # the session's public parameters, as the server sent them
 
 
 class PrivateClient:
@@ -119,17 +153,18 @@ class PrivateClient:
         """Answer one server message of ``round`` (bytes in, bytes out)."""
         self._at(round)
         msg = pl.decode(message)
-        if kind == "train":
+        if kind == COUNT:
+            return pl.encode({NUM_EXAMPLES: torch.tensor([len(self.data)], dtype=torch.int64)})
+        if kind == TRAIN:
             return self._train(msg, round, seed)
         session, _, stage = kind.partition("/")
-        if session not in ("req", "upd") or stage not in SESSION_STAGES:
+        if session not in SESSIONS or stage not in SESSION_STAGES:
             raise ValueError(f"unknown message kind {kind!r}")
         if stage == "advertise":
             params, bound = session_params(msg)
             vec = self._session_vector(session, round, seed, params.length)
-            s = self._sessions[session] = _Session(
-                SecAggClient(self.id, params), RingCodec(params.bits, len(params.participants), bound), vec
-            )
+            codec = RingCodec(params.bits, len(params.participants), bound)
+            s = self._sessions[session] = _Session(SecAggClient(self.id, params), codec, vec, msg)
             return pl.encode(s.client.advertise())
         s = self._sessions.get(session)  # type: ignore[assignment]
         if s is None:
@@ -169,4 +204,46 @@ class PrivateClient:
         if central:  # central DP: the server sees, clips and noises the contribution
             return pl.encode({n: t.float() for n, t in x.items()})
         self._vector = flatten(x, {n: tuple(x[n].shape) for n in sorted(x)})  # the server's layout order
-        return pl.encode({"ok": torch.ones(1, dtype=torch.uint8)})
+        return pl.encode({ACK: torch.ones(1, dtype=torch.uint8)})
+
+    # ---- keeping the round's secrets between messages ----------------------------------------------
+    def export(self) -> bytes:
+        """What this client holds for the current round (its request, its contribution in the clear,
+        each session's parameters, secrets and vector) as bytes for :meth:`restore`. They are the
+        client's secrets: keep them on the client (Flower: the node's ``context.state``)."""
+        # small tensors are cloned: views of one received buffer must not share memory when saved
+        out: pl.Payload = {"round": torch.tensor([self._round], dtype=torch.int64)}
+        if self._request is not None:
+            out.update({f"request/{n}": t.clone() for n, t in self._request.items()})
+        if self._vector is not None:
+            out["vector"] = self._vector
+        for name, s in self._sessions.items():
+            out.update({f"{name}/advertise/{n}": t.clone() for n, t in s.advertise.items()})
+            out.update({f"{name}/secagg/{n}": t for n, t in s.client.export().items()})
+            out[f"{name}/session"] = torch.ones(1, dtype=torch.uint8)
+            if name != "upd":  # the update session sums the vector itself
+                out[f"{name}/x"] = s.x
+        return pl.encode(out)
+
+    def restore(self, saved: bytes) -> None:
+        """Take back what :meth:`export` saved (the next message of another round forgets it)."""
+        got = pl.decode(saved)
+
+        def part(prefix: str) -> pl.Payload:
+            return {n[len(prefix) :]: t for n, t in got.items() if n.startswith(prefix)}
+
+        self._round = int(got["round"][0])
+        request = part("request/")
+        self._request = request if request else None
+        self._vector = got.get("vector")
+        self._sessions = {}
+        for name in SESSIONS:
+            if f"{name}/session" in got:
+                advert = part(f"{name}/advertise/")
+                params, bound = session_params(advert)
+                sa = SecAggClient.restore(self.id, params, part(f"{name}/secagg/"))
+                codec = RingCodec(params.bits, len(params.participants), bound)
+                x = got[f"{name}/x"] if name != "upd" else self._vector
+                if x is None:
+                    raise ValueError(f"saved state of round {self._round} has a {name} session without its vector")
+                self._sessions[name] = _Session(sa, codec, x, advert)

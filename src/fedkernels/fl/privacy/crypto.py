@@ -3,8 +3,10 @@
 - X25519 key agreement, HKDF-SHA256, ChaCha20-Poly1305 (AEAD), SHA-256 and the ChaCha20 keystream
   used as the mask generator: the ``cryptography`` package (OpenSSL underneath).
 - Shamir secret sharing over GF(2^128): ``Crypto.Protocol.SecretSharing.Shamir`` (pycryptodome, the
-  implementation Flower's own SecAgg+ uses). Our 32-byte secrets travel as two 16-byte chunks, each
-  split with the same holder indices.
+  implementation Flower's own SecAgg+ uses). The shared secrets are 16-byte seeds (128-bit security),
+  one GF(2^128) element each, expanded into 32-byte keys with HKDF: pycryptodome's field arithmetic
+  is pure Python, and the server rebuilds one secret per client, so one element a secret instead of
+  two halves both the clients' splitting and the server's unmasking.
 
 Requires the optional extra ``fedkernels[privacy]``.
 """
@@ -23,8 +25,9 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
-KEY_BYTES = 32  # X25519 keys, derived keys, mask seeds
-SHARE_BYTES = 32  # one Shamir share of a 32-byte secret (two 16-byte chunks)
+KEY_BYTES = 32  # X25519 keys, derived keys, mask-generator keys
+SEED_BYTES = 16  # a shared secret: one GF(2^128) element
+SHARE_BYTES = 16  # one Shamir share of a seed
 NONCE_BYTES = 12
 TAG_BYTES = 16
 
@@ -55,6 +58,21 @@ def agree(private: bytes, peer_public: bytes, info: bytes) -> bytes:
     except ValueError as e:
         raise CryptoError(f"key agreement failed: {e}") from None
     return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared)
+
+
+def expand(seed: bytes, info: bytes) -> bytes:
+    """A 32-byte key from a 16-byte ``seed`` (HKDF-SHA256, bound to ``info``): the self-mask
+    generator's key and the mask private key both come from shared seeds this way."""
+    if len(seed) != SEED_BYTES:
+        raise ValueError(f"seeds are {SEED_BYTES} bytes, got {len(seed)}")
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(seed)
+
+
+def private_key_from_seed(seed: bytes, info: bytes) -> bytes:
+    """The X25519 private key (32 raw bytes) derived from a 16-byte seed: whoever rebuilds the seed
+    from its shares rebuilds the key (the library clamps the bytes into a valid scalar)."""
+    sk = X25519PrivateKey.from_private_bytes(expand(seed, info))
+    return sk.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
 
 
 def random_bytes(n: int) -> bytes:
@@ -111,17 +129,15 @@ def mask_stream(seed: bytes, n: int, bits: int, label: bytes = b"") -> torch.Ten
 
 
 def split_secret(secret: bytes, threshold: int, num: int) -> list[bytes]:
-    """Shamir shares of a 32-byte ``secret``: any ``threshold`` of the ``num`` shares rebuild it,
+    """Shamir shares of a 16-byte ``secret``: any ``threshold`` of the ``num`` shares rebuild it,
     fewer reveal nothing about it. Share ``i`` (0-based) belongs to holder index ``i + 1``."""
-    if len(secret) != KEY_BYTES:
-        raise ValueError(f"secrets are {KEY_BYTES} bytes, got {len(secret)}")
+    if len(secret) != SEED_BYTES:
+        raise ValueError(f"secrets are {SEED_BYTES} bytes, got {len(secret)}")
     if not 1 <= threshold <= num:
         raise ValueError(f"need 1 <= threshold <= num, got {threshold}, {num}")
     if threshold == 1:  # pycryptodome needs a degree >= 1 polynomial; one share then is the secret
         return [secret] * num
-    lo = Shamir.split(threshold, num, secret[:16], ssss=False)
-    hi = Shamir.split(threshold, num, secret[16:], ssss=False)
-    return [a + b for (_, a), (_, b) in zip(lo, hi, strict=True)]
+    return [share for _, share in Shamir.split(threshold, num, secret, ssss=False)]
 
 
 def combine_shares(shares: dict[int, bytes], threshold: int) -> bytes:
@@ -134,9 +150,7 @@ def combine_shares(shares: dict[int, bytes], threshold: int) -> bytes:
         raise CryptoError(f"{len(shares)} shares cannot rebuild a secret that needs {threshold}")
     if any(len(s) != SHARE_BYTES for s in shares.values()):
         raise CryptoError(f"shares are {SHARE_BYTES} bytes")
-    use = sorted(shares.items())[:threshold]
+    use = sorted(shares.items())[:threshold]  # exactly threshold: combine's work grows as its square
     if threshold == 1:
         return use[0][1]
-    lo = Shamir.combine([(i, s[:16]) for i, s in use], ssss=False)
-    hi = Shamir.combine([(i, s[16:]) for i, s in use], ssss=False)
-    return lo + hi
+    return Shamir.combine(use, ssss=False)

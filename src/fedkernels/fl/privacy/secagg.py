@@ -4,20 +4,23 @@ else about any one of them, and recovers the sum when up to ``max_dropouts`` cli
 One session sums one ring vector per client in four exchanges, each a message from the server to
 every live client and a reply (payload dicts of tensors, serialised like every other payload):
 
-1. **advertise**: each client makes two X25519 key pairs (``c`` to encrypt shares, ``s`` for masks) and
-   a 32-byte self-mask seed ``b``; it sends both public keys and SHA-256(b).
+1. **advertise**: each client makes two X25519 key pairs (``c`` to encrypt shares, ``s`` for masks, the
+   latter derived from a 16-byte seed ``s_seed``) and a 16-byte self-mask seed ``b``; it sends both
+   public keys and SHA-256(b).
 2. **share keys**: the server sends each client its neighbours' public keys. The neighbour graph is a
    Harary graph of degree ``k`` over a permutation of the participants seeded by a public seed, so every
-   client checks the server's list. The client Shamir-shares ``b`` and its ``s`` private key,
+   client checks the server's list. The client Shamir-shares ``b`` and ``s_seed``,
    ``threshold``-of-``k``, and sends share ``j`` to neighbour ``j`` encrypted with ChaCha20-Poly1305 under
    HKDF(X25519(c_u, c_v)).
 3. **masked input**: the server routes the ciphertexts. Client u sends
-   ``y_u = x_u + PRG(b_u) + sum_v ±PRG(HKDF(X25519(s_u, s_v)))`` over its neighbours v that shared keys
+   ``y_u = x_u + PRG(HKDF(b_u)) + sum_v ±PRG(HKDF(X25519(s_u, s_v)))`` over its neighbours v that shared keys
    (+ when u < v, - otherwise), all mod ``2^bits``. One ``y_u`` alone is uniform in the ring.
-4. **unmask**: the server names who sent ``y`` (survivors) and who did not (dropped). Each surviving
-   client returns, for each neighbour, the share of ``b`` (survivor) or of ``s`` (dropped), never both.
-   The server rebuilds each survivor's ``b`` (checked against its SHA-256) and each dropped client's
-   ``s`` (checked against its public key), removes those masks and is left with ``sum_{survivors} x_u``.
+4. **unmask**: the server names, to each surviving client, which of the neighbours whose shares it
+   holds sent ``y`` (survivors) and which did not (dropped): a message of O(k). Each surviving
+   client returns, for each neighbour, the share of ``b`` (survivor) or of ``s_seed`` (dropped), never
+   both. The server rebuilds each survivor's ``b`` (checked against its SHA-256) and each dropped
+   client's ``s_seed`` (its key checked against its public key), removes those masks and is left
+   with ``sum_{survivors} x_u``.
 
 Guarantees (honest-but-curious server): a client's ``y`` reveals nothing; with ``threshold > k / 2`` the
 server cannot obtain both secrets of any client from honest clients' answers, and up to
@@ -141,6 +144,10 @@ def _sign(u: int, v: int) -> int:
     return 1 if u < v else -1
 
 
+def _self_mask(params: SecAggParams, b: bytes) -> torch.Tensor:
+    return crypto.mask_stream(crypto.expand(b, params.info(b"self-mask")), params.length, params.bits, b"self")
+
+
 # ---- client side -----------------------------------------------------------------------------------
 
 
@@ -157,12 +164,55 @@ class SecAggClient:
             raise SecAggError(f"client {client_id} is not a participant of this session")
         self.id, self.params = client_id, params
         self.neighbours = neighbour_graph(params)[client_id]
-        self.c_sk, self.s_sk = crypto.new_private_key(), crypto.new_private_key()
-        self.b = crypto.random_bytes(crypto.KEY_BYTES)
+        self.c_sk = crypto.new_private_key()
+        self.s_seed = crypto.random_bytes(crypto.SEED_BYTES)
+        self.s_sk = crypto.private_key_from_seed(self.s_seed, params.info(b"mask-key"))
+        self.b = crypto.random_bytes(crypto.SEED_BYTES)
         self.peer_s_pk: dict[int, bytes] = {}
         self.peer_c_pk: dict[int, bytes] = {}
         self.held: dict[int, tuple[bytes, bytes]] = {}  # neighbour -> (its b share, its s share) for me
         self.stage = 0
+
+    def export(self) -> Payload:
+        """This client's session secrets and progress as tensors, for a transport that runs each
+        message in a fresh process (Flower's deployment engine): they stay on the client's device
+        (e.g. its Flower ``context.state``) and :meth:`restore` takes them back."""
+        peers = sorted(self.peer_s_pk)
+        held = sorted(self.held)
+        return {
+            "c_sk": _u8(self.c_sk),
+            "s_seed": _u8(self.s_seed),
+            "b": _u8(self.b),
+            "stage": torch.tensor([self.stage], dtype=torch.int64),
+            "peers": torch.tensor(peers, dtype=torch.int64),
+            "peer_c_pk": _u8(b"".join(self.peer_c_pk[v] for v in peers)).reshape(len(peers), crypto.KEY_BYTES),
+            "peer_s_pk": _u8(b"".join(self.peer_s_pk[v] for v in peers)).reshape(len(peers), crypto.KEY_BYTES),
+            "held": torch.tensor(held, dtype=torch.int64),
+            "held_shares": _u8(b"".join(self.held[u][0] + self.held[u][1] for u in held)).reshape(
+                len(held), 2 * crypto.SHARE_BYTES
+            ),
+        }
+
+    @classmethod
+    def restore(cls, client_id: int, params: SecAggParams, saved: Payload) -> SecAggClient:
+        """The client :meth:`export` saved, for the same session ``params``."""
+        self = cls.__new__(cls)
+        if client_id not in params.participants:
+            raise SecAggError(f"client {client_id} is not a participant of this session")
+        self.id, self.params = client_id, params
+        self.neighbours = neighbour_graph(params)[client_id]
+        self.c_sk = bytes(saved["c_sk"].numpy().tobytes())
+        self.s_seed = bytes(saved["s_seed"].numpy().tobytes())
+        self.s_sk = crypto.private_key_from_seed(self.s_seed, params.info(b"mask-key"))
+        self.b = bytes(saved["b"].numpy().tobytes())
+        self.stage = int(saved["stage"][0])
+        peers = [int(v) for v in saved["peers"].tolist()]
+        self.peer_c_pk = dict(zip(peers, _rows(saved["peer_c_pk"]), strict=True))
+        self.peer_s_pk = dict(zip(peers, _rows(saved["peer_s_pk"]), strict=True))
+        rows = _rows(saved["held_shares"])
+        n = crypto.SHARE_BYTES
+        self.held = {int(u): (r[:n], r[n:]) for u, r in zip(saved["held"].tolist(), rows, strict=True)}
+        return self
 
     def _step(self, want: int) -> None:
         if self.stage != want:
@@ -194,7 +244,7 @@ class SecAggClient:
         self.peer_c_pk = dict(zip(ids, c_pk, strict=True))
         k, r = len(self.neighbours), self.params.threshold
         b_shares = crypto.split_secret(self.b, r, k)
-        s_shares = crypto.split_secret(self.s_sk, r, k)
+        s_shares = crypto.split_secret(self.s_seed, r, k)
         cts = []
         for v, pk in zip(ids, c_pk, strict=True):
             j = self.neighbours.index(v)  # holder index j + 1, fixed by the public graph
@@ -222,7 +272,7 @@ class SecAggClient:
                 raise SecAggError(f"client {self.id}: a share's header does not name its sender and receiver")
             self.held[u] = (plain[16 : 16 + crypto.SHARE_BYTES], plain[16 + crypto.SHARE_BYTES :])
         mod = (1 << p.bits) - 1
-        y = (x + crypto.mask_stream(self.b, p.length, p.bits, b"self")) & mod
+        y = (x + _self_mask(p, self.b)) & mod
         for u in ids:  # pairwise masks with the neighbours that shared keys (they cancel between survivors)
             seed = crypto.agree(self.s_sk, self.peer_s_pk[u], p.info(b"mask"))
             m = crypto.mask_stream(seed, p.length, p.bits, b"pair")
@@ -237,8 +287,10 @@ class SecAggClient:
         dropped = {int(i) for i in msg["dropped"].tolist()}
         if survivors & dropped:
             raise SecAggError(f"client {self.id}: the server lists clients as both survivors and dropped")
-        if len(survivors) < self.params.threshold:
-            raise SecAggError(f"client {self.id}: {len(survivors)} survivors, fewer than the threshold")
+        if len(survivors) + 1 < self.params.threshold:  # its own input must not be summed with too few others
+            raise SecAggError(
+                f"client {self.id}: {len(survivors)} surviving neighbours and itself, fewer than the threshold"
+            )
         ids, kinds, shares = [], [], []
         for u, (b_share, s_share) in sorted(self.held.items()):
             if u in survivors or u in dropped:
@@ -349,14 +401,16 @@ class SecAggServer:
         self.ys[client] = from_wire(reply["y"], self.params.bits)
 
     def unmask_messages(self) -> dict[int, Payload]:
-        """Stage 4 messages: the survivors (U3) and the dropped (U2 minus U3), the same for everyone."""
-        survivors = sorted(self.ys)
-        dropped = sorted(set(self.cts) - set(self.ys))
-        msg = {
-            "survivors": torch.tensor(survivors, dtype=torch.int64),
-            "dropped": torch.tensor(dropped, dtype=torch.int64),
-        }
-        return {v: msg for v in survivors}
+        """Stage 4 messages: to each survivor (U3), which of the neighbours whose shares it holds
+        survived and which dropped (U2 minus U3): O(k) a client, not the whole survivor list."""
+        out = {}
+        for v in sorted(self.ys):
+            held = self.routed.get(v, [])
+            out[v] = {
+                "survivors": torch.tensor([u for u in held if u in self.ys], dtype=torch.int64),
+                "dropped": torch.tensor([u for u in held if u not in self.ys], dtype=torch.int64),
+            }
+        return out
 
     # stage 4
     def take_unmask(self, client: int, reply: Payload) -> None:
@@ -399,9 +453,9 @@ class SecAggServer:
             b = self._rebuild(u, b_sh.get(u, {}), "self-mask seed")
             if crypto.sha256(b) != self.keys[u][2]:
                 raise SecAggError(f"the shares of client {u}'s self-mask seed do not match its commitment")
-            total = (total - crypto.mask_stream(b, p.length, p.bits, b"self")) & mod
+            total = (total - _self_mask(p, b)) & mod
         for u in sorted(set(self.cts) - set(self.ys)):
-            s_sk = self._rebuild(u, s_sh.get(u, {}), "mask key")
+            s_sk = crypto.private_key_from_seed(self._rebuild(u, s_sh.get(u, {}), "mask key"), p.info(b"mask-key"))
             if crypto.public_key(s_sk) != self.keys[u][1]:
                 raise SecAggError(f"the shares of dropped client {u}'s mask key do not match its public key")
             for v in self.graph[u]:

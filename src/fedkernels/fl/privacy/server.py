@@ -12,8 +12,9 @@
    for central DP (the server clips each one and adds the noise);
 5. applies the sum (:meth:`DenseForm.finish`) and records epsilon.
 
-Messages go through a transport (``exchange(kind, {client: bytes}) -> {client: answer}``): in-process
-here, Flower messages in :mod:`fedkernels.integrations.flower_secagg`.
+Messages go through a transport (``exchange(kind, round, {client: bytes}, reply_limit) -> {client:
+answer}``): in-process here, Flower messages in :mod:`fedkernels.integrations.flower.private_server`.
+:func:`private_round` needs only what :class:`PrivateRun` lists, so both drive the same round.
 """
 
 from __future__ import annotations
@@ -23,25 +24,29 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from .. import payload as pl
 from ..client import call_with_deadline
+from ..evaluation import MAX_EXAMPLES
 from ..round import Answer, failure_reason, select_clients
 from ..seeding import derive_seed, numpy_rng
 from ..server import RunConfig, Server
-from ..strategy import Strategy
+from ..strategy import State, Strategy
 from ..types import ClientData, RoundRecord
 from . import dp
-from .client import CTL, PrivateClient, unflatten
+from .client import ACK, CTL, NUM_EXAMPLES, TRAIN, PrivateClient, session_header, unflatten
 from .forms import ROW_COUNT, ROWS, DenseForm, RowsForm, form_of
 from .ring import RingCodec
 from .secagg import SecAggError, SecAggParams, SecAggServer, default_degree
 
-Exchange = Callable[[str, int, Mapping[int, bytes]], dict[int, Answer]]
+# (kind, round, {client: message}, the most bytes a well-formed reply has) -> {client: reply or failure}
+Exchange = Callable[[str, int, Mapping[int, bytes], int], dict[int, Answer]]
 PrivateWrapper = Callable[[int, PrivateClient], object]
+ACK_SPEC = pl.PayloadSpec({ACK: pl.TensorSpec(torch.uint8, (1,))})
+COUNT_SPEC = pl.PayloadSpec({NUM_EXAMPLES: pl.TensorSpec(torch.int64, (1,), min_value=0, max_value=MAX_EXAMPLES)})
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,44 @@ class PrivacyConfig:
         return k - k // 2 - 1 if self.max_dropouts is None else self.max_dropouts
 
 
+def check_private(strategy: Strategy, privacy: PrivacyConfig) -> DenseForm:
+    """The strategy's round as sums (:func:`~.forms.form_of`), after checking ``privacy`` fits it.
+
+    Raises:
+        ValueError: nothing to protect, a strategy that cannot be summed (the reason), or embedding
+            DP for a strategy without class embeddings.
+    """
+    if not privacy.secagg and privacy.dp is None and privacy.embedding_noise is None:
+        raise ValueError("privacy protects nothing: set secagg, dp or the embedding DP (or use Server)")
+    form = form_of(strategy)
+    if privacy.embedding_noise is not None and not (isinstance(form, RowsForm) and not form.fedss):
+        raise ValueError("embedding_clip/embedding_noise apply to FedAwS, FedALC and FedALC-fixed only")
+    return form
+
+
+class PrivateRun(Protocol):
+    """What :func:`private_round` reads and updates: the in-process :class:`PrivateServer` and the
+    Flower :class:`~fedkernels.integrations.flower.private_server.PrivateFlowerStrategy` are both one."""
+
+    config: RunConfig
+    privacy: PrivacyConfig
+    form: DenseForm
+    state: State
+    q: float  # the sampling rate clients_per_round / num_clients
+    sigma: float | None  # the noise multiplier (None: no client-level DP)
+    noise_generator: torch.Generator  # the server's DP noise (central DP, embedding DP)
+
+    @property
+    def round(self) -> int: ...
+
+    @property
+    def num_clients(self) -> int: ...
+
+    def example_counts(self, clients: list[int]) -> dict[int, int | BaseException]:
+        """Each client's example count (its weight's numerator), or why it cannot be had."""
+        ...
+
+
 def poisson_clients(seed: int, round: int, num_clients: int, q: float) -> list[int]:
     """The clients of a DP round: each independently with probability ``q`` (seeded), ascending."""
     rng = numpy_rng(seed, "poisson-select", round)
@@ -135,11 +178,7 @@ class PrivateServer(Server):
         privacy: PrivacyConfig,
         client_wrapper: PrivateWrapper | None = None,
     ) -> None:
-        if not privacy.secagg and privacy.dp is None and privacy.embedding_noise is None:
-            raise ValueError("privacy protects nothing: set secagg, dp or the embedding DP (or use Server)")
-        self.form: DenseForm = form_of(strategy)
-        if privacy.embedding_noise is not None and not (isinstance(self.form, RowsForm) and not self.form.fedss):
-            raise ValueError("embedding_clip/embedding_noise apply to FedAwS, FedALC and FedALC-fixed only")
+        self.form: DenseForm = check_private(strategy, privacy)
         self.privacy = privacy
         super().__init__(strategy, clients, num_features, num_classes, config)
         self.q = config.clients_per_round / len(clients)
@@ -148,11 +187,22 @@ class PrivateServer(Server):
         for c, data in enumerate(clients):
             ep: object = PrivateClient(c, strategy, self.form, data, config.train, privacy.noise_seed)
             self.private_endpoints.append(client_wrapper(c, ep) if client_wrapper is not None else ep)  # type: ignore[arg-type]
-        self._noise = dp.noise_generator(privacy.noise_seed)
+        self.noise_generator = dp.noise_generator(privacy.noise_seed)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    def example_counts(self, clients: list[int]) -> dict[int, int | BaseException]:
+        """The clients' example counts (the server holds the clients here)."""
+        return {c: len(self.clients[c]) for c in clients}
 
     # ---- transport ---------------------------------------------------------------------------------
-    def exchange_private(self, kind: str, round: int, messages: Mapping[int, bytes]) -> dict[int, Answer]:
-        """In-process transport: each client's ``handle`` under the deadline (its failure as the answer)."""
+    def exchange_private(
+        self, kind: str, round: int, messages: Mapping[int, bytes], reply_limit: int = pl.DEFAULT_MAX_BYTES
+    ) -> dict[int, Answer]:
+        """In-process transport: each client's ``handle`` under the deadline (its failure as the answer).
+        ``reply_limit`` is not needed here: the round decodes every reply against its spec."""
         out: dict[int, Answer] = {}
         for c, msg in messages.items():
             seed = derive_seed(self.config.seed, "client", round, c)
@@ -173,11 +223,11 @@ class PrivateServer(Server):
         return rec
 
 
-def private_round(server: PrivateServer, exchange: Exchange) -> RoundRecord:
+def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
     """One private round of ``server`` over ``exchange``; updates ``server.state``, returns the record."""
     t0 = time.perf_counter()
     cfg, priv, form, state = server.config, server.privacy, server.form, server.state
-    r, n_all = server.round, len(server.clients)
+    r, n_all = server.round, server.num_clients
     dpc = priv.dp
     chosen = (
         poisson_clients(cfg.seed, r, n_all, server.q)
@@ -188,9 +238,20 @@ def private_round(server: PrivateServer, exchange: Exchange) -> RoundRecord:
     live = list(chosen)
     info: dict[str, float] = {}
     skipped = ""
-    examples = server.num_examples
     weighted = dpc is None
-    weights = {c: examples[c] / max(examples[c2] for c2 in live) for c in live} if weighted and live else {}
+    weights: dict[int, float] = {}
+    if weighted and live:  # a_k = examples / the round's largest (at most 1: the ring's bound holds it)
+        counts = server.example_counts(live)
+        got: dict[int, int] = {}
+        for c in live:
+            n = counts.get(c, TimeoutError("timed out (no reply)"))
+            if isinstance(n, BaseException):
+                tally.failed[c] = failure_reason(n)
+            else:
+                got[c] = n
+        live = [c for c in live if c in got]
+        top = max(got.values(), default=0) or 1
+        weights = {c: got[c] / top for c in live}
 
     rows: torch.Tensor | None = None
     if isinstance(form, RowsForm):
@@ -198,12 +259,12 @@ def private_round(server: PrivateServer, exchange: Exchange) -> RoundRecord:
         if dpc is not None or form.requestless() or not priv.secagg:
             rows = torch.arange(p, dtype=torch.int64)
         elif len(live) >= 2:
-            got, live, why = _secure_sum(server, exchange, "req", r, live, {"requested": (p,)}, 1.0, tally)
-            if got is None:
+            union, live, why = _secure_sum(server, exchange, "req", r, live, {"requested": (p,)}, 1.0, tally)
+            if union is None:
                 skipped = why
                 rows = torch.zeros(0, dtype=torch.int64)
             else:
-                rows = (got["requested"] > 0.5).nonzero().reshape(-1)
+                rows = (union["requested"] > 0.5).nonzero().reshape(-1)
         info["round_rows"] = float(rows.numel()) if rows is not None else 0.0
 
     # train: every live client gets its download, weight, clip and noise share
@@ -226,8 +287,8 @@ def private_round(server: PrivateServer, exchange: Exchange) -> RoundRecord:
                 0.0 if secure else 1.0,
             ]
             msgs[c] = pl.encode({**down, CTL: torch.tensor(ctl, dtype=torch.float64)})
-        answers = exchange("train", r, msgs)
         spec = pl.PayloadSpec({n: pl.TensorSpec(torch.float32, s) for n, s in layout.items()})
+        answers = exchange(TRAIN, r, msgs, (ACK_SPEC if secure else spec).byte_limit())
         for c in live:
             tally.down += len(msgs[c])
             ans = answers.get(c, TimeoutError("timed out (no reply)"))
@@ -258,11 +319,11 @@ def private_round(server: PrivateServer, exchange: Exchange) -> RoundRecord:
             sums = {n: torch.zeros(s, dtype=torch.float64) for n, s in layout.items()}
             for c in live:
                 x = contributions[c] if clip_bound is None else dp.clip(contributions[c], clip_bound)
-                for n in sums:
-                    sums[n] += x[n]
+                for name in sums:
+                    sums[name] += x[name]
             if dpc is not None and server.sigma:  # central DP: the server adds the noise (a round of nobody too)
-                for n, z in dp.gaussian_like(sums, server.sigma * dpc.clip, server._noise).items():
-                    sums[n] += z
+                for name, z in dp.gaussian_like(sums, server.sigma * dpc.clip, server.noise_generator).items():
+                    sums[name] += z
 
     if sums is not None:
         den = server.q * n_all if dpc is not None else None
@@ -300,7 +361,7 @@ def private_round(server: PrivateServer, exchange: Exchange) -> RoundRecord:
 
 
 def _embedding_noise(
-    server: PrivateServer, sums: dict[str, torch.Tensor], rows: torch.Tensor | None, den: float | None
+    server: PrivateRun, sums: dict[str, torch.Tensor], rows: torch.Tensor | None, den: float | None
 ) -> torch.Tensor | None:
     """FedALC's server-side DP: each row's mean update clipped to ``embedding_clip``, and the noise to add."""
     priv = server.privacy
@@ -312,11 +373,11 @@ def _embedding_noise(
     scaled = mean * torch.clamp(priv.embedding_clip / norms.clamp(min=1e-30), max=1.0)
     sums[ROWS] = scaled * per.unsqueeze(1)  # the clipped means, back as sums
     std = (priv.embedding_noise or 0.0) * priv.embedding_clip
-    return torch.randn(mean.shape, dtype=torch.float64, generator=server._noise) * std
+    return torch.randn(mean.shape, dtype=torch.float64, generator=server.noise_generator) * std
 
 
 def _secure_sum(
-    server: PrivateServer,
+    server: PrivateRun,
     exchange: Exchange,
     name: str,
     round: int,
@@ -344,15 +405,7 @@ def _secure_sum(
     except ValueError as e:
         return None, live, f"secure aggregation ({name}) cannot run: {e}"
     sa = SecAggServer(params)
-    header = {
-        "participants": torch.tensor(live, dtype=torch.int64),
-        "config": torch.tensor(
-            [length, priv.bits, params.max_dropouts, params.graph_seed, -1 if priv.degree is None else priv.degree],
-            dtype=torch.int64,
-        ),
-        "session": torch.frombuffer(bytearray(params.session), dtype=torch.uint8),
-        "bound": torch.tensor([bound], dtype=torch.float64),
-    }
+    header = session_header(params, bound)
     raw = pl.encode(header)
     steps: list[tuple[str, Callable[[], dict[int, pl.Payload]], Callable[[int, pl.Payload], None]]] = [
         ("advertise", lambda: {c: header for c in live}, sa.take_advertise),
@@ -362,7 +415,8 @@ def _secure_sum(
     ]
     for stage, messages, take in steps:
         msgs = {c: (raw if stage == "advertise" else pl.encode(m)) for c, m in messages().items()}
-        answers = exchange(f"{name}/{stage}", round, msgs)
+        limit = sa.spec(stage, live[0]).byte_limit()  # the same for every client of the session
+        answers = exchange(f"{name}/{stage}", round, msgs, limit)
         for c, m in msgs.items():
             tally.secagg_down += len(m)
             ans = answers.get(c, TimeoutError("timed out (no reply)"))

@@ -11,12 +11,15 @@ it is (:mod:`.nodes`, without loading data), each round's chosen clients get the
 ArrayRecords that Flower chunks and de-duplicates (:mod:`.records`), replies carry each client's
 example count, federated evaluation goes to a stated sample, and deadlines count per message with
 queueing (:mod:`.exchange`). Messages and the version/run-identity handshake: :mod:`.protocol`.
+Secure aggregation and DP over Flower: :mod:`.private_server` (``PrivateFlowerStrategy``, imported
+from there: it needs the extra ``fedkernels[privacy]``) and :mod:`.private_client`.
 
 Requires the optional extra ``fedkernels[flower]``.
 """
 
 from .app import (
     FLOWER_KEYS,
+    PRIVACY_KEYS,
     RUN_CONFIG_KEYS,
     flower_strategy_from,
     read_partition_keys,
@@ -25,7 +28,7 @@ from .app import (
 )
 from .client import client_app, partition_id
 from .nodes import NodeEvent, NodeRegistry
-from .protocol import IDENTIFY, KEY, PAYLOAD, REQUEST, SETUP, fedkernels_version, run_identity
+from .protocol import IDENTIFY, KEY, PAYLOAD, PRIVATE, REQUEST, SETUP, fedkernels_version, run_identity
 from .records import ArrayCache, payload_to_record, record_to_bytes, record_to_payload
 from .server import FlowerStrategy
 
@@ -34,6 +37,8 @@ __all__ = [
     "IDENTIFY",
     "KEY",
     "PAYLOAD",
+    "PRIVACY_KEYS",
+    "PRIVATE",
     "REQUEST",
     "RUN_CONFIG_KEYS",
     "SETUP",

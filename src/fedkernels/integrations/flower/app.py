@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
@@ -36,8 +37,24 @@ RUN_CONFIG_KEYS = (
     "weight-decay",
     "autocast",
     "device",
+    "dp-sample-clip",
+    "dp-sample-noise",
 )
 FLOWER_KEYS = ("num-clients", "federated-eval", "startup-grace", "partition-keys", "max-in-flight")
+# with any of these set (the privacy extra), flower_strategy_from makes a PrivateFlowerStrategy
+PRIVACY_KEYS = (
+    "secagg",
+    "secagg-dropouts",
+    "secagg-bits",
+    "secagg-bound",
+    "secagg-degree",
+    "dp-clip",
+    "dp-noise",
+    "target-epsilon",
+    "dp-delta",
+    "embedding-dp-clip",
+    "embedding-dp-noise",
+)
 
 
 def run_config_from(context: Context, **defaults: object) -> RunConfig:
@@ -47,7 +64,8 @@ def run_config_from(context: Context, **defaults: object) -> RunConfig:
     ``max-upload-bytes`` (0 for no extra bound), ``eval-every``, ``eval-k`` (e.g. "1,3,5"),
     ``eval-clients`` (clients per federated evaluation; 0 for all), ``epochs``, ``batch-size``,
     ``lr``, ``optimizer``, ``weight-decay``, ``autocast`` ("off" or "bf16"), ``device`` (the server's;
-    each node takes its own from its node config, see :func:`~fedkernels.integrations.flower.client.node_device`)."""
+    each node takes its own from its node config, see :func:`~fedkernels.integrations.flower.client.node_device`),
+    ``dp-sample-clip`` (DP-SGD's per-example clip; 0: no DP-SGD) and ``dp-sample-noise``."""
     c = context.run_config
     base = RunConfig(**defaults)  # type: ignore[arg-type]
     t = base.train
@@ -59,6 +77,7 @@ def run_config_from(context: Context, **defaults: object) -> RunConfig:
     max_up = int(get("max-upload-bytes", base.max_upload_bytes or 0))  # type: ignore[call-overload]
     eval_clients = int(get("eval-clients", base.eval_clients or 0))  # type: ignore[call-overload]
     ks = get("eval-k", ",".join(str(k) for k in base.eval_k))
+    sample_clip = float(get("dp-sample-clip", t.dp_sample_clip or 0.0))  # type: ignore[arg-type]
     return RunConfig(
         rounds=int(get("rounds", base.rounds)),  # type: ignore[call-overload]
         clients_per_round=int(get("clients-per-round", base.clients_per_round)),  # type: ignore[call-overload]
@@ -77,6 +96,8 @@ def run_config_from(context: Context, **defaults: object) -> RunConfig:
             optimizer=str(get("optimizer", t.optimizer)),
             weight_decay=float(get("weight-decay", t.weight_decay)),  # type: ignore[arg-type]
             autocast=str(get("autocast", t.autocast)),
+            dp_sample_clip=sample_clip or None,
+            dp_sample_noise=float(get("dp-sample-noise", t.dp_sample_noise)),  # type: ignore[arg-type]
         ),
     )
 
@@ -114,21 +135,26 @@ def flower_strategy_from(
     """A :class:`FlowerStrategy` with everything from ``run_config``: the :func:`run_config_from`
     keys plus ``num-clients`` (unless given), ``federated-eval`` (bool), ``startup-grace``
     (seconds), ``partition-keys`` (a :func:`read_partition_keys` file; "" for none) and
-    ``max-in-flight`` (messages out at once; 0 for all)."""
+    ``max-in-flight`` (messages out at once; 0 for all). With secure aggregation or DP asked for
+    (:data:`PRIVACY_KEYS`, see :func:`~.private_server.privacy_config_from`), a
+    :class:`~.private_server.PrivateFlowerStrategy` (needs the extra ``fedkernels[privacy]``)."""
     c = context.run_config
     n = int(c["num-clients"]) if num_clients is None else num_clients
     keys_file = str(c.get("partition-keys", ""))
-    return FlowerStrategy(
-        strategy,
-        num_features,
-        num_classes,
-        n,
-        run_config_from(context, **defaults),
+    flower: dict[str, Any] = dict(
         federated_evaluation=bool(c.get("federated-eval", False)),
         startup_grace=float(c.get("startup-grace", DEFAULT_STARTUP_GRACE)),
         partition_keys=read_partition_keys(keys_file) if keys_file else None,
         max_in_flight=int(c.get("max-in-flight", 0)) or None,
     )
+    config = run_config_from(context, **defaults)
+    if any(k in c for k in PRIVACY_KEYS):
+        from .private_server import PrivateFlowerStrategy, privacy_config_from
+
+        privacy = privacy_config_from(context)
+        if privacy is not None:
+            return PrivateFlowerStrategy(strategy, num_features, num_classes, n, config, privacy, **flower)
+    return FlowerStrategy(strategy, num_features, num_classes, n, config, **flower)
 
 
 EvaluateFn = Callable[[int, Strategy, State, Context], Mapping[str, float]]

@@ -40,6 +40,8 @@ _HEADER_RUN_FIELDS = (
     "optimizer",
     "weight-decay",
     "autocast",
+    "dp-sample-clip",
+    "dp-sample-noise",
 )
 
 
@@ -73,6 +75,28 @@ class _NodeCache:
 _CACHE = _NodeCache()  # module level: it outlives the ClientApp objects Flower unpickles per message
 
 
+def train_config(header: ConfigRecord) -> TrainConfig:
+    """The local-training settings a message header carries (:meth:`FlowerStrategy._header`), DP-SGD's
+    included (``dp-sample-clip`` 0: no DP-SGD).
+
+    Raises:
+        PayloadError: a field is missing or of the wrong type, or a DP-SGD field is negative.
+    """
+    clip, noise = pr.float_field(header, "dp-sample-clip"), pr.float_field(header, "dp-sample-noise")
+    if not (clip >= 0 and noise >= 0):  # also refuses NaN
+        raise pl.PayloadError(f"message fields dp-sample-clip/-noise must be >= 0, got {clip}, {noise}")
+    return TrainConfig(
+        pr.int_field(header, "epochs"),
+        pr.int_field(header, "batch-size"),
+        pr.float_field(header, "lr"),
+        pr.str_field(header, "optimizer"),
+        pr.float_field(header, "weight-decay"),
+        pr.str_field(header, "autocast"),
+        dp_sample_clip=clip or None,
+        dp_sample_noise=noise,
+    )
+
+
 def partition_id(context: Context) -> int:
     """This node's client id: ``node_config["partition-id"]`` (an int >= 0).
 
@@ -93,6 +117,7 @@ def client_app(
     load_eval_data: Callable[[Context], ClientData] | None = None,
     mods: Sequence[Callable] | None = None,
     cache_nodes: int = DEFAULT_CACHE_NODES,
+    dp_noise_seed: int | None = None,
 ) -> ClientApp:
     """A Flower ClientApp running fedkernels' client side.
 
@@ -109,6 +134,9 @@ def client_app(
         mods: Flower ClientApp mods (``ClientApp(mods=...)``), outermost first.
         cache_nodes: how many nodes' data and strategies one process keeps (least recently used
             out first).
+        dp_noise_seed: private rounds (:mod:`.private_client`) with distributed DP: None draws each
+            client's noise share from OS randomness (the private choice); a seed makes it
+            reproducible for experiments and tests (anyone who knows it can subtract the noise).
 
     Example::
 
@@ -148,14 +176,7 @@ def client_app(
                 pr.int_field(header, "num-classes"),
                 derive_seed(pr.int_field(header, "run-seed"), "init"),
             )
-            train = TrainConfig(
-                pr.int_field(header, "epochs"),
-                pr.int_field(header, "batch-size"),
-                pr.float_field(header, "lr"),
-                pr.str_field(header, "optimizer"),
-                pr.float_field(header, "weight-decay"),
-                pr.str_field(header, "autocast"),
-            )
+            train = train_config(header)
             endpoint: ClientEndpoint = LocalClient(n.strategy, data(context), train, node_device(context))
             if wrap is not None:
                 endpoint = wrap(context, partition_id(context), endpoint)
@@ -206,6 +227,17 @@ def client_app(
         _, endpoint = local(context, h)
         raw = endpoint.update(download(message), pr.int_field(h, "round"), pr.int_field(h, "seed"))
         return reply(message, context, raw, **{"num-examples": len(data(context))})
+
+    @app.query("fedkernels_private")
+    def private(message: Message, context: Context) -> Message:
+        """A private round's message (SecAgg+ and DP: :mod:`.private_client`, the privacy extra)."""
+        from .private_client import answer_private
+
+        h = header(message)
+        strategy, _ = local(context, h)
+        cid, train = partition_id(context), train_config(h)
+        raw = answer_private(h, download(message), context, cid, strategy, data(context), train, dp_noise_seed)
+        return reply(message, context, raw)
 
     @app.evaluate()
     def evaluate(message: Message, context: Context) -> Message:

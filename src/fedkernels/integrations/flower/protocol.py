@@ -12,6 +12,9 @@ round + 1 in ``group_id``):
 - :data:`SETUP` (query): the setup exchange of strategies that have one (FedALC's label sets).
 - :data:`REQUEST` (query): the chosen clients' ``client_request`` (FedSS's class ids).
 - ``train``: the download; the reply is the upload plus the client's example count.
+- :data:`PRIVATE` (query): one message of a private round (secure aggregation, DP), header field
+  ``kind`` (``count``, ``train``, ``<session>/<stage>``) and the message bytes as the payload; the
+  reply is :meth:`fedkernels.fl.privacy.client.PrivateClient.handle`'s (:mod:`.private_client`).
 - ``evaluate``: the global state for federated evaluation; the reply is the client's report.
 
 Every reply names the client (``client-id``) and, for train and evaluation, its example count:
@@ -37,6 +40,7 @@ MAX_ROUND_TAG = 24  # characters: a round number; longer is refused before it is
 IDENTIFY = f"{MessageType.QUERY}.fedkernels_identify"
 SETUP = f"{MessageType.QUERY}.fedkernels_setup"
 REQUEST = f"{MessageType.QUERY}.fedkernels_request"
+PRIVATE = f"{MessageType.QUERY}.fedkernels_private"
 MAX_IDENTITY_CHARS = 1 << 16  # a longer identity in a reply is refused unread
 
 

@@ -189,8 +189,7 @@ class FlowerStrategy(_FlowerStrategy):
                 result.evaluate_metrics_serverapp[0] = got
         while len(self.history) < rounds:
             server_round = len(self.history) + 1
-            train = self.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid)
-            _, metrics = self.aggregate_train(server_round, self._send(grid, train))
+            metrics = self.train_round(grid, server_round)
             if metrics is not None:
                 result.train_metrics_clientapp[server_round] = metrics
             evaluate = list(self.configure_evaluate(server_round, ArrayRecord(), ConfigRecord(), grid))
@@ -223,6 +222,12 @@ class FlowerStrategy(_FlowerStrategy):
         self.discovery_seconds = time.monotonic() - t0
 
     # ---- Flower's Strategy API: one round --------------------------------------------------------
+    def train_round(self, grid: Grid, server_round: int) -> MetricRecord | None:
+        """One round's training: :meth:`configure_train`, the exchange, :meth:`aggregate_train`
+        (a private round, :mod:`.private_server`, runs several exchanges here instead)."""
+        train = self.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid)
+        return self.aggregate_train(server_round, self._send(grid, train))[1]
+
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
@@ -358,7 +363,7 @@ class FlowerStrategy(_FlowerStrategy):
         """Every message's time-to-live: the longest an exchange may wait (Flower's default at most)."""
         return min(deadline_ttl(self.timeout, self.num_clients), float(DEFAULT_TTL))
 
-    def _header(self, r: int, c: int, seed: int, **extra: list[int]) -> ConfigRecord:
+    def _header(self, r: int, c: int, seed: int, **extra: list[int] | str) -> ConfigRecord:
         t = self.config.train
         return ConfigRecord(
             {
@@ -375,6 +380,8 @@ class FlowerStrategy(_FlowerStrategy):
                 "optimizer": t.optimizer,
                 "weight-decay": float(t.weight_decay),
                 "autocast": t.autocast,
+                "dp-sample-clip": float(t.dp_sample_clip or 0.0),  # 0: no DP-SGD
+                "dp-sample-noise": float(t.dp_sample_noise),
                 **extra,
             }
         )
