@@ -107,6 +107,7 @@ SCRIPT = textwrap.dedent(
     for key, (s, state) in models.items():
         server = Server.__new__(Server)  # evaluate() needs only the strategy, the state and the config
         server.strategy, server.state, server.config = s, state, RunConfig(eval_k=(1, 5))
+        server.device = torch.device("cpu")
         m = server.evaluate(test, (1, 5), 4096, inv_p)
         out[s.name] = sorted(m)
     try:

@@ -247,8 +247,8 @@ class Server:
         self,
         held_out: list[ClientData],
         ks: tuple[int, ...] | None = None,
-        round: int | None = None,
         inv_propensity: torch.Tensor | None = None,
+        round: int | None = None,
     ) -> tuple[dict[str, float], dict[int, str]]:
         """Federated evaluation (:mod:`fedkernels.fl.evaluation`): clients rank their own held-out
         sets ``held_out[c]`` under the global model, through real serialisation; the
