@@ -93,16 +93,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"cpu_path: {why}; no CUDA kernel of its own to emulate"))
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    # The CPU kernels' dispatch level this run tests (FK_CPU_ISA caps it; csrc/common/cpu_isa.h).
+    from fedkernels._info import build_info, cpu_isa_line
+
+    lines = [f"fedkernels CPU kernels: {cpu_isa_line(build_info())}"]
     if not EMULATING:
-        return None
+        return lines
     from fedkernels.testing import cuda_emulator
 
     m = cuda_emulator.loaded()
-    return (
+    lines.append(
         f"fedkernels: ops run their CUDA kernels in the emulator ({Path(m.__file__).name}, checks={m.checks}, "
         f"order={config.getoption('--emu-order')}, seed={config.getoption('--emu-seed')})"
     )
+    return lines
 
 
 @pytest.fixture(autouse=True)
