@@ -29,9 +29,14 @@ pytestmark = pytest.mark.cpu_path("the CPU kernels' dispatch levels")
 VECTOR_LEVELS = ["avx2", "avx512"]
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().reshape(-1).view(torch.uint8) if t.is_floating_point() else t
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> None:
+    """The same bits (NaN payloads included), not just equal values."""
     assert a.dtype == b.dtype and a.shape == b.shape
-    assert torch.equal(a.view(torch.uint8) if a.is_floating_point() else a, b.view(torch.uint8) if b.is_floating_point() else b)
+    assert torch.equal(_bits(a), _bits(b))
 
 
 @pytest.mark.parametrize("level", VECTOR_LEVELS)
@@ -49,7 +54,8 @@ def test_count_sketch_and_merge_backward_levels_bit_identical(level, rows, p, bu
     x = torch.randn(rows, p, dtype=dtype, generator=torch.Generator().manual_seed(seed))
 
     def run():
-        logp = torch.randn(3, rows, buckets, dtype=dtype, generator=torch.Generator().manual_seed(seed)).requires_grad_()
+        g = torch.Generator().manual_seed(seed)
+        logp = torch.randn(3, rows, buckets, dtype=dtype, generator=g).requires_grad_()
         fedkernels.bucket_merge(logp, table).backward(x)
         return fedkernels.count_sketch(x, table, signs, buckets), logp.grad
 
