@@ -31,6 +31,42 @@ constexpr int64_t kNr = 16;     // columns per micro-tile: one panel
 
 int64_t padded_rows(int64_t n) { return (n + kNr - 1) / kNr * kNr; }
 
+// A 16-entry list with (key, j) inserted at pos in registers: entries from pos move up one slot (the
+// last one falls off: beyond the size, or dropped from a full list). Keys are 2 vectors, ids 4.
+FK_TARGET_AVX2 inline void insert16(float* kr, int64_t* ir, int64_t pos, float key, int64_t j) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i up = _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6);  // lane l takes lane l - 1
+  const __m256 k0 = _mm256_loadu_ps(kr), k1 = _mm256_loadu_ps(kr + 8);
+  const __m256 s0 = _mm256_permutevar8x32_ps(k0, up);
+  const __m256 s1 =
+      _mm256_blend_ps(_mm256_permutevar8x32_ps(k1, up), _mm256_permutevar8x32_ps(k0, _mm256_set1_epi32(7)), 0x01);
+  const __m256i p = _mm256_set1_epi32(static_cast<int>(pos));
+  const __m256 kv = _mm256_set1_ps(key);
+  for (int v = 0; v < 2; ++v) {
+    const __m256i l = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * v));
+    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(p, l));  // l < pos: stays
+    const __m256 here = _mm256_castsi256_ps(_mm256_cmpeq_epi32(p, l));  // l == pos: the new key
+    const __m256 moved = _mm256_blendv_ps(v == 0 ? s0 : s1, kv, here);
+    _mm256_storeu_ps(kr + 8 * v, _mm256_blendv_ps(moved, v == 0 ? k0 : k1, keep));
+  }
+  // ids: 64-bit lanes, four per vector; lane l of vector v is entry 4 v + l
+  const __m256i up64 = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 4, 5);
+  const __m256i last64 = _mm256_setr_epi32(6, 7, 6, 7, 6, 7, 6, 7);
+  const __m256i lane64 = _mm256_setr_epi64x(0, 1, 2, 3);
+  const __m256i p64 = _mm256_set1_epi64x(pos), jv = _mm256_set1_epi64x(j);
+  __m256i prev = _mm256_setzero_si256();
+  for (int v = 0; v < 4; ++v) {
+    const __m256i cur = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ir + 4 * v));
+    const __m256i shifted =
+        _mm256_blend_epi32(_mm256_permutevar8x32_epi32(cur, up64), _mm256_permutevar8x32_epi32(prev, last64), 0x03);
+    const __m256i l = _mm256_add_epi64(lane64, _mm256_set1_epi64x(4 * v));
+    const __m256i keep = _mm256_cmpgt_epi64(p64, l), here = _mm256_cmpeq_epi64(p64, l);
+    const __m256i moved = _mm256_blendv_epi8(shifted, jv, here);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(ir + 4 * v), _mm256_blendv_epi8(moved, cur, keep));
+    prev = cur;
+  }
+}
+
 // Candidates::offer for lists of at most 32 (ld 16 or 32): the position is the count of kept entries
 // that precede (key, j) under spread::key_less (two or four vector compares), then the entries from
 // there move up one slot. Same list, overflow flag and gate as offer().
@@ -59,11 +95,15 @@ FK_TARGET_AVX2 inline void offer_vector(Candidates<float>& cand, int64_t i, floa
   }
   const bool full = size == cap;
   const float dropped = full ? kr[cap - 1] : 0.0f;
-  const int64_t moved = (full ? cap - 1 : size) - pos;
-  std::memmove(kr + pos + 1, kr + pos, static_cast<size_t>(moved) * sizeof(float));
-  std::memmove(ir + pos + 1, ir + pos, static_cast<size_t>(moved) * sizeof(int64_t));
-  kr[pos] = key;
-  ir[pos] = j;
+  if (cand.ld == 16) {
+    insert16(kr, ir, pos, key, j);
+  } else {
+    const int64_t moved = (full ? cap - 1 : size) - pos;
+    std::memmove(kr + pos + 1, kr + pos, static_cast<size_t>(moved) * sizeof(float));
+    std::memmove(ir + pos + 1, ir + pos, static_cast<size_t>(moved) * sizeof(int64_t));
+    kr[pos] = key;
+    ir[pos] = j;
+  }
   if (!full) cand.sizes[i] = size + 1;
   if (size + 1 < cand.k) return;
   const float gate = kr[cand.k - 1] + cand.bands[i];
