@@ -55,7 +55,6 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
 
 import torch
 from common import (
@@ -352,13 +351,10 @@ def bench_config(c: int, d: int, run_composition: bool, repeat: int, device: str
 
 
 def knn_tile_path() -> str:
-    """Which CPU tile path knn_classes takes here (float32): fused AVX-512 tiles or BLAS tiles."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        flags = ""
-    fused = " avx512f" in flags and "FEDKERNELS_KNN_BLAS" not in os.environ
-    return "fused AVX-512 register tiles" if fused else "BLAS (MKL sgemm) tiles"
+    """Which CPU tile path knn_classes takes here (float32): the fused register tiles of the CPU level
+    in use (avx512, avx2), or the generic level's BLAS tiles."""
+    level = fedkernels._info.build_info()["cpu_isa"]
+    return f"fused {level} register tiles" if level != "generic" else "BLAS (at::mm) tiles, generic level"
 
 
 def main() -> None:
@@ -446,7 +442,7 @@ def main() -> None:
     ]
     print(markdown_table(rows, cols))
     if peer_rows:
-        names = [n for n in ("env", "skx") if f"faiss_{n}_t1_s" in peer_rows[0]]
+        names = [n for n in ("env", "skx", "hsw") if f"faiss_{n}_t1_s" in peer_rows[0]]
         peer_cols = ["C", "d", "metric"]
         for t in (1, 2):
             peer_cols += [f"fk_t{t}_s"] + [f"faiss_{n}_t{t}_s" for n in names] + [f"vs_faiss_best_t{t}"]

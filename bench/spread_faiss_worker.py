@@ -9,7 +9,8 @@ stdin/stdout (one reply line per command):
     idx THREADS PATH   -> "ok"       (writes the [C, k] int64 neighbour ids to PATH)
     quit
 
-At start the worker prints ``ready <faiss version> <OpenBLAS core name>``.
+At start the worker prints ``ready <faiss version> <OpenBLAS core name> <faiss compile options>`` (the
+options name the SIMD build faiss loaded for this CPU, e.g. ``OPTIMIZE DD AVX2``).
 
 Self-search semantics match ``knn_classes``: a class is never its own neighbour, so faiss is asked for
 k + 1 neighbours and each row drops its own id (or its last column where a tie pushed itself out).
@@ -58,7 +59,8 @@ def self_search(X: np.ndarray, metric: str, k: int = K) -> np.ndarray:
 
 
 def main() -> None:
-    print(f"ready {faiss.__version__} {openblas_core()}", flush=True)
+    simd = " ".join(faiss.get_compile_options().split()) or "unknown"
+    print(f"ready {faiss.__version__} {openblas_core()} {simd}", flush=True)
     X, metric = None, "l2"
     for line in sys.stdin:
         cmd = line.split()

@@ -3,9 +3,12 @@
 ``knn_peer_row`` times ``fedkernels.knn_classes`` against faiss-cpu ``IndexFlatL2`` / ``IndexFlatIP``
 (k + 1 neighbours, own id dropped: knn_classes never returns a class as its own neighbour) at 1 and 2
 threads. faiss runs in worker processes (bench/spread_faiss_worker.py), one per OpenBLAS kernel:
-``env`` (the environment as it is; OpenBLAS's own detection where OPENBLAS_CORETYPE is unset) and
-``SkylakeX`` (its AVX-512 kernels). Calls alternate between our op (in this process) and the workers;
-each contender's minimum over ``repeat`` rounds is kept, the worker's time measured inside the worker.
+``env`` (the environment as it is; OpenBLAS's own detection where OPENBLAS_CORETYPE is unset) and,
+where the CPU has AVX-512, ``SkylakeX`` (its AVX-512 kernels), else ``Haswell`` (its AVX2 + FMA ones;
+SkylakeX's would stop on an illegal instruction there). faiss itself loads its fastest SIMD build for
+the CPU (its ``get_compile_options()`` is in the note). Calls alternate between our op (in this
+process) and the workers; each contender's minimum over ``repeat`` rounds is kept, the worker's time
+measured inside the worker.
 """
 
 from __future__ import annotations
@@ -23,7 +26,18 @@ from peers import alternating_min, optional_peer
 import fedkernels
 
 WORKER = Path(__file__).with_name("spread_faiss_worker.py")
-CORETYPES = {"env": None, "skx": "SkylakeX"}  # column suffix -> OPENBLAS_CORETYPE for the worker
+
+
+def _host_has_avx512() -> bool:
+    try:
+        return " avx512f" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+# column suffix -> OPENBLAS_CORETYPE for the worker: OpenBLAS's own choice, and its fastest kernel family
+# this CPU can run (forcing SkylakeX on a CPU without AVX-512 would stop on an illegal instruction).
+CORETYPES = {"env": None, "skx": "SkylakeX"} if _host_has_avx512() else {"env": None, "hsw": "Haswell"}
 
 
 class FaissPeer:
@@ -36,7 +50,7 @@ class FaissPeer:
         self.proc = subprocess.Popen(
             [sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
-        _, self.version, self.core = self._reply().split()
+        _, self.version, self.core, self.simd = self._reply().split(maxsplit=3)
         self.times: list[float] = []
 
     def _reply(self) -> str:
@@ -69,7 +83,7 @@ def start_faiss_peers() -> tuple[dict[str, FaissPeer], str]:
     if faiss is None:
         return {}, why
     peers = {name: FaissPeer(core) for name, core in CORETYPES.items()}
-    note = ", ".join(f"faiss_{n}: faiss-cpu {p.version}, OpenBLAS core {p.core}" for n, p in peers.items())
+    note = ", ".join(f"faiss_{n}: faiss-cpu {p.version} ({p.simd}), OpenBLAS core {p.core}" for n, p in peers.items())
     return peers, note
 
 

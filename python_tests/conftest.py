@@ -83,14 +83,21 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under --emulate-cuda, skip the tests marked cpu_path: routed to the CUDA kernels they would only
     repeat inputs the op's other tests give the kernel (tools/emu_coverage.py still checks every
-    kernel is launched), at minutes of emulated time."""
+    kernel is launched), at minutes of emulated time. A test parametrized over CPU levels (`level`)
+    runs once there, at this process's level: the CUDA kernels do not depend on it."""
     if not EMULATING:
         return
+    from python_tests.cpu_levels import process_level
+
+    top = process_level()
     for item in items:
         mark = item.get_closest_marker("cpu_path")
         if mark is not None:
             why = mark.args[0] if mark.args else "a CPU-only path"
             item.add_marker(pytest.mark.skip(reason=f"cpu_path: {why}; no CUDA kernel of its own to emulate"))
+        level = getattr(item, "callspec", None) and item.callspec.params.get("level")
+        if level is not None and level != top:
+            item.add_marker(pytest.mark.skip(reason=f"emulated: the CUDA kernels run at any CPU level; {top} runs"))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

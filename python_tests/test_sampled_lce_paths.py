@@ -111,7 +111,6 @@ def _all_outputs(h, W, target, b, chunk):
     return [loss, lse] + [t.grad for t in leaves]
 
 
-@pytest.mark.cpu_path("the CPU levels' row kernels of linear_cross_entropy")
 @pytest.mark.parametrize("level", ["avx2", "avx512"])
 @pytest.mark.parametrize("cols_case", ["tail", "exact", "under_one_vector"])
 def test_vector_row_kernels_match_scalar_and_reference(level, cols_case):

@@ -18,8 +18,6 @@ import fedkernels
 from python_tests.cpu_levels import at_level
 from python_tests.reference import spread_ref
 
-pytestmark = pytest.mark.cpu_path("the CPU levels' final passes of knn_classes")
-
 
 def _knn(W: torch.Tensor, k: int, metric: str, level: str) -> tuple[torch.Tensor, torch.Tensor]:
     with at_level(level):

@@ -30,7 +30,6 @@ def _assert_matches_reference(W, k, metric, got):
     torch.testing.assert_close(got[0].double(), want_d, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.cpu_path("the CPU levels' tile paths of knn_classes")
 @pytest.mark.parametrize("level", ["avx2", "avx512"])
 @pytest.mark.parametrize("metric", ["l2", "cosine"])
 @pytest.mark.parametrize("c, d", [(700, 5), (529, 16), (613, 33), (300, 70)])
