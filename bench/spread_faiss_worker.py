@@ -5,7 +5,8 @@ worker per kernel choice with that environment; fedkernels never runs under it. 
 stdin/stdout (one reply line per command):
 
     load PATH METRIC   -> "ok"       (PATH: a float32 [C, d] .npy; METRIC: l2 | cosine)
-    time THREADS       -> seconds    (one self-search at that many OpenMP threads, index build included)
+    time THREADS [cpu] -> seconds    (one self-search at that many OpenMP threads, index build included;
+                                      wall time, or with ``cpu`` this thread's CPU time: one thread only)
     idx THREADS PATH   -> "ok"       (writes the [C, k] int64 neighbour ids to PATH)
     quit
 
@@ -71,9 +72,10 @@ def main() -> None:
             reply = "ok"
         elif cmd[0] == "time":
             faiss.omp_set_num_threads(int(cmd[1]))
-            t0 = time.perf_counter()
+            clock = time.thread_time if cmd[2:] == ["cpu"] else time.perf_counter
+            t0 = clock()
             self_search(X, metric)
-            reply = repr(time.perf_counter() - t0)
+            reply = repr(clock() - t0)
         elif cmd[0] == "idx":
             faiss.omp_set_num_threads(int(cmd[1]))
             np.save(cmd[2], self_search(X, metric))

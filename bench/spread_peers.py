@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -66,8 +67,8 @@ class FaissPeer:
         self.proc.stdin.flush()
         return self._reply()
 
-    def timed_search(self, threads: int) -> None:
-        self.times.append(float(self.ask(f"time {threads}")))
+    def timed_search(self, threads: int, cpu: bool = False) -> None:
+        self.times.append(float(self.ask(f"time {threads}" + (" cpu" if cpu else ""))))
 
     def close(self) -> None:
         if self.proc.poll() is None:  # "quit" has no reply
@@ -99,9 +100,17 @@ def knn_peer_row(
     peers: dict[str, FaissPeer],
     threads: tuple[int, ...] = (1, 2),
     repeat: int = 5,
+    cpu_time: bool = False,
 ) -> dict:
-    """Ours vs each faiss build at each thread count; ratios are faiss time / our time (> 1: ours faster)."""
+    """Ours vs each faiss build at each thread count; ratios are faiss time / our time (> 1: ours faster).
+
+    cpu_time: time both sides by their thread's CPU time (one thread only): on a loaded machine the wall
+    time of a call counts the slices other processes take, the CPU time does not.
+    """
+    if cpu_time and any(t != 1 for t in threads):
+        raise ValueError("cpu_time measures one thread: threads must be (1,)")
     row: dict = {"C": W.shape[0], "d": W.shape[1], "metric": metric, "k": k, "load_avg_1min": os.getloadavg()[0]}
+    row["clock"] = "thread CPU time" if cpu_time else "wall"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "w.npy"
         np.save(path, W.numpy())
@@ -120,8 +129,8 @@ def knn_peer_row(
             fns = {"fk": lambda: fedkernels.knn_classes(W, k, metric)}
             for name, peer in peers.items():
                 peer.times = []
-                fns[name] = lambda peer=peer, t=t: peer.timed_search(t)
-            best = alternating_min(fns, repeat=repeat)
+                fns[name] = lambda peer=peer, t=t: peer.timed_search(t, cpu_time)
+            best = alternating_min(fns, repeat=repeat, clock=time.thread_time if cpu_time else time.perf_counter)
             row[f"fk_t{t}_s"] = best["fk"]
             for name, peer in peers.items():
                 row[f"faiss_{name}_t{t}_s"] = min(peer.times[-repeat:])  # the worker's own clock, no pipe
@@ -131,7 +140,8 @@ def knn_peer_row(
     finally:
         torch.set_num_threads(before)
     lo, hi = threads[0], threads[-1]
-    row["fk_thread_speedup"] = row[f"fk_t{lo}_s"] / row[f"fk_t{hi}_s"]
-    for name in peers:
-        row[f"faiss_{name}_thread_speedup"] = row[f"faiss_{name}_t{lo}_s"] / row[f"faiss_{name}_t{hi}_s"]
+    if hi != lo:
+        row["fk_thread_speedup"] = row[f"fk_t{lo}_s"] / row[f"fk_t{hi}_s"]
+        for name in peers:
+            row[f"faiss_{name}_thread_speedup"] = row[f"faiss_{name}_t{lo}_s"] / row[f"faiss_{name}_t{hi}_s"]
     return row
