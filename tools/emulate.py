@@ -68,6 +68,7 @@ NON_OP_TESTS = (
     "test_readme",
     "test_gpu_check",
     "test_bench_all",
+    "test_bench_isa",
     "test_cli_",
     "test_data_",
     "test_docs_",
