@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fedkernels
+from python_tests.cpu_levels import at_level
 from python_tests.reference import topk_ref
 
 
@@ -197,7 +198,7 @@ def test_strided_inputs_give_the_contiguous_bits():
 
 
 @pytest.mark.cpu_path("thread counts and dispatch levels of the CPU kernel")
-def test_bit_identical_across_threads_and_levels(monkeypatch):
+def test_bit_identical_across_threads_and_levels():
     g = torch.Generator().manual_seed(4)
     # By tiles of classes (many tiles) and by rows (one tile, many rows): both chunk splits.
     cases = [(64, 1100, 512), (8200, 16, 512)]
@@ -210,9 +211,8 @@ def test_bit_identical_across_threads_and_levels(monkeypatch):
             one = fedkernels.linear_topk(h, W, b, k=5)
             torch.set_num_threads(2)
             two = fedkernels.linear_topk(h, W, b, k=5)
-            monkeypatch.setenv("FEDKERNELS_TOPK_ISA", "portable")
-            portable = fedkernels.linear_topk(h[:40], W, b, k=5)
-            monkeypatch.delenv("FEDKERNELS_TOPK_ISA")
+            with at_level("generic"):
+                portable = fedkernels.linear_topk(h[:40], W, b, k=5)
             for x, y in zip(one, two, strict=True):
                 assert torch.equal(x, y)
             for x, y in zip(portable, (one[0][:40], one[1][:40]), strict=True):

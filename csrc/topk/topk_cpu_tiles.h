@@ -23,8 +23,8 @@ constexpr int64_t kCols = 16;  // classes per register tile (two 8-float vectors
 // The dispatch levels. Bit-identical results on every level (see above); they differ in speed only.
 enum class Isa : int { kPortable = 0, kAvx2 = 1 };
 
-// The level this CPU runs: AVX2 with FMA where the CPU has both, else portable.
-// FEDKERNELS_TOPK_ISA=portable caps it (tests compare the levels). The one place that picks the level.
+// The level to run: AVX2 with FMA where fk::cpu_isa() allows avx2 (csrc/common/cpu_isa.h: the CPU's
+// level under the FK_CPU_ISA cap), else portable.
 Isa select_isa();
 const char* isa_name(Isa isa);
 

@@ -1,23 +1,16 @@
 // Portable register tiles of the CPU linear_topk (topk_cpu_tiles.h): plain loops with std::fma, so
 // every score rounds exactly as on the vector levels (one fused multiply-add per step, in q order).
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
+#include "common/cpu_isa.h"
 #include "topk/topk_cpu_tiles.h"
 
 namespace fedkernels {
 namespace topk_cpu {
 
 Isa select_isa() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  static const bool avx2 = false;
-#endif
-  const char* cap = std::getenv("FEDKERNELS_TOPK_ISA");
-  if (cap != nullptr && std::strcmp(cap, "portable") == 0) return Isa::kPortable;
-  return avx2 ? Isa::kAvx2 : Isa::kPortable;
+  // The library's one dispatch level (FK_CPU_ISA cap, tests' limit); its avx2 level includes FMA.
+  return fk::cpu_isa_at_least(fk::CpuIsa::avx2) ? Isa::kAvx2 : Isa::kPortable;
 }
 
 const char* isa_name(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "portable"; }
