@@ -58,7 +58,7 @@ def test_100_virtual_clients_match_in_process(tmp_path):
     for got, want in zip(meta["history"], ref.history, strict=True):
         assert got["clients"] == want.clients and got["bytes_down"] == want.bytes_down
         assert [c for c, _ in got["failed"]] == [c for c, _ in want.failed]  # the faulty clients, no other
-        assert got["metrics"] == want.metrics and len(want.metrics) == 6  # sampled federated P@k/nDCG@k
+        assert got["metrics"] == want.metrics and len(want.metrics) == 9  # sampled federated P@k/nDCG@k/R@k
     faulty = [[c for c in h.clients if fault_of(s.seed, h.round, c, RATE)] for h in ref.history]
     assert sum(map(len, faulty)) >= 6, faulty
     reasons = {why.split(":")[0] for h in meta["history"] for _, why in h["failed"]}
