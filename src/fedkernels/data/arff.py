@@ -12,23 +12,12 @@ values), with the file and line in the message.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from .xc_format import _FLOAT32_MAX, MAX_DIM, XCData, _is_id, text_lines
-
-
-def _value(tok: str, where: str) -> float:
-    try:
-        v = float(tok) if tok.isascii() and "_" not in tok else math.nan
-    except ValueError:
-        raise ValueError(f"{where}: bad value {tok!r}") from None
-    if not math.isfinite(v) or abs(v) > _FLOAT32_MAX:
-        raise ValueError(f"{where}: value {tok!r} is not a finite float32")
-    return v
+from .xc_format import MAX_DIM, XCData, _is_id, parse_value, text_lines
 
 
 def read_mulan_arff(path: str | Path, num_labels: int) -> XCData:
@@ -92,7 +81,7 @@ def read_mulan_arff(path: str | Path, num_labels: int) -> XCData:
         for at, val in pairs:
             if at >= attrs:
                 raise ValueError(f"{where}: attribute index {at} out of range [0, {attrs})")
-            v = _value(val, where)
+            v = parse_value(val, where)
             if v == 0:
                 continue
             if at < num_features:

@@ -31,6 +31,33 @@ def _is_id(tok: str) -> bool:
     return tok.isascii() and tok.isdigit()
 
 
+def parse_value(text: str, where: str, shown: str | None = None, what: str = "value") -> float:
+    """A finite float32 written in ASCII (no ``_`` digit separators) from ``text``; otherwise a
+    ValueError naming ``where`` and ``shown`` (default: ``text``) as a ``what``."""
+    shown = text if shown is None else shown
+    try:
+        v = float(text) if text.isascii() and "_" not in text else math.nan
+    except ValueError:
+        raise ValueError(f"{where}: bad {what} {shown!r}") from None
+    if not math.isfinite(v) or abs(v) > _FLOAT32_MAX:
+        raise ValueError(
+            f"{where}: {what} {shown!r} is not a finite float32 in ASCII (NaN, inf, out of range or non-ASCII)"
+        )
+    return v
+
+
+def parse_id_value(tok: str, bound: int, where: str, token: str, id_name: str) -> tuple[int, float]:
+    """One ``id:value`` token: the id in ASCII digits below ``bound``, the value as :func:`parse_value`.
+    Errors name ``where`` and call the token a ``token`` and its id an ``id_name``."""
+    i, sep, val = tok.partition(":")
+    if not sep or not _is_id(i):
+        raise ValueError(f"{where}: bad {token} {tok!r} (expected {id_name}:value, the {id_name} in ASCII digits)")
+    ident = int(i)
+    if ident >= bound:
+        raise ValueError(f"{where}: {id_name} {ident} out of range [0, {bound})")
+    return ident, parse_value(val, where, shown=tok, what=f"{token} value")
+
+
 @dataclass
 class XCData:
     """A multi-label dataset as two CSR matrices.
@@ -114,20 +141,7 @@ def _parse_line(
                 raise ValueError(f"{where}: label id {lab} out of range [0, {num_labels})")
             labels.append(lab)
     for tok in rest.split():
-        fid, sep, val = tok.partition(":")
-        if not sep or not _is_id(fid):
-            raise ValueError(f"{where}: bad feature {tok!r} (expected id:value, the id in ASCII digits)")
-        f = int(fid)
-        if f >= num_features:
-            raise ValueError(f"{where}: feature id {f} out of range [0, {num_features})")
-        try:
-            v = float(val) if val.isascii() and "_" not in val else math.nan
-        except ValueError:
-            raise ValueError(f"{where}: bad feature value {tok!r}") from None
-        if not math.isfinite(v) or abs(v) > _FLOAT32_MAX:
-            raise ValueError(
-                f"{where}: feature value {tok!r} is not a finite float32 in ASCII (NaN, inf, out of range or non-ASCII)"
-            )
+        f, v = parse_id_value(tok, num_features, where, "feature", "feature id")
         feat_ids.append(f)
         feat_vals.append(v)
 

@@ -21,7 +21,6 @@ from it, and names the file and line of the first problem.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,11 +28,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .xc_format import MAX_DIM, XCData, _is_id, read_xc
+from .xc_format import MAX_DIM, XCData, _is_id, parse_id_value, read_xc
 
 SPLIT_FILES = {"train": ("trn_X_Xf.txt", "trn_X_Y.txt"), "test": ("tst_X_Xf.txt", "tst_X_Y.txt")}
 FILTER_FILES = {"train": "filter_labels_train.txt", "test": "filter_labels_test.txt"}
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _header(line: str, path: Path) -> tuple[int, int]:
@@ -71,18 +69,7 @@ def read_sparse_text(path: str | Path) -> sp.csr_matrix:
             if rows == n and not line.strip():
                 continue  # trailing blank lines
             for tok in line.split():
-                col, sep, val = tok.partition(":")
-                if not sep or not _is_id(col):
-                    raise ValueError(f"{path}:{lineno}: bad entry {tok!r} (expected col:value, col in ASCII digits)")
-                j = int(col)
-                if j >= c:
-                    raise ValueError(f"{path}:{lineno}: column {j} out of range [0, {c})")
-                try:
-                    v = float(val) if val.isascii() and "_" not in val else math.nan
-                except ValueError:
-                    raise ValueError(f"{path}:{lineno}: bad value {tok!r}") from None
-                if not math.isfinite(v) or abs(v) > _FLOAT32_MAX:
-                    raise ValueError(f"{path}:{lineno}: value {tok!r} is not a finite float32")
+                j, v = parse_id_value(tok, c, f"{path}:{lineno}", "entry", "column")
                 cols.append(j)
                 vals.append(v)
             ptr.append(len(cols))
