@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -52,8 +53,32 @@ def embed_mlp(
     embed = nn.Linear(in_features, embed_dim, bias=False)
     with torch.no_grad():
         embed.weight.uniform_(-(1.0 / in_features**0.5), 1.0 / in_features**0.5, generator=g)
-    body = mlp(embed_dim, out_features, hidden, int(torch.randint(0, 2**62, (1,), generator=g)))
+    body = mlp(embed_dim, out_features, hidden, int(torch.randint(0, 2**62, (1,), generator=g, device="cpu")))
     return nn.Sequential(embed, *body)
+
+
+def skeleton(build: Callable[[], nn.Module]) -> nn.Module:
+    """``build()`` on the meta device: the architecture with no weights allocated or initialised, for
+    :func:`torch.func.functional_call` with weights from elsewhere (a download)."""
+    with torch.device("meta"):
+        return build()
+
+
+@functools.lru_cache(maxsize=64)
+def mlp_skeleton(in_features: int, out_features: int, hidden: tuple[int, ...]) -> nn.Sequential:
+    """:func:`mlp`'s architecture on the meta device, built once per shape (a pure function of its
+    arguments; callers only read it, through :func:`torch.func.functional_call`)."""
+    module = skeleton(lambda: mlp(in_features, out_features, hidden))
+    assert isinstance(module, nn.Sequential)
+    return module
+
+
+@functools.lru_cache(maxsize=64)
+def embed_mlp_skeleton(in_features: int, out_features: int, embed_dim: int, hidden: tuple[int, ...]) -> nn.Sequential:
+    """:func:`embed_mlp`'s architecture on the meta device, built once per shape (as :func:`mlp_skeleton`)."""
+    module = skeleton(lambda: embed_mlp(in_features, out_features, embed_dim, hidden))
+    assert isinstance(module, nn.Sequential)
+    return module
 
 
 def load_state(module: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:

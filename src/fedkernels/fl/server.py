@@ -21,6 +21,7 @@ from ..metrics import ranking_metrics
 from ..sparse_rows import slice_rows
 from . import evaluation as ev
 from . import payload as pl
+from .batched import batched_client_updates
 from .checkpoint import clean_stale_temps, load_checkpoint, save_checkpoint
 from .client import ClientEndpoint, LocalClient, call_with_deadline
 from .round import (  # noqa: F401  (re-exported: the names the loop has always had)
@@ -56,6 +57,9 @@ class RunConfig:
     client_timeout: float | None = None  # seconds per client call; None waits forever
     checkpoint: str | None = None  # file written after every round of run(), resumed from if present
     max_upload_bytes: int | None = None  # tighter bound than the strategy's spec on any client's bytes
+    # train a round's honest in-process clients in one batched pass where the strategy allows it
+    # (fedkernels.fl.batched; equal to the sequential loop up to float rounding); False: one by one
+    batch_clients: bool = True
 
 
 class Server:
@@ -123,7 +127,7 @@ class Server:
 
     def exchange(self, rnd: Round) -> dict[int, Answer]:
         """Carry ``rnd``'s requests and downloads to the in-process clients; their uploads."""
-        transport = InProcessTransport(self.endpoints, self.config.client_timeout)
+        transport = InProcessTransport(self.endpoints, self.config.client_timeout, self.config.batch_clients)
         asked = transport.requests(rnd.round, rnd.seeds())
         return transport.updates(rnd.round, rnd.downloads(asked), rnd.seeds())
 
@@ -290,13 +294,21 @@ def record_from_json(d: dict) -> RoundRecord:
 class InProcessTransport:
     """The in-process transport: calls each client's endpoint in turn, each call under the deadline.
 
+    With ``batch`` (and no deadline), a round whose chosen clients are all honest
+    :class:`~fedkernels.fl.client.LocalClient` objects of one strategy and one training config is
+    trained in one batched pass (:func:`fedkernels.fl.batched.batched_client_updates`) when the
+    strategy gives a local problem for each: the same downloads decoded and uploads encoded, so the
+    round protocol checks and counts the same bytes. Any wrapped endpoint (a fault injector, a test's
+    malicious client) keeps the round on the sequential loop.
+
     Args:
         endpoints: client id -> its endpoint.
         timeout: seconds per call (``None`` waits forever).
+        batch: allow the batched pass.
     """
 
-    def __init__(self, endpoints: list[ClientEndpoint], timeout: float | None) -> None:
-        self.endpoints, self.timeout = endpoints, timeout
+    def __init__(self, endpoints: list[ClientEndpoint], timeout: float | None, batch: bool = False) -> None:
+        self.endpoints, self.timeout, self.batch = endpoints, timeout, batch
 
     def _call(self, fn: Callable[[], bytes | None]) -> Answer:
         try:
@@ -313,7 +325,24 @@ class InProcessTransport:
 
     def updates(self, round: int, downloads: dict[int, bytes], seeds: dict[int, int]) -> dict[int, Answer]:
         """Each client's raw upload in answer to its download."""
+        fast = self._batched(round, downloads, seeds)
+        if fast is not None:
+            return dict(fast)
         out: dict[int, Answer] = {}
         for c, down in downloads.items():
             out[c] = self._call(functools.partial(self.endpoints[c].update, down, round, seeds[c]))
         return out
+
+    def _batched(self, round: int, downloads: dict[int, bytes], seeds: dict[int, int]) -> dict[int, bytes] | None:
+        """The batched pass's uploads, or ``None`` where the round must run one client at a time."""
+        if not self.batch or self.timeout is not None or len(downloads) < 2:
+            return None
+        clients = [self.endpoints[c] for c in downloads]
+        if any(type(e) is not LocalClient for e in clients):
+            return None
+        local = [e for e in clients if isinstance(e, LocalClient)]  # all of them (narrows the type)
+        strategy, train = local[0].strategy, local[0].train
+        if any(e.strategy is not strategy or e.train != train for e in local):
+            return None
+        data = {c: e.data for c, e in zip(downloads, local, strict=True)}
+        return batched_client_updates(strategy, data, train, downloads, round, seeds)

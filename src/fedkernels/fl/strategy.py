@@ -14,11 +14,15 @@ from __future__ import annotations
 import inspect
 import json
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
 import torch
 
 from .payload import Payload, PayloadSpec
 from .types import ClientData, ClientResult, TrainConfig
+
+if TYPE_CHECKING:
+    from .batched import LocalProblem
 
 State = dict[str, torch.Tensor]
 
@@ -87,6 +91,16 @@ class Strategy(ABC):
     @abstractmethod
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
         """Client side: train locally from the downloaded payload, return the upload."""
+
+    def local_problem(
+        self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int
+    ) -> LocalProblem | None:
+        """Client side, optional: :meth:`client_update`'s local training written as a
+        :class:`~fedkernels.fl.batched.LocalProblem`, so the in-process loop can train a round's
+        clients in one batched pass (:func:`fedkernels.fl.batched.train_batched`). Its upload must be
+        :meth:`client_update`'s up to floating-point rounding (python_tests/test_fl_batched.py checks
+        every strategy that gives one). Default: ``None``, the sequential loop."""
+        return None
 
     @abstractmethod
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:

@@ -3,20 +3,25 @@ models weighted by the clients' sample counts. The baseline of every comparison.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from ..aggregate import weighted_average
+from ..batched import LocalProblem, call_module
 from ..local import train_local
-from ..models import load_state, mlp, state_of
+from ..models import load_state, mlp, mlp_skeleton, state_of
 from ..payload import Payload, PayloadSpec, state_spec
 from ..seeding import generator
 from ..strategy import State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
 
 __all__ = ["FedAvg", "multilabel_loss", "weighted_average"]  # weighted_average: from ..aggregate
+
+# Dense [n, p] label targets of a batched local problem are built only up to this many entries
+# (larger clients train one by one, with labels densified per minibatch).
+MAX_DENSE_TARGETS = 1 << 26
 
 
 def multilabel_loss(logits: torch.Tensor, batch: ClientData, loss: str) -> torch.Tensor:
@@ -32,6 +37,36 @@ def multilabel_loss(logits: torch.Tensor, batch: ClientData, loss: str) -> torch
             return logits.sum() * 0.0
         return -(F.log_softmax(logits[keep], 1) * (y[keep] / n_pos[keep])).sum(1).mean()
     raise ValueError(f"loss must be 'bce' or 'softmax', got {loss!r}")
+
+
+def bce_rows(module: torch.nn.Module, params: dict, consts: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Each row's share of :func:`multilabel_loss` ``"bce"`` (its mean over the classes): ``[B]``."""
+    return F.binary_cross_entropy_with_logits(call_module(module, params, x), y, reduction="none").mean(1)
+
+
+def softmax_rows(module: torch.nn.Module, params: dict, consts: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Each row's :func:`multilabel_loss` ``"softmax"`` term (0 for a row without labels, which the
+    problem's row weight leaves out of the mean): ``[B]``."""
+    logp = F.log_softmax(call_module(module, params, x), 1)
+    return -(logp * (y / y.sum(1, keepdim=True).clamp_min(1.0))).sum(1)
+
+
+def multilabel_problem(
+    model: torch.nn.Module,
+    params: dict[str, torch.Tensor],
+    data: ClientData,
+    loss: str,
+    seed: int,
+    finish: Callable[[dict[str, torch.Tensor]], Payload],
+) -> LocalProblem | None:
+    """The local problem of training ``model`` (a skeleton: its weights are ``params``) on
+    :func:`multilabel_loss` (``None`` if the dense targets would exceed :data:`MAX_DENSE_TARGETS`)."""
+    if len(data) * data.num_classes > MAX_DENSE_TARGETS:
+        return None
+    y = data.dense_labels()
+    weight = (y.sum(1) > 0).float() if loss == "softmax" else torch.ones(len(data))
+    rows = softmax_rows if loss == "softmax" else bce_rows
+    return LocalProblem(model, params, rows, y, weight, finish, generator(seed, "shuffle"), key=(loss,))
 
 
 class FedAvg(Strategy):
@@ -57,6 +92,11 @@ class FedAvg(Strategy):
         num_features, num_classes = state["0.weight"].shape[1], state[f"{2 * len(self.hidden)}.weight"].shape[0]
         return load_state(mlp(num_features, num_classes, self.hidden), state)
 
+    def _skeleton(self, state: State) -> torch.nn.Module:
+        """The model's architecture for ``state`` on the meta device (no weights)."""
+        num_features, num_classes = state["0.weight"].shape[1], state[f"{2 * len(self.hidden)}.weight"].shape[0]
+        return mlp_skeleton(int(num_features), int(num_classes), self.hidden)
+
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
         return dict(state)
 
@@ -70,6 +110,13 @@ class FedAvg(Strategy):
             generator(seed, "shuffle"),
         )
         return state_of(model)
+
+    def local_problem(
+        self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int
+    ) -> LocalProblem | None:
+        model = self._skeleton(payload)
+        params = {n: payload[n] for n, _ in model.named_parameters()}  # an MLP's state: parameters only
+        return multilabel_problem(model, params, data, self.loss, seed, lambda p: {n: p[n] for n in params})
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
         return PayloadSpec(state_spec(state))

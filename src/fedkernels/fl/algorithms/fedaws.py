@@ -38,8 +38,9 @@ from ...nn.spreadout import learn_fixed_class_embeddings, positive_pull
 from ...ops.spread import PairWeights, spreadout_loss
 from .. import labelsets as ls
 from ..aggregate import weighted_average, weighted_rows_mean
+from ..batched import LocalProblem, call_module
 from ..local import train_local
-from ..models import embed_mlp, load_state, mlp, state_of
+from ..models import embed_mlp, embed_mlp_skeleton, load_state, mlp, mlp_skeleton, state_of
 from ..payload import Payload, PayloadError, PayloadSpec, TensorSpec, encode, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import SERVER, State, Strategy
@@ -64,6 +65,18 @@ def positive_loss(z: torch.Tensor, w: torch.Tensor, margin: float) -> torch.Tens
     """``mean_n max(0, margin - cos(z_n, w))^2`` for embeddings ``z [n, d]`` and one class ``w [d]``."""
     cos = F.normalize(z, dim=1) @ F.normalize(w, dim=0)
     return torch.clamp(margin - cos, min=0).pow(2).mean()
+
+
+def positive_rows(
+    module: torch.nn.Module, params: dict, consts: dict, x: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
+    """Each row's :func:`positive_loss` term ``max(0, margin - cos(g(x), w))^2``: ``[B]`` (the class
+    embedding ``w`` is a trained parameter or, for fixed embeddings, a constant; ``y`` is unused: every
+    row of a one-label client is a positive of its class)."""
+    w = params["w"] if "w" in params else consts["w"]
+    z = call_module(module, {n: t for n, t in params.items() if n != "w"}, x)
+    cos = F.normalize(z, dim=1) @ F.normalize(w, dim=0)
+    return torch.clamp(consts["pos_margin"] - cos, min=0).pow(2)
 
 
 def label_report(data: ClientData, key: bytes, class_rows: torch.Tensor) -> Payload:
@@ -246,6 +259,34 @@ class FedAwS(Strategy):
         if not self.fixed_embeddings:
             out["w"] = w.detach().clone()
         return out
+
+    def local_problem(
+        self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int
+    ) -> LocalProblem | None:
+        num_features = int(payload[_G + "0.weight"].shape[1])
+        g = (
+            embed_mlp_skeleton(num_features, self.dim, self.embed_dim, self.hidden)
+            if self.model == "embed"
+            else mlp_skeleton(num_features, self.dim, self.hidden)
+        )
+        names = [n for n, _ in g.named_parameters()]  # the extractor's state: parameters only
+        params = {n: payload[_G + n] for n in names}
+        consts = {"pos_margin": torch.tensor(self.pos_margin)}
+        if self.fixed_embeddings:
+            consts["w"] = payload["w"]
+        else:
+            params["w"] = payload["w"]
+
+        def finish(p: dict[str, torch.Tensor]) -> Payload:
+            out = {_G + n: p[n] for n in names}
+            if not self.fixed_embeddings:
+                out["w"] = p["w"]
+            return out
+
+        n = len(data)
+        return LocalProblem(
+            g, params, positive_rows, torch.zeros(n), torch.ones(n), finish, generator(seed, "shuffle"), consts
+        )
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
         names = [n for n in state if n.startswith(_G)]

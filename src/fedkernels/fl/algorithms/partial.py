@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..batched import LocalProblem
 from ..local import train_local
 from ..models import state_of
 from ..partial_exchange import apply_partial_payloads, make_partial_payload
@@ -15,7 +16,7 @@ from ..payload import Payload, PayloadSpec, state_spec
 from ..seeding import generator
 from ..strategy import State
 from ..types import ClientData, ClientResult, TrainConfig
-from .fedavg import FedAvg, multilabel_loss
+from .fedavg import FedAvg, multilabel_loss, multilabel_problem
 
 
 class PartialExchange(FedAvg):
@@ -49,6 +50,19 @@ class PartialExchange(FedAvg):
             generator(seed, "shuffle"),
         )
         return make_partial_payload(payload, state_of(model), self.fraction, self.normalize)["tensors"]
+
+    def local_problem(
+        self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int
+    ) -> LocalProblem | None:
+        model = self._skeleton(payload)
+        return multilabel_problem(
+            model,
+            {n: payload[n] for n, _ in model.named_parameters()},
+            data,
+            self.loss,
+            seed,
+            lambda p: make_partial_payload(payload, p, self.fraction, self.normalize)["tensors"],
+        )
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
         # Any subset of the model's tensors, each with its exact dtype and shape.
