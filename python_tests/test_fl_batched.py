@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedkernels.fl import FedALCFixed, FedAvg, FedAwS, PartialExchange, RunConfig, Server, TrainConfig, decode, encode
+from fedkernels.fl import FedALCFixed, FedAvg, FedAwS, PartialExchange, RunConfig, Server, TrainConfig, encode
+from fedkernels.fl.payload import encoded_size
 from fedkernels.fl.batched import batched_client_updates, train_batched
 from fedkernels.fl.faults import FaultInjector
 from fedkernels.fl.server import InProcessTransport
@@ -160,29 +161,46 @@ def test_wrapped_endpoints_keep_the_sequential_loop(monkeypatch):
     assert not s.history[0].failed
 
 
-def test_batched_uploads_pass_the_round_checks():
-    # the uploads are bytes, decoded and checked by the round protocol as any other client's
-    clients = tiny_clients(3)
-    strategy = FedAvg(hidden=(4,))
-    state = strategy.init_state(16, 8, 0)
-    downloads = {c: encode(strategy.client_payload(state, c, None, 0, 0)) for c in range(3)}
-    train = TrainConfig(epochs=1, batch_size=8)
-    up = batched_client_updates(strategy, dict(enumerate(clients)), train, downloads, 0, {0: 1, 1: 2, 2: 3})
-    assert up is not None and set(up) == {0, 1, 2}
-    for raw in up.values():
-        payload = decode(raw, strategy.upload_spec(state, state))
-        assert set(payload) == set(state)
+def test_batched_uploads_pass_the_round_checks_and_count_exact_bytes():
+    # carried uploads get decode's checks on their tensors and are counted at their serialised length
+    s = _run(True, rounds=1)
+    ref = _run(False, rounds=1)
+    assert s.history[0].bytes_up == ref.history[0].bytes_up and s.history[0].bytes_down == ref.history[0].bytes_down
+    from fedkernels.fl.round import Carried, Round
+
+    rnd = Round(s.strategy, s.state, 1, [0, 1], 5)
+    downs = rnd.carried_downloads({})
+    assert all(isinstance(d, Carried) and d.nbytes == len(encode(d.payload)) for d in downs.values())
+    nan = {n: torch.full_like(t, float("nan")) for n, t in s.state.items()}
+    bad = {0: Carried(nan, encoded_size(nan)), 1: Carried(dict(s.state), 10**12)}
+    assert rnd.collect(bad, {0: 1, 1: 1}) == []
+    assert "NaN" in rnd.failed[0] and "exceeds" in rnd.failed[1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_encoded_size_is_the_serialised_length(seed):
+    g = torch.Generator().manual_seed(seed)
+    dtypes = [torch.float32, torch.float16, torch.int64, torch.uint8, torch.float64]
+    payload = {
+        f"t{i}.{'x' * int(torch.randint(0, 30, (1,), generator=g))}": torch.zeros(
+            tuple(int(v) for v in torch.randint(0, 5, (int(torch.randint(0, 3, (1,), generator=g)),), generator=g)),
+            dtype=dtypes[i % len(dtypes)],
+        )
+        for i in range(int(torch.randint(0, 7, (1,), generator=g)))
+    }
+    assert encoded_size(payload) == len(encode(payload))
+    assert encoded_size(payload) == len(encode(payload))  # the cached answer too
 
 
 def test_strategy_without_a_problem_falls_back():
     transport = InProcessTransport([], None, batch=True)
-    assert transport._batched(0, {}, {}) is None  # nothing to batch
+    assert not transport.batchable([])  # nothing to batch
     from fedkernels.fl import L1Diff
 
     clients = tiny_clients(2)
     strategy = L1Diff()
     state = strategy.init_state(16, 8, 0)
-    downloads = {c: encode(strategy.client_payload(state, c, None, 0, 0)) for c in range(2)}
+    downloads = {c: strategy.client_payload(state, c, None, 0, 0) for c in range(2)}
     assert batched_client_updates(strategy, dict(enumerate(clients)), TrainConfig(), downloads, 0, {0: 1, 1: 2}) is None
 
 

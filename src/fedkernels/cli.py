@@ -246,7 +246,7 @@ def _run_seeds(cfg, args: argparse.Namespace, seeds: int) -> int:
 def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     from tqdm import tqdm
 
-    from .experiments.experiment import add_common_target, prepare_data, run_algorithm
+    from .experiments.experiment import add_common_target, prepare_data, run_algorithm, run_centralized
     from .experiments.report import plot_accuracy, results_table, write_csv, write_json
 
     data = prepare_data(cfg)
@@ -258,8 +258,10 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
         flush=True,
     )
     results = []
-    for name in cfg.algorithms:
-        bar = tqdm(total=cfg.rounds, desc=f"{name:>8}", unit="round", disable=args.no_progress, file=sys.stderr)
+    runs = [(name, run_algorithm) for name in cfg.algorithms] + [(name, run_centralized) for name in cfg.centralized]
+    for name, run in runs:
+        label = name if run is run_algorithm else f"{name} (centralized)"
+        bar = tqdm(total=cfg.rounds, desc=f"{label:>8}", unit="round", disable=args.no_progress, file=sys.stderr)
         cum = [0]
 
         def on_round(rec, bar=bar, cum=cum) -> None:
@@ -273,7 +275,7 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
             bar.update(1)
 
         try:
-            results.append(run_algorithm(name, cfg, data, on_round))
+            results.append(run(name, cfg, data, on_round))
         finally:
             bar.close()
     target = add_common_target(results)
@@ -301,6 +303,7 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                 "classes": ds.num_classes,
                 "clients": len(data.clients),
             },
+            "split": data.split,
             "build": build_info(),
             "target_P@1": target,
             "results": results,

@@ -15,6 +15,7 @@ from .partition import (
     label_counts,
     make_clients,
     one_label_per_client,
+    split_statistics,
 )
 from .remote import RemoteDataset, RemoteFile, find_remote, get_remote, register, remote_datasets, unregister
 from .split import train_test_split
@@ -60,6 +61,7 @@ __all__ = [
     "remote_datasets",
     "resolve_dataset",
     "sha256_of",
+    "split_statistics",
     "synthetic_multilabel",
     "synthetic_xc",
     "to_client_data",

@@ -196,6 +196,28 @@ def one_label_per_client(indptr, indices, num_classes: int) -> list[Shard]:
     return shards
 
 
+def split_statistics(shards: list[Shard], num_classes: int) -> dict[str, float]:
+    """How non-iid a split is: ``copies_per_sample`` (client copies over distinct samples dealt; 1 for
+    a partition, more when samples are copied to several clients) and ``mean_pairwise_tv``, the mean
+    over client pairs of the total-variation distance ``0.5 * sum_c |q_i(c) - q_j(c)|`` between their
+    label distributions (each client's label counts, normalised; 0 for identical distributions, 1 for
+    disjoint label sets). Clients without labels are left out of the TV mean."""
+    rows = np.concatenate([s.rows for s in shards]) if shards else np.zeros(0, np.int64)
+    distinct = np.unique(rows).size
+    hist = np.stack([np.bincount(s.indices, minlength=num_classes).astype(np.float64) for s in shards])
+    totals = hist.sum(1)
+    q = hist[totals > 0] / totals[totals > 0, None]
+    k = q.shape[0]
+    tv = [0.5 * np.abs(q[i] - q[j]).sum() for i in range(k) for j in range(i + 1, k)]
+    return {
+        "clients": len(shards),
+        "copies_per_sample": float(rows.size / distinct) if distinct else 0.0,
+        "mean_pairwise_tv": float(np.mean(tv)) if tv else 0.0,
+        "mean_labels_per_client": float((hist > 0).sum(1).mean()) if len(shards) else 0.0,
+        "max_label_share_per_client": float(((hist > 0).sum(1) / max(1, num_classes)).max()) if len(shards) else 0.0,
+    }
+
+
 def make_clients(x: torch.Tensor, shards: list[Shard], num_classes: int) -> list[ClientData]:
     """Each shard as a :class:`~fedkernels.fl.ClientData` (features ``x [N, F]``, dense or sparse CSR,
     gathered by row in the same layout)."""

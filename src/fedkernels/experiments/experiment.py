@@ -12,7 +12,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +33,14 @@ from ..data import (
     load_dataset,
     make_clients,
     one_label_per_client,
+    split_statistics,
 )
 from ..fl.local import make_optimizer
 from ..fl.registry import make_strategy, strategies
 from ..fl.server import RunConfig, Server, record_from_json
 from ..fl.types import ClientData, RoundRecord, TrainConfig
 from ..metrics import communication_summary, inverse_propensity
+from ..seeding import numpy_rng
 
 PARTITIONS = ("fedmlh", "dirichlet", "iid", "one_label")
 
@@ -96,6 +98,19 @@ class ExperimentConfig:
     # a folder of per-algorithm checkpoints written after every round (resumed with resume=True)
     checkpoint: str | None = None
     resume: bool = False
+    # aggregation weight of a client: "samples" (n_k / n, FedAvg's) or "uniform" (1/S over the round's
+    # S clients holding data, as the FedMLH paper averages)
+    client_weighting: str = "samples"
+    # the late-window mean: each metric averaged over the evaluations in the last late_window share of
+    # the rounds (single evaluations swing with the clients a round happens to draw)
+    late_window: float = 0.25
+    # algorithms also run centralised, as the upper bound beside the table: one client holding the whole
+    # training set (its original labels, whatever the partition), the same rounds, epochs and options
+    centralized: list[str] = field(default_factory=list)
+    # > 0: each client keeps this share of its data out of training as its own test set, and every
+    # evaluation also ranks each client's held-out rows with the model that client would use
+    # (metrics "client-P@k", example-weighted over the clients; see Server.evaluate_clients)
+    client_test_fraction: float = 0.0
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field (before any data is loaded)."""
@@ -129,6 +144,14 @@ class ExperimentConfig:
             raise ValueError(f"ks must be positive, got {self.ks}")
         if self.resume and self.checkpoint is None:
             raise ValueError("resume needs checkpoint (the folder the interrupted run wrote)")
+        if self.client_weighting not in ("samples", "uniform"):
+            raise ValueError(f"client_weighting must be 'samples' or 'uniform', got {self.client_weighting!r}")
+        if not 0 < self.late_window <= 1:
+            raise ValueError(f"late_window must lie in (0, 1], got {self.late_window!r}")
+        if not 0 <= self.client_test_fraction < 1:
+            raise ValueError(f"client_test_fraction must lie in [0, 1), got {self.client_test_fraction!r}")
+        if not isinstance(self.centralized, list):
+            raise ValueError(f"centralized must be a list of algorithm names, got {self.centralized!r}")
         try:  # the optimizer is built by every client; an unknown one would fail each of them
             make_optimizer([torch.zeros(1, requires_grad=True)], self.train_config())
         except ValueError as e:
@@ -139,6 +162,9 @@ class ExperimentConfig:
             if canon in seen:
                 raise ValueError(f"algorithms lists {canon} twice")
             seen.add(canon)
+        for name in self.centralized:
+            make_strategy(name, **self.options_for(name))  # an unknown name fails here
+        seen |= {canonical_name(n) for n in self.centralized}
         for name in self.algorithm_options:
             if canonical_name(name) not in seen:
                 raise ValueError(
@@ -192,13 +218,18 @@ def load_config(path: str | Path) -> dict[str, Any]:
 
 @dataclass
 class PreparedData:
-    """The dataset dealt to clients, plus what the metrics need from the training labels."""
+    """The dataset dealt to clients, plus what the metrics need from the training labels.
+
+    ``held_out`` (with ``client_test_fraction``): each client's own test rows, kept out of ``clients``;
+    ``split``: :func:`~fedkernels.data.split_statistics` of the partition (before any hold-out)."""
 
     dataset: Dataset
     clients: list[ClientData]
     test: ClientData
     inv_propensity: torch.Tensor
     frequent: torch.Tensor
+    held_out: list[ClientData] | None = None
+    split: dict[str, float] = field(default_factory=dict)
 
 
 def auto_feature_dim(message: str, cap: int = 1 << 14) -> int | None:
@@ -257,13 +288,33 @@ def prepare_data(cfg: ExperimentConfig) -> PreparedData:
     if cfg.max_test is not None and len(test) > cfg.max_test:
         test = test.rows(torch.arange(cfg.max_test))
     counts = torch.from_numpy(label_counts(tr.indptr, tr.indices, p))
+    clients, held_out = make_clients(tr.x, shards, p), None
+    if cfg.client_test_fraction > 0:
+        clients, held_out = hold_out_per_client(clients, cfg.client_test_fraction, cfg.seed)
     return PreparedData(
         ds,
-        make_clients(tr.x, shards, p),
+        clients,
         test,
         inverse_propensity(counts, max(len(tr), 3)),
         torch.from_numpy(frequent_classes(tr.indptr, tr.indices, p, num_frequent)),
+        held_out,
+        split_statistics(shards, p),
     )
+
+
+def hold_out_per_client(
+    clients: list[ClientData], fraction: float, seed: int
+) -> tuple[list[ClientData], list[ClientData]]:
+    """Each client's rows split by a seeded permutation into its training part and its own test part
+    (``round(fraction * n)`` rows, at least one when it has two or more)."""
+    train, held = [], []
+    for c, data in enumerate(clients):
+        n = len(data)
+        perm = torch.from_numpy(numpy_rng(seed, "client-test", c).permutation(n))
+        k = min(n - 1, max(1, round(fraction * n))) if n >= 2 else 0
+        held.append(data.rows(torch.sort(perm[:k]).values))
+        train.append(data.rows(torch.sort(perm[k:]).values))
+    return train, held
 
 
 def checkpoint_path(cfg: ExperimentConfig, name: str) -> Path | None:
@@ -298,6 +349,8 @@ def run_algorithm(
     strategy = make_strategy(name, **options)
     per_round = min(cfg.clients_per_round, len(data.clients))
     ckpt = checkpoint_path(cfg, name)
+    if ckpt is not None and strategy.stateful_clients:
+        raise ValueError(f"checkpoint: {strategy.name} has stateful clients, which checkpoints do not hold")
     run_cfg = RunConfig(
         rounds=cfg.rounds,
         clients_per_round=per_round,
@@ -305,6 +358,7 @@ def run_algorithm(
         seed=cfg.seed,
         eval_every=cfg.eval_every,
         eval_k=tuple(cfg.ks),
+        client_weighting=cfg.client_weighting,
     )
     t0 = time.perf_counter()
     server = Server(strategy, data.clients, data.dataset.num_features, data.dataset.num_classes, run_cfg)
@@ -324,15 +378,22 @@ def run_algorithm(
             )
         if (rec.round + 1) % cfg.eval_every == 0 or rec.round + 1 == cfg.rounds:
             rec.metrics = server.evaluate(data.test, tuple(cfg.ks), 2048, data.inv_propensity, data.frequent)
+            if data.held_out is not None:
+                per_client = server.evaluate_clients(data.held_out, tuple(cfg.ks))
+                rec.metrics.update({f"client-{k}": v for k, v in per_client.items()})
         if ckpt is not None:
             server.save_checkpoint(ckpt)
         if on_round is not None:
             on_round(rec)
     evaluated = [r for r in server.history if r.metrics]
+    diagnostics = getattr(strategy, "diagnostics", None)
     return {
         "algorithm": strategy.name,
         "options": options,
         "final": evaluated[-1].metrics if evaluated else {},
+        "late": late_window_means(server.history, cfg.late_window, cfg.rounds),
+        "best": best_values(server.history),
+        "diagnostics": diagnostics(server.state) if diagnostics is not None else {},
         "model_bytes": strategy.model_bytes(server.state),
         "seconds": time.perf_counter() - t0,
         "resumed_at_round": resumed_at,
@@ -340,6 +401,45 @@ def run_algorithm(
         "history": [asdict(r) for r in server.history],
         "comm": communication_summary(server.history, "P@1", strategy.model_bytes(server.state)),
     }
+
+
+def late_window_means(history: list[RoundRecord], window: float, rounds: int) -> dict[str, float]:
+    """Each metric's mean over the evaluations in the last ``window`` share of ``rounds`` (at least
+    the last evaluation), with ``"evaluations"``: how many that is."""
+    start = rounds - max(1, round(window * rounds))
+    late = [r.metrics for r in history if r.metrics and r.round >= start]
+    if not late:
+        evaluated = [r.metrics for r in history if r.metrics]
+        late = evaluated[-1:]
+    names = sorted({k for m in late for k in m})
+    out = {k: sum(m[k] for m in late if k in m) / sum(1 for m in late if k in m) for k in names}
+    return {**out, "evaluations": float(len(late))}
+
+
+def best_values(history: list[RoundRecord]) -> dict[str, float]:
+    """Each metric's best (largest) value over the run's evaluations, with ``"round <metric>"``: the
+    1-based round it was first reached."""
+    out: dict[str, float] = {}
+    for r in history:
+        for k, v in r.metrics.items():
+            if k not in out or v > out[k]:
+                out[k], out[f"round {k}"] = v, float(r.round + 1)
+    return out
+
+
+def run_centralized(
+    name: str, cfg: ExperimentConfig, data: PreparedData, on_round: Callable[[RoundRecord], None] | None = None
+) -> dict[str, Any]:
+    """The centralised upper bound of algorithm ``name``: one client holding the whole training set
+    with its original labels, every round, with ``cfg``'s rounds, epochs and the algorithm's options.
+    The result's ``algorithm`` is ``"<name> (centralized)"``."""
+    tr = data.dataset.train
+    pooled = ClientData(tr.x, tr.indptr, tr.indices, data.dataset.num_classes)
+    one = PreparedData(data.dataset, [pooled], data.test, data.inv_propensity, data.frequent)
+    solo = replace(cfg, clients_per_round=1, checkpoint=None, client_test_fraction=0.0)
+    result = run_algorithm(name, solo, one, on_round)
+    result["algorithm"] = f"{result['algorithm']} (centralized)"
+    return result
 
 
 def add_common_target(results: list[dict[str, Any]], metric: str = "P@1") -> float | None:

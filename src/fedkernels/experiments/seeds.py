@@ -40,6 +40,14 @@ def seed_summary(
             values = [float(r["final"][m]) for r in group if m in r["final"] and not math.isnan(r["final"][m])]
             row[f"{m} mean"] = statistics.mean(values) if values else None
             row[f"{m} std"] = (statistics.stdev(values) if len(values) > 1 else 0.0) if values else None
+        # the first metric's late-window mean and best value (rounds-level noise), and the per-seed values
+        first = metrics[0] if metrics else "P@1"
+        for kind in ("late", "best"):
+            values = [float(r[kind][first]) for r in group if first in r.get(kind, {})]
+            row[f"{kind} {first} mean"] = statistics.mean(values) if values else None
+            row[f"{kind} {first} std"] = (statistics.stdev(values) if len(values) > 1 else 0.0) if values else None
+        row[f"{first} per seed"] = [r["final"].get(first) for r in group]
+        row[f"late {first} per seed"] = [r.get("late", {}).get(first) for r in group]
         row["model MB"] = group[0]["model_bytes"] / 1e6
         row["failed clients"] = sum(r.get("failed_clients", 0) for r in group)
         pp = paper_lc.get(alg.lower())
@@ -50,13 +58,14 @@ def seed_summary(
 
 def seed_table(rows: list[dict[str, Any]]) -> str:
     """A markdown table of :func:`seed_summary` rows: ``mean ± std`` per metric, ours beside the paper's."""
-    metrics = [k[: -len(" mean")] for k in rows[0] if k.endswith(" mean")] if rows else []
+    keys = [k for k in rows[0] if k.endswith(" mean")] if rows else []
+    metrics = [k[: -len(" mean")] for k in keys if any(r.get(k) is not None for r in rows)]
     head = ["algorithm", "seeds", *metrics, "paper P@1", "model MB", "failed clients"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["algorithm"], str(r["seeds"])]
         for m in metrics:
-            mean, std = r[f"{m} mean"], r[f"{m} std"]
+            mean, std = r.get(f"{m} mean"), r.get(f"{m} std")
             cells.append("-" if mean is None else f"{mean:.4f} ± {std:.4f}")
         cells.append("n/a" if r["paper P@1"] is None else f"{r['paper P@1']:.4f}")
         cells.append(f"{r['model MB']:.4f}")

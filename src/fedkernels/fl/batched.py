@@ -30,7 +30,6 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from ..sparse_rows import select_rows
-from . import payload as pl
 from .payload import Payload
 from .types import ClientData, TrainConfig
 
@@ -385,6 +384,8 @@ def has_local_problem(strategy: Strategy) -> bool:
     e.g. L1Diff under FedAvg, does not inherit a batched form that would train the wrong thing)."""
     if "client_update" in vars(strategy):  # replaced on the instance (a test's or a wrapper's): not ours
         return False
+    if strategy.stateful_clients:  # the clients' memories live in their endpoints
+        return False
     cls = type(strategy)
     return issubclass(_owner(cls, "local_problem"), _owner(cls, "client_update"))
 
@@ -393,21 +394,19 @@ def batched_client_updates(
     strategy: Strategy,
     data: dict[int, ClientData],
     config: TrainConfig,
-    downloads: dict[int, bytes],
+    downloads: dict[int, Payload],
     round: int,
     seeds: dict[int, int],
-) -> dict[int, bytes] | None:
-    """The honest clients' answers to ``downloads`` (serialised uploads, as each ``LocalClient.update``
-    would give them, up to float rounding), trained in one batched pass; ``None`` when the strategy has
-    no :meth:`~fedkernels.fl.strategy.Strategy.local_problem` for some client or the problems cannot be
-    stacked (the caller then runs the sequential loop). Downloads are decoded and uploads encoded as
-    over the wire, so the round protocol checks and counts the same bytes.
-    """
+) -> dict[int, Payload] | None:
+    """The honest clients' uploads in answer to ``downloads`` (each as its ``client_update`` would give
+    it, up to float rounding), trained in one batched pass; ``None`` when the strategy has no
+    :meth:`~fedkernels.fl.strategy.Strategy.local_problem` for some client or the problems cannot be
+    stacked (the caller then runs the sequential loop)."""
     if not has_local_problem(strategy):
         return None
     problems = {}
     for c, down in downloads.items():
-        problem = strategy.local_problem(pl.decode(down), data[c], config, round, seeds[c])
+        problem = strategy.local_problem(down, data[c], config, round, seeds[c])
         if problem is None:
             return None
         problems[c] = problem
@@ -415,4 +414,4 @@ def batched_client_updates(
     if len({structure(problems[c]) for c in ids}) != 1:
         return None
     uploads = train_batched([problems[c] for c in ids], [data[c] for c in ids], config)
-    return {c: pl.encode(u) for c, u in zip(ids, uploads, strict=True)}
+    return dict(zip(ids, uploads, strict=True))

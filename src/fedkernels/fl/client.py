@@ -37,6 +37,8 @@ class LocalClient:
 
     def __init__(self, strategy: Strategy, data: ClientData, train: TrainConfig) -> None:
         self.strategy, self.data, self.train = strategy, data, train
+        # what a stateful client kept from its last round (Strategy.stateful_clients); None before its first
+        self.memory: pl.Payload | None = None
 
     def request(self, round: int, seed: int) -> bytes | None:
         req = self.strategy.client_request(self.data, round, seed)
@@ -44,6 +46,11 @@ class LocalClient:
 
     def update(self, download: bytes, round: int, seed: int) -> bytes | None:
         received = pl.decode(download)
+        if self.strategy.stateful_clients:
+            upload, self.memory = self.strategy.client_update_stateful(
+                received, self.data, self.train, round, seed, self.memory
+            )
+            return pl.encode(upload)
         return pl.encode(self.strategy.client_update(received, self.data, self.train, round, seed))
 
 

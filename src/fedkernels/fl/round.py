@@ -27,7 +27,19 @@ from .seeding import derive_seed, numpy_rng
 from .strategy import State, Strategy
 from .types import ClientResult, RoundRecord
 
+
+@dataclass(frozen=True)
+class Carried:
+    """A payload an in-process transport hands over as tensors instead of bytes, with ``nbytes`` the
+    exact length its serialisation would have (:func:`~fedkernels.fl.payload.encoded_size`): the
+    batched pass of honest in-process clients skips the byte round trip, never the checks or the count."""
+
+    payload: pl.Payload
+    nbytes: int
+
+
 Answer = bytes | None | Exception  # what a transport got from one client: bytes, nothing, or its failure
+Upload = Answer | Carried  # an upload may also come carried (the in-process batched pass)
 
 
 class ClientFailed(Exception):
@@ -167,8 +179,25 @@ class Round:
         """Check each live client's request and build its download. ``requests[c]`` is the raw
         request (``None``: it made none; a missing client made none). Returns the serialised
         download of every client still live, ascending."""
-        spec = self.strategy.request_spec(self.state)
         out = {}
+        for c, down in self._build(requests, carry=False).items():
+            assert isinstance(down, bytes)
+            out[c] = down
+        return out
+
+    def carried_downloads(self, requests: Mapping[int, Answer]) -> dict[int, Carried]:
+        """:meth:`downloads` as :class:`Carried` payloads, each counted at its encoded length, for an
+        in-process transport that hands tensors over."""
+        out = {}
+        for c, down in self._build(requests, carry=True).items():
+            assert isinstance(down, Carried)
+            out[c] = down
+        return out
+
+    def _build(self, requests: Mapping[int, Answer], carry: bool) -> dict[int, bytes | Carried]:
+        """Each live client's checked request and its download, serialised or carried (recorded with its size)."""
+        spec = self.strategy.request_spec(self.state)
+        out: dict[int, bytes | Carried] = {}
         for c, seed in self.seeds().items():
             try:
                 raw = _unwrap(requests.get(c))
@@ -183,9 +212,10 @@ class Round:
             except Exception as e:
                 self.fail(c, e)
                 continue
-            raw_down = pl.encode(down)
-            self._requests[c], self._sent[c] = request, (down, len(raw_down))
-            out[c] = raw_down
+            sent: bytes | Carried = Carried(down, pl.encoded_size(down)) if carry else pl.encode(down)
+            self._requests[c] = request
+            self._sent[c] = (down, sent.nbytes if isinstance(sent, Carried) else len(sent))
+            out[c] = sent
         return out
 
     def bytes_down(self, client_id: int) -> int:
@@ -193,7 +223,7 @@ class Round:
         sent = self._sent.get(client_id)
         return 0 if sent is None else sent[1]
 
-    def collect(self, uploads: Mapping[int, Answer], num_examples: Mapping[int, int]) -> list[ClientResult]:
+    def collect(self, uploads: Mapping[int, Upload], num_examples: Mapping[int, int]) -> list[ClientResult]:
         """Check every upload (a client missing from ``uploads`` timed out); ``num_examples[c]``
         weighs client c. Returns the checked results, ascending; failures go to ``self.failed``."""
         results = []
@@ -203,9 +233,12 @@ class Round:
             if isinstance(answer, BaseException) or not answer:  # the transport's own failures
                 self.fail(c, answer if isinstance(answer, BaseException) else ClientSentNothing("sent no upload"))
                 continue
-            self._bytes_up[c] = self._bytes_up.get(c, 0) + len(answer)
+            size = answer.nbytes if isinstance(answer, Carried) else len(answer)
+            self._bytes_up[c] = self._bytes_up.get(c, 0) + size
             try:
-                checked = pl.decode(answer, bounded(self.strategy.upload_spec(self.state, down), self.max_upload_bytes))
+                spec = bounded(self.strategy.upload_spec(self.state, down), self.max_upload_bytes)
+                # a carried payload gets decode's limits and checks on its tensors
+                checked = _check_carried(answer, spec) if isinstance(answer, Carried) else pl.decode(answer, spec)
                 checked = self.strategy.check_upload(self.state, down, checked, self._requests[c])
             except ValueError as e:  # the decoders and checks raise only this (PayloadError) on bad bytes
                 self.fail(c, e)
@@ -213,7 +246,7 @@ class Round:
             results.append(ClientResult(c, checked, int(num_examples[c]), self._bytes_up[c]))
         return results
 
-    def finish(self, uploads: Mapping[int, Answer], num_examples: Mapping[int, int]) -> tuple[State, RoundRecord]:
+    def finish(self, uploads: Mapping[int, Upload], num_examples: Mapping[int, int]) -> tuple[State, RoundRecord]:
         """:meth:`collect` the uploads, aggregate the checked ones in ascending client id and record
         the round. Returns the new state (``self.state`` itself if nothing was applied) and the record."""
         results = self.collect(uploads, num_examples)
@@ -229,6 +262,19 @@ class Round:
         )
         rec.seconds = time.perf_counter() - self.t0
         return state, rec
+
+
+def _check_carried(answer: Carried, spec: pl.PayloadSpec) -> pl.Payload:
+    """:func:`~fedkernels.fl.payload.decode`'s length limit and tensor checks on a carried payload."""
+    if answer.nbytes > spec.byte_limit():
+        raise pl.PayloadError(f"payload of {answer.nbytes} bytes exceeds the limit of {spec.byte_limit()}")
+    try:
+        pl.check(answer.payload, spec)
+    except pl.PayloadError:
+        raise
+    except Exception as e:  # as decode: a check that cannot run is a rejection, never a crash
+        raise pl.PayloadError(f"payload could not be checked: {type(e).__name__}: {e}") from None
+    return dict(answer.payload)
 
 
 def _unwrap(answer: Answer) -> bytes | None:

@@ -43,6 +43,26 @@ class Strategy(ABC):
     name: str = "strategy"
     config_caches: tuple[str, ...] = ()
 
+    @property
+    def stateful_clients(self) -> bool:
+        """Whether a client keeps tensors from one round to the next (e.g. partial exchange with the
+        authors' semantics: a client keeps the tensors the server did not send). Such a client runs
+        :meth:`client_update_stateful`; the in-process loop keeps its memory (checkpoints do not, and
+        the Flower adapter refuses such a strategy). Default: False."""
+        return False
+
+    def client_view(self, payload: Payload, memory: Payload | None) -> Payload:
+        """Client side, stateful clients: the model the client holds after receiving ``payload``, given
+        what it kept (``None`` before its first round). Default: the payload."""
+        return payload
+
+    def client_update_stateful(
+        self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int, memory: Payload | None
+    ) -> tuple[Payload, Payload | None]:
+        """Client side, stateful clients: :meth:`client_update` from the client's view of ``payload``;
+        returns the upload and what the client keeps. Default: ``client_update``, nothing kept."""
+        return self.client_update(self.client_view(payload, memory), data, config, round, seed), None
+
     @abstractmethod
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         """The initial global state (model parameters and any server-side buffers)."""

@@ -90,6 +90,11 @@ class FlowerStrategy(_FlowerStrategy):
         config: RunConfig,
         federated_evaluation: bool = False,
     ) -> None:
+        if strategy.stateful_clients:
+            raise NotImplementedError(
+                f"strategy {strategy.name} has stateful clients (they keep tensors between rounds), which the "
+                "Flower adapter does not carry; run it in process (or, for PartialExchange, keep_unreceived=False)"
+            )
         if type(strategy).setup is not Strategy.setup:
             raise NotImplementedError(
                 f"strategy {strategy.name} needs client data in setup(), which a Flower server does not have "
@@ -152,7 +157,9 @@ class FlowerStrategy(_FlowerStrategy):
         t0 = time.perf_counter()
         answers = self._by_client(replies, set(rnd.seeds()))
         uploads = {c: _answer(m, "upload") for c, m in answers.items()}
-        self.state, rec = rnd.finish(uploads, {c: n for c, (_, n) in self.nodes.items()})
+        uniform = self.config.client_weighting == "uniform"  # as Server.num_examples weighs clients
+        weights = {c: int(n > 0) if uniform else n for c, (_, n) in self.nodes.items()}
+        self.state, rec = rnd.finish(uploads, weights)
         self.history.append(rec)
         if self.config.checkpoint is not None:
             self.save_checkpoint(self.config.checkpoint)

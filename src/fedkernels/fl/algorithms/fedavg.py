@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from ..aggregate import weighted_average
 from ..batched import LocalProblem, call_module
 from ..local import train_local
-from ..models import load_state, mlp, mlp_skeleton, state_of
+from ..models import load_state, mlp, mlp_skeleton, res_mlp, res_mlp_skeleton, state_of
 from ..payload import Payload, PayloadSpec, state_spec
 from ..seeding import generator
 from ..strategy import State, Strategy
@@ -73,29 +73,45 @@ class FedAvg(Strategy):
     """FedAvg with an MLP classifier over all p classes.
 
     Args:
-        hidden: hidden layer widths of the MLP.
+        hidden: hidden layer widths of the MLP (``model="resmlp"``: one width, the blocks' width).
         loss: "bce" (one-vs-all) or "softmax" (full softmax).
+        model: ``"mlp"`` (:func:`~fedkernels.fl.models.mlp`) or ``"resmlp"``
+            (:func:`~fedkernels.fl.models.res_mlp`: ``blocks`` residual blocks, ``4 + 4 * blocks`` tensors).
+        blocks: residual blocks of ``model="resmlp"``.
     """
 
     name = "FedAvg"
 
-    def __init__(self, hidden: Sequence[int] = (256,), loss: str = "bce") -> None:
+    def __init__(self, hidden: Sequence[int] = (256,), loss: str = "bce", model: str = "mlp", blocks: int = 12) -> None:
         if loss not in ("bce", "softmax"):
             raise ValueError(f"loss must be 'bce' or 'softmax', got {loss!r}")
-        self.hidden, self.loss = tuple(hidden), loss
+        if model not in ("mlp", "resmlp"):
+            raise ValueError(f"model must be 'mlp' or 'resmlp', got {model!r}")
+        if model == "resmlp" and (len(tuple(hidden)) != 1 or int(blocks) < 0):
+            raise ValueError(f"model='resmlp' takes one hidden width and blocks >= 0, got {tuple(hidden)}, {blocks}")
+        self.hidden, self.loss, self.model, self.blocks = tuple(hidden), loss, model, int(blocks)
+
+    def _build(self, num_features: int, num_classes: int, seed: int = 0) -> torch.nn.Module:
+        if self.model == "resmlp":
+            return res_mlp(num_features, num_classes, self.hidden[0], self.blocks, seed)
+        return mlp(num_features, num_classes, self.hidden, seed)
+
+    def _dims(self, state: State) -> tuple[int, int]:
+        """``(F, C)`` from the state (first layer ``[h, F]``, last layer ``[C, h]``): no per-run state on self."""
+        last = self.blocks + 2 if self.model == "resmlp" else 2 * len(self.hidden)
+        return int(state["0.weight"].shape[1]), int(state[f"{last}.weight"].shape[0])
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
-        return state_of(mlp(num_features, num_classes, self.hidden, seed))
+        return state_of(self._build(num_features, num_classes, seed))
 
     def _model(self, state: State) -> torch.nn.Module:
-        # the dims are the state's: first layer [h, F], last layer [C, h] (no per-run state on self)
-        num_features, num_classes = state["0.weight"].shape[1], state[f"{2 * len(self.hidden)}.weight"].shape[0]
-        return load_state(mlp(num_features, num_classes, self.hidden), state)
+        return load_state(self._build(*self._dims(state)), state)
 
     def _skeleton(self, state: State) -> torch.nn.Module:
         """The model's architecture for ``state`` on the meta device (no weights)."""
-        num_features, num_classes = state["0.weight"].shape[1], state[f"{2 * len(self.hidden)}.weight"].shape[0]
-        return mlp_skeleton(int(num_features), int(num_classes), self.hidden)
+        if self.model == "resmlp":
+            return res_mlp_skeleton(*self._dims(state), self.hidden[0], self.blocks)
+        return mlp_skeleton(*self._dims(state), self.hidden)
 
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
         return dict(state)
