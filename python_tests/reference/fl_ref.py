@@ -95,3 +95,24 @@ def spread_objective(
     s = torch.ones(c, dtype=W.dtype) if scale is None else scale.to(W)
     phi = torch.clamp(margin - dist, min=0) ** 2 if form == "hinge" else -(dist**2)
     return (s[:, None] * a * phi).sum()
+
+
+def map_at_r(emb: np.ndarray, labels: list[set[int]]) -> float:
+    """Retrieval MAP@R by loops: relevant = sharing a label; rank the others by cosine (ties to the
+    smaller index); average precision over the top R, R = number of relevant others."""
+    e = np.asarray(emb, np.float64)
+    e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-300)
+    n, scores = len(labels), []
+    for i in range(n):
+        others = [j for j in range(n) if j != i]
+        rel = {j for j in others if labels[i] & labels[j]}
+        if not rel:
+            continue
+        ranked = sorted(others, key=lambda j: (-float(e[i] @ e[j]), j))[: len(rel)]
+        hits, total = 0, 0.0
+        for pos, j in enumerate(ranked, start=1):
+            if j in rel:
+                hits += 1
+                total += hits / pos
+        scores.append(total / len(rel))
+    return float(np.mean(scores)) if scores else 0.0

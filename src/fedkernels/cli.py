@@ -31,7 +31,7 @@ _RUN_FLAGS: dict[str, tuple[type, str]] = {
         "'synthetic', a file/folder (XC, libsvm, .npz), a shipped name (bibtex; see --data-dir) "
         "or one from `fedkernels data list`",
     ),
-    "partition": (str, "fedmlh | dirichlet | iid | one_label"),
+    "partition": (str, "fedmlh | fedmlh_single | dirichlet | iid | one_label | primary_label"),
     "rounds": (int, "federated rounds"),
     "clients": (int, "number of clients"),
     "clients_per_round": (int, "clients sampled per round"),

@@ -15,6 +15,7 @@ from .partition import (
     label_counts,
     make_clients,
     one_label_per_client,
+    primary_label_partition,
     split_statistics,
 )
 from .remote import RemoteDataset, RemoteFile, find_remote, get_remote, register, remote_datasets, unregister
@@ -53,6 +54,7 @@ __all__ = [
     "make_clients",
     "multi_hot_to_csr",
     "one_label_per_client",
+    "primary_label_partition",
     "read_any",
     "read_libsvm",
     "read_npz",

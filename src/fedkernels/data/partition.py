@@ -88,14 +88,17 @@ def iid_partition(indptr, indices, num_clients: int, seed: int = 0) -> list[Shar
 
 
 def fedmlh_partition(
-    indptr, indices, num_classes: int, num_clients: int, num_frequent: int, seed: int = 0
+    indptr, indices, num_classes: int, num_clients: int, num_frequent: int, seed: int = 0, single: bool = False
 ) -> list[Shard]:
     """FedMLH's non-iid split: clients hold disjoint sets of frequent classes.
 
     The ``num_frequent`` most frequent classes are shuffled and dealt round-robin to the clients
     (each owned by exactly one). A sample goes to every client owning one of its frequent classes
     (so a sample with several frequent classes is copied to several clients, with all its
-    labels); a sample with no frequent class goes to one uniformly random client.
+    labels); a sample with no frequent class goes to one uniformly random client. With ``single``
+    a sample goes only to the owner of its most frequent frequent class (ties to the smaller id):
+    one copy per sample, and clients far apart in label distribution even where samples carry many
+    frequent labels (Delicious: 6.6 copies and mean pairwise TV 0.12 without, 1 and 0.61 with).
     """
     ip, ix = _csr(indptr, indices)
     _check_clients(num_clients)
@@ -105,10 +108,13 @@ def fedmlh_partition(
     owner[rng.permutation(freq)] = np.arange(freq.size) % num_clients
     n = ip.size - 1
     fallback = rng.integers(0, num_clients, size=n)
+    counts = label_counts(ip, ix, num_classes)
     members: list[list[int]] = [[] for _ in range(num_clients)]
     for r in range(n):
-        owners = np.unique(owner[ix[ip[r] : ip[r + 1]]])
-        owners = owners[owners >= 0]
+        labels = ix[ip[r] : ip[r + 1]]
+        owned = np.unique(labels[owner[labels] >= 0])
+        # single: the owner of its most frequent owned class (np.unique sorts: ties to the smaller id)
+        owners = owner[owned[[int(np.argmax(counts[owned]))]]] if single and owned.size else np.unique(owner[owned])
         for c in owners if owners.size else [fallback[r]]:
             members[int(c)].append(r)
     return [
@@ -171,6 +177,25 @@ def dirichlet_partition(
         f"no Dirichlet(beta={beta}) draw in {max_tries} gave every client >= {min_size} samples; "
         "raise beta or lower num_clients"
     )
+
+
+def primary_label_partition(indptr, indices, num_classes: int, client_size: int, seed: int = 0) -> list[Shard]:
+    """Many small clients with few labels each (the FedSS paper's regime: each user holds a handful of
+    classes): every sample goes to the group of its primary label (its most frequent label, ties to
+    the smaller id), and each group is cut, in a seeded order, into clients of ``client_size``
+    samples (the last one may be smaller). Copies keep all their labels; samples without labels are
+    dropped. Clients come in label order, then chunk order."""
+    ip, ix = _csr(indptr, indices)
+    if int(client_size) < 1:
+        raise ValueError(f"client_size must be >= 1, got {client_size}")
+    primary = _primary_labels(ip, ix, num_classes)
+    rng = numpy_rng(seed, "primary-label")
+    shards = []
+    for c in np.unique(primary[primary >= 0]):
+        rows = rng.permutation(np.flatnonzero(primary == c))
+        for start in range(0, rows.size, int(client_size)):
+            shards.append(_full_shard(np.sort(rows[start : start + int(client_size)]), ip, ix))
+    return shards
 
 
 def one_label_per_client(indptr, indices, num_classes: int) -> list[Shard]:

@@ -33,16 +33,17 @@ from ..data import (
     load_dataset,
     make_clients,
     one_label_per_client,
+    primary_label_partition,
     split_statistics,
 )
 from ..fl.local import make_optimizer
 from ..fl.registry import make_strategy, strategies
 from ..fl.server import RunConfig, Server, record_from_json
 from ..fl.types import ClientData, RoundRecord, TrainConfig
-from ..metrics import communication_summary, inverse_propensity
+from ..metrics import communication_summary, inverse_propensity, map_at_r
 from ..seeding import numpy_rng
 
-PARTITIONS = ("fedmlh", "dirichlet", "iid", "one_label")
+PARTITIONS = ("fedmlh", "fedmlh_single", "dirichlet", "iid", "one_label", "primary_label")
 
 # Per-algorithm options a run uses unless the config or --option says otherwise: linear models.
 # On the shipped data a hidden layer trained a few local epochs per round learns far slower than a
@@ -111,6 +112,10 @@ class ExperimentConfig:
     # evaluation also ranks each client's held-out rows with the model that client would use
     # (metrics "client-P@k", example-weighted over the clients; see Server.evaluate_clients)
     client_test_fraction: float = 0.0
+    # partition "primary_label": samples grouped by their primary label, cut into clients of this many
+    client_size: int = 4
+    # also evaluate retrieval MAP@R of the strategy's representations (``embed``) on the test set
+    retrieval: bool = False
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field (before any data is loaded)."""
@@ -118,13 +123,13 @@ class ExperimentConfig:
             raise ValueError("algorithms must name at least one algorithm")
         if self.partition not in PARTITIONS:
             raise ValueError(f"partition must be one of {PARTITIONS}, got {self.partition!r}")
-        for name in ("clients", "clients_per_round", "rounds", "batch_size", "eval_every"):
+        for name in ("clients", "clients_per_round", "rounds", "batch_size", "eval_every", "client_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if isinstance(self.local_epochs, bool) or not isinstance(self.local_epochs, int) or self.local_epochs < 0:
             raise ValueError(f"local_epochs must be an integer >= 0, got {self.local_epochs!r}")
-        if self.partition != "one_label" and self.clients_per_round > self.clients:
+        if self.partition not in ("one_label", "primary_label") and self.clients_per_round > self.clients:
             raise ValueError(f"clients_per_round ({self.clients_per_round}) exceeds clients ({self.clients})")
         if not isinstance(self.lr, (int, float)) or not math.isfinite(self.lr) or self.lr <= 0:
             raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
@@ -150,6 +155,8 @@ class ExperimentConfig:
             raise ValueError(f"late_window must lie in (0, 1], got {self.late_window!r}")
         if not 0 <= self.client_test_fraction < 1:
             raise ValueError(f"client_test_fraction must lie in [0, 1), got {self.client_test_fraction!r}")
+        if not isinstance(self.retrieval, bool):
+            raise ValueError(f"retrieval must be true or false, got {self.retrieval!r}")
         if not isinstance(self.centralized, list):
             raise ValueError(f"centralized must be a list of algorithm names, got {self.centralized!r}")
         try:  # the optimizer is built by every client; an unknown one would fail each of them
@@ -276,10 +283,13 @@ def prepare_data(cfg: ExperimentConfig) -> PreparedData:
         ds.notes["feature_dim"] = f"{dim} (hashed automatically: too many features to keep dense)"
     tr, p = ds.train, ds.num_classes
     num_frequent = cfg.num_frequent if cfg.num_frequent is not None else max(1, p // 10)
-    if cfg.partition == "fedmlh":
-        shards = fedmlh_partition(tr.indptr, tr.indices, p, cfg.clients, num_frequent, cfg.seed)
+    if cfg.partition in ("fedmlh", "fedmlh_single"):
+        single = cfg.partition == "fedmlh_single"
+        shards = fedmlh_partition(tr.indptr, tr.indices, p, cfg.clients, num_frequent, cfg.seed, single)
     elif cfg.partition == "dirichlet":
         shards = dirichlet_partition(tr.indptr, tr.indices, p, cfg.clients, cfg.beta, cfg.seed)
+    elif cfg.partition == "primary_label":
+        shards = primary_label_partition(tr.indptr, tr.indices, p, cfg.client_size, cfg.seed)
     elif cfg.partition == "iid":
         shards = iid_partition(tr.indptr, tr.indices, cfg.clients, cfg.seed)
     else:
@@ -379,8 +389,10 @@ def run_algorithm(
         if (rec.round + 1) % cfg.eval_every == 0 or rec.round + 1 == cfg.rounds:
             rec.metrics = server.evaluate(data.test, tuple(cfg.ks), 2048, data.inv_propensity, data.frequent)
             if data.held_out is not None:
-                per_client = server.evaluate_clients(data.held_out, tuple(cfg.ks))
-                rec.metrics.update({f"client-{k}": v for k, v in per_client.items()})
+                rec.metrics.update({f"client-{k}": v for k, v in evaluate_held_out(server, data.held_out, cfg).items()})
+            embed = getattr(strategy, "embed", None)
+            if cfg.retrieval and embed is not None:
+                rec.metrics["MAP@R"] = map_at_r(embed(server.state, data.test.x), data.test.indptr, data.test.indices)
         if ckpt is not None:
             server.save_checkpoint(ckpt)
         if on_round is not None:
@@ -401,6 +413,24 @@ def run_algorithm(
         "history": [asdict(r) for r in server.history],
         "comm": communication_summary(server.history, "P@1", strategy.model_bytes(server.state)),
     }
+
+
+def evaluate_held_out(server: Server, held_out: list[ClientData], cfg: ExperimentConfig) -> dict[str, float]:
+    """The per-client metrics: each client's held-out rows ranked by the model it would use
+    (:meth:`~fedkernels.fl.Server.evaluate_clients`); for a run over other clients than the held-out
+    sets' (the centralised bound), the global model on every set, weighted by its rows."""
+    if len(held_out) == len(server.clients):
+        return server.evaluate_clients(held_out, tuple(cfg.ks))
+    sums: dict[str, float] = {}
+    total = 0
+    for data in held_out:
+        if not len(data):
+            continue
+        got = server.evaluate(data, tuple(cfg.ks))
+        total += len(data)
+        for k, v in got.items():
+            sums[k] = sums.get(k, 0.0) + len(data) * v
+    return {k: v / total for k, v in sums.items()} if total else {}
 
 
 def late_window_means(history: list[RoundRecord], window: float, rounds: int) -> dict[str, float]:
@@ -435,11 +465,25 @@ def run_centralized(
     The result's ``algorithm`` is ``"<name> (centralized)"``."""
     tr = data.dataset.train
     pooled = ClientData(tr.x, tr.indptr, tr.indices, data.dataset.num_classes)
-    one = PreparedData(data.dataset, [pooled], data.test, data.inv_propensity, data.frequent)
-    solo = replace(cfg, clients_per_round=1, checkpoint=None, client_test_fraction=0.0)
+    # the clients' held-out rows stay out of the pooled training set and rank under the pooled model
+    if data.held_out is not None:
+        pooled = concat_clients(data.clients)
+    one = PreparedData(data.dataset, [pooled], data.test, data.inv_propensity, data.frequent, data.held_out)
+    solo = replace(cfg, clients_per_round=1, checkpoint=None)
     result = run_algorithm(name, solo, one, on_round)
     result["algorithm"] = f"{result['algorithm']} (centralized)"
     return result
+
+
+def concat_clients(clients: list[ClientData]) -> ClientData:
+    """The clients' rows stacked into one :class:`ClientData` (dense features)."""
+    xs = [c.x.to_dense() if c.x.layout == torch.sparse_csr else c.x for c in clients]
+    indptr = [torch.zeros(1, dtype=torch.int64)]
+    base = 0
+    for c in clients:
+        indptr.append(c.indptr[1:] + base)
+        base += int(c.indptr[-1])
+    return ClientData(torch.cat(xs), torch.cat(indptr), torch.cat([c.indices for c in clients]), clients[0].num_classes)
 
 
 def add_common_target(results: list[dict[str, Any]], metric: str = "P@1") -> float | None:

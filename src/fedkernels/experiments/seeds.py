@@ -10,20 +10,24 @@ SEED_METRICS = ("P@1", "P@3", "P@5")
 
 
 def seed_summary(
-    runs: list[list[dict[str, Any]]], paper: dict[str, float] | None = None, metrics: tuple[str, ...] = SEED_METRICS
+    runs: list[list[dict[str, Any]]], paper: dict[str, float] | None = None, metrics: tuple[str, ...] | None = None
 ) -> list[dict[str, Any]]:
     """One row per algorithm over the seeds' results.
 
     Args:
         runs: one list of :func:`~fedkernels.experiments.run_algorithm` results per seed.
         paper: algorithm -> the paper's P@1 in percent (a preset's ``p_at_1``), shown beside ours.
-        metrics: the final metrics to aggregate.
+        metrics: the final metrics to aggregate (default: P@1, P@3, P@5, or their per-client forms
+            ``client-P@k`` where the runs evaluated each client on its own held-out rows).
 
     Returns:
         rows with ``algorithm``, ``seeds``, ``<metric> mean`` and ``<metric> std`` (sample standard
         deviation; 0.0 for one seed), ``model MB``, ``failed clients`` and ``paper P@1`` (a fraction,
         ``None`` where the paper has no number). Algorithms appear in first-seen order.
     """
+    if metrics is None:
+        per_client = any("client-P@1" in r["final"] for results in runs for r in results)
+        metrics = tuple(f"client-{m}" for m in SEED_METRICS) if per_client else SEED_METRICS
     order: list[str] = []
     by_alg: dict[str, list[dict[str, Any]]] = {}
     for results in runs:

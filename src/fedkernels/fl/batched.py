@@ -352,14 +352,17 @@ class _GramFeatures:
             warnings.simplefilter("ignore", UserWarning)
             self.x = dense.to_sparse_csr() if self.sparse else dense
             self.x_t = self.dense_t.to_sparse_csr() if self.sparse else self.dense_t
+        self._gram: torch.Tensor | None = None
 
     def times(self, a: torch.Tensor) -> torch.Tensor:
         """``X a`` for a contiguous ``a [F, m]``: ``[n, m]``."""
         return self.x @ a
 
     def gram(self) -> torch.Tensor:
-        """``X X^T``: ``[n, n]``."""
-        return self.x @ self.dense_t
+        """``X X^T``: ``[n, n]`` (made once: the features do not change between rounds)."""
+        if self._gram is None:
+            self._gram = self.x @ self.dense_t
+        return self._gram
 
     def step_weight(self, w: torch.Tensor, g: torch.Tensor, lr: float) -> torch.Tensor:
         """``w - lr g^T X`` for ``w [H, F]``, ``g [n, H]``: ``[H, F]``."""

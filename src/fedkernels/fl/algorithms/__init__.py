@@ -3,7 +3,7 @@
 from .fedavg import FedAvg
 from .fedaws import FedALC, FedALCFixed, FedAvgFixed, FedAvgPositive, FedAwS
 from .fedmlh import FedMLH
-from .fedss import FedSS, FullSoftmax, NegOnly, PosOnly
+from .fedss import FedSS, FullSoftmax, NegOnly, PosOnly, PosOnlySpread
 from .l1diff import L1Diff
 from .l1diff_network import L1DiffNetwork
 from .partial import PartialExchange
@@ -25,4 +25,5 @@ __all__ = [
     "NegOnly",
     "PartialExchange",
     "PosOnly",
+    "PosOnlySpread",
 ]
