@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from fedkernels.fl import FedALCFixed, FedAvg, FedAwS, PartialExchange, RunConfig, Server, TrainConfig, encode
-from fedkernels.fl.payload import encoded_size
 from fedkernels.fl.batched import batched_client_updates, train_batched
 from fedkernels.fl.faults import FaultInjector
+from fedkernels.fl.payload import encoded_size
 from fedkernels.fl.server import InProcessTransport
 from python_tests.fl_data import one_label_clients, tiny_clients
 
@@ -56,16 +56,15 @@ def _assert_uploads_match(strategy, clients, train: TrainConfig, one_label: bool
 
 
 @pytest.mark.parametrize(
-    "train",
+    "train, loss",
     [
-        TrainConfig(epochs=2, batch_size=8, lr=0.3, optimizer="sgd"),
-        TrainConfig(epochs=1, batch_size=5, lr=0.01, optimizer="adam"),
-        TrainConfig(epochs=2, batch_size=16, lr=0.05, optimizer="sgd", weight_decay=0.1),
-        TrainConfig(epochs=2, batch_size=7, lr=0.01, optimizer="adam", weight_decay=0.05),
+        (TrainConfig(epochs=2, batch_size=8, lr=0.3, optimizer="sgd"), "bce"),
+        (TrainConfig(epochs=1, batch_size=5, lr=0.01, optimizer="adam"), "softmax"),
+        (TrainConfig(epochs=2, batch_size=16, lr=0.05, optimizer="sgd", weight_decay=0.1), "softmax"),
+        (TrainConfig(epochs=2, batch_size=7, lr=0.01, optimizer="adam", weight_decay=0.05), "bce"),
     ],
-    ids=["sgd", "adam", "sgd-wd", "adam-wd"],
+    ids=["sgd-bce", "adam-softmax", "sgd-wd-softmax", "adam-wd-bce"],
 )
-@pytest.mark.parametrize("loss", ["bce", "softmax"])
 def test_fedavg_batched_equals_sequential(train, loss):
     _assert_uploads_match(FedAvg(hidden=(8,), loss=loss), _clients(), train)
 
@@ -79,8 +78,7 @@ def test_fedaws_batched_equals_sequential(cls, optimizer):
     _assert_uploads_match(strategy, _clients(one_label=True), train, True)
 
 
-@pytest.mark.parametrize("sparse", ["zeros", "csr"])
-@pytest.mark.parametrize("model", ["mlp", "embed"])
+@pytest.mark.parametrize("sparse, model", [("zeros", "mlp"), ("csr", "embed")])
 def test_gram_form_equals_sequential(monkeypatch, sparse, model):
     from fedkernels.fl.batched import _Stack
 

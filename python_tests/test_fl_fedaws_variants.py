@@ -85,3 +85,15 @@ def test_knn_alpha_diagnostics():
         FedAwS(regularizer="cubic")
     with pytest.raises(ValueError, match="weights"):
         FedALC(weights="log")
+
+
+def test_str_secret_is_its_utf8_bytes():
+    # a preset (TOML has no bytes) gives the secret as a str: the same run as its UTF-8 bytes
+    a = _server(FedALC, client_secret=SECRET.decode("utf-8"))
+    b = _server(FedALC, client_secret=SECRET)
+    a.run()
+    b.run()
+    for name in b.state:
+        torch.testing.assert_close(a.state[name], b.state[name], rtol=0, atol=0)
+    with pytest.raises((TypeError, ValueError)):
+        FedALC(client_secret=123)  # type: ignore[arg-type]

@@ -382,7 +382,9 @@ class FedALC(FedAwS):
             run seed: the server knows the seed. Keys the label digests and the class-to-row
             permutation; the server-side state never holds it. Same seed and same secret give
             bit-identical runs; resuming a checkpoint needs the same secret (its run identity holds
-            :func:`~fedkernels.fl.labelsets.key_id`, a one-way tag of it).
+            :func:`~fedkernels.fl.labelsets.key_id`, a one-way tag of it). A ``str`` is taken as its
+            UTF-8 bytes (how a config file gives one; a preset's fixed secret makes its runs
+            reproducible and is no secret: never ship one to real clients).
     """
 
     name = "FedALC"
@@ -390,8 +392,10 @@ class FedALC(FedAwS):
     # class_permutation(secret, C) memoised per C: configuration (the constructor's secret), not run state
     config_caches = ("_perms",)
 
-    def __init__(self, *args, client_secret: bytes | None = None, weights: str = "ratio", **kw) -> None:
+    def __init__(self, *args, client_secret: bytes | str | None = None, weights: str = "ratio", **kw) -> None:
         super().__init__(*args, **kw)
+        if isinstance(client_secret, str):  # a config file's secret (TOML has no bytes): its UTF-8 bytes
+            client_secret = client_secret.encode("utf-8")
         if weights not in ("ratio", "counts"):
             raise ValueError(f"weights must be 'ratio' or 'counts', got {weights!r}")
         self.weights = weights
