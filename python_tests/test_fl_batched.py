@@ -202,6 +202,18 @@ def test_strategy_without_a_problem_falls_back():
     assert batched_client_updates(strategy, dict(enumerate(clients)), TrainConfig(), downloads, 0, {0: 1, 1: 2}) is None
 
 
+def test_client_update_replaced_on_the_class_falls_back(monkeypatch):
+    from fedkernels.fl.batched import has_local_problem
+
+    assert has_local_problem(FedAvg())
+
+    def crash(self, *a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(FedAvg, "client_update", crash)  # e.g. a test's failing client
+    assert not has_local_problem(FedAvg())
+
+
 def test_structures_must_match():
     clients = tiny_clients(2)
     a, b = FedAvg(hidden=(4,)), FedAvg(hidden=(5,))

@@ -390,7 +390,13 @@ def has_local_problem(strategy: Strategy) -> bool:
     if strategy.stateful_clients:  # the clients' memories live in their endpoints
         return False
     cls = type(strategy)
-    return issubclass(_owner(cls, "local_problem"), _owner(cls, "client_update"))
+    owner = _owner(cls, "client_update")
+    fn = owner.__dict__["client_update"]
+    # a function set on the class after its definition (a monkeypatch) is not the one the class's
+    # local_problem was written for: its qualified name is not the class body's
+    if getattr(fn, "__qualname__", None) != f"{owner.__qualname__}.client_update":
+        return False
+    return issubclass(_owner(cls, "local_problem"), owner)
 
 
 def batched_client_updates(
