@@ -12,9 +12,11 @@ from .algorithms import (
     FullSoftmax,
     L1Diff,
     L1DiffNetwork,
+    LabelPrior,
     NegOnly,
     PartialExchange,
     PosOnly,
+    PosOnlySpread,
 )
 from .payload import PayloadError, PayloadSpec, TensorSpec, decode, encode
 from .server import RunConfig, Server
@@ -35,11 +37,13 @@ __all__ = [
     "FullSoftmax",
     "L1Diff",
     "L1DiffNetwork",
+    "LabelPrior",
     "NegOnly",
     "PartialExchange",
     "PayloadError",
     "PayloadSpec",
     "PosOnly",
+    "PosOnlySpread",
     "RoundRecord",
     "RunConfig",
     "Server",
