@@ -152,7 +152,7 @@ class SampledSoftmaxHead(nn.Module):
         local[live] = self.local_index(target[live])
         if bool((local[live] >= self.num_positives).any()):
             raise IndexError("every target must be one of the client's positive classes")
-        w = self.weight
+        w: torch.Tensor = self.weight
         if self.cosine:  # cosine logits: scale * cos(h, w_c) (FedSS's normalised features and rows)
             h, w = nn.functional.normalize(h, dim=1), nn.functional.normalize(w, dim=1)
         if self.variant == "full":
