@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # The lint tools are pinned: another ruff or clang-format version formats some lines differently.
 RUFF_PIN := ruff==0.17.6
 LINT_DEPS := $(RUFF_PIN) mypy==2.4.1 clang-format==23.1.5
-DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr>=1.41,<2' $(LINT_DEPS)
+DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr[simulation]>=1.42,<2' cryptography pycryptodome dp-accounting $(LINT_DEPS)
 # The API reference (mkdocs.yml): mkdocstrings reads the docstrings from src/ without importing it;
 # ruff formats the rendered signatures.
 DOCS_DEPS := 'mkdocs>=1.6,<2' 'mkdocstrings[python]>=0.29' $(RUFF_PIN)
@@ -28,14 +28,20 @@ $(VENV)/.lint-deps: | $(PY)
 	$(PY) -m pip install -q $(LINT_DEPS)
 	touch $@
 
-install: $(PY)
+# ... and the privacy extra (secure aggregation, DP accounting) likewise.
+$(VENV)/.privacy-deps: | $(PY)
+	$(PY) -m pip install -q cryptography pycryptodome dp-accounting
+	touch $@
+
+install: $(PY) $(VENV)/.privacy-deps
 	$(PY) -m pip install -q --no-build-isolation -e .
 
 demo: install
 	$(VENV)/bin/fedkernels run --demo
 
+# --dist loadgroup: tests marked xdist_group share a worker (the Flower deployment is started once).
 test: install
-	$(PY) -m pytest -q -n 2 python_tests --ignore=python_tests/fuzz
+	$(PY) -m pytest -q -n 2 --dist loadgroup python_tests --ignore=python_tests/fuzz
 
 # The fuzzers of every untrusted decoder (python_tests/fuzz, docs/api/hardening.md "Fuzzing in CI"):
 # fixed, derandomized budgets, about a minute on 2 cores; CI runs them as their own step.
@@ -44,12 +50,13 @@ fuzz: install
 
 # Every CUDA kernel executed on this CPU by the CUDA emulator (docs/EMULATOR.md), as CI runs it:
 # default order on the race-check build (the full hypothesis profile, __shared__ races and
-# uninitialised reads reported) with the coverage check, then a random order under AddressSanitizer.
+# uninitialised reads reported; plus every algorithm's short federated run against its CPU run) with
+# the coverage check, then a random order under AddressSanitizer.
 # FK_EMU_SEED picks the random order (default: from the clock, printed).
 EMU_SEED ?= $(or $(FK_EMU_SEED),$(shell date +%s))
 test-cuda-emu: install
 	rm -f build/emu-coverage.json*
-	$(PY) tools/emulate.py test --checks race --coverage build/emu-coverage.json -- -n 2
+	$(PY) tools/emulate.py test --checks race --loop --coverage build/emu-coverage.json -- -n 2
 	$(PY) tools/emu_coverage.py build/emu-coverage.json*
 	HYPOTHESIS_PROFILE=sanitize $(PY) tools/emulate.py test --checks asan --order random --seed $(EMU_SEED)
 

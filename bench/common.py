@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -109,21 +110,39 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_isa() -> dict:
+    """The CPU level fedkernels' CPU kernels ran at (``level``), what the CPU supports (``host``) and the
+    ``FK_CPU_ISA`` cap (``cap``, "" when unset): read from the imported build, so it is the level that ran."""
+    from fedkernels._info import build_info
+
+    info = build_info()
+    return {"level": info["cpu_isa"], "host": info["cpu_isa_host"], "cap": info["cpu_isa_cap"]}
+
+
 def machine() -> dict:
-    """What the numbers were measured on."""
+    """What the numbers were measured on, the CPU kernels' dispatch level included."""
     return {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "cpu_isa": cpu_isa(),
     }
 
 
 def add_device_arguments(ap: argparse.ArgumentParser) -> None:
-    """Add ``--device`` (default cpu) and ``--out`` to a benchmark's argument parser."""
+    """Add ``--device`` (default cpu), ``--isa`` and ``--out`` to a benchmark's argument parser."""
     ap.add_argument(
         "--device", default="cpu", help="cpu (default) or cuda[:N]: where both the op and its PyTorch composition run"
+    )
+    ap.add_argument(
+        "--isa",
+        choices=["avx512", "avx2", "generic"],
+        default=None,
+        help="cap fedkernels' CPU kernels at this level (sets FK_CPU_ISA and restarts the script; default: "
+        "FK_CPU_ISA as set, else the CPU's best). A level above the CPU's runs the CPU's: the JSON's "
+        "machine.cpu_isa.level says which ran",
     )
     ap.add_argument(
         "--out",
@@ -138,8 +157,13 @@ def check_device_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace
     """Validate ``--device`` / ``--out`` and return the device; errors exit via ``ap.error`` (status 2).
 
     cuda needs a visible GPU and a fedkernels build with CUDA kernels; a non-CPU run may not write
-    into bench/results (those files are the CPU tables the README quotes).
+    into bench/results (those files are the CPU tables the README quotes). ``--isa`` takes effect here
+    (apply_isa) and the level that runs is printed.
     """
+    apply_isa(args.isa)
+    from fedkernels._info import build_info, cpu_isa_line
+
+    print(f"fedkernels CPU kernels: {cpu_isa_line(build_info())}", flush=True)
     try:
         dev = torch.device(args.device)
     except (RuntimeError, ValueError) as e:
@@ -166,6 +190,16 @@ def check_device_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace
             )
         torch.cuda.set_device(dev.index or 0)
     return str(dev)
+
+
+def apply_isa(isa: str | None) -> None:
+    """Run this script at CPU level ``isa``: fedkernels reads ``FK_CPU_ISA`` once, when it is imported,
+    so the script starts again (same arguments) with it set, unless it already is. None: as it is."""
+    if isa is None or os.environ.get("FK_CPU_ISA") == isa:
+        return
+    os.environ["FK_CPU_ISA"] = isa
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
 def results_path(name: str, device: str = "cpu", out: Path | None = None, quick: bool = False) -> Path:

@@ -26,7 +26,11 @@ from fedkernels.fl.algorithms import PartialExchange
 from fedkernels.fl.seeding import numpy_rng
 from fedkernels.fl.types import ClientData
 
-DATA = Path(os.environ.get("FEDKERNELS_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA = Path(
+    os.environ.get("FEDKERNELS_DATA_DIR")
+    or os.environ.get("FEDKERNELS_DATA")  # the deprecated name
+    or Path(__file__).resolve().parents[2] / "shared" / "data"
+)
 
 
 read_xc = read_xc_dense  # the library's XC reader, dense features
@@ -103,7 +107,7 @@ def main() -> int:
         args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if not (DATA / args.dataset / "train.txt").exists():
-        print(f"dataset not found under {DATA} (set FEDKERNELS_DATA)", file=sys.stderr)
+        print(f"dataset not found under {DATA} (set FEDKERNELS_DATA_DIR)", file=sys.stderr)
         return 1
     train, test = read_xc(DATA / args.dataset / "train.txt"), read_xc(DATA / args.dataset / "test.txt")
     rows = []

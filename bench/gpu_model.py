@@ -83,6 +83,8 @@ SPREAD = [(100000, 64), (100000, 512)]  # bench/spread.py's C = 100000, k = 10
 SPREAD_K, SPREAD_MARGIN, PAIRS_PER_CLASS = 10, 1.0, 10
 KNN_SLACK = 8  # spread.h candidate_capacity(k) = k + 8
 KNN_ROW_TILE, KNN_COL_TILE = 10240, 8192  # spread_cuda.cu kRowTile, kColTile (FEDKERNELS_KNN_CUDA_TILES unset)
+TOPK = [(131073, 128, 256), (312330, 512, 4096), (670091, 512, 4096)]  # bench/topk.py's (p, d, N), k = 5
+TOPK_K = 5
 
 
 def quick_configs() -> dict:
@@ -98,6 +100,7 @@ def quick_configs() -> dict:
         dtypes=[torch.float32],
         prox=[(10**5, 0), (10**5, 1000)],
         spread=[(2000, 64)],
+        topk=[(16384, 64, 256)],
     )
 
 
@@ -114,6 +117,7 @@ def full_configs() -> dict:
         dtypes=[torch.float32, torch.bfloat16],
         prox=[(PROX_D, 0), (PROX_D, 1000)],
         spread=SPREAD,
+        topk=TOPK,
     )
 
 
@@ -331,6 +335,39 @@ def floor_lce_forward(n, s, d, es):
 def floor_lce_backward(n, s, d, es):
     """h, W, bias, lse, grad loss, grad lse, target read; grad h, grad W, grad bias written."""
     return es * (2 * n * d + 2 * s * d + 2 * s + 3 * n) + 8 * n
+
+
+def bytes_linear_topk_gemm(n, p, d, tiles, es):
+    """cuBLAS products per tile of classes: h re-read per tile, W read once, the [N, p] float32 scores written once
+    (tile by tile into one reused buffer)."""
+    return tiles * n * d * es + p * d * es + 4 * n * p
+
+
+def bytes_linear_topk_tile(n, p, k, splits, tiles):
+    """The scores read once; each item's k-entry list (8-byte composites) read and written once per tile (an upper
+    bound: a tile without candidates for an item writes nothing)."""
+    return 4 * n * p + tiles * n * splits * k * 8 * 2
+
+
+def bytes_linear_topk_merge(n, k, splits):
+    """Each row's split lists read once, the merged list written once."""
+    return n * splits * k * 8 + n * k * 8
+
+
+def bytes_linear_topk_finish(n, k):
+    """k composites read per row; k float32 values and int64 ids written."""
+    return n * k * (8 + 12)
+
+
+def floor_linear_topk(n, p, d, k, es):
+    """h and W read once; k float32 values and int64 ids written per row."""
+    return n * d * es + p * d * es + n * k * 12
+
+
+def torch_linear_topk(n, p, d, k, es):
+    """torch.topk(h @ W.T, k): the GEMM reads h and W and writes [N, p]; topk reads [N, p] and writes k values and
+    ids."""
+    return n * d * es + p * d * es + 2 * 4 * n * p + n * k * 12
 
 
 def floor_knn(c, d, k, es, acc):
@@ -913,6 +950,35 @@ def spread_models(c: int, d: int, with_pair_weights: bool) -> list[OpModel]:
     return out
 
 
+# ---- fused linear top-k
+
+
+def topk_models(p: int, d: int, n: int) -> list[OpModel]:
+    """linear_topk's launches are recorded at d = 1 (the launcher's at::mm runs on the CPU in record
+    mode; no launch shape depends on d) and modelled at the real d."""
+    es, k = 4, TOPK_K
+    g = torch.Generator().manual_seed(p + n)
+    h1, W1 = torch.randn(n, 1, generator=g), torch.randn(p, 1, generator=g)
+    m = OpModel("linear_topk", f"p={p} d={d} N={n} k={k} f32", how="execute=False, recorded at d = 1")
+    m.launches = record(lambda: fedkernels.linear_topk(h1, W1, k=k))
+    tiles = len(grouped(m.launches).get("linear_topk_tile_kernel", []))
+    items = grouped(m.launches)["linear_topk_tile_kernel"][0][0][0]  # blocks of the first tile launch
+    splits = max(1, items // n)
+    m.kernel_bytes["linear_topk_tile_kernel"] = B(bytes_linear_topk_tile, n, p, k, splits, tiles)
+    m.kernel_bytes["linear_topk_merge_kernel"] = B(bytes_linear_topk_merge, n, k, splits)
+    m.kernel_bytes["linear_topk_finish_kernel"] = B(bytes_linear_topk_finish, n, k)
+    gemm = "at::mm (cuBLAS, not recorded)"
+    m.extra_rows.append((gemm, tiles, B(bytes_linear_topk_gemm, n, p, d, tiles, es)))
+    m.flops[gemm] = 2 * n * p * d
+    m.floor = B(floor_linear_topk, n, p, d, k, es)
+    m.torch = B(torch_linear_topk, n, p, d, k, es)
+    m.note = (
+        f"{tiles} tile(s) of classes, {splits} split(s) per row; the FP32 GEMM (2 N p d flops) bounds the op, the "
+        "selection reads the scores once"
+    )
+    return [m]
+
+
 # ---- the model
 
 
@@ -939,6 +1005,8 @@ def build_models(quick: bool, log: Callable[[str], None] = print, exact_lce: boo
         step(f"prox d={d} block={bs}", lambda d=d, bs=bs: prox_models(d, bs))
     for i, (c, d) in enumerate(cfg["spread"]):
         step(f"spread C={c} d={d}", lambda c=c, d=d, i=i: spread_models(c, d, with_pair_weights=i == 0))
+    for p, d, n in cfg["topk"]:
+        step(f"linear_topk p={p} d={d} N={n}", lambda p=p, d=d, n=n: topk_models(p, d, n))
     return models
 
 

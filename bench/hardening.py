@@ -81,7 +81,7 @@ def main() -> None:
     nbytes = len(encode(dense))
     with tempfile.TemporaryDirectory(dir=Path(__file__).resolve().parent) as tmp:
         ckpt, plain = Path(tmp) / "run.ckpt", Path(tmp) / "plain.safetensors"
-        meta = {"round": 1, "history": []}
+        meta = {"round": 0, "history": []}
         t_atomic = timeit(lambda: save_checkpoint(ckpt, dense, meta), **{"repeat": 5, **reps})
         t_plain = timeit(lambda: save_file(dense, str(plain)), **{"repeat": 5, **reps})
     rows.append(

@@ -32,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -52,9 +53,13 @@ from peers import alternating_min, compiled_peer, fresh_compiles, optional_peer,
 
 import fedkernels
 
+LCE_MODES = ("fwd", "fwd+bwd")
+LCE_PEERS = ("eager", "compiled", "cce")
 
-def _lce_contenders(h, W, b, t, mode: str, with_bias: bool) -> tuple[dict, dict]:
-    """The callables to time for one (mode, bias) case, and why any peer is missing."""
+
+def _lce_contenders(h, W, b, t, mode: str, with_bias: bool, peers: tuple[str, ...] = LCE_PEERS) -> tuple[dict, dict]:
+    """The callables to time for one (mode, bias) case (ours and ``peers``), and why any peer is missing.
+    Eager is always built: the memory goal is relative to it."""
     leaves = [x.clone().requires_grad_() for x in (h, W, b)]
     bias = b if with_bias else None
 
@@ -67,13 +72,16 @@ def _lce_contenders(h, W, b, t, mode: str, with_bias: bool) -> tuple[dict, dict]
     fns: dict = {"ours": ours, "eager": eager}
     missing: dict = {}
     args = (h, W, t) + ((bias,) if with_bias else ())
-    with torch.no_grad() if mode == "fwd" else torch.enable_grad():
-        compiled, why = compiled_peer(eager, *((*leaves[:2], t, leaves[2]) if with_bias else (*leaves[:2], t)))
-    if compiled is None:
-        missing["compiled"] = why
+    if "compiled" not in peers:
+        missing["compiled"] = "not asked for (--lce-peers)"
     else:
-        fns["compiled"] = compiled
-    cce_mod, cce_why = optional_peer("cut_cross_entropy")
+        with torch.no_grad() if mode == "fwd" else torch.enable_grad():
+            compiled, why = compiled_peer(eager, *((*leaves[:2], t, leaves[2]) if with_bias else (*leaves[:2], t)))
+        if compiled is None:
+            missing["compiled"] = why
+        else:
+            fns["compiled"] = compiled
+    cce_mod, cce_why = optional_peer("cut_cross_entropy") if "cce" in peers else (None, "not asked for (--lce-peers)")
     if cce_mod is None:
         missing["cce"] = cce_why
     elif with_bias:
@@ -102,9 +110,20 @@ def _lce_contenders(h, W, b, t, mode: str, with_bias: bool) -> tuple[dict, dict]
 
 
 def lce_rows(
-    device: str, configs: list[tuple[int, int]], d: int = 256, threads: tuple[int, ...] = (1, 2)
+    device: str,
+    configs: list[tuple[int, int]],
+    d: int = 256,
+    threads: tuple[int, ...] = (1, 2),
+    modes: tuple[str, ...] = LCE_MODES,
+    peers: tuple[str, ...] = LCE_PEERS,
+    cpu_time: bool = False,
 ) -> list[dict]:
-    """Ours vs eager, torch.compile and cut-cross-entropy: alternating minima at each thread count, peak memory."""
+    """Ours vs eager, torch.compile and cut-cross-entropy: alternating minima at each thread count, peak
+    memory. ``peers`` picks among eager / compiled / cce (eager's peak memory is always measured).
+    ``cpu_time``: one thread, every contender timed by the thread's CPU time (a loaded machine's wall
+    time counts the slices other processes take)."""
+    if cpu_time:
+        threads = (1,)
     rows = []
     for n, s in configs:
         fresh_compiles()  # compiled peers see this (N, s) as their first shapes
@@ -118,30 +137,34 @@ def lce_rows(
                 fedkernels.linear_cross_entropy(h, W, t, b), F.cross_entropy(h @ W.T + b, t), rtol=1e-4, atol=1e-4
             )
         for with_bias in (True, False):
-            for mode in ("fwd", "fwd+bwd"):
-                calls, missing = _lce_contenders(h, W, b, t, mode, with_bias)
+            for mode in modes:
+                calls, missing = _lce_contenders(h, W, b, t, mode, with_bias, peers)
+                timed = {k: v for k, v in calls.items() if k == "ours" or k in peers}
                 best: dict[int, dict[str, float]] = {}
                 before = torch.get_num_threads()
                 try:
                     for nt in threads:
                         torch.set_num_threads(nt)
-                        best[nt] = alternating_min(calls, repeat=5)
+                        clock = time.thread_time if cpu_time else time.perf_counter
+                        best[nt] = alternating_min(timed, repeat=5, clock=clock)
                 finally:
                     torch.set_num_threads(before)
                 peak = {name: peak_extra_bytes(fn, device) for name, fn in calls.items()}
                 for nt in threads:
                     row = {"op": "linear_cross_entropy", "mode": mode, "bias": with_bias, "N": n, "d": d, "s": s}
                     row["threads"] = nt
+                    row["clock"] = "thread CPU time" if cpu_time else "wall"
                     for name in ("ours", "eager", "compiled", "cce"):
                         if name in best[nt]:
                             row[f"{name}_ms"] = best[nt][name] * 1e3
                             row[f"{name}_peak_MiB"] = mib(peak[name])
-                            row[f"{name}_thread_speedup"] = best[threads[0]][name] / best[threads[-1]][name]
+                            if len(threads) > 1:
+                                row[f"{name}_thread_speedup"] = best[threads[0]][name] / best[threads[-1]][name]
                             if name != "ours":
                                 row[f"vs_{name}"] = best[nt][name] / best[nt]["ours"]  # > 1: ours faster
                         else:
                             row[f"{name}_ms"] = None
-                            row[f"{name}_missing"] = missing[name]
+                            row[f"{name}_missing"] = missing.get(name, "not asked for (--lce-peers)")
                     row["peak_ratio_vs_eager"] = peak["ours"] / max(peak["eager"], 1)
                     rows.append(row)
                     print(row, flush=True)
@@ -290,6 +313,15 @@ def main() -> None:
         help="linear_cross_entropy (N x s) list, e.g. 2048x16384,2048x65536 (default: the issue's N in {2048, 4096}, "
         "s in {16384, 65536, 131072}); each is timed at 1 and 2 threads, and the saved rows of other pairs are kept",
     )
+    ap.add_argument("--lce-modes", default=",".join(LCE_MODES), help="linear_cross_entropy modes: fwd, fwd+bwd")
+    ap.add_argument(
+        "--lce-peers", default=",".join(LCE_PEERS), help="linear_cross_entropy peers timed: eager, compiled, cce"
+    )
+    ap.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="linear_cross_entropy at one thread, timed by thread CPU time (for a loaded machine)",
+    )
     add_device_arguments(ap)
     args = ap.parse_args()
     args.device = check_device_arguments(ap, args)
@@ -322,7 +354,13 @@ def main() -> None:
     keep = {"lce": "linear_cross_entropy", "scatter": "scatter_rows_mean"}
     saved_lce = [r for r in saved if r["op"] == keep["lce"]]
     if "lce" in parts:
-        lce = lce_rows(args.device, lce_configs)
+        lce = lce_rows(
+            args.device,
+            lce_configs,
+            modes=tuple(args.lce_modes.split(",")),
+            peers=tuple(args.lce_peers.split(",")),
+            cpu_time=args.cpu_time,
+        )
         cpu = cpu_model()
         for r in lce:  # rows of several runs may share the file: each says how busy its run was, and where
             r["load_avg_1min"] = round(load_start[0], 2)

@@ -1,4 +1,4 @@
-"""What limits the CPU count_sketch: its speed at the issue's configurations and the add rate it needs.
+"""What limits the CPU count_sketch: its speed at extreme-classification label counts and the add rate it needs.
 
     PYTHONPATH=src python bench/sketch_ceiling.py            # both parts
     PYTHONPATH=src python bench/sketch_ceiling.py --part rmw  # only the add-rate measurement
@@ -7,7 +7,7 @@
 Prints markdown tables and writes their rows to build/bench-results/sketch_ceiling.json (``--out PATH``
 elsewhere).
 
-Part "configs": count_sketch on x = [64, p] float32 at the issue's (p, R, B), against the index_add
+Part "configs": count_sketch on x = [64, p] float32 at the (p, R, B) of CONFIGS, against the index_add
 composition in the same run; % of the copy bandwidth measured in the same run (bytes = x + 5 B per
 class-table + output, as bench/sketch.py counts them), and the lane-adds per cycle per core the op
 would need to reach 60% of copy (64 * p * R float adds in bytes / (0.6 * copy) seconds on 2 cores),

@@ -55,7 +55,6 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
 
 import torch
 from common import (
@@ -352,13 +351,10 @@ def bench_config(c: int, d: int, run_composition: bool, repeat: int, device: str
 
 
 def knn_tile_path() -> str:
-    """Which CPU tile path knn_classes takes here (float32): fused AVX-512 tiles or BLAS tiles."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        flags = ""
-    fused = " avx512f" in flags and "FEDKERNELS_KNN_BLAS" not in os.environ
-    return "fused AVX-512 register tiles" if fused else "BLAS (MKL sgemm) tiles"
+    """Which CPU tile path knn_classes takes here (float32): the fused register tiles of the CPU level
+    in use (avx512, avx2), or the generic level's BLAS tiles."""
+    level = fedkernels._info.build_info()["cpu_isa"]
+    return f"fused {level} register tiles" if level != "generic" else "BLAS (at::mm) tiles, generic level"
 
 
 def main() -> None:
@@ -370,6 +366,11 @@ def main() -> None:
     add_device_arguments(ap)
     ap.add_argument("--skip-peers", action="store_true", help="leave out the faiss self-search peers")
     ap.add_argument("--peers-only", action="store_true", help="only the faiss self-search peers (rows: --append)")
+    ap.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="faiss peers at one thread, both sides timed by thread CPU time (for a loaded machine)",
+    )
     ap.add_argument("--cuda-model", action="store_true", help="only print the CUDA launch model and exit")
     args = ap.parse_args()
     if args.cuda_model:
@@ -404,7 +405,8 @@ def main() -> None:
                     continue  # faiss at C = 100000 takes minutes per call: the ratio is shown at 20000
                 W = torch.randn(c, d, generator=torch.Generator().manual_seed(0)) / d**0.5
                 for metric in ("l2", "cosine"):
-                    peer_rows.append(knn_peer_row(W, K, metric, faiss_peers))
+                    threads = (1,) if args.cpu_time else (1, 2)
+                    peer_rows.append(knn_peer_row(W, K, metric, faiss_peers, threads=threads, cpu_time=args.cpu_time))
                     print(peer_rows[-1], flush=True)
         finally:
             for peer in faiss_peers.values():
@@ -446,11 +448,12 @@ def main() -> None:
     ]
     print(markdown_table(rows, cols))
     if peer_rows:
-        names = [n for n in ("env", "skx") if f"faiss_{n}_t1_s" in peer_rows[0]]
+        names = [n for n in ("env", "skx", "hsw") if f"faiss_{n}_t1_s" in peer_rows[0]]
         peer_cols = ["C", "d", "metric"]
-        for t in (1, 2):
+        for t in (1, 2) if "fk_t2_s" in peer_rows[0] else (1,):
             peer_cols += [f"fk_t{t}_s"] + [f"faiss_{n}_t{t}_s" for n in names] + [f"vs_faiss_best_t{t}"]
-        peer_cols += ["fk_thread_speedup"] + [f"faiss_{n}_thread_speedup" for n in names]
+        if "fk_thread_speedup" in peer_rows[0]:
+            peer_cols += ["fk_thread_speedup"] + [f"faiss_{n}_thread_speedup" for n in names]
         peer_cols += [f"same_neighbours_faiss_{n}" for n in names] + ["load_avg_1min"]
         print(f"\nknn_classes vs faiss self-search ({peer_note}):")
         print(markdown_table(peer_rows, peer_cols))

@@ -5,11 +5,13 @@ worker per kernel choice with that environment; fedkernels never runs under it. 
 stdin/stdout (one reply line per command):
 
     load PATH METRIC   -> "ok"       (PATH: a float32 [C, d] .npy; METRIC: l2 | cosine)
-    time THREADS       -> seconds    (one self-search at that many OpenMP threads, index build included)
+    time THREADS [cpu] -> seconds    (one self-search at that many OpenMP threads, index build included;
+                                      wall time, or with ``cpu`` this thread's CPU time: one thread only)
     idx THREADS PATH   -> "ok"       (writes the [C, k] int64 neighbour ids to PATH)
     quit
 
-At start the worker prints ``ready <faiss version> <OpenBLAS core name>``.
+At start the worker prints ``ready <faiss version> <OpenBLAS core name> <faiss compile options>`` (the
+options name the SIMD build faiss loaded for this CPU, e.g. ``OPTIMIZE DD AVX2``).
 
 Self-search semantics match ``knn_classes``: a class is never its own neighbour, so faiss is asked for
 k + 1 neighbours and each row drops its own id (or its last column where a tie pushed itself out).
@@ -58,7 +60,8 @@ def self_search(X: np.ndarray, metric: str, k: int = K) -> np.ndarray:
 
 
 def main() -> None:
-    print(f"ready {faiss.__version__} {openblas_core()}", flush=True)
+    simd = " ".join(faiss.get_compile_options().split()) or "unknown"
+    print(f"ready {faiss.__version__} {openblas_core()} {simd}", flush=True)
     X, metric = None, "l2"
     for line in sys.stdin:
         cmd = line.split()
@@ -69,9 +72,10 @@ def main() -> None:
             reply = "ok"
         elif cmd[0] == "time":
             faiss.omp_set_num_threads(int(cmd[1]))
-            t0 = time.perf_counter()
+            clock = time.thread_time if cmd[2:] == ["cpu"] else time.perf_counter
+            t0 = clock()
             self_search(X, metric)
-            reply = repr(time.perf_counter() - t0)
+            reply = repr(clock() - t0)
         elif cmd[0] == "idx":
             faiss.omp_set_num_threads(int(cmd[1]))
             np.save(cmd[2], self_search(X, metric))

@@ -3,9 +3,12 @@
 ``knn_peer_row`` times ``fedkernels.knn_classes`` against faiss-cpu ``IndexFlatL2`` / ``IndexFlatIP``
 (k + 1 neighbours, own id dropped: knn_classes never returns a class as its own neighbour) at 1 and 2
 threads. faiss runs in worker processes (bench/spread_faiss_worker.py), one per OpenBLAS kernel:
-``env`` (the environment as it is; OpenBLAS's own detection where OPENBLAS_CORETYPE is unset) and
-``SkylakeX`` (its AVX-512 kernels). Calls alternate between our op (in this process) and the workers;
-each contender's minimum over ``repeat`` rounds is kept, the worker's time measured inside the worker.
+``env`` (the environment as it is; OpenBLAS's own detection where OPENBLAS_CORETYPE is unset) and,
+where the CPU has AVX-512, ``SkylakeX`` (its AVX-512 kernels), else ``Haswell`` (its AVX2 + FMA ones;
+SkylakeX's would stop on an illegal instruction there). faiss itself loads its fastest SIMD build for
+the CPU (its ``get_compile_options()`` is in the note). Calls alternate between our op (in this
+process) and the workers; each contender's minimum over ``repeat`` rounds is kept, the worker's time
+measured inside the worker.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +27,18 @@ from peers import alternating_min, optional_peer
 import fedkernels
 
 WORKER = Path(__file__).with_name("spread_faiss_worker.py")
-CORETYPES = {"env": None, "skx": "SkylakeX"}  # column suffix -> OPENBLAS_CORETYPE for the worker
+
+
+def _host_has_avx512() -> bool:
+    try:
+        return " avx512f" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+# column suffix -> OPENBLAS_CORETYPE for the worker: OpenBLAS's own choice, and its fastest kernel family
+# this CPU can run (forcing SkylakeX on a CPU without AVX-512 would stop on an illegal instruction).
+CORETYPES = {"env": None, "skx": "SkylakeX"} if _host_has_avx512() else {"env": None, "hsw": "Haswell"}
 
 
 class FaissPeer:
@@ -36,7 +51,7 @@ class FaissPeer:
         self.proc = subprocess.Popen(
             [sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
-        _, self.version, self.core = self._reply().split()
+        _, self.version, self.core, self.simd = self._reply().split(maxsplit=3)
         self.times: list[float] = []
 
     def _reply(self) -> str:
@@ -52,8 +67,8 @@ class FaissPeer:
         self.proc.stdin.flush()
         return self._reply()
 
-    def timed_search(self, threads: int) -> None:
-        self.times.append(float(self.ask(f"time {threads}")))
+    def timed_search(self, threads: int, cpu: bool = False) -> None:
+        self.times.append(float(self.ask(f"time {threads}" + (" cpu" if cpu else ""))))
 
     def close(self) -> None:
         if self.proc.poll() is None:  # "quit" has no reply
@@ -69,7 +84,7 @@ def start_faiss_peers() -> tuple[dict[str, FaissPeer], str]:
     if faiss is None:
         return {}, why
     peers = {name: FaissPeer(core) for name, core in CORETYPES.items()}
-    note = ", ".join(f"faiss_{n}: faiss-cpu {p.version}, OpenBLAS core {p.core}" for n, p in peers.items())
+    note = ", ".join(f"faiss_{n}: faiss-cpu {p.version} ({p.simd}), OpenBLAS core {p.core}" for n, p in peers.items())
     return peers, note
 
 
@@ -85,9 +100,17 @@ def knn_peer_row(
     peers: dict[str, FaissPeer],
     threads: tuple[int, ...] = (1, 2),
     repeat: int = 5,
+    cpu_time: bool = False,
 ) -> dict:
-    """Ours vs each faiss build at each thread count; ratios are faiss time / our time (> 1: ours faster)."""
+    """Ours vs each faiss build at each thread count; ratios are faiss time / our time (> 1: ours faster).
+
+    cpu_time: time both sides by their thread's CPU time (one thread only): on a loaded machine the wall
+    time of a call counts the slices other processes take, the CPU time does not.
+    """
+    if cpu_time and any(t != 1 for t in threads):
+        raise ValueError("cpu_time measures one thread: threads must be (1,)")
     row: dict = {"C": W.shape[0], "d": W.shape[1], "metric": metric, "k": k, "load_avg_1min": os.getloadavg()[0]}
+    row["clock"] = "thread CPU time" if cpu_time else "wall"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "w.npy"
         np.save(path, W.numpy())
@@ -106,8 +129,8 @@ def knn_peer_row(
             fns = {"fk": lambda: fedkernels.knn_classes(W, k, metric)}
             for name, peer in peers.items():
                 peer.times = []
-                fns[name] = lambda peer=peer, t=t: peer.timed_search(t)
-            best = alternating_min(fns, repeat=repeat)
+                fns[name] = lambda peer=peer, t=t: peer.timed_search(t, cpu_time)
+            best = alternating_min(fns, repeat=repeat, clock=time.thread_time if cpu_time else time.perf_counter)
             row[f"fk_t{t}_s"] = best["fk"]
             for name, peer in peers.items():
                 row[f"faiss_{name}_t{t}_s"] = min(peer.times[-repeat:])  # the worker's own clock, no pipe
@@ -117,7 +140,8 @@ def knn_peer_row(
     finally:
         torch.set_num_threads(before)
     lo, hi = threads[0], threads[-1]
-    row["fk_thread_speedup"] = row[f"fk_t{lo}_s"] / row[f"fk_t{hi}_s"]
-    for name in peers:
-        row[f"faiss_{name}_thread_speedup"] = row[f"faiss_{name}_t{lo}_s"] / row[f"faiss_{name}_t{hi}_s"]
+    if hi != lo:
+        row["fk_thread_speedup"] = row[f"fk_t{lo}_s"] / row[f"fk_t{hi}_s"]
+        for name in peers:
+            row[f"faiss_{name}_thread_speedup"] = row[f"faiss_{name}_t{lo}_s"] / row[f"faiss_{name}_t{hi}_s"]
     return row

@@ -6,8 +6,11 @@
 #include <torch/library.h>
 #include <torch/version.h>
 
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "common/cpu_isa.h"
 #include "common/hash_family.h"
 
 namespace fedkernels {
@@ -110,15 +113,37 @@ pybind11::dict build_info() {
   d["cuda_archs"] = "";
 #endif
   d["parallel_backend"] = at::get_parallel_info();
+  d["cpu_isa"] = fedkernels::cpu_isa_name(fedkernels::cpu_isa());
+  d["cpu_isa_host"] = fedkernels::cpu_isa_name(fedkernels::cpu_isa_host());
+  d["cpu_isa_cap"] = fedkernels::cpu_isa_cap_text();
   return d;
+}
+
+// Tests only: run a lower CPU level in this process (csrc/common/cpu_isa.h). None lifts the limit.
+std::string set_cpu_isa_limit(const std::optional<std::string>& level) {
+  using fedkernels::CpuIsa;
+  CpuIsa limit = CpuIsa::avx512;
+  if (level.has_value()) {
+    if (*level == "generic") {
+      limit = CpuIsa::generic;
+    } else if (*level == "avx2") {
+      limit = CpuIsa::avx2;
+    } else if (*level != "avx512") {
+      throw pybind11::value_error("level must be 'avx512', 'avx2', 'generic' or None, got '" + *level + "'");
+    }
+  }
+  return fedkernels::cpu_isa_name(fedkernels::set_cpu_isa_limit(limit));
 }
 
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "fedkernels compiled core; the ops themselves live in torch.ops.fedkernels";
+  fedkernels::cpu_isa_init();  // reads FK_CPU_ISA once; an unknown value fails the import (ImportError naming it)
   m.def("hash_params", &hash_params, pybind11::arg("seed"), pybind11::arg("num_tables"),
         "Hash-family parameters (a, b, c, d) per table from splitmix64(seed), as a flat list of uint64.");
   m.def("build_info", &build_info, "What this build of fedkernels was compiled with.");
+  m.def("_set_cpu_isa_limit", &set_cpu_isa_limit, pybind11::arg("level"),
+        "Tests only: cap the CPU level below the import-time one (None: no extra cap); returns the level in use.");
   fedkernels::register_prox_codec(m);  // prox: fedkernels.comm host-side codec
 }

@@ -35,7 +35,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.enviro
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 # The real datasets live beside the checkout (../shared/data); tests that need them skip without.
-DATA_DIR = Path(os.environ.get("FEDKERNELS_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+DATA_DIR = Path(
+    os.environ.get("FEDKERNELS_DATA_DIR")
+    or os.environ.get("FEDKERNELS_DATA")  # the deprecated name
+    or Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+)
 
 
 # ---- the CUDA execution emulator (docs/EMULATOR.md): `pytest --emulate-cuda` runs every fedkernels op
@@ -83,26 +87,38 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under --emulate-cuda, skip the tests marked cpu_path: routed to the CUDA kernels they would only
     repeat inputs the op's other tests give the kernel (tools/emu_coverage.py still checks every
-    kernel is launched), at minutes of emulated time."""
+    kernel is launched), at minutes of emulated time. A test parametrized over CPU levels (`level`)
+    runs once there, at this process's level: the CUDA kernels do not depend on it."""
     if not EMULATING:
         return
+    from python_tests.cpu_levels import process_level
+
+    top = process_level()
     for item in items:
         mark = item.get_closest_marker("cpu_path")
         if mark is not None:
             why = mark.args[0] if mark.args else "a CPU-only path"
             item.add_marker(pytest.mark.skip(reason=f"cpu_path: {why}; no CUDA kernel of its own to emulate"))
+        level = getattr(item, "callspec", None) and item.callspec.params.get("level")
+        if level is not None and level != top:
+            item.add_marker(pytest.mark.skip(reason=f"emulated: the CUDA kernels run at any CPU level; {top} runs"))
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    # The CPU kernels' dispatch level this run tests (FK_CPU_ISA caps it; csrc/common/cpu_isa.h).
+    from fedkernels._info import build_info, cpu_isa_line
+
+    lines = [f"fedkernels CPU kernels: {cpu_isa_line(build_info())}"]
     if not EMULATING:
-        return None
+        return lines
     from fedkernels.testing import cuda_emulator
 
     m = cuda_emulator.loaded()
-    return (
+    lines.append(
         f"fedkernels: ops run their CUDA kernels in the emulator ({Path(m.__file__).name}, checks={m.checks}, "
         f"order={config.getoption('--emu-order')}, seed={config.getoption('--emu-seed')})"
     )
+    return lines
 
 
 @pytest.fixture(autouse=True)
@@ -138,5 +154,5 @@ def device(request) -> str:
 @pytest.fixture
 def data_dir() -> Path:
     if not DATA_DIR.is_dir():
-        pytest.skip(f"real datasets not found at {DATA_DIR} (set FEDKERNELS_DATA)")
+        pytest.skip(f"real datasets not found at {DATA_DIR} (set FEDKERNELS_DATA_DIR)")
     return DATA_DIR

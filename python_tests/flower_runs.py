@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from fedkernels.fl import ClientData, RunConfig, Strategy, TrainConfig
 from fedkernels.fl.registry import make_strategy as registered
 from python_tests.fl_data import one_label_clients, tiny_clients
@@ -14,7 +16,8 @@ CLIENT_SECRET = b"test clients' shared secret"  # FedALC: same secret, same run 
 SMALL = {
     "fedavg": dict(hidden=(8,)),
     "fedmlh": dict(num_tables=2, num_buckets=4, hidden=(8,)),
-    "partialexchange": dict(fraction=0.5, hidden=(8,)),
+    # stateless clients: the loops here (Flower, private rounds, checkpoints) carry no client memory
+    "partialexchange": dict(fraction=0.5, hidden=(8,), keep_unreceived=False),
     "fedss": dict(num_negatives=3, embed_dim=8, hidden=(8,)),
     "fedss-negonly": dict(num_negatives=3, embed_dim=8, hidden=(8,)),
     "fedss-posonly": dict(num_negatives=3, embed_dim=8, hidden=(8,)),
@@ -24,6 +27,8 @@ SMALL = {
     "fedaws": dict(dim=8, hidden=(8,), k=2),
     "fedalc": dict(dim=8, hidden=(8,), k=2, client_secret=CLIENT_SECRET),
     "fedalc-fixed": dict(dim=8, hidden=(8,), k=2, fixed_steps=20, client_secret=CLIENT_SECRET),
+    "fedavg-fixed": dict(dim=8, hidden=(8,)),
+    "fedavg-positive": dict(dim=8, hidden=(8,)),
 }
 
 
@@ -32,7 +37,7 @@ def make_strategy(name: str) -> Strategy:
     return registered(name, **SMALL.get(name.lower(), {}))
 
 
-ONE_LABEL = ("fedaws", "fedalc", "fedalc-fixed")  # one class per client
+ONE_LABEL = ("fedaws", "fedalc", "fedalc-fixed", "fedavg-fixed", "fedavg-positive")  # one class per client
 
 
 def shared_one_label_clients(num_clients: int, seed: int, per_client: int = 20) -> list[ClientData]:
@@ -76,7 +81,10 @@ def run_config(
 
 
 class Drill:
-    """A client that crashes or sends garbage in chosen rounds (``faults``: {round: "crash"|"garbage"})."""
+    """A client that crashes or sends garbage in chosen rounds (``faults``: {round: "crash"|"garbage"}).
+    Garbage is a well-formed payload of the wrong tensors (every tensor's bytes as uint8, each byte
+    flipped), so it reaches the server's checks over any transport (Flower carries tensors, not raw
+    bytes): float tensors fail their dtype, codec streams their checks."""
 
     def __init__(self, inner, faults: dict[int, str]) -> None:
         self.inner, self.faults = inner, faults
@@ -89,7 +97,14 @@ class Drill:
         if kind == "crash":
             raise RuntimeError(f"drill crash in round {round}")
         up = self.inner.update(download, round, seed)
-        return b"\x07" * len(up) if kind == "garbage" else up
+        return as_bytes(up) if kind == "garbage" else up
+
+
+def as_bytes(upload: bytes) -> bytes:
+    """The upload with every tensor as its raw uint8 bytes, each flipped (names kept)."""
+    from fedkernels.fl import payload as pl
+
+    return pl.encode({n: t.reshape(-1).view(torch.uint8) ^ 0x5A for n, t in pl.decode(upload).items()})
 
 
 def drill_wrapper(spec: str):

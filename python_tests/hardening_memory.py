@@ -131,6 +131,112 @@ def main(name: str, hostile: bool) -> dict:
     }
 
 
+def _window() -> float:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _status_kib("VmRSS") / 1024
+
+
+def _limit(extra_gib: int = 2) -> None:
+    if not os.environ.get("FK_NO_RLIMIT"):
+        vm = _status_kib("VmSize") * 1024
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY:
+            resource.setrlimit(resource.RLIMIT_AS, (vm + (extra_gib << 30), hard))
+
+
+SETUP_CLASSES = 3000  # the sweep's C: a report of one instance holding every class made C^2 pairs
+
+
+def setup_main(hostile: bool) -> dict:
+    """FedALC's setup exchange at C = 3000: six honest clients whose instances share labels, plus (hostile)
+    the sweep's clique report (one instance, every class) and a report of twice ``max_report_pairs``
+    pairs. Peak-RSS growth of ``setup_exchange`` (the server's side), the failures, the pair weights kept."""
+    from fedkernels.fl.algorithms.fedaws import FedALC
+    from fedkernels.fl.round import setup_exchange
+    from fedkernels.fl.seeding import derive_seed
+    from python_tests.test_hardening_setup_reports import SECRET, clique_report, shared_instance_clients
+
+    c = SETUP_CLASSES
+    s = FedALC(dim=8, hidden=(8,), client_secret=SECRET)
+    clients = shared_instance_clients(c, n=400)
+    reports = {i: pl.encode(s.setup_report(d)) for i, d in enumerate(clients)}
+    if hostile:
+        reports[90] = clique_report(s, c)
+        n = 2 * s.max_report_pairs
+        reports[91] = pl.encode(
+            {
+                "pairs": torch.randint(0, 256, (n, 64), dtype=torch.uint8),
+                "label_digests": pl.decode(reports[0])["label_digests"],
+                "rows": torch.tensor([c - 1]),
+            }
+        )
+    state = s.init_state(8, c, 0)
+    _limit()
+    base = _window()
+    failed, taken, new = setup_exchange(s, state, reports, derive_seed(0, "setup"))
+    return {
+        "growth_mib": _status_kib("VmHWM") / 1024 - base,
+        "failed": sorted(failed),
+        "pair_weights": int(new["server.pair_indices"].numel()),
+        "largest_report_mib": max(len(r) for r in reports.values()) / 2**20,
+        "taken_mib": taken / 2**20,
+    }
+
+
+LONG_ROUNDS = 10_000
+
+
+def long_history_main() -> dict:
+    """A checkpoint of a 10,000-round run in which four clients were rejected every round with long
+    reasons (their records as the round protocol writes them), saved and loaded: the file's size and the
+    peak-RSS growth of the save and the load (the history itself, in the server's memory, excluded)."""
+    import tempfile
+    from pathlib import Path
+
+    from fedkernels.fl.round import failure_reason
+    from fedkernels.fl.server import record_to_json
+    from fedkernels.fl.types import RoundRecord
+
+    strategy = make_strategy("fedavg", **OPTIONS["fedavg"])
+    clients = tiny_clients(NUM_CLIENTS, per_client=16, num_features=F, num_classes=P)
+    cfg = RunConfig(rounds=LONG_ROUNDS, clients_per_round=5, seed=2)
+    server = Server(strategy, clients, F, P, cfg)
+    why = failure_reason(ValueError("payload has unexpected tensors ['" + "w" * 4000 + "']"))
+    metrics = {f"{m}@{k}": 0.123456789 for m in ("P", "nDCG", "PSP") for k in (1, 3, 5)}
+    server.history = [
+        RoundRecord(i, [0, 1, 2, 3, 4], [(c, why) for c in (1, 2, 3, 4)], 10**7, 10**7, dict(metrics), 1.25)
+        for i in range(LONG_ROUNDS)
+    ]
+    server.round = LONG_ROUNDS
+    history_mib = len(json.dumps([record_to_json(h) for h in server.history]).encode()) / 2**20
+    _limit()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "long.ckpt"
+        base = _window()
+        server.save_checkpoint(path)
+        save_growth = _status_kib("VmHWM") / 1024 - base
+        size = path.stat().st_size
+        base = _window()
+        fresh = Server(make_strategy("fedavg", **OPTIONS["fedavg"]), clients, F, P, cfg)
+        fresh.load_checkpoint(path)
+        load_growth = _status_kib("VmHWM") / 1024 - base
+    return {
+        "file_mib": size / 2**20,
+        "history_mib": history_mib,
+        "model_mib": sum(t.numel() * t.element_size() for t in server.state.values()) / 2**20,
+        "save_growth_mib": save_growth,
+        "load_growth_mib": load_growth,
+        "rounds": fresh.round,
+        "same": [record_to_json(h) for h in fresh.history[-3:]] == [record_to_json(h) for h in server.history[-3:]],
+    }
+
+
 if __name__ == "__main__":
-    # clean first, then hostile, in one process (one import): each measures its own peak-RSS window
-    print(json.dumps({mode: main(sys.argv[1], mode == "hostile") for mode in ("clean", "hostile")}))
+    if sys.argv[1] == "fedalc-setup":
+        print(json.dumps({mode: setup_main(mode == "hostile") for mode in ("clean", "hostile")}))
+    elif sys.argv[1] == "long-history":
+        print(json.dumps(long_history_main()))
+    else:
+        # clean first, then hostile, in one process (one import): each measures its own peak-RSS window
+        print(json.dumps({mode: main(sys.argv[1], mode == "hostile") for mode in ("clean", "hostile")}))

@@ -111,7 +111,10 @@ def test_registry_lists_the_papers_datasets():
     eurlex = get_remote("eurlex")  # alias, any case
     assert eurlex.name == "EURLex-4K" and eurlex.files[0].url.startswith("https://drive.google.com/")
     assert (eurlex.num_features, eurlex.num_labels, eurlex.num_train, eurlex.num_test) == (5000, 3993, 15539, 3809)
-    assert all(f.sha256 is None for d in remote_datasets() for f in d.files)  # none invented
+    for d in remote_datasets():  # a checksum only where computed from the file itself (never invented)
+        for f in d.files:
+            pinned = f.url is not None and "/tsoumakas/mulan/43f6389095ad71984264db4387a8074b22bc7d4a/" in f.url
+            assert (f.sha256 is not None) == pinned, (d.name, f.name)
     with pytest.raises(ValueError, match="unknown dataset 'nope'; known: Mediamill"):
         get_remote("nope")
 
@@ -211,9 +214,9 @@ def test_zip_archive_is_unpacked_and_placed(serve, cache, registered, tmp_path):
 
 
 def test_not_downloaded_and_manual_entries_are_clear(cache, capsys):
-    with pytest.raises(FileNotFoundError, match="not downloaded: run `fedkernels data get EURLex-4K` first"):
+    with pytest.raises(FileNotFoundError, match="EURLex-4K is a registered dataset: `fedkernels data get EURLex-4K`"):
         load_dataset("eurlex-4k")
-    assert main(["data", "get", "bibtex"]) == 2
+    assert main(["data", "get", "mediamill"]) == 2
     assert "no direct download link recorded" in capsys.readouterr().err
     assert main(["data", "info", "Amazon-670K"]) == 0
     out = capsys.readouterr().out
@@ -285,25 +288,34 @@ def test_bad_archive_without_checksum(serve, cache, registered, tmp_path):
 
 
 def test_small_xc_dataset_split_from_manual_zip(cache, capsys, tmp_path):
-    """Bibtex as the XC repository ships it (one _data.txt + split files, 1-based rows, a column per
+    """Mediamill as the XC repository ships it (one _data.txt + split files, 1-based rows, a column per
     split), fetched with --url file://: train.txt/test.txt are cut by the first split."""
     data = "5 4 3\n0 0:1\n1 1:1\n2 2:1\n0,2 3:0.5\n 0:2\n"
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        z.writestr("Bibtex/Bibtex_data.txt", data)
-        z.writestr("Bibtex/bibtex_trSplit.txt", "1 2\n3 3\n5 4\n")
-        z.writestr("Bibtex/bibtex_tstSplit.txt", "2 1\n4 5\n")
-    (tmp_path / "Bibtex.zip").write_bytes(buf.getvalue())
-    assert main(["data", "get", "Bibtex", "--no-progress", "--url", (tmp_path / "Bibtex.zip").as_uri()]) == 0
-    assert "Bibtex.zip: SHA-256 " in capsys.readouterr().out
+        z.writestr("Mediamill/Mediamill_data.txt", data)
+        z.writestr("Mediamill/mediamill_trSplit.txt", "1 2\n3 3\n5 4\n")
+        z.writestr("Mediamill/mediamill_tstSplit.txt", "2 1\n4 5\n")
+    (tmp_path / "Mediamill.zip").write_bytes(buf.getvalue())
+    url = (tmp_path / "Mediamill.zip").as_uri()
+    assert main(["data", "get", "Mediamill", "--no-progress", "--url", url]) == 0
+    assert "Mediamill.zip: SHA-256 " in capsys.readouterr().out
     lines = data.splitlines()
-    assert (cache / "Bibtex" / "train.txt").read_text().splitlines() == ["3 4 3", lines[1], lines[3], lines[5]]
-    assert (cache / "Bibtex" / "test.txt").read_text().splitlines() == ["2 4 3", lines[2], lines[4]]
-    ds = load_dataset("bibtex")
+    train = (cache / "Mediamill" / "train.txt").read_text()
+    assert train.splitlines() == ["3 4 3", lines[1], lines[3], lines[5]]
+    assert (cache / "Mediamill" / "test.txt").read_text().splitlines() == ["2 4 3", lines[2], lines[4]]
+    ds = load_dataset("mediamill")
     assert (len(ds.train), len(ds.test), ds.num_classes) == (3, 2, 3)
-    with zipfile.ZipFile(tmp_path / "Bibtex.zip", "w") as z:
-        z.writestr("Bibtex/Bibtex_data.txt", data)
-        z.writestr("Bibtex/bibtex_trSplit.txt", "1\n9\n")
-        z.writestr("Bibtex/bibtex_tstSplit.txt", "2\n")
-    assert main(["data", "get", "Bibtex", "--force", "--no-progress", "--url", (tmp_path / "Bibtex.zip").as_uri()]) == 2
-    assert "names rows outside 1..5" in capsys.readouterr().err and not is_fetched("Bibtex")
+    with zipfile.ZipFile(tmp_path / "Mediamill.zip", "w") as z:
+        z.writestr("Mediamill/Mediamill_data.txt", data)
+        z.writestr("Mediamill/mediamill_trSplit.txt", "1\n9\n")
+        z.writestr("Mediamill/mediamill_tstSplit.txt", "2\n")
+    assert main(["data", "get", "Mediamill", "--force", "--no-progress", "--url", url]) == 2
+    err = capsys.readouterr().err
+    # the first download was trusted: a changed file is refused on its checksum, and the good copy stays
+    assert "trusted on first use" in err
+    assert is_fetched("Mediamill") and (cache / "Mediamill" / "train.txt").read_text() == train
+    # in a fresh data folder nothing was trusted yet: the bad split itself is reported
+    other = tmp_path / "other-data"
+    assert main(["data", "get", "Mediamill", "--no-progress", "--url", url, "--data-dir", str(other)]) == 2
+    assert "names rows outside 1..5" in capsys.readouterr().err and not is_fetched("Mediamill", other)

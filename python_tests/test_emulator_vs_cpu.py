@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import fedkernels
@@ -291,3 +291,59 @@ def test_spread_family(seed: int, c: int, d: int, k: int, metric: str, dtype) ->
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+@settings(max_examples=12)
+@given(
+    seed=seeds,
+    n=st.integers(0, 9),
+    d=st.integers(0, 24),
+    p=st.integers(1, 5000),
+    k=st.sampled_from([1, 5, 33, 300, 2100]),
+    bias=st.booleans(),
+    tile=st.sampled_from([None, "2048"]),
+    nan=st.booleans(),
+)
+@example(seed=1, n=3, d=5, p=5000, k=2100, bias=True, tile="2048", nan=False)  # 3 tiles, k > a segment
+@example(seed=2, n=2, d=3, p=4500, k=33, bias=False, tile="2048", nan=True)  # 3 tiles, ties, a NaN row
+@example(seed=3, n=1, d=2, p=4096, k=5, bias=False, tile=None, nan=False)  # 1 row: splits, then their merge
+def test_linear_topk(seed: int, n: int, d: int, p: int, k: int, bias: bool, tile, nan: bool) -> None:
+    """Small-integer inputs: every score is exact in any GEMM order, so the CUDA kernel (cuBLAS tiles,
+    block merges; FEDKERNELS_TOPK_CUDA_TILE=2048: several tiles) and the CPU kernel must give the same
+    bits, ties and NaN rows included."""
+    import os
+
+    k = min(k, p)
+    rng = torch.Generator().manual_seed(seed)
+    h = torch.randint(-3, 4, (n, d), generator=rng).float()
+    W = torch.randint(-3, 4, (p, d), generator=rng).float()
+    b = torch.randint(-2, 3, (p,), generator=rng).float() if bias else None
+    if nan and n > 0 and d > 0:
+        h[0, 0] = float("nan")
+    if tile is not None:
+        os.environ["FEDKERNELS_TOPK_CUDA_TILE"] = tile
+    try:
+        cuda = on_cuda(OPS.linear_topk.default, h, W, b, k, 0.5)
+    finally:
+        os.environ.pop("FEDKERNELS_TOPK_CUDA_TILE", None)
+    assert_same(OPS.linear_topk.default(h, W, b, k, 0.5), cuda)
+
+
+@settings(max_examples=8)
+@given(seed=seeds, n=st.integers(1, 6), d=st.integers(1, 40), p=st.integers(1, 3000), bf16=st.booleans())
+def test_linear_topk_floats(seed: int, n: int, d: int, p: int, bf16: bool) -> None:
+    """Random floats: the CUDA scores come from another GEMM order, so values agree to float32 rounding
+    of a d-term sum and the classes agree wherever the scores are apart by more than that."""
+    rng = torch.Generator().manual_seed(seed)
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    h, W = torch.randn(n, d, generator=rng).to(dtype), torch.randn(p, d, generator=rng).to(dtype)
+    k = min(7, p)
+    cv, ci = OPS.linear_topk.default(h, W, None, k, 1.0)
+    gv, gi = on_cuda(OPS.linear_topk.default, h, W, None, k, 1.0)
+    tol = 4 * d * 2.0**-24 * float((h.float().abs() @ W.float().abs().T).max()) + 1e-30
+    torch.testing.assert_close(gv, cv, rtol=0, atol=tol)
+    full = (h.double() @ W.double().T).sort(1, descending=True).values
+    gap = (full[:, :-1] - full[:, 1:]) if p > 1 else torch.full((n, 1), float("inf"))
+    apart = torch.cat([torch.full((n, 1), float("inf")), gap], 1)[:, :k] > 2 * tol
+    apart &= torch.cat([gap, torch.full((n, 1), float("inf"))], 1)[:, :k] > 2 * tol
+    assert torch.equal(gi[apart], ci[apart])

@@ -105,7 +105,8 @@ def test_dataset_names_resolve_under_data_dir(tmp_path):
     (tmp_path / "bibtex").mkdir()
     assert resolve_preset_dataset("bibtex", tmp_path) == str(tmp_path / "bibtex")
     assert resolve_preset_dataset("synthetic", tmp_path) == "synthetic"
-    assert resolve_preset_dataset("no_such_set", tmp_path) == "no_such_set"
+    with pytest.raises(FileNotFoundError, match=f"'no_such_set' not found, looked in: {tmp_path / 'no_such_set'}, "):
+        resolve_preset_dataset("no_such_set", tmp_path)
 
 
 def _result(alg, p1, p3=0.1, p5=0.1):
@@ -180,6 +181,7 @@ def test_bench_lists_what_exists(capsys):
     out = capsys.readouterr().out
     names = [line.split()[0] for line in out.splitlines()[1:]]
     assert {"sketch", "prox", "fl_fedmlh"} <= set(names) and "common" not in names
+    assert not [n for n in names if n.endswith("_worker")] and "issue" not in out
 
 
 def test_quick_bench_runs_never_write_the_committed_tables():

@@ -175,6 +175,40 @@ def test_batched_uploads_pass_the_round_checks_and_count_exact_bytes():
     assert "NaN" in rnd.failed[0] and "exceeds" in rnd.failed[1]
 
 
+def test_carried_uploads_answer_to_the_round_tag():
+    # the batched pass tags its uploads as LocalClient does; an untagged or stale carried upload is refused
+    s = _run(True, rounds=1)
+    from fedkernels.fl.client import ROUND_TAG
+    from fedkernels.fl.round import Carried, Round
+
+    rnd = Round(s.strategy, s.state, 3, [0, 1, 2], 5)
+    downs = rnd.carried_downloads({})
+    up = {n: t.clone() for n, t in downs[0].payload.items()}
+    tags = {0: {ROUND_TAG: "3"}, 1: {ROUND_TAG: "2"}, 2: {}}
+    got = rnd.collect({c: Carried(up, encoded_size(up, tags[c]), tags[c]) for c in tags}, {0: 1, 1: 1, 2: 1})
+    assert [r.client_id for r in got] == [0]
+    assert "tagged for round '2'" in rnd.failed[1] and "no round tag" in rnd.failed[2]
+
+
+def test_bf16_autocast_and_other_devices_keep_the_sequential_loop(monkeypatch):
+    # the batched pass trains on the host in the state's dtype: autocast or another device runs one by one
+    monkeypatch.setattr("fedkernels.fl.batched.train_batched", lambda *a, **k: pytest.fail("batched"))
+    cfg = RunConfig(
+        rounds=1, clients_per_round=4, seed=5, train=TrainConfig(epochs=1, batch_size=8, lr=0.2, autocast="bf16")
+    )
+    s = Server(FedAvg(hidden=(8,)), tiny_clients(5), 16, 8, cfg)
+    s.run()
+    assert not s.history[0].failed
+    from fedkernels.fl.client import LocalClient
+
+    clients, train = tiny_clients(2), TrainConfig()
+    strategy = FedAvg(hidden=(8,))
+    on_host = [LocalClient(strategy, d, train) for d in clients]
+    assert InProcessTransport(list(on_host), None, batch=True).batchable([0, 1])
+    elsewhere = [LocalClient(strategy, d, train, device="meta") for d in clients]
+    assert not InProcessTransport(list(elsewhere), None, batch=True).batchable([0, 1])
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_encoded_size_is_the_serialised_length(seed):
     g = torch.Generator().manual_seed(seed)
@@ -188,6 +222,8 @@ def test_encoded_size_is_the_serialised_length(seed):
     }
     assert encoded_size(payload) == len(encode(payload))
     assert encoded_size(payload) == len(encode(payload))  # the cached answer too
+    tag = {"fedkernels.round": str(seed * 1000)}
+    assert encoded_size(payload, tag) == len(encode(payload, metadata=tag))
 
 
 def test_strategy_without_a_problem_falls_back():

@@ -7,6 +7,7 @@ import torch
 
 from fedkernels.fl import FedAvg, PayloadError, RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms.fedavg import weighted_average
+from fedkernels.fl.client import ROUND_TAG
 from python_tests.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients
 
 
@@ -19,8 +20,8 @@ def test_round_trip_and_bytes():
     s = _server()
     rec = s.run_round()
     assert len(rec.clients) == 2 and not rec.failed
-    one = len(encode(s.state))  # FedAvg sends the whole state each way
-    assert rec.bytes_down == 2 * one and rec.bytes_up == 2 * one
+    one = len(encode(s.state))  # FedAvg sends the whole state each way; uploads also name their round
+    assert rec.bytes_down == 2 * one and rec.bytes_up == 2 * len(encode(s.state, metadata={ROUND_TAG: "0"}))
 
 
 def test_same_seed_bit_identical():

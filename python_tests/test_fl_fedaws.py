@@ -12,6 +12,7 @@ import fedkernels
 from fedkernels.fl import ClientData, RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms import FedALC, FedALCFixed, FedAwS
 from fedkernels.fl.algorithms.fedaws import FIXED_W, class_pair_weights, client_class, pair_weights_of
+from fedkernels.fl.client import ROUND_TAG
 from fedkernels.fl.types import ClientResult
 from python_tests.fl_data import assert_seed_reproducible, tiny_dataset
 from python_tests.reference import spread_ref
@@ -53,7 +54,7 @@ def test_round_trip_and_bytes(cls):
     req = len(encode({"class_id": torch.zeros(1, dtype=torch.int64)}))
     up_model = {**g} if cls is FedALCFixed else {**g, "w": torch.zeros(8)}
     assert rec.bytes_down == down
-    assert rec.bytes_up == 3 * (req + len(encode(up_model)))
+    assert rec.bytes_up == 3 * (req + len(encode(up_model, metadata={ROUND_TAG: "0"})))  # uploads name their round
     test = tiny_dataset(100, num_classes=NUM_CLASSES, seed=9)
     metrics = s.evaluate(test)
     assert 0.0 <= metrics["P@1"] <= 1.0

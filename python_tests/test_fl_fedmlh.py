@@ -8,6 +8,7 @@ import torch
 
 from fedkernels.fl import RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms.fedmlh import HASH_KEY, FedMLH
+from fedkernels.fl.client import ROUND_TAG
 from python_tests.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients, tiny_dataset
 
 R, B = 3, 4
@@ -31,7 +32,9 @@ def test_round_trip_and_bytes():
     sent = dict(s.state)
     rec = s.run_round()
     assert len(rec.clients) == 2 and not rec.failed
-    up_one = len(encode({k: v for k, v in sent.items() if k != HASH_KEY}))
+    up_one = len(
+        encode({k: v for k, v in sent.items() if k != HASH_KEY}, metadata={ROUND_TAG: "0"})
+    )  # uploads name their round
     assert rec.bytes_down == 2 * len(encode(sent)) and rec.bytes_up == 2 * up_one
 
 
@@ -73,9 +76,9 @@ def test_hash_table_is_built_once_per_run(monkeypatch):
     calls = []
     real = HashFamily.table
 
-    def counting(self, num_classes):
+    def counting(self, num_classes, *args, **kwargs):
         calls.append(num_classes)
-        return real(self, num_classes)
+        return real(self, num_classes, *args, **kwargs)
 
     monkeypatch.setattr(HashFamily, "table", counting)
     s = _server(rounds=2)

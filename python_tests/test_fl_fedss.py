@@ -10,6 +10,7 @@ import torch
 import fedkernels.fl.algorithms.fedss as fedss_mod
 from fedkernels.fl import ClientResult, RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms import FedSS, FullSoftmax, NegOnly, PosOnly
+from fedkernels.fl.client import ROUND_TAG
 from fedkernels.fl.seeding import derive_seed
 from python_tests.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients
 
@@ -33,7 +34,9 @@ def test_round_trip_and_bytes_equal_serialised_payloads(cls):
         up += len(encode(req)) if req is not None else 0
         payload = s.strategy.client_payload(s.state, c, req, 0, seed)
         down += len(encode(payload))
-        up += len(encode(s.strategy.client_update(payload, s.clients[c], s.config.train, 0, seed)))
+        up += len(
+            encode(s.strategy.client_update(payload, s.clients[c], s.config.train, 0, seed), metadata={ROUND_TAG: "0"})
+        )
     rec = s.run_round()
     assert rec.clients == chosen and not rec.failed
     assert rec.bytes_down == down and rec.bytes_up == up

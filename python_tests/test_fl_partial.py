@@ -9,6 +9,7 @@ import torch
 
 from fedkernels.fl import RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms import PartialExchange
+from fedkernels.fl.client import ROUND_TAG
 from python_tests.fl_data import assert_training_improves, tiny_clients
 
 
@@ -30,7 +31,9 @@ def test_round_trip_and_bytes():
     rec = s.run_round()  # the same round again through the server (pure functions of the seed)
     assert rec.clients == chosen and not rec.failed
     assert rec.bytes_down == len(chosen) * len(encode(state0))  # the whole model goes down the first time
-    assert rec.bytes_up == sum(len(encode(u.payload)) for u in ups)
+    assert rec.bytes_up == sum(
+        len(encode(u.payload, metadata={ROUND_TAG: "0"})) for u in ups
+    )  # uploads name their round
     k = math.ceil(0.5 * 4)
     assert all(len(u.payload) == k for u in ups)  # 2 of the 4 tensors go up
     assert rec.bytes_up < len(chosen) * len(encode(state0))
@@ -154,7 +157,8 @@ def test_keep_unreceived_matches_the_hand_simulation(fraction, how, threshold):
         assert mem is not None and all(torch.allclose(mem[n], kept[n], rtol=1e-5, atol=1e-6) for n in kept)
     assert [r.bytes_down for r in s.history] == downs  # later downloads hold only the fresh tensors
     if threshold == 1e9:  # nothing drifts that far: nothing goes up, and nothing comes down after round 0
-        assert all(r.bytes_up == sum(len(encode({})) for _ in r.clients) for r in s.history)
+        empty = [len(encode({}, metadata={ROUND_TAG: str(r.round)})) for r in s.history]  # uploads name their round
+        assert all(r.bytes_up == n * len(r.clients) for r, n in zip(s.history, empty, strict=True))
 
 
 def test_keep_unreceived_bookkeeping_and_personal_models():

@@ -94,6 +94,9 @@ def test_run_writes_outputs(tmp_path, capsys):
     rows = list(csv.DictReader((tmp_path / "out" / "rounds.csv").open()))
     assert [int(x["round"]) for x in rows] == [1, 2]
     assert int(rows[1]["cum_bytes_down"]) == r["comm"]["total_down"]
+    for row, h in zip(rows, r["history"], strict=True):  # metrics at float32's 7 significant digits, no float64 noise
+        for key, value in h["metrics"].items():
+            assert row[key] == repr(float(f"{value:.7g}"))
 
 
 def test_run_bad_input_is_a_clear_error(capsys):

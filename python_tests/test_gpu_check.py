@@ -23,7 +23,7 @@ from python_tests.helpers import child_pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "gpu_check.py"
-BENCHES = ["sketch", "sampled", "select", "prox", "spread"]
+BENCHES = ["sketch", "sampled", "select", "prox", "spread", "topk"]
 NO_GPU = "no NVIDIA GPU found: gpu-check needs one; see README 'Verifying the CUDA kernels'"
 # what a gpu-check run would create in the checkout
 ROOT_OUTPUTS = [ROOT / ".venv-cuda", ROOT / "gpu-check", ROOT / "build" / "gpu-check"]
@@ -45,6 +45,7 @@ def _load(name: str, path: Path):
 
 report = _load("fk_gpu_check_report", ROOT / "tools" / "gpu_check_report.py")
 gpu_check = _load("fk_gpu_check", TOOL)
+gpu_mainjob = _load("fk_gpu_mainjob", ROOT / "tools" / "gpu_mainjob.py")
 common = _load("fk_bench_common", ROOT / "bench" / "common.py")
 
 
@@ -318,6 +319,10 @@ FAKE_PAYLOADS = {
         },
         {"C": 100000, "d": 64, "k": 10, "fk_knn_s": 0.5, "fk_knn_gbs": 0.1, "fk_loss_fwd_bwd_s": 1.0},
     ],
+    "topk": [
+        {"p": 16384, "d": 64, "N": 64, "k": 5, "fk_t1_s": 0.002, "eager_t1_s": 0.006},
+        {"p": 670091, "d": 512, "N": 4096, "k": 5, "fk_t1_s": 2.0},
+    ],
 }
 
 
@@ -339,6 +344,10 @@ def test_bench_rows_from_fake_payloads():
     knn, loss, knn_big, loss_big = rows["spread"]
     assert knn["speedup"] == pytest.approx(4.0) and loss["speedup"] == pytest.approx(5.0)
     assert knn_big["torch_ms"] is None and loss_big["speedup"] is None
+    tk, tk_big = rows["topk"]
+    assert tk["op"] == "linear_topk" and tk["vs"] == "topk(h @ W.T)" and "p=16384 d=64 N=64 k=5" in tk["config"]
+    assert tk["ours_ms"] == pytest.approx(2.0) and tk["speedup"] == pytest.approx(3.0)
+    assert tk_big["torch_ms"] is None and tk_big["speedup"] is None
     for rs in rows.values():
         for r in rs:
             assert set(r) == {"bench", "op", "config", "vs", "ours_ms", "torch_ms", "speedup", "gbs", "pct_copy"}
@@ -414,8 +423,10 @@ json.dump({{"rows": {rows}}}, open(a.out, "w"))
 """
 
 
-def _fake_main(tmp_path, monkeypatch, tests_ok: bool, bench_fails: bool) -> tuple[int, dict]:
-    """gpu_check.main with preflight, build, probe and pytest replaced; the benches are small scripts."""
+def _fake_main(
+    tmp_path, monkeypatch, tests_ok: bool, bench_fails: bool, mainjob_status: str = "ok"
+) -> tuple[int, dict]:
+    """gpu_check.main with preflight, build, probe, pytest and the main job replaced; the benches are small scripts."""
     if not (Path(sys.prefix) / "bin" / "python").exists():
         pytest.skip("the test interpreter is not a venv-style prefix with bin/python")
     nvcc = _script(tmp_path / "nvcc", "echo 'Cuda compilation tools, release 13.0, V13.0.48'")
@@ -446,6 +457,9 @@ def _fake_main(tmp_path, monkeypatch, tests_ok: bool, bench_fails: bool) -> tupl
         )
         benches[name] = str(script)
     monkeypatch.setattr(gpu_check, "BENCHES", benches)
+    monkeypatch.setattr(
+        gpu_check, "run_mainjob", lambda venv, nvcc, out_dir, args: {"status": mainjob_status, "rows": []}
+    )
     out = tmp_path / "out" / "gpu-check.json"
     rc = gpu_check.main(["--venv", sys.prefix, "--out", str(out), "--benches", "sketch,select"])
     return rc, json.loads(out.read_text())
@@ -460,13 +474,39 @@ def test_main_assembles_one_json(tmp_path, monkeypatch, capsys):
     assert [r["bench"] for r in rep["bench_rows"]] == ["sketch", "select", "select"]
     assert rep["bench_rows"][0]["pct_copy"] == 50.0
     assert all((tmp_path / "out" / "bench" / f).exists() for f in ("sketch.json", "sketch.log"))
+    assert rep["mainjob"]["status"] == "ok" and "main job" in rep["timing"]["steps_s"]
     assert "PASSED" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("tests_ok, bench_fails", [(False, False), (True, True)], ids=["test-fails", "bench-fails"])
-def test_main_exits_1_on_a_failure(tmp_path, monkeypatch, tests_ok, bench_fails):
-    rc, rep = _fake_main(tmp_path, monkeypatch, tests_ok=tests_ok, bench_fails=bench_fails)
+def test_main_job_without_the_datasets_is_skipped_and_says_why(tmp_path):
+    args = gpu_check.parse_args(["--data-dir", str(tmp_path / "nothing-here")])
+    entry = gpu_check.run_mainjob(Path(sys.prefix), Path("/bin/true"), tmp_path, args)
+    assert entry["status"] == "skipped" and "nothing-here" in entry["why"]
+    ok = report.assemble({}, {"ok": True}, {"ok": True}, {"a": {"status": "ok"}}, {}, mainjob=entry)
+    assert ok["ok"] and ok["mainjob"]["status"] == "skipped"
+
+
+def test_main_job_rows_agree_only_within_the_tolerance():
+    def run(p_cpu: float, p_cuda: float) -> dict:
+        entry = lambda p: {"algorithms": {"FedAvg": {"P@1": p, "s_per_round": 1.0}}}  # noqa: E731
+        return {"fedmlh-bibtex": {"cpu": entry(p_cpu), "cuda": entry(p_cuda)}}
+
+    assert gpu_mainjob.compare(run(0.40, 0.40 + gpu_mainjob.TOL / 2))[0]["agree"]
+    assert not gpu_mainjob.compare(run(0.40, 0.40 + 2 * gpu_mainjob.TOL))[0]["agree"]
+    missing = run(0.40, 0.40)
+    missing["fedmlh-bibtex"]["cuda"]["algorithms"] = {}
+    assert not gpu_mainjob.compare(missing)[0]["agree"]
+
+
+@pytest.mark.parametrize(
+    "tests_ok, bench_fails, mainjob",
+    [(False, False, "ok"), (True, True, "ok"), (True, False, "failed"), (True, False, "timeout")],
+    ids=["test-fails", "bench-fails", "mainjob-fails", "mainjob-timeout"],
+)
+def test_main_exits_1_on_a_failure(tmp_path, monkeypatch, tests_ok, bench_fails, mainjob):
+    rc, rep = _fake_main(tmp_path, monkeypatch, tests_ok=tests_ok, bench_fails=bench_fails, mainjob_status=mainjob)
     assert rc == 1 and not rep["ok"]
+    assert rep["mainjob"]["status"] == mainjob
     if bench_fails:
         assert rep["benches"]["select"]["status"] == "failed" and "bench failed" in rep["benches"]["select"]["tail"]
 

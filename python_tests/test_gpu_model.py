@@ -49,6 +49,7 @@ OPS = {
     "pair_weight_gather",
     "spreadout_loss",
     "spreadout_loss backward",
+    "linear_topk",
 }
 
 
@@ -157,6 +158,16 @@ def test_bytes_against_hand_counts(gpu_model):
     assert gm.torch_knn(3, 2, 1, 4) == 48 + 36 + 12 + 36 + 36
     # _foreach_sub + _foreach_norm over a 100-byte model of 2 tensors: 4 x 100 + 16
     assert gm.torch_delta_norms(100, 2) == 416
+    # linear_topk N=2 p=3 d=4 k=1 f32: h 32, W 48, out 2 x (4 + 8) = 24; the composition adds [N, p] written and read
+    assert gm.floor_linear_topk(2, 3, 4, 1, 4) == 32 + 48 + 24
+    assert gm.torch_linear_topk(2, 3, 4, 1, 4) == 32 + 48 + 2 * 24 + 24
+    # 2 tiles: h read twice 64, W once 48, scores written once 24
+    assert gm.bytes_linear_topk_gemm(2, 3, 4, 2, 4) == 64 + 48 + 24
+    # scores read 24; 2 tiles x 2 rows x 1 split x k=1 composites of 8 bytes, read and written: 64
+    assert gm.bytes_linear_topk_tile(2, 3, 1, 1, 2) == 24 + 64
+    # merge 2 rows, k=3, 2 splits: 2 x 2 x 3 x 8 read + 2 x 3 x 8 written; finish: 2 x 3 x (8 + 4 + 8)
+    assert gm.bytes_linear_topk_merge(2, 3, 2) == 96 + 48
+    assert gm.bytes_linear_topk_finish(2, 3) == 120
     # every bytes / composition function documents why in one line
     for name in dir(gm):
         if name.startswith(("bytes_", "torch_", "floor_")):

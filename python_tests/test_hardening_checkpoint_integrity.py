@@ -28,19 +28,31 @@ def _tensor_region(raw: bytes) -> tuple[int, int]:
 
 
 def _rewrite_meta(ckpt, edit, keep_checksum: bool = False) -> None:
-    """Rewrite the checkpoint's JSON metadata with ``edit(meta)`` (re-sealed unless ``keep_checksum``)."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
+    """Rewrite the checkpoint's JSON metadata (its history included, as ``meta["history"]``) with
+    ``edit(meta) -> JSON text`` (re-sealed unless ``keep_checksum``)."""
+    import torch
 
     from fedkernels.fl import payload as pl
+    from python_tests.checkpoint_tools import seal, unpack
 
-    with safe_open(str(ckpt), "pt") as f:
-        md = f.metadata()
-    meta = json.loads(md[ck._META_KEY])
-    meta_json = edit(meta)
-    state = load_file(str(ckpt))
-    seal = md[ck._SUM_KEY] if keep_checksum else ck.checksum(state, meta_json)
-    ckpt.write_bytes(pl.encode(state, metadata={ck._META_KEY: meta_json, ck._SUM_KEY: seal}))
+    raw = ckpt.read_bytes()
+    state, meta_json, history = unpack(raw)
+    meta = json.loads(meta_json)
+    meta["history"] = json.loads(history)
+    new_json = edit(meta)
+    try:
+        obj = json.loads(new_json)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict) and "history" in obj:
+        history = json.dumps(obj.pop("history")).encode()
+        new_json = json.dumps(obj)
+    if keep_checksum:
+        tensors = {**state, ck.HISTORY: torch.frombuffer(bytearray(history), dtype=torch.uint8)}
+        old_sum = pl.read_metadata(raw)[ck._SUM_KEY]
+        ckpt.write_bytes(pl.encode(tensors, metadata={ck._META_KEY: new_json, ck._SUM_KEY: old_sum}))
+    else:
+        ckpt.write_bytes(seal(state, new_json, history))
 
 
 def test_every_single_bit_flip_in_a_tensor_is_refused(tmp_path):
@@ -96,7 +108,7 @@ def test_same_config_still_resumes(tmp_path):
         (lambda m: json.dumps({**m, "round": 3}), "field 'history'"),
         (lambda m: json.dumps({**m, "history": {"a": 1}}), "field 'history'"),
         (lambda m: json.dumps({**m, "history": [{"round": 0}]}), r"field 'history\[0\]'"),
-        (lambda m: json.dumps({**m, "history": [{**m["history"][0], "round": 4}]}), r"field 'history\[0\]'"),
+        (lambda m: json.dumps({**m, "history": [{**m["history"][0], "round": 4}]}), r"field 'history\[0\]"),
     ],
 )
 def test_malformed_metadata_names_path_and_field(tmp_path, edit, field):

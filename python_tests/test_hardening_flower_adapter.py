@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from flwr.app import Array, ArrayRecord
 
 pytest.importorskip("flwr", reason="flwr is not installed (pip install 'fedkernels[flower]')")
-
-from flwr.app import Context, Error, Message, RecordDict
 
 from fedkernels.fl import Server
 from fedkernels.fl import payload as pl
 from fedkernels.fl.algorithms.fedaws import pair_weights_of
 from fedkernels.fl.faults import FaultInjector
-from fedkernels.integrations.flower import FlowerStrategy, client_app
+from fedkernels.integrations.flower import PAYLOAD, FlowerStrategy, client_app
+from python_tests.flower_grid import MemoryGrid, context, task_identity
 from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, held_out_data, make_strategy, run_config
 from python_tests.hardening_helpers import SilentWhereFaulty, SparseRowsAsking, same_state
 
@@ -22,38 +22,8 @@ NUM_CLIENTS = 4
 
 
 @pytest.fixture(autouse=True)
-def task_identity(monkeypatch):
-    """Messages take their run and source node from the process's task identity (set by Flower's
-    runtime in a deployment; here by hand)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    for attr, value in [("_run_id", 1), ("_node_id", 1), ("_task_id", 1)]:
-        monkeypatch.setattr(TaskIdentity, attr, value)
-
-
-class MemoryGrid:
-    """Delivers each message to its node's ClientApp in this process. ``silent`` nodes answer the hello
-    but never a train message (the caller's timeout passes); an exception in a ClientApp becomes an
-    error reply, as a SuperNode does."""
-
-    def __init__(self, apps: dict[int, tuple[object, Context]], silent: set[int] = frozenset()) -> None:
-        self.apps, self.silent = apps, set(silent)
-
-    def get_node_ids(self) -> list[int]:
-        return list(self.apps)
-
-    def send_and_receive(self, messages, *, timeout=None) -> list[Message]:
-        replies = []
-        for m in messages:
-            node = m.metadata.dst_node_id
-            if node in self.silent and m.metadata.message_type == "train":
-                continue
-            app, ctx = self.apps[node]
-            try:
-                replies.append(app(m, ctx))
-            except Exception as e:
-                replies.append(Message(Error(code=1, reason=f"{type(e).__name__}: {e}"), reply_to=m))
-        return replies
+def _task_identity(monkeypatch):
+    task_identity(monkeypatch)
 
 
 def grid(
@@ -62,12 +32,13 @@ def grid(
     app = client_app(
         lambda ctx: strategy(), lambda ctx: client_data(int(ctx.node_config["partition-id"]), NUM_CLIENTS), wrap=wrap
     )
-    apps = {1000 + c: (app, Context(1, 1000 + c, {"partition-id": c}, RecordDict(), {})) for c in nodes}
+    apps = {1000 + c: (app, context(1000 + c, c)) for c in nodes}
     return MemoryGrid(apps, {1000 + c for c in silent_clients})
 
 
 def flower(rounds=3, strategy=lambda: make_strategy("fedavg"), **kw) -> FlowerStrategy:
-    return FlowerStrategy(strategy(), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, run_config(rounds, 3, 9, **kw))
+    cfg = run_config(rounds, 3, 9, **kw)
+    return FlowerStrategy(strategy(), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, cfg, startup_grace=0)
 
 
 def in_process(rounds=3, wrapper=None, strategy=lambda: make_strategy("fedavg")) -> Server:
@@ -214,7 +185,7 @@ def alc_grid(name: str, wrap=None, setup_hook=None) -> MemoryGrid:
         wrap=wrap,
         load_eval_data=lambda ctx: held_out_data(int(ctx.node_config["partition-id"]), NUM_CLIENTS, name),
     )
-    apps = {1000 + c: (app, Context(1, 1000 + c, {"partition-id": c}, RecordDict(), {})) for c in range(NUM_CLIENTS)}
+    apps = {1000 + c: (app, context(1000 + c, c)) for c in range(NUM_CLIENTS)}
     return MemoryGrid(apps)
 
 
@@ -259,7 +230,7 @@ def test_bad_setup_report_is_left_out_not_fatal():
         def __call__(self, message, ctx):
             out = self.app(message, ctx)
             if message.metadata.message_type.endswith("fedkernels_setup") and ctx.node_config["partition-id"] == 1:
-                out.content.config_records["fedkernels"]["report"] = b"\x07" * 64
+                out.content[PAYLOAD] = ArrayRecord({"pairs": Array("uint8", (64,), "numpy.ndarray", b"\x07" * 64)})
             return out
 
     g = alc_grid("fedalc")
@@ -271,10 +242,10 @@ def test_bad_setup_report_is_left_out_not_fatal():
 
 
 def reference_metrics(strategy, state, held_out, ks) -> dict[str, float]:
-    """Slow reference: per client, per example, P@k and nDCG@k by hand; weighted by example counts."""
+    """Slow reference: per client, per example, P@k, nDCG@k and R@k by hand; weighted by example counts."""
     import math
 
-    sums = {f"{m}@{k}": 0.0 for k in ks for m in ("P", "nDCG")}
+    sums = {f"{m}@{k}": 0.0 for k in ks for m in ("P", "nDCG", "R")}
     total = 0
     for data in held_out:
         for i in range(len(data)):
@@ -283,6 +254,7 @@ def reference_metrics(strategy, state, held_out, ks) -> dict[str, float]:
             for k in ks:
                 hits = [1.0 if top[j] in truth else 0.0 for j in range(k)]
                 sums[f"P@{k}"] += sum(hits) / k
+                sums[f"R@{k}"] += sum(hits) / max(len(truth), 1)
                 ideal = sum(1.0 / math.log2(j + 2) for j in range(min(k, len(truth))))
                 dcg = sum(h / math.log2(j + 2) for j, h in enumerate(hits))
                 sums[f"nDCG@{k}"] += dcg / ideal if ideal else 0.0
@@ -302,7 +274,8 @@ def test_federated_evaluation_matches_hand_weighted_reference(name):
     ref = alc_in_process(name, rounds=2)
     assert same_state(fk.state, ref.state)
     for got, want in zip(fk.history, ref.history, strict=True):
-        assert got.metrics == want.metrics and set(got.metrics) == {f"fed-{m}@{k}" for k in ks for m in ("P", "nDCG")}
+        want_names = {f"fed-{m}@{k}" for k in ks for m in ("P", "nDCG", "R")}
+        assert got.metrics == want.metrics and set(got.metrics) == want_names
     held = [held_out_data(c, NUM_CLIENTS, name) for c in range(NUM_CLIENTS)]
     slow = reference_metrics(ref.strategy, ref.state, held, ks)
     for n, v in slow.items():  # ranking_metrics averages in float32 on the client: float32 rounding
@@ -313,12 +286,17 @@ def test_federated_evaluation_drops_bad_reports():
     """A report with a metric outside [0, 1] or a huge example count is left out, not averaged."""
     from fedkernels.fl import evaluation as ev
 
-    ks = (1, 3)
+    ks = (1, 3)  # per k: P, nDCG, R
     good = pl.encode(
-        {"metrics": torch.tensor([0.5, 0.5, 0.25, 0.25], dtype=torch.float64), "num_examples": torch.tensor([4])}
+        {
+            "metrics": torch.tensor([0.5, 0.5, 0.5, 0.25, 0.25, 0.75], dtype=torch.float64),
+            "num_examples": torch.tensor([4]),
+        }
     )
-    liar = pl.encode({"metrics": torch.tensor([7.0, 0, 0, 0], dtype=torch.float64), "num_examples": torch.tensor([4])})
-    heavy = pl.encode({"metrics": torch.ones(4, dtype=torch.float64), "num_examples": torch.tensor([2**50])})
+    liar = pl.encode(
+        {"metrics": torch.tensor([7.0, 0, 0, 0, 0, 0], dtype=torch.float64), "num_examples": torch.tensor([4])}
+    )
+    heavy = pl.encode({"metrics": torch.ones(6, dtype=torch.float64), "num_examples": torch.tensor([2**50])})
     metrics, failed, n = ev.aggregate_evaluation({0: good, 1: liar, 2: heavy, 3: None}, ks)
-    assert n == 4 and metrics == {"P@1": 0.5, "nDCG@1": 0.5, "P@3": 0.25, "nDCG@3": 0.25}
+    assert n == 4 and metrics == {"P@1": 0.5, "nDCG@1": 0.5, "R@1": 0.5, "P@3": 0.25, "nDCG@3": 0.25, "R@3": 0.75}
     assert sorted(failed) == [1, 2, 3] and failed[3] == "sent no evaluation"

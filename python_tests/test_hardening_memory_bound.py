@@ -55,3 +55,28 @@ def test_hostile_clients_stay_within_the_memory_bound(name):
     assert hostile["growth_mib"] <= bound_mib(m), hostile
     # a rejected upload costs at most its bytes and the decode's two copies of them (<= 3.1 x the model)
     assert hostile["growth_mib"] <= clean["growth_mib"] + 3.1 * m + SLACK_MIB, (clean, hostile)
+
+
+def test_fedalc_setup_reports_stay_within_the_setup_bound():
+    """FedALC's setup at C = 3000 with the sweep's clique report (before: 9M pair weights, +658 MiB) and
+    a report of twice ``max_report_pairs`` pairs: both refused, the pair weights those of the honest
+    clients, and the hostile run's peak may exceed the clean one's by at most one refused report's
+    bytes and its decode (3.1 x the largest report) plus slack."""
+    got = child("fedalc-setup")
+    clean, hostile = got["clean"], got["hostile"]
+    assert clean["failed"] == [] and hostile["failed"] == [90, 91]
+    assert hostile["pair_weights"] == clean["pair_weights"] < 3000
+    assert hostile["growth_mib"] <= clean["growth_mib"] + 3.1 * hostile["largest_report_mib"] + SLACK_MIB, got
+
+
+def test_a_10000_round_hostile_history_checkpoint_stays_loadable_and_bounded():
+    """A 10,000-round run with four rejected clients a round: the checkpoint loads (before: its header
+    passed the loader's 4 MiB after about 1,100 such rounds), its size is the model plus the history,
+    and saving or loading it grows the peak by at most the model plus 6 x the history's JSON bytes (the
+    records as Python objects, their JSON text, the file's bytes; the writer parses what it wrote, as
+    the reader will)."""
+    got = child("long-history")
+    assert got["rounds"] == 10_000 and got["same"], got
+    assert got["file_mib"] <= got["model_mib"] + got["history_mib"] + 1, got
+    bound = got["model_mib"] + 6 * got["history_mib"] + SLACK_MIB
+    assert got["save_growth_mib"] <= bound and got["load_growth_mib"] <= bound, got

@@ -1,7 +1,8 @@
-"""linear_cross_entropy's CPU paths: the fused forward+gradient path and the AVX-512 row kernels.
+"""linear_cross_entropy's CPU paths: the fused forward+gradient path and the row kernels of each CPU
+level (avx512, avx2: vector exp, bit-identical to each other; generic: the scalar math).
 
 Each is checked against the dense float64 reference (python_tests/reference/sampled_ref.py) and
-against the other CPU paths; FEDKERNELS_LCE_SCALAR=1 switches the row kernels to the scalar math.
+against the other CPU paths; a level this CPU (or FK_CPU_ISA) does not allow is skipped.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedkernels
+from python_tests.cpu_levels import at_level
 from python_tests.reference import sampled_ref
 
 from .test_sampled_lce import assert_close_scaled
@@ -109,8 +111,9 @@ def _all_outputs(h, W, target, b, chunk):
     return [loss, lse] + [t.grad for t in leaves]
 
 
+@pytest.mark.parametrize("level", ["avx2", "avx512"])
 @pytest.mark.parametrize("cols_case", ["tail", "exact", "under_one_vector"])
-def test_vector_row_kernels_match_scalar_and_reference(monkeypatch, cols_case):
+def test_vector_row_kernels_match_scalar_and_reference(level, cols_case):
     # Chunk widths that end in a masked tail (37 = 2 x 16 + 5), fill whole vectors (64), or are
     # shorter than one 16-lane vector (s = 5); logits over a wide range (scale 30) and masked classes.
     s, chunk = {"tail": (300, 37), "exact": (256, 64), "under_one_vector": (5, 0)}[cols_case]
@@ -118,9 +121,10 @@ def test_vector_row_kernels_match_scalar_and_reference(monkeypatch, cols_case):
     b[::7] = float("-inf")
     target[target % 7 == 0] = 1  # no masked class as a target
     h = h * 30 / 8**0.5
-    vec = _all_outputs(h, W, target, b, chunk)
-    monkeypatch.setenv("FEDKERNELS_LCE_SCALAR", "1")
-    scalar = _all_outputs(h, W, target, b, chunk)
+    with at_level(level):
+        vec = _all_outputs(h, W, target, b, chunk)
+    with at_level("generic"):
+        scalar = _all_outputs(h, W, target, b, chunk)
     ref_in = [t.double().requires_grad_() for t in (h, W, b)]
     ref_loss, ref_lse = sampled_ref.linear_cross_entropy(*ref_in[:2], target, ref_in[2], reduction="none")
     ref_loss.mean().backward()
@@ -131,13 +135,15 @@ def test_vector_row_kernels_match_scalar_and_reference(monkeypatch, cols_case):
         assert torch.isfinite(v).all()
 
 
-def test_vector_exp_extremes_and_nan():
+@pytest.mark.parametrize("level", ["generic", "avx2", "avx512"])
+def test_vector_exp_extremes_and_nan(level):
     # logits far below the max (exp underflows to 0 or a subnormal), a +inf logit (lse inf, loss NaN
-    # as in the composition), and a NaN feature: the vector kernels follow the scalar rules.
+    # as in the composition), and a NaN feature: every level follows the scalar rules.
     W = torch.eye(3).repeat(11, 1)[:33]
     h = torch.tensor([[0.0, 100.0, -100.0], [float("inf"), 0.0, 0.0], [float("nan"), 1.0, 1.0], [1.0, 2.0, 3.0]])
     target = torch.tensor([0, 1, 2, 3])
-    got = fedkernels.linear_cross_entropy(h, W, target, reduction="none")
+    with at_level(level):
+        got = fedkernels.linear_cross_entropy(h, W, target, reduction="none")
     want = torch.nn.functional.cross_entropy(h.double() @ W.double().T, target, reduction="none")
     torch.testing.assert_close(got[[0, 3]], want[[0, 3]].float())
     assert torch.isnan(got[1]) == torch.isnan(want[1]) and torch.isnan(got[2])

@@ -1,10 +1,10 @@
-"""The final pass of knn_classes on AVX-512 CPUs (csrc/spread/knn_exact_avx512.cpp): the float64
-distances of each row's kept candidates, eight candidates per vector (a partial last group), must be
-bit-identical to the scalar pass of the portable path (FEDKERNELS_KNN_BLAS) and match the brute-force
-reference. Drawn cases cover candidate counts that are not multiples of 8 (k + 8, or C - 1 when
+"""The vector final pass of knn_classes at the avx2 and avx512 CPU levels (csrc/spread/knn_exact_avx2.cpp,
+knn_exact_avx512.cpp): the float64 distances of each row's kept candidates, four candidates per vector
+(a partial last group), must be bit-identical to the scalar pass of the generic level and match the
+brute-force reference. Drawn cases cover candidate counts that are not multiples of 8 (k + 8, or C - 1 when
 k = C - 1), d not a multiple of 16, several 256-row blocks, exact ties and, for cosine, zero rows
 (their distances take the non-unit formula: the scalar lanes of a group, or the whole row's scalar
-pass when the row itself is zero). On a CPU without AVX-512 both runs take the scalar pass.
+pass when the row itself is zero). A level this CPU (or FK_CPU_ISA) does not allow is skipped.
 """
 
 from __future__ import annotations
@@ -15,18 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedkernels
+from python_tests.cpu_levels import at_level
 from python_tests.reference import spread_ref
 
 
-def _knn(W: torch.Tensor, k: int, metric: str, blas: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    with pytest.MonkeyPatch.context() as mp:  # a fresh patch per hypothesis example
-        if blas:
-            mp.setenv("FEDKERNELS_KNN_BLAS", "1")
-        else:
-            mp.delenv("FEDKERNELS_KNN_BLAS", raising=False)
+def _knn(W: torch.Tensor, k: int, metric: str, level: str) -> tuple[torch.Tensor, torch.Tensor]:
+    with at_level(level):
         return fedkernels.knn_classes(W, k, metric)
 
 
+@pytest.mark.parametrize("level", ["avx2", "avx512"])
 @settings(max_examples=30, deadline=None)
 @given(
     c=st.integers(2, 600),
@@ -38,14 +36,14 @@ def _knn(W: torch.Tensor, k: int, metric: str, blas: bool) -> tuple[torch.Tensor
     seed=st.integers(0, 2**31 - 1),
     data=st.data(),
 )
-def test_vector_final_pass_is_bit_identical_to_scalar(c, d, metric, zero_every, dup_every, scale, seed, data):
+def test_vector_final_pass_is_bit_identical_to_scalar(level, c, d, metric, zero_every, dup_every, scale, seed, data):
     k = data.draw(st.sampled_from(sorted({1, min(10, c - 1), c - 1, data.draw(st.integers(1, c - 1))})))
     W = torch.randn(c, d, generator=torch.Generator().manual_seed(seed)) * scale
     if dup_every:
         W[1::dup_every] = W[0]  # exact ties at distance 0
     if zero_every:
         W[::zero_every] = 0.0
-    vec, scalar = _knn(W, k, metric, False), _knn(W, k, metric, True)
+    vec, scalar = _knn(W, k, metric, level), _knn(W, k, metric, "generic")
     assert torch.equal(vec[0], scalar[0]) and torch.equal(vec[1], scalar[1])
     want_d, want_i = spread_ref.knn(W, k, metric)
     assert torch.equal(vec[1], want_i)

@@ -1,5 +1,6 @@
-"""knn_classes over several CPU tiles: both tile paths (fused AVX-512 register tiles where the CPU has
-AVX-512, and the portable BLAS tiles forced by FEDKERNELS_KNN_BLAS) against the brute-force reference.
+"""knn_classes over several CPU tiles: every tile path (the fused register tiles of the avx512 and avx2
+CPU levels, and the generic level's BLAS tiles) against the brute-force reference and each other; a
+level this CPU (or FK_CPU_ISA) does not allow is skipped.
 
 Sizes are chosen to cross the 256-row block edges, leave partial 32-column micro-tiles and 16-float
 panels (C and d not multiples of 16), and to fill several block groups of the schedule.
@@ -13,21 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedkernels
+from python_tests.cpu_levels import LEVELS, at_level
 from python_tests.reference import spread_ref
 from python_tests.test_spread_knn import assert_knn_thread_invariant
 
-PATHS = ["default", "blas"]
 
-
-def _run(W: torch.Tensor, k: int, metric: str, path: str, monkeypatch) -> tuple[torch.Tensor, torch.Tensor]:
-    if path == "blas":
-        monkeypatch.setenv("FEDKERNELS_KNN_BLAS", "1")
-    else:
-        monkeypatch.delenv("FEDKERNELS_KNN_BLAS", raising=False)
-    try:
+def _run(W: torch.Tensor, k: int, metric: str, level: str) -> tuple[torch.Tensor, torch.Tensor]:
+    with at_level(level):
         return fedkernels.knn_classes(W, k, metric)
-    finally:
-        monkeypatch.delenv("FEDKERNELS_KNN_BLAS", raising=False)
 
 
 def _assert_matches_reference(W, k, metric, got):
@@ -36,30 +30,31 @@ def _assert_matches_reference(W, k, metric, got):
     torch.testing.assert_close(got[0].double(), want_d, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("level", ["avx2", "avx512"])
 @pytest.mark.parametrize("metric", ["l2", "cosine"])
 @pytest.mark.parametrize("c, d", [(700, 5), (529, 16), (613, 33), (300, 70)])
-def test_paths_match_reference_and_each_other(c, d, metric, monkeypatch):
+def test_paths_match_reference_and_each_other(c, d, metric, level):
     W = torch.randn(c, d, generator=torch.Generator().manual_seed(c + d))
-    fused = _run(W, 10, metric, "default", monkeypatch)
-    blas = _run(W, 10, metric, "blas", monkeypatch)
+    fused = _run(W, 10, metric, level)
+    blas = _run(W, 10, metric, "generic")
     _assert_matches_reference(W, 10, metric, fused)
     assert torch.equal(fused[0], blas[0]) and torch.equal(fused[1], blas[1])
 
 
-@pytest.mark.parametrize("path", PATHS)
-def test_duplicates_across_blocks(path, monkeypatch):
+@pytest.mark.parametrize("path", LEVELS)
+def test_duplicates_across_blocks(path):
     # copies of a few vectors spread over all blocks: distance-0 ties across tiles, most rows overflow
     g = torch.Generator().manual_seed(9)
     base = torch.randn(7, 19, generator=g)
     W = base[torch.randint(0, 7, (650,), generator=g)]
-    _assert_matches_reference(W, 12, "l2", _run(W, 12, "l2", path, monkeypatch))
+    _assert_matches_reference(W, 12, "l2", _run(W, 12, "l2", path))
 
 
-@pytest.mark.parametrize("path", PATHS)
-def test_integer_ties_cosine_with_zero_rows(path, monkeypatch):
+@pytest.mark.parametrize("path", LEVELS)
+def test_integer_ties_cosine_with_zero_rows(path):
     W = torch.randint(-2, 3, (560, 9), generator=torch.Generator().manual_seed(4)).float()
     W[::37] = 0.0  # zero rows: cosine treats them as norm 1e-12
-    _assert_matches_reference(W, 9, "cosine", _run(W, 9, "cosine", path, monkeypatch))
+    _assert_matches_reference(W, 9, "cosine", _run(W, 9, "cosine", path))
 
 
 @settings(max_examples=12)

@@ -1,10 +1,10 @@
-"""knn_classes' whole-matrix CPU path (C <= 2048 and C * d <= 2^22 on AVX-512 CPUs: W packed once, 128-row blocks
-run as jobs of one parallel region, diagonal blocks filled by vector selection, the final pass in groups
-of four candidates reusing mutual pairs' distances) against the brute-force reference and, bit for bit,
-against the block-pair rounds of the large-C path (forced by FEDKERNELS_KNN_TILED) and the portable
-BLAS tiles (FEDKERNELS_KNN_BLAS). Shapes cross the 128-row blocks, the 16-lane vectors and the list
-capacities (k + 8 up to 16, 16 for k = 9 and 10, up to 32, and above: the scalar insertion). On a CPU
-without AVX-512 every run takes the BLAS tiles and the comparisons still hold.
+"""knn_classes' whole-matrix CPU path (C <= 2048 and C * d <= 2^22 at the avx512 and avx2 levels: W packed
+once, 128-row blocks run as jobs of one parallel region, diagonal blocks filled by vector selection, the
+final pass in groups of four candidates reusing mutual pairs' distances) against the brute-force reference
+and, bit for bit, against the block-pair rounds of the large-C path (forced by FEDKERNELS_KNN_TILED), the
+other fused level and the generic level's BLAS tiles. Shapes cross the 128-row blocks, the 16-lane vectors
+and the list capacities (k + 8 up to 16, 16 for k = 9 and 10, up to 32, and above: the scalar insertion).
+A level this CPU (or FK_CPU_ISA) does not allow is skipped.
 """
 
 from __future__ import annotations
@@ -15,20 +15,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedkernels
+from python_tests.cpu_levels import at_level, process_level
 from python_tests.reference import spread_ref
 
 pytestmark = pytest.mark.cpu_path("the CPU whole-matrix, tiled and BLAS paths of knn_classes")
 
-PATHS = {"whole": {}, "tiled": {"FEDKERNELS_KNN_TILED": "1"}, "blas": {"FEDKERNELS_KNN_BLAS": "1"}}
+PATHS = ["whole", "tiled", "generic"]  # whole / tiled: at `level`; generic: the BLAS tiles
 
 
-def _knn(W: torch.Tensor, k: int, metric: str, path: str, threads: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def _knn(
+    W: torch.Tensor, k: int, metric: str, path: str, threads: int = 1, level: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     old = torch.get_num_threads()
-    with pytest.MonkeyPatch.context() as mp:  # a fresh patch per hypothesis example
-        for name in ("FEDKERNELS_KNN_TILED", "FEDKERNELS_KNN_BLAS"):
-            mp.delenv(name, raising=False)
-        for name, value in PATHS[path].items():
-            mp.setenv(name, value)
+    with pytest.MonkeyPatch.context() as mp, at_level("generic" if path == "generic" else level or process_level()):
+        mp.delenv("FEDKERNELS_KNN_TILED", raising=False)  # a fresh patch per hypothesis example
+        if path == "tiled":
+            mp.setenv("FEDKERNELS_KNN_TILED", "1")
         try:
             torch.set_num_threads(threads)
             return fedkernels.knn_classes(W, k, metric)
@@ -73,7 +75,26 @@ def test_whole_path_matches_reference_and_other_paths(c, d, kind, metric, scale,
     assert torch.equal(whole[1], want_i)
     torch.testing.assert_close(whole[0].double(), want_d, rtol=1e-6, atol=1e-6)
     _assert_same(whole, _knn(W, k, metric, "tiled"))
-    _assert_same(whole, _knn(W, k, metric, "blas"))
+    _assert_same(whole, _knn(W, k, metric, "generic"))
+
+
+@pytest.mark.parametrize("level", ["avx2", "avx512"])
+@settings(max_examples=10, deadline=None)
+@given(
+    c=st.sampled_from([17, 128, 129, 300, 513, 2100]),
+    d=st.integers(1, 70),
+    kind=st.sampled_from(["gauss", "ints", "dups", "zeros", "hubs"]),
+    metric=st.sampled_from(["l2", "cosine"]),
+    k=st.sampled_from([1, 9, 10, 16]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_each_fused_level_matches_generic(level, c, d, kind, metric, k, seed):
+    # each fused level on both schedules (whole matrix, and rounds: C = 2100 or forced), bit for bit
+    # with the generic level's BLAS tiles and scalar final pass
+    W = _matrix(kind, c, d, seed, 1.0)
+    generic = _knn(W, k, metric, "generic")
+    _assert_same(_knn(W, k, metric, "whole", level=level), generic)
+    _assert_same(_knn(W, k, metric, "tiled", level=level, threads=2), generic)
 
 
 @settings(max_examples=10, deadline=None)

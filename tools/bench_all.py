@@ -38,8 +38,12 @@ QUICK: dict[str, list[str]] = {
     "fl_sampled": ["--quick"],
     "fl_xc_scale": ["--quick"],
     "flower_load": ["--quick"],
+    "flower_sim": ["--quick"],
     "hardening": ["--quick"],
+    "hardening_sweep": ["--quick"],
     "sketch_ceiling": ["--quick"],
+    "privacy": ["--quick"],
+    "topk": ["--quick"],
 }
 # scripts that need an environment variable: skipped, with the reason, when it is unset
 NEEDS_ENV = {"gpu_model": ("FK_CUDA_EMU_MODULE", "the emulated CUDA module: `python tools/emulate.py build`")}
@@ -50,6 +54,8 @@ NOT_BENCHMARKS = (
     "select_shapes",
     "spread_peers",
     "spread_faiss_worker",
+    "proctree",
+    "topk_faiss_worker",
 )  # helpers, a printer
 
 

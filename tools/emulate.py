@@ -2,7 +2,7 @@
 
     python tools/emulate.py build [--checks none|asan|race]      # prints the module's path
     python tools/emulate.py test  [--checks ...] [--order forward|reverse|random] [--seed N]
-                                  [--coverage FILE] [-- PYTEST_ARGS...]
+                                  [--coverage FILE] [--loop] [-- PYTEST_ARGS...]
 
 `test` builds (incrementally, in build/emu-<checks>), then runs pytest with --emulate-cuda over the
 op tests (every python_tests/test_*.py except the federated-loop, Flower and hardening ones), or
@@ -68,6 +68,7 @@ NON_OP_TESTS = (
     "test_readme",
     "test_gpu_check",
     "test_bench_all",
+    "test_bench_isa",
     "test_cli_",
     "test_data_",
     "test_docs_",
@@ -79,6 +80,11 @@ NON_OP_TESTS = (
     "test_cxx_runtime_check",
     "test_tools_",
 )
+
+
+# The federated loop with every op on its (emulated) CUDA kernel, against the CPU run: added to a run
+# by `test --loop` (CI's default-order run), not to the op runs (sanitized, ASan-emulated, step 2).
+LOOP_TESTS = ("python_tests/test_fl_device_emulated.py",)
 
 
 def op_test_files() -> list[str]:
@@ -114,6 +120,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--order", choices=["forward", "reverse", "random"], default="forward")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--coverage", help="write the launched-kernel counts (JSON) to this file")
+    ap.add_argument("--loop", action="store_true", help="also run the federated loop's emulated-vs-CPU test")
     own, pytest_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     a = ap.parse_args(own)
     module = build(a.checks)
@@ -137,7 +144,7 @@ def main(argv: list[str]) -> int:
     if a.coverage:
         args.append(f"--emu-coverage={a.coverage}")
     names_tests = any(a.endswith(".py") or "::" in a or os.path.isdir(a) for a in pytest_args)
-    targets = pytest_args + ([] if names_tests else op_test_files())
+    targets = pytest_args + ([] if names_tests else op_test_files()) + (list(LOOP_TESTS) if a.loop else [])
     print(f"emulate: {module.name} (checks={a.checks}, order={a.order}, seed={a.seed})", flush=True)
     if a.checks == "asan":
         # One process per shard, so a report aborts it (and fails the run); fd 2 not captured.

@@ -16,7 +16,11 @@
    docs); ``--tests cuda``: only the op tests whose id names cuda (the GPU half, when time is short).
 6. Runs every op benchmark (bench/sketch.py, sampled.py, select_norms.py, prox.py, spread.py) with
    ``--device cuda --quick`` (``--full``: the README's sizes), each op against its PyTorch composition.
-7. Writes one JSON (default gpu-check/gpu-check.json; logs and each benchmark's own JSON beside it,
+7. Runs the main job on cuda and on cpu (tools/gpu_mainjob.py: every preset, shortened to
+   ``--mainjob-rounds`` rounds, through ``fedkernels run --device``): each algorithm's final P@1 on
+   both devices (they must agree within its stated tolerance) and its seconds per round.
+   ``--data-dir`` names the shipped datasets' folder; without it the step is skipped, and says so.
+8. Writes one JSON (default gpu-check/gpu-check.json; logs and each benchmark's own JSON beside it,
    never in bench/results) and prints the rows.
 
 Exit status: 0 every test passed and every benchmark ran; 1 a build, test or benchmark failed;
@@ -51,6 +55,7 @@ BENCHES = {
     "select": "bench/select_norms.py",
     "prox": "bench/prox.py",
     "spread": "bench/spread.py",
+    "topk": "bench/topk.py",
 }
 EXIT_NO_GPU, EXIT_PREREQ = 2, 3
 
@@ -281,6 +286,29 @@ def run_bench(
     return entry
 
 
+def run_mainjob(venv: Path, nvcc: Path, out_dir: Path, args: argparse.Namespace) -> dict:
+    """tools/gpu_mainjob.py on cuda and cpu in the venv: its JSON plus ``status`` (ok, failed, timeout, skipped)."""
+    js, log = out_dir / "mainjob.json", out_dir / "mainjob.log"
+    js.unlink(missing_ok=True)
+    if args.mainjob_rounds < 1:
+        return {"status": "skipped", "why": "--mainjob-rounds 0"}
+    if not (args.data_dir / "bibtex").is_dir():
+        print(f"== main job skipped: no datasets in {args.data_dir} (pass --data-dir)", flush=True)
+        return {"status": "skipped", "why": f"no datasets in {args.data_dir}"}
+    cmd = [str(venv / "bin" / "python"), str(ROOT / "tools" / "gpu_mainjob.py"), "--devices", "cuda,cpu"]
+    cmd += ["--rounds", str(args.mainjob_rounds), "--data-dir", str(args.data_dir), "--out", str(js)]
+    cmd += ["--only", args.mainjob_only] if args.mainjob_only else []
+    print(f"== main job on cuda and cpu, {args.mainjob_rounds} rounds per preset (log: {log})", flush=True)
+    rc, out = run_logged(cmd, log, child_env(venv, nvcc), args.mainjob_timeout, echo=True)
+    try:
+        entry = json.loads(js.read_text())
+    except (OSError, ValueError):
+        entry = {"tail": out[-2000:]}
+    entry["status"] = "ok" if rc == 0 else "timeout" if rc == 124 else "failed"
+    entry["log"] = str(log)
+    return entry
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--venv", type=Path, default=ROOT / ".venv-cuda", help="CUDA-torch venv (created if missing)")
@@ -305,9 +333,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="skip the benchmarks' torch.compile peers (inductor's Triton compiles take minutes)",
     )
     ap.add_argument("--bench-timeout", type=float, default=240.0, help="seconds per benchmark before it is killed")
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        default=ROOT.parent / "shared" / "data",
+        help="the shipped datasets (bibtex, delicious) the main job's presets read",
+    )
+    ap.add_argument("--mainjob-rounds", type=int, default=3, help="rounds of each preset in the main job (0: skip it)")
+    ap.add_argument("--mainjob-only", default="", help="comma-separated presets for the main job (default: all)")
+    ap.add_argument("--mainjob-timeout", type=float, default=420.0, help="seconds for the main job")
     ap.add_argument("--test-timeout", type=float, default=1800.0, help="seconds for the test suite")
     args = ap.parse_args(argv)
-    args.venv, args.out = args.venv.absolute(), args.out.absolute()
+    args.venv, args.out, args.data_dir = args.venv.absolute(), args.out.absolute(), args.data_dir.absolute()
     if (ROOT / "bench" / "results").resolve() in args.out.resolve().parents:
         ap.error(f"--out {args.out}: bench/results holds the CPU tables; write somewhere else")
     benches = [b for b in args.benches.split(",") if b]
@@ -377,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     steps["build"] = time.perf_counter() - t
     tests: dict = {"ok": False, "problem": "not run: the build failed"}
     benches: dict[str, dict] = {}
+    mainjob: dict | None = None
     if built["ok"]:
         t = time.perf_counter()
         try:
@@ -403,7 +441,10 @@ def main(argv: list[str] | None = None) -> int:
                 not args.no_compile_peers,
             )
             steps[f"bench {name}"] = time.perf_counter() - t
-    result = report.assemble(gpu, built, tests, benches, steps, setup_s=setup_s)
+        t = time.perf_counter()
+        mainjob = run_mainjob(args.venv, nvcc, out_dir, args)
+        steps["main job"] = time.perf_counter() - t
+    result = report.assemble(gpu, built, tests, benches, steps, setup_s=setup_s, mainjob=mainjob)
     args.out.write_text(json.dumps(result, indent=2))
     print()
     print(report.format_rows(result["bench_rows"]))
@@ -416,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, b in benches.items():
         if b["status"] != "ok":
             print(f"bench {name}: {b['status'].upper()}, see {b['log']}")
+    if mainjob is not None:
+        print(f"main job: {mainjob['status']}" + (f", see {mainjob['log']}" if "log" in mainjob else ""))
     timing = result["timing"]
     print(f"time: {timing['check_s']:.0f} s (target {timing['target_s']:.0f} s) plus {timing['setup_s']:.0f} s setup")
     print(f"{'PASSED' if result['ok'] else 'FAILED'}; wrote {args.out}")

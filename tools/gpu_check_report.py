@@ -209,12 +209,27 @@ def _spread(rows: list[dict]) -> Iterable[Row]:
         )
 
 
+def _topk(rows: list[dict]) -> Iterable[Row]:
+    for r in rows:
+        eager = r.get("eager_t1_s")
+        yield _row(
+            "topk",
+            "linear_topk",
+            f"p={r['p']} d={r['d']} N={r['N']} k={r['k']}",
+            "topk(h @ W.T)",
+            1e3 * r["fk_t1_s"],
+            1e3 * eager if eager is not None else None,
+            None,
+        )
+
+
 NORMALIZERS: dict[str, Callable[[list[dict]], Iterable[Row]]] = {
     "sketch": _sketch,
     "sampled": _sampled,
     "select": _select,
     "prox": _prox,
     "spread": _spread,
+    "topk": _topk,
 }
 
 
@@ -248,11 +263,14 @@ def assemble(
     steps: dict[str, float],
     setup_s: float = 0.0,
     target_s: float = 600.0,
+    mainjob: dict | None = None,
 ) -> dict:
-    """The gpu-check JSON: device facts, build, test counts, every bench's rows and status, step times, ok.
+    """The gpu-check JSON: device facts, build, test counts, every bench's rows and status, the main
+    job on each device, step times, ok.
 
     ``build`` and ``tests`` carry ``ok``; ``benches`` maps a bench name to ``{"status": "ok" | "failed" |
-    "timeout", "rows": [...], ...}``; ``steps`` are seconds per step; ``setup_s`` (creating the venv, a
+    "timeout", "rows": [...], ...}``; ``mainjob`` is tools/gpu_mainjob.py's JSON plus its ``status``
+    (``None``: not asked for); ``steps`` are seconds per step; ``setup_s`` (creating the venv, a
     one-off download) is left out of the time compared with ``target_s``.
     """
     elapsed = sum(steps.values())
@@ -261,6 +279,8 @@ def assemble(
         and bool(tests.get("ok"))
         and bool(benches)
         and all(b.get("status") == "ok" for b in benches.values())
+        # a checkout without the datasets skips the main job (recorded why): the kernels' check stands
+        and (mainjob is None or mainjob.get("status") in ("ok", "skipped"))
     )
     return {
         "tool": "gpu-check",
@@ -270,6 +290,7 @@ def assemble(
         "tests": tests,
         "benches": benches,
         "bench_rows": [row for b in benches.values() for row in b.get("rows", [])],
+        "mainjob": mainjob,
         "timing": {
             "steps_s": steps,
             "elapsed_s": elapsed,

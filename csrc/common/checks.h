@@ -45,6 +45,8 @@ inline void check_nonnegative(const at::Tensor& t, const char* name) {
 }
 
 // A CSR row pointer over nnz entries: 1-D int64, starts at 0, non-decreasing, ends at nnz.
+// The values are read through the tensor's stride: a strided, offset or expanded (stride 0) indptr is
+// checked by its logical values, which are what the kernels read (they take .contiguous() copies).
 inline void check_csr(const at::Tensor& indptr, const at::Tensor& indices, const char* indptr_name,
                       const char* indices_name) {
   check_dtype(indptr, at::kLong, indptr_name);
@@ -54,13 +56,15 @@ inline void check_csr(const at::Tensor& indptr, const at::Tensor& indices, const
   check_same_device(indptr, indptr_name, indices, indices_name);
   TORCH_CHECK_VALUE(indptr.numel() >= 1, indptr_name, " must have at least one entry (N + 1)");
   const auto ip = indptr.to(at::kCPU);
-  const int64_t* p = ip.data_ptr<int64_t>();
+  const int64_t* base = ip.const_data_ptr<int64_t>();
+  const int64_t stride = ip.stride(0);
   const int64_t n = ip.numel();
-  TORCH_CHECK_VALUE(p[0] == 0, indptr_name, "[0] must be 0, got ", p[0]);
-  TORCH_CHECK_VALUE(p[n - 1] == indices.numel(), indptr_name, "[-1] must equal ", indices_name,
-                    ".numel() = ", indices.numel(), ", got ", p[n - 1]);
+  const auto p = [base, stride](int64_t i) { return base[i * stride]; };
+  TORCH_CHECK_VALUE(p(0) == 0, indptr_name, "[0] must be 0, got ", p(0));
+  TORCH_CHECK_VALUE(p(n - 1) == indices.numel(), indptr_name, "[-1] must equal ", indices_name,
+                    ".numel() = ", indices.numel(), ", got ", p(n - 1));
   for (int64_t i = 1; i < n; ++i) {
-    TORCH_CHECK_VALUE(p[i] >= p[i - 1], indptr_name, " must be non-decreasing (at position ", i, ")");
+    TORCH_CHECK_VALUE(p(i) >= p(i - 1), indptr_name, " must be non-decreasing (at position ", i, ")");
   }
 }
 

@@ -1,6 +1,9 @@
 // The emulator's scheduler: fibers, barriers, warp operations, launches and their record.
 // Built without the kernels' instrumentation (never -fsanitize=thread), with ASan when the
 // kernels have it (fiber switches are then announced to ASan).
+#if !defined(__x86_64__)
+#error "the CUDA emulator (a test tool) is x86-64 only: its fibers switch stacks in x86-64 assembly"
+#endif
 #include "emu/runtime.h"
 
 #include <c10/util/Exception.h>

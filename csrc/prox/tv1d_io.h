@@ -8,10 +8,7 @@
 
 #include "common/macros.h"
 
-#if !defined(__CUDA_ARCH__) && (defined(__x86_64__) || defined(_M_X64))
-#include <emmintrin.h>
-#define FK_TV_SSE2 1
-#endif
+#include "prox/tv1d_x86.h"  // x86-64 host code: SSE2 forms, and FK_TV_SSE2
 
 namespace fedkernels {
 
@@ -44,19 +41,19 @@ FK_HOST_DEVICE FK_INLINE bool tv_any_nonfinite(const float* z, int64_t a, int64_
 }
 
 // z[i] as a double. On x86 hosts a plain float -> double conversion (cvtss2sd) merges into its
-// destination register, a false dependency that chains loop iterations (measured: float rows 1.5x
-// slower than double ones at large lam); convert packed from a zeroed register instead. Same value.
+// destination register, a false dependency that chains loop iterations; tv1d_x86.h converts packed
+// from a zeroed register instead. Same value.
 FK_HOST_DEVICE FK_INLINE double tv_load(const double* z, int64_t i) { return z[i]; }
 FK_HOST_DEVICE FK_INLINE double tv_load(const float* z, int64_t i) {
 #if defined(FK_TV_SSE2)
-  return _mm_cvtsd_f64(_mm_cvtps_pd(_mm_load_ss(z + i)));
+  return tv_load_sse2(z, i);
 #else
   return static_cast<double>(z[i]);
 #endif
 }
 
-// v as a T. On x86 hosts double -> float (cvtsd2ss) merges into its destination register, the same
-// false dependency as in tv_load; convert packed instead (cvtpd2ps writes the whole register).
+// v as a T. On x86 hosts double -> float (cvtsd2ss) has the same false dependency as in tv_load;
+// tv1d_x86.h converts packed instead (cvtpd2ps writes the whole register).
 template <typename T>
 FK_HOST_DEVICE FK_INLINE T tv_cast(double v) {
   return static_cast<T>(v);
@@ -64,7 +61,7 @@ FK_HOST_DEVICE FK_INLINE T tv_cast(double v) {
 #if defined(FK_TV_SSE2)
 template <>
 FK_HOST_DEVICE FK_INLINE float tv_cast<float>(double v) {
-  return _mm_cvtss_f32(_mm_cvtpd_ps(_mm_set_sd(v)));
+  return tv_to_float_sse2(v);
 }
 #endif
 

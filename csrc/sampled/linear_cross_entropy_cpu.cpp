@@ -1,6 +1,6 @@
 // CPU launcher of linear_cross_entropy: logits are built one [N-tile x class-chunk] block at a
 // time with a BLAS tile GEMM, so [N, s] is never held whole; float rows are finished, exponentiated
-// and summed by the AVX-512 row kernels of lce_rows.h.
+// and summed by the row kernels of lce_rows.h at the CPU level (common/cpu_isa.h).
 //   forward:  parallel over N-tiles; each tile sweeps the chunks with an online log-sum-exp.
 //   backward: parallel over class groups (fixed by the shapes); a group owns its rows of grad_W and
 //             grad_bias and a partial grad_h, and the partials are added in group order, so the
@@ -35,12 +35,12 @@ at::Tensor products_block(const LceInputs& in, at::Tensor& scratch, int64_t r0, 
   return z;
 }
 
-// One row chunk: finish the logits in place and return their (max, sum exp). float on an AVX-512
-// CPU takes the vectorized kernels (lce_rows.h); the scalar math is the same function otherwise.
+// One row chunk: finish the logits in place and return their (max, sum exp). float takes the row
+// kernels of the CPU level (lce_rows.h); float64 the scalar math (the generic level's for float).
 template <typename T>
-LseState<T> finish_lse_row(bool vectorized, T* z, const T* bias, T scale, int64_t cols) {
+LseState<T> finish_lse_row(CpuIsa isa, T* z, const T* bias, T scale, int64_t cols) {
   if constexpr (std::is_same_v<T, float>) {
-    if (vectorized) return lce_rows_finish_lse(z, bias, scale, cols);
+    return lce_rows_finish_lse(isa, z, bias, scale, cols);
   }
   lce_finish_logits(z, bias, scale, cols, 0, 1);
   return lse_of_chunk(z, cols, 0, 1);
@@ -48,19 +48,19 @@ LseState<T> finish_lse_row(bool vectorized, T* z, const T* bias, T scale, int64_
 
 // One row chunk: finish the logits and turn them into d/dz in place.
 template <typename T>
-void finish_dlogits_row(bool vectorized, T* z, const T* bias, T scale, int64_t cols, T lse, T g_loss, T g_lse,
+void finish_dlogits_row(CpuIsa isa, T* z, const T* bias, T scale, int64_t cols, T lse, T g_loss, T g_lse,
                         int64_t target_col) {
   if constexpr (std::is_same_v<T, float>) {
-    if (vectorized) return lce_rows_finish_dlogits(z, bias, scale, cols, lse, g_loss, g_lse, target_col);
+    return lce_rows_finish_dlogits(isa, z, bias, scale, cols, lse, g_loss, g_lse, target_col);
   }
   lce_finish_logits(z, bias, scale, cols, 0, 1);
   lce_dlogits(z, cols, lse, g_loss, g_lse, target_col, 0, 1);
 }
 
 template <typename T>
-void add_row(bool vectorized, T* acc, const T* x, int64_t cols) {
+void add_row(CpuIsa isa, T* acc, const T* x, int64_t cols) {
   if constexpr (std::is_same_v<T, float>) {
-    if (vectorized) return lce_rows_add(acc, x, cols);
+    return lce_rows_add(isa, acc, x, cols);
   }
   for (int64_t j = 0; j < cols; ++j) acc[j] += x[j];
 }
@@ -68,7 +68,7 @@ void add_row(bool vectorized, T* acc, const T* x, int64_t cols) {
 template <typename T>
 void lce_forward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t* target, int64_t ignore_index, T scale,
                         T* loss, T* lse) {
-  const bool vec = lce_rows_vectorized();
+  const CpuIsa isa = cpu_isa();  // one level for the whole call
   const T* bias = in.bias.defined() ? in.bias.data_ptr<T>() : nullptr;
   at::parallel_for(0, plan.num_tiles, 1, [&](int64_t tb, int64_t te) {
     auto scratch = at::empty({kLceTileRows * plan.chunk}, in.h.options());
@@ -85,7 +85,7 @@ void lce_forward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t*
         const at::Tensor zt = products_block(in, scratch, r0, rows, c0, cols);
         T* z = zt.data_ptr<T>();
         for (int64_t i = 0; i < rows; ++i) {
-          const LseState<T> part = finish_lse_row<T>(vec, z + i * cols, bias ? bias + c0 : nullptr, scale, cols);
+          const LseState<T> part = finish_lse_row<T>(isa, z + i * cols, bias ? bias + c0 : nullptr, scale, cols);
           lse_merge(&state[i], part.max, part.sum);
           const int64_t tc = target[r0 + i] - c0;
           if (target[r0 + i] != ignore_index && tc >= 0 && tc < cols) target_logit[i] = z[i * cols + tc];
@@ -103,7 +103,7 @@ template <typename T>
 void lce_backward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t* target, int64_t ignore_index, T scale,
                          const T* lse, const T* g_loss, const T* g_lse, at::Tensor& grad_h_parts, at::Tensor& grad_W,
                          T* grad_bias) {
-  const bool vec = lce_rows_vectorized();
+  const CpuIsa isa = cpu_isa();  // one level for the whole call
   const T* bias = in.bias.defined() ? in.bias.data_ptr<T>() : nullptr;
   at::parallel_for(0, plan.num_groups, 1, [&](int64_t gb, int64_t ge) {
     auto scratch = at::empty({kLceTileRows * plan.chunk}, in.h.options());
@@ -120,11 +120,11 @@ void lce_backward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t r = r0 + i;
             const int64_t tc = target[r] != ignore_index ? target[r] - c0 : -1;
-            finish_dlogits_row<T>(vec, zp + i * cols, bias ? bias + c0 : nullptr, scale, cols, lse[r], g_loss[r],
+            finish_dlogits_row<T>(isa, zp + i * cols, bias ? bias + c0 : nullptr, scale, cols, lse[r], g_loss[r],
                                   g_lse[r], tc);
           }
           if (grad_bias != nullptr) {
-            for (int64_t i = 0; i < rows; ++i) add_row<T>(vec, grad_bias + c0, zp + i * cols, cols);
+            for (int64_t i = 0; i < rows; ++i) add_row<T>(isa, grad_bias + c0, zp + i * cols, cols);
           }
           // d/dW = scale * G^T h, d/dh = scale * G W (G: the d/dz block just computed).
           grad_Wc.addmm_(z.t(), in.h.narrow(0, r0, rows), 1, scale);
@@ -146,7 +146,7 @@ template <typename T>
 void lce_fused_kernel(const LceInputs& in, const LcePlan& plan, int64_t tile_rows, const int64_t* target,
                       int64_t ignore_index, T scale, T g_live, T* loss, T* lse, T* grad_h, at::Tensor& grad_W,
                       T* grad_bias) {
-  const bool vec = lce_rows_vectorized();
+  const CpuIsa isa = cpu_isa();  // one level for the whole call
   const T* bias = in.bias.defined() ? in.bias.data_ptr<T>() : nullptr;
   const int64_t block = tile_rows * plan.chunk;  // one chunk's block of a tile's logits
   auto logits = at::empty({plan.num_chunks * block}, in.h.options());
@@ -168,7 +168,7 @@ void lce_fused_kernel(const LceInputs& in, const LcePlan& plan, int64_t tile_row
         T* zp = z.data_ptr<T>();
         for (int64_t i = 0; i < rows; ++i) {
           chunk_lse[i * plan.num_chunks + c] =
-              finish_lse_row<T>(vec, zp + i * cols, bias ? bias + c0 : nullptr, scale, cols);
+              finish_lse_row<T>(isa, zp + i * cols, bias ? bias + c0 : nullptr, scale, cols);
           const int64_t tc = target[r0 + i] - c0;  // one chunk holds the target: one writer
           if (target[r0 + i] != ignore_index && tc >= 0 && tc < cols) target_logit[i] = zp[i * cols + tc];
         }
@@ -194,11 +194,11 @@ void lce_fused_kernel(const LceInputs& in, const LcePlan& plan, int64_t tile_row
             const int64_t r = r0 + i;
             const bool live = target[r] != ignore_index;
             // logits already finished: scale 1 and no bias leave them as they are
-            finish_dlogits_row<T>(vec, zp + i * cols, nullptr, T(1), cols, lse[r], live ? g_live : T(0), T(0),
+            finish_dlogits_row<T>(isa, zp + i * cols, nullptr, T(1), cols, lse[r], live ? g_live : T(0), T(0),
                                   live ? target[r] - c0 : -1);
           }
           if (grad_bias != nullptr) {
-            for (int64_t i = 0; i < rows; ++i) add_row<T>(vec, grad_bias + c0, zp + i * cols, cols);
+            for (int64_t i = 0; i < rows; ++i) add_row<T>(isa, grad_bias + c0, zp + i * cols, cols);
           }
           grad_W.narrow(0, c0, cols).addmm_(z.t(), h_tile, 1, scale);
           part.addmm_(z, in.W.narrow(0, c0, cols), 1, scale);

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/cpu_isa.h"
 #include "common/dispatch.h"
 #include "common/macros.h"
 #include "common/stream_store.h"
@@ -94,23 +95,48 @@ inline __attribute__((always_inline)) void mean_rows(const ScatterJob<scalar_t, 
   if constexpr (kStream) stream_store_fence();
 }
 
-// Non-template wrappers for the two hot dtypes, built for AVX2 and baseline x86-64 (macros.h).
-FK_CPU_AVX2_CLONE void mean_rows_float(const ScatterJob<float, float>& j, int64_t u0, int64_t u1, float* acc,
-                                       bool stream) {
+// Non-template wrappers for the two hot dtypes, one per CPU level (common/cpu_isa.h): the avx2 build
+// adds 8 floats per instruction. Only adds, multiplies and divides, lane by lane in the same order,
+// so every level gives the same bits.
+template <typename T>
+inline __attribute__((always_inline)) void mean_rows_dtype(const ScatterJob<T, T>& j, int64_t u0, int64_t u1, T* acc,
+                                                           bool stream) {
   stream ? mean_rows<true>(j, u0, u1, acc, acc + j.d) : mean_rows<false>(j, u0, u1, acc, acc + j.d);
 }
 
-FK_CPU_AVX2_CLONE void mean_rows_double(const ScatterJob<double, double>& j, int64_t u0, int64_t u1, double* acc,
-                                        bool stream) {
-  stream ? mean_rows<true>(j, u0, u1, acc, acc + j.d) : mean_rows<false>(j, u0, u1, acc, acc + j.d);
+__attribute__((flatten)) void mean_rows_generic(const ScatterJob<float, float>& j, int64_t u0, int64_t u1, float* acc,
+                                                bool stream) {
+  mean_rows_dtype(j, u0, u1, acc, stream);
+}
+__attribute__((flatten)) void mean_rows_generic(const ScatterJob<double, double>& j, int64_t u0, int64_t u1,
+                                                double* acc, bool stream) {
+  mean_rows_dtype(j, u0, u1, acc, stream);
+}
+#if FK_X86_LEVELS
+FK_TARGET_AVX2 __attribute__((flatten)) void mean_rows_avx2(const ScatterJob<float, float>& j, int64_t u0, int64_t u1,
+                                                            float* acc, bool stream) {
+  mean_rows_dtype(j, u0, u1, acc, stream);
+}
+FK_TARGET_AVX2 __attribute__((flatten)) void mean_rows_avx2(const ScatterJob<double, double>& j, int64_t u0, int64_t u1,
+                                                            double* acc, bool stream) {
+  mean_rows_dtype(j, u0, u1, acc, stream);
+}
+#endif
+
+// The avx512 level runs the avx2 build (these memory-bound rows never had an AVX-512 one).
+template <typename T>
+void mean_rows_level(CpuIsa isa, const ScatterJob<T, T>& j, int64_t u0, int64_t u1, T* acc, bool stream) {
+#if FK_X86_LEVELS
+  if (isa >= CpuIsa::avx2) return mean_rows_avx2(j, u0, u1, acc, stream);
+#endif
+  mean_rows_generic(j, u0, u1, acc, stream);
 }
 
 template <typename scalar_t, typename acc_t>
-inline void mean_rows_any(const ScatterJob<scalar_t, acc_t>& j, int64_t u0, int64_t u1, acc_t* acc, bool stream) {
-  if constexpr (std::is_same_v<scalar_t, float>) {
-    mean_rows_float(j, u0, u1, acc, stream);
-  } else if constexpr (std::is_same_v<scalar_t, double>) {
-    mean_rows_double(j, u0, u1, acc, stream);
+inline void mean_rows_any(CpuIsa isa, const ScatterJob<scalar_t, acc_t>& j, int64_t u0, int64_t u1, acc_t* acc,
+                          bool stream) {
+  if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>) {
+    mean_rows_level(isa, j, u0, u1, acc, stream);
   } else {
     mean_rows<false>(j, u0, u1, acc, static_cast<scalar_t*>(nullptr));
   }
@@ -123,6 +149,7 @@ constexpr int64_t kChunkSources = 256;
 
 template <typename scalar_t, typename acc_t>
 void mean_all_rows(const ScatterJob<scalar_t, acc_t>& j, int64_t num_rows, int64_t t_count) {
+  const CpuIsa isa = cpu_isa();
   const int64_t rows_per_chunk = std::max<int64_t>(1, num_rows * kChunkSources / t_count);
   const int64_t chunks = (num_rows + rows_per_chunk - 1) / rows_per_chunk;
   const int64_t workers = std::min<int64_t>(chunks, at::get_num_threads());
@@ -132,7 +159,7 @@ void mean_all_rows(const ScatterJob<scalar_t, acc_t>& j, int64_t num_rows, int64
     std::vector<acc_t> acc(2 * j.d);  // the accumulator, and the row to stream (float/double)
     for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
          c = next.fetch_add(1, std::memory_order_relaxed)) {
-      mean_rows_any(j, c * rows_per_chunk, std::min(num_rows, (c + 1) * rows_per_chunk), acc.data(), stream);
+      mean_rows_any(isa, j, c * rows_per_chunk, std::min(num_rows, (c + 1) * rows_per_chunk), acc.data(), stream);
     }
   });
 }

@@ -7,13 +7,10 @@
 #include <numeric>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "select/select.h"
 #include "select/select_checks.h"
 #include "select/select_plan.h"
+#include "select/widen_half.h"
 
 namespace fedkernels {
 
@@ -22,33 +19,19 @@ static_assert(sizeof(void*) == sizeof(int64_t), "plans pack pointers into int64"
 // Chunks are ~8K elements (tens of microseconds), so a few per task keeps scheduling cheap.
 constexpr int64_t kChunksPerTask = 4;
 
-// float16 -> float32 of n values (exact). c10::Half's scalar conversion costs ~20 ns per value
-// here, so x86 CPUs with F16C convert 8 at a time; the values, and so the sums, are identical.
-#if defined(__x86_64__)
-__attribute__((target("avx,f16c"))) static void widen_half_f16c(const c10::Half* src, float* dst, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-  }
-  for (; i < n; ++i) dst[i] = widen(src[i]);
-}
-static const bool kHasF16C = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-#else
-static void widen_half_f16c(const c10::Half*, float*, int64_t) {}
-static const bool kHasF16C = false;
-#endif
-
-// The partial of chunk c. float16 chunks are widened into float32 buffers first (exact), then run
-// through the float32 instance of the same item math: lanes and order match the direct path.
-static double norm_chunk_partial_cpu(const int64_t* packed, int64_t num_tensors, int64_t c, float* buf_a,
+// The partial of chunk c. float16 chunks are widened into float32 buffers first where the level
+// converts in vectors (widen_half.h: F16C at avx2; c10::Half's scalar conversion costs ~20 ns per
+// value), then run through the float32 instance of the same item math: lanes, order and the
+// (exact) converted values match the direct path, so every level gives the same bits.
+static double norm_chunk_partial_cpu(CpuIsa isa, const int64_t* packed, int64_t num_tensors, int64_t c, float* buf_a,
                                      float* buf_b) {
   const int64_t* rec = packed + packed[num_tensors * kNormRecord + c] * kNormRecord;
-  if (!kHasF16C || static_cast<ElemType>(rec[3]) != ElemType::kFloat16) {
+  if (!widen_half_vectorized(isa) || static_cast<ElemType>(rec[3]) != ElemType::kFloat16) {
     return norm_chunk_partial(packed, num_tensors, c, 0, 1);
   }
   const int64_t begin = (c - rec[4]) * kSelectChunk, n = std::min(kSelectChunk, rec[2] - begin);
-  widen_half_f16c(static_cast<const c10::Half*>(as_ptr(rec[0])) + begin, buf_a, n);
-  widen_half_f16c(static_cast<const c10::Half*>(as_ptr(rec[1])) + begin, buf_b, n);
+  widen_half(isa, static_cast<const c10::Half*>(as_ptr(rec[0])) + begin, buf_a, n);
+  widen_half(isa, static_cast<const c10::Half*>(as_ptr(rec[1])) + begin, buf_b, n);
   return sq_diff_sum_typed<float, float>(buf_a, buf_b, 0, n, 0, 1);
 }
 
@@ -57,10 +40,11 @@ static at::Tensor delta_norms_cpu(at::TensorList new_, at::TensorList old, bool 
   const NormPlan plan = make_norm_plan(new_, old);
   std::vector<double> partials(plan.total_chunks);
   const int64_t* packed = plan.packed.data();
+  const CpuIsa isa = cpu_isa();
   at::parallel_for(0, plan.total_chunks, kChunksPerTask, [&](int64_t begin, int64_t end) {
-    std::vector<float> buf_a(kHasF16C ? kSelectChunk : 0), buf_b(buf_a.size());
+    std::vector<float> buf_a(widen_half_vectorized(isa) ? kSelectChunk : 0), buf_b(buf_a.size());
     for (int64_t c = begin; c < end; ++c) {
-      partials[c] = norm_chunk_partial_cpu(packed, plan.num_tensors, c, buf_a.data(), buf_b.data());
+      partials[c] = norm_chunk_partial_cpu(isa, packed, plan.num_tensors, c, buf_a.data(), buf_b.data());
     }
   });
   auto out = at::empty({plan.num_tensors}, at::TensorOptions().dtype(at::kFloat));

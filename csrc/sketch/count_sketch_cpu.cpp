@@ -46,8 +46,8 @@ void lanes_in(const scalar_t* x, int64_t p, int64_t nc, acc_t* xt) {
 // B * kLanes accumulators; chunks run in ascending class order, so every bucket still adds its
 // classes in ascending order.
 template <typename scalar_t, typename acc_t>
-void count_sketch_block(const scalar_t* x, int64_t p, const int32_t* table, const int8_t* signs, int64_t r, int64_t nb,
-                        acc_t* acc, acc_t* xt) {
+void count_sketch_block(CpuIsa isa, const scalar_t* x, int64_t p, const int32_t* table, const int8_t* signs, int64_t r,
+                        int64_t nb, acc_t* acc, acc_t* xt) {
   for (int64_t c0 = 0; c0 < p; c0 += kLaneChunk) {
     const int64_t nc = std::min(p - c0, kLaneChunk);
     lanes_in<scalar_t, acc_t>(x + c0, p, nc, xt);
@@ -55,11 +55,11 @@ void count_sketch_block(const scalar_t* x, int64_t p, const int32_t* table, cons
       const int8_t* scol = signs == nullptr ? nullptr : signs + c0 * r + j;
       if constexpr (std::is_same_v<acc_t, float>) {
         if (sketch_lanes_use_wide(nb)) {
-          sketch_lanes_table_wide(xt, nc, table + c0 * r + j, scol, r, acc + j * nb * kLanes);
+          sketch_lanes_table_wide(isa, xt, nc, table + c0 * r + j, scol, r, acc + j * nb * kLanes);
           continue;
         }
       }
-      sketch_lanes_table(xt, nc, table + c0 * r + j, scol, r, acc + j * nb * kLanes);
+      sketch_lanes_table(isa, xt, nc, table + c0 * r + j, scol, r, acc + j * nb * kLanes);
     }
   }
 }
@@ -89,6 +89,7 @@ void scatter_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8
   const int64_t blocks = rows >= kLanes * threads ? rows / kLanes : 0;
   const int64_t rest = rows - blocks * kLanes;
   const int64_t groups = rest >= 2 * threads ? 1 : r;
+  const CpuIsa isa = cpu_isa();
   FK_DISPATCH_FLOAT_HALF_BF16(x2d.scalar_type(), "count_sketch", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const scalar_t* x = x2d.const_data_ptr<scalar_t>();
@@ -105,7 +106,7 @@ void scatter_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8
         acc_t* xt = align_up(acc + acc_n);
         std::fill(acc, acc + acc_n, acc_t(0));
         for (int64_t blk = begin; blk < end; ++blk) {
-          count_sketch_block<scalar_t, acc_t>(x + blk * kLanes * p, p, t, signs, r, num_buckets, acc, xt);
+          count_sketch_block<scalar_t, acc_t>(isa, x + blk * kLanes * p, p, t, signs, r, num_buckets, acc, xt);
           for (int64_t j = 0; j < r; ++j) {
             lanes_out<scalar_t, acc_t>(acc + j * num_buckets * kLanes, num_buckets, div,
                                        o + blk * kLanes * out_row_stride + j * out_table_stride, out_row_stride);

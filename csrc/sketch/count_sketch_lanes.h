@@ -6,21 +6,26 @@
 
 #include <cstdint>
 
+#include "common/cpu_isa.h"
+
 namespace fedkernels {
 
 constexpr int64_t kSketchLanes = 16;  // rows per block: one 64-byte line of float accumulators
 
 // One table's pass over nc classes: acc[tcol[c * r] * kSketchLanes + lane] += sign * xt[c * kSketchLanes + lane]
 // with sign from scol[c * r] (nullptr: all +1). The sign flips the sign bit: a + (-x) is a - x exactly.
-void sketch_lanes_table(const float* xt, int64_t nc, const int32_t* tcol, const int8_t* scol, int64_t r, float* acc);
-void sketch_lanes_table(const double* xt, int64_t nc, const int32_t* tcol, const int8_t* scol, int64_t r, double* acc);
+// isa: the CPU level to run (cpu_isa(), read once per op call); every level gives the same bits.
+void sketch_lanes_table(CpuIsa isa, const float* xt, int64_t nc, const int32_t* tcol, const int8_t* scol, int64_t r,
+                        float* acc);
+void sketch_lanes_table(CpuIsa isa, const double* xt, int64_t nc, const int32_t* tcol, const int8_t* scol, int64_t r,
+                        double* acc);
 
-// The same float pass with one 64-byte add per bucket where AVX-512 exists (same bits). A/B per
-// call on a Zen-class VM: ~5-8% faster at (p, R, B) = (30938, 4, 1000), ~3% at (312330, 8, 5000),
-// equal elsewhere in 250..5000; slower per RMW for B <= 16 (store-forwarding chains) and at
-// B = 16000 (1 MB of acc per table), hence the range below.
-void sketch_lanes_table_wide(const float* xt, int64_t nc, const int32_t* tcol, const int8_t* scol, int64_t r,
-                             float* acc);
+// The same float pass with one 64-byte add per bucket at the avx512 level (same bits; other levels
+// run sketch_lanes_table). A/B per call on a Zen-class VM: ~5-8% faster at (p, R, B) = (30938, 4, 1000),
+// ~3% at (312330, 8, 5000), equal elsewhere in 250..5000; slower per RMW for B <= 16 (store-forwarding
+// chains) and at B = 16000 (1 MB of acc per table), hence the range below.
+void sketch_lanes_table_wide(CpuIsa isa, const float* xt, int64_t nc, const int32_t* tcol, const int8_t* scol,
+                             int64_t r, float* acc);
 
 // Whether to call sketch_lanes_table_wide for a table of nb buckets.
 constexpr bool sketch_lanes_use_wide(int64_t nb) { return nb > 64 && nb <= 8192; }

@@ -1,30 +1,24 @@
-// Vector final pass of the CPU knn_classes (float32 W, CPUs with AVX-512): the float64 distances of a
-// row's kept candidates. Each lane performs exactly the operations of spread::exact_distance (l2: sum
-// of (a - b)^2 then sqrt; cosine: sum of (a / |a| - b / |b|)^2 then / 2), in the same dim order,
-// without FMA (the build uses -ffp-contract=off), so the bits match the scalar path. A lane needs one
-// candidate's dims in order while a candidate's row is contiguous in W, so groups of four candidate
-// rows are loaded eight dims at a time and transposed in registers (no gathers); one pass over the
-// dims runs up to four groups (sixteen candidates), each lane its own sequential sum. The groups are
-// 256-bit: on AMD Zen 4 a 512-bit shuffle or conversion costs two 256-bit ones, and four-candidate
-// groups waste fewer lanes on the usual k + 1 candidates than sixteen-lane panels. Cosine reads
-// b / |b| from float64 unit rows where the caller has them, else divides in the loop.
+// Vector final pass of the CPU knn_classes at the avx512 level (float32 W; knn_exact_avx2.cpp is the avx2 one): the
+// float64 distances of a row's kept candidates. Each lane performs exactly the operations of spread::exact_distance
+// (l2: sum of (a - b)^2 then sqrt; cosine: sum of (a / |a| - b / |b|)^2 then / 2), in the same dim order, without FMA
+// (the build uses -ffp-contract=off), so the bits match the scalar path. A lane needs one candidate's dims in order
+// while a candidate's row is contiguous in W, so groups of four candidate rows are loaded eight dims at a time and
+// transposed in registers (no gathers); one pass over the dims runs up to four groups (sixteen candidates), each lane
+// its own sequential sum. The groups are 256-bit: on AMD Zen 4 a 512-bit shuffle or conversion costs two 256-bit ones,
+// and four-candidate groups waste fewer lanes on the usual k + 1 candidates than sixteen-lane panels. Cosine reads b /
+// |b| from float64 unit rows where the caller has them, else divides in the loop.
 #include "spread/knn_tiles.h"
 
 #include <algorithm>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if FK_X86_LEVELS
 #include <immintrin.h>
-#define FK_KNN_EXACT_AVX512 1
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-#else
-#define FK_KNN_EXACT_AVX512 0
-#endif
 
 namespace fedkernels {
 namespace spread_cpu {
-
-#if FK_KNN_EXACT_AVX512
+namespace avx512 {
 
 namespace {
 
@@ -236,14 +230,7 @@ __attribute__((target("avx512f,avx512vl"))) void unit_rows(const float* w, int64
   }
 }
 
-#else
-
-void exact_candidate_distances(const float*, int64_t, int64_t, int, const double*, const double*, const int64_t*,
-                               int64_t, double*, double*) {}
-void row_sq_norms(const float*, int64_t, int64_t, int64_t, double*) {}
-void unit_rows(const float*, int64_t, int64_t, int64_t, const double*, double*) {}
-
-#endif
-
+}  // namespace avx512
 }  // namespace spread_cpu
 }  // namespace fedkernels
+#endif

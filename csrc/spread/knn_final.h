@@ -48,12 +48,13 @@ struct FinalShare {
 };
 
 // Final pass of rows [r0, r1): the k nearest by (float64 distance, id) among each row's kept candidates,
-// or an exact scan of all classes for a row whose list overflowed. vector: the AVX-512 pass (float32
-// W); unit: its cosine operand, float64 unit rows of all classes, or nullptr.
+// or an exact scan of all classes for a row whose list overflowed. vector: the level whose vector pass
+// runs (float32 W; nullptr: the scalar pass, the same bits); unit: its cosine operand, float64 unit rows
+// of all classes, or nullptr.
 template <typename T, typename ACC>
 void finalize_rows(const T* w, int64_t c, int64_t d, int64_t k, int metric, const std::vector<double>& norms,
-                   const double* unit, bool vector, Candidates<ACC>& cand, FinalShare* share, int64_t r0, int64_t r1,
-                   FinalScratch& s, ACC* out_dist, int64_t* out_idx) {
+                   const double* unit, const KnnLevel* vector, Candidates<ACC>& cand, FinalShare* share, int64_t r0,
+                   int64_t r1, FinalScratch& s, ACC* out_dist, int64_t* out_idx) {
   s.exact.resize(static_cast<size_t>(2 * std::max(cand.cap, k)));
   s.ids.resize(static_cast<size_t>(std::max(cand.cap, k)));
   s.todo.resize(static_cast<size_t>(cand.cap));
@@ -64,7 +65,7 @@ void finalize_rows(const T* w, int64_t c, int64_t d, int64_t k, int metric, cons
     }
     int64_t* ids = cand.ids.data() + i * cand.ld;
     if constexpr (std::is_same_v<T, float>) {
-      if (vector) {  // same distances, bit for bit, sixteen candidates per AVX-512 panel
+      if (vector != nullptr) {  // same distances, bit for bit, sixteen candidates per pass
         s.xa.resize(static_cast<size_t>(d));
         // Only candidates keyed within the band of the k-th can be among the true k nearest (spread.h),
         // and the list holds all of them (else the row overflowed): the rest need no exact distance.
@@ -94,8 +95,7 @@ void finalize_rows(const T* w, int64_t c, int64_t d, int64_t k, int metric, cons
           }
         }
         double* fresh = exact + std::max(cand.cap, k);
-        spread_cpu::exact_candidate_distances(w, i, d, metric, norms.data(), unit, s.ids.data(), todo, s.xa.data(),
-                                              fresh);
+        vector->exact_candidate_distances(w, i, d, metric, norms.data(), unit, s.ids.data(), todo, s.xa.data(), fresh);
         for (int64_t t = 0; t < todo; ++t) exact[s.todo[t]] = fresh[t];
         spread::sort_candidates(exact, ids, live);
         for (int64_t q = 0; q < k; ++q) {

@@ -1,6 +1,6 @@
-// Fused AVX-512 tile of the CPU knn_classes: an 8 x 32 register-blocked dot-product kernel whose
-// epilogue turns the accumulators into keys and tests them against the rows' (and columns') gates
-// in registers, so the [tile, tile] block of keys is never written or re-read. Almost every key
+// Fused AVX-512 tile of the CPU knn_classes (the avx512 level; knn_tiles_avx2.cpp is the avx2 one): an 8 x 32
+// register-blocked dot-product kernel whose epilogue turns the accumulators into keys and tests them against the rows'
+// (and columns') gates in registers, so the [tile, tile] block of keys is never written or re-read. Almost every key
 // fails its gate; the few that pass go to Candidates::offer, which re-tests them against the
 // current gate. The dot products use FMA and their own summation order: keys only choose
 // candidates within the rounding band of spread.h (which bounds any summation order, FMA
@@ -11,22 +11,18 @@
 #include <algorithm>
 #include <cstdint>
 #include <utility>
-#include <cstdlib>
 #include <limits>
 #include <vector>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if FK_X86_LEVELS
 #include <immintrin.h>
-#define FK_KNN_HAVE_AVX512 1
 // GCC 12 flags the intrinsics' internal undefined-vector placeholders as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-#else
-#define FK_KNN_HAVE_AVX512 0
-#endif
 
 namespace fedkernels {
 namespace spread_cpu {
+namespace avx512 {
 
 namespace {
 constexpr int64_t kPanel = 16;  // rows per packed panel: one zmm of float32
@@ -38,14 +34,8 @@ int64_t padded_rows(int64_t n) { return (n + kNr - 1) / kNr * kNr; }
 
 int64_t packed_tile_floats(int64_t n, int64_t d) { return padded_rows(n) * d; }
 
-#if FK_KNN_HAVE_AVX512
-
 namespace {
 
-// Candidates::offer with the insertion in registers, for lists of at most 32 (cap <= 32, ld 16 or
-// 32): the position is the count of kept entries that precede (key, j) under spread::key_less (padding
-// keys are +inf, masked out by size), and the entries after it move up one lane (valignd / valignq
-// with the previous vector) instead of one at a time. Same list, overflow flag and gate as offer().
 // Candidates::offer with the insertion in registers, for lists of at most 32 (cap <= 32, ld 16 or
 // 32): the position is the count of kept entries that precede (key, j) under spread::key_less, and
 // one masked expand per vector moves the entries from it on up a lane and puts the new one in its
@@ -362,11 +352,6 @@ void pack_tile_rows(const float* w, int64_t r0, int64_t n, int64_t d, float* dst
   }
 }
 
-bool fused_tiles_available() {
-  static const bool cpu_ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-  return cpu_ok && std::getenv("FEDKERNELS_KNN_BLAS") == nullptr;
-}
-
 void fused_tile_pair(const float* rows, int64_t row0, int64_t na, const float* packed_cols, int64_t col0, int64_t nb,
                      int64_t d, Candidates<float>& cand) {
   const bool diagonal = row0 == col0;
@@ -395,15 +380,7 @@ void fused_tile_pair(const float* rows, int64_t row0, int64_t na, const float* p
   }
 }
 
-#else  // no x86-64 AVX-512 intrinsics: the BLAS tile path is always used
-
-bool fused_tiles_available() { return false; }
-
-void pack_tile_rows(const float*, int64_t, int64_t, int64_t, float*) {}
-
-void fused_tile_pair(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, Candidates<float>&) {}
-
-#endif
-
+}  // namespace avx512
 }  // namespace spread_cpu
 }  // namespace fedkernels
+#endif

@@ -1,15 +1,14 @@
 // CPU launcher of knn_classes. The distance matrix is symmetric, so only block pairs (I <= J) of
 // keys are computed; each block pair feeds the candidate lists of its rows and of its columns. Two
-// tile paths: on AVX-512 CPUs (float32 keys) a fused register-tile kernel tests the keys against the
-// rows' gates without storing them (knn_tiles_avx512.cpp); elsewhere at::mm fills a per-thread key
-// tile (BLAS single-threaded inside the parallel region) that is scanned row-wise and, transposed,
-// column-wise. Every row's list has one writer at a time: for small C (fused tiles, C <= kWholeMaxRows
-// and C * d <= kWholeCopy) all jobs run in one parallel region from a PairQueue (knn_whole); otherwise
-// block pairs run as tasks in rounds (block_schedule) in which no two tasks touch the same rows. A
-// final pass recomputes the kept candidates in float64 (or rescans rows with too many near-ties; see
-// spread.h), so the output does not depend on the order of the offers and is the same for any thread
-// count.
-// Extra memory: C x ld candidates (ld = capacity rounded up to 16) and their float64 distances, per
+// tile paths: at the avx512 and avx2 CPU levels (float32 keys) a fused register-tile kernel tests the
+// keys against the rows' gates without storing them (knn_tiles_avx512.cpp, knn_tiles_avx2.cpp); at
+// the generic level (and for float64) at::mm fills a per-thread key tile (BLAS single-threaded inside
+// the parallel region) that is scanned row-wise and, transposed, column-wise. Every row's list has
+// one writer at a time: for small C (fused tiles, C <= kWholeMaxRows and C * d <= kWholeCopy) all jobs run in one
+// parallel region from a PairQueue (knn_whole); otherwise block pairs run as tasks in rounds (block_schedule) in which
+// no two tasks touch the same rows. A final pass recomputes the kept candidates in float64 (or rescans rows with too
+// many near-ties; see spread.h), so the output does not depend on the order of the offers and is the same for any
+// thread count. Extra memory: C x ld candidates (ld = capacity rounded up to 16) and their float64 distances, per
 // thread one packed [kBlock, d] block and a diagonal block's [n, n] products (fused path) or two
 // [kBlock, kBlock] key tiles (BLAS path); the whole-matrix path adds a packed copy of W and, for
 // cosine, float64 unit rows.
@@ -24,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cpu_isa.h"
 #include "common/dispatch.h"
 #include "spread/spread.h"
 #include "spread/knn_candidates.h"
@@ -50,17 +50,17 @@ constexpr int64_t kWholeBlock = 128;  // rows per block of the whole-matrix path
 constexpr int64_t kWholeMaxRows = 2048;
 
 // Float64 norms of every row (cosine needs them for the exact recompute and the keys), in parallel;
-// float32 rows sixteen at a time on AVX-512 CPUs (the same bits as spread::row_sq_norm).
+// float32 rows sixteen at a time with a fused level's vectors (the same bits as spread::row_sq_norm).
 template <typename T>
-std::vector<double> row_norms(const T* w, int64_t c, int64_t d, bool vector) {
+std::vector<double> row_norms(const T* w, int64_t c, int64_t d, const spread_cpu::KnnLevel* level) {
   std::vector<double> norms(static_cast<size_t>(c));
   // Chunks of at least 2^20 entries (a fraction of a millisecond): a smaller W is read by one thread,
   // since a parallel region costs a time slice whenever the other core is busy.
   const int64_t grain = std::max<int64_t>(256, (int64_t{1} << 20) / std::max<int64_t>(d, 1));
   at::parallel_for(0, c, grain, [&](int64_t b, int64_t e) {
     if constexpr (std::is_same_v<T, float>) {
-      if (vector) {
-        spread_cpu::row_sq_norms(w, b, e, d, norms.data());
+      if (level != nullptr) {
+        level->row_sq_norms(w, b, e, d, norms.data());
         for (int64_t i = b; i < e; ++i) norms[i] = std::sqrt(norms[i]);
         return;
       }
@@ -129,7 +129,7 @@ void transpose_tile(const ACC* src, int64_t m, int64_t n, ACC* dst) {
 
 // Entries kept per row: k plus slack for near-ties of the k-th (a row with more takes the exact
 // rescan). The slack is spread::candidate_capacity's 8, cut to 6 or 7 where that fits a row's keys in
-// one 16-float vector (k = 9, 10; AVX-512 insertion: half the vectors to shift).
+// 16 floats (k = 9, 10; the vector insertion compares half the keys). The same at every level.
 int64_t list_capacity(int64_t k) {
   const int64_t cap = spread::candidate_capacity(k);
   return cap > 16 && k + 6 <= 16 ? 16 : cap;
@@ -140,14 +140,14 @@ int64_t list_capacity(int64_t k) {
 // one parallel region under a PairQueue, so no barrier separates the phases. Extra memory: the packed
 // copy (C * d floats) and, for cosine, the unit rows (C * d doubles).
 template <typename T>
-void knn_whole(const T* w, const float* wf, int64_t c, int64_t d, int64_t k, int metric,
+void knn_whole(const spread_cpu::KnnLevel& lv, const T* w, const float* wf, int64_t c, int64_t d, int64_t k, int metric,
                const std::vector<double>& norms, bool vector_final, Candidates<float>& cand, float* out_dist,
                int64_t* out_idx) {
   const int64_t block = kWholeBlock, t = (c + block - 1) / block;
-  const int64_t tile = spread_cpu::packed_tile_floats(block, d);
+  const int64_t tile = lv.packed_tile_floats(block, d);
   // Uninitialised: preparing a block writes all of its part of both.
   const std::unique_ptr<float[]> packed(
-      new float[static_cast<size_t>((t - 1) * tile + spread_cpu::packed_tile_floats(c - (t - 1) * block, d))]);
+      new float[static_cast<size_t>((t - 1) * tile + lv.packed_tile_floats(c - (t - 1) * block, d))]);
   const bool with_unit = metric == spread::kCosine && vector_final;
   const std::unique_ptr<double[]> unit(with_unit ? new double[static_cast<size_t>(c * d)] : nullptr);
   spread_cpu::FinalShare share(c, cand.ld);
@@ -160,14 +160,14 @@ void knn_whole(const T* w, const float* wf, int64_t c, int64_t d, int64_t k, int
       while (queue.next(job)) {
         const int64_t r0 = job.a * block, na = std::min(block, c - r0);
         if (job.kind == spread_cpu::PairQueue::kPrepare) {
-          spread_cpu::pack_tile_rows(wf, r0, na, d, packed.get() + job.a * tile);
-          if (with_unit) spread_cpu::unit_rows(wf, r0, r0 + na, d, norms.data(), unit.get());
+          lv.pack_tile_rows(wf, r0, na, d, packed.get() + job.a * tile);
+          if (with_unit) lv.unit_rows(wf, r0, r0 + na, d, norms.data(), unit.get());
         } else if (job.kind == spread_cpu::PairQueue::kPair) {
           const int64_t c0 = job.b * block, nb = std::min(block, c - c0);
-          spread_cpu::fused_tile_pair(wf + r0 * d, r0, na, packed.get() + job.b * tile, c0, nb, d, cand);
+          lv.fused_tile_pair(wf + r0 * d, r0, na, packed.get() + job.b * tile, c0, nb, d, cand);
         } else {
-          spread_cpu::finalize_rows<T, float>(w, c, d, k, metric, norms, unit.get(), vector_final, cand, &share, r0,
-                                              r0 + na, scratch, out_dist, out_idx);
+          spread_cpu::finalize_rows<T, float>(w, c, d, k, metric, norms, unit.get(), vector_final ? &lv : nullptr, cand,
+                                              &share, r0, r0 + na, scratch, out_dist, out_idx);
         }
         queue.done(job);
       }
@@ -176,8 +176,8 @@ void knn_whole(const T* w, const float* wf, int64_t c, int64_t d, int64_t k, int
 }
 
 template <typename T, typename ACC>
-void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int metric, const std::vector<double>& norms,
-                  at::Tensor& dist, at::Tensor& idx) {
+void knn_cpu_impl(const spread_cpu::KnnLevel* level, const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int metric,
+                  const std::vector<double>& norms, at::Tensor& dist, at::Tensor& idx) {
   const int64_t c = W.size(0), d = W.size(1);
   const T* w = W.data_ptr<T>();
   std::vector<ACC> col_term(static_cast<size_t>(c));
@@ -196,21 +196,20 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   ACC* out_dist = dist.data_ptr<ACC>();
   int64_t* out_idx = idx.data_ptr<int64_t>();
 
-  // Float32 keys on an AVX-512 CPU: fused register tiles (knn_tiles_avx512.cpp), no key matrix.
-  bool fused = false;
-  if constexpr (std::is_same_v<ACC, float>) fused = spread_cpu::fused_tiles_available();
-  const bool vector_final = fused && std::is_same_v<T, float>;
+  // Float32 keys at a vector level: fused register tiles (knn_tiles.h), no key matrix.
+  const spread_cpu::KnnLevel* fused = std::is_same_v<ACC, float> ? level : nullptr;
+  const bool vector_final = fused != nullptr && std::is_same_v<T, float>;
   if constexpr (std::is_same_v<ACC, float>) {
     // FEDKERNELS_KNN_TILED forces the block-pair rounds below at any size (tests compare the two paths).
     if (fused && c <= kWholeMaxRows && c * d <= kWholeCopy && std::getenv("FEDKERNELS_KNN_TILED") == nullptr) {
-      knn_whole(w, Wacc.data_ptr<float>(), c, d, k, metric, norms, vector_final, cand, out_dist, out_idx);
+      knn_whole(*fused, w, Wacc.data_ptr<float>(), c, d, k, metric, norms, vector_final, cand, out_dist, out_idx);
       return;
     }
   }
 
   const int64_t t = (c + kBlock - 1) / kBlock;
   auto block_rows = [&](int64_t b) { return Wacc.narrow(0, b * kBlock, std::min(kBlock, c - b * kBlock)); };
-  const int64_t tile = spread_cpu::packed_tile_floats(kBlock, d);
+  const int64_t tile = fused ? fused->packed_tile_floats(kBlock, d) : 0;
   std::vector<std::vector<float>> packs(static_cast<size_t>(at::get_num_threads()));  // per thread, reused
   auto run_tasks = [&](const std::vector<Task>& tasks) {
     at::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t tb, int64_t te) {
@@ -223,9 +222,9 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
           for (int64_t tk = tb; tk < te; ++tk)
             for (const auto& [bi, bj] : tasks[tk]) {
               const int64_t na = std::min(kBlock, c - bi * kBlock), nb = std::min(kBlock, c - bj * kBlock);
-              if (bj != packed) spread_cpu::pack_tile_rows(wf, bj * kBlock, nb, d, pack.data());
+              if (bj != packed) fused->pack_tile_rows(wf, bj * kBlock, nb, d, pack.data());
               packed = bj;
-              spread_cpu::fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, pack.data(), bj * kBlock, nb, d, cand);
+              fused->fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, pack.data(), bj * kBlock, nb, d, cand);
             }
           return;
         }
@@ -251,10 +250,40 @@ void knn_cpu_impl(const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int me
   std::unique_ptr<spread_cpu::FinalShare> share(vector_final ? new spread_cpu::FinalShare(c, cand.ld) : nullptr);
   at::parallel_for(0, c, 64, [&](int64_t rb, int64_t re) {
     spread_cpu::FinalScratch scratch;
-    spread_cpu::finalize_rows<T, ACC>(w, c, d, k, metric, norms, nullptr, vector_final, cand, share.get(), rb, re,
-                                      scratch, out_dist, out_idx);
+    spread_cpu::finalize_rows<T, ACC>(w, c, d, k, metric, norms, nullptr, vector_final ? fused : nullptr, cand,
+                                      share.get(), rb, re, scratch, out_dist, out_idx);
   });
 }
+
+}  // namespace
+
+namespace spread_cpu {
+
+const KnnLevel* knn_level(CpuIsa isa) {
+#if FK_X86_LEVELS
+  static const KnnLevel kAvx512{"avx512",
+                                avx512::packed_tile_floats,
+                                avx512::pack_tile_rows,
+                                avx512::fused_tile_pair,
+                                avx512::exact_candidate_distances,
+                                avx512::row_sq_norms,
+                                avx512::unit_rows};
+  static const KnnLevel kAvx2{"avx2",
+                              avx2::packed_tile_floats,
+                              avx2::pack_tile_rows,
+                              avx2::fused_tile_pair,
+                              avx2::exact_candidate_distances,
+                              avx2::row_sq_norms,
+                              avx2::unit_rows};
+  if (isa == CpuIsa::avx512) return &kAvx512;
+  if (isa == CpuIsa::avx2) return &kAvx2;
+#endif
+  return nullptr;
+}
+
+}  // namespace spread_cpu
+
+namespace {
 
 std::tuple<at::Tensor, at::Tensor> knn_classes_cpu(const at::Tensor& W_in, int64_t k, std::string metric_name) {
   // Float64 W is checked for finite values by ATen (its squared norms can overflow for finite
@@ -268,10 +297,10 @@ std::tuple<at::Tensor, at::Tensor> knn_classes_cpu(const at::Tensor& W_in, int64
   const at::Tensor W = W_in.contiguous();
   const int64_t c = W.size(0), d = W.size(1);
   const auto acc_type = W.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const spread_cpu::KnnLevel* level = spread_cpu::knn_level(cpu_isa());  // one level for the whole call
   std::vector<double> norms;
-  FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "knn_classes_cpu_norms", [&] {
-    norms = row_norms(W.data_ptr<scalar_t>(), c, d, spread_cpu::fused_tiles_available());
-  });
+  FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "knn_classes_cpu_norms",
+                              [&] { norms = row_norms(W.data_ptr<scalar_t>(), c, d, level); });
   if (W.scalar_type() != at::kDouble) {
     bool finite = true;
     for (const double n : norms) finite = finite && std::isfinite(n);
@@ -284,9 +313,9 @@ std::tuple<at::Tensor, at::Tensor> knn_classes_cpu(const at::Tensor& W_in, int64
   const at::Tensor Wacc = W.scalar_type() == acc_type ? W : W.to(acc_type);
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "knn_classes_cpu", [&] {
     if constexpr (std::is_same_v<scalar_t, double>) {
-      knn_cpu_impl<scalar_t, double>(W, Wacc, k, metric, norms, dist, idx);
+      knn_cpu_impl<scalar_t, double>(level, W, Wacc, k, metric, norms, dist, idx);
     } else {
-      knn_cpu_impl<scalar_t, float>(W, Wacc, k, metric, norms, dist, idx);
+      knn_cpu_impl<scalar_t, float>(level, W, Wacc, k, metric, norms, dist, idx);
     }
   });
   return {dist, idx};

@@ -1,8 +1,11 @@
 """A Flower App running a fedkernels strategy (FedMLH by default) on synthetic multi-label data.
 
-Every SuperNode regenerates the same seeded synthetic dataset and trains on the shard its
-``partition-id`` names. The run's settings (rounds, clients per round, seed, timeout, ...) come from
-Flower's ``run_config`` (``[tool.flwr.app.config]`` in pyproject.toml, overridden by ``flwr run -c``).
+Every SuperNode trains on the shard its ``partition-id`` names, one of ``num-partitions`` (both
+from its ``node_config``: the simulation engine sets them, a real SuperNode gets them with
+``--node-config``). The seeded synthetic dataset and its partition are made once per process (the
+simulation engine's workers serve many nodes) and a node keeps only its own shard. The run's
+settings (rounds, clients per round, seed, timeout, ...) come from Flower's ``run_config``
+(``[tool.flwr.app.config]`` in pyproject.toml, overridden by ``flwr run -c``).
 The global model is evaluated two ways after each round: centralised, on the test split the
 ServerApp holds (``server_app(evaluate_fn=...)``), and federated, each client ranking its own shard
 of the test split (``client_app(load_eval_data=...)``; example-weighted P@k/nDCG@k).
@@ -10,6 +13,7 @@ of the test split (``client_app(load_eval_data=...)``; example-weighted P@k/nDCG
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -18,7 +22,7 @@ from flwr.app import Context
 from fedkernels.data import Dataset, iid_partition, load_dataset, make_clients
 from fedkernels.fl import ClientData, State, Strategy, TrainConfig
 from fedkernels.fl.registry import make_strategy
-from fedkernels.integrations.flower import FlowerStrategy, client_app, run_config_from, server_app
+from fedkernels.integrations.flower import FlowerStrategy, client_app, partition_id, run_config_from, server_app
 from fedkernels.metrics import precision_at_k
 
 # Small settings per strategy for this data; any other registered strategy runs with its defaults.
@@ -29,9 +33,18 @@ OPTIONS = {
 }
 
 
+@functools.lru_cache(maxsize=2)
 def dataset(seed: int) -> Dataset:
-    """The synthetic data every process derives from the run's seed."""
+    """The synthetic data every process derives from the run's seed (made once per process)."""
     return load_dataset("synthetic", seed=seed, num_samples=1200, num_features=32, num_classes=50)
+
+
+@functools.lru_cache(maxsize=4)
+def shards(seed: int, n: int, held_out: bool) -> tuple:
+    """The train (or test) rows of each of ``n`` clients (made once per process)."""
+    ds = dataset(seed)
+    part = ds.test if held_out else ds.train
+    return tuple(iid_partition(part.indptr, part.indices, n, seed))
 
 
 def strategy(ctx: Context) -> Strategy:
@@ -39,19 +52,27 @@ def strategy(ctx: Context) -> Strategy:
     return make_strategy(name, **OPTIONS.get(name.lower(), {}))
 
 
+def num_partitions(ctx: Context) -> int:
+    """How many clients there are: the node's ``num-partitions`` (else the run config's ``num-clients``)."""
+    return int(ctx.node_config.get("num-partitions", ctx.run_config["num-clients"]))
+
+
+def _shard(ctx: Context, held_out: bool) -> ClientData:
+    seed, n, cid = int(ctx.run_config["seed"]), num_partitions(ctx), partition_id(ctx)
+    if cid >= n:
+        raise ValueError(f"partition-id {cid} is not below num-partitions {n}")
+    part = dataset(seed).test if held_out else dataset(seed).train
+    return make_clients(part.x, [shards(seed, n, held_out)[cid]], dataset(seed).num_classes)[0]
+
+
 def client_data(ctx: Context) -> ClientData:
-    seed, n = int(ctx.run_config["seed"]), int(ctx.run_config["num-clients"])
-    ds = dataset(seed)
-    shards = iid_partition(ds.train.indptr, ds.train.indices, n, seed)
-    return make_clients(ds.train.x, shards, ds.num_classes)[int(ctx.node_config["partition-id"])]
+    """This node's training shard."""
+    return _shard(ctx, held_out=False)
 
 
 def held_out(ctx: Context) -> ClientData:
     """This client's own held-out data (federated evaluation): its shard of the test split."""
-    seed, n = int(ctx.run_config["seed"]), int(ctx.run_config["num-clients"])
-    ds = dataset(seed)
-    shards = iid_partition(ds.test.indptr, ds.test.indices, n, seed)
-    return make_clients(ds.test.x, shards, ds.num_classes)[int(ctx.node_config["partition-id"])]
+    return _shard(ctx, held_out=True)
 
 
 def flower_strategy(ctx: Context) -> FlowerStrategy:

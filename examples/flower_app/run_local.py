@@ -102,7 +102,7 @@ def main() -> int:
                     "--port",
                     str(free_port()),
                     "--node-config",
-                    f"partition-id={i}",
+                    f"partition-id={i} num-partitions={args.clients}",
                 )
             result = tmp / "result.json"
             overrides = (

@@ -138,6 +138,19 @@ def npz_seeds() -> dict[str, bytes]:
         ),
         "hostile_not_a_zip.npz": b"PK\x03\x04" + bytes(40),
     }
+    # the second sweep's crafted files: every member well formed, their values lying
+    from python_tests.fuzz.npz_struct import to_npz
+
+    def members(m) -> dict:
+        with np.load(io.BytesIO(save(m))) as z:
+            return {k: z[k] for k in z.files}
+
+    csr, csc = members(x), members(sp.csc_matrix(x))
+    out["hostile_csc_row_2pow40_X.npz"] = to_npz({**csc, "indices": np.array([0, 1 << 40, 0], dtype=np.int64)})
+    out["hostile_csr_col_minus_2pow40_X.npz"] = to_npz({**csr, "indices": np.array([0, -(1 << 40), 1])})
+    out["hostile_format_int_X.npz"] = to_npz({**csr, "format": np.array(3)})
+    out["hostile_complex_X.npz"] = to_npz({**csr, "data": csr["data"].astype(np.complex64)})
+    out["hostile_datetime_X.npz"] = to_npz({**csr, "data": csr["data"].astype("datetime64[s]")})
     # A CSR whose data.npy header claims 2^40 float32 elements, backed by 4 bytes.
     npy = io.BytesIO()
     np.lib.format.write_array_header_1_0(npy, {"descr": "<f4", "fortran_order": False, "shape": (1 << 40,)})
@@ -154,7 +167,7 @@ def _replace_member(npz: bytes, name: str, data: bytes) -> bytes:
 
 
 def checkpoint_seeds() -> dict[str, bytes]:
-    from fedkernels.fl.checkpoint import save_checkpoint
+    from fedkernels.fl.checkpoint import encode_checkpoint
     from python_tests.fuzz.targets import StrategyCase
 
     case = StrategyCase("fedavg")  # its own server: the cached case's stays at round 0
@@ -164,9 +177,56 @@ def checkpoint_seeds() -> dict[str, bytes]:
         path = Path(tmp) / "c.ckpt"
         case.server.save_checkpoint(path)
         good = path.read_bytes()
-        save_checkpoint(path, case.server.state, {"round": -5, "history": []})
-        bad_round = path.read_bytes()
+    # the writer refuses it (a checkpoint the reader would refuse), so it is encoded directly
+    bad_round = encode_checkpoint(case.server.state, {"round": -5, "history": []})
     return {"valid_fedavg_2_rounds.ckpt": good, "hostile_round_minus_5.ckpt": bad_round}
+
+
+def checkpoint_meta_seeds(valid_ckpt: bytes) -> dict[str, bytes]:
+    """``<metadata JSON>\\n<history JSON>`` documents: the valid checkpoint's, and the second sweep's
+    re-sealed records with wrong types."""
+    from python_tests.checkpoint_tools import unpack
+
+    _, meta_json, history = unpack(valid_ckpt)
+    meta, hist = json.loads(meta_json), json.loads(history)
+
+    def doc(m: dict, h: list) -> bytes:
+        return json.dumps(m).encode() + b"\n" + json.dumps(h).encode()
+
+    def rec(**changes: object) -> list:
+        return [{**hist[0], **changes}, *hist[1:]]
+
+    return {
+        "valid.json": doc(meta, hist),
+        "hostile_metrics_string.json": doc(meta, rec(metrics="P@1")),
+        "hostile_clients_strings.json": doc(meta, rec(clients=["a"])),
+        "hostile_failed_not_pairs.json": doc(meta, rec(failed=[[0, 5]])),
+        "hostile_bytes_string.json": doc(meta, rec(bytes_up="12")),
+        "hostile_seconds_string.json": doc(meta, rec(seconds="fast")),
+        "hostile_seed_string.json": doc({**meta, "seed": "5"}, hist),
+        "hostile_round_true.json": doc({**meta, "round": True}, hist),
+    }
+
+
+_CONFIG_VALID = (
+    'algorithms = ["FedAvg", "FedMLH"]\nrounds = 2\nclients = 3\nclients_per_round = 2\n'
+    "ks = [1, 3]\ntest_fraction = 0.25\nbeta = 0.5\nlr = 0.05\nseed = 7\nthreads = 1\n"
+    "[synthetic]\nnum_samples = 100\nnum_features = 8\nnum_classes = 40\n"
+    "[algorithm_options.FedMLH]\nnum_buckets = 5\nhidden = [4]\n"
+)
+CONFIG_SEEDS = {
+    "valid.toml": _CONFIG_VALID.encode(),
+    "valid_minimal.toml": b"rounds = 1\n",
+    "hostile_ks_float.toml": b"ks = [1.5]\n",
+    "hostile_test_fraction_string.toml": b'test_fraction = "0.2"\n',
+    "hostile_beta_string.toml": b'beta = "x"\n',
+    "hostile_clients_1e9.toml": b"clients = 1000000000\n",
+    "hostile_threads_1e6.toml": b"threads = 1000000\n",
+    "hostile_hidden_negative.toml": b'algorithms = ["FedAvg"]\n[algorithm_options.FedAvg]\nhidden = [-5]\n',
+    "hostile_synthetic_huge.toml": b"[synthetic]\nnum_samples = 1000000000\n",
+    "hostile_rounds_bool.toml": b"rounds = true\n",
+    "hostile_seed_negative.toml": b"seed = -1\n",
+}
 
 
 def write_corpus() -> None:
@@ -177,7 +237,9 @@ def write_corpus() -> None:
         "npz": npz_seeds(),
         "checkpoint": checkpoint_seeds(),
         "strategy": strategy_seeds(),
+        "config": CONFIG_SEEDS,
     }
+    groups["checkpoint_meta"] = checkpoint_meta_seeds(groups["checkpoint"]["valid_fedavg_2_rounds.ckpt"])
     for group, files in groups.items():
         folder = CORPUS_ROOT / group
         folder.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,10 @@ refused (see :func:`python_tests.fuzz.mutate.verdict`).
   the state's names, dtypes and shapes and is finite.
 - ``checkpoint``: :func:`fedkernels.fl.checkpoint.load_checkpoint` of a real run's checkpoint. Accepted:
   the state and metadata equal the original's (its SHA-256 says they must).
+- ``checkpoint_meta``: the checkpoint's metadata and history JSON, mutated and re-sealed with a valid
+  checksum, then loaded. Accepted: every field of every record has its type.
+- ``config``: a TOML run config through ``fedkernels run``'s parser and checks. Accepted: every field
+  has its type and range.
 - ``xc``, ``libsvm``, ``npz_x``, ``npz_y``: the dataset readers. Accepted: finite float32 features, ids in
   range, and the data round-trips through ``write_xc``/``save_npz`` to the same matrices.
 """
@@ -203,6 +207,9 @@ def _check_xc_data(d: XCData) -> None:
     assert f.dtype == np.float32 and np.isfinite(f.data).all()
     assert f.shape[0] == lab.shape[0] and f.shape[1] <= 2**26 and lab.shape[1] <= 2**26
     assert (lab.data == 1).all()
+    for m in (f, lab):  # every index inside the shape, pointers monotone (scipy does not check them)
+        assert m.indptr[0] == 0 and m.indptr[-1] == m.indices.size and (np.diff(m.indptr) >= 0).all()
+        assert m.indices.size == 0 or (m.indices.min() >= 0 and m.indices.max() < m.shape[1])
 
 
 def _same(a: XCData, b: XCData) -> bool:
@@ -255,6 +262,114 @@ def check_npz_y(data: bytes) -> None:
     _npz_round_trip(_npz_pair(seeds("npz")["valid_X.npz"], data))
 
 
+# ---- checkpoint metadata, re-sealed ------------------------------------------------------------
+
+
+@cache
+def checkpoint_parts() -> tuple[dict[str, torch.Tensor], str, bytes]:
+    """The valid checkpoint's state, metadata JSON and history JSON (the re-sealed target's base)."""
+    from python_tests.checkpoint_tools import unpack
+
+    path = Path(__file__).resolve().parent / "corpus" / "checkpoint" / "valid_fedavg_2_rounds.ckpt"
+    return unpack(path.read_bytes())
+
+
+@cache
+def checkpoint_identity() -> dict:
+    """The run identity the valid checkpoint was written with (its metadata, less format and round)."""
+    import json
+
+    meta = json.loads(checkpoint_parts()[1])
+    return {k: v for k, v in meta.items() if k not in ("format", "round")}
+
+
+def check_checkpoint_meta(data: bytes) -> None:
+    """``data`` is ``<metadata JSON>\\n<history JSON>``: sealed with a valid checksum around the valid
+    checkpoint's tensors (as anyone with the project's writer can), then loaded. Accepted: every field
+    has its type (an independent check of the record schema) and the records rebuild."""
+    from fedkernels.fl.server import record_from_json
+    from python_tests.checkpoint_tools import seal
+
+    meta_raw, sep, history = data.partition(b"\n")
+    if not sep:
+        raise ValueError("not a test document (no newline)")
+    from fedkernels.fl.server import check_identity
+
+    state = checkpoint_parts()[0]
+    raw = seal(state, meta_raw.decode("utf-8"), history)
+    with _temp_file(raw, ".ckpt") as path:
+        _, meta = load_checkpoint(path, checkpoint_like())  # what Server.load_checkpoint does:
+        check_identity(meta, checkpoint_identity(), path)  # the file, then this run's identity
+    rnd = meta["round"]
+    assert type(rnd) is int and rnd >= 0 and len(meta["history"]) == rnd
+    for key in ("seed", "num_clients", "clients_per_round"):
+        assert type(meta[key]) is int, key
+    for i, rec in enumerate(meta["history"]):
+        assert type(rec["round"]) is int and rec["round"] == i
+        assert all(type(c) is int and 0 <= c < meta["num_clients"] for c in rec["clients"])
+        assert all(type(c) is int and c in rec["clients"] and type(w) is str for c, w in rec["failed"])
+        assert type(rec["bytes_up"]) is int and type(rec["bytes_down"]) is int
+        assert rec["bytes_up"] >= 0 and rec["bytes_down"] >= 0
+        assert isinstance(rec["metrics"], dict)
+        assert all(type(k) is str and type(v) in (int, float) for k, v in rec["metrics"].items())
+        assert type(rec["seconds"]) in (int, float) and type(rec["skipped"]) is str
+        record_from_json(rec)
+
+
+# ---- the run config (TOML) ---------------------------------------------------------------------
+
+_CONFIG_TYPES: dict[str, tuple[type, ...]] = {
+    "algorithms": (list,),
+    "algorithm_options": (dict,),
+    "dataset": (str,),
+    "synthetic": (dict,),
+    "feature_dim": (int, type(None)),
+    "l2_normalize": (bool,),
+    "sparse": (bool,),
+    "test_fraction": (float, int),
+    "partition": (str,),
+    "num_frequent": (int, type(None)),
+    "beta": (float, int),
+    "clients": (int,),
+    "clients_per_round": (int,),
+    "rounds": (int,),
+    "local_epochs": (int,),
+    "batch_size": (int,),
+    "lr": (float, int),
+    "optimizer": (str,),
+    "seed": (int,),
+    "eval_every": (int,),
+    "ks": (list,),
+    "max_test": (int, type(None)),
+    "output": (str,),
+    "threads": (int, type(None)),
+    "checkpoint": (str, type(None)),
+    "resume": (bool,),
+}
+
+
+def check_config(data: bytes) -> None:
+    """A TOML run config through ``fedkernels run``'s parser and checks (no data is read). Accepted:
+    every field has its type (bools are not numbers), numbers are finite and in range."""
+    import math
+
+    from fedkernels.cli import build_config, parser
+
+    text = data.decode("utf-8")
+    if "client_secret_file" in text:
+        raise ValueError("not a test document (a secret file would be made)")
+    with _temp_file(text.encode(), ".toml") as path:
+        cfg = build_config(parser().parse_args(["run", "--config", str(path)]))
+    for name, types in _CONFIG_TYPES.items():
+        v = getattr(cfg, name)
+        assert isinstance(v, types) and not (isinstance(v, bool) and bool not in types), (name, v)
+        if isinstance(v, float):
+            assert math.isfinite(v), name
+    assert all(type(k) is int and k >= 1 for k in cfg.ks)
+    assert 0 < cfg.test_fraction < 1 and cfg.beta > 0 and cfg.lr > 0
+    assert cfg.clients_per_round >= 1 and cfg.rounds >= 1 and cfg.seed >= 0
+
+
 # ---- registry ----------------------------------------------------------------------------------
 
 
@@ -268,11 +383,15 @@ def target(name: str) -> tuple[dict[str, bytes], Callable[[bytes], object]]:
         return chosen, case.check_request if kind == "request" else case.check_upload
     if name == "checkpoint":
         checkpoint_reference()  # set-up outside the timed cases
+    if name == "config":  # the first config builds every strategy once (lazy imports): outside the timed cases
+        check_config(seeds("config")["valid.toml"])
     if name.startswith("npz_"):
         return seeds("npz"), {"npz_x": check_npz_x, "npz_y": check_npz_y}[name]
     checks = {
         "payload": check_payload,
         "checkpoint": check_checkpoint,
+        "checkpoint_meta": check_checkpoint_meta,
+        "config": check_config,
         "xc": check_xc,
         "libsvm": check_libsvm,
     }
@@ -290,4 +409,14 @@ def strategy_targets() -> list[str]:
 
 
 def all_targets() -> list[str]:
-    return ["payload", "checkpoint", "xc", "libsvm", "npz_x", "npz_y", *strategy_targets()]
+    return [
+        "payload",
+        "checkpoint",
+        "checkpoint_meta",
+        "config",
+        "xc",
+        "libsvm",
+        "npz_x",
+        "npz_y",
+        *strategy_targets(),
+    ]

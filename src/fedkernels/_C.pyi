@@ -15,6 +15,9 @@ def hash_params(seed: int, num_tables: int) -> list[int]:
 def build_info() -> dict[str, Any]:
     """What this build of fedkernels was compiled with."""
 
+def _set_cpu_isa_limit(level: str | None) -> str:
+    """Tests only: cap the CPU level below the import-time one (None: no extra cap); returns the level in use."""
+
 def rle_encode(words: Buffer, code: int, shape: Sequence[int]) -> bytes:
     """The run-length stream of the words (runs of bit-identical words), header and CRC-32 included."""
 

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import os
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -47,6 +50,21 @@ _RUN_FLAGS: dict[str, tuple[type, str]] = {
     "max_test": (int, "evaluate on at most this many test samples"),
     "output": (str, "output folder (JSON, CSV, PNG)"),
     "threads": (int, "torch threads (default: torch's; 1 is much faster on a busy machine)"),
+    "device": (str, "where training, aggregation and evaluation run: cpu | cuda | cuda:N"),
+    "autocast": (str, "mixed precision of local training: off | bf16 (state and aggregation stay float32)"),
+    # privacy (docs/api/privacy.md); --secagg is a switch, below
+    "secagg_dropouts": (int, "SecAgg+: dropouts always tolerated per session (default: the most the graph allows)"),
+    "secagg_bits": (int, "SecAgg+: the ring is Z_2^bits (32: 4 bytes a value)"),
+    "secagg_bound": (float, "SecAgg+ without DP: each contributed value is clamped to [-bound, bound]"),
+    "secagg_degree": (int, "SecAgg+: neighbours per client (default ~3 log2 n, everyone up to 17 clients)"),
+    "dp_clip": (float, "client-level DP: L2 clip of each client's update (needs --dp-noise or --target-epsilon)"),
+    "dp_noise": (float, "client-level DP: noise multiplier sigma (noise std = sigma * clip)"),
+    "target_epsilon": (float, "client-level DP: pick sigma so the run ends at this epsilon"),
+    "dp_delta": (float, "DP delta of the reported epsilon"),
+    "embedding_dp_clip": (float, "FedAwS/FedALC server-side DP: L2 clip of each class-embedding update"),
+    "embedding_dp_noise": (float, "FedAwS/FedALC server-side DP: noise multiplier on the embedding updates"),
+    "dp_sample_clip": (float, "sample-level DP-SGD in local training: per-example L2 clip"),
+    "dp_sample_noise": (float, "sample-level DP-SGD: noise multiplier"),
 }
 
 
@@ -102,6 +120,7 @@ def build_config(args: argparse.Namespace):
     holds for algorithms that ``--algorithms`` left out are dropped.
     """
     from .experiments.experiment import ExperimentConfig, canonical_name, config_keys, load_config
+    from .experiments.limits import field_checks
     from .experiments.presets import load_preset, resolve_preset_dataset
 
     merged: dict[str, Any] = {}
@@ -118,17 +137,27 @@ def build_config(args: argparse.Namespace):
         value = getattr(args, name)
         if value is not None:
             merged[name] = value
-    if args.dataset is not None:  # a bare name finds a shipped dataset as a preset's does
-        merged["dataset"] = resolve_preset_dataset(args.dataset, args.data_dir)
+    if args.dataset is not None:  # looked up below, once every flag is checked
+        merged["dataset"] = args.dataset
     if args.algorithms:
         merged["algorithms"] = args.algorithms
+    checks = field_checks()  # the two fields merged below: their shapes first (a file may hold anything)
+    for key in ("algorithms", "algorithm_options"):
+        if key in merged:
+            checks[key](merged[key])
     merged["algorithms"] = [canonical_name(a) for a in merged.get("algorithms", ExperimentConfig().algorithms)]
     if args.ks:
         merged["ks"] = args.ks
+    if args.metrics:
+        merged["metrics"] = args.metrics
+    if args.propensity:
+        merged["propensity"] = list(args.propensity)
     if args.checkpoint is not None:
         merged["checkpoint"] = args.checkpoint
     if args.sparse is not None:
         merged["sparse"] = args.sparse
+    if args.secagg is not None:
+        merged["secagg"] = args.secagg
     if args.resume:
         merged["resume"] = True
         merged.setdefault("checkpoint", str(Path(merged.get("output", ExperimentConfig.output)) / "checkpoints"))
@@ -149,6 +178,8 @@ def build_config(args: argparse.Namespace):
     merged["algorithm_options"] = options
     cfg = ExperimentConfig(**{k: v for k, v in merged.items() if k in config_keys()})
     cfg.validate()
+    if args.dataset is not None:  # a bare name finds a shipped dataset as a preset's does
+        cfg.dataset = resolve_preset_dataset(args.dataset, args.data_dir)
     return cfg
 
 
@@ -176,22 +207,54 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.list_presets:
         return cmd_list_presets()
     cfg = build_config(args)
+    if args.no_checkpoint and (args.resume or args.checkpoint is not None):
+        raise ValueError("--no-checkpoint goes with neither --checkpoint nor --resume")
+    default_folder = str(Path(cfg.output) / "checkpoints")  # --resume without --checkpoint looks there too
+    auto_checkpoint = not args.no_checkpoint and cfg.checkpoint in (None, default_folder)
+    if auto_checkpoint:  # an interrupted run can always be resumed; the folder goes once the run ends
+        cfg.checkpoint = default_folder
+    args.effective_checkpoint = cfg.checkpoint  # a config file or preset may set it: the Ctrl-C hint reads this
     seeds = args.seeds if args.seeds is not None else (3 if args.preset else 1)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
-    from .experiments.experiment import check_checkpoints
+    from .experiments.experiment import check_checkpoints, check_outputs, saved_checkpoints
 
+    check_outputs(cfg)  # both before any data is read: results are never lost to a late error
     check_checkpoints(cfg)
+    if cfg.resume and not saved_checkpoints(cfg):
+        print(
+            f"fedkernels run: --resume: no checkpoint to resume in {cfg.checkpoint}; starting at round 0",
+            file=sys.stderr,
+        )
     before = torch.get_num_threads()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     try:
         if seeds == 1 and not args.preset:
             _run(cfg, args, Path(cfg.output))
-            return 0
-        return _run_seeds(cfg, args, seeds)
+            rc = 0
+        else:
+            rc = _run_seeds(cfg, args, seeds)
     finally:  # in-process callers (tests, notebooks) keep their own setting
         torch.set_num_threads(before)
+    if auto_checkpoint:
+        remove_checkpoints(cfg)
+    return rc
+
+
+def remove_checkpoints(cfg) -> None:
+    """Delete the finished run's checkpoints (and FedALC's client secret beside its checkpoint) in
+    ``cfg.checkpoint`` and its ``seed<k>/`` folders, then the folders if nothing else is in them:
+    results are written, nothing is left to resume."""
+    from .experiments.experiment import saved_checkpoints
+
+    folder = Path(cfg.checkpoint)
+    for path in saved_checkpoints(cfg):
+        path.unlink(missing_ok=True)
+        path.with_suffix(".secret").unlink(missing_ok=True)  # FedALC's client secret, kept only to resume
+    for sub in [*sorted(folder.glob("seed*")), folder]:
+        with contextlib.suppress(OSError):  # not empty (a user's file), not a folder, or gone: leave it
+            sub.rmdir()
 
 
 def cmd_list_presets() -> int:
@@ -246,8 +309,15 @@ def _run_seeds(cfg, args: argparse.Namespace, seeds: int) -> int:
 def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     from tqdm import tqdm
 
-    from .experiments.experiment import add_common_target, prepare_data, run_algorithm, run_centralized
-    from .experiments.report import plot_accuracy, results_table, write_csv, write_json
+    from .experiments.experiment import (
+        add_common_target,
+        metric_columns,
+        prepare_data,
+        redact_secrets,
+        run_algorithm,
+        run_centralized,
+    )
+    from .experiments.report import TABLE_COLUMNS, plot_accuracy, results_table, write_csv, write_json
 
     data = prepare_data(cfg)
     ds = data.dataset
@@ -271,19 +341,42 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                 post["P@1"] = f"{rec.metrics['P@1']:.3f}"
             if rec.failed:
                 post["failed"] = str(len(rec.failed))
+            if "epsilon" in rec.privacy:
+                post["ε"] = f"{rec.privacy['epsilon']:.3g}"
             bar.set_postfix(post)
             bar.update(1)
 
+        def on_resume(history, bar=bar, cum=cum) -> None:  # the bar and the MB count start where the run stopped
+            cum[0] = sum(r.bytes_up + r.bytes_down for r in history)
+            bar.update(len(history))
+            bar.set_postfix({"MB": f"{cum[0] / 1e6:.1f}"})
+
         try:
-            results.append(run(name, cfg, data, on_round))
+            if run is run_algorithm:
+                results.append(run_algorithm(name, cfg, data, on_round, on_resume))
+            else:  # the centralised run keeps no checkpoint, so it never resumes
+                results.append(run(name, cfg, data, on_round))
         finally:
             bar.close()
     target = add_common_target(results)
-    table = results_table(results)
+    # the chosen metric families at every k, then the communication columns
+    rest = [c for c in TABLE_COLUMNS[1:] if "@" not in c or c.startswith("best") or c.endswith("freq")]
+    table = results_table(results, ["algorithm", *metric_columns(cfg.metrics, cfg.ks), *rest])
     print()
     print(table)
     if target is not None:
         print(f"\nMB to target: communication until test P@1 >= {target:.4f} (the lowest best P@1 of the algorithms).")
+    for r in results:
+        priv = r.get("privacy") or {}
+        if "epsilon" in priv:
+            print(
+                f"{r['algorithm']}: client-level (ε = {priv['epsilon']:.3g}, δ = {priv['delta']:g})-DP after "
+                f"{cfg.rounds} rounds, noise multiplier {priv['noise_multiplier']:.3g}"
+            )
+        if "sample_epsilon" in priv:
+            print(f"{r['algorithm']}: sample-level DP-SGD, ε = {priv['sample_epsilon']:.3g} at δ = {cfg.dp_delta:g}")
+        if "embedding_epsilon" in priv:
+            print(f"{r['algorithm']}: class-embedding DP, ε = {priv['embedding_epsilon']:.3g}")
     failed = sum(r["failed_clients"] for r in results)
     if failed:
         print(f"\nwarning: {failed} client updates failed and were left out (reasons per round in results.json)")
@@ -293,7 +386,10 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     write_json(
         out / "results.json",
         {
-            "config": asdict(cfg),
+            "config": {
+                **asdict(cfg),
+                "algorithm_options": {a: redact_secrets(o) for a, o in cfg.algorithm_options.items()},
+            },
             "dataset": {
                 "name": ds.name,
                 **ds.notes,
@@ -353,13 +449,13 @@ def list_benches(root: Path) -> list[tuple[str, str]]:
     out = []
     for path in sorted(root.glob("*.py")):
         text = path.read_text()
-        if path.stem == "common" or "__main__" not in text:
-            continue
+        if path.stem == "common" or path.stem.endswith("_worker") or "__main__" not in text:
+            continue  # helpers, and the peers' worker processes the benches start themselves
         try:
             doc = ((ast.get_docstring(ast.parse(text)) or "").strip().splitlines() or [""])[0]
         except SyntaxError:
             doc = "(does not parse)"
-        out.append((path.stem, doc))
+        out.append((path.stem, re.sub(r"\s*\((?:issue|#)\s*#?\d+[^)]*\)", "", doc)))  # no tracker references
     return out
 
 
@@ -426,7 +522,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--data-dir",
         default=None,
-        help="folder holding datasets by name (default: $FEDKERNELS_DATA, ./data, ../shared/data)",
+        help="a folder holding datasets by name, searched first (then $FEDKERNELS_DATA_DIR, ./data, ../shared/data)",
     )
     r.add_argument("--config", help="a JSON or TOML file of run settings (flags override it)")
     r.add_argument(
@@ -439,6 +535,20 @@ def parser() -> argparse.ArgumentParser:
         "--option", action="append", metavar="ALG.key=value", help="a constructor option of a selected algorithm"
     )
     r.add_argument("--ks", nargs="+", type=int, help="the k of P@k (default: 1 3 5)")
+    r.add_argument(
+        "--metrics",
+        nargs="+",
+        help="metric families the results table shows at every k: P nDCG PSP PSnDCG R "
+        "(default: all; every one is computed and saved in results.json)",
+    )
+    r.add_argument(
+        "--propensity",
+        nargs=2,
+        type=float,
+        metavar=("A", "B"),
+        help="Jain et al.'s propensity A and B for PSP@k/PSnDCG@k (default: the dataset's, "
+        "from fedkernels.metrics.PROPENSITY; 0.55 1.5 for others)",
+    )
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.add_argument(
         "--sparse",
@@ -448,9 +558,22 @@ def parser() -> argparse.ArgumentParser:
         "memory grows with the nonzeros, not N x F (default: dense; the synthetic default is always dense)",
     )
     r.add_argument(
+        "--secagg",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="sum the clients' updates with SecAgg+ secure aggregation: the server sees only sums "
+        "(docs/api/privacy.md)",
+    )
+    r.add_argument(
         "--checkpoint",
         default=None,
-        help="folder of per-algorithm checkpoints, written after every round (resume with --resume)",
+        help="folder of per-algorithm checkpoints, written after every round (resume with --resume); "
+        "default <output>/checkpoints, removed when the run ends",
+    )
+    r.add_argument(
+        "--no-checkpoint",
+        action="store_true",
+        help="write no checkpoints (an interrupted run cannot be resumed)",
     )
     r.add_argument(
         "--resume",
@@ -468,6 +591,19 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _resume_hint(args: argparse.Namespace) -> str:
+    """How to continue an interrupted command: the same command with ``--resume`` when it checkpointed."""
+    if args.command != "run":
+        return ""
+    argv = sys.argv[1:] if sys.argv and Path(sys.argv[0]).name.startswith("fedkernels") else None
+    if getattr(args, "effective_checkpoint", None) is None:
+        return "Nothing was saved (--no-checkpoint): run without it to make a run resumable."
+    if argv is None:
+        return "Run the same command with --resume to continue from its last finished round."
+    again = [a for a in argv if a != "--resume"] + ["--resume"]
+    return "Continue from its last finished round with: fedkernels " + shlex.join(again)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fedkernels`` script."""
     args = parser().parse_args(argv)
@@ -476,12 +612,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return int(args.fn(args) or 0)
+    except KeyboardInterrupt:  # one line, no traceback: what was saved and how to go on
+        print(f"\nfedkernels {args.command}: interrupted. {_resume_hint(args)}", file=sys.stderr)
+        return 130
     except (ValueError, FileNotFoundError, DownloadError) as e:
         print(f"fedkernels {args.command}: error: {e}", file=sys.stderr)
         return 2
     except AllClientsFailed as e:
         print(f"fedkernels {args.command}: run failed: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # a disk or permission failure: one line naming the file, not a traceback
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        print(f"fedkernels {args.command}: error: {e.strerror or e}{where}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""``fedkernels data list | info NAME | get NAME``: the registered public datasets and the local cache."""
+"""``fedkernels data list | info NAME | get NAME | verify [NAME]``: the registered public datasets
+and the data folder."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def _num(x: int | None) -> str:
@@ -12,14 +14,16 @@ def _num(x: int | None) -> str:
 def cmd_data(args: argparse.Namespace) -> int:
     """Dispatch ``fedkernels data <action>``."""
     from .data import fetcher as fetch_mod
+    from .data.locations import DEPRECATED_ENV_VAR, ENV_VAR
     from .data.remote import get_remote, remote_datasets
 
-    if args.action == "list":
+    root = Path(args.data_dir).expanduser() if args.data_dir else fetch_mod.cache_dir()
+    if args.action == "list" or (args.action == "get" and not args.name):
         print(f"{'name':<16} {'train':>10} {'test':>9} {'features':>10} {'labels':>10}  status")
         for ds in remote_datasets():
             status = (
                 "downloaded"
-                if fetch_mod.is_fetched(ds.name)
+                if fetch_mod.is_fetched(ds.name, root)
                 else "not downloaded"
                 if all(f.url for f in ds.files)
                 else "manual download"
@@ -28,8 +32,20 @@ def cmd_data(args: argparse.Namespace) -> int:
                 f"{ds.name:<16} {_num(ds.num_train):>10} {_num(ds.num_test):>9} {_num(ds.num_features):>10} "
                 f"{_num(ds.num_labels):>10}  {status}"
             )
-        print(f"\ncache: {fetch_mod.cache_dir()} (set ${fetch_mod.ENV_VAR} to move it)")
+        print(f"\ndata folder: {root} (set ${ENV_VAR} or --data-dir to move it; ${DEPRECATED_ENV_VAR} is deprecated)")
         return 0
+    if args.action == "verify":
+        report = fetch_mod.verify(args.name, root)
+        if not report:
+            print(f"no fetched datasets in {root}")
+            return 0
+        bad = 0
+        for name, files in report.items():
+            for file, status in files.items():
+                print(f"{name:<16} {file or '-':<24} {status}")
+                bad += status != "ok"
+        print(f"\n{'all files match' if not bad else f'{bad} file(s) do not match'} the SHA-256 recorded at fetch time")
+        return 1 if bad else 0
     if not args.name:
         raise ValueError(f"`fedkernels data {args.action}` needs a dataset NAME (see `fedkernels data list`)")
     ds = get_remote(args.name)
@@ -41,23 +57,29 @@ def cmd_data(args: argparse.Namespace) -> int:
         print(f"page: {ds.page}")
         for f in ds.files:
             print(f"file {f.name}: {f.url or '(no direct URL recorded)'}")
-            print(f"  sha256: {f.sha256 or 'not recorded (get prints the one it computes)'}")
+            print(f"  sha256: {f.sha256 or 'not recorded (get trusts the first download and records it)'}")
+        print(f"size bound: {ds.size_bound():,} bytes")
         if ds.notes:
             print(f"notes: {ds.notes}")
-        folder = fetch_mod.dataset_dir(ds.name)
-        print(f"cache: {folder} ({'downloaded' if fetch_mod.is_fetched(ds.name) else 'not downloaded'})")
+        folder = fetch_mod.dataset_dir(ds.name, root)
+        print(f"folder: {folder} ({'downloaded' if fetch_mod.is_fetched(ds.name, root) else 'not downloaded'})")
         return 0
-    folder = fetch_mod.fetch(ds.name, url=args.url, force=args.force, progress=not args.no_progress)
+    folder = fetch_mod.fetch(ds.name, url=args.url, force=args.force, progress=not args.no_progress, root=root)
     print(f"{ds.name}: {folder}  (use it as `fedkernels run --dataset {ds.name}`)")
     return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``data`` subcommand to ``fedkernels``'s subparsers."""
-    d = sub.add_parser("data", help="list, describe and download public datasets")
-    d.add_argument("action", choices=("list", "info", "get"))
+    d = sub.add_parser("data", help="list, describe, download and verify public datasets")
+    d.add_argument("action", choices=("list", "info", "get", "verify"))
     d.add_argument("name", nargs="?", help="a dataset name from `fedkernels data list` (any case)")
     d.add_argument("--url", help="get: download from this URL instead (a mirror, or file:///... for a manual download)")
-    d.add_argument("--force", action="store_true", help="get: download again even if cached")
+    d.add_argument(
+        "--force", action="store_true", help="get: download again (the old copy stays until the new one verified)"
+    )
     d.add_argument("--no-progress", action="store_true", help="get: no progress bar")
+    d.add_argument(
+        "--data-dir", default=None, help="the data folder (default: $FEDKERNELS_DATA_DIR or ~/.cache/fedkernels/data)"
+    )
     d.set_defaults(fn=cmd_data)

@@ -38,7 +38,7 @@ class HashFamily:
         self.seed = check_int("seed", seed, 0, _UINT64_MAX)
         flat = _C.hash_params(self.seed, self.num_tables)
         # Every parameter is < 2**61, so int64 holds it exactly.
-        self.params = torch.tensor(flat, dtype=torch.int64).view(self.num_tables, 4)
+        self.params = torch.tensor(flat, dtype=torch.int64, device="cpu").view(self.num_tables, 4)
 
     def __repr__(self) -> str:
         return f"HashFamily(num_tables={self.num_tables}, num_buckets={self.num_buckets}, seed={self.seed})"
@@ -56,7 +56,7 @@ class HashFamily:
     def _hash(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not isinstance(ids, torch.Tensor):
             try:
-                ids = torch.as_tensor(ids, dtype=torch.int64)
+                ids = torch.as_tensor(ids, dtype=torch.int64, device="cpu")
             except (RuntimeError, OverflowError, TypeError, ValueError) as e:
                 raise ValueError(
                     f"ids must be integers in [0, 2**63), got values torch cannot hold as int64 ({e})"

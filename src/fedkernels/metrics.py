@@ -1,7 +1,15 @@
-"""Ranking metrics for multi-label prediction, and communication accounting.
+"""Ranking metrics for multi-label prediction (the Extreme Classification Repository's), and communication accounting.
 
-Ground truth is CSR (``indptr [N+1]``, ``indices [nnz]``); predictions are top-k class ids ``[N, k]``
-(best first). Samples without labels count as zero in every mean (they cannot be predicted right).
+Ground truth is CSR (``indptr [N+1]``, ``indices [nnz]``); predictions are sparse top-k class ids
+``[N, k]`` (best first; ``-1`` marks an empty slot, e.g. after :func:`filter_predictions`, and never
+hits). Samples without labels count as zero in every mean (they cannot be predicted right).
+
+The definitions are the repository's (as its evaluation code, pyxclib's ``xc_metrics``, computes
+them): P@k, nDCG@k (DCG over the ideal DCG of ``min(k, |y|)`` hits), recall@k (hits over ``|y|``),
+and the propensity-scored PSP@k and PSnDCG@k of Jain et al. (2016), each normalised by the same
+score of the best possible ranking (each sample's true labels by descending inverse propensity),
+as a ratio of the means over samples. Propensities: :func:`inverse_propensity` with the per-dataset
+A, B of :data:`PROPENSITY` (:func:`propensity_params`).
 """
 
 from __future__ import annotations
@@ -14,18 +22,60 @@ import torch
 
 from ._validate import as_csr, as_int64
 
-__all__ = [
+__all__ = [  # the functions (the PROPENSITY table is a module attribute)
     "communication_summary",
+    "filter_predictions",
     "inverse_propensity",
     "map_at_k",
     "map_at_r",
     "ndcg_at_k",
     "precision_at_k",
+    "propensity_params",
+    "psndcg_at_k",
     "psp_at_k",
     "ranking_metrics",
+    "recall_at_k",
     "split_precision_at_k",
     "top1_accuracy",
 ]
+
+# Jain et al. (2016)'s propensity model p_l = 1 / (1 + C (N_l + B)^-A) per dataset: (A, B, source).
+# JAIN16: Jain, Prabhu, Varma, "Extreme Multi-label Loss Functions for Recommendation, Tagging,
+# Ranking & Other Missing Label Applications", KDD 2016, Sec. 3 (A, B fitted on Wikipedia and Amazon
+# metadata; 0.55, 1.5 for the datasets without such data). NAPKINXC: napkinXC's
+# experiments/calculate_Jain_et_al_inv_ps.py (wikiLSHTC, WikipediaLarge-500K: 0.5/0.4; amazon,
+# amazon-3M: 0.6/2.6; every other dataset 0.55/1.5). PYXCLIB: pyxclib's compute_inv_propesity
+# (0.5/0.4 Wikipedia, 0.6/2.6 Amazon, 0.55/1.5 otherwise), the repository's evaluation code, as
+# the LF-* papers' evaluation scripts apply it (LF-AmazonTitles: Amazon).
+_JAIN16, _NAPKINXC, _PYXCLIB = "Jain et al. 2016 Sec. 3", "napkinXC calculate_Jain_et_al_inv_ps.py", "pyxclib"
+PROPENSITY: dict[str, tuple[float, float, str]] = {
+    "amazon-670k": (0.6, 2.6, f"{_JAIN16}; {_NAPKINXC}"),
+    "amazon-3m": (0.6, 2.6, _NAPKINXC),
+    "lf-amazontitles-131k": (0.6, 2.6, f"{_PYXCLIB} (Amazon)"),
+    "lf-amazon-131k": (0.6, 2.6, f"{_PYXCLIB} (Amazon)"),
+    "lf-amazontitles-1.3m": (0.6, 2.6, f"{_PYXCLIB} (Amazon)"),
+    "wikilshtc-325k": (0.5, 0.4, f"{_JAIN16}; {_NAPKINXC}"),
+    "wikipedialarge-500k": (0.5, 0.4, _NAPKINXC),
+    "lf-wikiseealsotitles-320k": (0.5, 0.4, f"{_PYXCLIB} (Wikipedia)"),
+    "lf-wikiseealso-320k": (0.5, 0.4, f"{_PYXCLIB} (Wikipedia)"),
+    "lf-wikititles-500k": (0.5, 0.4, f"{_PYXCLIB} (Wikipedia)"),
+    # Wiki10's labels are Delicious tags of Wikipedia pages, AmazonCat's product categories: neither
+    # is among the fitted datasets, and napkinXC's script gives both the default.
+    "wiki10-31k": (0.55, 1.5, _NAPKINXC),
+    "amazoncat-13k": (0.55, 1.5, _NAPKINXC),
+    "eurlex-4k": (0.55, 1.5, f"{_JAIN16} (default); {_NAPKINXC}"),
+}
+DEFAULT_PROPENSITY = (0.55, 1.5)
+
+
+def propensity_params(dataset: str | None) -> tuple[float, float]:
+    """``(A, B)`` of Jain et al.'s propensity model for a dataset name (any case; a path's last part
+    counts), from :data:`PROPENSITY`; ``(0.55, 1.5)`` for any other dataset, as the papers use."""
+    if dataset is None:
+        return DEFAULT_PROPENSITY
+    name = str(dataset).rstrip("/").rsplit("/", 1)[-1].lower()
+    a, b, _ = PROPENSITY.get(name, (*DEFAULT_PROPENSITY, ""))
+    return a, b
 
 
 class _RoundLike(Protocol):
@@ -49,18 +99,20 @@ def _inputs(topk: object, indptr: object, indices: object) -> tuple[torch.Tensor
 
 
 def _hits(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    """bool ``[N, k]``: whether each predicted id is a true label of its sample."""
+    """bool ``[N, k]``: whether each predicted id is a true label of its sample (``-1``: never)."""
     n, k = topk.shape
     if n == 0 or k == 0:
-        return torch.zeros(n, k, dtype=torch.bool)
-    rows = torch.repeat_interleave(torch.arange(n), indptr.diff())
+        return torch.zeros(n, k, dtype=torch.bool, device=topk.device)
+    if topk.numel() and int(topk.min()) < -1:
+        raise ValueError("topk ids must be >= 0 (or -1 for an empty slot)")
+    rows = torch.repeat_interleave(torch.arange(n, device=indptr.device), indptr.diff())
     # A sample's true labels as sorted keys row * P + label, searched for every prediction.
     p = int(max(int(indices.max()) if indices.numel() else 0, int(topk.max())) + 1)
     keys = torch.sort(rows * p + indices).values
-    q = (torch.arange(n).unsqueeze(1) * p + topk).reshape(-1)
+    q = (torch.arange(n, device=topk.device).unsqueeze(1) * p + topk).reshape(-1)
     pos = torch.searchsorted(keys, q).clamp_max(max(keys.numel() - 1, 0))
     found = keys[pos] == q if keys.numel() else torch.zeros_like(q, dtype=torch.bool)
-    return found.view(n, k)
+    return found.view(n, k) & (topk >= 0)
 
 
 def precision_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k: int) -> float:
@@ -87,7 +139,7 @@ def ndcg_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k
     n = topk.shape[0]
     if n == 0:
         return 0.0
-    disc = 1.0 / torch.log2(torch.arange(k, dtype=torch.float64) + 2.0)
+    disc = 1.0 / torch.log2(torch.arange(k, dtype=torch.float64, device=topk.device) + 2.0)
     dcg = (_hits(topk[:, :k], indptr, indices).double() * disc).sum(1)
     nlab = indptr.diff().clamp_max(k)
     idcg = torch.cumsum(disc, 0)[(nlab - 1).clamp_min(0)] * (nlab > 0)
@@ -150,20 +202,144 @@ def psp_at_k(
     n = topk.shape[0]
     if n == 0:
         return 0.0
-    w = torch.as_tensor(inv_propensity, dtype=torch.float64)
-    if (indices.numel() and int(indices.max()) >= w.numel()) or (topk.numel() and int(topk.max()) >= w.numel()):
-        raise ValueError(f"inv_propensity has {w.numel()} labels but an id is out of that range")
-    gained = (_hits(topk[:, :k], indptr, indices).double() * w[topk[:, :k]]).sum() / (k * n)
+    w = _weights(inv_propensity, topk, indices)
+    gained = _weighted_hits(topk[:, :k], indptr, indices, w).sum() / (k * n)
     if not normalize:
         return float(gained)
-    # The best top-k: per sample, the k largest weights among its labels.
-    rows = torch.repeat_interleave(torch.arange(n), indptr.diff())
+    best = _ideal_weights(indptr, indices, w, k).sum() / (k * n)  # the best top-k's score
+    return float(gained / best) if best > 0 else 0.0
+
+
+def _weights(inv_propensity: object, topk: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """float64 ``[L]`` inverse propensities, every id of ``topk`` and ``indices`` in range."""
+    w = torch.as_tensor(inv_propensity, dtype=torch.float64, device=topk.device)
+    if (indices.numel() and int(indices.max()) >= w.numel()) or (topk.numel() and int(topk.max()) >= w.numel()):
+        raise ValueError(f"inv_propensity has {w.numel()} labels but an id is out of that range")
+    return w
+
+
+def _weighted_hits(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """float64 ``[N, k]``: ``1/p_l`` where the prediction is a true label, else 0."""
+    return _hits(topk, indptr, indices).double() * w[topk.clamp_min(0)]
+
+
+def _ideal_weights(indptr: torch.Tensor, indices: torch.Tensor, w: torch.Tensor, k: int) -> torch.Tensor:
+    """float64 ``[N, k]``: each sample's true labels' weights, largest first (the propensity-scored
+    metrics' best ranking), zero-padded past its label count."""
+    n = indptr.numel() - 1
+    out = torch.zeros(n, k, dtype=torch.float64, device=indptr.device)
+    if indices.numel() == 0 or k == 0:
+        return out
+    rows = torch.repeat_interleave(torch.arange(n, device=indptr.device), indptr.diff())
     wl = w[indices]
     order = torch.sort(wl, descending=True, stable=True).indices
     order = order[torch.sort(rows[order], stable=True).indices]  # by sample, weight descending within
-    rank = torch.arange(indices.numel()) - indptr[:-1][rows[order]]
-    best = wl[order][rank < k].sum() / (k * n)
-    return float(gained / best) if best > 0 else 0.0
+    rank = torch.arange(indices.numel(), device=indices.device) - indptr[:-1][rows[order]]
+    keep = rank < k
+    out[rows[order][keep], rank[keep]] = wl[order][keep]
+    return out
+
+
+def _discounts(k: int) -> torch.Tensor:
+    """``1 / log2(r + 1)`` for ranks r = 1 .. k (float64 ``[k]``)."""
+    return 1.0 / torch.log2(torch.arange(k, dtype=torch.float64) + 2.0)
+
+
+def _ideal_dcg(indptr: torch.Tensor, k: int) -> torch.Tensor:
+    """float64 ``[N]``: the DCG of ``min(k, |y|)`` hits in the first ranks (0 without labels)."""
+    nlab = indptr.diff().clamp_max(k)
+    return torch.cumsum(_discounts(k), 0)[(nlab - 1).clamp_min(0)] * (nlab > 0)
+
+
+def psndcg_at_k(
+    topk: torch.Tensor,
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    inv_propensity: torch.Tensor,
+    k: int,
+    normalize: bool = True,
+) -> float:
+    """Propensity-scored nDCG@k (Jain et al. 2016), as the Extreme Classification Repository reports it.
+
+    Per sample ``PSDCG@k = sum_{r <= k} y_{l_r} / (p_{l_r} log2(r + 1))`` over the ranked predictions
+    ``l_r``, divided by the ideal DCG of ``min(k, |y|)`` hits (nDCG's normaliser); the mean over
+    samples. Normalised (the default): divided by the same mean for the best ranking (each sample's
+    true labels by descending ``1/p_l``), so 1.0 is the best achievable.
+
+    Args:
+        topk: int64 ``[N, >=k]`` predictions, best first (``-1``: empty slot).
+        indptr: int64 ``[N + 1]``, CSR row pointer of the true label sets.
+        indices: int64 ``[nnz]``, the true class ids.
+        inv_propensity: ``[L]`` from :func:`inverse_propensity` (fitted on the training labels).
+        k: the cut-off.
+        normalize: divide by the best ranking's score.
+    """
+    topk, indptr, indices = _inputs(topk, indptr, indices)
+    _check_k(topk, k)
+    n = topk.shape[0]
+    if n == 0:
+        return 0.0
+    w = _weights(inv_propensity, topk, indices)
+    idcg = _ideal_dcg(indptr, k)
+    disc = _discounts(k)
+
+    def mean_ndcg(gains: torch.Tensor) -> torch.Tensor:
+        dcg = (gains * disc).sum(1)
+        return torch.where(idcg > 0, dcg / idcg.clamp_min(1e-300), torch.zeros_like(dcg)).mean()
+
+    got = mean_ndcg(_weighted_hits(topk[:, :k], indptr, indices, w))
+    if not normalize:
+        return float(got)
+    best = mean_ndcg(_ideal_weights(indptr, indices, w, k))
+    return float(got / best) if best > 0 else 0.0
+
+
+def recall_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k: int) -> float:
+    """Recall@k: the mean over samples of ``|top-k ∩ y| / |y|`` (0 for a sample without labels).
+
+    Args:
+        topk: int64 ``[N, >=k]`` predicted class ids, best first.
+        indptr: int64 ``[N + 1]``, CSR row pointer of the true label sets.
+        indices: int64 ``[nnz]``, the true class ids.
+        k: the cut-off.
+    """
+    topk, indptr, indices = _inputs(topk, indptr, indices)
+    _check_k(topk, k)
+    if topk.shape[0] == 0:
+        return 0.0
+    hits = _hits(topk[:, :k], indptr, indices).sum(1).double()
+    return float((hits / indptr.diff().clamp_min(1).double()).mean())
+
+
+def filter_predictions(
+    topk: torch.Tensor, filter_indptr: torch.Tensor, filter_indices: torch.Tensor, k: int
+) -> torch.Tensor:
+    """The first k predictions of each row that its filter does not list (order kept; ``-1`` pads a
+    row left with fewer than k).
+
+    The LF-* datasets of the Extreme Classification Repository ship ``filter_labels_test.txt``:
+    (sample, label) pairs, mostly a document and itself, removed from the ground truth and to be
+    removed from the predictions before scoring, as every published LF-* number does. Predict
+    ``k + max filtered per row`` classes, filter, then score the first k.
+
+    Args:
+        topk: int64 ``[N, K]`` predictions, best first.
+        filter_indptr: int64 ``[N + 1]``, CSR row pointer of the filtered labels per sample.
+        filter_indices: int64 ``[nnz]``, the filtered class ids.
+        k: predictions kept per row (``<= K``).
+
+    Returns:
+        int64 ``[N, k]``.
+    """
+    topk, fp, fi = _inputs(topk, filter_indptr, filter_indices)
+    if not 0 <= k <= topk.shape[1]:
+        raise ValueError(f"k must be in [0, {topk.shape[1]}], got {k}")
+    dropped = _hits(topk, fp, fi)
+    # stable sort of kept-before-dropped puts the kept ids first, in their order
+    order = torch.sort(dropped.to(torch.int8), dim=1, stable=True).indices
+    out = torch.gather(topk, 1, order)[:, :k].clone()
+    out[torch.gather(dropped, 1, order)[:, :k]] = -1
+    return out
 
 
 def split_precision_at_k(
@@ -183,7 +359,7 @@ def split_precision_at_k(
     if n == 0:
         return 0.0, 0.0
     hits = _hits(topk[:, :k], indptr, indices)
-    is_freq = torch.isin(topk[:, :k], torch.as_tensor(frequent, dtype=torch.int64))
+    is_freq = torch.isin(topk[:, :k], torch.as_tensor(frequent, dtype=torch.int64, device=topk.device))
     return float((hits & is_freq).sum() / (k * n)), float((hits & ~is_freq).sum() / (k * n))
 
 
@@ -197,9 +373,13 @@ def map_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k:
     if n == 0:
         return 0.0
     hits = _hits(topk[:, :k], indptr, indices).double()
-    prec_at_i = torch.cumsum(hits, 1) / torch.arange(1, k + 1, dtype=torch.float64)
+    prec_at_i = torch.cumsum(hits, 1) / torch.arange(1, k + 1, dtype=torch.float64, device=hits.device)
     denom = indptr.diff().clamp_max(k).double()
-    ap = torch.where(denom > 0, (hits * prec_at_i).sum(1) / denom.clamp_min(1), torch.zeros(n, dtype=torch.float64))
+    ap = torch.where(
+        denom > 0,
+        (hits * prec_at_i).sum(1) / denom.clamp_min(1),
+        torch.zeros(n, dtype=torch.float64, device=hits.device),
+    )
     return float(ap.mean())
 
 
@@ -255,17 +435,19 @@ def ranking_metrics(
     inv_propensity: torch.Tensor | None = None,
     frequent: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """P@k and nDCG@k for every k in ``ks`` that the prediction width allows; with
-    ``inv_propensity`` also PSP@k (normalised), with ``frequent`` also ``P@k_freq``/``P@k_infreq``;
-    and MAP over the prediction width (``MAP@<width>``)."""
+    """P@k, nDCG@k and R@k (recall) for every k in ``ks`` that the prediction width allows; with
+    ``inv_propensity`` also PSP@k and PSnDCG@k (normalised), with ``frequent`` also
+    ``P@k_freq``/``P@k_infreq``; and MAP over the prediction width (``MAP@<width>``)."""
     topk, indptr, indices = _inputs(topk, indptr, indices)
     out: dict[str, float] = {}
     for k in ks:
         if k <= topk.shape[1]:
             out[f"P@{k}"] = precision_at_k(topk, indptr, indices, k)
             out[f"nDCG@{k}"] = ndcg_at_k(topk, indptr, indices, k)
+            out[f"R@{k}"] = recall_at_k(topk, indptr, indices, k)
             if inv_propensity is not None:
                 out[f"PSP@{k}"] = psp_at_k(topk, indptr, indices, inv_propensity, k)
+                out[f"PSnDCG@{k}"] = psndcg_at_k(topk, indptr, indices, inv_propensity, k)
             if frequent is not None:
                 out[f"P@{k}_freq"], out[f"P@{k}_infreq"] = split_precision_at_k(topk, indptr, indices, frequent, k)
     if topk.shape[1] >= 1:

@@ -16,7 +16,7 @@ def derive_seed(seed: int, *keys: int | str) -> int:
 
 def generator(seed: int, *keys: int | str) -> torch.Generator:
     """A torch CPU generator seeded by :func:`derive_seed`."""
-    return torch.Generator().manual_seed(derive_seed(seed, *keys))
+    return torch.Generator(device="cpu").manual_seed(derive_seed(seed, *keys))
 
 
 def numpy_rng(seed: int, *keys: int | str) -> np.random.Generator:

@@ -52,7 +52,7 @@ def select_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     Raises:
         IndexError: an index outside ``[0, n)`` (for both layouts).
     """
-    idx = torch.as_tensor(idx, dtype=torch.int64)
+    idx = torch.as_tensor(idx, dtype=torch.int64, device=x.device)
     if not is_sparse_csr(x):
         return x[idx]
     n = int(x.shape[0])
@@ -61,11 +61,13 @@ def select_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     crow, col, val = x.crow_indices(), x.col_indices(), x.values()
     starts = crow[idx]
     lens = crow[idx + 1] - starts
-    out_crow = torch.zeros(idx.numel() + 1, dtype=torch.int64)
+    out_crow = torch.zeros(idx.numel() + 1, dtype=torch.int64, device=x.device)
     torch.cumsum(lens, 0, out=out_crow[1:])
     total = int(out_crow[-1])
     # position of every kept nonzero: its row's start in x plus its offset within the row
-    pos = torch.repeat_interleave(starts, lens) + (torch.arange(total) - torch.repeat_interleave(out_crow[:-1], lens))
+    pos = torch.repeat_interleave(starts, lens) + (
+        torch.arange(total, device=x.device) - torch.repeat_interleave(out_crow[:-1], lens)
+    )
     return sparse_csr_tensor(out_crow, col[pos], val[pos], (idx.numel(), int(x.shape[1])))
 
 
@@ -74,7 +76,7 @@ def slice_rows(x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
     if not is_sparse_csr(x):
         return x[start:stop]
     lo, hi, _ = slice(start, stop).indices(int(x.shape[0]))
-    return select_rows(x, torch.arange(lo, max(lo, hi), dtype=torch.int64))
+    return select_rows(x, torch.arange(lo, max(lo, hi), dtype=torch.int64, device=x.device))
 
 
 def to_dense_rows(x: torch.Tensor) -> torch.Tensor:

@@ -1,11 +1,13 @@
 """Data for the federated loop: the XC-format, libsvm and .npz readers, the registry and fetcher of
 public datasets (``fedkernels data``), feature hashing, splits, partitioners and the synthetic default."""
 
+from .arff import read_mulan_arff
 from .datasets import Dataset, load_dataset, load_xc_dataset, resolve_dataset, to_client_data
 from .feature_hashing import hash_features, idf_weights
-from .fetcher import DownloadError, cache_dir, dataset_dir, fetch, is_fetched, sha256_of
+from .fetcher import DownloadError, cache_dir, dataset_dir, fetch, is_fetched, sha256_of, verify
 from .formats import read_any, read_libsvm, read_npz, write_xc
 from .labels import labels_to_csr, multi_hot_to_csr
+from .locations import data_dir, data_roots
 from .partition import (
     Shard,
     dirichlet_partition,
@@ -23,22 +25,27 @@ from .split import train_test_split
 from .synthetic import synthetic_multilabel
 from .types import ClientData
 from .xc_format import XCData, read_xc
+from .xc_layouts import Layout, find_layout, read_filter, read_layout, read_sparse_text, read_split
 from .xc_synthetic import XCSpec, iter_synthetic_xc, synthetic_xc
 
 __all__ = [
     "ClientData",
     "Dataset",
     "DownloadError",
+    "Layout",
     "RemoteDataset",
     "RemoteFile",
     "Shard",
     "XCData",
     "XCSpec",
     "cache_dir",
+    "data_dir",
+    "data_roots",
     "dataset_dir",
     "dirichlet_partition",
     "fedmlh_partition",
     "fetch",
+    "find_layout",
     "find_remote",
     "frequent_classes",
     "get_remote",
@@ -56,8 +63,13 @@ __all__ = [
     "one_label_per_client",
     "primary_label_partition",
     "read_any",
+    "read_filter",
+    "read_layout",
     "read_libsvm",
+    "read_mulan_arff",
     "read_npz",
+    "read_sparse_text",
+    "read_split",
     "read_xc",
     "register",
     "remote_datasets",
@@ -69,5 +81,6 @@ __all__ = [
     "to_client_data",
     "train_test_split",
     "unregister",
+    "verify",
     "write_xc",
 ]

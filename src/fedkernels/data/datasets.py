@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .._suggest import did_you_mean
 from ..sparse_rows import csr_from_scipy
 from .feature_hashing import hash_features, idf_weights, l2_normalize_csr, l2_normalize_rows
 from .formats import read_any
@@ -17,6 +18,7 @@ from .split import train_test_split
 from .synthetic import synthetic_multilabel
 from .types import ClientData
 from .xc_format import XCData
+from .xc_layouts import FILTER_FILES, find_layout, read_filter, read_layout
 
 
 @dataclass
@@ -28,12 +30,16 @@ class Dataset:
             when loaded with ``sparse=True``; CSR labels).
         name: what was loaded (``"synthetic"`` or the path).
         notes: how it was made (split seed, hashing dimension, ...), for reports.
+        test_filter: the LF-* datasets' ``filter_labels_test.txt`` as CSR over the test rows
+            (``indptr [N_test + 1]``, ``indices``): (sample, label) pairs dropped from the predictions
+            before scoring (:func:`fedkernels.metrics.filter_predictions`); ``None`` without one.
     """
 
     train: ClientData
     test: ClientData
     name: str
     notes: dict = field(default_factory=dict)
+    test_filter: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def num_features(self) -> int:
@@ -84,6 +90,10 @@ def _xc_parts(path: Path, test_fraction: float, seed: int) -> tuple[XCData, XCDa
                     read_any(path / f"test{ext}"),
                     {"split": f"official train{ext}/test{ext}"},
                 )
+        layout = find_layout(path)  # the repository's other layouts (trn_X_Xf.txt ..., <stem>_train.txt)
+        if layout is not None:
+            train_part, test_part = read_layout(layout)
+            return train_part, test_part, {"split": f"official {layout.train.name}/{layout.test.name}"}
         for ext in (".txt", ".svm", "_X.npz"):
             if (path / f"all{ext}").is_file():
                 parts = {"all": path / f"all{ext}"}
@@ -92,6 +102,7 @@ def _xc_parts(path: Path, test_fraction: float, seed: int) -> tuple[XCData, XCDa
             raise FileNotFoundError(
                 f"{path}: expected an XC-format, libsvm or .npz data file, or a folder with "
                 "train+test or all (.txt XC or libsvm, .svm libsvm, or _X.npz/_Y.npz pairs), "
+                "trn_X_Xf.txt/trn_X_Y.txt/tst_X_Xf.txt/tst_X_Y.txt, or <stem>_train.txt/<stem>_test.txt, "
                 "or a dataset name from `fedkernels data list`"
             )
     full = read_any(parts["all"])
@@ -148,11 +159,20 @@ def load_xc_dataset(
         return torch.from_numpy((l2_normalize_rows(x) if l2_normalize else x).astype(np.float32))
 
     notes.update(feature_dim=feature_dim or train.num_features, tfidf=tfidf, l2_normalize=l2_normalize, sparse=sparse)
+    test_filter = None
+    if "official" in str(notes.get("split", "")):  # a filter file describes the official test split only
+        layout = find_layout(path)
+        where = layout.filters.get("test") if layout is not None else path / FILTER_FILES["test"]
+        if where is not None and where.is_file():
+            fp, fi = read_filter(where, test.num_samples, test.num_labels)
+            test_filter = (torch.from_numpy(fp), torch.from_numpy(fi))
+            notes["test_filter"] = f"{where.name}: {fi.size} (sample, label) pairs dropped from predictions"
     return Dataset(
         to_client_data(dense(train.features), train.labels),
         to_client_data(dense(test.features), test.labels),
         str(path),
         notes,
+        test_filter,
     )
 
 
@@ -184,21 +204,57 @@ def load_dataset(
     )
 
 
-def resolve_dataset(spec: str | Path) -> Path:
-    """A path as given if it exists, else the cache folder of the registered dataset ``spec``.
+def _known_names(roots: list[Path], registered: list) -> list[str]:
+    """Names a bare dataset name could have meant: the folders in the data roots, then the registered datasets."""
+    names: list[str] = []
+    for root in roots:
+        try:
+            names += sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+        except OSError:
+            continue
+    return names + [n for d in registered for n in (d.name, *d.aliases)]
+
+
+def resolve_dataset(spec: str | Path, data_dir: str | Path | None = None) -> Path:
+    """The data of ``spec``: a path as given if it exists; else a bare name (``bibtex``, any case, or
+    a registered dataset's name or alias) looked up in :func:`~fedkernels.data.locations.data_roots`
+    (``data_dir``, the data folder ``$FEDKERNELS_DATA_DIR``, ``./data``, ``../shared/data``). A copy
+    fetched by ``fedkernels data get`` is checked against the SHA-256 of its files recorded at fetch
+    time (:func:`~fedkernels.data.fetcher.verify_folder`), so later edits to the cache are noticed.
 
     Raises:
-        FileNotFoundError: neither a path nor a fetched dataset (the message says how to fetch it).
+        FileNotFoundError: not found; the message lists every place it looked and, for a registered
+            dataset, the ``fedkernels data get`` command that fetches it.
+        ValueError: a fetched copy whose files changed since they were fetched.
     """
-    from .fetcher import dataset_dir, is_fetched
-    from .remote import find_remote
+    from .fetcher import MARKER, verify_folder
+    from .locations import data_dir as default_data_dir
+    from .locations import data_roots, find_in, is_bare_name
+    from .remote import find_remote, remote_datasets
 
-    path = Path(spec)
-    remote = None if path.exists() else find_remote(str(spec))
-    if remote is None:
+    path = Path(spec).expanduser()
+    if path.exists():
         return path
-    if not is_fetched(str(spec)):
-        raise FileNotFoundError(
-            f"dataset {spec!r} is registered but not downloaded: run `fedkernels data get {remote.name}` first"
+    name = str(spec)
+    remote = find_remote(name)
+    roots = data_roots(data_dir)
+    if is_bare_name(name):
+        names = [name, *([remote.name, *remote.aliases] if remote else [])]
+        for root in roots:
+            hit = find_in(root, names)
+            if hit is not None:
+                if (hit / MARKER).is_file():
+                    verify_folder(hit)
+                return hit
+        looked = ", ".join(str(r / name) for r in roots)
+        looked += did_you_mean(name, _known_names(roots, remote_datasets()))
+    else:
+        looked = str(path)
+    if remote is not None:
+        hint = (
+            f"; {remote.name} is a registered dataset: `fedkernels data get {remote.name}` downloads it into "
+            f"{data_dir or default_data_dir()}"
         )
-    return dataset_dir(str(spec))
+    else:
+        hint = " (pass a file or folder, set --data-dir or $FEDKERNELS_DATA_DIR, or see `fedkernels data list`)"
+    raise FileNotFoundError(f"dataset {name!r} not found, looked in: {looked}{hint}")

@@ -1,34 +1,77 @@
-"""Download registered datasets into a local cache, verified, with a progress bar.
+"""Download registered datasets into the data folder, bounded, verified and swapped in whole.
 
-The cache is ``$FEDKERNELS_DATA_DIR`` if set, else ``$XDG_CACHE_HOME/fedkernels/data`` (default
-``~/.cache/fedkernels/data``); each dataset gets ``<cache>/<name>/`` holding ``train.<ext>`` and
-``test.<ext>`` and a ``fedkernels-complete.json`` written last (so a folder without it is an
-interrupted download and is fetched again). Every failure is a :class:`DownloadError` that says
-what happened: connection refused, DNS failure, timeout, an HTTP error status, a truncated body, an
-HTML page where a file was expected, a checksum mismatch, or a bad archive.
+The data folder is :func:`fedkernels.data.locations.data_dir` (``$FEDKERNELS_DATA_DIR``, default
+``~/.cache/fedkernels/data``); each dataset gets ``<folder>/<name>/`` holding ``train.<ext>`` and
+``test.<ext>`` and a ``fedkernels-complete.json`` written last, which records the SHA-256 of every
+file it placed (``fedkernels data verify`` and every load check them, so later edits are noticed).
+
+A ``get``:
+
+- holds a lock per dataset (``<folder>/.<name>.lock``, ``flock``), so two concurrent gets of one
+  dataset never delete each other's work: the second waits, then finds the first one's copy;
+- downloads into a staging folder and replaces the cached copy only once the new one is complete
+  and verified (``--force`` never leaves you with nothing);
+- bounds every download by the dataset's size bound (:meth:`RemoteDataset.size_bound`, checked
+  against ``Content-Length`` first, then while streaming: an endless body stops there) and every
+  archive by :data:`MAX_ARCHIVE_RATIO` and the same bound (on the members' claimed sizes before
+  anything is unpacked, and on the bytes written);
+- checks each file against its SHA-256 when the registry records one; when it does not, the first
+  download's SHA-256 is recorded in ``<folder>/.fedkernels-trust.json`` (trust on first use, with a
+  warning), and every later download of that file must match it.
+
+Every failure is a :class:`DownloadError` that says what happened: connection refused, DNS failure,
+timeout, an HTTP error status, a truncated or oversized body, an HTML page where a file was
+expected, a checksum mismatch, a bad or oversized archive, or a disk error.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import fcntl
 import hashlib
 import http.client
+import io
 import json
 import os
+import secrets
 import shutil
 import socket
 import sys
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 from tqdm import tqdm
 
+from .locations import DEPRECATED_ENV_VAR, ENV_VAR, data_dir
 from .remote import RemoteDataset, RemoteFile, get_remote
+from .xc_layouts import find_layout, place_layout
 
-ENV_VAR = "FEDKERNELS_DATA_DIR"
+__all__ = [
+    "DEPRECATED_ENV_VAR",
+    "ENV_VAR",
+    "MARKER",
+    "MAX_ARCHIVE_RATIO",
+    "DownloadError",
+    "cache_dir",
+    "dataset_dir",
+    "download",
+    "fetch",
+    "is_fetched",
+    "sha256_of",
+    "verify",
+    "verify_folder",
+]
+
 MARKER = "fedkernels-complete.json"
+TRUST = ".fedkernels-trust.json"
+MAX_ARCHIVE_RATIO = 100
+"""The most an archive's members may claim to unpack to, as a multiple of the archive's size (text
+datasets compress 3 to 10 times; deflate can reach 1032, which only a crafted archive needs)."""
 _CHUNK = 1 << 20
 
 
@@ -37,21 +80,18 @@ class DownloadError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """The root of the dataset cache (``$FEDKERNELS_DATA_DIR`` or ``~/.cache/fedkernels/data``)."""
-    if os.environ.get(ENV_VAR):
-        return Path(os.environ[ENV_VAR]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "fedkernels" / "data"
+    """The data folder that ``get`` downloads into (:func:`fedkernels.data.locations.data_dir`)."""
+    return data_dir()
 
 
-def dataset_dir(name: str) -> Path:
-    """Where dataset ``name`` lives in the cache (whether or not it has been fetched)."""
-    return cache_dir() / get_remote(name).name
+def dataset_dir(name: str, root: str | Path | None = None) -> Path:
+    """Where dataset ``name`` lives in the data folder (whether or not it has been fetched)."""
+    return (Path(root) if root else data_dir()) / get_remote(name).name
 
 
-def is_fetched(name: str) -> bool:
+def is_fetched(name: str, root: str | Path | None = None) -> bool:
     """Whether ``name`` has been fetched completely."""
-    return (dataset_dir(name) / MARKER).is_file()
+    return (dataset_dir(name, root) / MARKER).is_file()
 
 
 def sha256_of(path: str | Path) -> str:
@@ -70,6 +110,7 @@ def download(
     progress: bool = True,
     timeout: float = 60.0,
     log: IO[str] | None = None,
+    max_bytes: int | None = None,
 ) -> str:
     """Download ``url`` to ``dest`` (through ``dest.part``, renamed only once complete and verified).
 
@@ -80,6 +121,7 @@ def download(
         progress: show a tqdm bar on stderr.
         timeout: seconds without progress before giving up.
         log: where to print (default stdout).
+        max_bytes: refuse a body longer than this (announced or streamed).
 
     Returns:
         The file's SHA-256.
@@ -88,10 +130,10 @@ def download(
         DownloadError: any failure (the partial file is removed).
     """
     log = log or sys.stdout
-    dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     try:
-        digest = _stream(url, part, progress, timeout)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        digest = _stream(url, part, progress, timeout, max_bytes)
         if sha256 is not None and digest != sha256.lower():
             raise DownloadError(
                 f"checksum mismatch for {url}: expected SHA-256 {sha256.lower()}, got {digest} "
@@ -101,17 +143,25 @@ def download(
             print(f"{dest.name}: SHA-256 {digest} (no checksum recorded for it, so it was not verified)", file=log)
         os.replace(part, dest)
         return digest
+    except OSError as e:  # the disk: full, read-only, permissions
+        raise DownloadError(f"cannot write {e.filename or dest}: {e.strerror or e}") from None
     finally:
-        part.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            part.unlink(missing_ok=True)
 
 
-def _stream(url: str, part: Path, progress: bool, timeout: float) -> str:
+def _stream(url: str, part: Path, progress: bool, timeout: float, max_bytes: int | None) -> str:
     h = hashlib.sha256()
     got = 0
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             total = resp.headers.get("Content-Length")
-            total = int(total) if total is not None and total.isdigit() else None
+            total = int(total) if total is not None and total.isascii() and total.isdigit() else None
+            if max_bytes is not None and total is not None and total > max_bytes:
+                raise DownloadError(
+                    f"{url} announces {total} bytes, more than the {max_bytes} this dataset may take "
+                    "(a wrong or hostile file; nothing was downloaded)"
+                )
             ctype = resp.headers.get("Content-Type") or ""
             if ctype.startswith("text/html") and not url.lower().endswith((".html", ".htm")):
                 raise DownloadError(
@@ -135,9 +185,14 @@ def _stream(url: str, part: Path, progress: bool, timeout: float) -> str:
                     block = resp.read(_CHUNK)
                     if not block:
                         break
+                    got += len(block)
+                    if max_bytes is not None and got > max_bytes:
+                        raise DownloadError(
+                            f"{url} sent more than the {max_bytes} bytes this dataset may take (stopped there; "
+                            "nothing was kept)"
+                        )
                     out.write(block)
                     h.update(block)
-                    got += len(block)
                     bar.update(len(block))
     except DownloadError:
         raise
@@ -170,77 +225,229 @@ def _reason(reason: object) -> str:
     return str(reason)
 
 
+@contextlib.contextmanager
+def _dataset_lock(root: Path, name: str, log: IO[str]) -> Iterator[None]:
+    """Hold ``<root>/.<name>.lock`` (``flock``, released when the process dies) for a whole get."""
+    lock = root / f".{name}.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"{name}: waiting for another `fedkernels data get {name}` to finish (lock {lock})", file=log)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _trust_file(root: Path) -> Path:
+    return root / TRUST
+
+
+def _read_trust(root: Path) -> dict:
+    try:
+        data = json.loads(_trust_file(root).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def fetch(
-    name: str, url: str | None = None, force: bool = False, progress: bool = True, log: IO[str] | None = None
+    name: str,
+    url: str | None = None,
+    force: bool = False,
+    progress: bool = True,
+    log: IO[str] | None = None,
+    root: str | Path | None = None,
 ) -> Path:
-    """Fetch a registered dataset into the cache and return its folder (``train.*`` and ``test.*``).
+    """Fetch a registered dataset into the data folder and return its folder (``train.*``, ``test.*``).
 
     Args:
         name: a registry name (``fedkernels data list``).
         url: use this URL instead of the recorded one (a mirror, or ``file://`` for a manual
             download); only for datasets published as a single file. Its checksum is still checked
-            when one is recorded.
-        force: fetch again even if the cache has it.
+            when one is recorded (or was trusted on first use).
+        force: fetch again even if the folder has it; the old copy is replaced only once the new one
+            is complete and verified.
         progress: tqdm progress bars on stderr.
-        log: where messages go (default stdout).
+        log: where messages go (default stdout; warnings go to stderr).
+        root: the data folder (default :func:`fedkernels.data.locations.data_dir`).
 
     Raises:
-        DownloadError: a network, checksum or archive failure; ValueError: an unknown name, or a
-            dataset with no recorded URL and no ``url`` given.
+        DownloadError: a network, size, checksum, archive or disk failure; ValueError: an unknown
+            name, or a dataset with no recorded URL and no ``url`` given.
     """
+    log = log or sys.stdout
     ds = get_remote(name)
-    folder = cache_dir() / ds.name
+    root = Path(root) if root else data_dir()
+    folder = root / ds.name
     if (folder / MARKER).is_file() and not force:
         return folder
     files = list(ds.files)
     if url is not None:
         if len(files) != 1:
             raise ValueError(f"--url works for datasets published as one file; {ds.name} has {len(files)}")
-        files = [RemoteFile(url, files[0].name, files[0].sha256, files[0].extract)]
-    missing = [f.name for f in files if f.url is None]
-    if missing:
+        f0 = files[0]
+        files = [RemoteFile(url, f0.name, f0.sha256, f0.extract)]
+    if any(f.url is None for f in files):
         raise ValueError(f"{ds.name}: {ds.notes or 'no download URL recorded'} (page: {ds.page})")
     if ds.train == ds.test and not (ds.train_split and ds.test_split):
         raise ValueError(f"{ds.name}: train and test are one file but no split files are recorded")
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    digests = {}
     try:
-        for f in files:
-            path = folder / f.name
-            assert f.url is not None  # every file without one was refused above
-            digests[f.name] = download(f.url, path, f.sha256, progress, log=log)
-            if f.extract == "zip":
-                _unzip(path, folder)
-        _place(ds, folder)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)  # nothing half-fetched stays in the cache
-        raise
-    (folder / MARKER).write_text(
-        json.dumps({"name": ds.name, "sha256": digests, "urls": [f.url for f in files]}, indent=1)
-    )
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DownloadError(f"cannot create the data folder {root}: {e.strerror or e}") from None
+    with _dataset_lock(root, ds.name, log):
+        if (folder / MARKER).is_file() and not force:
+            return folder  # another get finished it while this one waited
+        _remove_leftovers(root, ds.name)
+        staging = root / f".{ds.name}.staging-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            staging.mkdir()
+            marker = _fill(ds, files, staging, root, progress, log)
+            (staging / MARKER).write_text(json.dumps(marker, indent=1))
+            _swap_in(staging, folder)
+        except OSError as e:
+            raise DownloadError(f"cannot write {e.filename or staging}: {e.strerror or e}") from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)  # nothing half-fetched stays
     return folder
 
 
-def _unzip(path: Path, folder: Path) -> None:
+def _remove_leftovers(root: Path, name: str) -> None:
+    """Staging and old folders of earlier gets of ``name`` that died (we hold the lock: none is live)."""
+    for p in root.glob(f".{name}.staging-*"):
+        shutil.rmtree(p, ignore_errors=True)
+    for p in root.glob(f".{name}.old-*"):
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _swap_in(staging: Path, folder: Path) -> None:
+    """Replace ``folder`` by the complete ``staging`` folder: two renames, the old copy deleted last."""
+    old = None
+    if folder.exists():
+        old = folder.with_name(f".{folder.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+        os.replace(folder, old)
+    try:
+        os.replace(staging, folder)
+    except BaseException:
+        if old is not None:
+            os.replace(old, folder)  # put the previous copy back
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _fill(ds: RemoteDataset, files: list[RemoteFile], staging: Path, root: Path, progress: bool, log: IO[str]) -> dict:
+    """Download, verify, unpack and place every file of ``ds`` into ``staging``; the marker's content."""
+    bound = ds.size_bound()
+    trust = _read_trust(root)
+    trusted = trust.get(ds.name, {}) if isinstance(trust.get(ds.name), dict) else {}
+    digests, first_use = {}, []
+    for f in files:
+        assert f.url is not None  # every file without one was refused above
+        path = staging / f.name
+        entry = trusted.get(f.name)
+        record: dict = entry if isinstance(entry, dict) else {}
+        expected = f.sha256 or record.get("sha256")
+        try:
+            digest = download(f.url, path, expected, progress, log=io.StringIO(), max_bytes=bound)
+        except DownloadError as e:
+            if f.sha256 is None and expected is not None and "checksum mismatch" in str(e):
+                raise DownloadError(
+                    f"{e}; the SHA-256 expected was trusted on first use on {record.get('first_seen', '?')} "
+                    f"(recorded in {_trust_file(root)}): if the publisher really changed {f.name}, delete the "
+                    f"{ds.name!r} entry there to trust the new file"
+                ) from None
+            raise
+        if f.sha256 is None and expected is None:
+            first_use.append(f.name)
+            print(
+                f"warning: {ds.name}: no checksum is recorded for {f.name}; trusting this first download "
+                f"(SHA-256 {digest}) and recording it in {_trust_file(root)}: later downloads must match it",
+                file=sys.stderr,
+            )
+            print(f"{f.name}: SHA-256 {digest} (no checksum recorded for it: trusted on first use)", file=log)
+        digests[f.name] = digest
+        if f.extract == "zip":
+            _unzip(path, staging, bound)
+    _place(ds, staging)
+    placed = {p.name: sha256_of(p) for p in sorted(staging.iterdir()) if p.is_file()}
+    if first_use:
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        entry = dict(trusted)
+        for n in first_use:
+            entry[n] = {"sha256": digests[n], "url": next(f.url for f in files if f.name == n), "first_seen": now}
+        trust[ds.name] = entry
+        tmp = _trust_file(root).with_name(f"{TRUST}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(trust, indent=1))
+        os.replace(tmp, _trust_file(root))
+    return {
+        "name": ds.name,
+        "sha256": digests,
+        "urls": [f.url for f in files],
+        "files": placed,
+        "trusted_on_first_use": first_use,
+    }
+
+
+def _unzip(path: Path, folder: Path, bound: int) -> None:
+    """Unpack the zip ``path`` into ``folder``: every member inside the folder, the members' claimed
+    sizes within :data:`MAX_ARCHIVE_RATIO` x the archive and ``bound`` in total before anything is
+    written, and the bytes actually written counted against the same limit."""
     try:
         with zipfile.ZipFile(path) as z:
             root = folder.resolve()
-            for member in z.namelist():  # no member may land outside the folder
-                if not (folder / member).resolve().is_relative_to(root):
-                    raise DownloadError(f"{path.name}: archive member {member!r} points outside the cache folder")
-            z.extractall(folder)
+            infos = z.infolist()
+            for info in infos:  # no member may land outside the folder
+                if not (folder / info.filename).resolve().is_relative_to(root):
+                    raise DownloadError(f"{path.name}: archive member {info.filename!r} points outside the data folder")
+            claimed = sum(i.file_size for i in infos)
+            limit = min(bound, MAX_ARCHIVE_RATIO * max(path.stat().st_size, 1))
+            if claimed > limit:
+                raise DownloadError(
+                    f"{path.name}: its members claim {claimed} bytes unpacked from {path.stat().st_size}, more than "
+                    f"the {limit} allowed ({MAX_ARCHIVE_RATIO} x the archive, at most the dataset's bound {bound})"
+                )
+            written = 0
+            for info in infos:
+                target = folder / info.filename
+                if info.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with z.open(info) as src, open(target, "wb") as out:
+                    while block := src.read(_CHUNK):
+                        written += len(block)
+                        if written > limit:
+                            raise DownloadError(f"{path.name}: unpacks to more than {limit} bytes")
+                        out.write(block)
+    except DownloadError:
+        raise
     except zipfile.BadZipFile as e:
         raise DownloadError(f"{path.name} is not a valid zip archive ({e})") from None
+    except (EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as e:
+        raise DownloadError(f"{path.name} could not be unpacked ({type(e).__name__}: {e})") from None
     path.unlink()
 
 
 def _place(ds: RemoteDataset, folder: Path) -> None:
     """Move the train/test files to ``train.<ext>``/``test.<ext>`` (npz: ``train_X.npz`` stays paired),
-    or cut them from one data file by the first split of its split files."""
+    convert Mulan ARFF files to XC text, or cut them from one data file by the first split of its
+    split files."""
     if ds.train_split and ds.test_split:
         _apply_split(ds, folder, ds.train_split, ds.test_split)
+        return
+    if ds.format == "xc-split" or (ds.format == "xc" and not (folder / ds.train).is_file()):
+        # the LF-* split files, or an XC zip laid out otherwise than recorded (e.g. a "BoW features"
+        # zip's <Name>.bow/train.txt): placed by what the download holds
+        layout = find_layout(folder)
+        if layout is None:
+            raise DownloadError(
+                f"{ds.name}: expected {ds.train} (or another layout of the XC repository) in the download"
+            )
+        place_layout(layout, folder)
         return
     for part, rel in (("train", ds.train), ("test", ds.test)):
         src = folder / rel
@@ -250,6 +457,18 @@ def _place(ds: RemoteDataset, folder: Path) -> None:
             for kind in ("X", "Y"):
                 s = src.with_name(src.name.replace("_X.npz", f"_{kind}.npz"))
                 os.replace(s, folder / f"{part}_{kind}.npz")
+        elif ds.format == "arff":
+            from .arff import read_mulan_arff
+            from .formats import write_xc
+
+            if ds.num_labels is None:
+                raise DownloadError(f"{ds.name}: an ARFF dataset needs num_labels recorded")
+            try:
+                data = read_mulan_arff(src, ds.num_labels)
+            except ValueError as e:
+                raise DownloadError(f"{ds.name}: {rel} is not a Mulan ARFF file ({e})") from None
+            write_xc(data, folder / f"{part}.txt")
+            src.unlink()
         else:
             os.replace(src, folder / f"{part}.{'txt' if ds.format == 'xc' else 'svm'}")
 
@@ -274,3 +493,50 @@ def _apply_split(ds: RemoteDataset, folder: Path, train_split: str, test_split: 
         if rows.size and (rows.min() < 0 or rows.max() >= data.num_samples):
             raise DownloadError(f"{ds.name}: split file {rel} names rows outside 1..{data.num_samples}")
         write_xc(data.subset(rows), folder / f"{part}.txt")
+    for rel in {ds.train, train_split, test_split}:  # only train.txt and test.txt stay
+        (folder / rel).unlink(missing_ok=True)
+
+
+def verify_folder(folder: Path) -> dict[str, str]:
+    """Each file a fetched dataset's marker lists, checked against the SHA-256 recorded when it was
+    fetched: ``{file: "ok" | "changed" | "missing"}``.
+
+    Raises:
+        ValueError: a file changed or is missing (the message names them and the fix).
+    """
+    status = folder_status(folder)
+    bad = {k: v for k, v in status.items() if v != "ok"}
+    if bad:
+        what = ", ".join(f"{k} ({v})" for k, v in sorted(bad.items()))
+        raise ValueError(
+            f"{folder}: files changed since `fedkernels data get` fetched them: {what}; "
+            f"run `fedkernels data get {folder.name} --force` to fetch them again"
+        )
+    return status
+
+
+def folder_status(folder: Path) -> dict[str, str]:
+    """``{file: "ok" | "changed" | "missing"}`` for every file ``folder``'s marker records
+    (``{MARKER: "unreadable"}`` if the marker itself is not a record of files)."""
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+        files = marker["files"]
+        if not isinstance(files, dict):
+            raise TypeError
+    except (OSError, ValueError, KeyError, TypeError):
+        return {MARKER: "unreadable (fetched by an older release? `fedkernels data get NAME --force`)"}
+    out = {}
+    for name, want in files.items():
+        p = folder / str(name)
+        out[str(name)] = "missing" if not p.is_file() else ("ok" if sha256_of(p) == want else "changed")
+    return out
+
+
+def verify(name: str | None = None, root: str | Path | None = None) -> dict[str, dict[str, str]]:
+    """The status of every fetched dataset's files (or of ``name``'s): ``{dataset: {file: status}}``."""
+    base = Path(root) if root else data_dir()
+    if name is not None:
+        folders = [base / get_remote(name).name]
+    else:
+        folders = sorted(p.parent for p in base.glob(f"*/{MARKER}")) if base.is_dir() else []
+    return {f.name: (folder_status(f) if (f / MARKER).is_file() else {"": "not downloaded"}) for f in folders}

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .xc_format import MAX_DIM, XCData, _parse_header, _parse_line, read_xc
+from .._files import open_regular
+from .xc_format import MAX_DIM, XCData, _parse_header, _parse_line, read_xc, text_lines
 
 
 def read_libsvm(
@@ -55,14 +56,16 @@ def read_libsvm(
     feat_ids: list[int] = []
     feat_vals: list[float] = []
     lab_ptr, feat_ptr = [0], [0]
-    with path.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            line = line.split("#", 1)[0].rstrip()
-            if not line:
-                continue  # blank lines and comment lines are not samples in libsvm files
-            _parse_line(line, lineno, path, MAX_DIM, MAX_DIM, labels, feat_ids, feat_vals)  # ids < 2**26
-            lab_ptr.append(len(labels))
-            feat_ptr.append(len(feat_ids))
+    for arg, value in (("num_features", num_features), ("num_labels", num_labels)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DIM):
+            raise ValueError(f"{arg} must be an integer in [0, {MAX_DIM}] or None, got {value!r}")
+    for lineno, line in text_lines(path):
+        line = line.split("#", 1)[0].rstrip()
+        if not line:
+            continue  # blank lines and comment lines are not samples in libsvm files
+        _parse_line(line, lineno, path, MAX_DIM, MAX_DIM, labels, feat_ids, feat_vals)  # ids < 2**26
+        lab_ptr.append(len(labels))
+        feat_ptr.append(len(feat_ids))
     fids = np.asarray(feat_ids, dtype=np.int64)
     one_based = zero_based is False or (zero_based == "auto" and (fids.size == 0 or int(fids.min()) >= 1))
     if one_based:
@@ -99,23 +102,25 @@ def read_npz(features: str | Path, labels: str | Path) -> XCData:
 
     Features stay sparse (float32 CSR); labels become 0/1 float32 CSR (any non-zero is a label).
 
+    Every field is checked before anything is converted or allocated from it: the zip's members
+    (known names, sizes within deflate's ratio, ``.npy`` headers within their member), ``format`` a
+    string naming csr, csc or coo, ``shape`` two non-negative integers (at most ``MAX_DIM`` columns,
+    rows bounded by the file's size), values of a real dtype (no complex, datetime, text or object),
+    index arrays of an integer dtype with every value inside the shape, pointers from 0 to nnz and
+    never decreasing. A FIFO, device or directory is refused by type before it is opened.
+
     Raises:
-        ValueError: a file that is not a scipy sparse ``.npz``, X and Y with different N, more than
-            ``MAX_DIM`` (2**26) columns, non-finite values, or a file whose claims (zip member sizes,
-            array headers, matrix shape) exceed what its bytes can hold (checked before allocating).
+        ValueError: naming the file and what is wrong with it: any of the above, X and Y with
+            different N, or non-finite values (also values beyond float32).
+        FileNotFoundError: a file is missing.
     """
     x = _load_sparse(Path(features), "features")
     y = _load_sparse(Path(labels), "labels")
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"features {features} has {x.shape[0]} rows but labels {labels} has {y.shape[0]}")
-    for path, m, what in ((features, x, "features"), (labels, y, "labels")):
-        if m.shape[1] > MAX_DIM:
-            raise ValueError(f"{what} {path}: {m.shape[1]} columns exceed the bound {MAX_DIM} (2**26)")
-    x = sp.csr_matrix(x, dtype=np.float32)
     if not np.isfinite(x.data).all():
         raise ValueError(f"features {features}: NaN or inf values (or beyond float32)")
     x.sum_duplicates()
-    y = sp.csr_matrix(y, dtype=np.float32)
     if not np.isfinite(y.data).all():  # a NaN is not a 0/1 label (it would count as one)
         raise ValueError(f"labels {labels}: NaN or inf values (or beyond float32)")
     y.sum_duplicates()
@@ -127,6 +132,19 @@ def read_npz(features: str | Path, labels: str | Path) -> XCData:
 NPZ_MAX_RATIO = 1032
 """Deflate's largest compression ratio: a zip member claiming to inflate to more than this many times
 its compressed bytes (plus 1 KiB) is lying, and is refused before it is inflated."""
+
+NPZ_FORMATS = ("csr", "csc", "coo")
+"""The sparse formats :func:`read_npz` reads (what ``scipy.sparse.save_npz`` writes for them)."""
+
+# The members each format's file holds (``_is_array`` is optional: scipy writes it for sparse arrays).
+_NPZ_MEMBERS = {
+    "csr": {"format", "shape", "data", "indices", "indptr"},
+    "csc": {"format", "shape", "data", "indices", "indptr"},
+    "coo": {"format", "shape", "data", "row", "col"},
+}
+_NPZ_KNOWN = {"format", "shape", "data", "indices", "indptr", "row", "col", "coords", "_is_array"}
+# dtype kinds a values array may have: bool, signed, unsigned, float (not complex, datetime, text, object).
+_VALUE_KINDS = "biuf"
 
 # What a malformed zip or .npy raises besides ValueError (zipfile, zlib, numpy's header parser).
 _NPZ_ERRORS = (
@@ -145,53 +163,143 @@ _NPZ_ERRORS = (
 )
 
 
-def _check_npz_claims(path: Path, what: str) -> int:
-    """Check every member's claims before anything is inflated: its size against deflate's ratio, and
-    each ``.npy`` header's shape times item size against the member's size (numpy allocates the array
-    from the header before reading it). Returns the members' total inflated bytes."""
+def _read_npz_members(z: zipfile.ZipFile, path: Path, what: str) -> tuple[dict[str, np.ndarray], int]:
+    """Every member of a scipy ``.npz`` as an array, each claim checked before it is inflated: the
+    member's name (known, once), its size against deflate's ratio, and its ``.npy`` header's shape
+    times item size against the member's size (numpy allocates the array from the header before
+    reading it); no object arrays (``allow_pickle=False``). Returns the arrays and their total
+    inflated bytes (at most ``NPZ_MAX_RATIO`` x the file)."""
+    infos = z.infolist()
+    names = [i.filename for i in infos]
+    for name in names:
+        stem = name[: -len(".npy")] if name.endswith(".npy") else None
+        if stem not in _NPZ_KNOWN:
+            raise ValueError(f"{what} {path}: member {name!r} is not part of a scipy sparse .npz")
+        if names.count(name) > 1:
+            raise ValueError(f"{what} {path}: member {name!r} appears {names.count(name)} times")
     total = 0
-    with zipfile.ZipFile(path) as z:
-        for info in z.infolist():
-            if info.file_size > NPZ_MAX_RATIO * info.compress_size + 1024:
-                raise ValueError(
-                    f"{what} {path}: member {info.filename!r} claims {info.file_size} bytes from "
-                    f"{info.compress_size} compressed (more than deflate's ratio {NPZ_MAX_RATIO})"
-                )
-            total += info.file_size
-            if not info.filename.endswith(".npy"):
-                continue
-            with z.open(info) as f:
-                version = np.lib.format.read_magic(f)
-                if version not in ((1, 0), (2, 0)):
-                    raise ValueError(f"{what} {path}: member {info.filename!r} has .npy version {version}")
-                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                shape, _, dtype = read(f)
-            need = math.prod(shape) * dtype.itemsize
-            if dtype.hasobject or need > info.file_size:
-                raise ValueError(
-                    f"{what} {path}: member {info.filename!r} claims shape {shape} of {dtype} ({need} bytes) "
-                    f"in {info.file_size} bytes"
-                )
-    return total
+    for info in infos:
+        if info.file_size > NPZ_MAX_RATIO * info.compress_size + 1024:
+            raise ValueError(
+                f"{what} {path}: member {info.filename!r} claims {info.file_size} bytes from "
+                f"{info.compress_size} compressed (more than deflate's ratio {NPZ_MAX_RATIO})"
+            )
+        total += info.file_size
+        with z.open(info) as f:
+            version = np.lib.format.read_magic(f)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f"{what} {path}: member {info.filename!r} has .npy version {version}")
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(f)
+        need = math.prod(shape) * dtype.itemsize
+        if dtype.hasobject or need > info.file_size:
+            raise ValueError(
+                f"{what} {path}: member {info.filename!r} claims shape {shape} of {dtype} ({need} bytes) "
+                f"in {info.file_size} bytes"
+            )
+    arrays = {}
+    for info in infos:
+        with z.open(info) as f:
+            arrays[info.filename[: -len(".npy")]] = np.lib.format.read_array(f, allow_pickle=False)
+    return arrays, total
 
 
-def _load_sparse(path: Path, what: str) -> sp.spmatrix:
-    """A scipy sparse matrix from ``path``, every claim checked before it is allocated: the members'
-    sizes and array headers (:func:`_check_npz_claims`), and the matrix's shape (rows and columns at
-    most the file's inflated bytes + 65,536, so turning it into CSR allocates O(file) at most).
-    Memory: O(the members' inflated bytes), themselves at most ``NPZ_MAX_RATIO`` x the file."""
+def _index_array(a: np.ndarray, name: str, upper: int, where: str) -> np.ndarray:
+    """``a`` as int64 if it is a 1-D integer array with every value in ``[0, upper)``; compared in its
+    own dtype, so uint64 values past 2**63 are refused, never wrapped."""
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise ValueError(f"{where}: {name} must be a 1-D integer array, got {a.dtype} of shape {a.shape}")
+    if a.size and (a.min() < 0 or a.max() >= upper):
+        raise ValueError(f"{where}: {name} values must lie in [0, {upper}), got min {a.min()} and max {a.max()}")
+    return a.astype(np.int64, copy=False)
+
+
+def _pointer_array(a: np.ndarray, name: str, length: int, nnz: int, where: str) -> np.ndarray:
+    """A compressed-format pointer: ``length`` entries from 0 to ``nnz``, never decreasing."""
+    p = _index_array(a, name, nnz + 1, where)
+    if p.size != length:
+        raise ValueError(f"{where}: {name} must have {length} entries, got {p.size}")
+    if p[0] != 0 or p[-1] != nnz:
+        raise ValueError(f"{where}: {name} must run from 0 to nnz = {nnz}, got {p[0]} ... {p[-1]}")
+    if (np.diff(p) < 0).any():
+        raise ValueError(f"{where}: {name} must be non-decreasing")
+    return p
+
+
+def _sparse_from_arrays(arrays: dict[str, np.ndarray], total: int, where: str) -> sp.csr_matrix:
+    """A float32 CSR matrix from the members of a scipy ``.npz``, every field checked against the
+    format's rules before scipy sees it: format a string naming a known format, shape two integers
+    within the bounds, values of a real dtype, every index in range, pointers monotone from 0 to nnz."""
+    fmt = arrays.get("format")
+    if fmt is None or fmt.ndim != 0 or fmt.dtype.kind not in "SU":
+        got = "missing" if fmt is None else f"{fmt.dtype} of shape {fmt.shape}"
+        raise ValueError(f"{where}: 'format' must be a string ({', '.join(NPZ_FORMATS)}), got {got}")
+    name = fmt.item()
+    name = name.decode("ascii", "replace") if isinstance(name, bytes) else str(name)
+    if name not in NPZ_FORMATS:
+        raise ValueError(f"{where}: format {name!r} is not one of {', '.join(NPZ_FORMATS)}")
+    want = _NPZ_MEMBERS[name]
+    if name == "coo" and "coords" in arrays and "row" not in arrays:
+        want = {"format", "shape", "data", "coords"}
+    got_members = set(arrays) - {"_is_array"}
+    if got_members != want:
+        raise ValueError(f"{where}: a {name} .npz holds {sorted(want)}, got {sorted(got_members)}")
+    shape = arrays["shape"]
+    if shape.shape != (2,) or shape.dtype.kind not in "iu":
+        raise ValueError(f"{where}: 'shape' must be two integers, got {shape.dtype} of shape {shape.shape}")
+    if shape.min() < 0:
+        raise ValueError(f"{where}: shape {tuple(shape.tolist())} has a negative size")
+    rows, cols = (int(v) for v in shape)
+    if cols > MAX_DIM:
+        raise ValueError(f"{where}: {cols} columns exceed the bound {MAX_DIM} (2**26)")
+    if rows > total + (1 << 16):  # a CSR row pointer is O(rows): it must be O(the file)
+        raise ValueError(f"{where}: shape {(rows, cols)} is implausible for a file of {total} inflated bytes")
+    data = arrays["data"]
+    if data.ndim != 1 or data.dtype.kind not in _VALUE_KINDS:
+        raise ValueError(f"{where}: 'data' must be a 1-D array of real numbers, got {data.dtype} of shape {data.shape}")
+    nnz = data.size
+    if name in ("csr", "csc"):
+        major, minor = (rows, cols) if name == "csr" else (cols, rows)
+        indptr = _pointer_array(arrays["indptr"], "indptr", major + 1, nnz, where)
+        indices = _index_array(arrays["indices"], "indices", minor, where)
+        if indices.size != nnz:
+            raise ValueError(f"{where}: indices has {indices.size} entries but data has {nnz}")
+        make = sp.csr_matrix if name == "csr" else sp.csc_matrix
+        m = make((data, indices, indptr), shape=(rows, cols))
+    else:
+        if "coords" in want:
+            coords = arrays["coords"]
+            if coords.ndim != 2 or coords.shape[0] != 2:
+                raise ValueError(f"{where}: coords must be [2, nnz], got shape {coords.shape}")
+            row_raw, col_raw = coords[0], coords[1]
+        else:
+            row_raw, col_raw = arrays["row"], arrays["col"]
+        row = _index_array(row_raw, "row", rows, where)
+        col = _index_array(col_raw, "col", cols, where)
+        if row.size != nnz or col.size != nnz:
+            raise ValueError(
+                f"{where}: row and col must have one entry per value ({nnz}), got {row.size} and {col.size}"
+            )
+        m = sp.coo_matrix((data, (row, col)), shape=(rows, cols))
+    return sp.csr_matrix(m, dtype=np.float32)
+
+
+def _load_sparse(path: Path, what: str) -> sp.csr_matrix:
+    """A float32 CSR matrix from the scipy ``.npz`` at ``path`` (a regular file: refused by type before
+    it is opened), every claim checked before it is allocated (:func:`_read_npz_members`) and every
+    field before it is converted (:func:`_sparse_from_arrays`). Memory: O(the members' inflated
+    bytes), themselves at most ``NPZ_MAX_RATIO`` x the file."""
+    where = f"{what} {path}"
     try:
-        total = _check_npz_claims(path, what)
-        m = sp.load_npz(path)
+        with open_regular(path, what) as f, zipfile.ZipFile(f) as z:
+            arrays, total = _read_npz_members(z, path, what)
     except FileNotFoundError:
         raise
     except ValueError as e:
-        raise ValueError(e if str(path) in str(e) else f"{what} {path}: not a scipy sparse .npz ({e})") from None
+        raise ValueError(e if str(path) in str(e) else f"{where}: not a scipy sparse .npz ({e})") from None
     except _NPZ_ERRORS as e:
-        raise ValueError(f"{what} {path}: not a scipy sparse .npz ({type(e).__name__}: {e})") from None
-    if any(d > total + (1 << 16) for d in m.shape):
-        raise ValueError(f"{what} {path}: shape {m.shape} is implausible for a file of {total} inflated bytes")
-    return m
+        raise ValueError(f"{where}: not a scipy sparse .npz ({type(e).__name__}: {e})") from None
+    return _sparse_from_arrays(arrays, total, where)
 
 
 def read_any(path: str | Path) -> XCData:
@@ -203,8 +311,8 @@ def read_any(path: str | Path) -> XCData:
         if stem is None:
             raise ValueError(f"{path}: an .npz dataset is a pair <stem>_X.npz (features) and <stem>_Y.npz (labels)")
         return read_npz(path, path.with_name(f"{stem}_Y.npz"))
-    with path.open("r", encoding="utf-8") as fh:
-        first = fh.readline()
+    with open_regular(path, "data file") as fh:
+        first = fh.readline(1 << 12).decode("utf-8", "replace")  # an 'N F L' header is short
     try:
         _parse_header(first, path)
     except ValueError:

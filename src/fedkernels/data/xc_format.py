@@ -11,11 +11,14 @@ A line starting with a space has no labels; an empty line has neither labels nor
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+
+from .._files import open_regular
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 MAX_DIM = 2**26
@@ -55,6 +58,21 @@ class XCData:
     def subset(self, rows: np.ndarray) -> XCData:
         """The samples ``rows`` (int ``[m]``), in that order."""
         return XCData(self.features[rows], self.labels[rows])
+
+
+def text_lines(path: Path, start: int = 1, what: str = "data file") -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of a UTF-8 text file, read from a regular file only (a FIFO, device
+    or directory is refused by type before it is opened: :func:`fedkernels._files.open_regular`).
+    Lines are split on ``\\n`` and decoded one at a time, so a byte that is not UTF-8 is a
+    ``ValueError`` naming the file and its line (``UnicodeDecodeError`` named neither)."""
+    with open_regular(path, what) as fh:
+        for lineno, raw in enumerate(fh, start=start):
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}: {e.reason})"
+                ) from None
 
 
 def _parse_header(line: str, path: Path) -> tuple[int, int, int]:
@@ -135,23 +153,25 @@ def read_xc(path: str | Path) -> XCData:
         ((4880, 1836), (4880, 159))
     """
     path = Path(path)
-    with path.open("r", encoding="utf-8") as fh:
-        header = fh.readline()
-        if not header:
-            raise ValueError(f"{path}: empty file (no 'N F L' header)")
-        n, num_features, num_labels = _parse_header(header, path)
-        lab_ptr, feat_ptr = [0], [0]
-        labels: list[int] = []
-        feat_ids: list[int] = []
-        feat_vals: list[float] = []
-        rows = 0
-        for lineno, line in enumerate(fh, start=2):
-            if rows == n and not line.strip():
-                continue  # trailing blank lines after the last sample
-            _parse_line(line, lineno, path, num_features, num_labels, labels, feat_ids, feat_vals)
-            lab_ptr.append(len(labels))
-            feat_ptr.append(len(feat_ids))
-            rows += 1
+    lines = text_lines(path)
+    first = next(lines, None)
+    if first is None:
+        raise ValueError(f"{path}: empty file (no 'N F L' header)")
+    n, num_features, num_labels = _parse_header(first[1], path)
+    lab_ptr, feat_ptr = [0], [0]
+    labels: list[int] = []
+    feat_ids: list[int] = []
+    feat_vals: list[float] = []
+    rows = 0
+    for lineno, line in lines:
+        if rows == n and not line.strip():
+            continue  # trailing blank lines after the last sample
+        if rows == n:
+            raise ValueError(f"{path}:{lineno}: header says N={n} samples but the file has more")
+        _parse_line(line, lineno, path, num_features, num_labels, labels, feat_ids, feat_vals)
+        lab_ptr.append(len(labels))
+        feat_ptr.append(len(feat_ids))
+        rows += 1
     if rows != n:
         raise ValueError(f"{path}: header says N={n} samples but the file has {rows}")
     features = sp.csr_matrix(

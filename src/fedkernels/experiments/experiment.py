@@ -36,12 +36,14 @@ from ..data import (
     primary_label_partition,
     split_statistics,
 )
-from ..fl.local import make_optimizer
+from ..fl.device import resolve_device
+from ..fl.local import AUTOCAST, make_optimizer
 from ..fl.registry import make_strategy, strategies
 from ..fl.server import RunConfig, Server, record_from_json
 from ..fl.types import ClientData, RoundRecord, TrainConfig
-from ..metrics import communication_summary, inverse_propensity, map_at_r
+from ..metrics import communication_summary, inverse_propensity, map_at_r, propensity_params
 from ..seeding import numpy_rng
+from .limits import check_fields, check_output_files, check_writable_folder
 
 PARTITIONS = ("fedmlh", "fedmlh_single", "dirichlet", "iid", "one_label", "primary_label")
 
@@ -58,6 +60,14 @@ DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
 
 class AllClientsFailed(RuntimeError):
     """Every client of a round failed: the run cannot go on (the message lists their reasons)."""
+
+
+METRIC_FAMILIES = ("P", "nDCG", "PSP", "PSnDCG", "R")  # as ``<family>@<k>`` in the reports
+
+
+def metric_columns(families: list[str], ks: list[int]) -> list[str]:
+    """The results-table columns of ``families`` at every k: ``P@1, P@3, ..., nDCG@1, ...``."""
+    return [f"{m}@{k}" for m in families for k in ks]
 
 
 @dataclass
@@ -90,6 +100,11 @@ class ExperimentConfig:
     seed: int = 0
     eval_every: int = 1
     ks: list[int] = field(default_factory=lambda: [1, 3, 5])
+    # the metric families the results table shows at every k (all are computed and saved)
+    metrics: list[str] = field(default_factory=lambda: list(METRIC_FAMILIES))
+    # [A, B] of Jain et al.'s propensity model for PSP@k / PSnDCG@k; unset: the dataset's own
+    # (fedkernels.metrics.PROPENSITY), 0.55 / 1.5 for datasets not in that table
+    propensity: list[float] | None = None
     max_test: int | None = None
     output: str = "fedkernels-out"
     # torch intra-op threads for the run (None: torch's default). On a machine busy with other
@@ -116,9 +131,31 @@ class ExperimentConfig:
     client_size: int = 4
     # also evaluate retrieval MAP@R of the strategy's representations (``embed``) on the test set
     retrieval: bool = False
+    # where training, the server's state and evaluation run: "cpu", "cuda" or "cuda:N" (fedkernels.fl.device)
+    device: str = "cpu"
+    # mixed precision of local training's forward pass: "off" or "bf16" (fedkernels.fl.local.autocast)
+    autocast: str = "off"
+    # privacy (fedkernels.fl.privacy, docs/api/privacy.md): SecAgg+ secure aggregation, client-level DP
+    # (clip + noise multiplier, or a target epsilon at dp_delta), FedALC's server-side embedding DP,
+    # sample-level DP-SGD in local training
+    secagg: bool = False
+    secagg_dropouts: int | None = None
+    secagg_bits: int = 32
+    secagg_bound: float = 4.0
+    secagg_degree: int | None = None
+    dp_clip: float | None = None
+    dp_noise: float | None = None
+    target_epsilon: float | None = None
+    dp_delta: float = 1e-5
+    embedding_dp_clip: float | None = None
+    embedding_dp_noise: float | None = None
+    dp_sample_clip: float | None = None
+    dp_sample_noise: float = 0.0
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first bad field (before any data is loaded)."""
+        """Raise ``ValueError`` naming the first bad field (before any data is loaded): every field's
+        type and range (:func:`~fedkernels.experiments.limits.check_fields`), then their relations."""
+        check_fields(self)
         if not self.algorithms:
             raise ValueError("algorithms must name at least one algorithm")
         if self.partition not in PARTITIONS:
@@ -147,6 +184,14 @@ class ExperimentConfig:
                 raise ValueError(f"{name} must be an integer >= 1 or unset, got {value!r}")
         if not self.ks or min(self.ks) < 1:
             raise ValueError(f"ks must be positive, got {self.ks}")
+        bad = [m for m in self.metrics if m not in METRIC_FAMILIES]
+        if bad or not self.metrics:
+            raise ValueError(f"metrics must name some of {list(METRIC_FAMILIES)}, got {self.metrics!r}")
+        if self.propensity is not None and (
+            len(self.propensity) != 2
+            or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in self.propensity)
+        ):
+            raise ValueError(f"propensity must be [A, B] (two finite numbers), got {self.propensity!r}")
         if self.resume and self.checkpoint is None:
             raise ValueError("resume needs checkpoint (the folder the interrupted run wrote)")
         if self.client_weighting not in ("samples", "uniform"):
@@ -159,6 +204,12 @@ class ExperimentConfig:
             raise ValueError(f"retrieval must be true or false, got {self.retrieval!r}")
         if not isinstance(self.centralized, list):
             raise ValueError(f"centralized must be a list of algorithm names, got {self.centralized!r}")
+        try:  # a GPU that is not there is refused here, before any data is read
+            resolve_device(self.device)
+        except ValueError as e:
+            raise ValueError(f"device (--device): {e}") from None
+        if self.autocast not in AUTOCAST:
+            raise ValueError(f"autocast (--autocast) must be one of {AUTOCAST}, got {self.autocast!r}")
         try:  # the optimizer is built by every client; an unknown one would fail each of them
             make_optimizer([torch.zeros(1, requires_grad=True)], self.train_config())
         except ValueError as e:
@@ -179,11 +230,25 @@ class ExperimentConfig:
                     f"{self.algorithms} (add it to --algorithms or drop its options)"
                 )
         for name in self.algorithms:  # unknown names and option keys fail here, before any data is loaded
+            check_option_types(name, self.options_for(name))
             make_strategy(name, **self.options_for(name))
+        check_privacy(self)
+
+    def private(self) -> bool:
+        """Whether the run's rounds are private (secure aggregation, client-level or embedding DP)."""
+        return self.secagg or self.dp_clip is not None or self.embedding_dp_clip is not None
 
     def train_config(self) -> TrainConfig:
         """The clients' local training settings."""
-        return TrainConfig(epochs=self.local_epochs, batch_size=self.batch_size, lr=self.lr, optimizer=self.optimizer)
+        return TrainConfig(
+            epochs=self.local_epochs,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            optimizer=self.optimizer,
+            autocast=self.autocast,
+            dp_sample_clip=self.dp_sample_clip,
+            dp_sample_noise=self.dp_sample_noise,
+        )
 
     def options_for(self, name: str) -> dict[str, Any]:
         """The constructor options of algorithm ``name`` (any case): :data:`DEFAULT_OPTIONS` under the
@@ -194,6 +259,48 @@ class ExperimentConfig:
             if canonical_name(key) == canon:
                 own.update(opts)
         return {**DEFAULT_OPTIONS.get(canon, {}), **own}
+
+
+def check_option_types(name: str, options: dict[str, Any]) -> None:
+    """Each option of algorithm ``name`` against its constructor default's type: an int option takes
+    an int, a float option a finite number, a sequence of ints (layer widths such as ``hidden``)
+    a list of ints >= 1, a bool option true or false.
+
+    Raises:
+        ValueError: naming ``ALG.option`` and what it must be.
+    """
+    import inspect
+
+    cls = strategies().get(name.lower())
+    if cls is None:
+        return  # make_strategy names the unknown algorithm
+    defaults: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            for key, param in inspect.signature(init).parameters.items():
+                if param.default is not inspect.Parameter.empty:
+                    defaults.setdefault(key, param.default)
+    for key, value in options.items():
+        if key not in defaults:
+            continue
+        d, where = defaults[key], f"{cls.name}.{key}"
+        if isinstance(d, bool):
+            ok, want = isinstance(value, bool), "true or false"
+        elif isinstance(d, int):
+            ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        elif isinstance(d, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            want = "a finite number"
+        elif isinstance(d, (tuple, list)) and all(isinstance(x, int) and not isinstance(x, bool) for x in d):
+            ok = isinstance(value, (tuple, list)) and all(
+                isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 1 << 24 for x in value
+            )
+            want = "a list of integers in [1, 2**24] (layer widths)"
+        else:
+            continue
+        if not ok:
+            raise ValueError(f"{where} must be {want}, got {value!r:.80}")
 
 
 def canonical_name(name: str) -> str:
@@ -237,6 +344,7 @@ class PreparedData:
     frequent: torch.Tensor
     held_out: list[ClientData] | None = None
     split: dict[str, float] = field(default_factory=dict)
+    test_filter: tuple[torch.Tensor, torch.Tensor] | None = None  # the LF-* filter over self.test's rows
 
 
 def auto_feature_dim(message: str, cap: int = 1 << 14) -> int | None:
@@ -294,21 +402,27 @@ def prepare_data(cfg: ExperimentConfig) -> PreparedData:
         shards = iid_partition(tr.indptr, tr.indices, cfg.clients, cfg.seed)
     else:
         shards = one_label_per_client(tr.indptr, tr.indices, p)
-    test = ds.test
+    test, test_filter = ds.test, ds.test_filter
     if cfg.max_test is not None and len(test) > cfg.max_test:
         test = test.rows(torch.arange(cfg.max_test))
+        if test_filter is not None:  # the first max_test rows of the filter's CSR
+            fp, fi = test_filter
+            test_filter = (fp[: cfg.max_test + 1], fi[: int(fp[cfg.max_test])])
     counts = torch.from_numpy(label_counts(tr.indptr, tr.indices, p))
     clients, held_out = make_clients(tr.x, shards, p), None
     if cfg.client_test_fraction > 0:
         clients, held_out = hold_out_per_client(clients, cfg.client_test_fraction, cfg.seed)
+    a, b = cfg.propensity if cfg.propensity is not None else propensity_params(cfg.dataset)
+    ds.notes["propensity"] = {"A": a, "B": b, "from": "config" if cfg.propensity is not None else "dataset table"}
     return PreparedData(
         ds,
         clients,
         test,
-        inverse_propensity(counts, max(len(tr), 3)),
+        inverse_propensity(counts, max(len(tr), 3), a, b),
         torch.from_numpy(frequent_classes(tr.indptr, tr.indices, p, num_frequent)),
         held_out,
         split_statistics(shards, p),
+        test_filter,
     )
 
 
@@ -332,35 +446,111 @@ def checkpoint_path(cfg: ExperimentConfig, name: str) -> Path | None:
     return None if cfg.checkpoint is None else Path(cfg.checkpoint) / f"{canonical_name(name)}.ckpt"
 
 
+def saved_checkpoints(cfg: ExperimentConfig) -> list[Path]:
+    """The checkpoints of ``cfg``'s algorithms in its checkpoint folder or a per-seed subfolder
+    (``seed<k>/``, what ``--seeds N`` writes); empty without a checkpoint folder."""
+    if cfg.checkpoint is None:
+        return []
+    folder = Path(cfg.checkpoint)
+    names = {f"{canonical_name(a)}.ckpt" for a in cfg.algorithms}
+    found = sorted(p for p in folder.glob("*.ckpt") if p.name in names)
+    return found + sorted(p for p in folder.glob("seed*/*.ckpt") if p.name in names)
+
+
 def check_checkpoints(cfg: ExperimentConfig) -> None:
-    """Refuse to start over a checkpoint folder that holds a run unless ``cfg.resume`` says to continue it."""
-    if cfg.checkpoint is None or cfg.resume:
+    """Refuse to start over a checkpoint folder that holds a run unless ``cfg.resume`` says to continue
+    it: an algorithm's checkpoint in the folder itself or in a per-seed subfolder (``seed<k>/``, what
+    ``--seeds N`` writes), so a rerun without ``--resume`` never overwrites one. Then check the folder
+    takes files, before any data is read."""
+    if cfg.checkpoint is None:
         return
-    found = [p for p in (checkpoint_path(cfg, a) for a in cfg.algorithms) if p is not None and p.exists()]
-    if found:
-        raise ValueError(
-            f"checkpoint folder {cfg.checkpoint} already holds {', '.join(p.name for p in found)}: "
-            "pass --resume to continue that run, or choose another --checkpoint folder"
-        )
+    folder = Path(cfg.checkpoint)
+    if not cfg.resume:
+        found = saved_checkpoints(cfg)
+        if found:
+            shown = ", ".join(str(p.relative_to(folder)) for p in found[:4]) + (", ..." if len(found) > 4 else "")
+            raise ValueError(
+                f"checkpoint folder {cfg.checkpoint} already holds {shown}: "
+                "pass --resume to continue that run, or choose another --checkpoint folder"
+            )
+    check_writable_folder(folder, "checkpoint")
+
+
+RESULT_FILES = ("results.json", "results.md", "rounds.csv", "accuracy.png", "seeds.md", "seeds.json")
+
+
+def check_outputs(cfg: ExperimentConfig) -> None:
+    """The output folder takes files and none of the result files is in the way, checked before any
+    data is read: a run never fails after training with its results lost.
+
+    Raises:
+        ValueError: naming the output path and what is wrong.
+    """
+    folder = check_writable_folder(cfg.output, "output")
+    check_output_files(folder, RESULT_FILES)
+
+
+def secret_options(name: str, cfg: ExperimentConfig) -> dict[str, Any]:
+    """The options of algorithm ``name`` for a run: :meth:`ExperimentConfig.options_for`, plus, for a
+    strategy keyed by a client secret (FedALC) that checkpoints with neither ``client_secret`` nor
+    ``client_secret_file`` given, ``client_secret_file = <checkpoint>/<name>.secret`` (mode 0600), so
+    ``--resume`` finds the same secret and the secret is never written into the results."""
+    import inspect
+
+    options = cfg.options_for(name)
+    cls = strategies().get(name.lower())
+    if cls is None or cfg.checkpoint is None or "client_secret" in options or "client_secret_file" in options:
+        return options
+    inits = [k.__dict__["__init__"] for k in cls.__mro__[:-1] if "__init__" in k.__dict__]
+    takes = any("client_secret_file" in inspect.signature(init).parameters for init in inits)
+    if takes:
+        options["client_secret_file"] = str(Path(cfg.checkpoint) / f"{cls.name}.secret")
+    return options
+
+
+def redact_secrets(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` as results may record them: a ``client_secret`` becomes its one-way key id."""
+    from ..fl.labelsets import check_secret, key_id
+
+    out = dict(options)
+    if "client_secret" in out:
+        try:
+            out["client_secret"] = f"<redacted; key id {key_id(check_secret(out['client_secret']))}>"
+        except ValueError:
+            out["client_secret"] = "<redacted>"
+    return out
 
 
 def run_algorithm(
-    name: str, cfg: ExperimentConfig, data: PreparedData, on_round: Callable[[RoundRecord], None] | None = None
+    name: str,
+    cfg: ExperimentConfig,
+    data: PreparedData,
+    on_round: Callable[[RoundRecord], None] | None = None,
+    on_resume: Callable[[list[RoundRecord]], None] | None = None,
 ) -> dict[str, Any]:
     """Run one algorithm for ``cfg.rounds`` rounds; returns its history, final metrics and bytes.
 
     With ``cfg.checkpoint`` the server checkpoints after every round (evaluation included) and, with
-    ``cfg.resume``, continues from the checkpoint it finds there.
+    ``cfg.resume``, continues from the checkpoint it finds there; ``on_resume`` then gets the rounds
+    the checkpoint holds (a progress display starts from them), ``on_round`` each new round.
 
     Raises:
         AllClientsFailed: every client of some round failed (their reasons in the message).
     """
-    options = cfg.options_for(name)
+    options = secret_options(name, cfg)
     strategy = make_strategy(name, **options)
     per_round = min(cfg.clients_per_round, len(data.clients))
     ckpt = checkpoint_path(cfg, name)
     if ckpt is not None and strategy.stateful_clients:
-        raise ValueError(f"checkpoint: {strategy.name} has stateful clients, which checkpoints do not hold")
+        # what its clients kept is in no checkpoint, so a resumed run would differ: never resumed, never
+        # saved (the CLI checkpoints every run by default; this algorithm then runs without)
+        if cfg.resume and ckpt.exists():
+            raise ValueError(f"checkpoint: {strategy.name} has stateful clients, which checkpoints do not hold")
+        print(
+            f"{strategy.name}: stateful clients (their kept tensors are in no checkpoint): runs without a checkpoint",
+            file=sys.stderr,
+        )
+        ckpt = None
     run_cfg = RunConfig(
         rounds=cfg.rounds,
         clients_per_round=per_round,
@@ -369,13 +559,23 @@ def run_algorithm(
         eval_every=cfg.eval_every,
         eval_k=tuple(cfg.ks),
         client_weighting=cfg.client_weighting,
+        device=cfg.device,
     )
     t0 = time.perf_counter()
-    server = Server(strategy, data.clients, data.dataset.num_features, data.dataset.num_classes, run_cfg)
+    if cfg.private():
+        from ..fl.privacy import PrivateServer
+
+        server: Server = PrivateServer(
+            strategy, data.clients, data.dataset.num_features, data.dataset.num_classes, run_cfg, privacy_config(cfg)
+        )
+    else:
+        server = Server(strategy, data.clients, data.dataset.num_features, data.dataset.num_classes, run_cfg)
     if ckpt is not None:
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         if cfg.resume and ckpt.exists():
             server.load_checkpoint(ckpt)
+            if on_resume is not None:
+                on_resume(server.history)
     resumed_at = server.round
     while server.round < cfg.rounds:
         rec = server.run_round()
@@ -386,22 +586,30 @@ def run_algorithm(
                 + (", ..." if len(rec.failed) > 3 else "")
                 + ")"
             )
+        if cfg.dp_sample_clip is not None:
+            rec.privacy["sample_epsilon"] = sample_epsilon(server.history, data.clients, cfg)
         if (rec.round + 1) % cfg.eval_every == 0 or rec.round + 1 == cfg.rounds:
-            rec.metrics = server.evaluate(data.test, tuple(cfg.ks), 2048, data.inv_propensity, data.frequent)
+            rec.metrics = server.evaluate(
+                data.test, tuple(cfg.ks), 2048, data.inv_propensity, data.frequent, data.test_filter
+            )
             if data.held_out is not None:
                 rec.metrics.update({f"client-{k}": v for k, v in evaluate_held_out(server, data.held_out, cfg).items()})
             embed = getattr(strategy, "embed", None)
             if cfg.retrieval and embed is not None:
-                rec.metrics["MAP@R"] = map_at_r(embed(server.state, data.test.x), data.test.indptr, data.test.indices)
+                rec.metrics["MAP@R"] = map_at_r(
+                    embed(server.state, data.test.x.to(server.device)).cpu(), data.test.indptr, data.test.indices
+                )
         if ckpt is not None:
             server.save_checkpoint(ckpt)
         if on_round is not None:
             on_round(rec)
     evaluated = [r for r in server.history if r.metrics]
     diagnostics = getattr(strategy, "diagnostics", None)
+    privacy = server.history[-1].privacy if server.history else {}
     return {
+        "privacy": privacy,
         "algorithm": strategy.name,
-        "options": options,
+        "options": redact_secrets(options),
         "final": evaluated[-1].metrics if evaluated else {},
         "late": late_window_means(server.history, cfg.late_window, cfg.rounds),
         "best": best_values(server.history),
@@ -468,7 +676,16 @@ def run_centralized(
     # the clients' held-out rows stay out of the pooled training set and rank under the pooled model
     if data.held_out is not None:
         pooled = concat_clients(data.clients)
-    one = PreparedData(data.dataset, [pooled], data.test, data.inv_propensity, data.frequent, data.held_out)
+    one = PreparedData(
+        data.dataset,
+        [pooled],
+        data.test,
+        data.inv_propensity,
+        data.frequent,
+        data.held_out,
+        data.split,
+        data.test_filter,
+    )
     solo = replace(cfg, clients_per_round=1, checkpoint=None)
     result = run_algorithm(name, solo, one, on_round)
     result["algorithm"] = f"{result['algorithm']} (centralized)"
@@ -497,3 +714,100 @@ def add_common_target(results: list[dict[str, Any]], metric: str = "P@1") -> flo
         s = communication_summary([record_from_json(h) for h in r["history"]], metric, r["model_bytes"], target)
         r["comm"].update(target=target, rounds_to_target=s["rounds_to_target"], bytes_to_target=s["bytes_to_target"])
     return target
+
+
+def check_privacy(cfg: ExperimentConfig) -> None:
+    """Validate the privacy settings (before any data is read); ValueError names the field."""
+
+    def positive(name: str, allow_none: bool = True, zero: bool = False) -> None:
+        v = getattr(cfg, name)
+        if v is None and allow_none:
+            return
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or not math.isfinite(v)
+            or v < 0
+            or (v == 0 and not zero)
+        ):
+            raise ValueError(f"{name} must be a finite number {'>= 0' if zero else '> 0'}, got {v!r}")
+
+    if not isinstance(cfg.secagg, bool):
+        raise ValueError(f"secagg must be true or false, got {cfg.secagg!r}")
+    for name in ("dp_clip", "target_epsilon", "embedding_dp_clip", "dp_sample_clip"):
+        positive(name)
+    for name in ("dp_noise", "embedding_dp_noise"):
+        positive(name, zero=True)
+    positive("dp_sample_noise", allow_none=False, zero=True)
+    positive("secagg_bound", allow_none=False)
+    if not isinstance(cfg.dp_delta, (int, float)) or not 0 < cfg.dp_delta < 1:
+        raise ValueError(f"dp_delta must lie in (0, 1), got {cfg.dp_delta!r}")
+    if isinstance(cfg.secagg_bits, bool) or not isinstance(cfg.secagg_bits, int) or not 8 <= cfg.secagg_bits <= 62:
+        raise ValueError(f"secagg_bits must be an integer in [8, 62], got {cfg.secagg_bits!r}")
+    for name in ("secagg_dropouts", "secagg_degree"):
+        v = getattr(cfg, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ValueError(f"{name} must be an integer >= 0 or unset, got {v!r}")
+    if cfg.dp_clip is None and (cfg.dp_noise is not None or cfg.target_epsilon is not None):
+        raise ValueError("dp_noise / target_epsilon need dp_clip (the L2 bound the noise is calibrated to)")
+    if cfg.dp_clip is not None and (cfg.dp_noise is None) == (cfg.target_epsilon is None):
+        raise ValueError("dp_clip needs exactly one of dp_noise (the noise multiplier) and target_epsilon")
+    if (cfg.embedding_dp_clip is None) != (cfg.embedding_dp_noise is None):
+        raise ValueError("embedding_dp_clip and embedding_dp_noise go together")
+    if cfg.dp_sample_noise and cfg.dp_sample_clip is None:
+        raise ValueError("dp_sample_noise needs dp_sample_clip")
+    if not (cfg.private() or cfg.dp_sample_clip is not None):
+        return
+    try:
+        from ..fl import privacy  # noqa: F401  (the optional extra)
+    except ImportError as e:
+        raise ValueError(f"privacy options need the extra fedkernels[privacy] ({e})") from None
+    from ..fl.privacy.forms import form_of
+
+    if cfg.private():
+        for name in cfg.algorithms:
+            form_of(make_strategy(name, **cfg.options_for(name)))  # L1DiffNetwork is refused here
+            if cfg.embedding_dp_clip is not None and canonical_name(name) not in ("FedAwS", "FedALC", "FedALC-fixed"):
+                raise ValueError(f"embedding_dp_* applies to FedAwS, FedALC and FedALC-fixed, not {name}")
+
+
+def privacy_config(cfg: ExperimentConfig):
+    """The :class:`~fedkernels.fl.privacy.PrivacyConfig` of a run."""
+    from ..fl.privacy import DPConfig, PrivacyConfig
+
+    dpc = None
+    if cfg.dp_clip is not None:
+        dpc = DPConfig(cfg.dp_clip, cfg.dp_noise, cfg.target_epsilon, cfg.dp_delta)
+    return PrivacyConfig(
+        secagg=cfg.secagg,
+        max_dropouts=cfg.secagg_dropouts,
+        bits=cfg.secagg_bits,
+        bound=cfg.secagg_bound,
+        degree=cfg.secagg_degree,
+        dp=dpc,
+        embedding_clip=cfg.embedding_dp_clip,
+        embedding_noise=cfg.embedding_dp_noise,
+    )
+
+
+def sample_epsilon(history: list[RoundRecord], clients: list[ClientData], cfg: ExperimentConfig) -> float:
+    """Sample-level DP-SGD: the largest epsilon (at ``dp_delta``) over clients after the rounds of
+    ``history`` (each client's DP-SGD steps at its own sampling rate, from dp-accounting)."""
+    from ..fl.dpsgd import dp_steps_per_epoch
+    from ..fl.privacy.dp import epsilon
+
+    runs: dict[int, int] = {}
+    for rec in history:
+        bad = {c for c, _ in rec.failed}
+        for c in rec.clients:
+            if c not in bad:
+                runs[c] = runs.get(c, 0) + 1
+    worst = 0.0
+    for c, times in runs.items():
+        n = len(clients[c])
+        if n == 0:
+            continue
+        steps = times * cfg.local_epochs * dp_steps_per_epoch(n, cfg.batch_size)
+        q = min(1.0, cfg.batch_size / n)
+        worst = max(worst, epsilon(q, cfg.dp_sample_noise, steps, cfg.dp_delta))
+    return worst

@@ -24,12 +24,12 @@ The files ship inside the package (``importlib.resources``), so an installed whe
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .._suggest import did_you_mean
 from .experiment import config_keys, parse_toml
 
 PAPER_KEYS = {"source", "dataset_note", "p_at_1", "sweep"}
@@ -97,7 +97,8 @@ def load_preset(name: str) -> Preset:
         return parse_preset(path.stem, path.read_text(), str(path))
     res = _preset_dir() / f"{name}.toml"
     if not res.is_file():
-        raise ValueError(f"unknown preset {name!r}; shipped presets: {', '.join(preset_names())}")
+        known = preset_names()
+        raise ValueError(f"unknown preset {name!r}{did_you_mean(name, known)}; shipped presets: {', '.join(known)}")
     return parse_preset(name, res.read_text(), f"preset {name}")
 
 
@@ -151,20 +152,22 @@ def _sweep(raw: Any, where: str) -> Sweep | None:
 
 
 def data_roots(data_dir: str | Path | None = None) -> list[Path]:
-    """Folders searched for a preset's bare dataset name, in order: ``data_dir``, ``$FEDKERNELS_DATA``,
-    ``./data``, ``../shared/data`` (the checkout's sibling folder of shipped data)."""
-    roots = [Path(data_dir)] if data_dir else []
-    if os.environ.get("FEDKERNELS_DATA"):
-        roots.append(Path(os.environ["FEDKERNELS_DATA"]))
-    return [*roots, Path("data"), Path("..") / "shared" / "data"]
+    """Folders searched for a bare dataset name (:func:`fedkernels.data.locations.data_roots`)."""
+    from ..data.locations import data_roots as roots
+
+    return roots(data_dir)
 
 
 def resolve_preset_dataset(dataset: str, data_dir: str | Path | None = None) -> str:
-    """A preset's ``dataset``: ``synthetic`` and existing paths as they are; a bare name is looked up in
-    :func:`data_roots` (else left as is, for a dataset fetched by ``fedkernels data get``)."""
-    if dataset == "synthetic" or Path(dataset).exists():
+    """A preset's (or ``--dataset``'s) ``dataset``: ``synthetic`` as it is, else the path
+    :func:`fedkernels.data.resolve_dataset` finds for it (a path, or a bare name looked up in
+    ``data_dir`` and the data folder, any case).
+
+    Raises:
+        FileNotFoundError: not found (the message lists where it looked).
+    """
+    if dataset == "synthetic":
         return dataset
-    for root in data_roots(data_dir):
-        if (root / dataset).exists():
-            return str(root / dataset)
-    return dataset
+    from ..data.datasets import resolve_dataset
+
+    return str(resolve_dataset(dataset, data_dir))

@@ -34,6 +34,7 @@ TABLE_COLUMNS = [
     "MB to target",
     "model MB",
     "failed clients",
+    "ε",
     "s",
 ]
 
@@ -54,6 +55,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "MB to target": _mb(c.get("bytes_to_target")),
             "model MB": r["model_bytes"] / MB,
             "failed clients": r.get("failed_clients", 0),
+            "ε": (r.get("privacy") or {}).get("epsilon"),  # client-level DP runs only
             "s": r["seconds"],
         }
         rows.append(row)
@@ -82,6 +84,12 @@ def write_json(path: Path, payload: dict[str, Any]) -> Path:
     return path
 
 
+def _short(value: Any) -> Any:
+    """A float at 7 significant digits (float32's precision, where the metrics come from): 0.387, not
+    0.38699999451637268; anything else as it is."""
+    return float(f"{value:.7g}") if isinstance(value, float) else value
+
+
 def write_csv(path: Path, results: list[dict[str, Any]]) -> Path:
     """One CSV row per algorithm and round: bytes, cumulative bytes, seconds and metrics."""
     rows = []
@@ -98,7 +106,8 @@ def write_csv(path: Path, results: list[dict[str, Any]]) -> Path:
                     "cum_bytes_up": up,
                     "cum_bytes_down": down,
                     "seconds": round(h["seconds"], 4),
-                    **h["metrics"],
+                    **{k: _short(v) for k, v in h["metrics"].items()},
+                    **{k: _short(v) for k, v in h.get("privacy", {}).items()},
                 }
             )
     keys: list[str] = []

@@ -54,7 +54,7 @@ def weighted_average(states: Sequence[Mapping[str, torch.Tensor]], weights: Sequ
         if not states[0][name].is_floating_point():
             raise ValueError(f"states[0][{name!r}] must be a floating-point tensor, got {states[0][name].dtype}")
     dst = [torch.empty_like(states[0][n], memory_format=torch.contiguous_format) for n in names]
-    idx = torch.arange(len(names), dtype=torch.int64)
+    idx = torch.arange(len(names), dtype=torch.int64, device="cpu")  # host metadata, whatever the tensors' device
     # Clients of weight 0 are left out: they add nothing, and the kernel then never reads them.
     sent = [(idx, [s[n].detach() for n in names], wk) for s, wk in zip(states, w, strict=True) if wk > 0]
     masked_weighted_average(dst, sent)

@@ -95,7 +95,7 @@ def batch_orders(n: int, config: TrainConfig, generator: torch.Generator) -> lis
     (one ``randperm(n)`` per epoch from ``generator``, cut into ``batch_size`` pieces)."""
     out: list[torch.Tensor] = []
     for _ in range(config.epochs):
-        order = torch.randperm(n, generator=generator)
+        order = torch.randperm(n, generator=generator, device="cpu")
         out.extend(order[start : start + config.batch_size] for start in range(0, n, config.batch_size))
     return out
 
@@ -278,11 +278,11 @@ class _Stack:
         proj = [f.times(w.t().contiguous()) for f, w in zip(feats, w0, strict=True)]  # P = X W_0^T: [n, H]
         gram = [f.gram() for f in feats]  # K = X X^T: [n, n]
         hidden, dtype = w0[0].shape[0], w0[0].dtype
-        acc = [torch.zeros(f.rows, hidden, dtype=dtype) for f in feats]  # G
-        bias_acc = [torch.zeros(hidden, dtype=dtype) for _ in feats]  # the column sums of G
+        acc = [torch.zeros(f.rows, hidden, dtype=dtype, device="cpu") for f in feats]  # G
+        bias_acc = [torch.zeros(hidden, dtype=dtype, device="cpu") for _ in feats]  # the column sums of G
         for t in range(self.steps[0] if self.steps else 0):
             active = self.active(t)
-            h = torch.zeros(active, bs, hidden, dtype=dtype)
+            h = torch.zeros(active, bs, hidden, dtype=dtype, device="cpu")
             for j in range(active):
                 idx = self.orders[j][t]
                 rows = h[j, : idx.numel()]

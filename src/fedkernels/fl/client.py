@@ -11,7 +11,10 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+import torch
+
 from . import payload as pl
+from .device import to_device
 from .strategy import Strategy
 from .types import ClientData, TrainConfig
 
@@ -31,27 +34,47 @@ class LocalClient:
 
     Args:
         strategy: the algorithm (only its client-side methods are used).
-        data: this client's local data.
+        data: this client's local data (kept on the host; pinned when training on a GPU).
         train: the local training settings.
+        device: where it trains: its data and its decoded download go there for each call.
     """
 
-    def __init__(self, strategy: Strategy, data: ClientData, train: TrainConfig) -> None:
-        self.strategy, self.data, self.train = strategy, data, train
-        # what a stateful client kept from its last round (Strategy.stateful_clients); None before its first
+    def __init__(
+        self, strategy: Strategy, data: ClientData, train: TrainConfig, device: torch.device | str = "cpu"
+    ) -> None:
+        self.device = torch.device(device)
+        self.strategy, self.train = strategy, train
+        self.data = data.pin_memory() if self.device.type == "cuda" else data
+        # what a stateful client kept from its last round (Strategy.stateful_clients), on the host; None before
+        # its first
         self.memory: pl.Payload | None = None
 
+    def _local_data(self) -> ClientData:
+        # one copy per call, freed after it: the GPU holds one client's data at a time
+        return self.data.to(self.device, non_blocking=True)
+
     def request(self, round: int, seed: int) -> bytes | None:
-        req = self.strategy.client_request(self.data, round, seed)
+        req = self.strategy.client_request(self._local_data(), round, seed)
         return None if req is None else pl.encode(req)
 
     def update(self, download: bytes, round: int, seed: int) -> bytes | None:
-        received = pl.decode(download)
+        received = to_device(pl.decode(download), self.device, non_blocking=True)
         if self.strategy.stateful_clients:
-            upload, self.memory = self.strategy.client_update_stateful(
-                received, self.data, self.train, round, seed, self.memory
+            memory = None if self.memory is None else to_device(self.memory, self.device, non_blocking=True)
+            upload, memory = self.strategy.client_update_stateful(
+                received, self._local_data(), self.train, round, seed, memory
             )
-            return pl.encode(upload)
-        return pl.encode(self.strategy.client_update(received, self.data, self.train, round, seed))
+            self.memory = None if memory is None else to_device(memory, torch.device("cpu"))
+        else:
+            upload = self.strategy.client_update(received, self._local_data(), self.train, round, seed)
+        return pl.encode(upload, metadata={ROUND_TAG: str(round)})
+
+
+ROUND_TAG = "fedkernels.round"
+"""The upload's metadata entry naming the round it answers: the server refuses an upload tagged
+with another round (a replayed or stale one). Not authentication: whoever can send as the client
+can write any tag; the transport's identity (Flower's node authentication, TLS) is what stops a third
+party sending as a client."""
 
 
 class ClientTimeout(Exception):

@@ -26,14 +26,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .._files import check_regular, read_regular
 from ..ops.spread import PairWeights
 
 DIGEST_BYTES = 32
@@ -58,6 +61,39 @@ def check_secret(secret: object) -> bytes:
     return bytes(secret)
 
 
+def secret_from_file(path: str | Path) -> bytes:
+    """The client secret stored at ``path`` (64 hex digits), made there first if the file is missing:
+    a fresh :func:`new_client_secret`, written with mode 0600 (created exclusively, so two runs
+    racing to make it end with one secret). A run that resumes a checkpoint reads the same secret
+    back, and the secret itself is never written anywhere else (results record only the path).
+
+    Raises:
+        ValueError: the file is not a regular file, is readable by others, or does not hold a secret.
+    """
+    path = Path(path)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            pass  # another run made it first: read theirs
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(new_client_secret().hex() + "\n")
+    st = check_regular(path, "client_secret_file")
+    if st.st_mode & 0o077:
+        raise ValueError(
+            f"client_secret_file {path} is readable or writable by others (mode {st.st_mode & 0o777:o}); "
+            f"chmod 600 {path}"
+        )
+    text = read_regular(path, 4096, "client_secret_file").decode("ascii", "replace").strip()
+    try:
+        secret = bytes.fromhex(text)
+    except ValueError:
+        raise ValueError(f"client_secret_file {path} must hold the secret as hex digits") from None
+    return check_secret(secret)
+
+
 def key_id(secret: bytes) -> str:
     """A 16-hex-digit tag of the secret (HMAC of a constant), to tell two secrets apart without
     revealing either (e.g. in a checkpoint's run identity)."""
@@ -79,8 +115,10 @@ def class_permutation(secret: bytes, num_classes: int) -> torch.Tensor:
         for c in range(int(num_classes))
     ]
     order = sorted(range(len(tags)), key=tags.__getitem__)  # order[r] = class at row r
-    perm = torch.empty(len(tags), dtype=torch.int64)
-    perm[torch.tensor(order, dtype=torch.int64)] = torch.arange(len(tags), dtype=torch.int64)
+    perm = torch.empty(len(tags), dtype=torch.int64, device="cpu")
+    perm[torch.tensor(order, dtype=torch.int64, device="cpu")] = torch.arange(
+        len(tags), dtype=torch.int64, device="cpu"
+    )
     return perm
 
 
@@ -205,7 +243,7 @@ class LabelSets:
     def pair_weights(self) -> PairWeights:
         """FedALC ``alpha[c, c'] = 1 - cooc(c, c') / count(c)`` over co-occurring pairs (others weigh 1)."""
         indptr, indices, cooc = self.cooccurrence()
-        rows = torch.repeat_interleave(torch.arange(self.num_classes), indptr.diff())
+        rows = torch.repeat_interleave(torch.arange(self.num_classes, device=indptr.device), indptr.diff())
         alpha = 1.0 - cooc.double() / self.counts()[rows].double()
         return PairWeights(indptr, indices, alpha.to(torch.float32))
 
@@ -224,4 +262,8 @@ def merge_reports(reports: Iterable[LabelReport]) -> LabelSets:
     if last is not None:
         indptr.append(len(indices))
     # rows within a set ascend: label digests are sorted and rows follow digest order
-    return LabelSets(tuple(labels), torch.tensor(indptr, dtype=torch.int64), torch.tensor(indices, dtype=torch.int64))
+    return LabelSets(
+        tuple(labels),
+        torch.tensor(indptr, dtype=torch.int64, device="cpu"),
+        torch.tensor(indices, dtype=torch.int64, device="cpu"),
+    )

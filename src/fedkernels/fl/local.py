@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
 
 from .types import ClientData, TrainConfig
+
+AUTOCAST = ("off", "bf16")  # TrainConfig.autocast values
 
 
 def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
@@ -35,14 +38,32 @@ def train_local(
     if config.epochs < 0 or config.batch_size < 1:
         raise ValueError(f"epochs must be >= 0 and batch_size >= 1, got {config.epochs}, {config.batch_size}")
     opt = make_optimizer(params, config)
+    if config.dp_sample_clip is not None:  # sample-level DP: per-example clipping and noise
+        from .dpsgd import train_dp_sgd
+
+        return train_dp_sgd(params, loss_fn, data, config, generator, opt)
     n, steps = len(data), 0
     for _ in range(config.epochs):
-        order = torch.randperm(n, generator=generator)
+        # the shuffle is drawn on the host generator whatever the device: same order on cpu and cuda
+        order = torch.randperm(n, generator=generator, device="cpu")
         for start in range(0, n, config.batch_size):
             batch = data.rows(order[start : start + config.batch_size])
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(batch)
+            with autocast(config, data.device):
+                loss = loss_fn(batch)
             loss.backward()
             opt.step()
             steps += 1
     return steps
+
+
+def autocast(config: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
+    """The forward pass's mixed-precision context: bfloat16 autocast with ``config.autocast == "bf16"``
+    (matrix products in bf16; losses, reductions and the fedkernels ops in float32, see
+    :mod:`fedkernels.ops.autocast`), else nothing. Parameters, optimizer state, uploads and the
+    server's aggregation stay float32 either way."""
+    if config.autocast == "off":
+        return contextlib.nullcontext()
+    if config.autocast != "bf16":
+        raise ValueError(f"autocast must be one of {AUTOCAST}, got {config.autocast!r}")
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)

@@ -97,7 +97,7 @@ def apply_partial_payloads(state: Mapping[str, torch.Tensor], payloads: list[tup
         unknown = [n for n in tensors if n not in position]
         if unknown:
             raise ValueError(f"payload {c} sends tensors that are not floating-point entries of state: {unknown}")
-        idx = torch.tensor([position[n] for n in tensors], dtype=torch.int64)
+        idx = torch.tensor([position[n] for n in tensors], dtype=torch.int64, device="cpu")
         sent.append((idx, list(tensors.values()), float(weight)))
     with torch.no_grad():
         masked_weighted_average([state[n] for n in names], sent)

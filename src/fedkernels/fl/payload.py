@@ -89,14 +89,16 @@ def encode(payload: Payload, metadata: dict[str, str] | None = None) -> bytes:
 _SIZES: dict[tuple, int] = {}  # payload signature -> its encoded length (encoded_size)
 
 
-def encoded_size(payload: Payload) -> int:
-    """``len(encode(payload))`` without serialising the values: the safetensors layout (8-byte length,
-    JSON header, body) depends only on the names, dtypes and shapes, so the length is measured once
-    per such signature by encoding zeros of those shapes, and looked up after that."""
-    key = tuple((n, t.dtype, tuple(t.shape)) for n, t in sorted(payload.items()))
+def encoded_size(payload: Payload, metadata: dict[str, str] | None = None) -> int:
+    """``len(encode(payload, metadata))`` without serialising the values: the safetensors layout (8-byte
+    length, JSON header, body) depends only on the names, dtypes, shapes and metadata, so the length is
+    measured once per such signature by encoding zeros of those shapes, and looked up after that."""
+    md = tuple(sorted((metadata or {}).items()))
+    key = (md, *((n, t.dtype, tuple(t.shape)) for n, t in sorted(payload.items())))
     size = _SIZES.get(key)
     if size is None:
-        size = len(encode({n: torch.zeros(t.shape, dtype=t.dtype) for n, t in payload.items()}))
+        zeros = {n: torch.zeros(t.shape, dtype=t.dtype, device="cpu") for n, t in payload.items()}
+        size = len(encode(zeros, metadata=metadata))
         if len(_SIZES) >= 1024:  # a long run's payload shapes are few; keep the table bounded regardless
             _SIZES.clear()
         _SIZES[key] = size
@@ -194,7 +196,8 @@ def decode(data: bytes, spec: PayloadSpec | None = None) -> Payload:
     if spec is not None:
         check_claims(entries, spec)  # before safetensors builds a single tensor
     try:
-        tensors = _st_load(data)
+        with torch.device("cpu"):  # safetensors makes empty tensors on torch's default device: keep them on the host
+            tensors = _st_load(data)
     except Exception as e:  # safetensors raises its own error types for malformed input
         raise PayloadError(f"payload is not valid safetensors: {e}") from None
     if spec is not None:
@@ -245,6 +248,19 @@ def check_header(data: bytes, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) 
     if end != body:
         raise PayloadError(f"payload is not valid safetensors: tensors cover {end} of {body} body bytes")
     return entries
+
+
+def read_metadata(data: bytes) -> dict[str, str]:
+    """The string entries of a safetensors header's ``__metadata__`` (call after :func:`decode` or
+    :func:`check_header` accepted ``data``; anything that is not a string map reads as empty)."""
+    n = int.from_bytes(bytes(data[:8]), "little")
+    try:
+        md = json.loads(bytes(data[8 : 8 + n])).get("__metadata__")
+    except (ValueError, AttributeError, RecursionError):
+        return {}
+    if not isinstance(md, dict):
+        return {}
+    return {k: v for k, v in md.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
@@ -345,7 +361,7 @@ def _has_repeats(t: torch.Tensor, ts: TensorSpec) -> bool:
             idx = t.reshape(-1).to(torch.int64)  # no copy for int64 ids
             if ts.min_value:
                 idx = idx - ts.min_value
-            seen = torch.zeros(span, dtype=torch.bool)
+            seen = torch.zeros(span, dtype=torch.bool, device=t.device)
             seen[idx] = True
             return int(seen.sum()) != t.numel()
     return t.numel() != torch.unique(t).numel()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from .._suggest import did_you_mean
 from .strategy import Strategy
 
 
@@ -36,13 +37,13 @@ def make_strategy(name: str, **options: Any) -> Strategy:
     known = strategies()
     cls = known.get(name.lower())
     if cls is None:
-        names = ", ".join(c.name for c in known.values())
-        raise ValueError(f"unknown algorithm {name!r}; registered: {names}")
+        names = [c.name for c in known.values()]
+        raise ValueError(f"unknown algorithm {name!r}{did_you_mean(name, names)}; registered: {', '.join(names)}")
     params = inspect.signature(cls.__init__).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     bad = sorted(set(options) - set(params) - {"self"})
     if bad and not takes_any:
-        raise ValueError(
-            f"algorithm {cls.name} has no option(s) {bad}; it takes {sorted(k for k in params if k != 'self')}"
-        )
+        takes = sorted(k for k in params if k != "self")
+        hint = "".join(did_you_mean(b, takes, n=1) for b in bad[:1])
+        raise ValueError(f"algorithm {cls.name} has no option(s) {bad}{hint}; it takes {takes}")
     return cls(**options)

@@ -21,8 +21,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import torch
+
 from . import payload as pl
-from .client import ClientTimeout
+from .client import ROUND_TAG, ClientTimeout
+from .device import state_device, to_device
 from .seeding import derive_seed, numpy_rng
 from .strategy import State, Strategy
 from .types import ClientResult, RoundRecord
@@ -31,11 +34,12 @@ from .types import ClientResult, RoundRecord
 @dataclass(frozen=True)
 class Carried:
     """A payload an in-process transport hands over as tensors instead of bytes, with ``nbytes`` the
-    exact length its serialisation would have (:func:`~fedkernels.fl.payload.encoded_size`): the
+    exact length its serialisation (with ``metadata``) would have (:func:`~fedkernels.fl.payload.encoded_size`): the
     batched pass of honest in-process clients skips the byte round trip, never the checks or the count."""
 
     payload: pl.Payload
     nbytes: int
+    metadata: Mapping[str, str] = field(default_factory=dict)  # what encode's header would carry (the round tag)
 
 
 Answer = bytes | None | Exception  # what a transport got from one client: bytes, nothing, or its failure
@@ -68,14 +72,26 @@ def bounded(spec: pl.PayloadSpec, max_bytes: int | None) -> pl.PayloadSpec:
     return spec if max_bytes is None else dataclasses.replace(spec, max_bytes=min(spec.max_bytes, max_bytes))
 
 
+MAX_REASON_CHARS = 300
+"""The longest failure reason a round records. Reasons quote what a client sent (tensor names,
+its exception's message), so a hostile client could make every record, the history kept in memory,
+results.json and every checkpoint grow at will; longer reasons are cut, saying how long they were."""
+
+
 def failure_reason(e: BaseException) -> str:
     """The ``RoundRecord.failed`` reason for a client failure: "rejected: ...", "timed out ...",
-    "sent no upload", a transport's own reason, or "crashed: <type>: <message>"."""
+    "sent no upload", a transport's own reason, or "crashed: <type>: <message>"; at most
+    :data:`MAX_REASON_CHARS` characters."""
     if isinstance(e, ValueError):  # PayloadError and any other malformed-input error of a check
-        return f"rejected: {e}"
-    if isinstance(e, (ClientTimeout, ClientSentNothing, ClientFailed)):
-        return str(e)
-    return f"crashed: {type(e).__name__}: {e}"
+        why = f"rejected: {e}"
+    elif isinstance(e, (ClientTimeout, ClientSentNothing, ClientFailed)):
+        why = str(e)
+    else:
+        why = f"crashed: {type(e).__name__}: {e}"
+    if len(why) <= MAX_REASON_CHARS:
+        return why
+    tail = f"... ({len(why)} characters)"
+    return why[: MAX_REASON_CHARS - len(tail)] + tail
 
 
 def has_setup_exchange(strategy: Strategy) -> bool:
@@ -89,6 +105,8 @@ def setup_exchange(
     """The server side of the setup exchange: check each client's raw setup report (spec, then
     ``check_setup_report``) and hand the checked ones, in ascending client id, to
     ``strategy.setup_from_reports``. A client whose report fails (or who sent none) is left out.
+    The reports stay on the host (they are digests and ids); the entries the strategy returns join
+    the state on the state's device.
 
     Returns:
         The failures (client -> reason), the bytes of the reports taken, and ``state`` with the
@@ -111,7 +129,8 @@ def setup_exchange(
             failed[c] = failure_reason(e)
             continue
         taken += len(answer)
-    return failed, taken, with_entries(state, strategy.setup_from_reports(state, checked, seed))
+    extra = to_device(strategy.setup_from_reports(state, checked, seed), state_device(state))
+    return failed, taken, with_entries(state, extra)
 
 
 def with_entries(state: State, extra: State) -> State:
@@ -161,6 +180,14 @@ class Round:
     _requests: dict[int, pl.Payload | None] = field(default_factory=dict)
     _sent: dict[int, tuple[pl.Payload, int]] = field(default_factory=dict)  # client -> (download, its bytes)
     _bytes_up: dict[int, int] = field(default_factory=dict)
+    _sizes: dict[tuple, int] = field(default_factory=dict)  # download tensors -> their serialised size
+    _encoded: dict[tuple, bytes] = field(default_factory=dict)  # download tensors -> their bytes (in-process)
+    _keep: list[pl.Payload] = field(default_factory=list)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the state lives: checked requests and uploads are moved there before the strategy uses them."""
+        return state_device(self.state)
 
     def seeds(self) -> dict[int, int]:
         """Each live client's seed for this round (the clients not yet failed)."""
@@ -178,26 +205,26 @@ class Round:
     def downloads(self, requests: Mapping[int, Answer]) -> dict[int, bytes]:
         """Check each live client's request and build its download. ``requests[c]`` is the raw
         request (``None``: it made none; a missing client made none). Returns the serialised
-        download of every client still live, ascending."""
-        out = {}
-        for c, down in self._build(requests, carry=False).items():
-            assert isinstance(down, bytes)
-            out[c] = down
-        return out
+        download of every client still live, ascending; clients whose downloads hold the same
+        tensors share one ``bytes`` object (serialised once)."""
+        return {c: self._encoded[_tensors_key(down)] for c, down in self._build(requests, keep_bytes=True).items()}
+
+    def download_payloads(self, requests: Mapping[int, Answer]) -> dict[int, pl.Payload]:
+        """As :meth:`downloads`, but the downloads as tensors, for a transport with its own wire
+        form; the bytes each takes serialised are counted (not kept) all the same."""
+        return self._build(requests, keep_bytes=False)
 
     def carried_downloads(self, requests: Mapping[int, Answer]) -> dict[int, Carried]:
-        """:meth:`downloads` as :class:`Carried` payloads, each counted at its encoded length, for an
-        in-process transport that hands tensors over."""
-        out = {}
-        for c, down in self._build(requests, carry=True).items():
-            assert isinstance(down, Carried)
-            out[c] = down
-        return out
+        """:meth:`downloads` as :class:`Carried` payloads, each counted at its encoded length
+        (:func:`~fedkernels.fl.payload.encoded_size`, nothing serialised), for an in-process transport
+        that hands tensors over."""
+        built = self._build(requests, keep_bytes=False, carried=True)
+        return {c: Carried(down, self._sent[c][1]) for c, down in built.items()}
 
-    def _build(self, requests: Mapping[int, Answer], carry: bool) -> dict[int, bytes | Carried]:
-        """Each live client's checked request and its download, serialised or carried (recorded with its size)."""
+    def _build(self, requests: Mapping[int, Answer], keep_bytes: bool, carried: bool = False) -> dict[int, pl.Payload]:
+        """Each live client's checked request and its download (recorded with its serialised size)."""
         spec = self.strategy.request_spec(self.state)
-        out: dict[int, bytes | Carried] = {}
+        out = {}
         for c, seed in self.seeds().items():
             try:
                 raw = _unwrap(requests.get(c))
@@ -206,17 +233,40 @@ class Round:
                     self._bytes_up[c] = len(raw)
                     if spec is None:
                         raise pl.PayloadError(f"strategy {self.strategy.name} takes no client request")
-                    request = pl.decode(raw, bounded(spec, self.max_upload_bytes))
+                    request = to_device(pl.decode(raw, bounded(spec, self.max_upload_bytes)), self.device)
                 # A request that passed its spec may still be refused by the strategy: this client only.
                 down = self.strategy.client_payload(self.state, c, request, self.round, seed)
+                size = pl.encoded_size(down) if carried else self._size(down, keep_bytes)
             except Exception as e:
                 self.fail(c, e)
                 continue
-            sent: bytes | Carried = Carried(down, pl.encoded_size(down)) if carry else pl.encode(down)
-            self._requests[c] = request
-            self._sent[c] = (down, sent.nbytes if isinstance(sent, Carried) else len(sent))
-            out[c] = sent
+            self._requests[c], self._sent[c] = request, (down, size)
+            out[c] = down
         return out
+
+    def _size(self, down: pl.Payload, keep_bytes: bool) -> int:
+        """The serialised size of ``down``, serialising once per distinct set of tensors: a download
+        holding the same tensor objects (same versions) as an earlier one shares its bytes (e.g.
+        every client's copy of the global state). The bytes are kept with ``keep_bytes``."""
+        key = _tensors_key(down)
+        if key not in self._sizes:
+            raw = pl.encode(down)
+            self._sizes[key] = len(raw)
+            self._keep.append(down)  # the tensors stay alive, so their ids are not reused this round
+            if keep_bytes:
+                self._encoded[key] = raw
+        return self._sizes[key]
+
+    def upload_limit(self, client_id: int) -> int:
+        """The most bytes ``client_id``'s upload may take (its spec's bound, lowered by
+        ``max_upload_bytes``): a transport refuses more before decoding anything."""
+        down, _ = self._sent[client_id]
+        return bounded(self.strategy.upload_spec(self.state, down), self.max_upload_bytes).byte_limit()
+
+    def request_limit(self) -> int:
+        """The most bytes a client request may take (0 when the strategy takes none)."""
+        spec = self.strategy.request_spec(self.state)
+        return 0 if spec is None else bounded(spec, self.max_upload_bytes).byte_limit()
 
     def bytes_down(self, client_id: int) -> int:
         """The bytes of the download built for ``client_id`` (0 if none was)."""
@@ -240,6 +290,8 @@ class Round:
                 # a carried payload gets decode's limits and checks on its tensors
                 checked = _check_carried(answer, spec) if isinstance(answer, Carried) else pl.decode(answer, spec)
                 checked = self.strategy.check_upload(self.state, down, checked, self._requests[c])
+                check_round_tag(answer, self.round)  # a well-formed upload, but for this round?
+                checked = to_device(checked, self.device)
             except ValueError as e:  # the decoders and checks raise only this (PayloadError) on bad bytes
                 self.fail(c, e)
                 continue
@@ -275,6 +327,36 @@ def _check_carried(answer: Carried, spec: pl.PayloadSpec) -> pl.Payload:
     except Exception as e:  # as decode: a check that cannot run is a rejection, never a crash
         raise pl.PayloadError(f"payload could not be checked: {type(e).__name__}: {e}") from None
     return dict(answer.payload)
+
+
+def tensor_identity(t: torch.Tensor) -> tuple[int, object]:
+    """A tensor's identity while unchanged: its object and version (in-place writes bump it). An
+    inference tensor has no version: it gets a fresh token, so it is never taken for another."""
+    try:
+        return id(t), t._version
+    except RuntimeError:
+        return id(t), object()
+
+
+def _tensors_key(payload: pl.Payload) -> tuple:
+    """Names and tensor identities of a payload: equal keys, equal bytes."""
+    return tuple((name, *tensor_identity(t)) for name, t in sorted(payload.items()))
+
+
+def check_round_tag(upload: bytes | Carried, round: int) -> None:
+    """Refuse an upload not tagged with ``round`` (:data:`fedkernels.fl.client.ROUND_TAG`): a
+    client's upload replayed in a later round, or a late answer to an earlier one, is never
+    aggregated again. Call after the upload decoded.
+
+    Raises:
+        PayloadError: the tag is missing or names another round.
+    """
+    metadata = upload.metadata if isinstance(upload, Carried) else pl.read_metadata(upload)
+    tag = metadata.get(ROUND_TAG)
+    if tag is None:
+        raise pl.PayloadError(f"upload carries no round tag ({ROUND_TAG!r} metadata); this is round {round}")
+    if tag != str(round):
+        raise pl.PayloadError(f"upload is tagged for round {tag!r:.24}, this is round {round} (a replayed upload?)")
 
 
 def _unwrap(answer: Answer) -> bytes | None:

@@ -17,13 +17,15 @@ from pathlib import Path
 
 import torch
 
-from ..metrics import ranking_metrics
+from ..metrics import filter_predictions, ranking_metrics
 from ..sparse_rows import slice_rows
 from . import evaluation as ev
 from . import payload as pl
 from .batched import batched_client_updates, has_local_problem
-from .checkpoint import clean_stale_temps, load_checkpoint, save_checkpoint
-from .client import ClientEndpoint, LocalClient, call_with_deadline
+from .checkpoint import HistoryLog, clean_stale_temps, load_checkpoint, save_checkpoint
+from .client import ROUND_TAG, ClientEndpoint, LocalClient, call_with_deadline
+from .data_identity import data_fingerprint
+from .device import resolve_device, to_device
 from .round import (  # noqa: F401  (re-exported: the names the loop has always had)
     Answer,
     Carried,
@@ -60,11 +62,19 @@ class RunConfig:
     checkpoint: str | None = None  # file written after every round of run(), resumed from if present
     max_upload_bytes: int | None = None  # tighter bound than the strategy's spec on any client's bytes
     # train a round's honest in-process clients in one batched pass where the strategy allows it
-    # (fedkernels.fl.batched; equal to the sequential loop up to float rounding); False: one by one
+    # (fedkernels.fl.batched; equal to the sequential loop up to float rounding); False: one by one.
+    # Off the CPU the sequential loop runs (the batched pass trains on the host).
     batch_clients: bool = True
     # aggregation weight of a client: "samples" (its example count, FedAvg's n_k / n) or "uniform"
     # (1 for every client holding data: the plain 1/S mean over the S clients of a round)
     client_weighting: str = "samples"
+    # where the state, local training and evaluation run: "cpu", "cuda" or "cuda:N" (fedkernels.fl.device).
+    # Not part of a checkpoint's run identity: a run checkpointed on one device resumes on another.
+    device: str = "cpu"
+    eval_clients: int | None = None  # clients per federated evaluation (a seeded sample); None: all
+    # names the clients' data in a checkpoint's run identity; None: the in-process server hashes the
+    # clients' data (fl.data_identity), a Flower server (which never holds it) records none
+    data_id: str | None = None
 
 
 class Server:
@@ -105,10 +115,15 @@ class Server:
             )
         if config.client_weighting not in ("samples", "uniform"):
             raise ValueError(f"client_weighting must be 'samples' or 'uniform', got {config.client_weighting!r}")
+        self.device = resolve_device(config.device)
+        if config.eval_clients is not None and config.eval_clients < 1:
+            raise ValueError(f"eval_clients must be >= 1 or None, got {config.eval_clients}")
         self.strategy = strategy
         self.clients = clients
         self.config = config
-        self.state: State = strategy.init_state(num_features, num_classes, derive_seed(config.seed, "init"))
+        # built on the host (seeded host generators: the same initial state on every device), then moved
+        init = strategy.init_state(num_features, num_classes, derive_seed(config.seed, "init"))
+        self.state: State = to_device(init, self.device)
         self.setup_failed: dict[int, str] = {}  # clients whose setup report was left out
         self.setup_bytes_up = 0  # the setup reports' bytes (clients to server), before round 0
         if has_setup_exchange(strategy):  # the same exchange as over Flower, through real bytes
@@ -117,10 +132,15 @@ class Server:
             self.setup_failed, self.setup_bytes_up, self.state = setup_exchange(
                 strategy, self.state, reports, seed, config.max_upload_bytes
             )
-        self.state = with_entries(self.state, strategy.setup(clients, derive_seed(config.seed, "setup")))
+        setup = to_device(strategy.setup(clients, derive_seed(config.seed, "setup")), self.device)
+        self.state = with_entries(self.state, setup)
         self.history: list[RoundRecord] = []
         self.round = 0
-        self.local_clients = [LocalClient(strategy, d, config.train) for d in clients]  # the honest clients
+        self._data_id: str | None = None
+        self._log: HistoryLog | None = None  # the saved records' JSON, kept between saves
+        self._log_json: list[dict] = []
+        # the honest clients
+        self.local_clients = [LocalClient(strategy, d, config.train, self.device) for d in clients]
         self.endpoints: list[ClientEndpoint] = list(self.local_clients)
         if client_wrapper is not None:
             self.endpoints = [client_wrapper(i, e) for i, e in enumerate(self.endpoints)]
@@ -182,9 +202,15 @@ class Server:
         return rec
 
     def save_checkpoint(self, path: str | Path) -> None:
-        """Write the state, round counter, history and run identity to ``path`` atomically."""
-        meta = {"round": self.round, "history": [record_to_json(h) for h in self.history], **self._identity()}
-        save_checkpoint(path, self.state, meta)
+        """Write the state, round counter, history and run identity to ``path`` atomically. Records
+        already saved are not encoded again (:class:`~fedkernels.fl.checkpoint.HistoryLog`)."""
+        if self._log is None or self._log.path != str(path):
+            self._log, self._log_json = HistoryLog(len(self.clients), str(path)), []
+        done = self._log_json
+        del done[max(0, len(self.history) - 1) :]  # the last record may have changed since
+        done += [record_to_json(h) for h in self.history[len(done) :]]
+        meta = {"round": self.round, "history": done, **self._identity()}
+        save_checkpoint(path, self.state, meta, self._log)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Resume from a checkpoint written by :meth:`save_checkpoint` for the same run.
@@ -197,12 +223,15 @@ class Server:
         """
         state, meta = load_checkpoint(path, self.state)
         check_identity(meta, self._identity(), path)
-        self.state = state
+        self.state = to_device(state, self.device)  # checkpoints hold host tensors, whatever device wrote them
         self.round = int(meta["round"])
         self.history = [record_from_json(h) for h in meta["history"]]
+        self._log = None  # the next save encodes this history afresh
 
     def _identity(self) -> dict:
-        return run_identity(self.strategy, self.config, len(self.clients))
+        if self._data_id is None:  # computed once, when a checkpoint is first written or read
+            self._data_id = self.config.data_id or data_fingerprint(self.clients)
+        return run_identity(self.strategy, self.config, len(self.clients), self._data_id)
 
     def evaluate(
         self,
@@ -211,37 +240,58 @@ class Server:
         batch: int = 4096,
         inv_propensity: torch.Tensor | None = None,
         frequent: torch.Tensor | None = None,
+        test_filter: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> dict[str, float]:
-        """Ranking metrics of the global model on ``test`` (PSP@k with ``inv_propensity`` float ``[p]``,
-        frequent/infrequent P@k with ``frequent`` bool ``[p]``: see :func:`fedkernels.metrics.ranking_metrics`)."""
+        """Ranking metrics of the global model on ``test`` (PSP@k and PSnDCG@k with ``inv_propensity``
+        float ``[p]``, frequent/infrequent P@k with ``frequent`` bool ``[p]``: see
+        :func:`fedkernels.metrics.ranking_metrics`). ``test_filter`` (CSR ``indptr [N + 1], indices``
+        over the test rows, an LF-* dataset's filter file) drops those (sample, label) pairs from the
+        predictions before scoring. Every strategy predicts through a fused top-k, so memory stays
+        O(batch * (hidden + k)) whatever the number of classes. Each batch of ``test`` is ranked on the
+        run's device; the filter and the metrics run on the host."""
         ks = ks or self.config.eval_k
         kmax = min(max(ks), test.num_classes)
-        preds = [
-            self.strategy.predict_topk(self.state, slice_rows(test.x, i, i + batch), kmax)
-            for i in range(0, len(test), batch)
-        ]
-        topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64)
+        # the most pairs a row filters: predicting that many more leaves kmax after the filter
+        extra = int(test_filter[0].diff().max()) if test_filter is not None and len(test) else 0
+        width = min(kmax + extra, test.num_classes)
+        preds = []
+        for i in range(0, len(test), batch):
+            top = self.strategy.predict_topk(self.state, slice_rows(test.x, i, i + batch).to(self.device), width).cpu()
+            if test_filter is not None:
+                fp, fi = test_filter
+                rows = fp[i : i + batch + 1]
+                top = filter_predictions(top, rows - rows[0], fi[int(rows[0]) : int(rows[-1])], kmax)
+            preds.append(top)
+        topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64, device="cpu")
         return ranking_metrics(
             topk, test.indptr, test.indices, tuple(k for k in ks if k <= kmax), inv_propensity, frequent
         )
 
     def evaluate_federated(
-        self, held_out: list[ClientData], ks: tuple[int, ...] | None = None
+        self,
+        held_out: list[ClientData],
+        ks: tuple[int, ...] | None = None,
+        inv_propensity: torch.Tensor | None = None,
+        round: int | None = None,
     ) -> tuple[dict[str, float], dict[int, str]]:
-        """Federated evaluation (:mod:`fedkernels.fl.evaluation`): every client ranks its own
-        held-out set ``held_out[c]`` under the global model, through real serialisation; the
-        example-weighted P@k/nDCG@k and the clients whose report failed."""
+        """Federated evaluation (:mod:`fedkernels.fl.evaluation`): clients rank their own held-out
+        sets ``held_out[c]`` under the global model, through real serialisation; the
+        example-weighted P@k/nDCG@k/R@k (and PSP@k/PSnDCG@k when ``inv_propensity`` float ``[p]`` is
+        given: it is sent with the model) and the clients whose report failed. After ``round``
+        (0-based) with ``config.eval_clients`` set, only that round's seeded sample of clients
+        evaluates (:func:`fedkernels.fl.evaluation.evaluation_clients`); otherwise every client does."""
         if len(held_out) != len(self.clients):
             raise ValueError(f"held_out must hold one set per client ({len(self.clients)}), got {len(held_out)}")
         ks = ev.evaluation_ks(ks or self.config.eval_k, held_out[0].num_classes)
-        down = ev.evaluation_download(self.state)
+        down = ev.evaluation_download(self.state, inv_propensity)
+        per_round = self.config.eval_clients if round is not None else None
         reports: dict[int, Answer] = {}
-        for c, data in enumerate(held_out):
+        for c in ev.evaluation_clients(self.config.seed, round or 0, len(self.clients), per_round):
             try:
-                reports[c] = ev.client_evaluation(self.strategy, down, data, ks)
+                reports[c] = ev.client_evaluation(self.strategy, down, held_out[c], ks, self.device)
             except Exception as e:  # this client's failure only
                 reports[c] = e
-        metrics, failed, _ = ev.aggregate_evaluation(reports, ks)
+        metrics, failed, _ = ev.aggregate_evaluation(reports, ks, inv_propensity is not None)
         return metrics, failed
 
     def evaluate_clients(self, held_out: list[ClientData], ks: tuple[int, ...] | None = None) -> dict[str, float]:
@@ -259,9 +309,11 @@ class Server:
         for c, data in enumerate(held_out):
             if not len(data) or not ks:
                 continue
+            data = data.to(self.device)
             if self.strategy.stateful_clients:
                 download = self.strategy.client_payload(self.state, c, None, self.round, 0)
-                view = self.strategy.client_view(download, self.local_clients[c].memory)
+                memory = self.local_clients[c].memory
+                view = self.strategy.client_view(download, None if memory is None else to_device(memory, self.device))
                 topk = self.strategy.predict_topk(view, data.x, max(ks))
             elif personal is not None:
                 topk = personal(self.state, c, data.x, max(ks))
@@ -286,7 +338,7 @@ class Server:
             if test is not None and (rec.round + 1) % self.config.eval_every == 0:
                 rec.metrics = self.evaluate(test)
             if held_out is not None and (rec.round + 1) % self.config.eval_every == 0:
-                fed, _ = self.evaluate_federated(held_out)
+                fed, _ = self.evaluate_federated(held_out, round=rec.round)
                 rec.metrics.update({f"fed-{k}": v for k, v in fed.items()})
             if self.config.checkpoint is not None:
                 self.save_checkpoint(self.config.checkpoint)
@@ -295,10 +347,12 @@ class Server:
         return self.history
 
 
-def run_identity(strategy: Strategy, config: RunConfig, num_clients: int) -> dict:
-    """What a checkpoint must match to be resumed by a run (as it reads back from JSON)."""
+def run_identity(strategy: Strategy, config: RunConfig, num_clients: int, data: str | None = None) -> dict:
+    """What a checkpoint must match to be resumed by a run (as it reads back from JSON); ``data``
+    names the clients' data (default: ``config.data_id``)."""
     ident = {
         "strategy": strategy.name,
+        "data": data if data is not None else config.data_id,
         "seed": config.seed,
         "num_clients": num_clients,
         "clients_per_round": config.clients_per_round,
@@ -314,6 +368,13 @@ def check_identity(meta: dict, mine: dict, path: str | Path) -> None:
     where the checkpoint's run identity ``meta`` differs from this run's ``mine``."""
     for key, want in mine.items():
         have = meta.get(key)
+        if key == "data" and have is None and "data" in meta:
+            continue  # written without a data identity (a Flower server never holds the data)
+        if key == "data" and have != want:
+            raise ValueError(
+                f"checkpoint {path} was written for other data (data={have!r:.24}..., this run has "
+                f"{want!r:.24}...): another dataset, split, partition or preprocessing"
+            )
         if isinstance(want, dict) and isinstance(have, dict):
             for sub in sorted(set(want) | set(have)):
                 if have.get(sub) != want.get(sub):
@@ -329,7 +390,18 @@ def _encoded(report: pl.Payload | None) -> bytes | None:
 
 
 def record_to_json(rec: RoundRecord) -> dict:
-    return dataclasses.asdict(rec)
+    """A record as JSON values (``dataclasses.asdict`` without its deep copies: 10x faster)."""
+    return {
+        "round": rec.round,
+        "clients": list(rec.clients),
+        "failed": [[c, why] for c, why in rec.failed],
+        "bytes_down": rec.bytes_down,
+        "bytes_up": rec.bytes_up,
+        "metrics": dict(rec.metrics),
+        "seconds": rec.seconds,
+        "skipped": rec.skipped,
+        "privacy": dict(rec.privacy),
+    }
 
 
 def record_from_json(d: dict) -> RoundRecord:
@@ -379,7 +451,8 @@ class InProcessTransport:
         if carried:
             fast = self._batched(round, carried, seeds)
             if fast is not None:
-                return {c: Carried(u, pl.encoded_size(u)) for c, u in fast.items()}
+                tag = {ROUND_TAG: str(round)}  # what LocalClient.update writes into its upload's header
+                return {c: Carried(u, pl.encoded_size(u, tag), tag) for c, u in fast.items()}
         raw = {c: pl.encode(d.payload) if isinstance(d, Carried) else d for c, d in downloads.items()}
         out: dict[int, Upload] = {}
         for c, down in raw.items():
@@ -389,7 +462,8 @@ class InProcessTransport:
     def batchable(self, clients: list[int]) -> bool:
         """Whether a round of ``clients`` may take the batched pass: batching on, no deadline, two or
         more clients, all honest :class:`~fedkernels.fl.client.LocalClient` objects of one strategy
-        (with a local problem) and one training config."""
+        (with a local problem) and one training config, training on the CPU without autocast (the
+        batched pass trains on the host in the state's dtype; anything else runs the sequential loop)."""
         if not self.batch or self.timeout is not None or len(clients) < 2:
             return False
         ends = [self.endpoints[c] for c in clients]
@@ -397,8 +471,10 @@ class InProcessTransport:
             return False
         local = [e for e in ends if isinstance(e, LocalClient)]  # all of them (narrows the type)
         first = local[0]
+        if first.device.type != "cpu" or first.train.autocast != "off":
+            return False
         return has_local_problem(first.strategy) and all(
-            e.strategy is first.strategy and e.train == first.train for e in local
+            e.strategy is first.strategy and e.train == first.train and e.device == first.device for e in local
         )
 
     def _batched(

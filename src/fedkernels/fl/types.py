@@ -13,13 +13,18 @@ __all__ = ["ClientData", "ClientResult", "RoundRecord", "TrainConfig"]
 
 @dataclass
 class TrainConfig:
-    """Local training: E epochs of minibatch SGD (or Adam) at a learning rate."""
+    """Local training: E epochs of minibatch SGD (or Adam) at a learning rate, optionally DP-SGD;
+    ``autocast="bf16"`` runs the forward pass under bfloat16 autocast (:func:`fedkernels.fl.local.autocast`)."""
 
     epochs: int = 1
     batch_size: int = 64
     lr: float = 0.1
     optimizer: str = "sgd"  # "sgd" | "adam"
     weight_decay: float = 0.0
+    autocast: str = "off"  # "off" | "bf16"
+    # sample-level DP-SGD (fedkernels.fl.dpsgd): per-example L2 clip and noise multiplier; None: plain training
+    dp_sample_clip: float | None = None
+    dp_sample_noise: float = 0.0
 
 
 @dataclass
@@ -35,7 +40,8 @@ class ClientResult:
 @dataclass
 class RoundRecord:
     """One round's accounting and evaluation. ``skipped`` says why the update was skipped (e.g. every
-    successful client held 0 examples), empty when it was applied or no client succeeded."""
+    successful client held 0 examples), empty when it was applied or no client succeeded. ``privacy``
+    is filled by private rounds only."""
 
     round: int
     clients: list[int]
@@ -45,3 +51,5 @@ class RoundRecord:
     metrics: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     skipped: str = ""
+    # private rounds (fedkernels.fl.privacy): epsilon at delta so far, noise multiplier, survivors, SecAgg+ bytes
+    privacy: dict[str, float] = field(default_factory=dict)

@@ -9,6 +9,9 @@ from .sampled_softmax import SampledSoftmaxHead, logq_correction
 # spread (FedAwS / FedALC)
 from .spreadout import SpreadoutRegularizer, learn_fixed_class_embeddings, positive_pull
 
+# topk (fused top-k through a model's last linear layer)
+from .topk import sequential_topk
+
 __all__: list[str] = [
     "FedMLHHead",
     "SampledSoftmaxHead",
@@ -17,4 +20,5 @@ __all__: list[str] = [
     "learn_fixed_class_embeddings",
     "logq_correction",
     "positive_pull",
+    "sequential_topk",
 ]

@@ -39,7 +39,8 @@ class FedMLHHead(nn.Module):
     needs); all R run as one batched computation (``torch.baddbmm``). ``.table`` (int32 ``[p, R]``)
     is a non-persistent buffer rebuilt from ``.hash_family``, so ``state_dict()`` holds only weights.
     ``num_tables`` and ``num_buckets`` default to :func:`default_hash_size` of ``num_classes``, the
-    same rule as the FedMLH strategy.
+    same rule as the FedMLH strategy. ``device`` places the parameters and the table (torch's default
+    device when None), as the ``device`` argument of ``torch.nn`` modules does.
 
     Example:
         >>> head = FedMLHHead(500, num_classes=983, num_tables=4, num_buckets=250, hidden=(128,))
@@ -57,6 +58,7 @@ class FedMLHHead(nn.Module):
         num_buckets: int | None = None,
         hidden: Sequence[int] = (),
         seed: int = 0,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
         if int(in_features) < 1:
@@ -71,13 +73,14 @@ class FedMLHHead(nn.Module):
         self.hash_family = HashFamily(num_tables, num_buckets, seed)  # validates R, B, seed
         self.in_features, self.num_classes = int(in_features), int(num_classes)
         self.num_tables, self.num_buckets = int(num_tables), int(num_buckets)
-        self.register_buffer("table", self.hash_family.table(self.num_classes), persistent=False)
+        table_device = torch.get_default_device() if device is None else device
+        self.register_buffer("table", self.hash_family.table(self.num_classes, table_device), persistent=False)
         dims = [self.in_features, *(int(h) for h in hidden), self.num_buckets]
         # weights[i]: [R, d_in, d_out], biases[i]: [R, d_out]
         self.weights = nn.ParameterList(
-            nn.Parameter(torch.empty(self.num_tables, a, b)) for a, b in itertools.pairwise(dims)
+            nn.Parameter(torch.empty(self.num_tables, a, b, device=device)) for a, b in itertools.pairwise(dims)
         )
-        self.biases = nn.ParameterList(nn.Parameter(torch.empty(self.num_tables, b)) for b in dims[1:])
+        self.biases = nn.ParameterList(nn.Parameter(torch.empty(self.num_tables, b, device=device)) for b in dims[1:])
         # loss()'s uint8 target buffers by (N, device): plain attributes, never in state_dict()
         self._target_buffers: dict[tuple[int, torch.device], torch.Tensor] = {}
         self.reset_parameters()

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ..ops.sampled import linear_cross_entropy
+from ..ops.topk import linear_topk
 
 VARIANTS = ("fedss", "negonly", "posonly", "full")
 
@@ -178,3 +179,18 @@ class SampledSoftmaxHead(nn.Module):
     def updated_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The payload after local training: global ids ``[s]`` and the rows ``[s, d]`` (detached)."""
         return self.class_ids.clone(), self.weight.detach().clone()
+
+    @torch.no_grad()
+    def predict_topk(self, h: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The k best of the classes this head holds by ``scale * h @ weight.T`` (no logQ correction:
+        that is a training-time term), fused (:func:`fedkernels.linear_topk`: never ``[N, s]``).
+
+        Args:
+            h: ``[N, d]`` representations.
+            k: classes per row, ``0 <= k <= s``.
+
+        Returns:
+            ``(values float32 [N, k], global class ids int64 [N, k])``, best first, ties to the smaller row.
+        """
+        values, rows = linear_topk(h.to(self.weight.dtype), self.weight, k=k, scale=self.scale)
+        return values, self.class_ids[rows]

@@ -135,8 +135,9 @@ def learn_fixed_class_embeddings(
         >>> W = learn_fixed_class_embeddings(sets.pair_weights(), 64, margin=1.0, k=10)
     """
     c = pair_weight.num_classes
-    g = torch.Generator().manual_seed(seed)
-    W = nn.functional.normalize(torch.randn(c, dim, generator=g), dim=1).requires_grad_(True)
+    g = torch.Generator(device="cpu").manual_seed(seed)  # seeded on the host: the same W on every device
+    W = nn.functional.normalize(torch.randn(c, dim, generator=g, device="cpu"), dim=1)
+    W = W.to(pair_weight.indptr.device).requires_grad_(True)
     if c < 2:
         return W.detach()
     opt = torch.optim.Adam([W], lr=lr)

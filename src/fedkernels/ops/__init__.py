@@ -4,6 +4,8 @@ Only wrappers of registered ops live here; PyTorch-level solvers (``graph_prox``
 graphs) are in :mod:`fedkernels.solvers`.
 """
 
+from . import autocast as _autocast
+
 # prox (l1-difference)
 from .prox import prox_tv1d
 
@@ -19,6 +21,11 @@ from .sketch import bucket_merge, bucket_merge_topk, count_sketch, count_sketch_
 # spread (FedAwS / FedALC)
 from .spread import PairWeights, knn_classes, pair_weight_gather, spreadout_loss, spreadout_pair_loss
 
+# topk (fused linear top-k inference)
+from .topk import linear_topk
+
+_autocast.register()
+
 # every op above (sorted; the families are the import groups)
 __all__ = [
     "PairWeights",
@@ -30,6 +37,7 @@ __all__ = [
     "knn_classes",
     "label_hash",
     "linear_cross_entropy",
+    "linear_topk",
     "masked_weighted_average",
     "negatives_seed",
     "num_selected",

@@ -44,7 +44,7 @@ def delta_norms(new: Sequence[torch.Tensor], old: Sequence[torch.Tensor], normal
         >>> delta_norms(new, [torch.zeros(3, 4), torch.zeros(5)])   # tensor([3.4641, 0.])
     """
     if len(new) == 0 and len(old) == 0:
-        return torch.empty(0, dtype=torch.float32)
+        return torch.empty(0, dtype=torch.float32, device="cpu")
     return torch.ops.fedkernels.delta_norms(list(new), list(old), normalize)
 
 
@@ -72,7 +72,7 @@ def select_topk_tensors(
     if len(new) == 0 and len(old) == 0:
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
-        return torch.empty(0, dtype=torch.int64)
+        return torch.empty(0, dtype=torch.int64, device="cpu")
     return torch.ops.fedkernels.select_topk_tensors(list(new), list(old), float(fraction), normalize)
 
 
@@ -94,8 +94,13 @@ def _flatten_sent(sent: Sequence[SentTensors]) -> tuple[list[torch.Tensor], torc
         client_of.extend([c] * len(tensors))
         idx_parts.append(idx.cpu())  # host metadata (one small copy if idx lives on a GPU)
         weights.append(float(w))
-    tensor_of = torch.cat(idx_parts) if idx_parts else torch.empty(0, dtype=torch.int64)
-    return (flat, torch.tensor(client_of, dtype=torch.int64), tensor_of, torch.tensor(weights, dtype=torch.float64))
+    tensor_of = torch.cat(idx_parts) if idx_parts else torch.empty(0, dtype=torch.int64, device="cpu")
+    return (
+        flat,
+        torch.tensor(client_of, dtype=torch.int64, device="cpu"),
+        tensor_of,
+        torch.tensor(weights, dtype=torch.float64, device="cpu"),
+    )
 
 
 def masked_weighted_average(dst: Sequence[torch.Tensor], sent: Sequence[SentTensors]) -> None:

@@ -40,7 +40,7 @@ def knn_graph(points: torch.Tensor, k: int, metric: str = "cosine") -> tuple[tor
     dist.fill_diagonal_(float("inf"))
     # stable sort: equal distances keep the smaller id first
     nbr = torch.sort(dist, dim=1, stable=True).indices[:, :k]
-    rows = torch.arange(n).repeat_interleave(k)
+    rows = torch.arange(n, device=x.device).repeat_interleave(k)
     cols = nbr.reshape(-1)
     pairs = torch.stack([torch.minimum(rows, cols), torch.maximum(rows, cols)], 1)
     edges = torch.unique(pairs, dim=0) if pairs.numel() else pairs.reshape(0, 2)

@@ -42,7 +42,7 @@ class _Incidence:
         e = edges.shape[0]
         # slot table: for node i, the edges touching it (+1 as source, -1 as target), padded with edge e (zero row)
         ends = torch.cat([self.src, self.dst])
-        signs = torch.cat([torch.ones(e), -torch.ones(e)]).to(edges.device)
+        signs = torch.cat([torch.ones(e, device=edges.device), -torch.ones(e, device=edges.device)])
         ids = torch.cat([torch.arange(e, device=edges.device)] * 2)
         order = torch.argsort(ends * (2 * e + 1) + torch.arange(2 * e, device=edges.device))  # stable by node
         deg = torch.bincount(ends, minlength=n)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from ..aggregate import weighted_average
 from ..batched import LocalProblem, call_module
 from ..local import train_local
-from ..models import load_state, mlp, mlp_skeleton, res_mlp, res_mlp_skeleton, state_of
+from ..models import load_state, mlp, mlp_skeleton, model_topk_ids, res_mlp, res_mlp_skeleton, state_of
 from ..payload import Payload, PayloadSpec, state_spec
 from ..seeding import generator
 from ..strategy import State, Strategy
@@ -64,7 +64,7 @@ def multilabel_problem(
     if len(data) * data.num_classes > MAX_DENSE_TARGETS:
         return None
     y = data.dense_labels()
-    weight = (y.sum(1) > 0).float() if loss == "softmax" else torch.ones(len(data))
+    weight = (y.sum(1) > 0).float() if loss == "softmax" else torch.ones(len(data), device=y.device)
     rows = softmax_rows if loss == "softmax" else bce_rows
     return LocalProblem(model, params, rows, y, weight, finish, generator(seed, "shuffle"), key=(loss,))
 
@@ -142,4 +142,4 @@ class FedAvg(Strategy):
 
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
-        return self._model(state)(x).topk(k, dim=1).indices
+        return model_topk_ids(self._model(state), x, k)  # fused last layer: no [N, p] logits

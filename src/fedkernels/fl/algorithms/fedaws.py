@@ -40,7 +40,7 @@ from .. import labelsets as ls
 from ..aggregate import weighted_average, weighted_rows_mean
 from ..batched import LocalProblem, call_module
 from ..local import train_local
-from ..models import embed_mlp, embed_mlp_skeleton, load_state, mlp, mlp_skeleton, state_of
+from ..models import embed_mlp, embed_mlp_skeleton, load_state, mlp, mlp_skeleton, state_of, topk_ids
 from ..payload import Payload, PayloadError, PayloadSpec, TensorSpec, encode, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import SERVER, State, Strategy
@@ -98,17 +98,28 @@ def label_report(data: ClientData, key: bytes, class_rows: torch.Tensor) -> Payl
     return {
         "pairs": report.to_tensor(),
         "label_digests": torch.frombuffer(bytearray(digests), dtype=torch.uint8).reshape(len(held), ls.DIGEST_BYTES),
-        "rows": torch.tensor([int(class_rows[lab]) for lab in held], dtype=torch.int64),
+        "rows": torch.tensor([int(class_rows[lab]) for lab in held], dtype=torch.int64, device="cpu"),
     }
 
 
-def label_report_spec(num_classes: int) -> PayloadSpec:
-    """What a well-formed :func:`label_report` looks like (rows are server rows of ``num_classes``)."""
+MAX_REPORT_PAIRS = 1 << 16
+"""The default bound on a setup report's (instance, label) pairs (64 bytes each: a 4 MiB report).
+An honest FedALC client reports one pair per sample it holds; raise ``max_report_pairs`` for
+clients with more samples."""
+
+
+def label_report_spec(
+    num_classes: int, max_pairs: int = MAX_REPORT_PAIRS, max_labels: int | None = None
+) -> PayloadSpec:
+    """What a well-formed :func:`label_report` looks like: at most ``max_pairs`` pairs and
+    ``max_labels`` (default ``num_classes``) label digests linked to distinct server rows of
+    ``num_classes``. Every tensor is bounded, so a longer report is refused on its length alone."""
+    m = num_classes if max_labels is None else max_labels
     return PayloadSpec(
         {
-            "pairs": TensorSpec(torch.uint8, (None, 2 * ls.DIGEST_BYTES)),
-            "label_digests": TensorSpec(torch.uint8, ("m", ls.DIGEST_BYTES)),
-            "rows": TensorSpec(torch.int64, ("m",), min_value=0, max_value=num_classes, unique=True),
+            "pairs": TensorSpec(torch.uint8, (None, 2 * ls.DIGEST_BYTES), max_numel=max_pairs * 2 * ls.DIGEST_BYTES),
+            "label_digests": TensorSpec(torch.uint8, ("m", ls.DIGEST_BYTES), max_numel=m * ls.DIGEST_BYTES),
+            "rows": TensorSpec(torch.int64, ("m",), min_value=0, max_value=num_classes, unique=True, max_numel=m),
         }
     )
 
@@ -129,23 +140,33 @@ def check_label_report(report: Payload) -> Payload:
 def pair_weights_from_reports(reports: Sequence[Payload], num_classes: int) -> PairWeights:
     """Server side of the label-set collection: merge the checked reports into label sets over
     digests, build ``alpha`` and move it to the linked server rows. Where clients link one digest to
-    different rows, the first report's link holds (reports in ascending client id)."""
+    different rows, or different digests to one row, the first report's link holds (reports in
+    ascending client id) and the pairs of the digest that lost are dropped."""
     return label_statistics_from_reports(reports, num_classes)[0]
 
 
 def label_statistics_from_reports(reports: Sequence[Payload], num_classes: int) -> tuple[PairWeights, torch.Tensor]:
     """:func:`pair_weights_from_reports` and each server row's instance count ``count(c)`` (float32
     ``[num_classes]``, 0 for rows no report links)."""
-    sets = ls.merge_reports(ls.LabelReport.from_tensor(r["pairs"]) for r in reports)
     links: dict[bytes, int] = {}
+    taken: set[int] = set()
     for r in reports:
         raw = r["label_digests"].contiguous().numpy().tobytes()
         for i, row in enumerate(r["rows"].tolist()):
-            links.setdefault(raw[i * ls.DIGEST_BYTES : (i + 1) * ls.DIGEST_BYTES], int(row))
-    to_row = torch.tensor([links[d] for d in sets.label_digests], dtype=torch.int64)
+            digest = raw[i * ls.DIGEST_BYTES : (i + 1) * ls.DIGEST_BYTES]
+            # one digest per row, first come: an honest run links each class's one digest to its row,
+            # so a second digest claiming a taken row comes from a lying client (its pairs are dropped;
+            # kept, they would give the row two sets of pairs and the weights duplicate entries)
+            if digest not in links and int(row) not in taken:
+                links[digest] = int(row)
+                taken.add(int(row))
+    sets = ls.merge_reports(
+        ls.LabelReport(tuple(p for p in ls.LabelReport.from_tensor(r["pairs"]).pairs if p[1] in links)) for r in reports
+    )
+    to_row = torch.tensor([links[d] for d in sets.label_digests], dtype=torch.int64, device="cpu")
     pw = sets.pair_weights()
-    rows = torch.repeat_interleave(torch.arange(sets.num_classes), pw.indptr.diff())
-    counts = torch.zeros(num_classes, dtype=torch.float32)
+    rows = torch.repeat_interleave(torch.arange(sets.num_classes, device=pw.indptr.device), pw.indptr.diff())
+    counts = torch.zeros(num_classes, dtype=torch.float32, device="cpu")
     counts[to_row] = sets.counts().to(torch.float32)
     return PairWeights.from_pairs(to_row[rows], to_row[pw.indices], pw.values, num_classes), counts
 
@@ -165,7 +186,7 @@ def class_pair_weights(
         raise TypeError(
             "clients: the label-set collection digests dense feature rows; pass dense features (x.to_dense())"
         )
-    rows_of_class = torch.arange(num_classes) if class_rows is None else class_rows
+    rows_of_class = torch.arange(num_classes, device="cpu") if class_rows is None else class_rows
     reports = [label_report(c, key, rows_of_class) for c in clients]
     return pair_weights_from_reports(reports, num_classes), sum(len(encode(r)) for r in reports)
 
@@ -235,7 +256,7 @@ class FedAwS(Strategy):
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = {_G + n: t for n, t in state_of(self._make_extractor(num_features, seed)).items()}
         g = generator(seed, "class-embeddings")
-        state["W"] = F.normalize(torch.randn(num_classes, self.dim, generator=g), dim=1)
+        state["W"] = F.normalize(torch.randn(num_classes, self.dim, generator=g, device="cpu"), dim=1)
         return state
 
     def _make_extractor(self, num_features: int, seed: int = 0) -> torch.nn.Module:
@@ -251,7 +272,7 @@ class FedAwS(Strategy):
         )
 
     def client_request(self, data: ClientData, round: int, seed: int) -> Payload:
-        return {"class_id": torch.tensor([client_class(data)], dtype=torch.int64)}
+        return {"class_id": torch.tensor([client_class(data)], dtype=torch.int64, device="cpu")}
 
     def request_spec(self, state: State) -> PayloadSpec:
         return PayloadSpec({"class_id": TensorSpec(torch.int64, (1,), min_value=0, max_value=state["W"].shape[0])})
@@ -289,7 +310,8 @@ class FedAwS(Strategy):
         )
         names = [n for n, _ in g.named_parameters()]  # the extractor's state: parameters only
         params = {n: payload[_G + n] for n in names}
-        consts = {"pos_margin": torch.tensor(self.pos_margin)}
+        device = payload["w"].device
+        consts = {"pos_margin": torch.tensor(self.pos_margin, device=device)}
         if self.fixed_embeddings:
             consts["w"] = payload["w"]
         else:
@@ -303,7 +325,14 @@ class FedAwS(Strategy):
 
         n = len(data)
         return LocalProblem(
-            g, params, positive_rows, torch.zeros(n), torch.ones(n), finish, generator(seed, "shuffle"), consts
+            g,
+            params,
+            positive_rows,
+            torch.zeros(n, device=device),
+            torch.ones(n, device=device),
+            finish,
+            generator(seed, "shuffle"),
+            consts,
         )
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
@@ -354,7 +383,7 @@ class FedAwS(Strategy):
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
         z = F.normalize(self._extractor(state)(x), dim=1)
-        return (z @ F.normalize(self._embeddings(state), dim=1).T).topk(k, dim=1).indices
+        return topk_ids(z, F.normalize(self._embeddings(state), dim=1), k)  # cosines, fused: no [N, p]
 
     def model_bytes(self, state: State) -> int:
         """A client holds the extractor and one class embedding."""
@@ -385,6 +414,11 @@ class FedALC(FedAwS):
             :func:`~fedkernels.fl.labelsets.key_id`, a one-way tag of it). A ``str`` is taken as its
             UTF-8 bytes (how a config file gives one; a preset's fixed secret makes its runs
             reproducible and is no secret: never ship one to real clients).
+        client_secret_file: read the secret from this file (64 hex digits, mode 0600), making it there
+            with a fresh secret if it is missing (:func:`~fedkernels.fl.labelsets.secret_from_file`):
+            how ``fedkernels run --checkpoint`` keeps it for ``--resume`` without writing it anywhere else.
+        max_report_pairs: the most (instance, label) pairs a client's setup report may hold (one per
+            sample it holds; default 2**16, a 4 MiB report): longer reports are refused on their length.
     """
 
     name = "FedALC"
@@ -392,14 +426,30 @@ class FedALC(FedAwS):
     # class_permutation(secret, C) memoised per C: configuration (the constructor's secret), not run state
     config_caches = ("_perms",)
 
-    def __init__(self, *args, client_secret: bytes | str | None = None, weights: str = "ratio", **kw) -> None:
+    def __init__(
+        self,
+        *args,
+        client_secret: bytes | str | None = None,
+        weights: str = "ratio",
+        max_report_pairs: int = MAX_REPORT_PAIRS,
+        client_secret_file: str | None = None,
+        **kw,
+    ) -> None:
         super().__init__(*args, **kw)
         if isinstance(client_secret, str):  # a config file's secret (TOML has no bytes): its UTF-8 bytes
             client_secret = client_secret.encode("utf-8")
         if weights not in ("ratio", "counts"):
             raise ValueError(f"weights must be 'ratio' or 'counts', got {weights!r}")
         self.weights = weights
+        if isinstance(max_report_pairs, bool) or not isinstance(max_report_pairs, int) or max_report_pairs < 1:
+            raise ValueError(f"max_report_pairs must be an integer >= 1, got {max_report_pairs!r}")
+        if client_secret is not None and client_secret_file is not None:
+            raise ValueError("pass client_secret or client_secret_file, not both")
+        if client_secret_file is not None:
+            client_secret = ls.secret_from_file(client_secret_file)
         self._secret = ls.new_client_secret() if client_secret is None else ls.check_secret(client_secret)
+        self.max_report_pairs = max_report_pairs
+        self.client_secret_file = client_secret_file
         self._perms: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def _permutation(self, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -411,8 +461,11 @@ class FedALC(FedAwS):
         return perms
 
     def options(self) -> dict:
-        """FedAwS's options plus the secret's one-way tag (a resumed run must use the same secret)."""
-        return {**super().options(), "client_key_id": ls.key_id(self._secret)}
+        """FedAwS's options plus the secret's one-way tag (a resumed run must use the same secret,
+        wherever its file lives: the file's path is not part of the identity)."""
+        out = {**super().options(), "client_key_id": ls.key_id(self._secret)}
+        out.pop("client_secret_file", None)
+        return out
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = super().init_state(num_features, num_classes, seed)
@@ -431,7 +484,10 @@ class FedALC(FedAwS):
         return label_report(data, self._secret, self._permutation(data.num_classes)[0])
 
     def setup_report_spec(self, state: State) -> PayloadSpec:
-        return label_report_spec(state["W"].shape[0])
+        """A client holds one class, so its report links one label digest; its pairs are bounded by
+        ``max_report_pairs``. So one report is at most ``64 max_report_pairs`` bytes plus a small
+        header, and adds at most ``2 (C - 1)`` pair weights (its row's co-occurrences)."""
+        return label_report_spec(state["W"].shape[0], self.max_report_pairs, max_labels=1)
 
     def check_setup_report(self, report: Payload) -> Payload:
         return check_label_report(report)
@@ -467,7 +523,8 @@ class FedALC(FedAwS):
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
         """Client side (it maps rows back to class ids with the secret's permutation)."""
-        return self._permutation(state["W"].shape[0])[1][super().predict_topk(state, x, k)]
+        rows = super().predict_topk(state, x, k)
+        return self._permutation(state["W"].shape[0])[1].to(rows.device)[rows]
 
 
 class FedALCFixed(FedALC):

@@ -69,21 +69,28 @@ class FedMLH(Strategy):
         r, b, hash_seed, num_classes = (int(v) for v in hash_params)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(hash_seed)
-            return FedMLHHead(num_features, num_classes, r, b, hidden=self.hidden, seed=hash_seed)
+            return FedMLHHead(num_features, num_classes, r, b, hidden=self.hidden, seed=hash_seed, device="cpu")
 
-    def _template(self, hash_params: torch.Tensor, num_features: int) -> FedMLHHead:
-        """The head of this hash family, built once (the hash table is the costly part)."""
-        key = (int(num_features), self.hidden, tuple(int(v) for v in hash_params))
+    def _template(self, hash_params: torch.Tensor, num_features: int, device: torch.device | None = None) -> FedMLHHead:
+        """The head of this hash family on ``device`` (default: the host), built once per device (the
+        hash table is the costly part; the host build is seeded, so every device's copy is equal)."""
+        device = torch.device("cpu") if device is None else torch.device(device)
+        key = (int(num_features), self.hidden, tuple(int(v) for v in hash_params), str(device))
         head = self._templates.get(key)
         if head is None:  # two threads may both build it: the same head, one is kept
-            head = self._templates.setdefault(key, self._build(hash_params, num_features))
+            if device.type == "cpu":
+                built = self._build(hash_params, num_features)
+            else:
+                built = copy.deepcopy(self._template(hash_params, num_features)).to(device)
+            head = self._templates.setdefault(key, built)
         return head
 
     def _load(self, payload: Payload) -> FedMLHHead:
         """A fresh head holding ``payload``'s weights. Its parameters are its own (clients may train
         in parallel threads); its hash table is the template's, shared read-only."""
         # F: the first layer's weights are [R, F, h]; the dims live in the payload, not on self
-        template = self._template(payload[HASH_KEY], payload["weights.0"].shape[1])
+        weights = payload["weights.0"]
+        template = self._template(payload[HASH_KEY], weights.shape[1], weights.device)
         head = copy.deepcopy(template, memo={id(template.table): template.table})
         params = dict(head.named_parameters())
         with torch.no_grad():
@@ -100,7 +107,9 @@ class FedMLH(Strategy):
                 UserWarning,
                 stacklevel=2,
             )
-        hash_params = torch.tensor([r, b, derive_seed(seed, "fedmlh-hash"), num_classes], dtype=torch.int64)
+        hash_params = torch.tensor(
+            [r, b, derive_seed(seed, "fedmlh-hash"), num_classes], dtype=torch.int64, device="cpu"
+        )
         head = self._template(hash_params, num_features)
         state = {name: p.detach().clone() for name, p in head.named_parameters()}
         state[HASH_KEY] = hash_params

@@ -30,7 +30,7 @@ from ...ops.sampled import sample_negatives
 from ...ops.spread import spreadout_loss
 from ..aggregate import weighted_average, weighted_rows_mean
 from ..local import train_local
-from ..models import load_state, mlp, state_of
+from ..models import load_state, mlp, state_of, topk_ids
 from ..payload import Payload, PayloadError, PayloadSpec, TensorSpec, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import SERVER, State, Strategy
@@ -42,7 +42,7 @@ MOMENTUM = SERVER + "momentum."  # server_momentum's velocity per model tensor (
 
 def _pairs(batch: ClientData) -> tuple[torch.Tensor, torch.Tensor]:
     """(sample index, label) for every label of every sample in the batch: int64 ``[nnz]`` each."""
-    rows = torch.repeat_interleave(torch.arange(len(batch)), batch.indptr.diff())
+    rows = torch.repeat_interleave(torch.arange(len(batch), device=batch.indptr.device), batch.indptr.diff())
     return rows, batch.indices
 
 
@@ -84,8 +84,8 @@ class FedSS(Strategy):
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = state_of(mlp(num_features, self.embed_dim, self.hidden, seed))
-        g = torch.Generator().manual_seed(derive_seed(seed, CLASSES))
-        state[CLASSES] = torch.randn(num_classes, self.embed_dim, generator=g) / self.embed_dim**0.5
+        g = torch.Generator(device="cpu").manual_seed(derive_seed(seed, CLASSES))
+        state[CLASSES] = torch.randn(num_classes, self.embed_dim, generator=g, device="cpu") / self.embed_dim**0.5
         if self.server_momentum > 0:
             state.update({MOMENTUM + k: torch.zeros_like(v) for k, v in list(state.items())})
         return state
@@ -118,7 +118,7 @@ class FedSS(Strategy):
             return None
         return {
             "class_ids": torch.cat([positives, negatives]),
-            "num_positives": torch.tensor([positives.numel()], dtype=torch.int64),
+            "num_positives": torch.tensor([positives.numel()], dtype=torch.int64, device=positives.device),
         }
 
     def request_spec(self, state: State) -> PayloadSpec | None:
@@ -137,12 +137,12 @@ class FedSS(Strategy):
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
         body = {k: state[k] for k in self._model_names(state) if k != CLASSES}
         if request is None:  # FullSoftmax
-            p = state[CLASSES].shape[0]
-            ids = torch.arange(p, dtype=torch.int64)
+            p, device = state[CLASSES].shape[0], state[CLASSES].device
+            ids = torch.arange(p, dtype=torch.int64, device=device)
             return {
                 **body,
                 "class_ids": ids,
-                "num_positives": torch.tensor([p], dtype=torch.int64),
+                "num_positives": torch.tensor([p], dtype=torch.int64, device=device),
                 "rows": state[CLASSES].clone(),
             }
         ids = request["class_ids"]
@@ -205,7 +205,7 @@ class FedSS(Strategy):
         h, w = self._body(state)(x), state[CLASSES]
         if self.cosine:
             h, w = torch.nn.functional.normalize(h, dim=1), torch.nn.functional.normalize(w, dim=1)
-        return (self.scale * h @ w.T).topk(k, dim=1).indices
+        return topk_ids(h, w, k, scale=self.scale)  # fused: no [N, p] scores
 
     def model_bytes(self, state: State) -> int:
         """The body and the class rows (the server's momentum left out)."""

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from ...comm import max_stream_bytes
+from ..models import model_topk_ids
 from ..payload import Payload, PayloadError, PayloadSpec, TensorSpec
 from ..strategy import SERVER, State
 from ..types import ClientData, ClientResult, TrainConfig
@@ -87,7 +88,7 @@ class L1Diff(FedAvg):
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = super().init_state(num_features, num_classes, seed)
         if self.gamma_rel is not None:
-            state[GAMMA] = torch.tensor(-1.0, dtype=torch.float64)
+            state[GAMMA] = torch.tensor(-1.0, dtype=torch.float64, device="cpu")
         return state
 
     @staticmethod
@@ -96,9 +97,9 @@ class L1Diff(FedAvg):
 
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
         out = {n: state[n] for n in self._model_names(state)}
-        out[GAMMA_SENT] = torch.tensor(
-            [max(0.0, float(state[GAMMA])) if GAMMA in state else self.gamma], dtype=torch.float64
-        )
+        gamma = max(0.0, float(state[GAMMA])) if GAMMA in state else self.gamma
+        device = next(iter(out.values())).device if out else torch.device("cpu")
+        out[GAMMA_SENT] = torch.tensor([gamma], dtype=torch.float64, device=device)
         return out
 
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
@@ -144,12 +145,14 @@ class L1Diff(FedAvg):
             new[n] = (state[n] - (self.server_lr * self.eta) * step).to(state[n].dtype)
             abs_sum, count = abs_sum + float(step.double().abs().sum()), count + step.numel()
         if GAMMA in state and float(state[GAMMA]) < 0 and self.gamma_rel is not None:  # round 0 sets gamma
-            new[GAMMA] = torch.tensor(self.gamma_rel * abs_sum / max(1, count), dtype=torch.float64)
+            gamma = self.gamma_rel * abs_sum / max(1, count)
+            new[GAMMA] = torch.tensor(gamma, dtype=torch.float64, device=state[GAMMA].device)
         return new
 
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
-        return self._model({n: state[n] for n in self._model_names(state)})(x).topk(k, dim=1).indices
+        model = self._model({n: state[n] for n in self._model_names(state)})
+        return model_topk_ids(model, x, k)  # fused last layer: no [N, p] logits
 
     def model_bytes(self, state: State) -> int:
         return sum(state[n].numel() * state[n].element_size() for n in self._model_names(state))

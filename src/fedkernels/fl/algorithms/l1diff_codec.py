@@ -26,7 +26,7 @@ def full_gradient(
     grads = [torch.zeros_like(p) for p in params]
     n = len(data)
     for start in range(0, n, batch_size):
-        batch = data.rows(torch.arange(start, min(n, start + batch_size)))
+        batch = data.rows(torch.arange(start, min(n, start + batch_size), device=data.device))
         loss = loss_fn(batch) * (len(batch) / n)
         for acc, g in zip(grads, torch.autograd.grad(loss, params), strict=True):
             acc.add_(g)

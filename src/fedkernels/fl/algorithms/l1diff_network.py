@@ -23,7 +23,7 @@ import torch
 
 from ...comm import max_stream_bytes
 from ...solvers import feature_space_graph, graph_prox, kernel_graph, model_space_graph
-from ..models import load_state, mlp, state_of
+from ..models import load_state, mlp, model_topk_ids, state_of
 from ..payload import Payload, PayloadSpec, TensorSpec
 from ..strategy import SERVER, State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
@@ -108,9 +108,9 @@ class L1DiffNetwork(Strategy):
         state = {n: t for n, t in full.items() if n not in self._head_names()}
         for n in self._head_names():  # every client starts from the same head
             state[PERSONAL + n] = full[n].unsqueeze(0).repeat(self.num_clients, *([1] * full[n].dim()))
-        state[GAP] = torch.tensor(-1.0, dtype=torch.float64)
+        state[GAP] = torch.tensor(-1.0, dtype=torch.float64, device="cpu")
         if self.gamma_rel is not None:
-            state[GAMMA] = torch.tensor(-1.0, dtype=torch.float64)
+            state[GAMMA] = torch.tensor(-1.0, dtype=torch.float64, device="cpu")
         return state
 
     @staticmethod
@@ -140,7 +140,7 @@ class L1DiffNetwork(Strategy):
         out = {n: state[n] for n in self._model_names(state) if not n.startswith(PERSONAL)}
         out.update({PERSONAL + n: state[PERSONAL + n][client_id].clone() for n in self._head_names()})
         gamma = max(0.0, float(state[GAMMA])) if GAMMA in state else self.gamma
-        out[GAMMA_SENT] = torch.tensor([gamma], dtype=torch.float64)
+        out[GAMMA_SENT] = torch.tensor([gamma], dtype=torch.float64, device=state[GAP].device)
         return out
 
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
@@ -186,7 +186,8 @@ class L1DiffNetwork(Strategy):
         total = float(sum(r.num_examples for r in kept))
         abs_sum, count = 0.0, 0
         for n in self._model_names(state):
-            step = torch.zeros(state[n].shape[1:] if n.startswith(PERSONAL) else state[n].shape)
+            shape = state[n].shape[1:] if n.startswith(PERSONAL) else state[n].shape
+            step = torch.zeros(shape, device=state[n].device)
             for d, r in zip(decoded, kept, strict=True):
                 step.add_(d[n], alpha=r.num_examples / total)
             abs_sum, count = abs_sum + float(step.double().abs().sum()), count + step.numel()
@@ -196,7 +197,8 @@ class L1DiffNetwork(Strategy):
             else:
                 new[n] -= self.eta * step.to(state[n].dtype)
         if GAMMA in state and float(state[GAMMA]) < 0 and self.gamma_rel is not None:  # round 0 sets gamma
-            new[GAMMA] = torch.tensor(self.gamma_rel * abs_sum / max(1, count), dtype=torch.float64)
+            gamma = self.gamma_rel * abs_sum / max(1, count)
+            new[GAMMA] = torch.tensor(gamma, dtype=torch.float64, device=state[GAMMA].device)
         return self._couple_heads(new)
 
     def _couple_heads(self, state: State) -> State:
@@ -208,7 +210,7 @@ class L1DiffNetwork(Strategy):
             edges, _ = model_space_graph(y, self.k, "cosine")
         weights = state.get(EDGE_WEIGHTS) if self.graph == "kernel" else None
         res = graph_prox(y, edges, self.eta * self.lam, self.p, weights=weights, tol=self.tol)
-        state[GAP] = torch.tensor(res.gap, dtype=torch.float64)
+        state[GAP] = torch.tensor(res.gap, dtype=torch.float64, device=state[GAP].device)
         at = 0
         for n in names:
             width = state[n][0].numel()
@@ -221,14 +223,14 @@ class L1DiffNetwork(Strategy):
         """Global evaluation with the mean head (personal evaluation: :meth:`predict_topk_client`)."""
         shared = {n: state[n] for n in self._model_names(state) if not n.startswith(PERSONAL)}
         head = {n: state[PERSONAL + n].mean(0) for n in self._head_names()}
-        return self._client_model(shared, head)(x).topk(k, dim=1).indices
+        return model_topk_ids(self._client_model(shared, head), x, k)  # fused last layer
 
     @torch.no_grad()
     def predict_topk_client(self, state: State, client_id: int, x: torch.Tensor, k: int) -> torch.Tensor:
         """Top-k under client ``client_id``'s personalised model."""
         shared = {n: state[n] for n in self._model_names(state) if not n.startswith(PERSONAL)}
         head = {n: state[PERSONAL + n][client_id] for n in self._head_names()}
-        return self._client_model(shared, head)(x).topk(k, dim=1).indices
+        return model_topk_ids(self._client_model(shared, head), x, k)
 
     def model_bytes(self, state: State) -> int:
         """The model's tensors (the server-only graph and gap left out)."""

@@ -18,7 +18,7 @@ import torch
 
 from ..batched import LocalProblem
 from ..local import train_local
-from ..models import state_of
+from ..models import model_topk_ids, state_of
 from ..partial_exchange import DRIFTS, apply_partial_payloads, candidate_names, make_partial_payload
 from ..payload import Payload, PayloadError, PayloadSpec, state_spec
 from ..seeding import generator
@@ -85,12 +85,12 @@ class PartialExchange(FedAvg):
     def setup(self, clients: list[ClientData], seed: int) -> State:
         if not self.keep_unreceived:
             return {}
-        return {SYNCED: torch.zeros(len(clients), dtype=torch.uint8)}
+        return {SYNCED: torch.zeros(len(clients), dtype=torch.uint8, device="cpu")}
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = super().init_state(num_features, num_classes, seed)
         if self.keep_unreceived:
-            state[FRESH] = torch.ones(len(candidate_names(state)), dtype=torch.uint8)
+            state[FRESH] = torch.ones(len(candidate_names(state)), dtype=torch.uint8, device="cpu")
         return state
 
     def _model_names(self, state: State) -> list[str]:
@@ -116,7 +116,8 @@ class PartialExchange(FedAvg):
         apply_partial_payloads(model, [({"tensors": r.payload}, float(r.num_examples)) for r in results])
         if self.keep_unreceived:
             sent = {n for r in results for n in r.payload}
-            new[FRESH] = torch.tensor([n in sent for n in candidate_names(model)], dtype=torch.uint8)
+            fresh = [n in sent for n in candidate_names(model)]
+            new[FRESH] = torch.tensor(fresh, dtype=torch.uint8, device=state[FRESH].device)
             if SYNCED in new:
                 for r in results:
                     if 0 <= r.client_id < new[SYNCED].numel():
@@ -125,7 +126,8 @@ class PartialExchange(FedAvg):
 
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
-        return self._model({n: state[n] for n in self._model_names(state)})(x).topk(k, dim=1).indices
+        model = self._model({n: state[n] for n in self._model_names(state)})
+        return model_topk_ids(model, x, k)  # fused last layer: no [N, p] logits
 
     def model_bytes(self, state: State) -> int:
         return sum(state[n].numel() * state[n].element_size() for n in self._model_names(state))

@@ -20,7 +20,7 @@ class LabelPrior(Strategy):
     name = "LabelPrior"
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
-        return {COUNTS: torch.zeros(num_classes, dtype=torch.float64)}
+        return {COUNTS: torch.zeros(num_classes, dtype=torch.float64, device="cpu")}
 
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
         return {}

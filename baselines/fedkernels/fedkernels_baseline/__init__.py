@@ -1,0 +1,1 @@
+"""fedkernels' paper presets as a Flower App (Flower Baselines layout)."""

@@ -1,0 +1,48 @@
+"""`fedkernels run` privacy flags: validated before any data is read; a tiny private run reports epsilon."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("cryptography", reason="needs the extra fedkernels[privacy]")
+pytest.importorskip("dp_accounting", reason="needs the extra fedkernels[privacy]")
+
+from fedkernels.cli import main
+
+MISSING = "/nonexistent/dataset/never/read"
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--dp-noise", "1.0"], "need dp_clip"),
+        (["--dp-clip", "1.0"], "exactly one of dp_noise"),
+        (["--dp-clip", "1.0", "--dp-noise", "1", "--target-epsilon", "3"], "exactly one of dp_noise"),
+        (["--dp-clip", "-1", "--dp-noise", "1"], "dp_clip must be a finite number > 0"),
+        (["--dp-clip", "1", "--dp-noise", "1", "--dp-delta", "1.5"], "dp_delta must lie in"),
+        (["--secagg", "--secagg-bits", "70"], "secagg_bits must be an integer in"),
+        (["--secagg", "--algorithms", "L1DiffNetwork", "--option", "L1DiffNetwork.num_clients=10"], "personal head"),
+        (["--embedding-dp-clip", "1"], "go together"),
+        (["--embedding-dp-clip", "1", "--embedding-dp-noise", "1"], "applies to FedAwS"),
+        (["--dp-sample-noise", "1"], "needs dp_sample_clip"),
+    ],
+)
+def test_bad_privacy_flags_fail_before_the_data_is_read(flags, message, capsys):
+    assert main(["run", "--dataset", MISSING, "--no-progress", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "nonexistent" not in err
+
+
+def test_tiny_private_run_reports_epsilon_every_round(tmp_path, capsys):
+    out = tmp_path / "o"
+    argv = ["run", "--algorithms", "FedAvg", "--rounds", "2", "--clients", "6", "--clients-per-round", "3"]
+    argv += ["--local-epochs", "1", "--output", str(out), "--no-progress", "--secagg"]
+    argv += ["--dp-clip", "0.5", "--dp-noise", "1.0", "--threads", "1"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "client-level (ε = " in text and "| ε |" in text
+    hist = json.loads((out / "results.json").read_text())["results"][0]["history"]
+    assert [h["privacy"]["epsilon"] > 0 for h in hist] == [True, True]
+    assert hist[1]["privacy"]["epsilon"] > hist[0]["privacy"]["epsilon"]

@@ -1,0 +1,212 @@
+"""SecAgg+ (fedkernels.fl.privacy.secagg) against the plain sum: exact in the ring, within the encoding
+bound after decoding; dropouts up to t recovered, t+1 refused by name; a masked upload is uniform;
+tampered messages refused. Real X25519/ChaCha20-Poly1305/Shamir throughout (small sessions: CI time)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("cryptography", reason="needs the extra fedkernels[privacy]")
+pytest.importorskip("Crypto", reason="needs the extra fedkernels[privacy]")
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import chisquare
+
+from fedkernels.fl import payload as pl
+from fedkernels.fl.privacy import crypto
+from fedkernels.fl.privacy.ring import RingCodec, fraction_bits, from_wire, to_wire
+from fedkernels.fl.privacy.secagg import (
+    SecAggClient,
+    SecAggError,
+    SecAggParams,
+    SecAggServer,
+    default_degree,
+    neighbour_graph,
+)
+
+
+def run_session(params, xs, drop_at=None, tamper=None):
+    """All four stages through real serialisation; ``drop_at``: {client: stage it never answers}.
+    Returns the server (call .result())."""
+    drop_at = drop_at or {}
+    clients = {c: SecAggClient(c, params) for c in params.participants}
+    srv = SecAggServer(params)
+
+    def wire(c, stage, reply):
+        return pl.decode(pl.encode(reply), srv.spec(stage, c))
+
+    for c, cl in clients.items():
+        if drop_at.get(c) != "advertise":
+            srv.take_advertise(c, wire(c, "advertise", cl.advertise()))
+    for c, m in srv.share_messages().items():
+        if drop_at.get(c) != "share":
+            srv.take_shares(c, wire(c, "share", clients[c].share_keys(pl.decode(pl.encode(m)))))
+    for c, m in srv.masked_messages().items():
+        if drop_at.get(c) != "masked":
+            if tamper == "ciphertext" and len(m["ids"]):
+                m = {**m, "cts": m["cts"].clone()}
+                m["cts"][0, 20] ^= 1
+            srv.take_masked(c, wire(c, "masked", clients[c].masked_input(m, xs[c])))
+    for c, m in srv.unmask_messages().items():
+        if drop_at.get(c) != "unmask":
+            reply = clients[c].unmask(m)
+            if tamper == "share" and len(reply["ids"]):
+                reply["shares"] = reply["shares"].clone()
+                reply["shares"][0, 3] ^= 0x40
+            srv.take_unmask(c, wire(c, "unmask", reply))
+    return srv
+
+
+def params_of(n, length=6, bits=32, t=None, degree=None, seed=0):
+    k = default_degree(n) if degree is None else degree
+    return SecAggParams(tuple(range(n)), length, bits, k - k // 2 - 1 if t is None else t, seed, b"test", degree)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    n=st.integers(2, 5),
+    length=st.integers(0, 17),
+    bits=st.sampled_from([16, 32, 40]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_unmasked_sum_exact_in_ring_and_within_bound(n, length, bits, seed):
+    g = torch.Generator().manual_seed(seed)
+    codec = RingCodec(bits, n, 2.0)
+    reals = {c: (torch.rand(length, generator=g, dtype=torch.float64) * 5 - 2.5) for c in range(n)}  # some clamp
+    xs = {c: codec.encode(x) for c, x in reals.items()}
+    srv = run_session(params_of(n, length, bits, seed=seed), xs)
+    total = srv.result()
+    ring_sum = torch.zeros(length, dtype=torch.int64)
+    for x in xs.values():
+        ring_sum = (ring_sum + x) % (1 << bits)  # the reference: plain modular sum, no masks
+    assert torch.equal(total, ring_sum)
+    plain = sum(x.clamp(-2.0, 2.0) for x in reals.values())
+    assert (codec.decode(total) - plain).abs().max().item() <= codec.error_bound(n) + 1e-12 if length else True
+
+
+def test_dropouts_up_to_t_recover_the_survivors_sum():
+    n = 8  # complete graph: k = 7, threshold 4, t = 3
+    p = params_of(n, length=5)
+    assert (p.k, p.threshold, p.max_dropouts) == (7, 4, 3)
+    xs = {c: torch.full((5,), c + 1, dtype=torch.int64) for c in range(n)}
+    # one never advertises, one drops before its masked input (its masks are rebuilt from s shares),
+    # one after it (its vector counts; its shares are missing)
+    srv = run_session(p, xs, {0: "advertise", 3: "masked", 6: "unmask"})
+    assert srv.survivors == [1, 2, 4, 5, 6, 7]
+    assert torch.equal(srv.result(), torch.full((5,), sum(c + 1 for c in srv.survivors), dtype=torch.int64))
+
+
+def test_t_plus_one_dropouts_refuse_naming_the_client():
+    p = params_of(8, length=3)
+    xs = {c: torch.zeros(3, dtype=torch.int64) for c in range(8)}
+    srv = run_session(p, xs, {1: "masked", 2: "unmask", 3: "unmask", 4: "unmask"})
+    with pytest.raises(SecAggError, match=r"cannot unmask: client \d+'s .* has 3 of the 4 shares needed"):
+        srv.result()
+
+
+def test_harary_graph_tolerates_t_and_refuses_a_concentrated_t_plus_one():
+    n = 40
+    p = params_of(n, length=2, seed=5)
+    k, r, t = p.k, p.threshold, p.max_dropouts
+    graph = neighbour_graph(p)
+    assert all(len(v) == k for v in graph.values()) and k < n - 1
+    assert all(c in graph[d] for c in graph for d in graph[c])  # symmetric
+    xs = {c: torch.ones(2, dtype=torch.int64) for c in range(n)}
+    victim = 0
+    drops = graph[victim][: t + 1]  # t + 1 of one client's holders leave after uploading
+    srv = run_session(p, xs, {d: "unmask" for d in drops[:t]})
+    assert torch.equal(srv.result(), torch.full((2,), n, dtype=torch.int64))
+    srv = run_session(p, xs, {d: "unmask" for d in drops})
+    with pytest.raises(SecAggError, match=f"client {victim}'s self-mask seed has {r - 1} of the {r}"):
+        srv.result()
+
+
+def test_single_masked_upload_is_uniform():
+    """A chi-square test of one client's masked upload of an all-zero (then all-max) vector against the
+    uniform distribution over 64 bins of the top 6 bits. False-alarm rate 1e-3 per vector (alpha), so
+    about 2e-3 for the test; masks come from the OS's CSPRNG, not a seed."""
+    n, length = 3, 64 * 200
+    p = params_of(n, length=length)
+    codec = RingCodec(32, n, 1.0)
+    for value in (0.0, 1.0):
+        xs = {c: codec.encode(torch.full((length,), value)) for c in range(n)}
+        clients = {c: SecAggClient(c, p) for c in range(n)}
+        srv = SecAggServer(p)
+        for c, cl in clients.items():
+            srv.take_advertise(c, cl.advertise())
+        for c, m in srv.share_messages().items():
+            srv.take_shares(c, clients[c].share_keys(m))
+        y = from_wire(clients[0].masked_input(srv.masked_messages()[0], xs[0])["y"], 32)
+        counts = torch.bincount(y >> 26, minlength=64).numpy()
+        assert chisquare(counts).pvalue > 1e-3
+
+
+def test_tampered_ciphertext_and_forged_share_are_refused():
+    p = params_of(4, length=2)
+    xs = {c: torch.zeros(2, dtype=torch.int64) for c in range(4)}
+    with pytest.raises(crypto.CryptoError, match="authentication"):
+        run_session(p, xs, tamper="ciphertext")
+    srv = run_session(p, xs, tamper="share")
+    with pytest.raises(SecAggError, match="do not match its commitment"):
+        srv.result()
+
+
+def test_clients_refuse_inconsistent_server_messages():
+    p = params_of(5, length=1)
+    a = SecAggClient(0, p)
+    a.advertise()
+    with pytest.raises(SecAggError, match="not a subset of the public graph"):
+        a.share_keys(
+            {
+                "ids": torch.tensor([0, 1]),
+                "c_pk": torch.zeros(2, 32, dtype=torch.uint8),
+                "s_pk": torch.zeros(2, 32, dtype=torch.uint8),
+            }
+        )
+    b = SecAggClient(1, p)
+    with pytest.raises(SecAggError, match="stage 2 arrived at stage 1"):
+        b.share_keys({})
+    with pytest.raises(SecAggError, match="not a participant"):
+        SecAggClient(9, p)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(participants=(0,)), "participants"),
+        (dict(participants=(1, 0)), "participants"),
+        (dict(max_dropouts=3), "max_dropouts"),
+        (dict(degree=3, participants=tuple(range(10))), "degree must be even"),
+    ],
+)
+def test_session_params_validated(kw, match):
+    base = dict(participants=(0, 1, 2, 3), length=1, bits=32, max_dropouts=0, graph_seed=0, session=b"s")
+    with pytest.raises(ValueError, match=match):
+        SecAggParams(**{**base, **kw})
+
+
+@settings(max_examples=30, deadline=None)
+@given(bits=st.integers(8, 62), n=st.integers(1, 5000), bound=st.floats(1e-3, 1e3))
+def test_fraction_bits_is_the_largest_that_cannot_overflow(bits, n, bound):
+    try:
+        f = fraction_bits(bits, n, bound)
+    except ValueError:
+        assert n * (bound * 1.0 + 0.5) >= 2.0 ** (bits - 1)  # not even f = 0 fits
+        return
+    assert n * (bound * 2.0**f + 0.5) < 2.0 ** (bits - 1)
+    assert f == 52 or n * (bound * 2.0 ** (f + 1) + 0.5) >= 2.0 ** (bits - 1)
+
+
+def test_ring_wire_round_trip_and_range_check():
+    codec = RingCodec(32, 3, 1.0)
+    x = codec.encode(torch.tensor([-1.0, -0.3, 0.0, 0.7, 1.0, 5.0], dtype=torch.float64))
+    assert torch.equal(from_wire(to_wire(x, 32), 32), x)
+    assert (
+        codec.decode(x) - torch.tensor([-1.0, -0.3, 0.0, 0.7, 1.0, 1.0], dtype=torch.float64)
+    ).abs().max() <= codec.step() / 2
+    with pytest.raises(ValueError, match="must lie in"):
+        from_wire(torch.tensor([1 << 20]), 16)
+    with pytest.raises(ValueError, match="cannot hold"):
+        fraction_bits(16, 100_000, 1.0)

@@ -1,0 +1,34 @@
+"""Private federated learning: SecAgg+ secure aggregation and differential privacy for every algorithm.
+
+Requires the optional extra ``fedkernels[privacy]`` (``cryptography``, ``pycryptodome``,
+``dp-accounting``). See ``docs/api/privacy.md`` for the threat model, what each algorithm still leaks,
+each knob and the measured costs.
+"""
+
+from .dp import DPConfig, epsilon, noise_for_epsilon
+from .forms import DenseForm, L1DiffForm, PartialForm, RowsForm, form_of
+from .ring import RingCodec, fraction_bits
+from .secagg import SecAggClient, SecAggError, SecAggParams, SecAggServer, default_degree, neighbour_graph
+from .server import PrivacyConfig, PrivateServer, poisson_clients
+
+__all__ = [
+    "DPConfig",
+    "DenseForm",
+    "L1DiffForm",
+    "PartialForm",
+    "PrivacyConfig",
+    "PrivateServer",
+    "RingCodec",
+    "RowsForm",
+    "SecAggClient",
+    "SecAggError",
+    "SecAggParams",
+    "SecAggServer",
+    "default_degree",
+    "epsilon",
+    "form_of",
+    "fraction_bits",
+    "neighbour_graph",
+    "noise_for_epsilon",
+    "poisson_clients",
+]

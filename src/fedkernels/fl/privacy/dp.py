@@ -1,0 +1,146 @@
+"""Differential privacy: clipping, Gaussian noise calibrated to the clip, and epsilon from dp-accounting.
+
+Client-level DP (DP-FedAvg, McMahan et al. 2018): each round samples every client independently with
+probability ``q`` (Poisson sampling, exactly the accountant's model), clips each client's contribution
+``x_k`` to L2 norm ``clip``, adds ``N(0, (noise * clip)^2)`` to the sum and divides by the fixed
+denominator ``q * N``. Adding or removing one client changes the sum by at most ``clip``, so a round
+is the Poisson-subsampled Gaussian mechanism with noise multiplier ``noise``; ``rounds`` of them
+compose. Epsilon at ``delta`` comes from ``dp_accounting``'s RDP accountant (or its PLD accountant),
+never from a formula written here.
+
+Sample-level DP-SGD uses the same accountant with the sampling rate ``batch / n`` and the local step count.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import dp_accounting
+import torch
+from dp_accounting import pld, rdp
+
+ACCOUNTANTS = ("rdp", "pld")
+
+
+def _accountant(kind: str) -> dp_accounting.PrivacyAccountant:
+    if kind == "rdp":
+        return rdp.RdpAccountant()
+    if kind == "pld":
+        return pld.PLDAccountant()
+    raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {kind!r}")
+
+
+def round_event(q: float, noise: float) -> dp_accounting.DpEvent:
+    """One round: the Poisson-subsampled (rate ``q``) Gaussian mechanism of noise multiplier ``noise``."""
+    return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(noise))
+
+
+def epsilon(q: float, noise: float, steps: int, delta: float, accountant: str = "rdp") -> float:
+    """Epsilon at ``delta`` after ``steps`` Poisson-subsampled Gaussian steps (``inf`` for noise 0)."""
+    check_dp_args(q, noise, delta)
+    if steps == 0:
+        return 0.0
+    if noise == 0:
+        return math.inf
+    acc = _accountant(accountant)
+    acc.compose(round_event(q, noise), int(steps))
+    return float(acc.get_epsilon(delta))
+
+
+def noise_for_epsilon(q: float, steps: int, target_epsilon: float, delta: float, accountant: str = "rdp") -> float:
+    """The smallest noise multiplier whose ``steps`` rounds at rate ``q`` stay within ``target_epsilon``
+    at ``delta`` (``dp_accounting.calibrate_dp_mechanism``)."""
+    check_dp_args(q, 1.0, delta)
+    if not target_epsilon > 0 or not math.isfinite(target_epsilon):
+        raise ValueError(f"target_epsilon must be finite and > 0, got {target_epsilon}")
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    return float(
+        dp_accounting.calibrate_dp_mechanism(
+            lambda: _accountant(accountant),
+            lambda sigma: dp_accounting.SelfComposedDpEvent(round_event(q, sigma), int(steps)),
+            target_epsilon,
+            delta,
+            dp_accounting.LowerEndpointAndGuess(1e-3, 1.0),
+            tol=1e-4,
+        )
+    )
+
+
+def check_dp_args(q: float, noise: float, delta: float) -> None:
+    """Raise ValueError naming the bad argument."""
+    if not 0 < q <= 1:
+        raise ValueError(f"the sampling rate q must lie in (0, 1], got {q}")
+    if not (noise >= 0 and math.isfinite(noise)):
+        raise ValueError(f"the noise multiplier must be finite and >= 0, got {noise}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+
+
+def global_norm(tensors: dict[str, torch.Tensor]) -> float:
+    """The L2 norm of all tensors together (float64)."""
+    return math.sqrt(sum(float(t.double().pow(2).sum()) for t in tensors.values()))
+
+
+def clip(tensors: dict[str, torch.Tensor], bound: float) -> dict[str, torch.Tensor]:
+    """``tensors`` scaled by ``min(1, bound / norm)`` (as one vector): the result's L2 norm is at most ``bound``."""
+    norm = global_norm(tensors)
+    if not math.isfinite(norm):
+        return {n: torch.zeros_like(t) for n, t in tensors.items()}  # a non-finite update carries nothing
+    scale = min(1.0, bound / norm) if norm > 0 else 1.0
+    return {n: t * scale for n, t in tensors.items()}
+
+
+def gaussian_like(tensors: dict[str, torch.Tensor], std: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Independent ``N(0, std^2)`` noise of each tensor's shape (float64)."""
+    return {n: torch.randn(t.shape, dtype=torch.float64, generator=generator) * std for n, t in tensors.items()}
+
+
+def noise_generator(seed: int | None) -> torch.Generator:
+    """A generator for DP noise: from the OS's CSPRNG (``seed`` None, the only private choice: a noise
+    seed the server could know lets it subtract the noise), or from ``seed`` for reproducible experiments."""
+    g = torch.Generator()
+    g.manual_seed(int.from_bytes(os.urandom(8), "little") if seed is None else seed)
+    return g
+
+
+@dataclass(frozen=True)
+class DPConfig:
+    """Client-level DP settings of a run.
+
+    Args:
+        clip: L2 bound on each client's contribution.
+        noise: noise multiplier sigma (std of the sum's noise = sigma * clip); or None with ``target_epsilon``.
+        target_epsilon: pick sigma so that the run's ``rounds`` stay within it at ``delta``.
+        delta: the run's delta.
+        accountant: "rdp" (default) or "pld".
+    """
+
+    clip: float
+    noise: float | None = None
+    target_epsilon: float | None = None
+    delta: float = 1e-5
+    accountant: str = "rdp"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.clip) and self.clip > 0):
+            raise ValueError(f"dp clip must be finite and > 0, got {self.clip}")
+        if (self.noise is None) == (self.target_epsilon is None):
+            raise ValueError("give exactly one of dp noise (the noise multiplier) and target epsilon")
+        if self.noise is not None and not (math.isfinite(self.noise) and self.noise >= 0):
+            raise ValueError(f"dp noise must be finite and >= 0, got {self.noise}")
+        if self.target_epsilon is not None and not (math.isfinite(self.target_epsilon) and self.target_epsilon > 0):
+            raise ValueError(f"target epsilon must be finite and > 0, got {self.target_epsilon}")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"dp delta must lie in (0, 1), got {self.delta}")
+        if self.accountant not in ACCOUNTANTS:
+            raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {self.accountant!r}")
+
+    def noise_multiplier(self, q: float, rounds: int) -> float:
+        """sigma: the given one, or the one calibrated to ``target_epsilon`` over ``rounds`` at rate ``q``."""
+        if self.noise is not None:
+            return self.noise
+        assert self.target_epsilon is not None
+        return noise_for_epsilon(q, rounds, self.target_epsilon, self.delta, self.accountant)

@@ -1,0 +1,347 @@
+"""Every algorithm's round as sums: what a client contributes and how the server reads the sums.
+
+Secure aggregation and client-level DP both need a round to be ``new state = f(state, sum_k x_k)``
+with each client's ``x_k`` of a shape fixed before anyone trains (so the sum hides who sent what and
+one client's influence is the norm of its ``x_k``). The strategies themselves are unchanged: a form
+wraps one, builds the client's ordinary download, runs its ordinary ``client_update`` and turns the
+upload into ``x_k``.
+
+- :class:`DenseForm` (FedAvg, FedMLH): ``x_k = a_k (theta_k - theta)`` plus the weight ``a_k``; the
+  server adds ``sum x / sum a``, FedAvg's weighted average written as a step.
+- :class:`L1DiffForm` (l1-difference): ``a_k d_k``, the decoded direction; the server steps by
+  ``-server_lr * eta * sum / sum a``. The run-length compression cannot survive masking (a masked
+  vector is uniform, so incompressible): the upload is the dense direction in the ring.
+- :class:`PartialForm` (partial exchange): every client masks all M tensors, zeros for the ones it did
+  not pick, plus an M-vector of weights; the server learns per-tensor sums and counts only, not who
+  sent which tensor. The upload is the whole model (the partial saving is lost under masking).
+- :class:`RowsForm` (FedSS family, FedAwS/FedALC): the body as DenseForm, and the class rows over a
+  row set ``U`` that is the same for every client of the round: under secure aggregation the union of
+  the round's requests, itself summed securely as a 0/1 vector over the p rows (the server learns
+  how many clients asked for each row, not who); under DP every row (so the released model is
+  covered by epsilon). Each client's download is the body and ``W[U]``, its ordinary payload is cut
+  out of it on the client, and it contributes ``a_k (w_new - w_old)`` at its rows, zeros elsewhere,
+  plus per-row weights.
+
+With DP the weights are 1 and the server divides by a fixed denominator instead (the expected
+number of clients, McMahan et al. 2018), so no per-client weight or count enters the sum.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..algorithms import FedAwS, FedSS, L1Diff, L1DiffNetwork, LabelPrior, PartialExchange
+from ..algorithms.fedaws import _G as FEDAWS_PREFIX
+from ..algorithms.fedaws import FIXED_W, pair_weights_of
+from ..algorithms.fedss import CLASSES
+from ..algorithms.l1diff import GAMMA_SENT
+from ..algorithms.l1diff_codec import decode_upload
+from ..payload import Payload
+from ..strategy import SERVER, State, Strategy
+
+WEIGHT, COUNT, ROWS, ROW_COUNT = "__weight", "__count", "__rows", "__row_count"
+ROUND_ROWS = "__round_rows"  # int64 [|U|]: the row ids of the round, in the download of a RowsForm
+
+
+class DenseForm:
+    """Whole-model averaging (FedAvg, FedMLH and any strategy whose upload is its trained state)."""
+
+    has_rows = False
+
+    def __init__(self, strategy: Strategy) -> None:
+        self.strategy = strategy
+
+    def names(self, state: State) -> list[str]:
+        """The state tensors that are averaged (floating point, not server-only), sorted: a decoded
+        download's order need not be the state's, and per-tensor vectors are indexed by this order."""
+        return sorted(n for n, t in state.items() if t.is_floating_point() and not n.startswith(SERVER))
+
+    def layout(self, state: State, weighted: bool, rows: torch.Tensor | None = None) -> dict[str, tuple[int, ...]]:
+        """Name -> shape of every summed tensor (public: the same for every client)."""
+        out = {n: tuple(state[n].shape) for n in self.names(state)}
+        if weighted:
+            out[WEIGHT] = (1,)
+        return out
+
+    def download(self, state: State, client_id: int, round: int, seed: int, rows: torch.Tensor | None) -> Payload:
+        """The client's download (the strategy's own)."""
+        return self.strategy.client_payload(state, client_id, None, round, seed)
+
+    def contribution(
+        self, download: Payload, upload: Payload, weight: float | None, request: Payload | None = None
+    ) -> dict[str, torch.Tensor]:
+        """``x_k``: the weighted change of every averaged tensor (``weight`` None: unweighted, no weight entry)."""
+        a = 1.0 if weight is None else weight
+        out = {n: a * (upload[n].double() - download[n].double()) for n in self.names(download)}
+        if weight is not None:
+            out[WEIGHT] = torch.tensor([a], dtype=torch.float64)
+        return out
+
+    def finish(self, state: State, sums: dict[str, torch.Tensor], denominator: float | None) -> State:
+        """The new state from the sums (``denominator`` None: the summed weight)."""
+        den = float(sums[WEIGHT][0]) if denominator is None else denominator
+        new = dict(state)
+        if den <= 0:
+            return new
+        for n in self.names(state):
+            new[n] = (state[n].double() + sums[n] / den).to(state[n].dtype)
+        return new
+
+
+class L1DiffForm(DenseForm):
+    """The l1-difference update: the decoded directions are summed; the server takes the mean step."""
+
+    def names(self, state: State) -> list[str]:
+        """The model's tensors: the download's gamma (``l1.gamma``) is no model tensor."""
+        return [n for n in super().names(state) if n != GAMMA_SENT]
+
+    def contribution(
+        self, download: Payload, upload: Payload, weight: float | None, request: Payload | None = None
+    ) -> dict[str, torch.Tensor]:
+        a = 1.0 if weight is None else weight
+        shapes = {n: download[n].shape for n in self.names(download)}
+        dirs = decode_upload(upload, shapes, getattr(self.strategy, "value_dtype", None))
+        out = {n: a * dirs[n].double() for n in shapes}
+        if weight is not None:
+            out[WEIGHT] = torch.tensor([a], dtype=torch.float64)
+        return out
+
+    def finish(self, state: State, sums: dict[str, torch.Tensor], denominator: float | None) -> State:
+        s = self.strategy
+        assert isinstance(s, L1Diff)
+        den = float(sums[WEIGHT][0]) if denominator is None else denominator
+        new = dict(state)
+        if den <= 0:
+            return new
+        for n in self.names(state):
+            step = (s.server_lr * s.eta) * sums[n] / den
+            new[n] = (state[n].double() - step).to(state[n].dtype)
+        return new
+
+
+class PartialForm(DenseForm):
+    """Partial exchange: every tensor masked (zeros where not sent), with per-tensor weights."""
+
+    def layout(self, state: State, weighted: bool, rows: torch.Tensor | None = None) -> dict[str, tuple[int, ...]]:
+        out = {n: tuple(state[n].shape) for n in self.names(state)}
+        if weighted:
+            out[COUNT] = (len(out),)
+        return out
+
+    def contribution(
+        self, download: Payload, upload: Payload, weight: float | None, request: Payload | None = None
+    ) -> dict[str, torch.Tensor]:
+        a = 1.0 if weight is None else weight
+        names = self.names(download)
+        out = {}
+        for n in names:
+            sent = n in upload
+            out[n] = (
+                a * (upload[n].double() - download[n].double())
+                if sent
+                else torch.zeros(download[n].shape, dtype=torch.float64)
+            )
+        if weight is not None:
+            out[COUNT] = torch.tensor([a if n in upload else 0.0 for n in names], dtype=torch.float64)
+        return out
+
+    def finish(self, state: State, sums: dict[str, torch.Tensor], denominator: float | None) -> State:
+        new = dict(state)
+        names = self.names(state)
+        for i, n in enumerate(names):
+            den = float(sums[COUNT][i]) if denominator is None else denominator
+            if den > 0:
+                new[n] = (state[n].double() + sums[n] / den).to(state[n].dtype)
+        return new
+
+
+class RowsForm(DenseForm):
+    """FedSS family and FedAwS/FedALC: a dense body plus class rows over the round's row set."""
+
+    has_rows = True
+
+    def __init__(self, strategy: Strategy) -> None:
+        super().__init__(strategy)
+        self.fedss = isinstance(strategy, FedSS)
+        self.key = CLASSES if self.fedss else "W"
+        self.uploads_rows = not getattr(strategy, "fixed_embeddings", False)
+
+    def names(self, state: State) -> list[str]:
+        if self.fedss:  # the body: a state's or a download's tensors but the rows
+            skip = (self.key, ROWS, ROUND_ROWS)
+            return sorted(
+                n for n, t in state.items() if n not in skip and t.is_floating_point() and not n.startswith(SERVER)
+            )
+        return sorted(n for n in state if n.startswith(FEDAWS_PREFIX))
+
+    def table(self, state: State) -> torch.Tensor:
+        """The row matrix clients read (FedALC-fixed: its fixed embeddings)."""
+        return state[FIXED_W] if (not self.fedss and FIXED_W in state) else state[self.key]
+
+    def num_rows(self, state: State) -> int:
+        return int(state[self.key].shape[0])
+
+    def requestless(self) -> bool:
+        """Whether every client uses every row anyway (FullSoftmax)."""
+        return self.fedss and getattr(self.strategy, "variant", "") == "full"
+
+    def request_rows(self, request: Payload | None, num_rows: int) -> torch.Tensor:
+        """The rows a client's ordinary request asks for (int64, sorted unique)."""
+        if request is None:
+            return torch.arange(num_rows, dtype=torch.int64)
+        ids = request["class_ids"] if "class_ids" in request else request["class_id"]
+        return torch.unique(ids.reshape(-1).to(torch.int64))
+
+    def indicator(self, request: Payload | None, num_rows: int) -> dict[str, torch.Tensor]:
+        """The 0/1 vector over all rows that the private request union sums."""
+        v = torch.zeros(num_rows, dtype=torch.float64)
+        v[self.request_rows(request, num_rows)] = 1.0
+        return {"requested": v}
+
+    def layout(self, state: State, weighted: bool, rows: torch.Tensor | None = None) -> dict[str, tuple[int, ...]]:
+        assert rows is not None
+        out = {n: tuple(state[n].shape) for n in self.names(state)}
+        if self.uploads_rows:
+            out[ROWS] = (int(rows.numel()), int(state[self.key].shape[1]))
+            if weighted:
+                out[ROW_COUNT] = (int(rows.numel()),)
+        if weighted:
+            out[WEIGHT] = (1,)
+        return out
+
+    def download(self, state: State, client_id: int, round: int, seed: int, rows: torch.Tensor | None) -> Payload:
+        """The same for every client of the round: the body and the rows ``U`` with their ids."""
+        assert rows is not None
+        out = {n: state[n] for n in self.names(state)}
+        out[ROUND_ROWS] = rows
+        out[ROWS] = self.table(state).index_select(0, rows)
+        return out
+
+    def local_payload(self, download: Payload, request: Payload | None) -> Payload:
+        """Client side: its ordinary payload cut out of the round's download."""
+        rows = download[ROUND_ROWS]
+        body = {n: t for n, t in download.items() if n not in (ROUND_ROWS, ROWS)}
+        if request is None:  # FullSoftmax
+            ids = rows
+            num_pos = torch.tensor([rows.numel()], dtype=torch.int64)
+        elif self.fedss:
+            ids, num_pos = request["class_ids"], request["num_positives"]
+        else:
+            ids, num_pos = request["class_id"].reshape(1), torch.ones(1, dtype=torch.int64)  # unused by FedAwS
+        pos = torch.searchsorted(rows, ids)
+        if bool((pos >= rows.numel()).any()) or not bool((rows[pos.clamp(max=rows.numel() - 1)] == ids).all()):
+            raise ValueError("the round's rows lack rows this client asked for")
+        picked = download[ROWS].index_select(0, pos)
+        if self.fedss:
+            return {**body, "class_ids": ids, "num_positives": num_pos, "rows": picked}
+        return {**body, "w": picked[0].clone()}
+
+    def contribution(
+        self, download: Payload, upload: Payload, weight: float | None, request: Payload | None = None
+    ) -> dict[str, torch.Tensor]:
+        a = 1.0 if weight is None else weight
+        out = {n: a * (upload[n].double() - download[n].double()) for n in self.names(download)}
+        rows = download[ROUND_ROWS]
+        if self.uploads_rows:
+            local = self.local_payload(download, request)
+            if self.fedss:
+                ids, old, new = upload["class_ids"], local["rows"], upload["rows"]
+            else:
+                ids, old, new = request["class_id"].reshape(1), local["w"].reshape(1, -1), upload["w"].reshape(1, -1)  # type: ignore[index]
+            pos = torch.searchsorted(rows, ids)
+            delta = torch.zeros(rows.numel(), download[ROWS].shape[1], dtype=torch.float64)
+            delta.index_add_(0, pos, a * (new.double() - old.double()))
+            out[ROWS] = delta
+            if weight is not None:
+                cnt = torch.zeros(rows.numel(), dtype=torch.float64)
+                cnt[pos] = a
+                out[ROW_COUNT] = cnt
+        if weight is not None:
+            out[WEIGHT] = torch.tensor([a], dtype=torch.float64)
+        return out
+
+    def finish(
+        self,
+        state: State,
+        sums: dict[str, torch.Tensor],
+        denominator: float | None,
+        rows: torch.Tensor | None = None,
+        row_noise: torch.Tensor | None = None,
+    ) -> State:
+        """Body as DenseForm; row ``U[i]`` moves by ``sums[ROWS][i] / (its weight or the denominator)``
+        (plus ``row_noise[i]``, FedALC's server-side DP, before the spreadout step)."""
+        den = float(sums[WEIGHT][0]) if denominator is None else denominator
+        new = dict(state)
+        if den > 0:
+            for n in self.names(state):
+                new[n] = (state[n].double() + sums[n] / den).to(state[n].dtype)
+        if self.fedss:
+            W = state[self.key].clone()
+            if self.uploads_rows and rows is not None and rows.numel():
+                per = (
+                    sums[ROW_COUNT]
+                    if denominator is None
+                    else torch.full((rows.numel(),), denominator, dtype=torch.float64)
+                )
+                keep = per > 0
+                step = sums[ROWS][keep] / per[keep].unsqueeze(1)
+                W[rows[keep]] = (W[rows[keep]].double() + step).to(W.dtype)
+            new[self.key] = W
+            return new
+        s = self.strategy
+        assert isinstance(s, FedAwS)
+        W = state["W"].clone()
+        if not s.fixed_embeddings:
+            if rows is not None and rows.numel():
+                per = (
+                    sums[ROW_COUNT]
+                    if denominator is None
+                    else torch.full((rows.numel(),), denominator, dtype=torch.float64)
+                )
+                keep = per > 0
+                step = sums[ROWS][keep] / per[keep].unsqueeze(1)
+                if row_noise is not None:
+                    step = step + row_noise[keep]
+                W[rows[keep]] = (W[rows[keep]].double() + step).to(W.dtype)
+            W = s._spread(W, pair_weights_of(state))
+        else:  # FedALC-fixed's learned rows, or the initial rows FedAvg-fixed keeps
+            W = state[FIXED_W].clone() if FIXED_W in state else W
+        new["W"] = W
+        return new
+
+
+def form_of(strategy: Strategy) -> DenseForm:
+    """The form of ``strategy``'s round.
+
+    Raises:
+        ValueError: L1DiffNetwork (its server holds and steps every client's personal head, so no sum
+            can hide them).
+    """
+    if isinstance(strategy, L1DiffNetwork):
+        raise ValueError(
+            "L1DiffNetwork keeps every client's personal head on the server and steps it with that client's "
+            "own direction (its graph prox couples all heads), so secure aggregation cannot hide them and "
+            "client-level DP does not apply; run it without --secagg/--dp-*"
+        )
+    if strategy.stateful_clients:
+        raise ValueError(
+            f"{strategy.name} has stateful clients (they keep tensors between rounds), which private rounds do not "
+            "carry; run it without --secagg/--dp-* (or, for PartialExchange, keep_unreceived=False)"
+        )
+    if isinstance(strategy, LabelPrior):
+        raise ValueError(
+            "LabelPrior uploads label counts, not a model update, so it has no private form; run it without "
+            "--secagg/--dp-*"
+        )
+    if isinstance(strategy, L1Diff) and strategy.gamma_rel is not None:
+        raise ValueError(
+            "L1Diff with gamma_rel sets gamma from round 0's mean |step| on the server, which a private round does "
+            "not see; give gamma instead"
+        )
+    if isinstance(strategy, (FedSS, FedAwS)):
+        return RowsForm(strategy)
+    if isinstance(strategy, L1Diff):
+        return L1DiffForm(strategy)
+    if isinstance(strategy, PartialExchange):
+        return PartialForm(strategy)
+    return DenseForm(strategy)

@@ -1,0 +1,436 @@
+"""The private federated loop: secure aggregation (SecAgg+) and/or client-level DP over any transport.
+
+:class:`PrivateServer` is :class:`fedkernels.fl.Server` with private rounds. A round:
+
+1. selects clients: Poisson sampling at rate ``q = clients_per_round / N`` with DP (the accountant's
+   model), else the usual fixed-size sample;
+2. (row strategies under secure aggregation without DP) runs a SecAgg+ session ``req`` summing each
+   client's 0/1 vector of requested rows: the round's row set ``U`` is the union;
+3. sends each client its download (the same for all clients of a row strategy) with its weight, clip
+   and noise share; each trains and builds its contribution (:mod:`.forms`);
+4. sums the contributions: a SecAgg+ session ``upd`` (the server sees only the sum), or in the clear
+   for central DP (the server clips each one and adds the noise);
+5. applies the sum (:meth:`DenseForm.finish`) and records epsilon.
+
+Messages go through a transport (``exchange(kind, round, {client: bytes}, reply_limit) -> {client:
+answer}``): in-process here, Flower messages in :mod:`fedkernels.integrations.flower.private_server`.
+:func:`private_round` needs only what :class:`PrivateRun` lists, so both drive the same round.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from .. import payload as pl
+from ..client import call_with_deadline
+from ..evaluation import MAX_EXAMPLES
+from ..round import Answer, failure_reason, select_clients
+from ..seeding import derive_seed, numpy_rng
+from ..server import RunConfig, Server
+from ..strategy import State, Strategy
+from ..types import ClientData, RoundRecord
+from . import dp
+from .client import ACK, CTL, NUM_EXAMPLES, TRAIN, PrivateClient, session_header, unflatten
+from .forms import ROW_COUNT, ROWS, DenseForm, RowsForm, form_of
+from .ring import RingCodec
+from .secagg import SecAggError, SecAggParams, SecAggServer, default_degree
+
+# (kind, round, {client: message}, the most bytes a well-formed reply has) -> {client: reply or failure}
+Exchange = Callable[[str, int, Mapping[int, bytes], int], dict[int, Answer]]
+PrivateWrapper = Callable[[int, PrivateClient], object]
+ACK_SPEC = pl.PayloadSpec({ACK: pl.TensorSpec(torch.uint8, (1,))})
+COUNT_SPEC = pl.PayloadSpec({NUM_EXAMPLES: pl.TensorSpec(torch.int64, (1,), min_value=0, max_value=MAX_EXAMPLES)})
+
+
+@dataclass(frozen=True)
+class PrivacyConfig:
+    """What a private run protects and how.
+
+    Args:
+        secagg: sum the clients' contributions with SecAgg+ (the server sees only sums).
+        max_dropouts: t, the dropouts a SecAgg+ session always survives (None: the most the
+            neighbour graph allows, ``k - floor(k/2) - 1`` for k neighbours).
+        bits: the ring Z_{2^bits} of the masked sums (32: 4 bytes a value, like float32).
+        bound: without DP, every contributed coordinate is clamped to ``[-bound, bound]`` before
+            encoding (the ring holds the sum of the round's clients at that bound; the step is
+            ``2^-f`` with f from :func:`~fedkernels.fl.privacy.ring.fraction_bits`). With DP the bound
+            is the clip plus 8 standard deviations of a client's noise share.
+        degree: SecAgg+ neighbours per client (None: :func:`~fedkernels.fl.privacy.secagg.default_degree`).
+        dp: client-level DP (None: none).
+        embedding_clip, embedding_noise: FedAwS/FedALC server-side DP on the class-embedding updates:
+            each row's aggregated update clipped to ``embedding_clip`` and ``N(0, (embedding_noise *
+            embedding_clip)^2)`` added before the spreadout step.
+        noise_seed: None (all DP noise from OS randomness; the private choice) or a seed for
+            reproducible experiments (anyone who knows it can subtract the noise).
+    """
+
+    secagg: bool = False
+    max_dropouts: int | None = None
+    bits: int = 32
+    bound: float = 4.0
+    degree: int | None = None
+    dp: dp.DPConfig | None = None
+    embedding_clip: float | None = None
+    embedding_noise: float | None = None
+    noise_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.bound) and self.bound >= 1.0):
+            raise ValueError(f"secagg bound must be finite and >= 1 (weights are encoded too), got {self.bound}")
+        if self.max_dropouts is not None and self.max_dropouts < 0:
+            raise ValueError(f"secagg max_dropouts must be >= 0, got {self.max_dropouts}")
+        if (self.embedding_clip is None) != (self.embedding_noise is None):
+            raise ValueError("embedding DP needs both embedding_clip and embedding_noise")
+        if self.embedding_clip is not None and not (self.embedding_clip > 0 and math.isfinite(self.embedding_clip)):
+            raise ValueError(f"embedding_clip must be finite and > 0, got {self.embedding_clip}")
+        if self.embedding_noise is not None and not (self.embedding_noise >= 0 and math.isfinite(self.embedding_noise)):
+            raise ValueError(f"embedding_noise must be finite and >= 0, got {self.embedding_noise}")
+        if not 8 <= self.bits <= 62:
+            raise ValueError(f"secagg bits must lie in [8, 62], got {self.bits}")
+
+    def dropouts_for(self, n: int) -> int:
+        """t for a session of ``n`` participants."""
+        k = default_degree(n) if self.degree is None else min(self.degree, n - 1)
+        return k - k // 2 - 1 if self.max_dropouts is None else self.max_dropouts
+
+
+def check_private(strategy: Strategy, privacy: PrivacyConfig) -> DenseForm:
+    """The strategy's round as sums (:func:`~.forms.form_of`), after checking ``privacy`` fits it.
+
+    Raises:
+        ValueError: nothing to protect, a strategy that cannot be summed (the reason), or embedding
+            DP for a strategy without class embeddings.
+    """
+    if not privacy.secagg and privacy.dp is None and privacy.embedding_noise is None:
+        raise ValueError("privacy protects nothing: set secagg, dp or the embedding DP (or use Server)")
+    form = form_of(strategy)
+    if privacy.embedding_noise is not None and not (isinstance(form, RowsForm) and not form.fedss):
+        raise ValueError("embedding_clip/embedding_noise apply to FedAwS, FedALC and FedALC-fixed only")
+    return form
+
+
+class PrivateRun(Protocol):
+    """What :func:`private_round` reads and updates: the in-process :class:`PrivateServer` and the
+    Flower :class:`~fedkernels.integrations.flower.private_server.PrivateFlowerStrategy` are both one."""
+
+    config: RunConfig
+    privacy: PrivacyConfig
+    form: DenseForm
+    state: State
+    q: float  # the sampling rate clients_per_round / num_clients
+    sigma: float | None  # the noise multiplier (None: no client-level DP)
+    noise_generator: torch.Generator  # the server's DP noise (central DP, embedding DP)
+
+    @property
+    def round(self) -> int: ...
+
+    @property
+    def num_clients(self) -> int: ...
+
+    def example_counts(self, clients: list[int]) -> dict[int, int | BaseException]:
+        """Each client's example count (its weight's numerator), or why it cannot be had."""
+        ...
+
+
+def poisson_clients(seed: int, round: int, num_clients: int, q: float) -> list[int]:
+    """The clients of a DP round: each independently with probability ``q`` (seeded), ascending."""
+    rng = numpy_rng(seed, "poisson-select", round)
+    return [int(c) for c in (rng.random(num_clients) < q).nonzero()[0]]
+
+
+@dataclass
+class _Tally:
+    down: int = 0
+    up: int = 0
+    secagg_down: int = 0
+    secagg_up: int = 0
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+class PrivateServer(Server):
+    """:class:`fedkernels.fl.Server` whose rounds are private (see the module docstring).
+
+    Args:
+        strategy, clients, num_features, num_classes, config: as for Server.
+        privacy: what to protect (at least one of ``secagg`` and ``dp``).
+        client_wrapper: ``(client_id, PrivateClient) -> endpoint`` answering ``handle(kind, round,
+            seed, message)``, e.g. a test's client that drops out at a chosen stage.
+
+    ``history[r].privacy`` holds the round's ``epsilon`` (at ``delta``, accountant over the rounds so
+    far), ``noise_multiplier``, ``survivors`` and, for row strategies, ``round_rows`` (``|U|``), plus the
+    SecAgg+ bytes.
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        clients: list[ClientData],
+        num_features: int,
+        num_classes: int,
+        config: RunConfig,
+        privacy: PrivacyConfig,
+        client_wrapper: PrivateWrapper | None = None,
+    ) -> None:
+        self.form: DenseForm = check_private(strategy, privacy)
+        self.privacy = privacy
+        super().__init__(strategy, clients, num_features, num_classes, config)
+        self.q = config.clients_per_round / len(clients)
+        self.sigma = privacy.dp.noise_multiplier(self.q, config.rounds) if privacy.dp is not None else None
+        self.private_endpoints: list[Any] = []  # PrivateClient or a wrapper with its handle()
+        for c, data in enumerate(clients):
+            ep: object = PrivateClient(c, strategy, self.form, data, config.train, privacy.noise_seed)
+            self.private_endpoints.append(client_wrapper(c, ep) if client_wrapper is not None else ep)  # type: ignore[arg-type]
+        self.noise_generator = dp.noise_generator(privacy.noise_seed)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    def example_counts(self, clients: list[int]) -> dict[int, int | BaseException]:
+        """The clients' example counts (the server holds the clients here)."""
+        return {c: len(self.clients[c]) for c in clients}
+
+    # ---- transport ---------------------------------------------------------------------------------
+    def exchange_private(
+        self, kind: str, round: int, messages: Mapping[int, bytes], reply_limit: int = pl.DEFAULT_MAX_BYTES
+    ) -> dict[int, Answer]:
+        """In-process transport: each client's ``handle`` under the deadline (its failure as the answer).
+        ``reply_limit`` is not needed here: the round decodes every reply against its spec."""
+        out: dict[int, Answer] = {}
+        for c, msg in messages.items():
+            seed = derive_seed(self.config.seed, "client", round, c)
+            ep = self.private_endpoints[c]
+            try:
+                out[c] = call_with_deadline(
+                    functools.partial(ep.handle, kind, round, seed, msg), self.config.client_timeout
+                )
+            except Exception as e:  # this client's failure only
+                out[c] = e
+        return out
+
+    # ---- one round ---------------------------------------------------------------------------------
+    def run_round(self) -> RoundRecord:
+        rec = private_round(self, self.exchange_private)
+        self.history.append(rec)
+        self.round += 1
+        return rec
+
+
+def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
+    """One private round of ``server`` over ``exchange``; updates ``server.state``, returns the record."""
+    t0 = time.perf_counter()
+    cfg, priv, form, state = server.config, server.privacy, server.form, server.state
+    r, n_all = server.round, server.num_clients
+    dpc = priv.dp
+    chosen = (
+        poisson_clients(cfg.seed, r, n_all, server.q)
+        if dpc is not None
+        else select_clients(cfg.seed, r, n_all, cfg.clients_per_round)
+    )
+    tally = _Tally()
+    live = list(chosen)
+    info: dict[str, float] = {}
+    skipped = ""
+    weighted = dpc is None
+    weights: dict[int, float] = {}
+    if weighted and live:  # a_k = examples / the round's largest (at most 1: the ring's bound holds it)
+        counts = server.example_counts(live)
+        got: dict[int, int] = {}
+        for c in live:
+            n = counts.get(c, TimeoutError("timed out (no reply)"))
+            if isinstance(n, BaseException):
+                tally.failed[c] = failure_reason(n)
+            else:
+                got[c] = n
+        live = [c for c in live if c in got]
+        top = max(got.values(), default=0) or 1
+        weights = {c: got[c] / top for c in live}
+
+    rows: torch.Tensor | None = None
+    if isinstance(form, RowsForm):
+        p = form.num_rows(state)
+        if dpc is not None or form.requestless() or not priv.secagg:
+            rows = torch.arange(p, dtype=torch.int64)
+        elif len(live) >= 2:
+            union, live, why = _secure_sum(server, exchange, "req", r, live, {"requested": (p,)}, 1.0, tally)
+            if union is None:
+                skipped = why
+                rows = torch.zeros(0, dtype=torch.int64)
+            else:
+                rows = (union["requested"] > 0.5).nonzero().reshape(-1)
+        info["round_rows"] = float(rows.numel()) if rows is not None else 0.0
+
+    # train: every live client gets its download, weight, clip and noise share
+    layout = dict(sorted(form.layout(state, weighted, rows).items())) if not skipped else {}
+    contributions: dict[int, dict[str, torch.Tensor]] = {}
+    secure = priv.secagg
+    client_std = 0.0
+    if not skipped and live:
+        t = priv.dropouts_for(len(live)) if secure and len(live) >= 2 else 0
+        if dpc is not None and secure and server.sigma:
+            client_std = server.sigma * dpc.clip / math.sqrt(max(1, len(live) - t))
+        msgs = {}
+        for c in live:
+            seed = derive_seed(cfg.seed, "client", r, c)
+            down = form.download(state, c, r, seed, rows)
+            ctl = [
+                weights.get(c, -1.0),
+                dpc.clip if (dpc is not None and secure) else 0.0,
+                client_std,
+                0.0 if secure else 1.0,
+            ]
+            msgs[c] = pl.encode({**down, CTL: torch.tensor(ctl, dtype=torch.float64)})
+        spec = pl.PayloadSpec({n: pl.TensorSpec(torch.float32, s) for n, s in layout.items()})
+        answers = exchange(TRAIN, r, msgs, (ACK_SPEC if secure else spec).byte_limit())
+        for c in live:
+            tally.down += len(msgs[c])
+            ans = answers.get(c, TimeoutError("timed out (no reply)"))
+            if isinstance(ans, BaseException) or not ans:
+                tally.failed[c] = failure_reason(ans if isinstance(ans, BaseException) else ValueError("sent nothing"))
+                continue
+            tally.up += len(ans)
+            if not secure:
+                try:
+                    contributions[c] = {n: v.double() for n, v in pl.decode(ans, spec).items()}
+                except ValueError as e:
+                    tally.failed[c] = failure_reason(e)
+        live = [c for c in live if c not in tally.failed]
+
+    sums: dict[str, torch.Tensor] | None = None
+    if not skipped and (live or (dpc is not None and not secure)):
+        if secure:
+            bound = priv.bound
+            if dpc is not None:
+                bound = max(1.0, dpc.clip + 8.0 * (client_std if live else 0.0))
+            if len(live) < 2:
+                skipped = "secure aggregation needs at least 2 clients in the round"
+            else:
+                sums, live, why = _secure_sum(server, exchange, "upd", r, live, layout, bound, tally)
+                skipped = why if sums is None else ""
+        else:
+            clip_bound = dpc.clip if dpc is not None else None
+            sums = {n: torch.zeros(s, dtype=torch.float64) for n, s in layout.items()}
+            for c in live:
+                x = contributions[c] if clip_bound is None else dp.clip(contributions[c], clip_bound)
+                for name in sums:
+                    sums[name] += x[name]
+            if dpc is not None and server.sigma:  # central DP: the server adds the noise (a round of nobody too)
+                for name, z in dp.gaussian_like(sums, server.sigma * dpc.clip, server.noise_generator).items():
+                    sums[name] += z
+
+    if sums is not None:
+        den = server.q * n_all if dpc is not None else None
+        if isinstance(form, RowsForm):
+            row_noise = _embedding_noise(server, sums, rows, den)
+            server.state = form.finish(state, sums, den, rows=rows, row_noise=row_noise)
+        else:
+            server.state = form.finish(state, sums, den)
+    if dpc is not None and server.sigma is not None:
+        info.update(
+            epsilon=dp.epsilon(server.q, server.sigma, r + 1, dpc.delta, dpc.accountant),
+            delta=dpc.delta,
+            noise_multiplier=server.sigma,
+        )
+    if priv.embedding_noise is not None and priv.embedding_noise > 0:
+        # a client moves one row's clipped update by at most 2 * clip: noise multiplier embedding_noise / 2
+        delta = dpc.delta if dpc is not None else 1e-5
+        info["embedding_epsilon"] = dp.epsilon(server.q, priv.embedding_noise / 2, r + 1, delta)
+    info.update(
+        survivors=float(len(live) if sums is not None else 0),
+        secagg_bytes_up=float(tally.secagg_up),
+        secagg_bytes_down=float(tally.secagg_down),
+    )
+    rec = RoundRecord(
+        r,
+        list(chosen),
+        sorted(tally.failed.items()),
+        tally.down + tally.secagg_down,
+        tally.up + tally.secagg_up,
+        skipped=skipped,
+    )
+    rec.privacy = info
+    rec.seconds = time.perf_counter() - t0
+    return rec
+
+
+def _embedding_noise(
+    server: PrivateRun, sums: dict[str, torch.Tensor], rows: torch.Tensor | None, den: float | None
+) -> torch.Tensor | None:
+    """FedALC's server-side DP: each row's mean update clipped to ``embedding_clip``, and the noise to add."""
+    priv = server.privacy
+    if priv.embedding_clip is None or rows is None or ROWS not in sums:
+        return None
+    per = sums[ROW_COUNT] if den is None else torch.full((rows.numel(),), den, dtype=torch.float64)
+    mean = sums[ROWS] / per.clamp(min=1e-12).unsqueeze(1)
+    norms = mean.norm(dim=1, keepdim=True)
+    scaled = mean * torch.clamp(priv.embedding_clip / norms.clamp(min=1e-30), max=1.0)
+    sums[ROWS] = scaled * per.unsqueeze(1)  # the clipped means, back as sums
+    std = (priv.embedding_noise or 0.0) * priv.embedding_clip
+    return torch.randn(mean.shape, dtype=torch.float64, generator=server.noise_generator) * std
+
+
+def _secure_sum(
+    server: PrivateRun,
+    exchange: Exchange,
+    name: str,
+    round: int,
+    live: list[int],
+    layout: dict[str, tuple[int, ...]],
+    bound: float,
+    tally: _Tally,
+) -> tuple[dict[str, torch.Tensor] | None, list[int], str]:
+    """One SecAgg+ session over ``live`` summing vectors of ``layout``. Returns the decoded sums (or None
+    and why), the clients whose vectors are in them, and records dropouts in ``tally``."""
+    priv, cfg = server.privacy, server.config
+    length = sum(math.prod(s) for s in layout.values())
+    try:
+        params = SecAggParams(
+            tuple(live),
+            length,
+            priv.bits,
+            priv.dropouts_for(len(live)),
+            derive_seed(cfg.seed, "secagg-graph", round, name),
+            f"{cfg.seed}/{round}/{name}".encode(),
+            priv.degree,
+        )
+        codec = RingCodec(priv.bits, len(live), bound)
+        codec.frac  # noqa: B018  (raises if the ring cannot hold this many clients at this bound)
+    except ValueError as e:
+        return None, live, f"secure aggregation ({name}) cannot run: {e}"
+    sa = SecAggServer(params)
+    header = session_header(params, bound)
+    raw = pl.encode(header)
+    steps: list[tuple[str, Callable[[], dict[int, pl.Payload]], Callable[[int, pl.Payload], None]]] = [
+        ("advertise", lambda: {c: header for c in live}, sa.take_advertise),
+        ("share", sa.share_messages, sa.take_shares),
+        ("masked", sa.masked_messages, sa.take_masked),
+        ("unmask", sa.unmask_messages, sa.take_unmask),
+    ]
+    for stage, messages, take in steps:
+        msgs = {c: (raw if stage == "advertise" else pl.encode(m)) for c, m in messages().items()}
+        limit = sa.spec(stage, live[0]).byte_limit()  # the same for every client of the session
+        answers = exchange(f"{name}/{stage}", round, msgs, limit)
+        for c, m in msgs.items():
+            tally.secagg_down += len(m)
+            ans = answers.get(c, TimeoutError("timed out (no reply)"))
+            if isinstance(ans, BaseException) or not ans:
+                err = ans if isinstance(ans, BaseException) else ValueError("sent nothing")
+                tally.failed.setdefault(c, f"dropped in secure aggregation ({name}, {stage}): {failure_reason(err)}")
+                continue
+            tally.secagg_up += len(ans)
+            try:
+                take(c, pl.decode(ans, sa.spec(stage, c)))
+            except ValueError as e:
+                tally.failed.setdefault(c, f"dropped in secure aggregation ({name}, {stage}): {failure_reason(e)}")
+    try:
+        total = sa.result()
+    except SecAggError as e:
+        return None, sa.survivors, f"secure aggregation ({name}) failed: {e}"
+    return unflatten(codec.decode(total), layout), sa.survivors, ""

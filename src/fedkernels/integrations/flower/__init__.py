@@ -1,0 +1,60 @@
+"""Flower (flwr >= 1.42, the Message API) for every fedkernels strategy, through one generic adapter.
+
+:class:`FlowerStrategy` (a ``flwr.serverapp.strategy.Strategy``) is a transport of the round
+protocol (:mod:`fedkernels.fl.round`) that the in-process :class:`fedkernels.fl.Server` drives
+too, so a Flower run ends bit-identical to the in-process run with the same seed.
+:func:`client_app` runs the strategy's client side (fedkernels' local training and kernels) on a
+SuperNode, real or simulated; :func:`server_app` runs (and resumes) the strategy on the SuperLink.
+
+The protocol scales with the clients per round, not with the clients: each node is asked once who
+it is (:mod:`.nodes`, without loading data), each round's chosen clients get their download as
+ArrayRecords that Flower chunks and de-duplicates (:mod:`.records`), replies carry each client's
+example count, federated evaluation goes to a stated sample, and deadlines count per message with
+queueing (:mod:`.exchange`). Messages and the version/run-identity handshake: :mod:`.protocol`.
+Secure aggregation and DP over Flower: :mod:`.private_server` (``PrivateFlowerStrategy``, imported
+from there: it needs the extra ``fedkernels[privacy]``) and :mod:`.private_client`.
+
+Requires the optional extra ``fedkernels[flower]``.
+"""
+
+from .app import (
+    FLOWER_KEYS,
+    PRIVACY_KEYS,
+    RUN_CONFIG_KEYS,
+    flower_strategy_from,
+    read_partition_keys,
+    run_config_from,
+    server_app,
+)
+from .client import client_app, partition_id
+from .nodes import NodeEvent, NodeRegistry
+from .protocol import IDENTIFY, KEY, PAYLOAD, PRIVATE, REQUEST, SETUP, fedkernels_version, run_identity
+from .records import ArrayCache, payload_to_record, record_to_bytes, record_to_payload
+from .server import FlowerStrategy
+
+__all__ = [
+    "FLOWER_KEYS",
+    "IDENTIFY",
+    "KEY",
+    "PAYLOAD",
+    "PRIVACY_KEYS",
+    "PRIVATE",
+    "REQUEST",
+    "RUN_CONFIG_KEYS",
+    "SETUP",
+    "ArrayCache",
+    "FlowerStrategy",
+    "NodeEvent",
+    "NodeRegistry",
+    "client_app",
+    "fedkernels_version",
+    "flower_strategy_from",
+    "partition_id",
+    "payload_to_record",
+    "read_partition_keys",
+    "record_to_bytes",
+    "record_to_payload",
+    "run_config_from",
+    "run_identity",
+    "server_app",
+]

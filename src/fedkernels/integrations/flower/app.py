@@ -1,0 +1,211 @@
+"""The ServerApp side of a Flower App: :func:`server_app` and the run settings from Flower's
+``run_config`` (``[tool.flwr.app.config]`` of the app's pyproject.toml, overridden by
+``flwr run --run-config``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.serverapp import Grid, ServerApp
+
+from ...experiments.experiment import parse_toml
+from ...fl.server import RunConfig
+from ...fl.strategy import State, Strategy
+from ...fl.types import RoundRecord, TrainConfig
+from .server import DEFAULT_STARTUP_GRACE, FlowerStrategy
+
+# The run_config keys the fedkernels apps read (declare each in [tool.flwr.app.config]: Flower
+# refuses an override of a key the app does not declare).
+RUN_CONFIG_KEYS = (
+    "rounds",
+    "clients-per-round",
+    "seed",
+    "timeout",
+    "checkpoint",
+    "max-upload-bytes",
+    "eval-every",
+    "eval-k",
+    "eval-clients",
+    "epochs",
+    "batch-size",
+    "lr",
+    "optimizer",
+    "weight-decay",
+    "autocast",
+    "device",
+    "dp-sample-clip",
+    "dp-sample-noise",
+)
+FLOWER_KEYS = ("num-clients", "federated-eval", "startup-grace", "partition-keys", "max-in-flight")
+# with any of these set (the privacy extra), flower_strategy_from makes a PrivateFlowerStrategy
+PRIVACY_KEYS = (
+    "secagg",
+    "secagg-dropouts",
+    "secagg-bits",
+    "secagg-bound",
+    "secagg-degree",
+    "dp-clip",
+    "dp-noise",
+    "target-epsilon",
+    "dp-delta",
+    "embedding-dp-clip",
+    "embedding-dp-noise",
+)
+
+
+def run_config_from(context: Context, **defaults: object) -> RunConfig:
+    """A :class:`RunConfig` from Flower's ``run_config``. Keys (each optional, else ``defaults`` by
+    field name, else RunConfig's default): ``rounds``, ``clients-per-round``, ``seed``,
+    ``timeout`` (seconds per message; 0 waits up to an hour), ``checkpoint`` ("" for none),
+    ``max-upload-bytes`` (0 for no extra bound), ``eval-every``, ``eval-k`` (e.g. "1,3,5"),
+    ``eval-clients`` (clients per federated evaluation; 0 for all), ``epochs``, ``batch-size``,
+    ``lr``, ``optimizer``, ``weight-decay``, ``autocast`` ("off" or "bf16"), ``device`` (the server's;
+    each node takes its own from its node config, see :func:`~fedkernels.integrations.flower.client.node_device`),
+    ``dp-sample-clip`` (DP-SGD's per-example clip; 0: no DP-SGD) and ``dp-sample-noise``."""
+    c = context.run_config
+    base = RunConfig(**defaults)  # type: ignore[arg-type]
+    t = base.train
+
+    def get(key: str, default: object) -> object:
+        return c.get(key, default)
+
+    timeout = float(get("timeout", base.client_timeout or 0))  # type: ignore[arg-type]
+    max_up = int(get("max-upload-bytes", base.max_upload_bytes or 0))  # type: ignore[call-overload]
+    eval_clients = int(get("eval-clients", base.eval_clients or 0))  # type: ignore[call-overload]
+    ks = get("eval-k", ",".join(str(k) for k in base.eval_k))
+    sample_clip = float(get("dp-sample-clip", t.dp_sample_clip or 0.0))  # type: ignore[arg-type]
+    return RunConfig(
+        rounds=int(get("rounds", base.rounds)),  # type: ignore[call-overload]
+        clients_per_round=int(get("clients-per-round", base.clients_per_round)),  # type: ignore[call-overload]
+        seed=int(get("seed", base.seed)),  # type: ignore[call-overload]
+        client_timeout=timeout or None,
+        checkpoint=str(get("checkpoint", base.checkpoint or "")) or None,
+        max_upload_bytes=max_up or None,
+        eval_every=int(get("eval-every", base.eval_every)),  # type: ignore[call-overload]
+        eval_k=tuple(int(k) for k in str(ks).split(",") if k.strip()),
+        eval_clients=eval_clients or None,
+        device=str(get("device", base.device)),
+        train=TrainConfig(
+            epochs=int(get("epochs", t.epochs)),  # type: ignore[call-overload]
+            batch_size=int(get("batch-size", t.batch_size)),  # type: ignore[call-overload]
+            lr=float(get("lr", t.lr)),  # type: ignore[arg-type]
+            optimizer=str(get("optimizer", t.optimizer)),
+            weight_decay=float(get("weight-decay", t.weight_decay)),  # type: ignore[arg-type]
+            autocast=str(get("autocast", t.autocast)),
+            dp_sample_clip=sample_clip or None,
+            dp_sample_noise=float(get("dp-sample-noise", t.dp_sample_noise)),  # type: ignore[arg-type]
+        ),
+    )
+
+
+def read_partition_keys(path: str | Path) -> dict[int, bytes]:
+    """Client -> registered public key, from a TOML file of ``<client id> = "<OpenSSH public key>"``
+    lines (the keys given to ``flwr supernode register``), as the PEM bytes Flower stores.
+
+    Raises:
+        ValueError: a client id that is not an int >= 0, or a key that is not an EC public key.
+    """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    out = {}
+    for cid, text in parse_toml(Path(path).read_text()).items():
+        if not cid.isdigit() or not isinstance(text, str):
+            raise ValueError(f'{path}: entries must be <client id> = "<public key>", got {cid!r}')
+        key = serialization.load_ssh_public_key(text.encode())
+        if not isinstance(key, ec.EllipticCurvePublicKey):
+            raise ValueError(f"{path}: the key of client {cid} is not an EC public key")
+        pem = key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        out[int(cid)] = pem
+    return out
+
+
+def flower_strategy_from(
+    context: Context,
+    strategy: Strategy,
+    num_features: int,
+    num_classes: int,
+    num_clients: int | None = None,
+    **defaults: object,
+) -> FlowerStrategy:
+    """A :class:`FlowerStrategy` with everything from ``run_config``: the :func:`run_config_from`
+    keys plus ``num-clients`` (unless given), ``federated-eval`` (bool), ``startup-grace``
+    (seconds), ``partition-keys`` (a :func:`read_partition_keys` file; "" for none) and
+    ``max-in-flight`` (messages out at once; 0 for all). With secure aggregation or DP asked for
+    (:data:`PRIVACY_KEYS`, see :func:`~.private_server.privacy_config_from`), a
+    :class:`~.private_server.PrivateFlowerStrategy` (needs the extra ``fedkernels[privacy]``)."""
+    c = context.run_config
+    n = int(c["num-clients"]) if num_clients is None else num_clients
+    keys_file = str(c.get("partition-keys", ""))
+    flower: dict[str, Any] = dict(
+        federated_evaluation=bool(c.get("federated-eval", False)),
+        startup_grace=float(c.get("startup-grace", DEFAULT_STARTUP_GRACE)),
+        partition_keys=read_partition_keys(keys_file) if keys_file else None,
+        max_in_flight=int(c.get("max-in-flight", 0)) or None,
+    )
+    config = run_config_from(context, **defaults)
+    if any(k in c for k in PRIVACY_KEYS):
+        from .private_server import PrivateFlowerStrategy, privacy_config_from
+
+        privacy = privacy_config_from(context)
+        if privacy is not None:
+            return PrivateFlowerStrategy(strategy, num_features, num_classes, n, config, privacy, **flower)
+    return FlowerStrategy(strategy, num_features, num_classes, n, config, **flower)
+
+
+EvaluateFn = Callable[[int, Strategy, State, Context], Mapping[str, float]]
+
+
+def server_app(
+    make_strategy: Callable[[Context], FlowerStrategy],
+    evaluate_fn: EvaluateFn | None = None,
+    on_done: Callable[[Context, FlowerStrategy], None] | None = None,
+    on_round: Callable[[Context, FlowerStrategy, RoundRecord], None] | None = None,
+) -> ServerApp:
+    """A Flower ServerApp running ``make_strategy(context)`` for ``config.rounds`` rounds, resuming
+    from ``config.checkpoint`` when it exists (a ServerApp killed mid-run and started again goes on
+    from its last completed round, to the same final state).
+
+    Args:
+        make_strategy: builds the FlowerStrategy (e.g. :func:`flower_strategy_from`).
+        evaluate_fn: optional centralised evaluation on the server's own data,
+            ``(server_round, strategy, state, context) -> {metric: value}``, run before round 1
+            (``server_round`` 0) and after every ``config.eval_every`` rounds; its metrics also land
+            in ``history[-1].metrics``.
+        on_done: optional ``(context, flower_strategy)`` called after the last round.
+        on_round: optional ``(context, flower_strategy, record)`` called after each round (after
+            its checkpoint is written).
+
+    Example::
+
+        app = server_app(
+            lambda ctx: FlowerStrategy(FedAvg(hidden=(256,)), F, p, num_clients=10, config=run_config_from(ctx)),
+            evaluate_fn=lambda rnd, strategy, state, ctx: my_test_metrics(strategy, state),
+        )
+    """
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        fk = make_strategy(context)
+
+        def central(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+            assert evaluate_fn is not None
+            metrics = {k: float(v) for k, v in evaluate_fn(server_round, fk.strategy, fk.state, context).items()}
+            if server_round > 0 and fk.history:
+                fk.history[-1].metrics.update(metrics)
+            return MetricRecord(dict(metrics.items()))
+
+        fk.start(
+            grid,
+            evaluate_fn=central if evaluate_fn is not None else None,
+            on_round=(lambda rec: on_round(context, fk, rec)) if on_round is not None else None,
+        )
+        if on_done is not None:
+            on_done(context, fk)
+
+    return app

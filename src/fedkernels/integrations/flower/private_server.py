@@ -1,0 +1,214 @@
+"""Private rounds over Flower: secure aggregation (SecAgg+) and differential privacy for every
+strategy that :class:`fedkernels.fl.privacy.PrivateServer` runs in-process, through the SuperLink.
+
+:class:`PrivateFlowerStrategy` is :class:`~.server.FlowerStrategy` whose training rounds are
+:func:`fedkernels.fl.privacy.server.private_round`, the same function the in-process
+``PrivateServer`` runs, over a transport of Flower messages: every message of the round (the
+example-count query, the download, each SecAgg+ stage) is a :data:`~.protocol.PRIVATE` query whose
+header names its ``kind`` and whose payload is the message's tensors as an ArrayRecord
+(:mod:`.records`); the SuperNode answers it with ``PrivateClient.handle`` (:mod:`.private_client`).
+So selection, seeds, sessions, checks, failure handling and byte counts are the in-process round's,
+and a Flower run ends bit-identical to the in-process private run with the same seed (and the same
+noise seeds), within the stated fixed-point error of the plain run.
+
+Dropouts are real: before each exchange the SuperLink's online nodes are read, a client whose node
+has left fails at once ("gone (node left)"), one that does not answer fails at the deadline, and
+SecAgg+ recovers the sum of the clients that uploaded their masked input while at most ``t`` drop
+(more may refuse the round, with the reason in ``history[r].skipped``; the state is then unchanged).
+
+Requires the extras ``fedkernels[flower]`` and ``fedkernels[privacy]``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
+from flwr.serverapp import Grid
+
+from ...fl import payload as pl
+from ...fl.privacy import dp
+from ...fl.privacy.client import COUNT, NUM_EXAMPLES
+from ...fl.privacy.dp import DPConfig
+from ...fl.privacy.server import COUNT_SPEC, PrivacyConfig, check_private, private_round
+from ...fl.round import Answer, ClientFailed, client_seed
+from ...fl.server import RunConfig
+from ...fl.strategy import Strategy
+from . import protocol as pr
+from .nodes import GONE
+from .records import ArrayCache, payload_to_record
+from .server import FlowerStrategy
+
+AfterExchange = Callable[[str, int], None]
+EMPTY = pl.encode({})  # a count message carries no tensors
+
+
+class PrivateFlowerStrategy(FlowerStrategy):
+    """A fedkernels strategy served over Flower with private rounds.
+
+    Args:
+        strategy, num_features, num_classes, num_clients, config: as for :class:`FlowerStrategy`.
+        privacy: what to protect and how (:class:`fedkernels.fl.privacy.PrivacyConfig`).
+        after_exchange: optional ``(kind, round)`` called after each exchange of a private round
+            (e.g. a drill that stops a node between two SecAgg+ stages).
+        **flower: the other :class:`FlowerStrategy` arguments (``federated_evaluation``,
+            ``startup_grace``, ``partition_keys``, ``max_in_flight``).
+
+    ``history[r].privacy`` holds what the in-process ``PrivateServer`` records: epsilon, noise
+    multiplier, survivors, ``round_rows``, SecAgg+ bytes.
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        num_features: int,
+        num_classes: int,
+        num_clients: int,
+        config: RunConfig,
+        privacy: PrivacyConfig,
+        after_exchange: AfterExchange | None = None,
+        **flower: Any,
+    ) -> None:
+        self.form = check_private(strategy, privacy)
+        super().__init__(strategy, num_features, num_classes, num_clients, config, **flower)
+        self.privacy = privacy
+        self.q = config.clients_per_round / num_clients
+        self.sigma = privacy.dp.noise_multiplier(self.q, config.rounds) if privacy.dp is not None else None
+        self.noise_generator = dp.noise_generator(privacy.noise_seed)
+        self.after_exchange = after_exchange
+        self._counts: dict[int, tuple[int, int]] = {}  # client -> (the node that reported it, its count)
+
+    @property
+    def round(self) -> int:
+        """The round being run (rounds done so far)."""
+        return len(self.history)
+
+    def summary(self) -> None:
+        super().summary()
+        print(f"  private rounds: secagg={self.privacy.secagg}, dp={self.privacy.dp}")
+
+    # ---- one round ---------------------------------------------------------------------------------
+    def train_round(self, grid: Grid, server_round: int) -> MetricRecord | None:
+        """One private round (:func:`~fedkernels.fl.privacy.server.private_round`) over Flower messages."""
+        r = server_round - 1
+        self._grid = grid
+        if self._refreshed != r:
+            self._refresh(grid, r)
+        rec = private_round(self, functools.partial(self.exchange_private, grid))
+        self.history.append(rec)
+        metrics: dict[str, int | float | list[int] | list[float]] = {
+            "clients-ok": len(rec.clients) - len(rec.failed),
+            "clients-failed": len(rec.failed),
+            "bytes-up": rec.bytes_up,
+            "bytes-down": rec.bytes_down,
+            "skipped": int(bool(rec.skipped)),
+        }
+        metrics.update({k: v for k, v in rec.privacy.items() if v == v and abs(v) != float("inf")})
+        return MetricRecord(metrics)
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        raise NotImplementedError("a private round is several exchanges: run it with start() (train_round)")
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        raise NotImplementedError("a private round is several exchanges: run it with start() (train_round)")
+
+    def example_counts(self, clients: list[int]) -> dict[int, int | BaseException]:
+        """The clients' example counts (their weights' numerators): asked with a ``count`` message the
+        first time a client is chosen and again when another node serves it, else remembered (a
+        client whose node left keeps its count: it fails at its first message, as in-process)."""
+        node_of = self.nodes.node_of
+        need = [c for c in clients if c not in self._counts or node_of.get(c) not in (None, self._counts[c][0])]
+        out: dict[int, int | BaseException] = {}
+        if need and self._grid is not None:
+            answers = self.exchange_private(
+                self._grid, COUNT, self.round, dict.fromkeys(need, EMPTY), COUNT_SPEC.byte_limit()
+            )
+            for c in need:
+                ans = answers.get(c)
+                if isinstance(ans, BaseException) or not ans:
+                    out[c] = ans if isinstance(ans, BaseException) else ClientFailed("sent nothing")
+                    continue
+                try:
+                    n = int(pl.decode(ans, COUNT_SPEC)[NUM_EXAMPLES][0])
+                except pl.PayloadError as e:
+                    out[c] = e
+                    continue
+                self._counts[c] = (self.nodes.node_of[c], n)
+        for c in clients:
+            if c not in out:
+                out[c] = self._counts[c][1] if c in self._counts else ClientFailed(self.nodes.failure(c))
+        return out
+
+    # ---- the transport -------------------------------------------------------------------------------
+    def exchange_private(
+        self, grid: Grid, kind: str, round: int, messages: Mapping[int, bytes], reply_limit: int
+    ) -> dict[int, Answer]:
+        """Send each client its message of ``kind`` as a :data:`~.protocol.PRIVATE` query; each
+        client's reply bytes (bounded by ``reply_limit`` before a tensor is built) or its failure."""
+        online = set(grid.get_node_ids())  # a node that left since the round began drops out now
+        out: dict[int, Answer] = {}
+        cache, decoded = ArrayCache(), {}
+        send: dict[int, Message] = {}
+        for c, raw in messages.items():
+            node = self.nodes.node_of.get(c)
+            if node is None or node not in online:
+                out[c] = ClientFailed(self.nodes.failure(c) if node is None else GONE)
+                continue
+            if id(raw) not in decoded:  # one message for many clients (a session's parameters): one record
+                decoded[id(raw)] = payload_to_record(pl.decode(raw), cache)
+            head = self._header(round, c, client_seed(self.config.seed, round, c), kind=kind)
+            send[c] = self._message(c, pr.PRIVATE, str(round + 1), head, decoded[id(raw)])
+        self._outbox = send
+        got = self._replies(self._send(grid, send.values()))
+        for c in send:
+            out[c] = self._payload(c, got[c], lambda: reply_limit)[0]
+        if self.after_exchange is not None:
+            self.after_exchange(kind, round)
+        return out
+
+
+def privacy_config_from(context: Context) -> PrivacyConfig | None:
+    """A :class:`PrivacyConfig` from Flower's ``run_config`` (None when nothing is protected). Keys
+    (each optional): ``secagg`` (bool), ``secagg-dropouts`` (-1: the default t), ``secagg-bits``,
+    ``secagg-bound``, ``secagg-degree`` (0: the default), ``dp-clip`` (0: no client-level DP),
+    ``dp-noise`` (the noise multiplier) or ``target-epsilon`` (> 0: calibrate it), ``dp-delta``,
+    ``embedding-dp-clip`` (0: none) and ``embedding-dp-noise``, as the CLI's ``--secagg``,
+    ``--dp-clip``, ... (docs/api/privacy.md).
+
+    Raises:
+        ValueError: an invalid combination (the message names the key).
+    """
+    c = context.run_config
+
+    def num(key: str, default: float) -> float:
+        return float(c.get(key, default))
+
+    clip, noise, target = num("dp-clip", 0), num("dp-noise", 0), num("target-epsilon", 0)
+    if clip <= 0 and (noise > 0 or target > 0):
+        raise ValueError("dp-noise and target-epsilon need dp-clip > 0")
+    if noise > 0 and target > 0:
+        raise ValueError("give dp-noise or target-epsilon, not both")
+    dpc = None
+    if clip > 0:
+        dpc = DPConfig(clip, None if target > 0 else noise, target if target > 0 else None, num("dp-delta", 1e-5))
+    e_clip = num("embedding-dp-clip", 0)
+    dropouts, degree = int(num("secagg-dropouts", -1)), int(num("secagg-degree", 0))
+    privacy = PrivacyConfig(
+        secagg=bool(c.get("secagg", False)),
+        max_dropouts=None if dropouts < 0 else dropouts,
+        bits=int(num("secagg-bits", 32)),
+        bound=num("secagg-bound", 4.0),
+        degree=degree or None,
+        dp=dpc,
+        embedding_clip=e_clip if e_clip > 0 else None,
+        embedding_noise=num("embedding-dp-noise", 0) if e_clip > 0 else None,
+    )
+    if not privacy.secagg and privacy.dp is None and privacy.embedding_noise is None:
+        return None
+    return privacy
