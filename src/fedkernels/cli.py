@@ -34,7 +34,7 @@ _RUN_FLAGS: dict[str, tuple[type, str]] = {
         "'synthetic', a file/folder (XC, libsvm, .npz), a shipped name (bibtex; see --data-dir) "
         "or one from `fedkernels data list`",
     ),
-    "partition": (str, "fedmlh | dirichlet | iid | one_label"),
+    "partition": (str, "fedmlh | fedmlh_single | dirichlet | iid | one_label | primary_label"),
     "rounds": (int, "federated rounds"),
     "clients": (int, "number of clients"),
     "clients_per_round": (int, "clients sampled per round"),
@@ -309,7 +309,14 @@ def _run_seeds(cfg, args: argparse.Namespace, seeds: int) -> int:
 def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     from tqdm import tqdm
 
-    from .experiments.experiment import add_common_target, metric_columns, prepare_data, redact_secrets, run_algorithm
+    from .experiments.experiment import (
+        add_common_target,
+        metric_columns,
+        prepare_data,
+        redact_secrets,
+        run_algorithm,
+        run_centralized,
+    )
     from .experiments.report import TABLE_COLUMNS, plot_accuracy, results_table, write_csv, write_json
 
     data = prepare_data(cfg)
@@ -321,8 +328,10 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
         flush=True,
     )
     results = []
-    for name in cfg.algorithms:
-        bar = tqdm(total=cfg.rounds, desc=f"{name:>8}", unit="round", disable=args.no_progress, file=sys.stderr)
+    runs = [(name, run_algorithm) for name in cfg.algorithms] + [(name, run_centralized) for name in cfg.centralized]
+    for name, run in runs:
+        label = name if run is run_algorithm else f"{name} (centralized)"
+        bar = tqdm(total=cfg.rounds, desc=f"{label:>8}", unit="round", disable=args.no_progress, file=sys.stderr)
         cum = [0]
 
         def on_round(rec, bar=bar, cum=cum) -> None:
@@ -343,7 +352,10 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
             bar.set_postfix({"MB": f"{cum[0] / 1e6:.1f}"})
 
         try:
-            results.append(run_algorithm(name, cfg, data, on_round, on_resume))
+            if run is run_algorithm:
+                results.append(run_algorithm(name, cfg, data, on_round, on_resume))
+            else:  # the centralised run keeps no checkpoint, so it never resumes
+                results.append(run(name, cfg, data, on_round))
         finally:
             bar.close()
     target = add_common_target(results)
@@ -387,6 +399,7 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                 "classes": ds.num_classes,
                 "clients": len(data.clients),
             },
+            "split": data.split,
             "build": build_info(),
             "target_P@1": target,
             "results": results,
