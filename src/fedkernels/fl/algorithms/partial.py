@@ -39,7 +39,10 @@ class PartialExchange(FedAvg):
             clients also receive every tensor).
         normalize: rank tensors by RMS change (norm / sqrt(numel)) instead of the plain norm
             (``drift="rms"``; ``drift`` overrides it).
-        hidden, loss, model, blocks: the model, as in :class:`FedAvg`.
+        hidden: hidden layer sizes of the model, as in :class:`FedAvg`.
+        loss: the training loss, as in :class:`FedAvg`.
+        model: ``"mlp"`` or ``"resmlp"``, as in :class:`FedAvg`.
+        blocks: residual blocks of ``model="resmlp"``, as in :class:`FedAvg`.
         keep_unreceived: the authors' semantics (see the module docstring); False: the server keeps
             stale tensors and sends the whole model.
         drift: ``"norm"``, ``"rms"`` or ``"numel"`` (FL4Health's ``normalize=True``: ``||d|| / numel``).
