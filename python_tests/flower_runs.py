@@ -77,6 +77,7 @@ def run_config(
         train=TrainConfig(epochs=1, batch_size=16, lr=0.3),
         client_timeout=timeout,
         checkpoint=checkpoint,
+        batch_clients=False,  # Flower trains client by client: the in-process twin does too, bit for bit
     )
 
 

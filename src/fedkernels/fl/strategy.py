@@ -74,6 +74,11 @@ class Strategy(ABC):
         checkpointed). Default: none."""
         return {}
 
+    def setup_needs_client_data(self) -> bool:
+        """Whether :meth:`setup` reads the clients' data (a Flower server has none, so it refuses such a
+        strategy). Default: whenever a subclass overrides :meth:`setup`."""
+        return type(self).setup is not Strategy.setup
+
     def setup_report(self, data: ClientData) -> Payload | None:
         """Client side, once before round 0: what this client sends for :meth:`setup_from_reports`
         (e.g. FedALC's keyed label digests). Default: None, no setup exchange."""

@@ -85,6 +85,9 @@ class PartialExchange(FedAvg):
 
     # ---- server side
 
+    def setup_needs_client_data(self) -> bool:
+        return self.keep_unreceived  # only the per-client SYNCED flags need the client count
+
     def setup(self, clients: list[ClientData], seed: int) -> State:
         if not self.keep_unreceived:
             return {}

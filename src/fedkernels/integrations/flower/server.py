@@ -104,7 +104,7 @@ class FlowerStrategy(_FlowerStrategy):
                 f"strategy {strategy.name} has stateful clients (they keep tensors between rounds), which the "
                 "Flower adapter does not carry; run it in process (or, for PartialExchange, keep_unreceived=False)"
             )
-        if type(strategy).setup is not Strategy.setup:
+        if strategy.setup_needs_client_data():
             raise NotImplementedError(
                 f"strategy {strategy.name} needs client data in setup(), which a Flower server does not have "
                 "(give it a setup exchange: setup_report / setup_from_reports)"
