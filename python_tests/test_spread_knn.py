@@ -125,6 +125,15 @@ def test_non_contiguous_input():
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
+def test_parameters_that_require_grad():
+    """Class embeddings are a model's parameter (requires_grad): the same neighbours as the detached
+    matrix (the CUDA launcher's GEMM once refused it: mm_out with an input that requires grad)."""
+    W = _matrix("gauss", 60, 10, 5, torch.float32)
+    a = fedkernels.knn_classes(torch.nn.Parameter(W.clone()), 5)
+    b = fedkernels.knn_classes(W, 5)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
 def test_opcheck_and_compile():
     W = _matrix("gauss", 40, 8, 0, torch.float32)
     torch.library.opcheck(torch.ops.fedkernels.knn_classes.default, (W, 5, "cosine"))

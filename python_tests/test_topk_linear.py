@@ -189,6 +189,20 @@ def test_strided_and_expanded_inputs():
     assert torch.equal(i, torch.arange(50).expand(11, 50))
 
 
+def test_parameters_that_require_grad():
+    """A model's parameters go in as they are (requires_grad): the detached inputs' answer (the CUDA
+    launcher's GEMM once refused them: mm_out with an input that requires grad)."""
+    h, W, b = _strided_case()
+    Wp, bp = nn_param(W), nn_param(b)
+    v, i = fedkernels.linear_topk(h, Wp, bp, k=9)
+    want_v, want_i = fedkernels.linear_topk(h, W, b, k=9)
+    assert torch.equal(v, want_v) and torch.equal(i, want_i)
+
+
+def nn_param(t: torch.Tensor) -> torch.nn.Parameter:
+    return torch.nn.Parameter(t.detach().clone())
+
+
 @pytest.mark.cpu_path("the CPU kernel reads strides in place: the same bits as contiguous inputs")
 def test_strided_inputs_give_the_contiguous_bits():
     h, W, b = _strided_case()

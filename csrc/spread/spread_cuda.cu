@@ -230,6 +230,8 @@ std::tuple<at::Tensor, at::Tensor> knn_classes_cuda(const at::Tensor& W_in, int6
   check_knn_args(W_in, k, metric_name);
   const int metric = parse_metric(metric_name);
   const c10::cuda::CUDAGuard guard(W_in.device());
+  // No gradient flows through this op; its GEMM must not meet a parameter's requires_grad (mm_out refuses).
+  const at::NoGradGuard no_grad;
   const at::Tensor W = W_in.contiguous();
   const int64_t c = W.size(0), d = W.size(1);
   const auto acc_type = W.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;

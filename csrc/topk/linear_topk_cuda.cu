@@ -197,6 +197,8 @@ std::tuple<at::Tensor, at::Tensor> linear_topk_cuda(const at::Tensor& h, const a
                                                     const std::optional<at::Tensor>& bias, int64_t k, double scale) {
   check_linear_topk_args(h, W, bias, k, scale);
   const c10::cuda::CUDAGuard guard(h.device());
+  // No gradient flows through this op; its GEMM must not meet a parameter's requires_grad (mm_out refuses).
+  const at::NoGradGuard no_grad;
   const int64_t n = h.size(0), p = W.size(0);
   at::Tensor values = at::empty({n, k}, h.options().dtype(at::kFloat));
   at::Tensor indices = at::empty({n, k}, h.options().dtype(at::kLong));

@@ -112,6 +112,11 @@ def _parse_option(text: str) -> tuple[str, str, Any]:
     return alg, key, value
 
 
+def default_checkpoint_folder(output: str) -> str:
+    """Where a run checkpoints without ``--checkpoint``, and where ``--resume`` alone looks."""
+    return str(Path(output) / "checkpoints")
+
+
 def build_config(args: argparse.Namespace):
     """Defaults < ``--demo`` < ``--preset`` < ``--config`` file < flags given on the command line.
 
@@ -160,7 +165,7 @@ def build_config(args: argparse.Namespace):
         merged["secagg"] = args.secagg
     if args.resume:
         merged["resume"] = True
-        merged.setdefault("checkpoint", str(Path(merged.get("output", ExperimentConfig.output)) / "checkpoints"))
+        merged.setdefault("checkpoint", default_checkpoint_folder(merged.get("output", ExperimentConfig.output)))
     selected = set(merged["algorithms"])
     options: dict[str, dict[str, Any]] = {}
     for alg, opts in merged.get("algorithm_options", {}).items():
@@ -209,7 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     if args.no_checkpoint and (args.resume or args.checkpoint is not None):
         raise ValueError("--no-checkpoint goes with neither --checkpoint nor --resume")
-    default_folder = str(Path(cfg.output) / "checkpoints")  # --resume without --checkpoint looks there too
+    default_folder = default_checkpoint_folder(cfg.output)  # --resume without --checkpoint looks there too
     auto_checkpoint = not args.no_checkpoint and cfg.checkpoint in (None, default_folder)
     if auto_checkpoint:  # an interrupted run can always be resumed; the folder goes once the run ends
         cfg.checkpoint = default_folder
