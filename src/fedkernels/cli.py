@@ -161,6 +161,8 @@ def build_config(args: argparse.Namespace):
         merged["checkpoint"] = args.checkpoint
     if args.sparse is not None:
         merged["sparse"] = args.sparse
+    if args.batch_clients is not None:
+        merged["batch_clients"] = args.batch_clients
     if args.secagg is not None:
         merged["secagg"] = args.secagg
     if args.resume:
@@ -561,6 +563,14 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="keep a file dataset's features sparse (torch.sparse_csr) from file to model; "
         "memory grows with the nonzeros, not N x F (default: dense; the synthetic default is always dense)",
+    )
+    r.add_argument(
+        "--batch-clients",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="train a round's clients in one batched pass where the algorithm allows it (FedAvg, FedAwS, "
+        "FedALC, partial exchange): faster on the CPU, equal to the one-by-one loop up to float rounding "
+        "(default: one by one)",
     )
     r.add_argument(
         "--secagg",

@@ -117,6 +117,9 @@ class ExperimentConfig:
     # aggregation weight of a client: "samples" (n_k / n, FedAvg's) or "uniform" (1/S over the round's
     # S clients holding data, as the FedMLH paper averages)
     client_weighting: str = "samples"
+    # train a round's in-process clients in one batched pass where the algorithm allows it
+    # (RunConfig.batch_clients: faster on the CPU, equal to the one-by-one loop up to float rounding)
+    batch_clients: bool = False
     # the late-window mean: each metric averaged over the evaluations in the last late_window share of
     # the rounds (single evaluations swing with the clients a round happens to draw)
     late_window: float = 0.25
@@ -560,6 +563,7 @@ def run_algorithm(
         eval_k=tuple(cfg.ks),
         client_weighting=cfg.client_weighting,
         device=cfg.device,
+        batch_clients=cfg.batch_clients,
     )
     t0 = time.perf_counter()
     if cfg.private():
