@@ -16,7 +16,8 @@ CLIENT_SECRET = b"test clients' shared secret"  # FedALC: same secret, same run 
 SMALL = {
     "fedavg": dict(hidden=(8,)),
     "fedmlh": dict(num_tables=2, num_buckets=4, hidden=(8,)),
-    "partialexchange": dict(fraction=0.5, hidden=(8,)),
+    # stateless clients: the loops here (Flower, private rounds, checkpoints) carry no client memory
+    "partialexchange": dict(fraction=0.5, hidden=(8,), keep_unreceived=False),
     "fedss": dict(num_negatives=3, embed_dim=8, hidden=(8,)),
     "fedss-negonly": dict(num_negatives=3, embed_dim=8, hidden=(8,)),
     "fedss-posonly": dict(num_negatives=3, embed_dim=8, hidden=(8,)),
@@ -26,6 +27,8 @@ SMALL = {
     "fedaws": dict(dim=8, hidden=(8,), k=2),
     "fedalc": dict(dim=8, hidden=(8,), k=2, client_secret=CLIENT_SECRET),
     "fedalc-fixed": dict(dim=8, hidden=(8,), k=2, fixed_steps=20, client_secret=CLIENT_SECRET),
+    "fedavg-fixed": dict(dim=8, hidden=(8,)),
+    "fedavg-positive": dict(dim=8, hidden=(8,)),
 }
 
 
@@ -34,7 +37,7 @@ def make_strategy(name: str) -> Strategy:
     return registered(name, **SMALL.get(name.lower(), {}))
 
 
-ONE_LABEL = ("fedaws", "fedalc", "fedalc-fixed")  # one class per client
+ONE_LABEL = ("fedaws", "fedalc", "fedalc-fixed", "fedavg-fixed", "fedavg-positive")  # one class per client
 
 
 def shared_one_label_clients(num_clients: int, seed: int, per_client: int = 20) -> list[ClientData]:
@@ -74,6 +77,7 @@ def run_config(
         train=TrainConfig(epochs=1, batch_size=16, lr=0.3),
         client_timeout=timeout,
         checkpoint=checkpoint,
+        batch_clients=False,  # Flower trains client by client: the in-process twin does too, bit for bit
     )
 
 

@@ -37,7 +37,8 @@ def run_config(**kw) -> RunConfig:
 
 def make_server(strategy: Strategy | None = None, num_clients: int = 5, wrapper=None, **cfg) -> Server:
     strategy = strategy or FedAvg(hidden=(8,))
-    one_label = strategy.name.lower() in ("fedaws", "fedalc", "fedalc-fixed")  # they need one label per client
+    # they need one label per client
+    one_label = strategy.name.lower() in ("fedaws", "fedalc", "fedalc-fixed", "fedavg-fixed", "fedavg-positive")
     clients = one_label_clients(num_clients) if one_label else tiny_clients(num_clients)
     return Server(strategy, clients, NUM_FEATURES, NUM_CLASSES, run_config(**cfg), client_wrapper=wrapper)
 

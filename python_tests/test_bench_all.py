@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 QUICK_OUT = ROOT / "build" / "bench-results"
-READERS = {"common", "fl_report", "fl_plots"}  # common defines the paths; these two read bench/results
+READERS = {"common", "fl_report", "fl_plots", "paper_tables"}  # common defines the paths; these read bench/results
 # (fl_plots writes its PNGs only beside its --out)
 
 

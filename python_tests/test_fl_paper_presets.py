@@ -25,9 +25,11 @@ def test_preset_is_a_valid_experiment_with_paper_rows(name):
     cfg.validate()  # every algorithm and option exists
     assert cfg.partition == "one_label" and cfg.l2_normalize is False
     assert isinstance(paper["source"], str) and isinstance(paper["dataset_note"], str)
-    assert set(paper["p_at_1"]) == set(cfg.algorithms) == {"FedAvg", "FedAwS", "FedALC"}
-    assert all(0 < v < 100 for v in paper["p_at_1"].values())
-    assert paper["p_at_1"]["FedALC"] > paper["p_at_1"]["FedAwS"] > paper["p_at_1"]["FedAvg"]
+    assert cfg.clients_per_round == 159  # the paper's protocol: every one-label client every round
+    rows = paper["p_at_1"]
+    assert set(rows) <= set(cfg.algorithms) and {"FedAwS", "FedALC"} <= set(rows)
+    assert all(0 < v < 100 for v in rows.values())
+    assert rows["FedALC"] > rows["FedAwS"] > rows.get("FedAvg-positive", 0.0)
 
 
 def _write_xc(path: Path) -> None:

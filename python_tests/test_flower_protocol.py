@@ -32,6 +32,7 @@ from fedkernels.integrations.flower import (
 )
 from fedkernels.integrations.flower.exchange import exchange
 from fedkernels.integrations.flower.protocol import identity_mismatch, run_identity
+from python_tests.fl_data import tiny_clients
 from python_tests.flower_grid import MemoryGrid, context, task_identity
 from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy, run_config
 from python_tests.hardening_helpers import same_state
@@ -353,3 +354,42 @@ def test_a_killed_run_resumes_to_the_same_state(tmp_path):
     ]
     with pytest.raises(ValueError, match="seed=9, this run has 10"):
         flower(4, seed=10).start(apps_grid({10: 0, 11: 1, 12: 2, 13: 3}), timeout=5)
+
+
+def test_stateful_clients_are_refused():
+    """Clients that keep tensors between rounds (PartialExchange with keep_unreceived) have nowhere to
+    keep them in the adapter: refused at construction, naming why."""
+    from fedkernels.fl.algorithms import PartialExchange
+
+    with pytest.raises(NotImplementedError, match="stateful clients"):
+        FlowerStrategy(
+            PartialExchange(hidden=(8,), keep_unreceived=True), NUM_FEATURES, NUM_CLASSES, 4, run_config(1, 2, 0)
+        )
+
+
+def test_uniform_client_weighting_weighs_as_the_server():
+    """``client_weighting="uniform"`` averages the uploads 1/S over the round, as Server does: clients
+    of different sizes, so example weights would give another state."""
+    from dataclasses import replace
+
+    sizes = (3, 9, 16, 5)
+    data = [d.rows(torch.arange(n)) for d, n in zip(tiny_clients(4, per_client=16, seed=3), sizes, strict=True)]
+    app = client_app(lambda ctx: make_strategy("fedavg"), lambda ctx: data[int(ctx.node_config["partition-id"])])
+
+    def flower(weighting: str) -> FlowerStrategy:
+        cfg = replace(run_config(2, 4, 9, timeout=5), client_weighting=weighting)
+        fk = FlowerStrategy(make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES, 4, cfg, startup_grace=0)
+        fk.start(MemoryGrid({10 + c: (app, context(10 + c, c)) for c in range(4)}), timeout=5)
+        return fk
+
+    uniform, samples = flower("uniform"), flower("samples")
+    ref = Server(
+        make_strategy("fedavg"),
+        data,
+        NUM_FEATURES,
+        NUM_CLASSES,
+        replace(run_config(2, 4, 9), client_weighting="uniform", batch_clients=False),  # the loop Flower runs
+    )
+    ref.run()
+    assert same_state(uniform.state, ref.state)
+    assert not same_state(samples.state, ref.state)

@@ -32,7 +32,8 @@ from python_tests.flower_grid import MemoryGrid, context, task_identity
 from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy
 
 NUM_CLIENTS = 5
-SECURE = sorted(n for n in strategies() if n != "l1diffnetwork")  # L1DiffNetwork is refused (personal heads)
+# refused by the private path: personal heads (L1DiffNetwork), label counts (LabelPrior)
+SECURE = sorted(n for n in strategies() if n not in ("l1diffnetwork", "labelprior"))
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +43,11 @@ def _task_identity(monkeypatch):
 
 def config(rounds=1, per_round=4, train=None) -> RunConfig:
     return RunConfig(
-        rounds=rounds, clients_per_round=per_round, seed=7, train=train or TrainConfig(epochs=1, batch_size=16, lr=0.3)
+        rounds=rounds,
+        clients_per_round=per_round,
+        seed=7,
+        train=train or TrainConfig(epochs=1, batch_size=16, lr=0.3),
+        batch_clients=False,  # the client-by-client loop Flower runs: bit-identical twins
     )
 
 

@@ -33,7 +33,8 @@ def config(rounds=2, per_round=4, seed=7):
     )
 
 
-SECURE = sorted(n for n in strategies() if n != "l1diffnetwork")
+# no private form: L1DiffNetwork (server-held heads) and LabelPrior (label counts, no model update)
+SECURE = sorted(n for n in strategies() if n not in ("l1diffnetwork", "labelprior"))
 
 
 @pytest.mark.parametrize("name", SECURE)
@@ -264,3 +265,19 @@ def test_dp_sgd_clips_every_example_against_a_reference():
         ref += g * min(1.0, clip / g.norm().item())
     assert torch.allclose(w.detach(), w0 - ref / 8, atol=1e-5, rtol=1e-5)
     assert (w.detach() - w0).norm().item() <= clip + 1e-6
+
+
+def test_strategies_without_a_private_form_are_refused():
+    """Stateful clients, label counts and a server-measured gamma have no sum to hide: refused, saying why."""
+    from fedkernels.fl.algorithms import L1Diff, LabelPrior, PartialExchange
+    from fedkernels.fl.privacy.forms import form_of
+
+    for strategy, why in [
+        (PartialExchange(keep_unreceived=True), "stateful clients"),
+        (LabelPrior(), "label counts"),
+        (L1Diff(gamma_rel=0.5), "gamma_rel"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            form_of(strategy)
+    form_of(PartialExchange(keep_unreceived=False))
+    form_of(L1Diff(gamma=0.1))

@@ -44,6 +44,7 @@ QUICK: dict[str, list[str]] = {
     "sketch_ceiling": ["--quick"],
     "privacy": ["--quick"],
     "topk": ["--quick"],
+    "fl_batched": ["--quick"],
 }
 # scripts that need an environment variable: skipped, with the reason, when it is unset
 NEEDS_ENV = {"gpu_model": ("FK_CUDA_EMU_MODULE", "the emulated CUDA module: `python tools/emulate.py build`")}
@@ -56,7 +57,8 @@ NOT_BENCHMARKS = (
     "spread_faiss_worker",
     "proctree",
     "topk_faiss_worker",
-)  # helpers, a printer
+    "paper_tables",
+)  # helpers, printers
 
 
 def main(argv: list[str] | None = None) -> int:

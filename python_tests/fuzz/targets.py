@@ -60,8 +60,12 @@ OPTIONS: dict[str, dict] = {
     "l1diff": {"gamma": 0.05},
     "l1diffnetwork": {"num_clients": NUM_CLIENTS, "hidden": (8,)},
     "partialexchange": {"hidden": (8,)},
+    "fedavg-fixed": {"dim": 8, "hidden": (8,)},
+    "fedavg-positive": {"dim": 8, "hidden": (8,)},
+    "fedss-fedaws": {"embed_dim": 8, "hidden": (8,)},
+    "labelprior": {},
 }
-ONE_LABEL = ("fedaws", "fedalc", "fedalc-fixed")
+ONE_LABEL = ("fedaws", "fedalc", "fedalc-fixed", "fedavg-fixed", "fedavg-positive")
 
 
 def strategy_names() -> list[str]:

@@ -34,7 +34,7 @@ _RUN_FLAGS: dict[str, tuple[type, str]] = {
         "'synthetic', a file/folder (XC, libsvm, .npz), a shipped name (bibtex; see --data-dir) "
         "or one from `fedkernels data list`",
     ),
-    "partition": (str, "fedmlh | dirichlet | iid | one_label"),
+    "partition": (str, "fedmlh | fedmlh_single | dirichlet | iid | one_label | primary_label"),
     "rounds": (int, "federated rounds"),
     "clients": (int, "number of clients"),
     "clients_per_round": (int, "clients sampled per round"),
@@ -161,6 +161,8 @@ def build_config(args: argparse.Namespace):
         merged["checkpoint"] = args.checkpoint
     if args.sparse is not None:
         merged["sparse"] = args.sparse
+    if args.batch_clients is not None:
+        merged["batch_clients"] = args.batch_clients
     if args.secagg is not None:
         merged["secagg"] = args.secagg
     if args.resume:
@@ -314,7 +316,14 @@ def _run_seeds(cfg, args: argparse.Namespace, seeds: int) -> int:
 def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     from tqdm import tqdm
 
-    from .experiments.experiment import add_common_target, metric_columns, prepare_data, redact_secrets, run_algorithm
+    from .experiments.experiment import (
+        add_common_target,
+        metric_columns,
+        prepare_data,
+        redact_secrets,
+        run_algorithm,
+        run_centralized,
+    )
     from .experiments.report import TABLE_COLUMNS, plot_accuracy, results_table, write_csv, write_json
 
     data = prepare_data(cfg)
@@ -326,8 +335,10 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
         flush=True,
     )
     results = []
-    for name in cfg.algorithms:
-        bar = tqdm(total=cfg.rounds, desc=f"{name:>8}", unit="round", disable=args.no_progress, file=sys.stderr)
+    runs = [(name, run_algorithm) for name in cfg.algorithms] + [(name, run_centralized) for name in cfg.centralized]
+    for name, run in runs:
+        label = name if run is run_algorithm else f"{name} (centralized)"
+        bar = tqdm(total=cfg.rounds, desc=f"{label:>8}", unit="round", disable=args.no_progress, file=sys.stderr)
         cum = [0]
 
         def on_round(rec, bar=bar, cum=cum) -> None:
@@ -348,7 +359,10 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
             bar.set_postfix({"MB": f"{cum[0] / 1e6:.1f}"})
 
         try:
-            results.append(run_algorithm(name, cfg, data, on_round, on_resume))
+            if run is run_algorithm:
+                results.append(run_algorithm(name, cfg, data, on_round, on_resume))
+            else:  # the centralised run keeps no checkpoint, so it never resumes
+                results.append(run(name, cfg, data, on_round))
         finally:
             bar.close()
     target = add_common_target(results)
@@ -392,6 +406,7 @@ def _run(cfg, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                 "classes": ds.num_classes,
                 "clients": len(data.clients),
             },
+            "split": data.split,
             "build": build_info(),
             "target_P@1": target,
             "results": results,
@@ -548,6 +563,14 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="keep a file dataset's features sparse (torch.sparse_csr) from file to model; "
         "memory grows with the nonzeros, not N x F (default: dense; the synthetic default is always dense)",
+    )
+    r.add_argument(
+        "--batch-clients",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="train a round's clients in one batched pass where the algorithm allows it (FedAvg, FedAwS, "
+        "FedALC, partial exchange): faster on the CPU, equal to the one-by-one loop up to float rounding "
+        "(default: one by one)",
     )
     r.add_argument(
         "--secagg",

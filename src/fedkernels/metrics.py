@@ -27,6 +27,7 @@ __all__ = [  # the functions (the PROPENSITY table is a module attribute)
     "filter_predictions",
     "inverse_propensity",
     "map_at_k",
+    "map_at_r",
     "ndcg_at_k",
     "precision_at_k",
     "propensity_params",
@@ -380,6 +381,50 @@ def map_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k:
         torch.zeros(n, dtype=torch.float64, device=hits.device),
     )
     return float(ap.mean())
+
+
+def map_at_r(embeddings: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, block: int = 1024) -> float:
+    """Retrieval MAP@R (Musgrave et al. 2020) of representations, for multi-label data.
+
+    Each sample queries the others by cosine similarity; the relevant ones are those sharing at least
+    one label with it, ``R`` of them; ``MAP@R = (1 / R) sum_{j <= R} P@j * rel_j`` over its top R
+    (ties to the smaller index), averaged over the samples with ``R >= 1``.
+
+    Args:
+        embeddings: float ``[N, d]``.
+        indptr, indices: the samples' CSR label sets (``[N + 1]``, ``[nnz]``).
+        block: queries per block (memory ``block x N``).
+
+    Returns:
+        MAP@R in [0, 1] (0.0 when no sample has a relevant other sample).
+    """
+    n = embeddings.shape[0]
+    if indptr.numel() != n + 1:
+        raise ValueError(f"indptr must have {n + 1} entries for {n} embeddings, got {indptr.numel()}")
+    if n < 2:
+        return 0.0
+    num_labels = int(indices.max()) + 1 if indices.numel() else 1
+    y = torch.zeros(n, num_labels)
+    y[torch.repeat_interleave(torch.arange(n), indptr.diff()), indices] = 1.0
+    e = torch.nn.functional.normalize(embeddings.double(), dim=1)
+    total, counted = 0.0, 0
+    for start in range(0, n, block):
+        q = torch.arange(start, min(n, start + block))
+        rel = (y[q] @ y.T) > 0  # [b, N]
+        rel[torch.arange(q.numel()), q] = False
+        r = rel.sum(1)
+        sim = e[q] @ e.T
+        sim[torch.arange(q.numel()), q] = -torch.inf  # never retrieve itself
+        order = torch.sort(-sim, dim=1, stable=True).indices
+        hits = torch.gather(rel, 1, order).double()
+        ranks = torch.arange(1, n + 1, dtype=torch.float64)
+        prec = torch.cumsum(hits, 1) / ranks
+        within = ranks[None, :] <= r[:, None]
+        ap = (prec * hits * within).sum(1) / r.clamp_min(1)
+        keep = r > 0
+        total += float(ap[keep].sum())
+        counted += int(keep.sum())
+    return total / counted if counted else 0.0
 
 
 def ranking_metrics(

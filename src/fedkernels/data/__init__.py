@@ -17,6 +17,8 @@ from .partition import (
     label_counts,
     make_clients,
     one_label_per_client,
+    primary_label_partition,
+    split_statistics,
 )
 from .remote import RemoteDataset, RemoteFile, find_remote, get_remote, register, remote_datasets, unregister
 from .split import train_test_split
@@ -59,6 +61,7 @@ __all__ = [
     "make_clients",
     "multi_hot_to_csr",
     "one_label_per_client",
+    "primary_label_partition",
     "read_any",
     "read_filter",
     "read_layout",
@@ -72,6 +75,7 @@ __all__ = [
     "remote_datasets",
     "resolve_dataset",
     "sha256_of",
+    "split_statistics",
     "synthetic_multilabel",
     "synthetic_xc",
     "to_client_data",

@@ -88,14 +88,17 @@ def iid_partition(indptr, indices, num_clients: int, seed: int = 0) -> list[Shar
 
 
 def fedmlh_partition(
-    indptr, indices, num_classes: int, num_clients: int, num_frequent: int, seed: int = 0
+    indptr, indices, num_classes: int, num_clients: int, num_frequent: int, seed: int = 0, single: bool = False
 ) -> list[Shard]:
     """FedMLH's non-iid split: clients hold disjoint sets of frequent classes.
 
     The ``num_frequent`` most frequent classes are shuffled and dealt round-robin to the clients
     (each owned by exactly one). A sample goes to every client owning one of its frequent classes
     (so a sample with several frequent classes is copied to several clients, with all its
-    labels); a sample with no frequent class goes to one uniformly random client.
+    labels); a sample with no frequent class goes to one uniformly random client. With ``single``
+    a sample goes only to the owner of its most frequent frequent class (ties to the smaller id):
+    one copy per sample, and clients far apart in label distribution even where samples carry many
+    frequent labels (Delicious: 6.6 copies and mean pairwise TV 0.12 without, 1 and 0.61 with).
     """
     ip, ix = _csr(indptr, indices)
     _check_clients(num_clients)
@@ -105,10 +108,13 @@ def fedmlh_partition(
     owner[rng.permutation(freq)] = np.arange(freq.size) % num_clients
     n = ip.size - 1
     fallback = rng.integers(0, num_clients, size=n)
+    counts = label_counts(ip, ix, num_classes)
     members: list[list[int]] = [[] for _ in range(num_clients)]
     for r in range(n):
-        owners = np.unique(owner[ix[ip[r] : ip[r + 1]]])
-        owners = owners[owners >= 0]
+        labels = ix[ip[r] : ip[r + 1]]
+        owned = np.unique(labels[owner[labels] >= 0])
+        # single: the owner of its most frequent owned class (np.unique sorts: ties to the smaller id)
+        owners = owner[owned[[int(np.argmax(counts[owned]))]]] if single and owned.size else np.unique(owner[owned])
         for c in owners if owners.size else [fallback[r]]:
             members[int(c)].append(r)
     return [
@@ -173,6 +179,25 @@ def dirichlet_partition(
     )
 
 
+def primary_label_partition(indptr, indices, num_classes: int, client_size: int, seed: int = 0) -> list[Shard]:
+    """Many small clients with few labels each (the FedSS paper's regime: each user holds a handful of
+    classes): every sample goes to the group of its primary label (its most frequent label, ties to
+    the smaller id), and each group is cut, in a seeded order, into clients of ``client_size``
+    samples (the last one may be smaller). Copies keep all their labels; samples without labels are
+    dropped. Clients come in label order, then chunk order."""
+    ip, ix = _csr(indptr, indices)
+    if int(client_size) < 1:
+        raise ValueError(f"client_size must be >= 1, got {client_size}")
+    primary = _primary_labels(ip, ix, num_classes)
+    rng = numpy_rng(seed, "primary-label")
+    shards = []
+    for c in np.unique(primary[primary >= 0]):
+        rows = rng.permutation(np.flatnonzero(primary == c))
+        for start in range(0, rows.size, int(client_size)):
+            shards.append(_full_shard(np.sort(rows[start : start + int(client_size)]), ip, ix))
+    return shards
+
+
 def one_label_per_client(indptr, indices, num_classes: int) -> list[Shard]:
     """One client per class that has samples (in class order): client ``c`` holds every sample
     labelled ``c``, and its copies carry only the label ``c``. Samples without labels are dropped."""
@@ -194,6 +219,28 @@ def one_label_per_client(indptr, indices, num_classes: int) -> list[Shard]:
             )
         )
     return shards
+
+
+def split_statistics(shards: list[Shard], num_classes: int) -> dict[str, float]:
+    """How non-iid a split is: ``copies_per_sample`` (client copies over distinct samples dealt; 1 for
+    a partition, more when samples are copied to several clients) and ``mean_pairwise_tv``, the mean
+    over client pairs of the total-variation distance ``0.5 * sum_c |q_i(c) - q_j(c)|`` between their
+    label distributions (each client's label counts, normalised; 0 for identical distributions, 1 for
+    disjoint label sets). Clients without labels are left out of the TV mean."""
+    rows = np.concatenate([s.rows for s in shards]) if shards else np.zeros(0, np.int64)
+    distinct = np.unique(rows).size
+    hist = np.stack([np.bincount(s.indices, minlength=num_classes).astype(np.float64) for s in shards])
+    totals = hist.sum(1)
+    q = hist[totals > 0] / totals[totals > 0, None]
+    k = q.shape[0]
+    tv = [0.5 * np.abs(q[i] - q[j]).sum() for i in range(k) for j in range(i + 1, k)]
+    return {
+        "clients": len(shards),
+        "copies_per_sample": float(rows.size / distinct) if distinct else 0.0,
+        "mean_pairwise_tv": float(np.mean(tv)) if tv else 0.0,
+        "mean_labels_per_client": float((hist > 0).sum(1).mean()) if len(shards) else 0.0,
+        "max_label_share_per_client": float(((hist > 0).sum(1) / max(1, num_classes)).max()) if len(shards) else 0.0,
+    }
 
 
 def make_clients(x: torch.Tensor, shards: list[Shard], num_classes: int) -> list[ClientData]:

@@ -12,7 +12,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +33,19 @@ from ..data import (
     load_dataset,
     make_clients,
     one_label_per_client,
+    primary_label_partition,
+    split_statistics,
 )
 from ..fl.device import resolve_device
 from ..fl.local import AUTOCAST, make_optimizer
 from ..fl.registry import make_strategy, strategies
 from ..fl.server import RunConfig, Server, record_from_json
 from ..fl.types import ClientData, RoundRecord, TrainConfig
-from ..metrics import communication_summary, inverse_propensity, propensity_params
+from ..metrics import communication_summary, inverse_propensity, map_at_r, propensity_params
+from ..seeding import numpy_rng
 from .limits import check_fields, check_output_files, check_writable_folder
 
-PARTITIONS = ("fedmlh", "dirichlet", "iid", "one_label")
+PARTITIONS = ("fedmlh", "fedmlh_single", "dirichlet", "iid", "one_label", "primary_label")
 
 # Per-algorithm options a run uses unless the config or --option says otherwise: linear models.
 # On the shipped data a hidden layer trained a few local epochs per round learns far slower than a
@@ -111,6 +114,26 @@ class ExperimentConfig:
     # a folder of per-algorithm checkpoints written after every round (resumed with resume=True)
     checkpoint: str | None = None
     resume: bool = False
+    # aggregation weight of a client: "samples" (n_k / n, FedAvg's) or "uniform" (1/S over the round's
+    # S clients holding data, as the FedMLH paper averages)
+    client_weighting: str = "samples"
+    # train a round's in-process clients in one batched pass where the algorithm allows it
+    # (RunConfig.batch_clients: faster on the CPU, equal to the one-by-one loop up to float rounding)
+    batch_clients: bool = False
+    # the late-window mean: each metric averaged over the evaluations in the last late_window share of
+    # the rounds (single evaluations swing with the clients a round happens to draw)
+    late_window: float = 0.25
+    # algorithms also run centralised, as the upper bound beside the table: one client holding the whole
+    # training set (its original labels, whatever the partition), the same rounds, epochs and options
+    centralized: list[str] = field(default_factory=list)
+    # > 0: each client keeps this share of its data out of training as its own test set, and every
+    # evaluation also ranks each client's held-out rows with the model that client would use
+    # (metrics "client-P@k", example-weighted over the clients; see Server.evaluate_clients)
+    client_test_fraction: float = 0.0
+    # partition "primary_label": samples grouped by their primary label, cut into clients of this many
+    client_size: int = 4
+    # also evaluate retrieval MAP@R of the strategy's representations (``embed``) on the test set
+    retrieval: bool = False
     # where training, the server's state and evaluation run: "cpu", "cuda" or "cuda:N" (fedkernels.fl.device)
     device: str = "cpu"
     # mixed precision of local training's forward pass: "off" or "bf16" (fedkernels.fl.local.autocast)
@@ -140,13 +163,13 @@ class ExperimentConfig:
             raise ValueError("algorithms must name at least one algorithm")
         if self.partition not in PARTITIONS:
             raise ValueError(f"partition must be one of {PARTITIONS}, got {self.partition!r}")
-        for name in ("clients", "clients_per_round", "rounds", "batch_size", "eval_every"):
+        for name in ("clients", "clients_per_round", "rounds", "batch_size", "eval_every", "client_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if isinstance(self.local_epochs, bool) or not isinstance(self.local_epochs, int) or self.local_epochs < 0:
             raise ValueError(f"local_epochs must be an integer >= 0, got {self.local_epochs!r}")
-        if self.partition != "one_label" and self.clients_per_round > self.clients:
+        if self.partition not in ("one_label", "primary_label") and self.clients_per_round > self.clients:
             raise ValueError(f"clients_per_round ({self.clients_per_round}) exceeds clients ({self.clients})")
         if not isinstance(self.lr, (int, float)) or not math.isfinite(self.lr) or self.lr <= 0:
             raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
@@ -174,6 +197,16 @@ class ExperimentConfig:
             raise ValueError(f"propensity must be [A, B] (two finite numbers), got {self.propensity!r}")
         if self.resume and self.checkpoint is None:
             raise ValueError("resume needs checkpoint (the folder the interrupted run wrote)")
+        if self.client_weighting not in ("samples", "uniform"):
+            raise ValueError(f"client_weighting must be 'samples' or 'uniform', got {self.client_weighting!r}")
+        if not 0 < self.late_window <= 1:
+            raise ValueError(f"late_window must lie in (0, 1], got {self.late_window!r}")
+        if not 0 <= self.client_test_fraction < 1:
+            raise ValueError(f"client_test_fraction must lie in [0, 1), got {self.client_test_fraction!r}")
+        if not isinstance(self.retrieval, bool):
+            raise ValueError(f"retrieval must be true or false, got {self.retrieval!r}")
+        if not isinstance(self.centralized, list):
+            raise ValueError(f"centralized must be a list of algorithm names, got {self.centralized!r}")
         try:  # a GPU that is not there is refused here, before any data is read
             resolve_device(self.device)
         except ValueError as e:
@@ -190,6 +223,9 @@ class ExperimentConfig:
             if canon in seen:
                 raise ValueError(f"algorithms lists {canon} twice")
             seen.add(canon)
+        for name in self.centralized:
+            make_strategy(name, **self.options_for(name))  # an unknown name fails here
+        seen |= {canonical_name(n) for n in self.centralized}
         for name in self.algorithm_options:
             if canonical_name(name) not in seen:
                 raise ValueError(
@@ -299,13 +335,18 @@ def load_config(path: str | Path) -> dict[str, Any]:
 
 @dataclass
 class PreparedData:
-    """The dataset dealt to clients, plus what the metrics need from the training labels."""
+    """The dataset dealt to clients, plus what the metrics need from the training labels.
+
+    ``held_out`` (with ``client_test_fraction``): each client's own test rows, kept out of ``clients``;
+    ``split``: :func:`~fedkernels.data.split_statistics` of the partition (before any hold-out)."""
 
     dataset: Dataset
     clients: list[ClientData]
     test: ClientData
     inv_propensity: torch.Tensor
     frequent: torch.Tensor
+    held_out: list[ClientData] | None = None
+    split: dict[str, float] = field(default_factory=dict)
     test_filter: tuple[torch.Tensor, torch.Tensor] | None = None  # the LF-* filter over self.test's rows
 
 
@@ -353,10 +394,13 @@ def prepare_data(cfg: ExperimentConfig) -> PreparedData:
         ds.notes["feature_dim"] = f"{dim} (hashed automatically: too many features to keep dense)"
     tr, p = ds.train, ds.num_classes
     num_frequent = cfg.num_frequent if cfg.num_frequent is not None else max(1, p // 10)
-    if cfg.partition == "fedmlh":
-        shards = fedmlh_partition(tr.indptr, tr.indices, p, cfg.clients, num_frequent, cfg.seed)
+    if cfg.partition in ("fedmlh", "fedmlh_single"):
+        single = cfg.partition == "fedmlh_single"
+        shards = fedmlh_partition(tr.indptr, tr.indices, p, cfg.clients, num_frequent, cfg.seed, single)
     elif cfg.partition == "dirichlet":
         shards = dirichlet_partition(tr.indptr, tr.indices, p, cfg.clients, cfg.beta, cfg.seed)
+    elif cfg.partition == "primary_label":
+        shards = primary_label_partition(tr.indptr, tr.indices, p, cfg.client_size, cfg.seed)
     elif cfg.partition == "iid":
         shards = iid_partition(tr.indptr, tr.indices, cfg.clients, cfg.seed)
     else:
@@ -368,16 +412,36 @@ def prepare_data(cfg: ExperimentConfig) -> PreparedData:
             fp, fi = test_filter
             test_filter = (fp[: cfg.max_test + 1], fi[: int(fp[cfg.max_test])])
     counts = torch.from_numpy(label_counts(tr.indptr, tr.indices, p))
+    clients, held_out = make_clients(tr.x, shards, p), None
+    if cfg.client_test_fraction > 0:
+        clients, held_out = hold_out_per_client(clients, cfg.client_test_fraction, cfg.seed)
     a, b = cfg.propensity if cfg.propensity is not None else propensity_params(cfg.dataset)
     ds.notes["propensity"] = {"A": a, "B": b, "from": "config" if cfg.propensity is not None else "dataset table"}
     return PreparedData(
         ds,
-        make_clients(tr.x, shards, p),
+        clients,
         test,
         inverse_propensity(counts, max(len(tr), 3), a, b),
         torch.from_numpy(frequent_classes(tr.indptr, tr.indices, p, num_frequent)),
+        held_out,
+        split_statistics(shards, p),
         test_filter,
     )
+
+
+def hold_out_per_client(
+    clients: list[ClientData], fraction: float, seed: int
+) -> tuple[list[ClientData], list[ClientData]]:
+    """Each client's rows split by a seeded permutation into its training part and its own test part
+    (``round(fraction * n)`` rows, at least one when it has two or more)."""
+    train, held = [], []
+    for c, data in enumerate(clients):
+        n = len(data)
+        perm = torch.from_numpy(numpy_rng(seed, "client-test", c).permutation(n))
+        k = min(n - 1, max(1, round(fraction * n))) if n >= 2 else 0
+        held.append(data.rows(torch.sort(perm[:k]).values))
+        train.append(data.rows(torch.sort(perm[k:]).values))
+    return train, held
 
 
 def checkpoint_path(cfg: ExperimentConfig, name: str) -> Path | None:
@@ -480,6 +544,16 @@ def run_algorithm(
     strategy = make_strategy(name, **options)
     per_round = min(cfg.clients_per_round, len(data.clients))
     ckpt = checkpoint_path(cfg, name)
+    if ckpt is not None and strategy.stateful_clients:
+        # what its clients kept is in no checkpoint, so a resumed run would differ: never resumed, never
+        # saved (the CLI checkpoints every run by default; this algorithm then runs without)
+        if cfg.resume and ckpt.exists():
+            raise ValueError(f"checkpoint: {strategy.name} has stateful clients, which checkpoints do not hold")
+        print(
+            f"{strategy.name}: stateful clients (their kept tensors are in no checkpoint): runs without a checkpoint",
+            file=sys.stderr,
+        )
+        ckpt = None
     run_cfg = RunConfig(
         rounds=cfg.rounds,
         clients_per_round=per_round,
@@ -487,7 +561,9 @@ def run_algorithm(
         seed=cfg.seed,
         eval_every=cfg.eval_every,
         eval_k=tuple(cfg.ks),
+        client_weighting=cfg.client_weighting,
         device=cfg.device,
+        batch_clients=cfg.batch_clients,
     )
     t0 = time.perf_counter()
     if cfg.private():
@@ -520,17 +596,28 @@ def run_algorithm(
             rec.metrics = server.evaluate(
                 data.test, tuple(cfg.ks), 2048, data.inv_propensity, data.frequent, data.test_filter
             )
+            if data.held_out is not None:
+                rec.metrics.update({f"client-{k}": v for k, v in evaluate_held_out(server, data.held_out, cfg).items()})
+            embed = getattr(strategy, "embed", None)
+            if cfg.retrieval and embed is not None:
+                rec.metrics["MAP@R"] = map_at_r(
+                    embed(server.state, data.test.x.to(server.device)).cpu(), data.test.indptr, data.test.indices
+                )
         if ckpt is not None:
             server.save_checkpoint(ckpt)
         if on_round is not None:
             on_round(rec)
     evaluated = [r for r in server.history if r.metrics]
+    diagnostics = getattr(strategy, "diagnostics", None)
     privacy = server.history[-1].privacy if server.history else {}
     return {
         "privacy": privacy,
         "algorithm": strategy.name,
         "options": redact_secrets(options),
         "final": evaluated[-1].metrics if evaluated else {},
+        "late": late_window_means(server.history, cfg.late_window, cfg.rounds),
+        "best": best_values(server.history),
+        "diagnostics": diagnostics(server.state) if diagnostics is not None else {},
         "model_bytes": strategy.model_bytes(server.state),
         "seconds": time.perf_counter() - t0,
         "resumed_at_round": resumed_at,
@@ -538,6 +625,86 @@ def run_algorithm(
         "history": [asdict(r) for r in server.history],
         "comm": communication_summary(server.history, "P@1", strategy.model_bytes(server.state)),
     }
+
+
+def evaluate_held_out(server: Server, held_out: list[ClientData], cfg: ExperimentConfig) -> dict[str, float]:
+    """The per-client metrics: each client's held-out rows ranked by the model it would use
+    (:meth:`~fedkernels.fl.Server.evaluate_clients`); for a run over other clients than the held-out
+    sets' (the centralised bound), the global model on every set, weighted by its rows."""
+    if len(held_out) == len(server.clients):
+        return server.evaluate_clients(held_out, tuple(cfg.ks))
+    sums: dict[str, float] = {}
+    total = 0
+    for data in held_out:
+        if not len(data):
+            continue
+        got = server.evaluate(data, tuple(cfg.ks))
+        total += len(data)
+        for k, v in got.items():
+            sums[k] = sums.get(k, 0.0) + len(data) * v
+    return {k: v / total for k, v in sums.items()} if total else {}
+
+
+def late_window_means(history: list[RoundRecord], window: float, rounds: int) -> dict[str, float]:
+    """Each metric's mean over the evaluations in the last ``window`` share of ``rounds`` (at least
+    the last evaluation), with ``"evaluations"``: how many that is."""
+    start = rounds - max(1, round(window * rounds))
+    late = [r.metrics for r in history if r.metrics and r.round >= start]
+    if not late:
+        evaluated = [r.metrics for r in history if r.metrics]
+        late = evaluated[-1:]
+    names = sorted({k for m in late for k in m})
+    out = {k: sum(m[k] for m in late if k in m) / sum(1 for m in late if k in m) for k in names}
+    return {**out, "evaluations": float(len(late))}
+
+
+def best_values(history: list[RoundRecord]) -> dict[str, float]:
+    """Each metric's best (largest) value over the run's evaluations, with ``"round <metric>"``: the
+    1-based round it was first reached."""
+    out: dict[str, float] = {}
+    for r in history:
+        for k, v in r.metrics.items():
+            if k not in out or v > out[k]:
+                out[k], out[f"round {k}"] = v, float(r.round + 1)
+    return out
+
+
+def run_centralized(
+    name: str, cfg: ExperimentConfig, data: PreparedData, on_round: Callable[[RoundRecord], None] | None = None
+) -> dict[str, Any]:
+    """The centralised upper bound of algorithm ``name``: one client holding the whole training set
+    with its original labels, every round, with ``cfg``'s rounds, epochs and the algorithm's options.
+    The result's ``algorithm`` is ``"<name> (centralized)"``."""
+    tr = data.dataset.train
+    pooled = ClientData(tr.x, tr.indptr, tr.indices, data.dataset.num_classes)
+    # the clients' held-out rows stay out of the pooled training set and rank under the pooled model
+    if data.held_out is not None:
+        pooled = concat_clients(data.clients)
+    one = PreparedData(
+        data.dataset,
+        [pooled],
+        data.test,
+        data.inv_propensity,
+        data.frequent,
+        data.held_out,
+        data.split,
+        data.test_filter,
+    )
+    solo = replace(cfg, clients_per_round=1, checkpoint=None)
+    result = run_algorithm(name, solo, one, on_round)
+    result["algorithm"] = f"{result['algorithm']} (centralized)"
+    return result
+
+
+def concat_clients(clients: list[ClientData]) -> ClientData:
+    """The clients' rows stacked into one :class:`ClientData` (dense features)."""
+    xs = [c.x.to_dense() if c.x.layout == torch.sparse_csr else c.x for c in clients]
+    indptr = [torch.zeros(1, dtype=torch.int64)]
+    base = 0
+    for c in clients:
+        indptr.append(c.indptr[1:] + base)
+        base += int(c.indptr[-1])
+    return ClientData(torch.cat(xs), torch.cat(indptr), torch.cat([c.indices for c in clients]), clients[0].num_classes)
 
 
 def add_common_target(results: list[dict[str, Any]], metric: str = "P@1") -> float | None:

@@ -10,20 +10,24 @@ SEED_METRICS = ("P@1", "P@3", "P@5")
 
 
 def seed_summary(
-    runs: list[list[dict[str, Any]]], paper: dict[str, float] | None = None, metrics: tuple[str, ...] = SEED_METRICS
+    runs: list[list[dict[str, Any]]], paper: dict[str, float] | None = None, metrics: tuple[str, ...] | None = None
 ) -> list[dict[str, Any]]:
     """One row per algorithm over the seeds' results.
 
     Args:
         runs: one list of :func:`~fedkernels.experiments.run_algorithm` results per seed.
         paper: algorithm -> the paper's P@1 in percent (a preset's ``p_at_1``), shown beside ours.
-        metrics: the final metrics to aggregate.
+        metrics: the final metrics to aggregate (default: P@1, P@3, P@5, or their per-client forms
+            ``client-P@k`` where the runs evaluated each client on its own held-out rows).
 
     Returns:
         rows with ``algorithm``, ``seeds``, ``<metric> mean`` and ``<metric> std`` (sample standard
         deviation; 0.0 for one seed), ``model MB``, ``failed clients`` and ``paper P@1`` (a fraction,
         ``None`` where the paper has no number). Algorithms appear in first-seen order.
     """
+    if metrics is None:
+        per_client = any("client-P@1" in r["final"] for results in runs for r in results)
+        metrics = tuple(f"client-{m}" for m in SEED_METRICS) if per_client else SEED_METRICS
     order: list[str] = []
     by_alg: dict[str, list[dict[str, Any]]] = {}
     for results in runs:
@@ -40,6 +44,14 @@ def seed_summary(
             values = [float(r["final"][m]) for r in group if m in r["final"] and not math.isnan(r["final"][m])]
             row[f"{m} mean"] = statistics.mean(values) if values else None
             row[f"{m} std"] = (statistics.stdev(values) if len(values) > 1 else 0.0) if values else None
+        # the first metric's late-window mean and best value (rounds-level noise), and the per-seed values
+        first = metrics[0] if metrics else "P@1"
+        for kind in ("late", "best"):
+            values = [float(r[kind][first]) for r in group if first in r.get(kind, {})]
+            row[f"{kind} {first} mean"] = statistics.mean(values) if values else None
+            row[f"{kind} {first} std"] = (statistics.stdev(values) if len(values) > 1 else 0.0) if values else None
+        row[f"{first} per seed"] = [r["final"].get(first) for r in group]
+        row[f"late {first} per seed"] = [r.get("late", {}).get(first) for r in group]
         row["model MB"] = group[0]["model_bytes"] / 1e6
         row["failed clients"] = sum(r.get("failed_clients", 0) for r in group)
         pp = paper_lc.get(alg.lower())
@@ -50,13 +62,14 @@ def seed_summary(
 
 def seed_table(rows: list[dict[str, Any]]) -> str:
     """A markdown table of :func:`seed_summary` rows: ``mean ± std`` per metric, ours beside the paper's."""
-    metrics = [k[: -len(" mean")] for k in rows[0] if k.endswith(" mean")] if rows else []
+    keys = [k for k in rows[0] if k.endswith(" mean")] if rows else []
+    metrics = [k[: -len(" mean")] for k in keys if any(r.get(k) is not None for r in rows)]
     head = ["algorithm", "seeds", *metrics, "paper P@1", "model MB", "failed clients"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["algorithm"], str(r["seeds"])]
         for m in metrics:
-            mean, std = r[f"{m} mean"], r[f"{m} std"]
+            mean, std = r.get(f"{m} mean"), r.get(f"{m} std")
             cells.append("-" if mean is None else f"{mean:.4f} ± {std:.4f}")
         cells.append("n/a" if r["paper P@1"] is None else f"{r['paper P@1']:.4f}")
         cells.append(f"{r['model MB']:.4f}")

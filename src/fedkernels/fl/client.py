@@ -45,6 +45,9 @@ class LocalClient:
         self.device = torch.device(device)
         self.strategy, self.train = strategy, train
         self.data = data.pin_memory() if self.device.type == "cuda" else data
+        # what a stateful client kept from its last round (Strategy.stateful_clients), on the host; None before
+        # its first
+        self.memory: pl.Payload | None = None
 
     def _local_data(self) -> ClientData:
         # one copy per call, freed after it: the GPU holds one client's data at a time
@@ -56,7 +59,14 @@ class LocalClient:
 
     def update(self, download: bytes, round: int, seed: int) -> bytes | None:
         received = to_device(pl.decode(download), self.device, non_blocking=True)
-        upload = self.strategy.client_update(received, self._local_data(), self.train, round, seed)
+        if self.strategy.stateful_clients:
+            memory = None if self.memory is None else to_device(self.memory, self.device, non_blocking=True)
+            upload, memory = self.strategy.client_update_stateful(
+                received, self._local_data(), self.train, round, seed, memory
+            )
+            self.memory = None if memory is None else to_device(memory, torch.device("cpu"))
+        else:
+            upload = self.strategy.client_update(received, self._local_data(), self.train, round, seed)
         return pl.encode(upload, metadata={ROUND_TAG: str(round)})
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -58,6 +59,76 @@ def embed_mlp(
         embed.weight.uniform_(-(1.0 / in_features**0.5), 1.0 / in_features**0.5, generator=g)
     body = mlp(embed_dim, out_features, hidden, int(torch.randint(0, 2**62, (1,), generator=g, device="cpu")))
     return nn.Sequential(embed, *body)
+
+
+class ResidualBlock(nn.Module):
+    """``x + W relu(layernorm(x)) + b``: a pre-norm residual block of width ``w`` (4 tensors)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.linear(torch.relu(self.norm(x)))
+
+
+def res_mlp(in_features: int, out_features: int, width: int, blocks: int, seed: int = 0) -> nn.Sequential:
+    """A deep residual MLP: ``in -> width`` (Linear), ``blocks`` :class:`ResidualBlock` s, ReLU, ``-> out``.
+
+    ``4 + 4 * blocks`` tensors (12 blocks: 52), so partial weight exchange has many tensors to choose
+    from, as in the transformers of its paper; the residual form keeps so deep a model trainable.
+    Linear weights and biases are drawn like :func:`mlp`'s (seeded), LayerNorms start at (1, 0).
+    Indices: ``0`` the input Linear, ``1..blocks`` the blocks, ``blocks + 1`` the ReLU,
+    ``blocks + 2`` the output Linear.
+    """
+    if width < 1 or blocks < 0:
+        raise ValueError(f"width must be >= 1 and blocks >= 0, got {width}, {blocks}")
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    with torch.device("cpu"):  # built on the host whatever torch's default device (the loop moves it)
+        layers: list[nn.Module] = [nn.Linear(in_features, width)]
+        layers += [ResidualBlock(width) for _ in range(blocks)]
+        layers += [nn.ReLU(), nn.Linear(width, out_features)]
+        model = nn.Sequential(*layers)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                bound = 1.0 / m.in_features**0.5
+                m.weight.uniform_(-bound, bound, generator=g)
+                m.bias.uniform_(-bound, bound, generator=g)
+    return model
+
+
+def skeleton(build: Callable[[], nn.Module]) -> nn.Module:
+    """``build()`` on the meta device: the architecture with no weights allocated or initialised, for
+    :func:`torch.func.functional_call` with weights from elsewhere (a download)."""
+    with torch.device("meta"):
+        return build()
+
+
+@functools.lru_cache(maxsize=64)
+def mlp_skeleton(in_features: int, out_features: int, hidden: tuple[int, ...]) -> nn.Sequential:
+    """:func:`mlp`'s architecture on the meta device, built once per shape (a pure function of its
+    arguments; callers only read it, through :func:`torch.func.functional_call`)."""
+    module = skeleton(lambda: mlp(in_features, out_features, hidden))
+    assert isinstance(module, nn.Sequential)
+    return module
+
+
+@functools.lru_cache(maxsize=64)
+def res_mlp_skeleton(in_features: int, out_features: int, width: int, blocks: int) -> nn.Sequential:
+    """:func:`res_mlp`'s architecture on the meta device, built once per shape (as :func:`mlp_skeleton`)."""
+    module = skeleton(lambda: res_mlp(in_features, out_features, width, blocks))
+    assert isinstance(module, nn.Sequential)
+    return module
+
+
+@functools.lru_cache(maxsize=64)
+def embed_mlp_skeleton(in_features: int, out_features: int, embed_dim: int, hidden: tuple[int, ...]) -> nn.Sequential:
+    """:func:`embed_mlp`'s architecture on the meta device, built once per shape (as :func:`mlp_skeleton`)."""
+    module = skeleton(lambda: embed_mlp(in_features, out_features, embed_dim, hidden))
+    assert isinstance(module, nn.Sequential)
+    return module
 
 
 def load_state(module: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:

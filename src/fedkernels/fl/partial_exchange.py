@@ -12,7 +12,9 @@ from collections.abc import Mapping
 
 import torch
 
-from ..ops.select import masked_weighted_average, select_topk_tensors
+from ..ops.select import delta_norms, masked_weighted_average, num_selected, select_topk_tensors
+
+DRIFTS = ("norm", "rms", "numel")
 
 PartialPayload = dict  # {"indices": int64 [k], "tensors": {name: Tensor}} (see make_partial_payload)
 
@@ -23,7 +25,13 @@ def candidate_names(state: Mapping[str, torch.Tensor]) -> list[str]:
 
 
 def make_partial_payload(
-    before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor], fraction: float, normalize: bool = False
+    before: Mapping[str, torch.Tensor],
+    after: Mapping[str, torch.Tensor],
+    fraction: float,
+    normalize: bool = False,
+    *,
+    drift: str | None = None,
+    threshold: float | None = None,
 ) -> PartialPayload:
     """What a client sends: the tensors of ``after`` whose change since ``before`` is largest.
 
@@ -32,6 +40,11 @@ def make_partial_payload(
             are matched by name, candidates taken in ``after``'s order.
         fraction: p in ``(0, 1]``; ``k = ceil(p * M)`` of the M candidate tensors are sent.
         normalize: rank by RMS change (norm / sqrt(numel)) instead of the plain norm.
+        drift: how a tensor's change is measured, overriding ``normalize``: ``"norm"`` (``||d||``),
+            ``"rms"`` (``||d|| / sqrt(numel)``) or ``"numel"`` (``||d|| / numel``, FL4Health's
+            normalised drift).
+        threshold: if given, send every tensor whose drift exceeds it (theta selection, any number
+            of tensors, possibly none) instead of the top ``fraction``.
 
     Returns:
         ``{"indices": int64 [k] (positions among candidate_names(after), descending change),
@@ -46,7 +59,20 @@ def make_partial_payload(
         raise ValueError("before and after must have the same floating-point entries")
     new = [after[n].detach() for n in names]
     old = [before[n].detach() for n in names]
-    idx = select_topk_tensors(new, old, fraction, normalize=normalize)
+    drift = drift or ("rms" if normalize else "norm")
+    if drift not in DRIFTS:
+        raise ValueError(f"drift must be one of {DRIFTS}, got {drift!r}")
+    if threshold is None and drift != "numel":
+        idx = select_topk_tensors(new, old, fraction, normalize=drift == "rms")
+    else:
+        score = delta_norms(new, old, normalize=drift == "rms")
+        if drift == "numel":
+            score = score / torch.tensor([max(1, t.numel()) for t in new], dtype=torch.float32, device=score.device)
+        if threshold is not None:
+            idx = torch.nonzero(score > threshold).reshape(-1)
+            idx = idx[torch.sort(score[idx], descending=True, stable=True).indices]
+        else:
+            idx = torch.sort(score, descending=True, stable=True).indices[: num_selected(len(names), fraction)]
     chosen = idx.tolist()
     return {"indices": idx, "tensors": {names[i]: new[i] for i in chosen}}
 

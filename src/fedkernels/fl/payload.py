@@ -86,6 +86,25 @@ def encode(payload: Payload, metadata: dict[str, str] | None = None) -> bytes:
     return _st_save(flat, metadata=metadata)
 
 
+_SIZES: dict[tuple, int] = {}  # payload signature -> its encoded length (encoded_size)
+
+
+def encoded_size(payload: Payload, metadata: dict[str, str] | None = None) -> int:
+    """``len(encode(payload, metadata))`` without serialising the values: the safetensors layout (8-byte
+    length, JSON header, body) depends only on the names, dtypes, shapes and metadata, so the length is
+    measured once per such signature by encoding zeros of those shapes, and looked up after that."""
+    md = tuple(sorted((metadata or {}).items()))
+    key = (md, *((n, t.dtype, tuple(t.shape)) for n, t in sorted(payload.items())))
+    size = _SIZES.get(key)
+    if size is None:
+        zeros = {n: torch.zeros(t.shape, dtype=t.dtype, device="cpu") for n, t in payload.items()}
+        size = len(encode(zeros, metadata=metadata))
+        if len(_SIZES) >= 1024:  # a long run's payload shapes are few; keep the table bounded regardless
+            _SIZES.clear()
+        _SIZES[key] = size
+    return size
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """What one tensor of a payload must look like.

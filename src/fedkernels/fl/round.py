@@ -30,7 +30,20 @@ from .seeding import derive_seed, numpy_rng
 from .strategy import State, Strategy
 from .types import ClientResult, RoundRecord
 
+
+@dataclass(frozen=True)
+class Carried:
+    """A payload an in-process transport hands over as tensors instead of bytes, with ``nbytes`` the
+    exact length its serialisation (with ``metadata``) would have (:func:`~fedkernels.fl.payload.encoded_size`): the
+    batched pass of honest in-process clients skips the byte round trip, never the checks or the count."""
+
+    payload: pl.Payload
+    nbytes: int
+    metadata: Mapping[str, str] = field(default_factory=dict)  # what encode's header would carry (the round tag)
+
+
 Answer = bytes | None | Exception  # what a transport got from one client: bytes, nothing, or its failure
+Upload = Answer | Carried  # an upload may also come carried (the in-process batched pass)
 
 
 class ClientFailed(Exception):
@@ -201,7 +214,15 @@ class Round:
         form; the bytes each takes serialised are counted (not kept) all the same."""
         return self._build(requests, keep_bytes=False)
 
-    def _build(self, requests: Mapping[int, Answer], keep_bytes: bool) -> dict[int, pl.Payload]:
+    def carried_downloads(self, requests: Mapping[int, Answer]) -> dict[int, Carried]:
+        """:meth:`downloads` as :class:`Carried` payloads, each counted at its encoded length
+        (:func:`~fedkernels.fl.payload.encoded_size`, nothing serialised), for an in-process transport
+        that hands tensors over."""
+        built = self._build(requests, keep_bytes=False, carried=True)
+        return {c: Carried(down, self._sent[c][1]) for c, down in built.items()}
+
+    def _build(self, requests: Mapping[int, Answer], keep_bytes: bool, carried: bool = False) -> dict[int, pl.Payload]:
+        """Each live client's checked request and its download (recorded with its serialised size)."""
         spec = self.strategy.request_spec(self.state)
         out = {}
         for c, seed in self.seeds().items():
@@ -215,7 +236,7 @@ class Round:
                     request = to_device(pl.decode(raw, bounded(spec, self.max_upload_bytes)), self.device)
                 # A request that passed its spec may still be refused by the strategy: this client only.
                 down = self.strategy.client_payload(self.state, c, request, self.round, seed)
-                size = self._size(down, keep_bytes)
+                size = pl.encoded_size(down) if carried else self._size(down, keep_bytes)
             except Exception as e:
                 self.fail(c, e)
                 continue
@@ -252,7 +273,7 @@ class Round:
         sent = self._sent.get(client_id)
         return 0 if sent is None else sent[1]
 
-    def collect(self, uploads: Mapping[int, Answer], num_examples: Mapping[int, int]) -> list[ClientResult]:
+    def collect(self, uploads: Mapping[int, Upload], num_examples: Mapping[int, int]) -> list[ClientResult]:
         """Check every upload (a client missing from ``uploads`` timed out); ``num_examples[c]``
         weighs client c. Returns the checked results, ascending; failures go to ``self.failed``."""
         results = []
@@ -262,9 +283,12 @@ class Round:
             if isinstance(answer, BaseException) or not answer:  # the transport's own failures
                 self.fail(c, answer if isinstance(answer, BaseException) else ClientSentNothing("sent no upload"))
                 continue
-            self._bytes_up[c] = self._bytes_up.get(c, 0) + len(answer)
+            size = answer.nbytes if isinstance(answer, Carried) else len(answer)
+            self._bytes_up[c] = self._bytes_up.get(c, 0) + size
             try:
-                checked = pl.decode(answer, bounded(self.strategy.upload_spec(self.state, down), self.max_upload_bytes))
+                spec = bounded(self.strategy.upload_spec(self.state, down), self.max_upload_bytes)
+                # a carried payload gets decode's limits and checks on its tensors
+                checked = _check_carried(answer, spec) if isinstance(answer, Carried) else pl.decode(answer, spec)
                 checked = self.strategy.check_upload(self.state, down, checked, self._requests[c])
                 check_round_tag(answer, self.round)  # a well-formed upload, but for this round?
                 checked = to_device(checked, self.device)
@@ -274,7 +298,7 @@ class Round:
             results.append(ClientResult(c, checked, int(num_examples[c]), self._bytes_up[c]))
         return results
 
-    def finish(self, uploads: Mapping[int, Answer], num_examples: Mapping[int, int]) -> tuple[State, RoundRecord]:
+    def finish(self, uploads: Mapping[int, Upload], num_examples: Mapping[int, int]) -> tuple[State, RoundRecord]:
         """:meth:`collect` the uploads, aggregate the checked ones in ascending client id and record
         the round. Returns the new state (``self.state`` itself if nothing was applied) and the record."""
         results = self.collect(uploads, num_examples)
@@ -292,6 +316,19 @@ class Round:
         return state, rec
 
 
+def _check_carried(answer: Carried, spec: pl.PayloadSpec) -> pl.Payload:
+    """:func:`~fedkernels.fl.payload.decode`'s length limit and tensor checks on a carried payload."""
+    if answer.nbytes > spec.byte_limit():
+        raise pl.PayloadError(f"payload of {answer.nbytes} bytes exceeds the limit of {spec.byte_limit()}")
+    try:
+        pl.check(answer.payload, spec)
+    except pl.PayloadError:
+        raise
+    except Exception as e:  # as decode: a check that cannot run is a rejection, never a crash
+        raise pl.PayloadError(f"payload could not be checked: {type(e).__name__}: {e}") from None
+    return dict(answer.payload)
+
+
 def tensor_identity(t: torch.Tensor) -> tuple[int, object]:
     """A tensor's identity while unchanged: its object and version (in-place writes bump it). An
     inference tensor has no version: it gets a fresh token, so it is never taken for another."""
@@ -306,7 +343,7 @@ def _tensors_key(payload: pl.Payload) -> tuple:
     return tuple((name, *tensor_identity(t)) for name, t in sorted(payload.items()))
 
 
-def check_round_tag(upload: bytes, round: int) -> None:
+def check_round_tag(upload: bytes | Carried, round: int) -> None:
     """Refuse an upload not tagged with ``round`` (:data:`fedkernels.fl.client.ROUND_TAG`): a
     client's upload replayed in a later round, or a late answer to an earlier one, is never
     aggregated again. Call after the upload decoded.
@@ -314,7 +351,8 @@ def check_round_tag(upload: bytes, round: int) -> None:
     Raises:
         PayloadError: the tag is missing or names another round.
     """
-    tag = pl.read_metadata(upload).get(ROUND_TAG)
+    metadata = upload.metadata if isinstance(upload, Carried) else pl.read_metadata(upload)
+    tag = metadata.get(ROUND_TAG)
     if tag is None:
         raise pl.PayloadError(f"upload carries no round tag ({ROUND_TAG!r} metadata); this is round {round}")
     if tag != str(round):

@@ -14,11 +14,15 @@ from __future__ import annotations
 import inspect
 import json
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
 import torch
 
 from .payload import Payload, PayloadSpec
 from .types import ClientData, ClientResult, TrainConfig
+
+if TYPE_CHECKING:
+    from .batched import LocalProblem
 
 State = dict[str, torch.Tensor]
 
@@ -39,6 +43,26 @@ class Strategy(ABC):
     name: str = "strategy"
     config_caches: tuple[str, ...] = ()
 
+    @property
+    def stateful_clients(self) -> bool:
+        """Whether a client keeps tensors from one round to the next (e.g. partial exchange with the
+        authors' semantics: a client keeps the tensors the server did not send). Such a client runs
+        :meth:`client_update_stateful`; the in-process loop keeps its memory (checkpoints do not, and
+        the Flower adapter refuses such a strategy). Default: False."""
+        return False
+
+    def client_view(self, payload: Payload, memory: Payload | None) -> Payload:
+        """Client side, stateful clients: the model the client holds after receiving ``payload``, given
+        what it kept (``None`` before its first round). Default: the payload."""
+        return payload
+
+    def client_update_stateful(
+        self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int, memory: Payload | None
+    ) -> tuple[Payload, Payload | None]:
+        """Client side, stateful clients: :meth:`client_update` from the client's view of ``payload``;
+        returns the upload and what the client keeps. Default: ``client_update``, nothing kept."""
+        return self.client_update(self.client_view(payload, memory), data, config, round, seed), None
+
     @abstractmethod
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         """The initial global state (model parameters and any server-side buffers)."""
@@ -49,6 +73,11 @@ class Strategy(ABC):
         both transports run. Returns state entries to add to the run's state (so they are
         checkpointed). Default: none."""
         return {}
+
+    def setup_needs_client_data(self) -> bool:
+        """Whether :meth:`setup` reads the clients' data (a Flower server has none, so it refuses such a
+        strategy). Default: whenever a subclass overrides :meth:`setup`."""
+        return type(self).setup is not Strategy.setup
 
     def setup_report(self, data: ClientData) -> Payload | None:
         """Client side, once before round 0: what this client sends for :meth:`setup_from_reports`
@@ -87,6 +116,16 @@ class Strategy(ABC):
     @abstractmethod
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
         """Client side: train locally from the downloaded payload, return the upload."""
+
+    def local_problem(
+        self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int
+    ) -> LocalProblem | None:
+        """Client side, optional: :meth:`client_update`'s local training written as a
+        :class:`~fedkernels.fl.batched.LocalProblem`, so the in-process loop can train a round's
+        clients in one batched pass (:func:`fedkernels.fl.batched.train_batched`). Its upload must be
+        :meth:`client_update`'s up to floating-point rounding (python_tests/test_fl_batched.py checks
+        every strategy that gives one). Default: ``None``, the sequential loop."""
+        return None
 
     @abstractmethod
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:

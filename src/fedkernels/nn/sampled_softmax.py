@@ -46,6 +46,7 @@ class SampledSoftmaxHead(nn.Module):
         num_classes: size of the global label space.
         variant: one of ``"fedss"``, ``"negonly"``, ``"posonly"``, ``"full"``.
         scale: logit temperature (``scale * h @ W.T``).
+        cosine: cosine logits, ``scale * normalize(h) @ normalize(W).T`` (FedSS's image-retrieval setup).
 
     Example:
         >>> pos, neg = torch.tensor([4, 9]), fedkernels.sample_negatives(torch.tensor([4, 9]), 1000, 64, seed=0)
@@ -68,6 +69,7 @@ class SampledSoftmaxHead(nn.Module):
         num_classes: int,
         variant: str = "fedss",
         scale: float = 1.0,
+        cosine: bool = False,
     ) -> None:
         super().__init__()
         if variant not in VARIANTS:
@@ -95,6 +97,7 @@ class SampledSoftmaxHead(nn.Module):
         self.num_classes = int(num_classes)
         self.num_positives = int(num_positives)
         self.scale = float(scale)
+        self.cosine = bool(cosine)
         self.weight = nn.Parameter(weight.detach().clone())
         self.register_buffer("class_ids", class_ids.clone())
         self.register_buffer("_sorted_ids", sorted_ids)
@@ -150,7 +153,9 @@ class SampledSoftmaxHead(nn.Module):
         local[live] = self.local_index(target[live])
         if bool((local[live] >= self.num_positives).any()):
             raise IndexError("every target must be one of the client's positive classes")
-        w = self.weight
+        w: torch.Tensor = self.weight
+        if self.cosine:  # cosine logits: scale * cos(h, w_c) (FedSS's normalised features and rows)
+            h, w = nn.functional.normalize(h, dim=1), nn.functional.normalize(w, dim=1)
         if self.variant == "full":
             return linear_cross_entropy(h, w, local, None, self.scale, ignore_index, reduction)
         if self.variant == "posonly":

@@ -10,7 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..ops.spread import PairWeights, spreadout_loss
+from ..ops.spread import PairWeights, knn_classes, pair_weight_gather, spreadout_loss, spreadout_pair_loss
+
+FORMS = ("hinge", "unhinged")
 
 
 class SpreadoutRegularizer(nn.Module):
@@ -32,6 +34,58 @@ class SpreadoutRegularizer(nn.Module):
         """``W [C, d]`` -> scalar."""
         pw = self.pair_weight.to(W.device) if self.pair_weight is not None else None
         return self.weight * spreadout_loss(W, self.margin, min(self.k, W.shape[0] - 1), pw, self.metric)
+
+
+def spreadout_objective(
+    W: torch.Tensor,
+    k: int,
+    margin: float,
+    pair_weight: PairWeights | None = None,
+    row_scale: torch.Tensor | None = None,
+    form: str = "hinge",
+    metric: str = "l2",
+) -> torch.Tensor:
+    """The FedAwS / FedALC server regulariser in its variants, over each class's k nearest classes.
+
+    ``sum_c sum_{c' in kNN_k(c)} s_c alpha[c, c'] * phi(dist(w_c, w_c'))`` with
+    ``phi(d) = max(0, margin - d)^2`` (``form="hinge"``, FedAwS's spreadout: only pairs closer than the
+    margin are pushed) or ``phi(d) = -d^2`` (``form="unhinged"``: every selected pair is pushed apart,
+    the farther the harder, with no margin). ``alpha`` comes from ``pair_weight`` (1 where absent or
+    ``None``), ``s_c`` from ``row_scale`` (1 if ``None``; e.g. ``count(c)``, which turns FedALC's
+    ``1 - cooc/count`` into the unnormalised ``count - cooc``). The neighbour selection
+    (:func:`~fedkernels.ops.knn_classes`, compiled) is held constant; the hinge runs on the compiled
+    pair loss, so with no ``row_scale`` it equals :func:`~fedkernels.ops.spreadout_loss`.
+
+    Args:
+        W: ``[C, d]`` class embeddings.
+        k: neighbours per class, ``0 <= k < C``.
+        margin: the hinge's margin (unused by ``"unhinged"``).
+        pair_weight: sparse FedALC weights over C classes, or None.
+        row_scale: float ``[C]`` per-class factor, or None.
+        form: ``"hinge"`` or ``"unhinged"``.
+        metric: ``"l2"`` or ``"cosine"``.
+
+    Returns:
+        A scalar, differentiable in ``W``.
+    """
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+    _, idx = knn_classes(W.detach(), k, metric)
+    if pair_weight is not None:
+        weight = pair_weight_gather(pair_weight.to(W.device), idx)
+    else:
+        weight = torch.ones(idx.shape, dtype=torch.float32, device=W.device)
+    if row_scale is not None:
+        if row_scale.shape != (W.shape[0],):
+            raise ValueError(f"row_scale must have shape [{W.shape[0]}], got {tuple(row_scale.shape)}")
+        weight = weight * row_scale.to(device=W.device, dtype=torch.float32)[:, None]
+    if form == "hinge":
+        return spreadout_pair_loss(W, idx, weight, margin, metric)
+    if metric == "l2":
+        dist = (W[:, None, :] - W[idx]).pow(2).sum(-1).clamp_min(0).sqrt()
+    else:
+        dist = 1.0 - (nn.functional.normalize(W, dim=1)[:, None, :] * nn.functional.normalize(W, dim=1)[idx]).sum(-1)
+    return -(weight.to(W.dtype) * dist.pow(2)).sum()
 
 
 def positive_pull(W: torch.Tensor, pair_weight: PairWeights) -> torch.Tensor:

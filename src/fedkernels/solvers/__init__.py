@@ -4,7 +4,15 @@
 also exported as ``fedkernels.<name>``.
 """
 
-from .client_graph import feature_space_graph, knn_graph, model_space_graph
-from .graph_prox import GraphProxResult, graph_prox
+from .client_graph import feature_space_graph, kernel_graph, knn_graph, model_space_graph
+from .graph_prox import GraphProxResult, graph_prox, project_l1_ball
 
-__all__ = ["GraphProxResult", "feature_space_graph", "graph_prox", "knn_graph", "model_space_graph"]
+__all__ = [
+    "GraphProxResult",
+    "feature_space_graph",
+    "graph_prox",
+    "kernel_graph",
+    "knn_graph",
+    "model_space_graph",
+    "project_l1_ball",
+]

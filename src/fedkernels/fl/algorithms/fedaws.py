@@ -34,12 +34,13 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from ...nn.spreadout import learn_fixed_class_embeddings, positive_pull
-from ...ops.spread import PairWeights, spreadout_loss
+from ...nn.spreadout import FORMS, learn_fixed_class_embeddings, positive_pull, spreadout_objective
+from ...ops.spread import PairWeights, knn_classes, pair_weight_gather, spreadout_loss
 from .. import labelsets as ls
 from ..aggregate import weighted_average, weighted_rows_mean
+from ..batched import LocalProblem, call_module
 from ..local import train_local
-from ..models import embed_mlp, load_state, mlp, state_of, topk_ids
+from ..models import embed_mlp, embed_mlp_skeleton, load_state, mlp, mlp_skeleton, state_of, topk_ids
 from ..payload import Payload, PayloadError, PayloadSpec, TensorSpec, encode, state_spec
 from ..seeding import derive_seed, generator
 from ..strategy import SERVER, State, Strategy
@@ -50,6 +51,7 @@ _G = "g."  # prefix of the feature extractor's tensors in the state
 # as CSR tensors, and FedALC-fixed's class embeddings.
 PW_INDPTR, PW_INDICES, PW_VALUES = SERVER + "pair_indptr", SERVER + "pair_indices", SERVER + "pair_values"
 FIXED_W = SERVER + "fixed_W"
+ROW_SCALE = SERVER + "row_scale"  # float32 [C]: FedALC weights="counts": count(c) per server row
 
 
 def client_class(data: ClientData) -> int:
@@ -64,6 +66,18 @@ def positive_loss(z: torch.Tensor, w: torch.Tensor, margin: float) -> torch.Tens
     """``mean_n max(0, margin - cos(z_n, w))^2`` for embeddings ``z [n, d]`` and one class ``w [d]``."""
     cos = F.normalize(z, dim=1) @ F.normalize(w, dim=0)
     return torch.clamp(margin - cos, min=0).pow(2).mean()
+
+
+def positive_rows(
+    module: torch.nn.Module, params: dict, consts: dict, x: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
+    """Each row's :func:`positive_loss` term ``max(0, margin - cos(g(x), w))^2``: ``[B]`` (the class
+    embedding ``w`` is a trained parameter or, for fixed embeddings, a constant; ``y`` is unused: every
+    row of a one-label client is a positive of its class)."""
+    w = params["w"] if "w" in params else consts["w"]
+    z = call_module(module, {n: t for n, t in params.items() if n != "w"}, x)
+    cos = F.normalize(z, dim=1) @ F.normalize(w, dim=0)
+    return torch.clamp(consts["pos_margin"] - cos, min=0).pow(2)
 
 
 def label_report(data: ClientData, key: bytes, class_rows: torch.Tensor) -> Payload:
@@ -128,6 +142,12 @@ def pair_weights_from_reports(reports: Sequence[Payload], num_classes: int) -> P
     digests, build ``alpha`` and move it to the linked server rows. Where clients link one digest to
     different rows, or different digests to one row, the first report's link holds (reports in
     ascending client id) and the pairs of the digest that lost are dropped."""
+    return label_statistics_from_reports(reports, num_classes)[0]
+
+
+def label_statistics_from_reports(reports: Sequence[Payload], num_classes: int) -> tuple[PairWeights, torch.Tensor]:
+    """:func:`pair_weights_from_reports` and each server row's instance count ``count(c)`` (float32
+    ``[num_classes]``, 0 for rows no report links)."""
     links: dict[bytes, int] = {}
     taken: set[int] = set()
     for r in reports:
@@ -146,7 +166,9 @@ def pair_weights_from_reports(reports: Sequence[Payload], num_classes: int) -> P
     to_row = torch.tensor([links[d] for d in sets.label_digests], dtype=torch.int64, device="cpu")
     pw = sets.pair_weights()
     rows = torch.repeat_interleave(torch.arange(sets.num_classes, device=pw.indptr.device), pw.indptr.diff())
-    return PairWeights.from_pairs(to_row[rows], to_row[pw.indices], pw.values, num_classes)
+    counts = torch.zeros(num_classes, dtype=torch.float32, device="cpu")
+    counts[to_row] = sets.counts().to(torch.float32)
+    return PairWeights.from_pairs(to_row[rows], to_row[pw.indices], pw.values, num_classes), counts
 
 
 def class_pair_weights(
@@ -193,6 +215,9 @@ class FedAwS(Strategy):
         embed_dim: the embedding layer's width (``model="embed"`` only).
         pull: weight of the co-occurrence pull ``sum (1 - alpha) ||w_c - w_c'||^2`` in the server
             step (FedALC only: "keep correlated labels close"; 0 is the push-only regulariser).
+        regularizer: ``"hinge"``, FedAwS's spreadout ``max(0, margin - d)^2`` over the k nearest
+            classes, or ``"unhinged"``, ``-d^2`` over them (every neighbour pushed, no margin; the
+            FedALC paper's form). See :func:`fedkernels.nn.spreadout.spreadout_objective`.
     """
 
     name = "FedAwS"
@@ -212,11 +237,17 @@ class FedAwS(Strategy):
         model: str = "mlp",
         embed_dim: int = 256,
         pull: float = 0.0,
+        regularizer: str = "hinge",
     ) -> None:
         if model not in ("mlp", "embed"):
             raise ValueError(f"model must be 'mlp' or 'embed', got {model!r}")
         if pull < 0:
             raise ValueError(f"pull must be >= 0, got {pull}")
+        if regularizer not in FORMS:
+            raise ValueError(f"regularizer must be one of {FORMS}, got {regularizer!r}")
+        if spread_steps < 0:
+            raise ValueError(f"spread_steps must be >= 0, got {spread_steps}")
+        self.regularizer = regularizer
         self.model, self.embed_dim, self.pull = model, int(embed_dim), float(pull)
         self.dim, self.hidden, self.pos_margin = int(dim), tuple(hidden), float(pos_margin)
         self.margin, self.k, self.metric = float(margin), int(k), metric
@@ -268,6 +299,42 @@ class FedAwS(Strategy):
             out["w"] = w.detach().clone()
         return out
 
+    def local_problem(
+        self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int
+    ) -> LocalProblem | None:
+        num_features = int(payload[_G + "0.weight"].shape[1])
+        g = (
+            embed_mlp_skeleton(num_features, self.dim, self.embed_dim, self.hidden)
+            if self.model == "embed"
+            else mlp_skeleton(num_features, self.dim, self.hidden)
+        )
+        names = [n for n, _ in g.named_parameters()]  # the extractor's state: parameters only
+        params = {n: payload[_G + n] for n in names}
+        device = payload["w"].device
+        consts = {"pos_margin": torch.tensor(self.pos_margin, device=device)}
+        if self.fixed_embeddings:
+            consts["w"] = payload["w"]
+        else:
+            params["w"] = payload["w"]
+
+        def finish(p: dict[str, torch.Tensor]) -> Payload:
+            out = {_G + n: p[n] for n in names}
+            if not self.fixed_embeddings:
+                out["w"] = p["w"]
+            return out
+
+        n = len(data)
+        return LocalProblem(
+            g,
+            params,
+            positive_rows,
+            torch.zeros(n, device=device),
+            torch.ones(n, device=device),
+            finish,
+            generator(seed, "shuffle"),
+            consts,
+        )
+
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
         names = [n for n in state if n.startswith(_G)]
         spec = state_spec(state, names)
@@ -282,12 +349,17 @@ class FedAwS(Strategy):
         assert request is not None, "FedAwS clients always send a request"
         return {**upload, "class_id": request["class_id"]}
 
-    def _spread(self, W: torch.Tensor, pair_weight: PairWeights | None) -> torch.Tensor:
+    def _spread(
+        self, W: torch.Tensor, pair_weight: PairWeights | None, row_scale: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``spread_steps`` gradient steps on the spreadout loss (compiled kernels), then unit rows."""
         kk = min(self.k, W.shape[0] - 1)
         for _ in range(self.spread_steps):
             Wg = W.detach().requires_grad_(True)
-            loss = spreadout_loss(Wg, self.margin, kk, pair_weight, self.metric)
+            if self.regularizer == "hinge" and row_scale is None:
+                loss = spreadout_loss(Wg, self.margin, kk, pair_weight, self.metric)
+            else:
+                loss = spreadout_objective(Wg, kk, self.margin, pair_weight, row_scale, self.regularizer, self.metric)
             if self.pull > 0 and pair_weight is not None:
                 loss = loss + self.pull * positive_pull(Wg, pair_weight)
             (grad,) = torch.autograd.grad(loss, Wg)
@@ -303,7 +375,7 @@ class FedAwS(Strategy):
             # each client's class id comes from check_upload
             ids = [r.payload["class_id"].reshape(1).to(torch.int64) for r in results]
             W = weighted_rows_mean(W, ids, [r.payload["w"].reshape(1, -1) for r in results], weights)
-            W = self._spread(W, pair_weights_of(state))
+            W = self._spread(W, pair_weights_of(state), state.get(ROW_SCALE))
         new["W"] = W
         new.update({n: t for n, t in state.items() if n.startswith(SERVER)})  # the setup's result, unchanged
         return new
@@ -329,13 +401,19 @@ class FedALC(FedAwS):
     """FedAwS with label-correlation pair weights collected privately in ``setup``.
 
     Args (beyond FedAwS's):
+        weights: the pair weights' form. ``"ratio"``: ``alpha[c, c'] = 1 - cooc(c, c') / count(c)``
+            (count-normalised, in [0, 1]); ``"counts"``: ``count(c) - cooc(c, c')``, the unnormalised
+            form (``count(c)`` times the ratio: frequent classes push harder; the regulariser's scale
+            grows by the mean count, so its weight lambda shrinks by as much).
         client_secret: the clients' shared secret (bytes, >= 16), handed to the clients' side of the
             run out of band; ``None`` makes a fresh one with :mod:`secrets` (then the server state's
             row order differs between runs, while class-space results do not). Never derived from the
             run seed: the server knows the seed. Keys the label digests and the class-to-row
             permutation; the server-side state never holds it. Same seed and same secret give
             bit-identical runs; resuming a checkpoint needs the same secret (its run identity holds
-            :func:`~fedkernels.fl.labelsets.key_id`, a one-way tag of it).
+            :func:`~fedkernels.fl.labelsets.key_id`, a one-way tag of it). A ``str`` is taken as its
+            UTF-8 bytes (how a config file gives one; a preset's fixed secret makes its runs
+            reproducible and is no secret: never ship one to real clients).
         client_secret_file: read the secret from this file (64 hex digits, mode 0600), making it there
             with a fresh secret if it is missing (:func:`~fedkernels.fl.labelsets.secret_from_file`):
             how ``fedkernels run --checkpoint`` keeps it for ``--resume`` without writing it anywhere else.
@@ -351,12 +429,18 @@ class FedALC(FedAwS):
     def __init__(
         self,
         *args,
-        client_secret: bytes | None = None,
+        client_secret: bytes | str | None = None,
+        weights: str = "ratio",
         max_report_pairs: int = MAX_REPORT_PAIRS,
         client_secret_file: str | None = None,
         **kw,
     ) -> None:
         super().__init__(*args, **kw)
+        if isinstance(client_secret, str):  # a config file's secret (TOML has no bytes): its UTF-8 bytes
+            client_secret = client_secret.encode("utf-8")
+        if weights not in ("ratio", "counts"):
+            raise ValueError(f"weights must be 'ratio' or 'counts', got {weights!r}")
+        self.weights = weights
         if isinstance(max_report_pairs, bool) or not isinstance(max_report_pairs, int) or max_report_pairs < 1:
             raise ValueError(f"max_report_pairs must be an integer >= 1, got {max_report_pairs!r}")
         if client_secret is not None and client_secret_file is not None:
@@ -409,9 +493,32 @@ class FedALC(FedAwS):
         return check_label_report(report)
 
     def setup_from_reports(self, state: State, reports: list[Payload], seed: int) -> State:
-        """Server side: the pair weights from the clients' checked label reports, as state entries."""
-        pw = pair_weights_from_reports(reports, state["W"].shape[0])
-        return {PW_INDPTR: pw.indptr, PW_INDICES: pw.indices, PW_VALUES: pw.values}
+        """Server side: the pair weights from the clients' checked label reports, as state entries
+        (with ``weights="counts"`` also each row's count, the regulariser's row scale)."""
+        pw, counts = label_statistics_from_reports(reports, state["W"].shape[0])
+        out = {PW_INDPTR: pw.indptr, PW_INDICES: pw.indices, PW_VALUES: pw.values}
+        if self.weights == "counts":
+            out[ROW_SCALE] = counts
+        return out
+
+    def diagnostics(self, state: State) -> dict[str, float]:
+        """How far the pair weights move FedALC from FedAwS on ``state``'s embeddings: the fraction of
+        the k-nearest-neighbour pairs with ``alpha < 0.9`` and the mean ``alpha`` over those pairs
+        and over all pairs (``alpha`` in its ratio form, whatever ``weights`` is)."""
+        pw = pair_weights_of(state)
+        if pw is None:
+            return {}
+        W = self._embeddings(state)
+        c = W.shape[0]
+        _, idx = knn_classes(W, min(self.k, c - 1), self.metric)
+        knn_alpha = pair_weight_gather(pw, idx)
+        total = c * (c - 1)
+        all_mean = (pw.values.double().sum() + (total - pw.nnz)) / max(1, total)  # absent pairs weigh 1
+        return {
+            "knn_pairs_alpha_below_0.9": float((knn_alpha < 0.9).double().mean()),
+            "knn_pairs_mean_alpha": float(knn_alpha.double().mean()),
+            "all_pairs_mean_alpha": float(all_mean),
+        }
 
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
@@ -452,3 +559,25 @@ class FedALCFixed(FedALC):
         new = super().aggregate(state, results, round)
         new["W"] = new[FIXED_W].clone() if FIXED_W in new else new["W"]
         return new
+
+
+class FedAvgPositive(FedAwS):
+    """The FedAwS and FedALC papers' "FedAvg" baseline: FedAwS's model, clients and positive loss with
+    no server spreadout (``spread_steps = 0``): the class embeddings are only averaged, so with one
+    label per client they collapse. Takes FedAwS's options; ``spread_steps`` must stay 0."""
+
+    name = "FedAvg-positive"
+
+    def __init__(self, *args, **kw) -> None:
+        if kw.setdefault("spread_steps", 0) != 0:
+            raise ValueError(f"FedAvg-positive takes no spreadout steps, got spread_steps={kw['spread_steps']}")
+        super().__init__(*args, **kw)
+
+
+class FedAvgFixed(FedAwS):
+    """The FedALC paper's "FedAvg-fixed" baseline: class embeddings fixed at their random unit-norm
+    initialisation (never trained, spread or uploaded; no label-set collection), the extractor
+    trained and averaged as in FedAwS. FedALC-fixed with no embedding learning."""
+
+    name = "FedAvg-fixed"
+    fixed_embeddings = True

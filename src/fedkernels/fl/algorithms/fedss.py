@@ -27,15 +27,17 @@ import torch
 
 from ...nn.sampled_softmax import SampledSoftmaxHead
 from ...ops.sampled import sample_negatives
+from ...ops.spread import spreadout_loss
 from ..aggregate import weighted_average, weighted_rows_mean
 from ..local import train_local
 from ..models import load_state, mlp, state_of, topk_ids
 from ..payload import Payload, PayloadError, PayloadSpec, TensorSpec, state_spec
 from ..seeding import derive_seed, generator
-from ..strategy import State, Strategy
+from ..strategy import SERVER, State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
 
 CLASSES = "classes"  # the state's class matrix W [p, d]; every other state entry is the body
+MOMENTUM = SERVER + "momentum."  # server_momentum's velocity per model tensor (server-side only)
 
 
 def _pairs(batch: ClientData) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,19 +54,31 @@ class FedSS(Strategy):
         embed_dim: d, the width of the representation and of the class rows.
         hidden: hidden widths of the body MLP.
         scale: logit temperature (``scale * h @ W.T``).
+        cosine: cosine logits ``scale * cos(h, w_c)`` (the FedSS paper: normalised embeddings, s = 20).
+        server_momentum: the server's momentum on the averaged update (FedAvgM: ``v <- beta v + delta``,
+            ``x <- x + v``; the FedSS paper's 0.9); 0 is plain averaging.
     """
 
     name = "FedSS"
     variant = "fedss"
 
     def __init__(
-        self, num_negatives: int = 64, embed_dim: int = 64, hidden: Sequence[int] = (256,), scale: float = 1.0
+        self,
+        num_negatives: int = 64,
+        embed_dim: int = 64,
+        hidden: Sequence[int] = (256,),
+        scale: float = 1.0,
+        cosine: bool = False,
+        server_momentum: float = 0.0,
     ) -> None:
         if num_negatives < 0:
             raise ValueError(f"num_negatives must be >= 0, got {num_negatives}")
         if embed_dim < 1:
             raise ValueError(f"embed_dim must be >= 1, got {embed_dim}")
+        if not 0.0 <= server_momentum < 1.0:
+            raise ValueError(f"server_momentum must lie in [0, 1), got {server_momentum}")
         self.num_negatives, self.embed_dim, self.hidden, self.scale = num_negatives, embed_dim, tuple(hidden), scale
+        self.cosine, self.server_momentum = bool(cosine), float(server_momentum)
 
     # ---- global state: body parameters plus the class matrix
 
@@ -72,7 +86,13 @@ class FedSS(Strategy):
         state = state_of(mlp(num_features, self.embed_dim, self.hidden, seed))
         g = torch.Generator(device="cpu").manual_seed(derive_seed(seed, CLASSES))
         state[CLASSES] = torch.randn(num_classes, self.embed_dim, generator=g, device="cpu") / self.embed_dim**0.5
+        if self.server_momentum > 0:
+            state.update({MOMENTUM + k: torch.zeros_like(v) for k, v in list(state.items())})
         return state
+
+    @staticmethod
+    def _model_names(state: Payload) -> list[str]:
+        return [k for k in state if not k.startswith(SERVER)]
 
     def _body(self, params: Payload) -> torch.nn.Module:
         # F is the first layer's input width [h, F]: the dims live in the state, not on self
@@ -115,7 +135,7 @@ class FedSS(Strategy):
         )
 
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
-        body = {k: v for k, v in state.items() if k != CLASSES}
+        body = {k: state[k] for k in self._model_names(state) if k != CLASSES}
         if request is None:  # FullSoftmax
             p, device = state[CLASSES].shape[0], state[CLASSES].device
             ids = torch.arange(p, dtype=torch.int64, device=device)
@@ -143,7 +163,9 @@ class FedSS(Strategy):
         body = self._body(payload)
         num_pos = int(payload["num_positives"][0])
         variant = "full" if self.variant == "full" else self.variant
-        head = SampledSoftmaxHead(payload["rows"], payload["class_ids"], num_pos, data.num_classes, variant, self.scale)
+        head = SampledSoftmaxHead(
+            payload["rows"], payload["class_ids"], num_pos, data.num_classes, variant, self.scale, self.cosine
+        )
 
         def loss_fn(batch: ClientData) -> torch.Tensor:
             rows, labels = _pairs(batch)
@@ -158,7 +180,7 @@ class FedSS(Strategy):
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
         s = payload_sent["class_ids"].shape[0]
         p, d = state[CLASSES].shape
-        spec = state_spec(state, [k for k in state if k != CLASSES])
+        spec = state_spec(state, [k for k in self._model_names(state) if k != CLASSES])
         spec["class_ids"] = TensorSpec(torch.int64, (s,), min_value=0, max_value=p)
         spec["rows"] = TensorSpec(state[CLASSES].dtype, (s, d))
         return PayloadSpec(spec)
@@ -167,17 +189,73 @@ class FedSS(Strategy):
 
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
         weights = [float(r.num_examples) for r in results]
-        body_names = [k for k in state if k != CLASSES]
+        body_names = [k for k in self._model_names(state) if k != CLASSES]
         new = weighted_average([{k: r.payload[k] for k in body_names} for r in results], weights)
         # a client without data (weight 0) moves no row
         ids = [r.payload["class_ids"] for r in results]
         new[CLASSES] = weighted_rows_mean(state[CLASSES], ids, [r.payload["rows"] for r in results], weights)
+        if self.server_momentum > 0:  # FedAvgM: the averaged update, with momentum, from the old state
+            for k in self._model_names(state):
+                v = self.server_momentum * state[MOMENTUM + k] + (new[k] - state[k])
+                new[MOMENTUM + k], new[k] = v, state[k] + v
         return new
 
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
+        h, w = self._body(state)(x), state[CLASSES]
+        if self.cosine:
+            h, w = torch.nn.functional.normalize(h, dim=1), torch.nn.functional.normalize(w, dim=1)
+        return topk_ids(h, w, k, scale=self.scale)  # fused: no [N, p] scores
+
+    def model_bytes(self, state: State) -> int:
+        """The body and the class rows (the server's momentum left out)."""
+        return sum(state[k].numel() * state[k].element_size() for k in self._model_names(state))
+
+    @torch.no_grad()
+    def embed(self, state: State, x: torch.Tensor) -> torch.Tensor:
+        """The representation ``h [N, d]`` of ``x [N, F]`` (unit rows with cosine logits), for retrieval."""
         h = self._body(state)(x)
-        return topk_ids(h, state[CLASSES], k, scale=self.scale)  # fused: no [N, p] scores
+        return torch.nn.functional.normalize(h, dim=1) if self.cosine else h
+
+
+class PosOnlySpread(FedSS):
+    """The FedAwS baseline of the FedSS paper: positive classes only on the clients (as
+    :class:`PosOnly`), and on the server FedAwS's spreadout step on the class rows after averaging
+    (``spread_steps`` steps of size ``spread_lr`` on the squared hinge over each class's ``k`` nearest
+    classes under ``margin``, rows renormalised with cosine logits).
+
+    Args (beyond FedSS's): margin, k, spread_lr, spread_steps.
+    """
+
+    name = "FedSS-FedAwS"
+    variant = "posonly"
+
+    def __init__(
+        self, *args, margin: float = 1.0, k: int = 10, spread_lr: float = 0.1, spread_steps: int = 1, **kw
+    ) -> None:
+        super().__init__(*args, **kw)
+        if margin < 0 or k < 1 or spread_lr < 0 or spread_steps < 0:
+            got = (margin, k, spread_lr, spread_steps)
+            raise ValueError(f"need margin >= 0, k >= 1, spread_lr >= 0 and spread_steps >= 0, got {got}")
+        self.margin, self.k, self.spread_lr, self.spread_steps = (
+            float(margin),
+            int(k),
+            float(spread_lr),
+            int(spread_steps),
+        )
+
+    def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
+        new = super().aggregate(state, results, round)
+        W = new[CLASSES]
+        kk = min(self.k, W.shape[0] - 1)
+        for _ in range(self.spread_steps if kk > 0 else 0):
+            Wg = W.detach().requires_grad_(True)
+            (grad,) = torch.autograd.grad(spreadout_loss(Wg, self.margin, kk), Wg)
+            W = W - self.spread_lr * grad
+            if self.cosine:
+                W = torch.nn.functional.normalize(W, dim=1)
+        new[CLASSES] = W.detach()
+        return new
 
 
 class NegOnly(FedSS):

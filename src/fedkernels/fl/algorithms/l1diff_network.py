@@ -8,8 +8,11 @@ codec. The server steps the shared part by the weighted mean of the directions, 
 participant's head by its own direction, then applies the prox of the graph penalty (step ``eta``)
 to all heads with :func:`fedkernels.graph_prox` (a duality-gap-certified solve).
 
-The graph comes from the clients' feature covariances at setup (``graph="features"``), or from the
-current heads each round (``graph="models"``, cosine kNN in model space).
+The graph comes from the clients' feature covariances at setup (``graph="features"``), from a
+Gaussian kernel on their mean feature vectors at setup (``graph="kernel"``: kNN edges weighted by the
+kernel, :func:`fedkernels.solvers.kernel_graph`), or from the current heads each round
+(``graph="models"``, cosine kNN in model space). ``p`` is 1, 2 or ``inf`` (the norm on head differences).
+Each client is evaluated with its own model (``predict_topk_client``; ``Server.evaluate_clients``).
 """
 
 from __future__ import annotations
@@ -19,16 +22,18 @@ from collections.abc import Sequence
 import torch
 
 from ...comm import max_stream_bytes
-from ...solvers import feature_space_graph, graph_prox, model_space_graph
+from ...solvers import feature_space_graph, graph_prox, kernel_graph, model_space_graph
 from ..models import load_state, mlp, model_topk_ids, state_of
 from ..payload import Payload, PayloadSpec, TensorSpec
 from ..strategy import SERVER, State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
 from .fedavg import multilabel_loss
+from .l1diff import GAMMA, GAMMA_SENT, received_gamma
 from .l1diff_codec import check_streams, encode_direction, full_gradient, l1diff_direction
 
 PERSONAL = "personal."
-EDGES = SERVER + "edges"  # int64 [E, 2]: the feature-space kNN graph from setup (graph="features")
+EDGES = SERVER + "edges"  # int64 [E, 2]: the kNN graph from setup (graph="features" or "kernel")
+EDGE_WEIGHTS = SERVER + "edge_weights"  # float64 [E]: graph="kernel"'s kernel weights
 GAP = SERVER + "gap"  # float64 []: the duality gap of the last graph prox (-1 before the first: not NaN,
 # which would make equal states compare unequal)
 
@@ -41,14 +46,16 @@ class L1DiffNetwork(Strategy):
         gamma: the l1-difference weight (as :class:`L1Diff`).
         eta: the proximal step size (as :class:`L1Diff`).
         lam: weight of the graph penalty.
-        p: 1 or 2, the graph penalty's norm.
+        p: 1, 2 or ``float("inf")`` (also ``"inf"``), the graph penalty's norm.
         k: neighbours per client in the kNN graph.
-        graph: ``"features"`` or ``"models"``, what the kNN graph is built from.
+        graph: ``"features"``, ``"kernel"`` or ``"models"``, what the kNN graph is built from.
         hidden: hidden widths (at least one layer, so a shared part exists).
         loss: as :class:`L1Diff`.
         value_dtype: as :class:`L1Diff`.
         levels: as :class:`L1Diff`.
         tol: duality-gap tolerance of the graph prox.
+        gamma_rel: if set, gamma is this multiple of the run's mean |g0|, set from round 0's exact
+            gradients (as :class:`L1Diff`'s ``gamma_rel``); ``gamma`` is then ignored.
     """
 
     name = "L1DiffNetwork"
@@ -59,7 +66,7 @@ class L1DiffNetwork(Strategy):
         gamma: float = 0.0,
         eta: float = 0.5,
         lam: float = 0.1,
-        p: int = 2,
+        p: float | str = 2,
         k: int = 2,
         graph: str = "features",
         hidden: Sequence[int] = (32,),
@@ -67,18 +74,29 @@ class L1DiffNetwork(Strategy):
         value_dtype: str = "float32",
         levels: int | None = None,
         tol: float = 1e-6,
+        gamma_rel: float | None = None,
     ) -> None:
+        if gamma_rel is not None and not gamma_rel >= 0:
+            raise ValueError(f"gamma_rel must be >= 0, got {gamma_rel}")
+        self.gamma_rel = None if gamma_rel is None else float(gamma_rel)
         if num_clients < 2 or not 0 < k < num_clients:
             raise ValueError(f"num_clients must be >= 2 and k in [1, num_clients), got {num_clients}, {k}")
-        if not gamma >= 0 or not eta > 0 or not lam >= 0 or p not in (1, 2):
-            raise ValueError(f"need gamma >= 0, eta > 0, lam >= 0, p in (1, 2); got {gamma}, {eta}, {lam}, {p}")
-        if graph not in ("features", "models") or not hidden:
-            raise ValueError("graph must be 'features' or 'models', and hidden must name at least one layer")
+        p = float("inf") if p in ("inf", float("inf")) else float(p)
+        if not gamma >= 0 or not eta > 0 or not lam >= 0 or p not in (1, 2, float("inf")):
+            raise ValueError(f"need gamma >= 0, eta > 0, lam >= 0, p in (1, 2, inf); got {gamma}, {eta}, {lam}, {p}")
+        if graph not in ("features", "kernel", "models") or not hidden:
+            raise ValueError("graph must be 'features', 'kernel' or 'models', and hidden must name at least one layer")
         if value_dtype not in ("float32", "float16"):
             raise ValueError(f"value_dtype must be 'float32' or 'float16', got {value_dtype!r}")
         self.num_clients, self.gamma, self.eta, self.lam, self.p, self.k = num_clients, gamma, eta, lam, p, k
         self.graph, self.hidden, self.loss = graph, tuple(hidden), loss
         self.value_dtype, self.levels, self.tol = value_dtype, levels, tol
+
+    def options(self) -> dict:
+        """The base options, with ``p = inf`` written as ``"inf"`` (JSON has no infinity)."""
+        out = super().options()
+        out["p"] = "inf" if self.p == float("inf") else self.p
+        return out
 
     # ---- model layout: shared layers + the personal last layer
     def _head_names(self) -> list[str]:
@@ -91,12 +109,14 @@ class L1DiffNetwork(Strategy):
         for n in self._head_names():  # every client starts from the same head
             state[PERSONAL + n] = full[n].unsqueeze(0).repeat(self.num_clients, *([1] * full[n].dim()))
         state[GAP] = torch.tensor(-1.0, dtype=torch.float64, device="cpu")
+        if self.gamma_rel is not None:
+            state[GAMMA] = torch.tensor(-1.0, dtype=torch.float64, device="cpu")
         return state
 
     @staticmethod
     def _model_names(state: Payload) -> list[str]:
-        """The model's tensors in ``state`` (the server-only entries left out)."""
-        return [n for n in state if not n.startswith(SERVER)]
+        """The model's tensors in ``state`` (the server-only entries and the sent gamma left out)."""
+        return [n for n in state if not n.startswith(SERVER) and n != GAMMA_SENT]
 
     def setup(self, clients: list[ClientData], seed: int) -> State:
         if len(clients) != self.num_clients:
@@ -106,6 +126,9 @@ class L1DiffNetwork(Strategy):
                 raise TypeError("clients: graph='features' compares dense feature rows; pass dense features")
             edges, _ = feature_space_graph([c.x for c in clients], self.k)
             return {EDGES: edges}
+        if self.graph == "kernel":
+            edges, weights = kernel_graph([c.x for c in clients], self.k)
+            return {EDGES: edges, EDGE_WEIGHTS: weights}
         return {}
 
     def _client_model(self, shared: Payload, head: dict[str, torch.Tensor]) -> torch.nn.Module:
@@ -116,10 +139,13 @@ class L1DiffNetwork(Strategy):
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
         out = {n: state[n] for n in self._model_names(state) if not n.startswith(PERSONAL)}
         out.update({PERSONAL + n: state[PERSONAL + n][client_id].clone() for n in self._head_names()})
+        gamma = max(0.0, float(state[GAMMA])) if GAMMA in state else self.gamma
+        out[GAMMA_SENT] = torch.tensor([gamma], dtype=torch.float64, device=state[GAP].device)
         return out
 
     def client_update(self, payload: Payload, data: ClientData, config: TrainConfig, round: int, seed: int) -> Payload:
-        shared = {n: t for n, t in payload.items() if not n.startswith(PERSONAL)}
+        gamma = received_gamma(payload, self.gamma)
+        shared = {n: t for n, t in payload.items() if not n.startswith(PERSONAL) and n != GAMMA_SENT}
         head = {n: payload[PERSONAL + n] for n in self._head_names()}
         model = self._client_model(shared, head)
         named = list(model.named_parameters())
@@ -129,7 +155,7 @@ class L1DiffNetwork(Strategy):
         out = {}
         for (n, _), g in zip(named, grads, strict=True):
             key = PERSONAL + n if n in self._head_names() else n
-            out[key] = encode_direction(l1diff_direction(g, self.gamma, self.eta), self.value_dtype, self.levels)
+            out[key] = encode_direction(l1diff_direction(g, gamma, self.eta), self.value_dtype, self.levels)
         return out
 
     def upload_spec(self, state: State, payload_sent: Payload) -> PayloadSpec:
@@ -138,6 +164,7 @@ class L1DiffNetwork(Strategy):
             {
                 n: TensorSpec(torch.uint8, (None,), max_numel=max_stream_bytes(shapes[n], self.value_dtype))
                 for n in payload_sent
+                if n != GAMMA_SENT
             }
         )
 
@@ -157,15 +184,21 @@ class L1DiffNetwork(Strategy):
         if not decoded:
             return new
         total = float(sum(r.num_examples for r in kept))
+        abs_sum, count = 0.0, 0
         for n in self._model_names(state):
+            shape = state[n].shape[1:] if n.startswith(PERSONAL) else state[n].shape
+            step = torch.zeros(shape, device=state[n].device)
+            for d, r in zip(decoded, kept, strict=True):
+                step.add_(d[n], alpha=r.num_examples / total)
+            abs_sum, count = abs_sum + float(step.double().abs().sum()), count + step.numel()
             if n.startswith(PERSONAL):
                 for d, r in zip(decoded, kept, strict=True):  # each participant steps its own head
                     new[n][r.client_id] -= self.eta * d[n]
             else:
-                step = torch.zeros_like(state[n])
-                for d, r in zip(decoded, kept, strict=True):
-                    step.add_(d[n], alpha=r.num_examples / total)
-                new[n] -= self.eta * step
+                new[n] -= self.eta * step.to(state[n].dtype)
+        if GAMMA in state and float(state[GAMMA]) < 0 and self.gamma_rel is not None:  # round 0 sets gamma
+            gamma = self.gamma_rel * abs_sum / max(1, count)
+            new[GAMMA] = torch.tensor(gamma, dtype=torch.float64, device=state[GAMMA].device)
         return self._couple_heads(new)
 
     def _couple_heads(self, state: State) -> State:
@@ -175,7 +208,8 @@ class L1DiffNetwork(Strategy):
         edges = state.get(EDGES)
         if self.graph == "models" or edges is None:
             edges, _ = model_space_graph(y, self.k, "cosine")
-        res = graph_prox(y, edges, self.eta * self.lam, self.p, tol=self.tol)
+        weights = state.get(EDGE_WEIGHTS) if self.graph == "kernel" else None
+        res = graph_prox(y, edges, self.eta * self.lam, self.p, weights=weights, tol=self.tol)
         state[GAP] = torch.tensor(res.gap, dtype=torch.float64, device=state[GAP].device)
         at = 0
         for n in names:

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import torch
 
-from ..algorithms import FedAwS, FedSS, L1Diff, L1DiffNetwork, PartialExchange
+from ..algorithms import FedAwS, FedSS, L1Diff, L1DiffNetwork, LabelPrior, PartialExchange
 from ..algorithms.fedaws import _G as FEDAWS_PREFIX
 from ..algorithms.fedaws import FIXED_W, pair_weights_of
 from ..algorithms.fedss import CLASSES
+from ..algorithms.l1diff import GAMMA_SENT
 from ..algorithms.l1diff_codec import decode_upload
 from ..payload import Payload
 from ..strategy import SERVER, State, Strategy
@@ -89,6 +90,10 @@ class DenseForm:
 
 class L1DiffForm(DenseForm):
     """The l1-difference update: the decoded directions are summed; the server takes the mean step."""
+
+    def names(self, state: State) -> list[str]:
+        """The model's tensors: the download's gamma (``l1.gamma``) is no model tensor."""
+        return [n for n in super().names(state) if n != GAMMA_SENT]
 
     def contribution(
         self, download: Payload, upload: Payload, weight: float | None, request: Payload | None = None
@@ -299,8 +304,8 @@ class RowsForm(DenseForm):
                     step = step + row_noise[keep]
                 W[rows[keep]] = (W[rows[keep]].double() + step).to(W.dtype)
             W = s._spread(W, pair_weights_of(state))
-        else:
-            W = state[FIXED_W].clone()
+        else:  # FedALC-fixed's learned rows, or the initial rows FedAvg-fixed keeps
+            W = state[FIXED_W].clone() if FIXED_W in state else W
         new["W"] = W
         return new
 
@@ -317,6 +322,21 @@ def form_of(strategy: Strategy) -> DenseForm:
             "L1DiffNetwork keeps every client's personal head on the server and steps it with that client's "
             "own direction (its graph prox couples all heads), so secure aggregation cannot hide them and "
             "client-level DP does not apply; run it without --secagg/--dp-*"
+        )
+    if strategy.stateful_clients:
+        raise ValueError(
+            f"{strategy.name} has stateful clients (they keep tensors between rounds), which private rounds do not "
+            "carry; run it without --secagg/--dp-* (or, for PartialExchange, keep_unreceived=False)"
+        )
+    if isinstance(strategy, LabelPrior):
+        raise ValueError(
+            "LabelPrior uploads label counts, not a model update, so it has no private form; run it without "
+            "--secagg/--dp-*"
+        )
+    if isinstance(strategy, L1Diff) and strategy.gamma_rel is not None:
+        raise ValueError(
+            "L1Diff with gamma_rel sets gamma from round 0's mean |step| on the server, which a private round does "
+            "not see; give gamma instead"
         )
     if isinstance(strategy, (FedSS, FedAwS)):
         return RowsForm(strategy)

@@ -99,7 +99,12 @@ class FlowerStrategy(_FlowerStrategy):
         partition_keys: dict[int, bytes] | None = None,
         max_in_flight: int | None = None,
     ) -> None:
-        if type(strategy).setup is not Strategy.setup:
+        if strategy.stateful_clients:
+            raise NotImplementedError(
+                f"strategy {strategy.name} has stateful clients (they keep tensors between rounds), which the "
+                "Flower adapter does not carry; run it in process (or, for PartialExchange, keep_unreceived=False)"
+            )
+        if strategy.setup_needs_client_data():
             raise NotImplementedError(
                 f"strategy {strategy.name} needs client data in setup(), which a Flower server does not have "
                 "(give it a setup exchange: setup_report / setup_from_reports)"
@@ -110,6 +115,8 @@ class FlowerStrategy(_FlowerStrategy):
             raise ValueError(f"client_timeout must be positive or None, got {config.client_timeout}")
         if config.eval_clients is not None and config.eval_clients < 1:
             raise ValueError(f"eval_clients must be >= 1 or None, got {config.eval_clients}")
+        if config.client_weighting not in ("samples", "uniform"):
+            raise ValueError(f"client_weighting must be 'samples' or 'uniform', got {config.client_weighting!r}")
         if not startup_grace >= 0:
             raise ValueError(f"startup_grace must be >= 0, got {startup_grace}")
         if max_in_flight is not None and max_in_flight < 1:
@@ -268,10 +275,11 @@ class FlowerStrategy(_FlowerStrategy):
         t0 = time.perf_counter()
         answers: dict[int, Answer] = {}
         weights: dict[int, int] = {}
+        uniform = self.config.client_weighting == "uniform"  # as Server.num_examples weighs clients
         for c, reply in self._replies(replies).items():
             answers[c], n = self._payload(c, reply, functools.partial(rnd.upload_limit, c), weighted=True)
             if n is not None:
-                weights[c] = n
+                weights[c] = int(n > 0) if uniform else n
         self.state, rec = rnd.finish(answers, weights)
         self.history.append(rec)
         return None, MetricRecord(
