@@ -392,7 +392,8 @@ def map_at_r(embeddings: torch.Tensor, indptr: torch.Tensor, indices: torch.Tens
 
     Args:
         embeddings: float ``[N, d]``.
-        indptr, indices: the samples' CSR label sets (``[N + 1]``, ``[nnz]``).
+        indptr: int64 ``[N + 1]``, the CSR row pointers of the samples' label sets.
+        indices: int64 ``[nnz]``, their label ids.
         block: queries per block (memory ``block x N``).
 
     Returns:
