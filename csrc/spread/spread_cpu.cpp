@@ -286,6 +286,9 @@ const KnnLevel* knn_level(CpuIsa isa) {
 namespace {
 
 std::tuple<at::Tensor, at::Tensor> knn_classes_cpu(const at::Tensor& W_in, int64_t k, std::string metric_name) {
+  // No gradient flows through this op; the generic level's GEMM (mm_out) must not meet a parameter's
+  // requires_grad.
+  const at::NoGradGuard no_grad;
   // Float64 W is checked for finite values by ATen (its squared norms can overflow for finite
   // entries); narrower types by their float64 norms, which are finite exactly when the row is.
   if (W_in.scalar_type() == at::kDouble) {
