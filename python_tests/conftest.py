@@ -141,7 +141,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     from fedkernels.testing import cuda_emulator
 
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    # one file per process: an xdist worker's, or a tools/test_shards.py shard's
+    shard = os.environ.get("FK_TEST_SHARD")
+    worker = os.environ.get("PYTEST_XDIST_WORKER") or (f"shard{shard}" if shard else None)
     out = Path(f"{path}.{worker}" if worker else path)
     out.write_text(json.dumps(cuda_emulator.loaded().launch_counts(), indent=1, sort_keys=True))
 

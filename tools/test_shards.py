@@ -86,7 +86,10 @@ def run(
                 i, group = pending.pop(0)
                 log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
                 cmd = [*command, *shared, *group]
-                active.append((i, log, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)))
+                # FK_TEST_SHARD names the shard, so per-process outputs (the emulator's coverage) do not collide
+                shard_env = dict(os.environ if env is None else env, FK_TEST_SHARD=str(i + 1))
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=shard_env, cwd=cwd)
+                active.append((i, log, proc))
             done = [a for a in active if a[2].poll() is not None]
             if not done:
                 time.sleep(0.1)
