@@ -69,6 +69,13 @@ def test_options_match_algorithm_names_in_any_case(synth, tmp_path):
     assert res["history"][0]["bytes_up"] > 0
 
 
+@pytest.mark.parametrize(("text", "want"), [("false", False), ("False", False), ("TRUE", True), ("true", True)])
+def test_bool_options_take_config_file_spelling(synth, text, want):
+    """`--option ALG.flag=false` as a config file writes it (it was the string 'false', then refused)."""
+    args = ["run", *synth, "--algorithms", "PartialExchange", "--option", f"PartialExchange.keep_unreceived={text}"]
+    assert build_config(parser().parse_args(args)).options_for("PartialExchange")["keep_unreceived"] is want
+
+
 def test_defaults_are_linear_and_overridable():
     cfg = ExperimentConfig(algorithms=["FedAvg", "FedMLH"], algorithm_options={"FedMLH": {"hidden": [8]}})
     assert cfg.options_for("FedAvg") == DEFAULT_OPTIONS["FedAvg"] == {"hidden": []}

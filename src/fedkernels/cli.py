@@ -100,11 +100,14 @@ def demo_config() -> dict[str, Any]:
 
 
 def _parse_option(text: str) -> tuple[str, str, Any]:
-    """``ALG.key=value`` with value a Python literal (``4``, ``[64, 64]``, ``'median'``) or a bare string."""
+    """``ALG.key=value`` with value a Python literal (``4``, ``[64, 64]``, ``'median'``), ``true`` /
+    ``false`` (as config files write them, any case), or a bare string."""
     head, sep, raw = text.partition("=")
     alg, dot, key = head.partition(".")
     if not sep or not dot or not alg or not key:
         raise ValueError(f"--option must look like ALGORITHM.key=value, got {text!r}")
+    if raw.strip().lower() in ("true", "false"):
+        return alg, key, raw.strip().lower() == "true"
     try:
         value = ast.literal_eval(raw)
     except (ValueError, SyntaxError):
