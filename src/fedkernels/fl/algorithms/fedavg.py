@@ -14,7 +14,7 @@ from ..local import train_local
 from ..models import load_state, mlp, mlp_skeleton, model_topk_ids, res_mlp, res_mlp_skeleton, state_of
 from ..payload import Payload, PayloadSpec, state_spec
 from ..seeding import generator
-from ..strategy import State, Strategy
+from ..strategy import SERVER, State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
 
 __all__ = ["FedAvg", "multilabel_loss", "weighted_average"]  # weighted_average: from ..aggregate
@@ -140,6 +140,15 @@ class FedAvg(Strategy):
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
         return weighted_average([r.payload for r in results], [float(r.num_examples) for r in results])
 
+    @staticmethod
+    def _model_names(state: Payload) -> list[str]:
+        """The model's tensors in ``state``: every entry but the server-only ones (``SERVER`` prefix)."""
+        return [n for n in state if not n.startswith(SERVER)]
+
     @torch.no_grad()
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
-        return model_topk_ids(self._model(state), x, k)  # fused last layer: no [N, p] logits
+        model = self._model({n: state[n] for n in self._model_names(state)})
+        return model_topk_ids(model, x, k)  # fused last layer: no [N, p] logits
+
+    def model_bytes(self, state: State) -> int:
+        return sum(state[n].numel() * state[n].element_size() for n in self._model_names(state))

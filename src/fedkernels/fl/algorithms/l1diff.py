@@ -19,7 +19,6 @@ from collections.abc import Sequence
 import torch
 
 from ...comm import max_stream_bytes
-from ..models import model_topk_ids
 from ..payload import Payload, PayloadError, PayloadSpec, TensorSpec
 from ..strategy import SERVER, State
 from ..types import ClientData, ClientResult, TrainConfig
@@ -39,6 +38,11 @@ def received_gamma(payload: Payload, default: float) -> float:
     if not gamma >= 0 or gamma == float("inf"):
         raise PayloadError(f"the download's gamma must be one finite value >= 0, got {sent}")
     return gamma
+
+
+def l1diff_model_names(state: Payload) -> list[str]:
+    """The model's tensors in a state or download: the server-only entries and the sent gamma left out."""
+    return [n for n in state if not n.startswith(SERVER) and n != GAMMA_SENT]
 
 
 class L1Diff(FedAvg):
@@ -93,7 +97,7 @@ class L1Diff(FedAvg):
 
     @staticmethod
     def _model_names(state: Payload) -> list[str]:
-        return [n for n in state if not n.startswith(SERVER) and n != GAMMA_SENT]
+        return l1diff_model_names(state)
 
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
         out = {n: state[n] for n in self._model_names(state)}
@@ -148,11 +152,3 @@ class L1Diff(FedAvg):
             gamma = self.gamma_rel * abs_sum / max(1, count)
             new[GAMMA] = torch.tensor(gamma, dtype=torch.float64, device=state[GAMMA].device)
         return new
-
-    @torch.no_grad()
-    def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
-        model = self._model({n: state[n] for n in self._model_names(state)})
-        return model_topk_ids(model, x, k)  # fused last layer: no [N, p] logits
-
-    def model_bytes(self, state: State) -> int:
-        return sum(state[n].numel() * state[n].element_size() for n in self._model_names(state))

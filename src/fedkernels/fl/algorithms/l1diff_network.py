@@ -28,7 +28,7 @@ from ..payload import Payload, PayloadSpec, TensorSpec
 from ..strategy import SERVER, State, Strategy
 from ..types import ClientData, ClientResult, TrainConfig
 from .fedavg import multilabel_loss
-from .l1diff import GAMMA, GAMMA_SENT, received_gamma
+from .l1diff import GAMMA, GAMMA_SENT, l1diff_model_names, received_gamma
 from .l1diff_codec import check_streams, encode_direction, full_gradient, l1diff_direction
 
 PERSONAL = "personal."
@@ -115,8 +115,7 @@ class L1DiffNetwork(Strategy):
 
     @staticmethod
     def _model_names(state: Payload) -> list[str]:
-        """The model's tensors in ``state`` (the server-only entries and the sent gamma left out)."""
-        return [n for n in state if not n.startswith(SERVER) and n != GAMMA_SENT]
+        return l1diff_model_names(state)
 
     def setup(self, clients: list[ClientData], seed: int) -> State:
         if len(clients) != self.num_clients:

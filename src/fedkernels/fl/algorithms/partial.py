@@ -18,7 +18,7 @@ import torch
 
 from ..batched import LocalProblem
 from ..local import train_local
-from ..models import model_topk_ids, state_of
+from ..models import state_of
 from ..partial_exchange import DRIFTS, apply_partial_payloads, candidate_names, make_partial_payload
 from ..payload import Payload, PayloadError, PayloadSpec, state_spec
 from ..seeding import generator
@@ -99,9 +99,6 @@ class PartialExchange(FedAvg):
             state[FRESH] = torch.ones(len(candidate_names(state)), dtype=torch.uint8, device="cpu")
         return state
 
-    def _model_names(self, state: State) -> list[str]:
-        return [n for n in state if not n.startswith(SERVER)]
-
     def client_payload(self, state: State, client_id: int, request: Payload | None, round: int, seed: int) -> Payload:
         model = {n: state[n] for n in self._model_names(state)}
         if not self.keep_unreceived:
@@ -129,14 +126,6 @@ class PartialExchange(FedAvg):
                     if 0 <= r.client_id < new[SYNCED].numel():
                         new[SYNCED][r.client_id] = 1
         return new
-
-    @torch.no_grad()
-    def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
-        model = self._model({n: state[n] for n in self._model_names(state)})
-        return model_topk_ids(model, x, k)  # fused last layer: no [N, p] logits
-
-    def model_bytes(self, state: State) -> int:
-        return sum(state[n].numel() * state[n].element_size() for n in self._model_names(state))
 
     # ---- client side
 
