@@ -1,8 +1,11 @@
 """Experiments on top of the federated loop: configs, named presets, runs over seeds, reports.
 
-``fedkernels run`` is a thin shell over this package: :class:`ExperimentConfig` says what to run,
-:func:`prepare_data` loads and partitions the data, :func:`run_algorithm` runs one algorithm, and
-:mod:`.presets` holds the named paper reproductions (``fedkernels run --preset NAME``).
+``fedkernels run`` is a thin shell over this package: :class:`ExperimentConfig` says what to run
+(its ``validate`` builds each algorithm's strategy once), :func:`run_experiment` runs it over seeds
+and writes the result files (:mod:`.runner`, :mod:`.outputs`), :func:`prepare_data` loads and
+partitions the data, :func:`run_algorithm` runs one algorithm through :meth:`fedkernels.fl.Server.run`
+(checkpoints: :mod:`.checkpoints`), and :mod:`.presets` holds the named paper reproductions
+(``fedkernels run --preset NAME``).
 """
 
 from .experiment import (
@@ -16,6 +19,7 @@ from .experiment import (
     run_algorithm,
 )
 from .presets import Preset, Sweep, list_presets, load_preset, preset_names
+from .runner import run_experiment
 from .seeds import seed_summary
 
 __all__ = [
@@ -32,5 +36,6 @@ __all__ = [
     "prepare_data",
     "preset_names",
     "run_algorithm",
+    "run_experiment",
     "seed_summary",
 ]

@@ -6,6 +6,7 @@ derives from ``ExperimentConfig.seed``, so a config reproduces its numbers.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from fedkernels_cli.defaults import DEFAULT_OPTIONS, METRIC_FAMILIES, PARTITIONS, RUN_DEFAULTS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,29 +43,22 @@ from ..fl.device import resolve_device
 from ..fl.local import AUTOCAST, make_optimizer
 from ..fl.registry import make_strategy, strategies
 from ..fl.server import RunConfig, Server, record_from_json
+from ..fl.strategy import Strategy
 from ..fl.types import ClientData, RoundRecord, TrainConfig
 from ..metrics import communication_summary, inverse_propensity, map_at_r, propensity_params
 from ..seeding import numpy_rng
-from .limits import check_fields, check_output_files, check_writable_folder
-
-PARTITIONS = ("fedmlh", "fedmlh_single", "dirichlet", "iid", "one_label", "primary_label")
-
-# Per-algorithm options a run uses unless the config or --option says otherwise: linear models.
-# On the shipped data a hidden layer trained a few local epochs per round learns far slower than a
-# linear model (Bibtex, 12 rounds: FedAvg P@1 0.020 with a 256-wide layer under SGD, 0.375 linear
-# under Adam), and FedMLH's R sub-models then each carry the whole layer (3.7x FedAvg's bytes).
-DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
-    "FedAvg": {"hidden": []},
-    "FedMLH": {"hidden": []},
-    "FedSS": {"hidden": []},
-}
+from .checkpoints import checkpoint_path, run_options
+from .limits import check_fields
+from .names import canonical_name
 
 
 class AllClientsFailed(RuntimeError):
     """Every client of a round failed: the run cannot go on (the message lists their reasons)."""
 
 
-METRIC_FAMILIES = ("P", "nDCG", "PSP", "PSnDCG", "R")  # as ``<family>@<k>`` in the reports
+def _copy_of(name: str) -> Callable[[], Any]:
+    """A ``default_factory`` giving each config its own copy of list or dict default ``name``."""
+    return lambda: copy.deepcopy(RUN_DEFAULTS[name])
 
 
 def metric_columns(families: list[str], ks: list[int]) -> list[str]:
@@ -72,92 +68,99 @@ def metric_columns(families: list[str], ks: list[int]) -> list[str]:
 
 @dataclass
 class ExperimentConfig:
-    """Everything a run needs. Field names are the config-file keys and the CLI flags."""
+    """Everything a run needs. Field names are the config-file keys and the CLI flags; the defaults
+    are :data:`fedkernels_cli.defaults.RUN_DEFAULTS` (which the CLI's help shows)."""
 
-    algorithms: list[str] = field(default_factory=lambda: ["FedAvg", "FedMLH"])
-    algorithm_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    dataset: str = "synthetic"
-    synthetic: dict[str, Any] = field(default_factory=dict)
-    feature_dim: int | None = None
+    algorithms: list[str] = field(default_factory=_copy_of("algorithms"))
+    algorithm_options: dict[str, dict[str, Any]] = field(default_factory=_copy_of("algorithm_options"))
+    dataset: str = RUN_DEFAULTS["dataset"]
+    synthetic: dict[str, Any] = field(default_factory=_copy_of("synthetic"))
+    feature_dim: int | None = RUN_DEFAULTS["feature_dim"]
     # unit-norm feature rows (file datasets). False keeps raw values: the FedAwS/FedALC presets on
     # Bibtex need the raw bag of words (unit rows shrink the first layer's steps ~68x: P@1 0.175
     # against 0.309 after 60 rounds, docs/api/fl.md "Reproducing the papers").
-    l2_normalize: bool = True
+    l2_normalize: bool = RUN_DEFAULTS["l2_normalize"]
     # keep a file dataset's features as torch.sparse_csr from file to model (partition, local
     # training, evaluation): memory ~ nonzeros, not N x F. The synthetic default is always dense.
-    sparse: bool = False
-    test_fraction: float = 0.2
-    partition: str = "fedmlh"
-    num_frequent: int | None = None  # FedMLH split and freq/infreq metrics; default: 10% of classes
-    beta: float = 0.5
-    clients: int = 10
-    clients_per_round: int = 4
-    rounds: int = 20
-    local_epochs: int = 5
-    batch_size: int = 64
-    lr: float = 0.01
-    optimizer: str = "adam"
-    seed: int = 0
-    eval_every: int = 1
-    ks: list[int] = field(default_factory=lambda: [1, 3, 5])
+    sparse: bool = RUN_DEFAULTS["sparse"]
+    test_fraction: float = RUN_DEFAULTS["test_fraction"]
+    partition: str = RUN_DEFAULTS["partition"]
+    num_frequent: int | None = RUN_DEFAULTS["num_frequent"]
+    beta: float = RUN_DEFAULTS["beta"]
+    clients: int = RUN_DEFAULTS["clients"]
+    clients_per_round: int = RUN_DEFAULTS["clients_per_round"]
+    rounds: int = RUN_DEFAULTS["rounds"]
+    local_epochs: int = RUN_DEFAULTS["local_epochs"]
+    batch_size: int = RUN_DEFAULTS["batch_size"]
+    lr: float = RUN_DEFAULTS["lr"]
+    optimizer: str = RUN_DEFAULTS["optimizer"]
+    seed: int = RUN_DEFAULTS["seed"]
+    eval_every: int = RUN_DEFAULTS["eval_every"]
+    ks: list[int] = field(default_factory=_copy_of("ks"))
     # the metric families the results table shows at every k (all are computed and saved)
-    metrics: list[str] = field(default_factory=lambda: list(METRIC_FAMILIES))
+    metrics: list[str] = field(default_factory=_copy_of("metrics"))
     # [A, B] of Jain et al.'s propensity model for PSP@k / PSnDCG@k; unset: the dataset's own
     # (fedkernels.metrics.PROPENSITY), 0.55 / 1.5 for datasets not in that table
-    propensity: list[float] | None = None
-    max_test: int | None = None
-    output: str = "fedkernels-out"
+    propensity: list[float] | None = RUN_DEFAULTS["propensity"]
+    max_test: int | None = RUN_DEFAULTS["max_test"]
+    output: str = RUN_DEFAULTS["output"]
     # torch intra-op threads for the run (None: torch's default). On a machine busy with other
     # work, 1 is far faster for these small models: with more, every op waits at a barrier for a
     # descheduled worker (Bibtex, 3 hidden layers: 0.45 s a round with 1 thread, 7-18 s with 2).
-    threads: int | None = None
+    threads: int | None = RUN_DEFAULTS["threads"]
     # a folder of per-algorithm checkpoints written after every round (resumed with resume=True)
-    checkpoint: str | None = None
-    resume: bool = False
+    checkpoint: str | None = RUN_DEFAULTS["checkpoint"]
+    resume: bool = RUN_DEFAULTS["resume"]
     # aggregation weight of a client: "samples" (n_k / n, FedAvg's) or "uniform" (1/S over the round's
     # S clients holding data, as the FedMLH paper averages)
-    client_weighting: str = "samples"
+    client_weighting: str = RUN_DEFAULTS["client_weighting"]
     # train a round's in-process clients in one batched pass where the algorithm allows it
     # (RunConfig.batch_clients: faster on the CPU, equal to the one-by-one loop up to float rounding)
-    batch_clients: bool = False
+    batch_clients: bool = RUN_DEFAULTS["batch_clients"]
     # the late-window mean: each metric averaged over the evaluations in the last late_window share of
     # the rounds (single evaluations swing with the clients a round happens to draw)
-    late_window: float = 0.25
+    late_window: float = RUN_DEFAULTS["late_window"]
     # algorithms also run centralised, as the upper bound beside the table: one client holding the whole
     # training set (its original labels, whatever the partition), the same rounds, epochs and options
-    centralized: list[str] = field(default_factory=list)
+    centralized: list[str] = field(default_factory=_copy_of("centralized"))
     # > 0: each client keeps this share of its data out of training as its own test set, and every
     # evaluation also ranks each client's held-out rows with the model that client would use
     # (metrics "client-P@k", example-weighted over the clients; see Server.evaluate_clients)
-    client_test_fraction: float = 0.0
+    client_test_fraction: float = RUN_DEFAULTS["client_test_fraction"]
     # partition "primary_label": samples grouped by their primary label, cut into clients of this many
-    client_size: int = 4
+    client_size: int = RUN_DEFAULTS["client_size"]
     # also evaluate retrieval MAP@R of the strategy's representations (``embed``) on the test set
-    retrieval: bool = False
+    retrieval: bool = RUN_DEFAULTS["retrieval"]
     # where training, the server's state and evaluation run: "cpu", "cuda" or "cuda:N" (fedkernels.fl.device)
-    device: str = "cpu"
+    device: str = RUN_DEFAULTS["device"]
     # mixed precision of local training's forward pass: "off" or "bf16" (fedkernels.fl.local.autocast)
-    autocast: str = "off"
+    autocast: str = RUN_DEFAULTS["autocast"]
     # privacy (fedkernels.fl.privacy, docs/api/privacy.md): SecAgg+ secure aggregation, client-level DP
     # (clip + noise multiplier, or a target epsilon at dp_delta), FedALC's server-side embedding DP,
     # sample-level DP-SGD in local training
-    secagg: bool = False
-    secagg_dropouts: int | None = None
-    secagg_bits: int = 32
-    secagg_bound: float = 4.0
-    secagg_degree: int | None = None
-    dp_clip: float | None = None
-    dp_noise: float | None = None
-    target_epsilon: float | None = None
-    dp_delta: float = 1e-5
-    embedding_dp_clip: float | None = None
-    embedding_dp_noise: float | None = None
-    dp_sample_clip: float | None = None
-    dp_sample_noise: float = 0.0
+    secagg: bool = RUN_DEFAULTS["secagg"]
+    secagg_dropouts: int | None = RUN_DEFAULTS["secagg_dropouts"]
+    secagg_bits: int = RUN_DEFAULTS["secagg_bits"]
+    secagg_bound: float = RUN_DEFAULTS["secagg_bound"]
+    secagg_degree: int | None = RUN_DEFAULTS["secagg_degree"]
+    dp_clip: float | None = RUN_DEFAULTS["dp_clip"]
+    dp_noise: float | None = RUN_DEFAULTS["dp_noise"]
+    target_epsilon: float | None = RUN_DEFAULTS["target_epsilon"]
+    dp_delta: float = RUN_DEFAULTS["dp_delta"]
+    embedding_dp_clip: float | None = RUN_DEFAULTS["embedding_dp_clip"]
+    embedding_dp_noise: float | None = RUN_DEFAULTS["embedding_dp_noise"]
+    dp_sample_clip: float | None = RUN_DEFAULTS["dp_sample_clip"]
+    dp_sample_noise: float = RUN_DEFAULTS["dp_sample_noise"]
 
-    def validate(self) -> None:
+    def validate(self) -> dict[str, Strategy]:
         """Raise ``ValueError`` naming the first bad field (before any data is loaded): every field's
-        type and range (:func:`~fedkernels.experiments.limits.check_fields`), then their relations."""
+        type and range (:func:`~fedkernels.experiments.limits.check_fields`), then their relations.
+
+        Returns:
+            the strategy of every algorithm and centralised algorithm, keyed by its registered name,
+            built from :meth:`options_for` and checked: a run uses these objects
+            (:func:`~fedkernels.experiments.strategies.run_strategy`) rather than building its own.
+        """
         check_fields(self)
         if not self.algorithms:
             raise ValueError("algorithms must name at least one algorithm")
@@ -223,9 +226,10 @@ class ExperimentConfig:
             if canon in seen:
                 raise ValueError(f"algorithms lists {canon} twice")
             seen.add(canon)
+        built: dict[str, Strategy] = {}
         for name in self.centralized:
-            make_strategy(name, **self.options_for(name))  # an unknown name fails here
-        seen |= {canonical_name(n) for n in self.centralized}
+            built[canonical_name(name)] = make_strategy(name, **self.options_for(name))  # an unknown name fails here
+        seen |= set(built)
         for name in self.algorithm_options:
             if canonical_name(name) not in seen:
                 raise ValueError(
@@ -234,8 +238,9 @@ class ExperimentConfig:
                 )
         for name in self.algorithms:  # unknown names and option keys fail here, before any data is loaded
             check_option_types(name, self.options_for(name))
-            make_strategy(name, **self.options_for(name))
-        check_privacy(self)
+            built[canonical_name(name)] = make_strategy(name, **self.options_for(name))
+        check_privacy(self, built)
+        return built
 
     def private(self) -> bool:
         """Whether the run's rounds are private (secure aggregation, client-level or embedding DP)."""
@@ -304,12 +309,6 @@ def check_option_types(name: str, options: dict[str, Any]) -> None:
             continue
         if not ok:
             raise ValueError(f"{where} must be {want}, got {value!r:.80}")
-
-
-def canonical_name(name: str) -> str:
-    """The registered spelling of algorithm ``name`` (matched case-insensitively); unknown names as given."""
-    cls = strategies().get(name.lower())
-    return cls.name if cls is not None else name
 
 
 def config_keys() -> set[str]:
@@ -444,73 +443,6 @@ def hold_out_per_client(
     return train, held
 
 
-def checkpoint_path(cfg: ExperimentConfig, name: str) -> Path | None:
-    """Where algorithm ``name`` checkpoints in ``cfg.checkpoint`` (``None``: no checkpoints)."""
-    return None if cfg.checkpoint is None else Path(cfg.checkpoint) / f"{canonical_name(name)}.ckpt"
-
-
-def saved_checkpoints(cfg: ExperimentConfig) -> list[Path]:
-    """The checkpoints of ``cfg``'s algorithms in its checkpoint folder or a per-seed subfolder
-    (``seed<k>/``, what ``--seeds N`` writes); empty without a checkpoint folder."""
-    if cfg.checkpoint is None:
-        return []
-    folder = Path(cfg.checkpoint)
-    names = {f"{canonical_name(a)}.ckpt" for a in cfg.algorithms}
-    found = sorted(p for p in folder.glob("*.ckpt") if p.name in names)
-    return found + sorted(p for p in folder.glob("seed*/*.ckpt") if p.name in names)
-
-
-def check_checkpoints(cfg: ExperimentConfig) -> None:
-    """Refuse to start over a checkpoint folder that holds a run unless ``cfg.resume`` says to continue
-    it: an algorithm's checkpoint in the folder itself or in a per-seed subfolder (``seed<k>/``, what
-    ``--seeds N`` writes), so a rerun without ``--resume`` never overwrites one. Then check the folder
-    takes files, before any data is read."""
-    if cfg.checkpoint is None:
-        return
-    folder = Path(cfg.checkpoint)
-    if not cfg.resume:
-        found = saved_checkpoints(cfg)
-        if found:
-            shown = ", ".join(str(p.relative_to(folder)) for p in found[:4]) + (", ..." if len(found) > 4 else "")
-            raise ValueError(
-                f"checkpoint folder {cfg.checkpoint} already holds {shown}: "
-                "pass --resume to continue that run, or choose another --checkpoint folder"
-            )
-    check_writable_folder(folder, "checkpoint")
-
-
-RESULT_FILES = ("results.json", "results.md", "rounds.csv", "accuracy.png", "seeds.md", "seeds.json")
-
-
-def check_outputs(cfg: ExperimentConfig) -> None:
-    """The output folder takes files and none of the result files is in the way, checked before any
-    data is read: a run never fails after training with its results lost.
-
-    Raises:
-        ValueError: naming the output path and what is wrong.
-    """
-    folder = check_writable_folder(cfg.output, "output")
-    check_output_files(folder, RESULT_FILES)
-
-
-def secret_options(name: str, cfg: ExperimentConfig) -> dict[str, Any]:
-    """The options of algorithm ``name`` for a run: :meth:`ExperimentConfig.options_for`, plus, for a
-    strategy keyed by a client secret (FedALC) that checkpoints with neither ``client_secret`` nor
-    ``client_secret_file`` given, ``client_secret_file = <checkpoint>/<name>.secret`` (mode 0600), so
-    ``--resume`` finds the same secret and the secret is never written into the results."""
-    import inspect
-
-    options = cfg.options_for(name)
-    cls = strategies().get(name.lower())
-    if cls is None or cfg.checkpoint is None or "client_secret" in options or "client_secret_file" in options:
-        return options
-    inits = [k.__dict__["__init__"] for k in cls.__mro__[:-1] if "__init__" in k.__dict__]
-    takes = any("client_secret_file" in inspect.signature(init).parameters for init in inits)
-    if takes:
-        options["client_secret_file"] = str(Path(cfg.checkpoint) / f"{cls.name}.secret")
-    return options
-
-
 def redact_secrets(options: dict[str, Any]) -> dict[str, Any]:
     """``options`` as results may record them: a ``client_secret`` becomes its one-way key id."""
     from ..fl.labelsets import check_secret, key_id
@@ -530,18 +462,24 @@ def run_algorithm(
     data: PreparedData,
     on_round: Callable[[RoundRecord], None] | None = None,
     on_resume: Callable[[list[RoundRecord]], None] | None = None,
+    strategy: Strategy | None = None,
 ) -> dict[str, Any]:
     """Run one algorithm for ``cfg.rounds`` rounds; returns its history, final metrics and bytes.
 
     With ``cfg.checkpoint`` the server checkpoints after every round (evaluation included) and, with
     ``cfg.resume``, continues from the checkpoint it finds there; ``on_resume`` then gets the rounds
     the checkpoint holds (a progress display starts from them), ``on_round`` each new round.
+    ``strategy`` is the algorithm's object (default: built here from
+    :func:`~fedkernels.experiments.checkpoints.run_options`).
 
     Raises:
         AllClientsFailed: every client of some round failed (their reasons in the message).
+        ValueError: ``cfg.checkpoint`` already holds this algorithm's checkpoint and ``cfg.resume``
+            is not set (a run never overwrites one).
     """
-    options = secret_options(name, cfg)
-    strategy = make_strategy(name, **options)
+    options = run_options(name, cfg)
+    if strategy is None:
+        strategy = make_strategy(name, **options)
     per_round = min(cfg.clients_per_round, len(data.clients))
     ckpt = checkpoint_path(cfg, name)
     if ckpt is not None and strategy.stateful_clients:
@@ -554,6 +492,9 @@ def run_algorithm(
             file=sys.stderr,
         )
         ckpt = None
+    resuming = ckpt is not None and ckpt.exists()
+    if resuming and not cfg.resume:
+        raise ValueError(f"checkpoint {ckpt} exists: pass --resume to continue that run, or choose another folder")
     run_cfg = RunConfig(
         rounds=cfg.rounds,
         clients_per_round=per_round,
@@ -564,8 +505,11 @@ def run_algorithm(
         client_weighting=cfg.client_weighting,
         device=cfg.device,
         batch_clients=cfg.batch_clients,
+        checkpoint=None if ckpt is None else str(ckpt),  # the server resumes from it and saves every round
     )
     t0 = time.perf_counter()
+    if ckpt is not None:
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
     if cfg.private():
         from ..fl.privacy import PrivateServer
 
@@ -574,39 +518,10 @@ def run_algorithm(
         )
     else:
         server = Server(strategy, data.clients, data.dataset.num_features, data.dataset.num_classes, run_cfg)
-    if ckpt is not None:
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
-        if cfg.resume and ckpt.exists():
-            server.load_checkpoint(ckpt)
-            if on_resume is not None:
-                on_resume(server.history)
+    if resuming and on_resume is not None:
+        on_resume(server.history)
     resumed_at = server.round
-    while server.round < cfg.rounds:
-        rec = server.run_round()
-        if rec.clients and len(rec.failed) == len(rec.clients):
-            reasons = "; ".join(f"client {c}: {why}" for c, why in rec.failed[:3])
-            raise AllClientsFailed(
-                f"{strategy.name}: every client of round {rec.round + 1} failed ({reasons}"
-                + (", ..." if len(rec.failed) > 3 else "")
-                + ")"
-            )
-        if cfg.dp_sample_clip is not None:
-            rec.privacy["sample_epsilon"] = sample_epsilon(server.history, data.clients, cfg)
-        if (rec.round + 1) % cfg.eval_every == 0 or rec.round + 1 == cfg.rounds:
-            rec.metrics = server.evaluate(
-                data.test, tuple(cfg.ks), 2048, data.inv_propensity, data.frequent, data.test_filter
-            )
-            if data.held_out is not None:
-                rec.metrics.update({f"client-{k}": v for k, v in evaluate_held_out(server, data.held_out, cfg).items()})
-            embed = getattr(strategy, "embed", None)
-            if cfg.retrieval and embed is not None:
-                rec.metrics["MAP@R"] = map_at_r(
-                    embed(server.state, data.test.x.to(server.device)).cpu(), data.test.indptr, data.test.indices
-                )
-        if ckpt is not None:
-            server.save_checkpoint(ckpt)
-        if on_round is not None:
-            on_round(rec)
+    server.run(on_round=on_round, after_round=lambda rec: _after_round(server, rec, cfg, data))
     evaluated = [r for r in server.history if r.metrics]
     diagnostics = getattr(strategy, "diagnostics", None)
     privacy = server.history[-1].privacy if server.history else {}
@@ -625,6 +540,31 @@ def run_algorithm(
         "history": [asdict(r) for r in server.history],
         "comm": communication_summary(server.history, "P@1", strategy.model_bytes(server.state)),
     }
+
+
+def _after_round(server: Server, rec: RoundRecord, cfg: ExperimentConfig, data: PreparedData) -> None:
+    """An experiment's work on each round before it is checkpointed: stop when every client failed,
+    account sample-level DP, and evaluate every ``eval_every`` rounds and at the last."""
+    if rec.clients and len(rec.failed) == len(rec.clients):
+        reasons = "; ".join(f"client {c}: {why}" for c, why in rec.failed[:3])
+        raise AllClientsFailed(
+            f"{server.strategy.name}: every client of round {rec.round + 1} failed ({reasons}"
+            + (", ..." if len(rec.failed) > 3 else "")
+            + ")"
+        )
+    if cfg.dp_sample_clip is not None:
+        rec.privacy["sample_epsilon"] = sample_epsilon(server.history, data.clients, cfg)
+    if (rec.round + 1) % cfg.eval_every == 0 or rec.round + 1 == cfg.rounds:
+        rec.metrics = server.evaluate(
+            data.test, tuple(cfg.ks), 2048, data.inv_propensity, data.frequent, data.test_filter
+        )
+        if data.held_out is not None:
+            rec.metrics.update({f"client-{k}": v for k, v in evaluate_held_out(server, data.held_out, cfg).items()})
+        embed = getattr(server.strategy, "embed", None)
+        if cfg.retrieval and embed is not None:
+            rec.metrics["MAP@R"] = map_at_r(
+                embed(server.state, data.test.x.to(server.device)).cpu(), data.test.indptr, data.test.indices
+            )
 
 
 def evaluate_held_out(server: Server, held_out: list[ClientData], cfg: ExperimentConfig) -> dict[str, float]:
@@ -670,7 +610,11 @@ def best_values(history: list[RoundRecord]) -> dict[str, float]:
 
 
 def run_centralized(
-    name: str, cfg: ExperimentConfig, data: PreparedData, on_round: Callable[[RoundRecord], None] | None = None
+    name: str,
+    cfg: ExperimentConfig,
+    data: PreparedData,
+    on_round: Callable[[RoundRecord], None] | None = None,
+    strategy: Strategy | None = None,
 ) -> dict[str, Any]:
     """The centralised upper bound of algorithm ``name``: one client holding the whole training set
     with its original labels, every round, with ``cfg``'s rounds, epochs and the algorithm's options.
@@ -691,7 +635,7 @@ def run_centralized(
         data.test_filter,
     )
     solo = replace(cfg, clients_per_round=1, checkpoint=None)
-    result = run_algorithm(name, solo, one, on_round)
+    result = run_algorithm(name, solo, one, on_round, strategy=strategy)
     result["algorithm"] = f"{result['algorithm']} (centralized)"
     return result
 
@@ -720,8 +664,9 @@ def add_common_target(results: list[dict[str, Any]], metric: str = "P@1") -> flo
     return target
 
 
-def check_privacy(cfg: ExperimentConfig) -> None:
-    """Validate the privacy settings (before any data is read); ValueError names the field."""
+def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
+    """Validate the privacy settings (before any data is read) against the strategies ``built`` for
+    ``cfg``'s algorithms (keyed by registered name); ValueError names the field."""
 
     def positive(name: str, allow_none: bool = True, zero: bool = False) -> None:
         v = getattr(cfg, name)
@@ -770,7 +715,7 @@ def check_privacy(cfg: ExperimentConfig) -> None:
 
     if cfg.private():
         for name in cfg.algorithms:
-            form_of(make_strategy(name, **cfg.options_for(name)))  # L1DiffNetwork is refused here
+            form_of(built[canonical_name(name)])  # L1DiffNetwork is refused here
             if cfg.embedding_dp_clip is not None and canonical_name(name) not in ("FedAwS", "FedALC", "FedALC-fixed"):
                 raise ValueError(f"embedding_dp_* applies to FedAwS, FedALC and FedALC-fixed, not {name}")
 

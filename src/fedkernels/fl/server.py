@@ -331,10 +331,13 @@ class Server:
         test: ClientData | None = None,
         on_round: Callable[[RoundRecord], None] | None = None,
         held_out: list[ClientData] | None = None,
+        after_round: Callable[[RoundRecord], None] | None = None,
     ) -> list[RoundRecord]:
         """Run the remaining rounds of the config; every ``eval_every`` rounds evaluate on ``test``
         (centralised) and, with ``held_out`` (one set per client), federated (metrics prefixed
-        ``fed-``)."""
+        ``fed-``). Each round's record then goes to ``after_round`` (the caller's own checks and
+        evaluation, which may raise to stop the run or fill in the record), is checkpointed with
+        ``config.checkpoint``, and goes to ``on_round`` (progress display)."""
         while self.round < self.config.rounds:
             rec = self.run_round()
             if test is not None and (rec.round + 1) % self.config.eval_every == 0:
@@ -342,6 +345,8 @@ class Server:
             if held_out is not None and (rec.round + 1) % self.config.eval_every == 0:
                 fed, _ = self.evaluate_federated(held_out, round=rec.round)
                 rec.metrics.update({f"fed-{k}": v for k, v in fed.items()})
+            if after_round is not None:
+                after_round(rec)
             if self.config.checkpoint is not None:
                 self.save_checkpoint(self.config.checkpoint)
             if on_round is not None:

@@ -1,5 +1,5 @@
 """``fedkernels data list | info NAME | get NAME | verify [NAME]``: the registered public datasets
-and the data folder."""
+and the data folder (the parser: :func:`fedkernels_cli.parser.add_data_parser`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ def _num(x: int | None) -> str:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """Dispatch ``fedkernels data <action>``."""
-    from .data import fetcher as fetch_mod
-    from .data.locations import DEPRECATED_ENV_VAR, ENV_VAR
-    from .data.remote import get_remote, remote_datasets
+    from ..data import fetcher as fetch_mod
+    from ..data.locations import DEPRECATED_ENV_VAR, ENV_VAR
+    from ..data.remote import get_remote, remote_datasets
 
     root = Path(args.data_dir).expanduser() if args.data_dir else fetch_mod.cache_dir()
     if args.action == "list" or (args.action == "get" and not args.name):
@@ -67,19 +67,3 @@ def cmd_data(args: argparse.Namespace) -> int:
     folder = fetch_mod.fetch(ds.name, url=args.url, force=args.force, progress=not args.no_progress, root=root)
     print(f"{ds.name}: {folder}  (use it as `fedkernels run --dataset {ds.name}`)")
     return 0
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the ``data`` subcommand to ``fedkernels``'s subparsers."""
-    d = sub.add_parser("data", help="list, describe, download and verify public datasets")
-    d.add_argument("action", choices=("list", "info", "get", "verify"))
-    d.add_argument("name", nargs="?", help="a dataset name from `fedkernels data list` (any case)")
-    d.add_argument("--url", help="get: download from this URL instead (a mirror, or file:///... for a manual download)")
-    d.add_argument(
-        "--force", action="store_true", help="get: download again (the old copy stays until the new one verified)"
-    )
-    d.add_argument("--no-progress", action="store_true", help="get: no progress bar")
-    d.add_argument(
-        "--data-dir", default=None, help="the data folder (default: $FEDKERNELS_DATA_DIR or ~/.cache/fedkernels/data)"
-    )
-    d.set_defaults(fn=cmd_data)

@@ -1,0 +1,140 @@
+"""``fedkernels run``'s flags merged into one validated :class:`~fedkernels.experiments.ExperimentConfig`."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from typing import Any
+
+from fedkernels_cli.parser import RUN_FLAGS
+
+from ..experiments.checkpoints import default_checkpoint_folder
+from ..experiments.experiment import ExperimentConfig, config_keys, load_config
+from ..experiments.limits import field_checks
+from ..experiments.names import canonical_name
+from ..experiments.presets import load_preset, resolve_preset_dataset
+from ..fl.strategy import Strategy
+
+
+def demo_config() -> dict[str, Any]:
+    """The README main job: FedAvg vs FedMLH vs FedSS on the synthetic default, a few minutes on 2 cores."""
+    return {
+        "algorithms": ["FedAvg", "FedMLH", "FedSS"],
+        "algorithm_options": {
+            "FedAvg": {"hidden": [64]},
+            "FedMLH": {"num_tables": 4, "num_buckets": 50, "hidden": [64]},
+            "FedSS": {"hidden": [256]},  # the class's own default, as the documented demo ran
+        },
+        "dataset": "synthetic",
+        "synthetic": {
+            "num_samples": 5000,
+            "num_features": 64,
+            "num_classes": 1000,
+            "labels_per_sample": 3.0,
+            "exponent": 1.0,
+            "noise": 1.0,
+        },
+        "partition": "fedmlh",
+        "clients": 10,
+        "clients_per_round": 4,
+        "rounds": 15,
+        "local_epochs": 1,
+        "batch_size": 64,
+        "optimizer": "adam",
+        "lr": 0.01,
+        "seed": 0,
+        "output": "fedkernels-demo",
+    }
+
+
+def parse_option(text: str) -> tuple[str, str, Any]:
+    """``ALG.key=value`` with value a Python literal (``4``, ``[64, 64]``, ``'median'``), ``true`` /
+    ``false`` (as config files write them, any case), or a bare string."""
+    head, sep, raw = text.partition("=")
+    alg, dot, key = head.partition(".")
+    if not sep or not dot or not alg or not key:
+        raise ValueError(f"--option must look like ALGORITHM.key=value, got {text!r}")
+    if raw.strip().lower() in ("true", "false"):
+        return alg, key, raw.strip().lower() == "true"
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        value = raw
+    return alg, key, value
+
+
+def build_config(args: argparse.Namespace) -> ExperimentConfig:
+    """The validated config of ``fedkernels run``'s parsed ``args`` (see :func:`configure`)."""
+    return configure(args)[0]
+
+
+def configure(args: argparse.Namespace) -> tuple[ExperimentConfig, dict[str, Strategy]]:
+    """Defaults < ``--demo`` < ``--preset`` < ``--config`` file < flags given on the command line.
+
+    Algorithm names match case-insensitively (options are keyed by the registered spelling). An
+    ``--option`` for an algorithm that is not selected is an error; options a preset or config file
+    holds for algorithms that ``--algorithms`` left out are dropped.
+
+    Returns:
+        the validated config and the strategies its validation built (the run uses these).
+    """
+    merged: dict[str, Any] = {}
+    if args.demo:
+        merged.update(demo_config())
+    if args.preset:
+        preset = load_preset(args.preset)
+        merged.update(preset.config)
+        merged["dataset"] = resolve_preset_dataset(merged.get("dataset", "synthetic"), args.data_dir)
+        merged.setdefault("output", f"fedkernels-out/{preset.name}")
+    if args.config:
+        merged.update(load_config(args.config))
+    for name in RUN_FLAGS:
+        value = getattr(args, name)
+        if value is not None:
+            merged[name] = value
+    if args.dataset is not None:  # looked up below, once every flag is checked
+        merged["dataset"] = args.dataset
+    if args.algorithms:
+        merged["algorithms"] = args.algorithms
+    checks = field_checks()  # the two fields merged below: their shapes first (a file may hold anything)
+    for key in ("algorithms", "algorithm_options"):
+        if key in merged:
+            checks[key](merged[key])
+    merged["algorithms"] = [canonical_name(a) for a in merged.get("algorithms", ExperimentConfig().algorithms)]
+    if args.ks:
+        merged["ks"] = args.ks
+    if args.metrics:
+        merged["metrics"] = args.metrics
+    if args.propensity:
+        merged["propensity"] = list(args.propensity)
+    if args.checkpoint is not None:
+        merged["checkpoint"] = args.checkpoint
+    if args.sparse is not None:
+        merged["sparse"] = args.sparse
+    if args.batch_clients is not None:
+        merged["batch_clients"] = args.batch_clients
+    if args.secagg is not None:
+        merged["secagg"] = args.secagg
+    if args.resume:
+        merged["resume"] = True
+        merged.setdefault("checkpoint", default_checkpoint_folder(merged.get("output", ExperimentConfig.output)))
+    selected = set(merged["algorithms"])
+    options: dict[str, dict[str, Any]] = {}
+    for alg, opts in merged.get("algorithm_options", {}).items():
+        if args.algorithms and canonical_name(alg) not in selected:
+            continue  # the command line chose the algorithms: a file's options for others do not apply
+        options.setdefault(canonical_name(alg), {}).update(opts)
+    for text in args.option or []:
+        alg, key, value = parse_option(text)
+        canon = canonical_name(alg)
+        if canon not in selected:
+            raise ValueError(
+                f"--option {text}: algorithm {alg!r} is not selected (--algorithms {' '.join(merged['algorithms'])})"
+            )
+        options.setdefault(canon, {})[key] = value
+    merged["algorithm_options"] = options
+    cfg = ExperimentConfig(**{k: v for k, v in merged.items() if k in config_keys()})
+    strategies = cfg.validate()
+    if args.dataset is not None:  # a bare name finds a shipped dataset as a preset's does
+        cfg.dataset = resolve_preset_dataset(args.dataset, args.data_dir)
+    return cfg, strategies

@@ -1,0 +1,17 @@
+"""Entry point of the ``fedkernels`` script: parse without torch, then run the command in fedkernels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .parser import parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``) and run its command; returns the exit status.
+
+    ``--help`` and usage errors exit here, before ``fedkernels`` (and so torch) is imported."""
+    args = parser().parse_args(argv)
+    from fedkernels.cli.dispatch import run_command
+
+    return run_command(args)
