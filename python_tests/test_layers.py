@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("nn",),
     ("data",),
     ("fl",),
-    ("integrations", "cli", "cli_data", "testing", ""),  # "" is the package root (it imports everything)
+    ("integrations", "cli", "testing", ""),  # "" is the package root (it imports everything)
 ]
 
 
