@@ -1,16 +1,27 @@
-# Quick start: `make demo` runs the main job, `make test` runs the tests. Each sets up everything
+# Quick start (README): `make demo` runs the main job, `make test` runs the tests. Each sets up everything
 # (a virtual environment with torch, the build) on a fresh machine.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
+# Where pip also looks for torch: PyTorch's CPU wheels (PyPI's Linux torch is the multi-GB CUDA build, and
+# with nvcc present the build would compile the CUDA kernels too). TORCH_INDEX=https://download.pytorch.org/whl/cu130
+# picks a CUDA build; TORCH_INDEX= uses only pip's own configuration (a machine whose pip finds torch in a
+# local wheelhouse: pip would otherwise retry the unreachable index for about 10 s and go on without it).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PY := $(VENV)/bin/python
 # The lint tools are pinned: another ruff or clang-format version formats some lines differently.
 RUFF_PIN := ruff==0.17.6
 LINT_DEPS := $(RUFF_PIN) mypy==2.4.1 clang-format==23.1.5
-DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr[simulation]>=1.42,<2' cryptography pycryptodome dp-accounting $(LINT_DEPS)
+# What `make demo` needs: the run time dependencies, matplotlib for its plot, and the build tools.
+DEMO_DEPS := numpy scipy safetensors tqdm matplotlib scikit-build-core pybind11 ninja cmake
+# What `make test` adds: the test runners, the Flower and privacy extras the tests exercise, the lint tools.
+TEST_DEPS := pytest pytest-xdist hypothesis 'flwr[simulation]>=1.42,<2' cryptography pycryptodome dp-accounting $(LINT_DEPS)
 # The API reference (mkdocs.yml): mkdocstrings reads the docstrings from src/ without importing it;
 # ruff formats the rendered signatures.
 DOCS_DEPS := 'mkdocs>=1.6,<2' 'mkdocstrings[python]>=0.29' $(RUFF_PIN)
+# The demo runs on one torch thread (faster than two on a busy 2-core machine); DEMO_ARGS adds
+# `fedkernels run` flags, e.g. DEMO_ARGS="--rounds 2" for a short run.
+DEMO_ARGS ?=
 RUFF ?= $(VENV)/bin/ruff
 MYPY ?= $(VENV)/bin/mypy
 CLANG_FORMAT ?= $(VENV)/bin/clang-format
@@ -20,32 +31,31 @@ CSRC_FILES = git ls-files -z 'csrc/*.cpp' 'csrc/*.h' 'csrc/*.cu' 'csrc/*.cuh'
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH) $(DEPS)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install $(TORCH) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) $(DEMO_DEPS)
 
-# A .venv made before the lint tools joined DEPS gets them here.
+$(VENV)/.test-deps: | $(PY)
+	$(PY) -m pip install $(TEST_DEPS)
+	touch $@
+
 $(VENV)/.lint-deps: | $(PY)
 	$(PY) -m pip install -q $(LINT_DEPS)
 	touch $@
 
-# ... and the privacy extra (secure aggregation, DP accounting) likewise.
-$(VENV)/.privacy-deps: | $(PY)
-	$(PY) -m pip install -q cryptography pycryptodome dp-accounting
-	touch $@
-
-install: $(PY) $(VENV)/.privacy-deps
-	$(PY) -m pip install -q --no-build-isolation -e .
+# -v shows the C++ build's progress (ninja's [n/N] lines): the first build takes minutes.
+install: $(PY)
+	$(PY) -m pip install -v --no-build-isolation -e .
 
 demo: install
-	$(VENV)/bin/fedkernels run --demo
+	$(VENV)/bin/fedkernels run --demo --threads 1 $(DEMO_ARGS)
 
 # --dist loadgroup: tests marked xdist_group share a worker (the Flower deployment is started once).
-test: install
+test: install $(VENV)/.test-deps
 	$(PY) -m pytest -q -n 2 --dist loadgroup python_tests --ignore=python_tests/fuzz
 
 # The fuzzers of every untrusted decoder (python_tests/fuzz, docs/api/hardening.md "Fuzzing in CI"):
 # fixed, derandomized budgets, about a minute on 2 cores; CI runs them as their own step.
-fuzz: install
+fuzz: install $(VENV)/.test-deps
 	$(PY) -m pytest -q -n 2 python_tests/fuzz
 
 # Every CUDA kernel executed on this CPU by the CUDA emulator (docs/EMULATOR.md), as CI runs it:
@@ -59,7 +69,7 @@ fuzz: install
 EMU_SEED ?= $(or $(FK_EMU_SEED),$(shell date +%s))
 EMU_RANDOM_TESTS := python_tests/test_emulator_vs_cpu.py python_tests/test_sampled_lce.py \
 	python_tests/test_sketch_topk.py python_tests/test_prox_tv1d.py
-test-cuda-emu: install
+test-cuda-emu: install $(VENV)/.test-deps
 	rm -f build/emu-coverage.json* build/emu-random-coverage.json*
 	$(PY) tools/emulate.py test --checks race --loop --coverage build/emu-coverage.json -- -n 2
 	$(PY) tools/emu_coverage.py build/emu-coverage.json*
