@@ -5,9 +5,10 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 # Where pip also looks for torch: PyTorch's CPU wheels (PyPI's Linux torch is the multi-GB CUDA build, and
 # with nvcc present the build would compile the CUDA kernels too). TORCH_INDEX=https://download.pytorch.org/whl/cu130
-# picks a CUDA build; TORCH_INDEX= uses only pip's own configuration (a machine whose pip finds torch in a
-# local wheelhouse: pip would otherwise retry the unreachable index for about 10 s and go on without it).
-TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# picks a CUDA build; TORCH_INDEX= leaves pip's configuration alone. A pip already pointed at its own
+# wheels (PIP_FIND_LINKS or PIP_INDEX_URL set, as on the offline CI machines) is left alone by default:
+# an unreachable extra index costs pip about 10 s of retries for every package.
+TORCH_INDEX ?= $(if $(PIP_FIND_LINKS)$(PIP_INDEX_URL),,https://download.pytorch.org/whl/cpu)
 PY := $(VENV)/bin/python
 # The lint tools are pinned: another ruff or clang-format version formats some lines differently.
 RUFF_PIN := ruff==0.17.6
@@ -58,7 +59,7 @@ test: install $(VENV)/.test-deps
 fuzz: install $(VENV)/.test-deps
 	$(PY) -m pytest -q -n 2 python_tests/fuzz
 
-# Every CUDA kernel executed on this CPU by the CUDA emulator (docs/EMULATOR.md), as CI runs it:
+# Every CUDA kernel executed on this CPU by the CUDA emulator (docs/emulator.md), as CI runs it:
 # default order on the race-check build (the full hypothesis profile, __shared__ races and
 # uninitialised reads reported; plus every algorithm's short federated run against its CPU run) with
 # the coverage check, then a random order under AddressSanitizer over EMU_RANDOM_TESTS: every kernel
@@ -99,7 +100,7 @@ bench-peers: install
 gpu-check:
 	$(PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
 
-# Lint and format (docs/DEVELOPING.md "Lint and format"); no build needed (mypy reads src/fedkernels/_C.pyi).
+# Lint and format (docs/developing.md "Lint and format"); no build needed (mypy reads src/fedkernels/_C.pyi).
 # Other tools: make lint RUFF=... MYPY=... CLANG_FORMAT=... (e.g. a dev venv's).
 lint: $(VENV)/.lint-deps
 	$(RUFF) check .
