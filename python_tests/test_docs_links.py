@@ -146,3 +146,12 @@ def test_mention_checks_see_stale_mentions(tmp_path):
         encoding="utf-8",
     )
     assert stale_mentions(md) == ["DESIGN.md", "docs/gone.md", "src/fedkernels/nope.py"]
+
+
+def test_no_machine_paths_in_docs_or_docstrings():
+    # The API reference renders src/ docstrings: a path of one machine (a doctest reading
+    # /work/shared/...) is a dead end for every reader.
+    machine = re.compile(r"(?<![\w.~-])/(?:work|root|home/\w+)/")
+    texts = [*MARKDOWN, *(p for p in repo_files() if p.is_relative_to(ROOT / "src") and p.suffix == ".py")]
+    bad = [str(p.relative_to(ROOT)) for p in texts if machine.search(p.read_text(encoding="utf-8"))]
+    assert not bad, f"machine paths in {bad}"
