@@ -1,16 +1,28 @@
-# Quick start: `make demo` runs the main job, `make test` runs the tests. Each sets up everything
+# Quick start (README): `make demo` runs the main job, `make test` runs the tests. Each sets up everything
 # (a virtual environment with torch, the build) on a fresh machine.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
+# Where pip also looks for torch: PyTorch's CPU wheels (PyPI's Linux torch is the multi-GB CUDA build, and
+# with nvcc present the build would compile the CUDA kernels too). TORCH_INDEX=https://download.pytorch.org/whl/cu130
+# picks a CUDA build; TORCH_INDEX= leaves pip's configuration alone. A pip already pointed at its own
+# wheels (PIP_FIND_LINKS or PIP_INDEX_URL set, as on the offline CI machines) is left alone by default:
+# an unreachable extra index costs pip about 10 s of retries for every package.
+TORCH_INDEX ?= $(if $(PIP_FIND_LINKS)$(PIP_INDEX_URL),,https://download.pytorch.org/whl/cpu)
 PY := $(VENV)/bin/python
 # The lint tools are pinned: another ruff or clang-format version formats some lines differently.
 RUFF_PIN := ruff==0.17.6
 LINT_DEPS := $(RUFF_PIN) mypy==2.4.1 clang-format==23.1.5
-DEPS := numpy scipy safetensors tqdm matplotlib pytest pytest-xdist hypothesis scikit-build-core pybind11 ninja cmake 'flwr[simulation]>=1.42,<2' cryptography pycryptodome dp-accounting $(LINT_DEPS)
+# What `make demo` needs: the run time dependencies, matplotlib for its plot, and the build tools.
+DEMO_DEPS := numpy scipy safetensors tqdm matplotlib scikit-build-core pybind11 ninja cmake
+# What `make test` adds: the test runners, the Flower and privacy extras the tests exercise, the lint tools.
+TEST_DEPS := pytest pytest-xdist hypothesis 'flwr[simulation]>=1.42,<2' cryptography pycryptodome dp-accounting $(LINT_DEPS)
 # The API reference (mkdocs.yml): mkdocstrings reads the docstrings from src/ without importing it;
 # ruff formats the rendered signatures.
 DOCS_DEPS := 'mkdocs>=1.6,<2' 'mkdocstrings[python]>=0.29' $(RUFF_PIN)
+# The demo runs on one torch thread (faster than two on a busy 2-core machine); DEMO_ARGS adds
+# `fedkernels run` flags, e.g. DEMO_ARGS="--rounds 2" for a short run.
+DEMO_ARGS ?=
 RUFF ?= $(VENV)/bin/ruff
 MYPY ?= $(VENV)/bin/mypy
 CLANG_FORMAT ?= $(VENV)/bin/clang-format
@@ -20,35 +32,34 @@ CSRC_FILES = git ls-files -z 'csrc/*.cpp' 'csrc/*.h' 'csrc/*.cu' 'csrc/*.cuh'
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH) $(DEPS)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install $(TORCH) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) $(DEMO_DEPS)
 
-# A .venv made before the lint tools joined DEPS gets them here.
+$(VENV)/.test-deps: | $(PY)
+	$(PY) -m pip install $(TEST_DEPS)
+	touch $@
+
 $(VENV)/.lint-deps: | $(PY)
 	$(PY) -m pip install -q $(LINT_DEPS)
 	touch $@
 
-# ... and the privacy extra (secure aggregation, DP accounting) likewise.
-$(VENV)/.privacy-deps: | $(PY)
-	$(PY) -m pip install -q cryptography pycryptodome dp-accounting
-	touch $@
-
-install: $(PY) $(VENV)/.privacy-deps
-	$(PY) -m pip install -q --no-build-isolation -e .
+# -v shows the C++ build's progress (ninja's [n/N] lines): the first build takes minutes.
+install: $(PY)
+	$(PY) -m pip install -v --no-build-isolation -e .
 
 demo: install
-	$(VENV)/bin/fedkernels run --demo
+	$(VENV)/bin/fedkernels run --demo --threads 1 $(DEMO_ARGS)
 
 # --dist loadgroup: tests marked xdist_group share a worker (the Flower deployment is started once).
-test: install
+test: install $(VENV)/.test-deps
 	$(PY) -m pytest -q -n 2 --dist loadgroup python_tests --ignore=python_tests/fuzz
 
 # The fuzzers of every untrusted decoder (python_tests/fuzz, docs/api/hardening.md "Fuzzing in CI"):
 # fixed, derandomized budgets, about a minute on 2 cores; CI runs them as their own step.
-fuzz: install
+fuzz: install $(VENV)/.test-deps
 	$(PY) -m pytest -q -n 2 python_tests/fuzz
 
-# Every CUDA kernel executed on this CPU by the CUDA emulator (docs/EMULATOR.md), as CI runs it:
+# Every CUDA kernel executed on this CPU by the CUDA emulator (docs/emulator.md), as CI runs it:
 # default order on the race-check build (the full hypothesis profile, __shared__ races and
 # uninitialised reads reported; plus every algorithm's short federated run against its CPU run) with
 # the coverage check, then a random order under AddressSanitizer over EMU_RANDOM_TESTS: every kernel
@@ -59,7 +70,7 @@ fuzz: install
 EMU_SEED ?= $(or $(FK_EMU_SEED),$(shell date +%s))
 EMU_RANDOM_TESTS := python_tests/test_emulator_vs_cpu.py python_tests/test_sampled_lce.py \
 	python_tests/test_sketch_topk.py python_tests/test_prox_tv1d.py
-test-cuda-emu: install
+test-cuda-emu: install $(VENV)/.test-deps
 	rm -f build/emu-coverage.json* build/emu-random-coverage.json*
 	$(PY) tools/emulate.py test --checks race --loop --coverage build/emu-coverage.json -- -n 2
 	$(PY) tools/emu_coverage.py build/emu-coverage.json*
@@ -89,7 +100,7 @@ bench-peers: install
 gpu-check:
 	$(PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
 
-# Lint and format (docs/DEVELOPING.md "Lint and format"); no build needed (mypy reads src/fedkernels/_C.pyi).
+# Lint and format (docs/developing.md "Lint and format"); no build needed (mypy reads src/fedkernels/_C.pyi).
 # Other tools: make lint RUFF=... MYPY=... CLANG_FORMAT=... (e.g. a dev venv's).
 lint: $(VENV)/.lint-deps
 	$(RUFF) check .

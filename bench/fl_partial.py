@@ -1,4 +1,4 @@
-"""Partial weight exchange in the federated loop on real data (issue 7): P@k and upload bytes over
+"""Partial weight exchange in the federated loop on real data: P@k and upload bytes over
 the exchange fraction p and the Dirichlet label-skew beta.
 
 Data: ../shared/data/<dataset>/{train,test}.txt (Extreme Classification format, read here; never

@@ -1,4 +1,4 @@
-"""FedSS against FullSoftmax, NegOnly and PosOnly at several |S_k| on a real dataset (issue 7).
+"""FedSS against FullSoftmax, NegOnly and PosOnly at several |S_k| on a real dataset.
 
     PYTHONPATH=src python bench/fl_sampled.py [--dataset delicious] [--rounds 30] [--negatives 16,64,256]
 

@@ -1,4 +1,4 @@
-"""FedMLH vs FedAvg vs FedSS end to end at the FedMLH paper's label counts (issue #14 item 4).
+"""FedMLH vs FedAvg vs FedSS end to end at the FedMLH paper's label counts.
 
     PYTHONPATH=src python bench/fl_xc_scale.py [--scales 131073 312330] [--train 4000] [--rounds 3]
 

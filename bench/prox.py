@@ -47,7 +47,7 @@ from fedkernels.comm import decode_runs, encode_runs, quantize_runs
 
 # glibc's own policy for the 8 MB outputs at d = 1e6 is bimodal across processes: mmap'd fresh each
 # call (page faults: empty_like + fill 4-6 ms) or reused from the heap (0.05 ms), depending on its
-# dynamic mmap threshold and heap trimming (measured; numpy's 8 MB output was 0.14 ms either way).
+# dynamic mmap threshold and heap trimming (numpy's 8 MB output takes 0.14 ms either way).
 # Pin what glibc's dynamic thresholds move toward in a long-running process, for both contenders:
 # blocks up to 32 MiB from the heap, freed pages kept. Read by glibc at start, so the bench re-executes
 # itself once with them set (a user's own values win; see the end of this file).

@@ -1,4 +1,4 @@
-"""Partial weight exchange microbenchmarks (issue 4): fused delta norms, top-k tensor selection and
+"""Partial weight exchange microbenchmarks: fused delta norms, top-k tensor selection and
 the server's masked weighted average, against the PyTorch a user would write and torch.compile of
 it, in the same run (CPU: calls alternated, minimum of 21), with the op's 1 -> 2 thread speed-up and
 the copy bandwidth at 1 and 2 threads (the ceiling of that speed-up for these memory-bound ops).

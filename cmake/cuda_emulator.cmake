@@ -1,5 +1,5 @@
 # fedkernels._C_emu: every CUDA source of the project, compiled as host C++ and executed by the
-# CUDA emulator in csrc/emu (see docs/EMULATOR.md). The only source change is tools/emu_rewrite.py's
+# CUDA emulator in csrc/emu (see docs/emulator.md). The only source change is tools/emu_rewrite.py's
 # mechanical rewrite of each `kernel<<<cfg>>>(args)` launch; the stand-in headers in
 # csrc/emu/include replace the CUDA runtime's, and the prelude compiles the FK_HOST_DEVICE headers'
 # device branches. A separate module from _C: otherwise the device-branch and host-branch copies of

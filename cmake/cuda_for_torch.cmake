@@ -1,5 +1,5 @@
-# What a CUDA build of torch needs from CMake on machines with a minimal CUDA toolkit
-# (measured facts in shared/BUILD-NOTES.md).
+# What a CUDA build of torch needs from CMake on machines with a minimal CUDA toolkit (each step
+# below says which piece such a toolkit lacks or where torch's CMake expects something else).
 enable_language(CUDA)
 set(CMAKE_CUDA_STANDARD 20)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)

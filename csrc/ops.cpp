@@ -18,7 +18,7 @@ void register_prox_codec(pybind11::module_& m);  // csrc/prox/run_codec.cpp
 }
 
 TORCH_LIBRARY(fedkernels, m) {
-  // ---- common: the hash family (DESIGN.md §2)
+  // ---- common: the hash family (docs/design.md §2)
   m.def("hash_buckets(Tensor ids, Tensor params, int num_buckets) -> (Tensor, Tensor)");
 
   // ---- sketch: FedMLH label hashing and count sketches
@@ -84,7 +84,7 @@ TORCH_LIBRARY(fedkernels, m) {
 
 namespace {
 
-// The R x 4 parameters (a, b, c, d) of DESIGN.md §2 drawn from splitmix64(seed), row-major.
+// The R x 4 parameters (a, b, c, d) of docs/design.md §2 drawn from splitmix64(seed), row-major.
 std::vector<uint64_t> hash_params(uint64_t seed, int64_t num_tables) {
   using fedkernels::kMersenne61;
   if (num_tables < 1) throw pybind11::value_error("num_tables must be >= 1");

@@ -42,7 +42,7 @@ DATA_DIR = Path(
 )
 
 
-# ---- the CUDA execution emulator (docs/EMULATOR.md): `pytest --emulate-cuda` runs every fedkernels op
+# ---- the CUDA execution emulator (docs/emulator.md): `pytest --emulate-cuda` runs every fedkernels op
 # through its CUDA launcher and kernels on host tensors (FK_CUDA_EMU_MODULE names the built module).
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fedkernels CUDA emulator")

@@ -71,7 +71,7 @@ def test_options_match_algorithm_names_in_any_case(synth, tmp_path):
 
 @pytest.mark.parametrize(("text", "want"), [("false", False), ("False", False), ("TRUE", True), ("true", True)])
 def test_bool_options_take_config_file_spelling(synth, text, want):
-    """`--option ALG.flag=false` as a config file writes it (it was the string 'false', then refused)."""
+    """`--option ALG.flag=false` as a config file writes it: a boolean, not the refused string 'false'."""
     args = ["run", *synth, "--algorithms", "PartialExchange", "--option", f"PartialExchange.keep_unreceived={text}"]
     assert build_config(parser().parse_args(args)).options_for("PartialExchange")["keep_unreceived"] is want
 

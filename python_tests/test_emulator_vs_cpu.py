@@ -1,7 +1,7 @@
 """Each CUDA kernel, run by the emulator, against the CPU kernel of the same op on the same inputs.
 
 Bit-identical where both devices run the same FK_HOST_DEVICE arithmetic in the same order (the
-contract of DESIGN.md: one kernel body, two launchers); within a stated tolerance where the CUDA
+contract of docs/design.md: one kernel body, two launchers); within a stated tolerance where the CUDA
 launcher reduces in another fixed order (a CUB block tree, a GEMM per class chunk) — the tolerance
 is the reason named beside each case. Runs under `pytest --emulate-cuda` (CI's emulator steps).
 """

@@ -4,7 +4,7 @@ emulator), against the same run on the CPU kernels: the loop a GPU user runs, ch
 What is compared: the final state, the round records and the centralised and federated metrics.
 Bit-identical where every op of the algorithm's round runs the same arithmetic in the same order on
 both launchers (the averaging, row-mean, hashing, merge, kNN, spreadout and prox kernels:
-docs/EMULATOR.md). The FedSS family trains with ``linear_cross_entropy``, whose CUDA launcher
+docs/emulator.md). The FedSS family trains with ``linear_cross_entropy``, whose CUDA launcher
 composes GEMMs per class chunk while the CPU path fuses forward and gradients in its own tile order:
 training then follows a trajectory that differs in the last bits (measured: 2e-7 relative after
 two rounds), so its state must agree to ``RTOL`` relative to each tensor's scale, and the rankings

@@ -65,7 +65,7 @@ def test_a_run_leaves_the_strategy_unchanged(name, tmp_path):
 
 
 def test_the_comparison_sees_run_state():
-    """The check above is not vacuous: an attribute set during a run (the old ``_dims``) is caught."""
+    """The check above is not vacuous: an attribute set during a run (such as a cached ``_dims``) is caught."""
     strategy = make_strategy("fedavg")
     before = _configuration(strategy)
     strategy._dims = (NUM_FEATURES, NUM_CLASSES)

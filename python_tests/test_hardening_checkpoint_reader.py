@@ -175,8 +175,8 @@ def _hostile_record(i: int, clients: list[int]) -> dict:
 
 def test_a_long_hostile_history_saves_small_and_loads(tmp_path):
     """2,000 rounds, four rejected clients with long reasons each: the header stays small and it loads
-    (before: the header grew past the loader's 4 MiB after ~1,100 such rounds, and every later save
-    wrote a checkpoint that could never be loaded; 10,000 rounds: test_hardening_memory_bound.py)."""
+    (unbounded, the header would pass the loader's 4 MiB after ~1,100 such rounds, and every later
+    save would write a checkpoint that could never be loaded; 10,000 rounds: test_hardening_memory_bound.py)."""
     rounds = 2_000
     s = make_server(rounds=rounds, num_clients=5, clients_per_round=5)
     meta = {"round": rounds, "history": [_hostile_record(i, [0, 1, 2, 3, 4]) for i in range(rounds)], **s._identity()}

@@ -56,9 +56,9 @@ def edited(m: sp.spmatrix, **changes: object) -> bytes:
 
 
 HOSTILE_NPZ = {
-    # the sweep's crash: a CSC row index of 2**40 (SIGSEGV inside read_npz before the fix)
+    # a CSC row index of 2**40: a SIGSEGV inside scipy unless read_npz checks the indices first
     "csc row 2**40": (edited(GOOD_X.tocsc(), indices=np.array([0, 1 << 40, 0], dtype=np.int64)), "indices values"),
-    # accepted before, then crashed the dense load and the feature_dim hashing
+    # unchecked, it would crash the dense load and the feature_dim hashing
     "csr column 2**40": (edited(GOOD_X, indices=np.array([0, 2, 1 << 40], dtype=np.int64)), "indices values"),
     "csr column -2**40": (edited(GOOD_X, indices=np.array([0, -(1 << 40), 1], dtype=np.int64)), "indices values"),
     "uint64 column 2**64-1": (
@@ -142,7 +142,7 @@ def _fifo(tmp_path):
 
 def _release_after(path, seconds: float) -> threading.Timer:
     """If a reader blocks on the FIFO, open its write end after ``seconds`` so the reader gets EOF
-    (a test of the old code then fails on time and message instead of hanging the run)."""
+    (a reader that blocks then fails on time and message instead of hanging the run)."""
 
     def release() -> None:
         try:

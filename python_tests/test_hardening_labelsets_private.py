@@ -63,7 +63,7 @@ class Observed:
 
 
 def seed_keys() -> list[bytes]:
-    """(a): every key the server could derive from what it knows (the old scheme first)."""
+    """(a): every key the server could derive from what it knows (the run-seed derivation first)."""
     setup_seed = derive_seed(SEED, "setup")
     keys = [derive_seed(setup_seed, "labelset-key").to_bytes(8, "little") * 4]
     for s in (SEED, setup_seed, derive_seed(SEED, "init")):

@@ -58,7 +58,7 @@ def test_hostile_clients_stay_within_the_memory_bound(name):
 
 
 def test_fedalc_setup_reports_stay_within_the_setup_bound():
-    """FedALC's setup at C = 3000 with the sweep's clique report (before: 9M pair weights, +658 MiB) and
+    """FedALC's setup at C = 3000 with the sweep's clique report (unbounded: 9M pair weights, +658 MiB) and
     a report of twice ``max_report_pairs`` pairs: both refused, the pair weights those of the honest
     clients, and the hostile run's peak may exceed the clean one's by at most one refused report's
     bytes and its decode (3.1 x the largest report) plus slack."""
@@ -70,8 +70,8 @@ def test_fedalc_setup_reports_stay_within_the_setup_bound():
 
 
 def test_a_10000_round_hostile_history_checkpoint_stays_loadable_and_bounded():
-    """A 10,000-round run with four rejected clients a round: the checkpoint loads (before: its header
-    passed the loader's 4 MiB after about 1,100 such rounds), its size is the model plus the history,
+    """A 10,000-round run with four rejected clients a round: the checkpoint loads (an unbounded header
+    would pass the loader's 4 MiB after about 1,100 such rounds), its size is the model plus the history,
     and saving or loading it grows the peak by at most the model plus 6 x the history's JSON bytes (the
     records as Python objects, their JSON text, the file's bytes; the writer parses what it wrote, as
     the reader will)."""

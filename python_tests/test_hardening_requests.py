@@ -1,4 +1,4 @@
-"""Client requests are bounded before the download is built (issue 15, item 5): FedSS takes at most
+"""Client requests are bounded before the download is built: FedSS takes at most
 ``p`` distinct class ids, so the audit's 16 MB request of class 0 repeated (a 528 MB download and
 1.9 GB peak before) is refused on its length, or, where ``p`` is large enough for its length, on the
 repeated id, without building anything of the download's size (measured in a child process); every

@@ -1,4 +1,4 @@
-"""HashFamily against plain Python integers (DESIGN.md §2)."""
+"""HashFamily against plain Python integers (docs/design.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Imports in src/fedkernels point one way: down the layers of docs/DEVELOPING.md.
+"""Imports in src/fedkernels point one way: down the layers of docs/developing.md.
 
 Every module's imports are read with ``ast`` (module-level, inside functions, and under
 ``TYPE_CHECKING`` alike) and resolved to the fedkernels module they name; an import of a module in a

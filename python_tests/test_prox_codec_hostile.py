@@ -215,7 +215,7 @@ def test_bombs_allocate_nothing_measured_in_a_child():
     """Every hostile stream raises ValueError, and the child's peak RSS does not grow while they are
     decoded (< 16 MiB; the bombs claimed 1 GB to 4 TB); a valid 64 MiB decode afterwards grows it by
     64 MiB, which shows the measurement sees allocations and that a decode allocates the output
-    once (the old decoder held it twice). The child runs under RLIMIT_AS = its size + 384 MiB,
+    once. The child runs under RLIMIT_AS = its size + 384 MiB,
     so a bomb that got through would fail there, not take the machine."""
     cases = _bomb_cases()
     env = dict(os.environ)

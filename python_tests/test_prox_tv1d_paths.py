@@ -151,8 +151,8 @@ def test_one_sample_pieces(lam):
 
 def test_row_end_bend_reads_nothing_past_the_row():
     # A one-piece anchored row whose end clamps to S_n + lam: S_n summed in order rounds a hair above
-    # the upper wall's own sum, so the string bends at the wall point n itself. That bend used to start
-    # a piece at n and read z[n]: here a NaN just past a finite view, reported as "z must be finite".
+    # the upper wall's own sum, so the string bends at the wall point n itself. A piece started there
+    # must not read z[n]: here a NaN just past a finite view, which would report "z must be finite".
     big = torch.tensor(
         [0.54338819665865057, -0.092581387529846015, -0.35520398848232498, -1.144769228926432, np.nan],
         dtype=torch.float64,

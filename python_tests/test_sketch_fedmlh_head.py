@@ -198,3 +198,16 @@ def test_targets_into_out():
     buf = torch.full((4, 6, 32), 0xFF, dtype=torch.uint8)
     assert head.targets(indptr, indices, out=buf) is buf
     assert torch.equal(buf, sketch_ref.label_hash(indptr, indices, head.table, 32))
+
+
+def test_documented_outputs_forward_is_bucket_logits_and_topk_gives_classes():
+    # The class docstring, the README and docs/tutorial.md promise these shapes: forward is the
+    # bucket view [R, N, B], predict_topk the k best classes [N, k], scores every class [N, p].
+    head = FedMLHHead(in_features=12, num_classes=50, num_tables=3, num_buckets=7, hidden=(8,))
+    x = torch.randn(5, 12)
+    assert head(x).shape == (3, 5, 7)
+    values, classes = head.predict_topk(x, k=4)
+    assert values.shape == classes.shape == (5, 4) and classes.dtype == torch.int64
+    scores = head.scores(x)
+    assert scores.shape == (5, 50)
+    assert torch.equal(classes, scores.topk(4, dim=1).indices) or torch.allclose(values, scores.topk(4, dim=1).values)

@@ -7,7 +7,7 @@
 `test` builds (incrementally, in build/emu-<checks>), then runs pytest with --emulate-cuda over the
 op tests (every python_tests/test_*.py except the federated-loop, Flower and hardening ones), or
 over the test files the pytest arguments name. With --checks asan the interpreter preloads ASan, as tools/sanitize.sh
-does. See docs/EMULATOR.md.
+does. See docs/emulator.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-// The hash family of DESIGN.md §2, shared by the CPU and CUDA kernels.
+// The hash family of docs/design.md §2, shared by the CPU and CUDA kernels.
 // Parameters are four uint64 per table (a, b, c, d); buckets and signs use exact 128-bit
 // products reduced modulo the Mersenne prime P = 2^61 - 1.
 #pragma once

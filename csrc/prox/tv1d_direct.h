@@ -260,9 +260,9 @@ FK_HOST_DEVICE TvStatus tv1d_direct_row(const T* z, T* u, int64_t n, double lam,
     // tube [S_n - lam, S_n + lam] and the string then stays flat, so e is the clamp of 0 into it.
     double e = 0.5 * (s.lo + s.hi), elo = s.lo, ehi = s.hi;
     if (s.x0 == 0) {
-      // One piece so far: S_n summed in order (s0, kept by the scan while x0 == 0) as the old absolute
-      // scan did; lo and hi lose it to rounding where lam >> |S_n|, and the free end's value is S_n / n.
-      // (Summed again here it was a serial pass of ~0.8 ns per sample: 30% of a one-piece row.)
+      // One piece so far: S_n summed in order (s0, kept by the scan while x0 == 0); lo and hi lose it
+      // to rounding where lam >> |S_n|, and the free end's value is S_n / n. The scan keeps s0 because
+      // summing the row again here would be a serial pass of ~0.8 ns per sample (30% of such a row).
       e = s.s0;
       elo = e - lam;
       ehi = e + lam;

@@ -15,7 +15,7 @@ namespace fedkernels {
 // ---------------------------------------------------------------------------------------------
 // Sampling: splitmix64 as a counter-based generator, so draw i needs no state but (key, i).
 
-// The i-th output of the splitmix64 stream started at `key` (DESIGN.md §2's next(), i from 0).
+// The i-th output of the splitmix64 stream started at `key` (docs/design.md §2's next(), i from 0).
 FK_HOST_DEVICE FK_INLINE uint64_t splitmix64_at(uint64_t key, uint64_t i) {
   uint64_t z = key + (i + 1) * 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -48,10 +48,9 @@ inline void prefetch_row(const scalar_t* row, int64_t d) {
 }
 
 // Output rows of at least this many bytes in all are streamed past the cache (stream_store.h): they
-// are written once here, and at the benchmark's largest size (50 MiB of rows) the reads for
-// ownership were a third of the memory traffic (4.3 -> 3.4 ms with the other changes). Smaller
-// outputs stay in the shared 32 MiB L3 for whoever reads them next: streaming the 4 MiB output of
-// n = 4096 measured 0.33 -> 0.47 ms.
+// are written once here, and at that size the reads for ownership a cached store needs are about a
+// third of the memory traffic. Smaller outputs stay in the shared 32 MiB L3 for whoever reads them
+// next: streaming a 4 MiB output made the op slower, not faster.
 constexpr int64_t kStreamOutputBytes = int64_t(16) << 20;
 
 // Rows u in [u0, u1). Single-source rows go straight to out; longer ones start acc with their first

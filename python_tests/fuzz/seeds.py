@@ -3,7 +3,7 @@
 that every honest seed is still accepted). The codec's corpus is written by ``codec_streams``.
 
 Each corpus holds valid inputs (so mutations start from real data) and the hostile-client audit's
-examples for that decoder (issue 15), scaled down where the original was large (the 16 MB FedSS
+examples for that decoder, scaled down where the original was large (the 16 MB FedSS
 request of id 0 repeated is here as 4,096 repeats: the same claim, refused the same way).
 """
 

@@ -2,7 +2,7 @@
 history of a real checkpoint, mutated (bytes of the JSON text, and whole values replaced by any JSON
 value at any place) and sealed again with a valid checksum, as anyone holding the project's writer
 could. Every result must be a ValueError naming the file, or a checkpoint whose every field has its
-type (before: TypeError on some records, ``metrics="P@1"`` and string client ids accepted)."""
+type (not a TypeError on some record, nor ``metrics="P@1"`` or string client ids accepted)."""
 
 from __future__ import annotations
 

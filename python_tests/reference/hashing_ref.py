@@ -1,4 +1,4 @@
-"""The hash family of DESIGN.md §2 in plain Python integers."""
+"""The hash family of docs/design.md §2 in plain Python integers."""
 
 from __future__ import annotations
 

@@ -162,9 +162,10 @@ def read_xc(path: str | Path) -> XCData:
             that is NaN, inf or overflows (``1e999``), or a sample count that differs from the header's N.
 
     Example:
-        >>> d = read_xc("/work/shared/data/bibtex/train.txt")
-        >>> d.features.shape, d.labels.shape
-        ((4880, 1836), (4880, 159))
+        With ``folder`` a copy of Bibtex in the XC format (a folder with ``train.txt`` and ``test.txt``)::
+
+            d = read_xc(folder / "train.txt")
+            d.features.shape, d.labels.shape   # ((4880, 1836), (4880, 159))
     """
     path = Path(path)
     lines = text_lines(path)

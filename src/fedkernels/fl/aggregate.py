@@ -1,4 +1,4 @@
-"""Server-side aggregation on the compiled ops (DESIGN.md §4: the server's reductions are kernels too).
+"""Server-side aggregation on the compiled ops (docs/design.md §4: the server's reductions are kernels too).
 
 ``weighted_average`` is the FedAvg reduction of whole states, one ``masked_weighted_average`` call
 over every tensor of every client (each client "sends" all of them); ``weighted_rows_mean`` is the

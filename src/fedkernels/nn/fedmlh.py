@@ -42,10 +42,16 @@ class FedMLHHead(nn.Module):
     same rule as the FedMLH strategy. ``device`` places the parameters and the table (torch's default
     device when None), as the ``device`` argument of ``torch.nn`` modules does.
 
+    What it returns: ``head(x)`` (``forward``) gives the bucket logits ``[R, N, B]``, not class
+    scores; train with :meth:`loss`, take the k best classes with :meth:`predict_topk`
+    (``[N, k]`` values and class ids, never ``[N, p]``), or every class's score with :meth:`scores`
+    (``[N, p]``, small p only). It replaces ``nn.Linear(F, p)`` through those methods.
+
     Example:
         >>> head = FedMLHHead(500, num_classes=983, num_tables=4, num_buckets=250, hidden=(128,))
         >>> loss = head.loss(x, indptr, indices)          # x [N, 500], CSR labels
         >>> values, classes = head.predict_topk(x, k=5)   # [N, 5] each
+        >>> logits = head(x)                              # bucket logits [4, N, 250], not class scores
     """
 
     table: torch.Tensor  # buffer (register_buffer in __init__), declared for type checkers

@@ -15,7 +15,7 @@ the host tensors and its kernels run in the emulator. Removing the routing resto
         fedkernels.knn_classes(W, 10)            # records the launch shapes, runs no kernel body
     launches  # [("knn_scan_kernel", (grid...), (block...)), ...]
 
-See docs/EMULATOR.md for what it models and what only a GPU can show.
+See docs/emulator.md for what it models and what only a GPU can show.
 """
 
 from __future__ import annotations
