@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "emu/shared_memory.h"
+#include "emu/runtime/shared_memory.h"
 
 #define FK_HIDDEN extern "C" __attribute__((visibility("hidden")))
 

@@ -1,13 +1,13 @@
 """Run fedkernels' CUDA kernels on the CPU: the Python side of the CUDA execution emulator.
 
-The emulated module (``_C_emu``, built by ``python tools/emulate.py build``) holds every CUDA
+The emulated module (``_C_emu``, built by ``python emu/emulate.py build``) holds every CUDA
 launcher and kernel of the project, compiled for the host and registered under the CUDA dispatch
 key exactly as a real CUDA build registers them. Host tensors never dispatch there by themselves:
 :func:`route_ops_to_cuda` installs, for every ``torch.ops.fedkernels`` op, a CPU kernel that
 re-dispatches the call to the op's CUDA kernel, so the launcher runs its checks and host code on
 the host tensors and its kernels run in the emulator. Removing the routing restores the CPU kernels.
 
-    from fedkernels.testing import cuda_emulator as emu
+    from emu import cuda_emulator as emu
     emu.load()                                   # path from $FK_CUDA_EMU_MODULE
     with emu.routed_to_cuda():
         fedkernels.label_hash(indptr, indices, table, 4000)   # runs label_hash_kernel, emulated
@@ -50,7 +50,7 @@ def load(path: str | os.PathLike[str] | None = None) -> ModuleType:
     path = path or os.environ.get("FK_CUDA_EMU_MODULE")
     if not path:
         raise RuntimeError(
-            "no emulated CUDA module: build one with `python tools/emulate.py build` and set "
+            "no emulated CUDA module: build one with `python emu/emulate.py build` and set "
             "FK_CUDA_EMU_MODULE to the path it prints"
         )
     if not Path(path).is_file():
@@ -67,7 +67,7 @@ def load(path: str | os.PathLike[str] | None = None) -> ModuleType:
 def loaded() -> ModuleType:
     """The emulated module; raises if :func:`load` has not run."""
     if _MODULE is None:
-        raise RuntimeError("the CUDA emulator is not loaded (fedkernels.testing.cuda_emulator.load)")
+        raise RuntimeError("the CUDA emulator is not loaded (emu.cuda_emulator.load)")
     return _MODULE
 
 

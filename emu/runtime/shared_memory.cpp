@@ -1,6 +1,6 @@
 // The emulated shared memory: an arena of __shared__ variables with redzones, their poisoning, and
 // the race / initialisation shadow of the race-check build.
-#include "emu/shared_memory.h"
+#include "emu/runtime/shared_memory.h"
 
 #include <c10/util/Exception.h>
 #include <sys/mman.h>
@@ -11,7 +11,7 @@
 #include <sstream>
 #include <vector>
 
-#include "emu/runtime.h"
+#include "emu/runtime/runtime.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>

@@ -4,7 +4,7 @@
 #if !defined(__x86_64__)
 #error "the CUDA emulator (a test tool) is x86-64 only: its fibers switch stacks in x86-64 assembly"
 #endif
-#include "emu/runtime.h"
+#include "emu/runtime/runtime.h"
 
 #include <c10/util/Exception.h>
 #include <sys/mman.h>
@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "emu/control.h"
-#include "emu/shared_memory.h"
+#include "emu/runtime/control.h"
+#include "emu/runtime/shared_memory.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>

@@ -4,7 +4,7 @@
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 
-#include "emu/runtime.h"
+#include "emu/runtime/runtime.h"
 
 namespace at::cuda {
 

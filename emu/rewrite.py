@@ -10,8 +10,8 @@
 Those two are the only changes: the rest of the file is copied byte for byte, lines stay where they
 were, and a ``#line`` directive points compiler messages and sanitizer reports at the original file.
 
-    python tools/emu_rewrite.py SRC.cu OUT.cpp
-    python tools/emu_rewrite.py --kernels FILE...   (print the __global__ function names defined)
+    python emu/rewrite.py SRC.cu OUT.cpp
+    python emu/rewrite.py --kernels FILE...   (print the __global__ function names defined)
 """
 
 from __future__ import annotations

@@ -23,4 +23,4 @@
 #define __CUDACC__ 1
 #define __CUDA_ARCH__ 900
 
-#include "emu/runtime.h"
+#include "emu/runtime/runtime.h"

@@ -1,12 +1,12 @@
 """Build the emulated CUDA module and run the op tests against the CUDA kernels on this CPU.
 
-    python tools/emulate.py build [--checks none|asan|race]      # prints the module's path
-    python tools/emulate.py test  [--checks ...] [--order forward|reverse|random] [--seed N]
+    python emu/emulate.py build [--checks none|asan|race]      # prints the module's path
+    python emu/emulate.py test  [--checks ...] [--order forward|reverse|random] [--seed N]
                                   [--coverage FILE] [--loop] [-- PYTEST_ARGS...]
 
 `test` builds (incrementally, in build/emu-<checks>), then runs pytest with --emulate-cuda over the
 op tests (every python_tests/test_*.py except the federated-loop, Flower and hardening ones), or
-over the test files the pytest arguments name. With --checks asan the interpreter preloads ASan, as tools/sanitize.sh
+over the test files the pytest arguments name. With --checks asan the interpreter preloads ASan, as tools/ci/sanitize.sh
 does. See docs/EMULATOR.md.
 """
 
@@ -60,7 +60,7 @@ def build(checks: str, python: str = sys.executable) -> Path:
 
 
 # Test files that launch no kernel of their own (they run the loop, the CLI, data readers, docs
-# checks or subprocesses): left out of the emulated and sanitized op runs (tools/sanitize.sh too).
+# checks or subprocesses): left out of the emulated and sanitized op runs (tools/ci/sanitize.sh too).
 NON_OP_TESTS = (
     "test_fl_",
     "test_flower",
@@ -97,7 +97,7 @@ def op_test_files() -> list[str]:
 
 
 def asan_env() -> dict[str, str]:
-    """Environment that loads ASan into an uninstrumented interpreter (as tools/sanitize.sh)."""
+    """Environment that loads ASan into an uninstrumented interpreter (as tools/ci/sanitize.sh)."""
 
     def gcc_lib(name: str) -> str:
         return subprocess.run(
@@ -149,7 +149,8 @@ def main(argv: list[str]) -> int:
     if a.checks == "asan":
         # One process per shard, so a report aborts it (and fails the run); fd 2 not captured.
         # Shards (FK_TEST_SHARDS, default: three per core) run one per core: one process left a core idle.
-        import test_shards
+        sys.path.insert(0, str(ROOT))  # tools is a package at the repo root
+        from tools.ci import test_shards
 
         args += ["--capture=sys", "-p", "no:xdist"]
         return test_shards.run(args, targets, test_shards.default_shards(), env=env, cwd=ROOT)

@@ -8,7 +8,7 @@
 // is an error (raised on the host after the block), never a hang. __shared__ variables live in
 // the emulator's shared-memory arena (each variable behind a redzone), poisoned with 0xFF bytes in
 // every block before its first use so a read before a write shows. Every launch is recorded (kernel name, grid, block)
-// for the coverage check and for bench/gpu_model.py; a record-only mode skips the kernel bodies.
+// for the coverage check and for bench/ops/gpu_model.py; a record-only mode skips the kernel bodies.
 #pragma once
 
 #include <cstddef>
@@ -108,7 +108,7 @@ T from_bits(uint64_t b) {
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
-// __shared__ declarations are rewritten by tools/emu_rewrite.py into references into the block's
+// __shared__ declarations are rewritten by emu/rewrite.py into references into the block's
 // emulated shared memory (fk_emu::SharedSlot); one left unrewritten fails to compile here.
 #define __shared__ FK_EMU_SHARED_DECLARATION_NOT_REWRITTEN
 

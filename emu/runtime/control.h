@@ -7,7 +7,7 @@
 #include <tuple>
 #include <vector>
 
-#include "emu/runtime.h"
+#include "emu/runtime/runtime.h"
 
 namespace fk_emu {
 

@@ -1,5 +1,5 @@
 // Settings (thread/block order, execute or record only) and the record of launches.
-#include "emu/control.h"
+#include "emu/runtime/control.h"
 
 #include <algorithm>
 #include <mutex>

@@ -3,8 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "emu/control.h"
-#include "emu/shared_memory.h"
+#include "emu/runtime/control.h"
+#include "emu/runtime/shared_memory.h"
 
 namespace py = pybind11;
 

@@ -5,7 +5,7 @@
 // Only full blocks of BLOCK_DIM_X threads (a multiple of 32) are modelled.
 #pragma once
 
-#include "emu/runtime.h"
+#include "emu/runtime/runtime.h"
 
 namespace cub {
 
