@@ -1,4 +1,4 @@
-"""The pure parts of tools/gpu_check.py: read nvidia-smi, pytest and the benchmarks' JSON, and put
+"""The pure parts of tools/gpu/gpu_check.py: read nvidia-smi, pytest and the benchmarks' JSON, and put
 them into the one gpu-check JSON. No subprocesses and no torch here, so every function is tested on
 fake inputs (python_tests/test_gpu_check.py).
 
@@ -124,7 +124,7 @@ def _sketch(rows: list[dict]) -> Iterable[Row]:
             "sketch",
             r["op"],
             f"p={r['p']} R={r['R']} B={r['B']}",
-            "PyTorch composition (bench/sketch.py)",
+            "PyTorch composition (bench/ops/sketch.py)",
             r["ours_ms"],
             r["torch_ms"],
             r["GB/s"],
@@ -269,7 +269,7 @@ def assemble(
     job on each device, step times, ok.
 
     ``build`` and ``tests`` carry ``ok``; ``benches`` maps a bench name to ``{"status": "ok" | "failed" |
-    "timeout", "rows": [...], ...}``; ``mainjob`` is tools/gpu_mainjob.py's JSON plus its ``status``
+    "timeout", "rows": [...], ...}``; ``mainjob`` is tools/gpu/gpu_mainjob.py's JSON plus its ``status``
     (``None``: not asked for); ``steps`` are seconds per step; ``setup_s`` (creating the venv, a
     one-off download) is left out of the time compared with ``target_s``.
     """

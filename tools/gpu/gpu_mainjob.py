@@ -1,6 +1,6 @@
 """The main job on each device, for `make gpu-check`: every preset, shortened, through `fedkernels run`.
 
-    python tools/gpu_mainjob.py [--devices cpu,cuda] [--rounds 3] [--data-dir DIR] [--out mainjob.json]
+    python tools/gpu/gpu_mainjob.py [--devices cpu,cuda] [--rounds 3] [--data-dir DIR] [--out mainjob.json]
 
 For every shipped preset (one seed, ``--rounds`` rounds, every algorithm it runs, plus the registered
 algorithms no preset runs, on the dataset of the preset that runs their family) it calls
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOL = 0.02  # |P@1(cuda) - P@1(cpu)| after the shortened run (2515 Bibtex test samples: about 50 of them)
 # Registered algorithms that no preset runs: the preset whose data and options they share.
 EXTRA = {

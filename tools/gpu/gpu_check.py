@@ -1,6 +1,6 @@
 """`make gpu-check`: verify the CUDA kernels on this machine's NVIDIA GPU with one command.
 
-    python3 tools/gpu_check.py [--venv .venv-cuda] [--out gpu-check/gpu-check.json] [--full] [--workers N]
+    python3 tools/gpu/gpu_check.py [--venv .venv-cuda] [--out gpu-check/gpu-check.json] [--full] [--workers N]
                                [--tests all|ops|cuda]
 
 1. Finds a GPU: nvidia-smi must list one, and torch in the venv must see it. Without one it prints
@@ -14,9 +14,9 @@
 5. Runs ``pytest python_tests`` (every op test runs on cpu and on cuda where a GPU exists) with the
    hypothesis profile 'ci'. ``--tests ops``: only the op test files (no federated loop, Flower, CLI,
    docs); ``--tests cuda``: only the op tests whose id names cuda (the GPU half, when time is short).
-6. Runs every op benchmark (bench/sketch.py, sampled.py, select_norms.py, prox.py, spread.py) with
+6. Runs every op benchmark (bench/ops/sketch.py, sampled.py, select_norms.py, prox.py, spread.py) with
    ``--device cuda --quick`` (``--full``: the README's sizes), each op against its PyTorch composition.
-7. Runs the main job on cuda and on cpu (tools/gpu_mainjob.py: every preset, shortened to
+7. Runs the main job on cuda and on cpu (tools/gpu/gpu_mainjob.py: every preset, shortened to
    ``--mainjob-rounds`` rounds, through ``fedkernels run --device``): each algorithm's final P@1 on
    both devices (they must agree within its stated tolerance) and its seconds per round.
    ``--data-dir`` names the shipped datasets' folder; without it the step is skipped, and says so.
@@ -41,21 +41,21 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpu_check_report as report
-from emulate import op_test_files
-from gpu_probe import NEEDED
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: tools and emu are packages there
+from emu.emulate import op_test_files
+from tools.gpu import gpu_check_report as report
+from tools.gpu.gpu_probe import NEEDED
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NO_GPU = "no NVIDIA GPU found: gpu-check needs one; see README 'Verifying the CUDA kernels'"
 TORCH = "torch==2.14.1"  # PyPI's Linux wheel of 2.14.1 is the CUDA 13.0 build
 BENCHES = {
-    "sketch": "bench/sketch.py",
-    "sampled": "bench/sampled.py",
-    "select": "bench/select_norms.py",
-    "prox": "bench/prox.py",
-    "spread": "bench/spread.py",
-    "topk": "bench/topk.py",
+    "sketch": "bench/ops/sketch.py",
+    "sampled": "bench/ops/sampled.py",
+    "select": "bench/ops/select_norms.py",
+    "prox": "bench/ops/prox.py",
+    "spread": "bench/ops/spread.py",
+    "topk": "bench/ops/topk.py",
 }
 EXIT_NO_GPU, EXIT_PREREQ = 2, 3
 
@@ -116,17 +116,17 @@ def child_env(venv: Path, nvcc: Path, **extra: str) -> dict[str, str]:
 
 
 def probe(python: Path, copy_bandwidth: bool = False) -> dict:
-    """tools/gpu_probe.py's facts as seen by ``python``; Stop(3) if it cannot run."""
-    cmd = [str(python), str(ROOT / "tools" / "gpu_probe.py")] + (["--copy-bandwidth"] if copy_bandwidth else [])
+    """tools/gpu/gpu_probe.py's facts as seen by ``python``; Stop(3) if it cannot run."""
+    cmd = [str(python), str(ROOT / "tools" / "gpu" / "gpu_probe.py")] + (["--copy-bandwidth"] if copy_bandwidth else [])
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise Stop(f"could not run {python} tools/gpu_probe.py: {e}", EXIT_PREREQ) from e
+        raise Stop(f"could not run {python} tools/gpu/gpu_probe.py: {e}", EXIT_PREREQ) from e
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError) as e:
-        raise Stop(f"could not run {python} tools/gpu_probe.py: {res.stderr.strip()[-500:]}", EXIT_PREREQ) from e
+        raise Stop(f"could not run {python} tools/gpu/gpu_probe.py: {res.stderr.strip()[-500:]}", EXIT_PREREQ) from e
 
 
 def check_torch(facts: dict, venv: Path, gpus: list[dict[str, str]]) -> None:
@@ -226,7 +226,7 @@ def build(venv: Path, nvcc: Path, archs: str, out_dir: Path) -> dict:
     rc, out = run_logged(cmd, log, env)
     if rc:
         return {"ok": False, "arch_list": archs, "log": str(log), "tail": out[-2000:]}
-    rc, out = run_logged([py, str(ROOT / "tools" / "check_cuda_registered.py")], out_dir / "registered.log", env)
+    rc, out = run_logged([py, str(ROOT / "tools" / "ci" / "check_cuda_registered.py")], out_dir / "registered.log", env)
     print(out.strip(), flush=True)
     return {"ok": rc == 0, "arch_list": archs, "log": str(log), "registered": out.strip()[-2000:]}
 
@@ -235,7 +235,7 @@ def selected_tests(which: str) -> list[str]:
     """pytest arguments for ``--tests``: all of python_tests, the op test files, or their cuda-parametrised tests."""
     if which == "all":
         return ["python_tests"]
-    files = op_test_files()  # tools/emulate.py: the op test files the emulator also runs
+    files = op_test_files()  # emu/emulate.py: the op test files the emulator also runs
     return files if which == "ops" else ["-k", "cuda", *files]
 
 
@@ -287,7 +287,7 @@ def run_bench(
 
 
 def run_mainjob(venv: Path, nvcc: Path, out_dir: Path, args: argparse.Namespace) -> dict:
-    """tools/gpu_mainjob.py on cuda and cpu in the venv: its JSON plus ``status`` (ok, failed, timeout, skipped)."""
+    """tools/gpu/gpu_mainjob.py on cuda and cpu in the venv: its JSON plus ``status`` (ok, failed, timeout, skipped)."""
     js, log = out_dir / "mainjob.json", out_dir / "mainjob.log"
     js.unlink(missing_ok=True)
     if args.mainjob_rounds < 1:
@@ -295,7 +295,7 @@ def run_mainjob(venv: Path, nvcc: Path, out_dir: Path, args: argparse.Namespace)
     if not (args.data_dir / "bibtex").is_dir():
         print(f"== main job skipped: no datasets in {args.data_dir} (pass --data-dir)", flush=True)
         return {"status": "skipped", "why": f"no datasets in {args.data_dir}"}
-    cmd = [str(venv / "bin" / "python"), str(ROOT / "tools" / "gpu_mainjob.py"), "--devices", "cuda,cpu"]
+    cmd = [str(venv / "bin" / "python"), str(ROOT / "tools" / "gpu" / "gpu_mainjob.py"), "--devices", "cuda,cpu"]
     cmd += ["--rounds", str(args.mainjob_rounds), "--data-dir", str(args.data_dir), "--out", str(js)]
     cmd += ["--only", args.mainjob_only] if args.mainjob_only else []
     print(f"== main job on cuda and cpu, {args.mainjob_rounds} rounds per preset (log: {log})", flush=True)

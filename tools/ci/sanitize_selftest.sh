@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Proves tools/sanitize.sh catches a real memory bug. In a scratch copy of the repo (never the
+# Proves tools/ci/sanitize.sh catches a real memory bug. In a scratch copy of the repo (never the
 # checkout), delete label_hash's check that every table bucket is < B, so a bad table makes the
-# kernel write past the end of its output; then run one call under tools/sanitize.sh and require
+# kernel write past the end of its output; then run one call under tools/ci/sanitize.sh and require
 # an ASan heap-buffer-overflow WRITE report and a failed run. The checkout's own sanitized build
 # must reject the same call with a clean IndexError (the control).
 #
-#   tools/sanitize_selftest.sh          (PYTHON as for tools/sanitize.sh)
+#   tools/ci/sanitize_selftest.sh          (PYTHON as for tools/ci/sanitize.sh)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 SCRATCH="${FK_SELFTEST_DIR:-$ROOT/build/sanitize-selftest}"   # kept, so rebuilds are incremental
 rm -rf "$SCRATCH/src" "$SCRATCH/csrc" "$SCRATCH/python_tests"
 mkdir -p "$SCRATCH"
-cp -rp CMakeLists.txt cmake csrc tools "$SCRATCH/"
+cp -rp CMakeLists.txt cmake csrc emu tools "$SCRATCH/"
 tar --exclude='*.so' --exclude=__pycache__ -cf - src | tar -xf - -C "$SCRATCH"
 mkdir -p "$SCRATCH/python_tests"
 cp python_tests/conftest.py python_tests/__init__.py "$SCRATCH/python_tests/"
@@ -36,11 +36,11 @@ def test_out_of_range_bucket():
 EOF
 
 echo "selftest: control (checkout's sanitized build must raise IndexError, no report)"
-tools/sanitize.sh "$SCRATCH/python_tests/test_oob_selftest.py"
+tools/ci/sanitize.sh "$SCRATCH/python_tests/test_oob_selftest.py"
 
 echo "selftest: scratch build with the range check removed (must be reported)"
 set +e
-FK_SANITIZE_BUILD="$SCRATCH/build" "$SCRATCH/tools/sanitize.sh" "$SCRATCH/python_tests/test_oob_selftest.py" \
+FK_SANITIZE_BUILD="$SCRATCH/build" "$SCRATCH/tools/ci/sanitize.sh" "$SCRATCH/python_tests/test_oob_selftest.py" \
   > "$SCRATCH/report.txt" 2>&1
 rc=$?
 set -e

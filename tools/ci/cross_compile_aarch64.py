@@ -1,9 +1,9 @@
 """Compile every CPU translation unit of csrc/ for aarch64 Linux with a cross compiler (CI step 1d).
 
-    python tools/cross_compile_aarch64.py [--install] [--cxx aarch64-linux-gnu-g++] [--jobs 2]
+    python tools/ci/cross_compile_aarch64.py [--install] [--cxx aarch64-linux-gnu-g++] [--jobs 2]
 
-A compile-only check: each csrc/**/*.cpp of the _C module (csrc/emu, the CUDA emulator, is an
-x86-64-only test tool and is left out) is compiled to an aarch64 object against the torch, pybind11
+A compile-only check: each csrc/**/*.cpp of the _C module (the CUDA emulator, emu/, is an
+x86-64-only test tool outside csrc/) is compiled to an aarch64 object against the torch, pybind11
 and Python headers of the interpreter running this script, with the module's own flags; nothing is
 linked or run (there is no aarch64 torch library here to link against, and no aarch64 machine to run
 on). It proves the sources build for ARM: every x86 intrinsic sits behind a guard
@@ -33,7 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "g++-aarch64-linux-gnu"
 EM_AARCH64 = 183  # ELF e_machine of aarch64 objects
 # The torch headers most translation units include, parsed once into a precompiled header.
@@ -65,9 +65,8 @@ def install_compiler(cxx: str) -> str:
 
 
 def sources() -> list[Path]:
-    """The _C module's CPU translation units (CMakeLists.txt's glob, without csrc/emu)."""
-    out = sorted(ROOT.glob("csrc/*.cpp")) + sorted(ROOT.glob("csrc/*/*.cpp"))
-    return [p for p in out if p.parent.name != "emu"]
+    """The _C module's CPU translation units (CMakeLists.txt's glob)."""
+    return sorted(ROOT.glob("csrc/*.cpp")) + sorted(ROOT.glob("csrc/*/*.cpp"))
 
 
 INCLUDE = re.compile(r'#\s*include\s*[<"]([^>"]+)[>"]')

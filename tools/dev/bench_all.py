@@ -1,12 +1,12 @@
-"""Run every benchmark in bench/ in its quick form (``make bench``), writing into build/bench-results/.
+"""Run every benchmark in bench/ops and bench/fl in its quick form (``make bench``), writing into build/bench-results/.
 
 The one list of the benchmarks is ``QUICK`` below: each script with ``--quick`` and an explicit
 ``--out`` under build/bench-results, so a smoke run never overwrites the tables in bench/results (those are
 full runs the README and docs quote; a bench script writes there only when its ``--out`` says so). A
-script in bench/ on neither ``QUICK`` nor ``NOT_BENCHMARKS`` fails the run, so a new benchmark cannot be
+script in bench/ops or bench/fl on neither ``QUICK`` nor ``NOT_BENCHMARKS`` fails the run, so a new benchmark cannot be
 forgotten. Not part of CI (timings on shared runners mean nothing).
 
-Usage: python tools/bench_all.py [--only NAME ...] [--list]
+Usage: python tools/dev/bench_all.py [--only NAME ...] [--list]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCH, OUT = ROOT / "bench", ROOT / "build" / "bench-results"  # bench/common.py QUICK_RESULTS
 
 # script -> its quick run's arguments (the output path is added from the script's name)
@@ -47,7 +47,7 @@ QUICK: dict[str, list[str]] = {
     "fl_batched": ["--quick"],
 }
 # scripts that need an environment variable: skipped, with the reason, when it is unset
-NEEDS_ENV = {"gpu_model": ("FK_CUDA_EMU_MODULE", "the emulated CUDA module: `python tools/emulate.py build`")}
+NEEDS_ENV = {"gpu_model": ("FK_CUDA_EMU_MODULE", "the emulated CUDA module: `python emu/emulate.py build`")}
 NOT_BENCHMARKS = (
     "common",
     "peers",
@@ -61,15 +61,21 @@ NOT_BENCHMARKS = (
 )  # helpers, printers
 
 
+def bench_scripts() -> dict[str, Path]:
+    """Every script of bench/ops and bench/fl by name (names are unique across the two folders)."""
+    return {p.stem: p for p in sorted(BENCH.glob("*/*.py")) if p.stem != "__init__"}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=None, help="run just these scripts (names without .py)")
     ap.add_argument("--list", action="store_true", help="print the scripts and their arguments, run nothing")
     args = ap.parse_args(argv)
-    scripts = sorted(p.stem for p in BENCH.glob("*.py"))
+    paths = bench_scripts()
+    scripts = sorted(paths)
     unlisted = [s for s in scripts if s not in QUICK and s not in NOT_BENCHMARKS]
     if unlisted:
-        print(f"bench scripts in no list of tools/bench_all.py: {unlisted}", file=sys.stderr)
+        print(f"bench scripts in no list of tools/dev/bench_all.py: {unlisted}", file=sys.stderr)
         return 2
     chosen = list(QUICK) if args.only is None else args.only
     bad = [s for s in chosen if s not in QUICK]
@@ -84,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         if var is not None and not os.environ.get(var):
             skipped.append(f"{name} (set {var}: {what})")
             continue
-        cmd = [sys.executable, str(BENCH / f"{name}.py"), *QUICK[name], "--out", str(OUT / f"{name}.json")]
+        cmd = [sys.executable, str(paths[name]), *QUICK[name], "--out", str(OUT / f"{name}.json")]
         print(f"$ {' '.join(cmd)}", flush=True)
         if args.list:
             continue

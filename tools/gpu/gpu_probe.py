@@ -1,8 +1,8 @@
-"""Print what the running interpreter's torch sees, as one JSON line (tools/gpu_check.py runs it
+"""Print what the running interpreter's torch sees, as one JSON line (tools/gpu/gpu_check.py runs it
 inside the environment it will build and test with).
 
-    python tools/gpu_probe.py                    # torch version and CUDA build, GPUs, missing packages
-    python tools/gpu_probe.py --copy-bandwidth   # plus the GPU's copy bandwidth (a 1 GiB copy_, GB/s)
+    python tools/gpu/gpu_probe.py                    # torch version and CUDA build, GPUs, missing packages
+    python tools/gpu/gpu_probe.py --copy-bandwidth   # plus the GPU's copy bandwidth (a 1 GiB copy_, GB/s)
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def probe(copy_bandwidth: bool = False) -> dict:
         memory_gib=round(props.total_memory / 2**30, 1),
     )
     if copy_bandwidth:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-        from common import copy_bandwidth_gbs
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
+        from bench.common import copy_bandwidth_gbs
 
         facts["copy_bandwidth_gbs"] = copy_bandwidth_gbs("cuda", nbytes=COPY_BYTES)
         facts["copy_bytes"] = COPY_BYTES

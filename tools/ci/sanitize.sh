@@ -3,19 +3,19 @@
 # their own build dir and run the op test-suite under them. Any ASan/UBSan report aborts the
 # process, so a report fails the run.
 #
-#   tools/sanitize.sh [pytest args...]        (default: the op tests, tools/emulate.py's
+#   tools/ci/sanitize.sh [pytest args...]        (default: the op tests, emu/emulate.py's
 #                                              op_test_files(), and the codec fuzzer,
 #                                              python_tests/fuzz/test_codec_fuzz.py)
 # Env: PYTHON (an interpreter whose torch is CPU-only; default: python3 on PATH),
 #      FK_SANITIZE_BUILD (build dir; default build/sanitize), HYPOTHESIS_PROFILE (default: sanitize).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 PY="${PYTHON:-python3}"
 BUILD="${FK_SANITIZE_BUILD:-$ROOT/build/sanitize}"
 OUT="$BUILD/pkg"   # the sanitized _C lives here, never in src/, so normal builds are untouched
-# The op tests: tools/emulate.py's op_test_files() (one list of the test files that run no op).
-OP_TESTS=$("$PY" -c "import sys; sys.path.insert(0, 'tools'); import emulate; print(' '.join(emulate.op_test_files()))")
+# The op tests: emu/emulate.py's op_test_files() (one list of the test files that run no op).
+OP_TESTS=$("$PY" -c "from emu.emulate import op_test_files; print(' '.join(op_test_files()))")
 
 # Build: same CMake project, sanitizer flags on, module written to $OUT/fedkernels/.
 "$PY" - "$BUILD" "$OUT" <<'EOF'
@@ -66,7 +66,7 @@ echo "sanitize: running under ASan+UBSan with $SO"
 # -p no:cacheprovider: nothing written into the checkout; one process per shard so a report aborts
 # it (and fails the run); --capture=sys: pytest must not capture fd 2, or a report would vanish with
 # the aborted process. The test files are split into FK_TEST_SHARDS shards (default: three per core)
-# that run one per core (tools/test_shards.py).
-"$PY" "$ROOT/tools/test_shards.py" -- "$PY" -c "$BOOT
+# that run one per core (tools/ci/test_shards.py).
+"$PY" "$ROOT/tools/ci/test_shards.py" -- "$PY" -c "$BOOT
 import pytest; sys.exit(pytest.main(['-q', '--capture=sys', '-p', 'no:cacheprovider', '-p', 'no:xdist', *sys.argv[1:]]))" -- "$@"
 echo "sanitize: no ASan/UBSan reports"

@@ -1,12 +1,12 @@
 """Run one pytest command over test files split into shards: one process per shard, one per core at a time.
 
-The AddressSanitizer runs (tools/sanitize.sh, ``tools/emulate.py test --checks asan``) run pytest in
+The AddressSanitizer runs (tools/ci/sanitize.sh, ``emu/emulate.py test --checks asan``) run pytest in
 one process without xdist, so an ASan report aborts the run and its text reaches stderr. On a 2-core
 CI machine that leaves a core idle for minutes. Shards keep both properties (each shard is one such
 process; a report aborts it and fails the whole run) and use every core. More shards than cores
 (default: three per core, largest first) keep the cores busy to the end.
 
-    python tools/test_shards.py [--shards N] [--jobs J] -- CMD ARGS... -- TESTS_AND_PYTEST_ARGS...
+    python tools/ci/test_shards.py [--shards N] [--jobs J] -- CMD ARGS... -- TESTS_AND_PYTEST_ARGS...
 
 Arguments after the second ``--`` that name test files (``*.py``, ``file::test``) or directories are
 split between the shards; the others (``-k expr``, ``-x``, ...) go to every shard. Each shard's output
