@@ -2,7 +2,7 @@
 
 fedkernels info
 fedkernels bench                         # lists the benches of a checkout
-fedkernels bench sketch                  # runs bench/sketch.py of a checkout
+fedkernels bench sketch                  # runs bench/ops/sketch.py of a checkout
 fedkernels run --list-presets            # named paper reproductions
 fedkernels run --preset fedmlh-bibtex    # 3 seeds, mean ± std beside the paper's P@1
 fedkernels run --demo                    # FedAvg vs FedMLH vs FedSS on synthetic data
@@ -435,31 +435,38 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# bench/ops: the op microbenchmarks; bench/fl: the federated experiments. Script names are unique across both.
+BENCH_FOLDERS = ("ops", "fl")
+
+
 def bench_root() -> Path | None:
     """The ``bench`` folder of the current folder or of the checkout this package was built from."""
     here = Path(__file__).resolve()
     for root in (Path.cwd(), *here.parents[:3]):
-        if (root / "bench").is_dir() and any((root / "bench").glob("*.py")):
+        if any(p for folder in BENCH_FOLDERS for p in (root / "bench" / folder).glob("*.py")):
             return root / "bench"
     return None
 
 
 def find_bench(name: str) -> Path | None:
-    """``bench/<name>.py`` in the current folder or in the checkout this package was built from."""
+    """``bench/ops/<name>.py`` or ``bench/fl/<name>.py`` in the current folder or in the checkout this package
+    was built from."""
     here = Path(__file__).resolve()
     for root in (Path.cwd(), *here.parents[:3]):
-        path = root / "bench" / f"{name}.py"
-        if path.is_file():
-            return path
+        for folder in BENCH_FOLDERS:
+            path = root / "bench" / folder / f"{name}.py"
+            if path.is_file():
+                return path
     return None
 
 
 def list_benches(root: Path) -> list[tuple[str, str]]:
-    """``(name, first docstring line)`` of every runnable ``bench/*.py`` (the helpers are left out)."""
+    """``(name, first docstring line)`` of every runnable ``bench/ops/*.py`` and ``bench/fl/*.py`` (the helpers
+    are left out)."""
     out = []
-    for path in sorted(root.glob("*.py")):
+    for path in [p for folder in BENCH_FOLDERS for p in sorted((root / folder).glob("*.py"))]:
         text = path.read_text()
-        if path.stem == "common" or path.stem.endswith("_worker") or "__main__" not in text:
+        if path.stem.endswith("_worker") or "__main__" not in text:
             continue  # helpers, and the peers' worker processes the benches start themselves
         try:
             doc = ((ast.get_docstring(ast.parse(text)) or "").strip().splitlines() or [""])[0]
@@ -470,7 +477,7 @@ def list_benches(root: Path) -> list[tuple[str, str]]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Run ``bench/<name>.py`` with the remaining arguments; with no name, list the benches."""
+    """Run the bench script ``<name>`` with the remaining arguments; with no name, list the benches."""
     if args.name is None:
         root = bench_root()
         if root is None:
@@ -485,7 +492,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     path = find_bench(args.name)
     if path is None:
         print(
-            f"fedkernels bench: bench/{args.name}.py not found; `fedkernels bench` lists the benches of a checkout",
+            f"fedkernels bench: {args.name}.py not found in bench/ops or bench/fl; "
+            "`fedkernels bench` lists the benches of a checkout",
             file=sys.stderr,
         )
         return 2
@@ -509,7 +517,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedkernels", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="build facts and registered algorithms").set_defaults(fn=cmd_info)
-    b = sub.add_parser("bench", help="run bench/<name>.py of a checkout (no name: list them)")
+    b = sub.add_parser("bench", help="run bench/ops/<name>.py or bench/fl/<name>.py of a checkout (no name: list them)")
     b.add_argument("name", nargs="?", default=None)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     b.set_defaults(fn=cmd_bench)

@@ -1,20 +1,20 @@
 """Sketching microbenchmarks (FedMLH): fedkernels ops vs the PyTorch composition a user would write.
 
-    python bench/sketch.py            # the issue's configurations, N = 256 and 1024
+    python bench/ops/sketch.py            # the issue's configurations, N = 256 and 1024
                                       # (writes build/bench-results/sketch.json)
-    python bench/sketch.py --out bench/results/sketch.json   # the committed table
-    python bench/sketch.py --quick    # two small configurations, N = 256 (under a minute)
-    python bench/sketch.py --quick --device cuda   # on a GPU; writes gpu-check/bench/sketch-quick.json
-    python bench/sketch.py --topk-launch   # bucket_merge_topk's CUDA launch shape per configuration (no GPU needed)
+    python bench/ops/sketch.py --out bench/results/ops/sketch.json   # the committed table
+    python bench/ops/sketch.py --quick    # two small configurations, N = 256 (under a minute)
+    python bench/ops/sketch.py --quick --device cuda   # on a GPU; writes gpu-check/bench/sketch-quick.json
+    python bench/ops/sketch.py --topk-launch   # bucket_merge_topk's CUDA launch shape per configuration (no GPU needed)
 
 Per op, configuration and N: the op and its peers timed in one process, calls alternated, minimum of
-5 or more each (bench/peers.py alternating_min): the eager composition ("torch"), torch.compile of
+5 or more each (bench/ops/peers.py alternating_min): the eager composition ("torch"), torch.compile of
 it ("compiled"; one compiled function per op for the whole run, as a user would hold it, so later
 shapes run torch.compile's automatic dynamic-shape recompile), and for count_sketch a CSVec-style
 per-vector, per-table index_add_ ("csvec"). Then the speed-up over each, the peak extra memory of the
 op and the eager composition, the op's achieved GB/s against the measured copy bandwidth (bytes =
 every input read once + the output written once), and the op's 1-to-2-thread speed-up
-(bench/peers.py thread_scaling). bucket_merge_topk runs on two score distributions: "peaked"
+(bench/ops/peers.py thread_scaling). bucket_merge_topk runs on two score distributions: "peaked"
 (logsigmoid(2 z - 1), a trained model) and "flat" (log_softmax of z over the B buckets, as early in
 training), z ~ N(0, 1); bucket_merge's work does not depend on the values (peaked only).
 label_hash is measured twice: with a fresh output per call
@@ -31,11 +31,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common
-import peers
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 import fedkernels
+from bench import common
+from bench.ops import peers
 from fedkernels import HashFamily
 
 CONFIGS = [(3993, 4, 250), (30938, 4, 1000), (131073, 4, 4000), (312330, 8, 5000)]
@@ -459,7 +458,7 @@ def goals(rows: list[dict], thread_rows: list[dict]) -> list[dict]:
 # (132 SMs, 3.35 TB/s HBM3). No GPU measures it here: the shape follows the launcher's rule (mirrored
 # below; python_tests/test_sketch_topk.py checks the mirror against the emulator's launch record) and
 # the time is the memory-bound floor: logp read once (N R B 4 bytes), the table once (p R 4), the
-# output written once (N k 12). At N = 1024, k = 5 (`python bench/sketch.py --topk-launch` prints it):
+# output written once (N k 12). At N = 1024, k = 5 (`python bench/ops/sketch.py --topk-launch` prints it):
 #
 # | p      | R | B    | blocks x threads | splits | warps/SM (grid) | resident | row staged  | MB moved | floor us |
 # |--------|---|------|------------------|--------|-----------------|----------|-------------|----------|----------|

@@ -1,13 +1,13 @@
 """FedSS against FullSoftmax, NegOnly and PosOnly at several |S_k| on a real dataset (issue 7).
 
-    PYTHONPATH=src python bench/fl_sampled.py [--dataset delicious] [--rounds 30] [--negatives 16,64,256]
+    PYTHONPATH=src python bench/fl/fl_sampled.py [--dataset delicious] [--rounds 30] [--negatives 16,64,256]
 
 Reads ``../shared/data/<dataset>/{train,test}.txt`` (Extreme Classification format) at run time.
 Partition: label-skewed — labels are shuffled with the seed and a sample goes to client
 ``rank(its first label) mod C`` (so each client holds a disjoint slice of the label space, as in
 FedSS's setting); samples without labels go to a seeded random client. Features are scaled per
 sample to unit L2 norm. Writes build/bench-results/fl_sampled.json (the committed table: ``--out
-bench/results/fl_sampled.json``) and prints a markdown table. ``--quick``: Bibtex, 2 rounds, one m, tiny
+bench/results/fl/fl_sampled.json``) and prints a markdown table. ``--quick``: Bibtex, 2 rounds, one m, tiny
 model, every variant (a smoke run).
 """
 
@@ -15,18 +15,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
 import torch
-from common import markdown_table, results_path, write_results
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
+from bench.common import markdown_table, results_path, write_results
 from fedkernels.fl import ClientData, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import FedSS, FullSoftmax, NegOnly, PosOnly
 from fedkernels.fl.seeding import generator
 from fedkernels.metrics import ranking_metrics
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
 
 def read_xc(path: Path) -> ClientData:

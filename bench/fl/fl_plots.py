@@ -16,22 +16,24 @@ One PNG per sweep, x = MB communicated (up + down, the whole run), y = test P@1 
 Each point is one run's numbers, no interpolation. Reads ``--results DIR`` (default: the folder of
 the committed tables); writes the PNGs beside ``--out`` (default build/bench-results/fl_plots.json, an
 index of what was drawn). A sweep whose JSON is missing, or lacks the fields, is skipped with a note.
-``--quick``: the same plots (they cost no training), for the smoke run of tools/bench_all.py.
+``--quick``: the same plots (they cost no training), for the smoke run of tools/dev/bench_all.py.
 
-    PYTHONPATH=src python bench/fl_plots.py --out bench/results/fl_plots.json   # the committed PNGs
+    PYTHONPATH=src python bench/fl/fl_plots.py --out bench/results/fl/fl_plots.json   # the committed PNGs
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from common import results_path
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
+from bench.common import results_path
 
-ROOT = Path(__file__).resolve().parents[1]
-COMMITTED = ROOT / "bench" / "results"  # read only: the committed tables
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "bench" / "results" / "fl"  # read only: the committed tables
 
 
 def _plt() -> Any:

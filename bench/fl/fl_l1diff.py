@@ -8,8 +8,8 @@ relative to the mean |gradient| at initialisation. gamma = 0 is plain FedSGD wit
 Also the personalised network variant (shared hidden layer, per-client heads coupled over a
 feature-covariance kNN graph).
 
-Run: PYTHONPATH=src python bench/fl_l1diff.py [--rounds R] [--quick] [--out PATH]
-Writes build/bench-results/fl_l1diff.json (the committed table: ``--out bench/results/fl_l1diff.json``).
+Run: PYTHONPATH=src python bench/fl/fl_l1diff.py [--rounds R] [--quick] [--out PATH]
+Writes build/bench-results/fl_l1diff.json (the committed table: ``--out bench/results/fl/fl_l1diff.json``).
 ``--quick``: 2 rounds, gamma 0 and 1 only (plus the float16 and network variants): a smoke run.
 """
 
@@ -22,10 +22,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common
-from common import DATA, multi_hot, read_xc
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
+from bench import common
+from bench.common import DATA, multi_hot, read_xc
 from fedkernels.fl import ClientData, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import L1Diff, L1DiffNetwork
 

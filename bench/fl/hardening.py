@@ -1,11 +1,11 @@
 """What safety costs: the checked payload decode and the atomic checkpoint against what a user would
 write unchecked (``safetensors.torch.load`` / ``save_file``), same run, same payloads.
 
-    PYTHONPATH=src python bench/hardening.py [--mib 64] [--quick] [--out PATH]
+    PYTHONPATH=src python bench/fl/hardening.py [--mib 64] [--quick] [--out PATH]
 
 Reports time ratios (checked / unchecked), payload GB/s against the measured copy bandwidth, and
 peak extra memory. Writes build/bench-results/hardening.json (the committed table: ``--out
-bench/results/hardening.json``) and prints a markdown table. ``--quick``: 1 MiB payloads, few repeats.
+bench/results/fl/hardening.json``) and prints a markdown table. ``--quick``: 1 MiB payloads, few repeats.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, results_path, timeit, write_results
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
+from bench.common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, results_path, timeit, write_results
 from fedkernels.fl.checkpoint import save_checkpoint
 from fedkernels.fl.payload import PayloadSpec, TensorSpec, decode, encode, state_spec
 

@@ -4,8 +4,8 @@ it, in the same run (CPU: calls alternated, minimum of 21), with the op's 1 -> 2
 the copy bandwidth at 1 and 2 threads (the ceiling of that speed-up for these memory-bound ops).
 
 Models: the parameter shapes of ResNet-50 (161 tensors, 25.6M) and BERT-base (199 tensors, 109.5M).
-Run: ``PYTHONPATH=src python bench/select_norms.py`` (writes build/bench-results/select.json;
-``--out bench/results/select.json`` for the committed table; prints a table).
+Run: ``PYTHONPATH=src python bench/ops/select_norms.py`` (writes build/bench-results/select.json;
+``--out bench/results/ops/select.json`` for the committed table; prints a table).
 ``--quick``: ResNet-50 only (writes select-quick.json); ``--device cuda``: on a GPU (writes
 gpu-check/bench/select[-quick].json unless ``--out`` names a file).
 """
@@ -15,13 +15,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 
 import argparse
 import os
 
 import torch
-from common import (
+
+import fedkernels
+from bench.common import (
     add_device_arguments,
     check_device_arguments,
     copy_bandwidth_gbs,
@@ -33,10 +35,8 @@ from common import (
     timeit,
     write_results,
 )
-from peers import alternating_min, compiled_peer, fresh_compiles, thread_scaling
-from select_shapes import bert_base_shapes, resnet50_shapes
-
-import fedkernels
+from bench.ops.peers import alternating_min, compiled_peer, fresh_compiles, thread_scaling
+from bench.ops.select_shapes import bert_base_shapes, resnet50_shapes
 
 MODELS = {"resnet50": resnet50_shapes, "bert-base": bert_base_shapes}
 

@@ -4,9 +4,9 @@
 of F x B). Reports P@1/3/5, PSP@k, the frequent/infrequent split of P@k, bytes to the best P@1,
 bytes to reach the lower of the two best P@1 (a level both reach), and model size per client.
 
-    PYTHONPATH=src python bench/fl_fedmlh.py [--rounds N] [--seeds 0 1 2] [--datasets bibtex] [--append]
-    PYTHONPATH=src python bench/fl_fedmlh.py --out bench/results/fl_fedmlh.json   # the committed table
-    PYTHONPATH=src python bench/fl_fedmlh.py --quick         # smoke run: Bibtex, 2 rounds, 1 local epoch
+    PYTHONPATH=src python bench/fl/fl_fedmlh.py [--rounds N] [--seeds 0 1 2] [--datasets bibtex] [--append]
+    PYTHONPATH=src python bench/fl/fl_fedmlh.py --out bench/results/fl/fl_fedmlh.json   # the committed table
+    PYTHONPATH=src python bench/fl/fl_fedmlh.py --quick         # smoke run: Bibtex, 2 rounds, 1 local epoch
 
 Writes build/bench-results/fl_fedmlh.json and fl_fedmlh_<dataset>.png beside it; ``--out PATH`` says
 where (bench/results only through it).
@@ -25,14 +25,13 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 
-from common import machine, markdown_table, results_path, write_results
-
+from bench.common import machine, markdown_table, results_path, write_results
 from fedkernels.experiments.experiment import ExperimentConfig, add_common_target, prepare_data, run_algorithm
 from fedkernels.experiments.report import plot_accuracy, summary_rows
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
 # Per dataset: FedMLH's hash family (R tables of B buckets, R * B < p), the frequent-class count
 # (10% of the labels), and the rounds of the published run (what fit in ~20 minutes on the shared,
@@ -42,7 +41,7 @@ SETTINGS = {
     "bibtex": {"num_tables": 4, "num_buckets": 20, "num_frequent": 16, "rounds": 10},
 }
 
-# the per-run table columns (stored in the JSON as "columns": bench/fl_report.py prints those)
+# the per-run table columns (stored in the JSON as "columns": bench/fl/fl_report.py prints those)
 COLUMNS = [
     "dataset",
     "algorithm",
@@ -212,7 +211,7 @@ def main() -> None:
             "seconds": time.perf_counter() - t0,
             "loadavg_at_end": os.getloadavg(),
             "note": "shared 2-core machine; compare rows within this run",
-            "columns": COLUMNS,  # bench/fl_report.py prints these
+            "columns": COLUMNS,  # bench/fl/fl_report.py prints these
         },
         path=out,
     )

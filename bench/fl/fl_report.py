@@ -1,7 +1,7 @@
-"""Markdown tables of the federated experiments, printed from bench/results/fl_*.json (the numbers
+"""Markdown tables of the federated experiments, printed from bench/results/fl/fl_*.json (the numbers
 in README.md and docs/api/fl.md come from here, not typed by hand).
 
-    python bench/fl_report.py [partial] [fedmlh] [sampled] [fedaws]
+    python bench/fl/fl_report.py [partial] [fedmlh] [sampled] [fedaws]
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import statistics
 import sys
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "fl"
 
 
 def fmt(v: object, digits: int = 3) -> str:
@@ -72,7 +72,7 @@ def fedmlh() -> str:
     if d is None:
         return "(no fl_fedmlh.json)"
     if "columns" not in d:
-        return "(fl_fedmlh.json has no 'columns': it predates them; rerun bench/fl_fedmlh.py)"
+        return "(fl_fedmlh.json has no 'columns': it predates them; rerun bench/fl/fl_fedmlh.py)"
     cols = [c for c in d["columns"] if c not in ("dataset", "algorithm")]
     out = []
     for ds in dict.fromkeys(r["dataset"] for r in d["rows"]):

@@ -4,16 +4,16 @@ Same run, same inputs: C in {1000, 20000, 100000}, d in {64, 512}, k = 10. The c
 materialises the [C, C] distance matrix (and its gradient), so at C = 100000 it would need
 C^2 * 4 bytes = 40 GB for the forward alone: it is not run there, its memory is reported analytically.
 
-    PYTHONPATH=src python bench/spread.py            # full (C = 100000, d = 512 takes several minutes)
-    PYTHONPATH=src python bench/spread.py --quick    # skips C = 100000
-    PYTHONPATH=src python bench/spread.py --only 20000,512 --append   # one configuration
-    PYTHONPATH=src python bench/spread.py --quick --device cuda        # on a GPU: gpu-check/bench/spread.json
-    PYTHONPATH=src python bench/spread.py --cuda-model   # the CUDA launch table below, and exit
+    PYTHONPATH=src python bench/ops/spread.py            # full (C = 100000, d = 512 takes several minutes)
+    PYTHONPATH=src python bench/ops/spread.py --quick    # skips C = 100000
+    PYTHONPATH=src python bench/ops/spread.py --only 20000,512 --append   # one configuration
+    PYTHONPATH=src python bench/ops/spread.py --quick --device cuda        # on a GPU: gpu-check/bench/spread.json
+    PYTHONPATH=src python bench/ops/spread.py --cuda-model   # the CUDA launch table below, and exit
 
 Peers (CPU, C <= 20000): torch.compile of the cdist + topk composition and of the loss's composition
 (calls alternated with ours and the eager composition, minimum of 5 each), and faiss-cpu self-search
 (IndexFlatL2 / IndexFlatIP, k + 1 neighbours with the own id dropped) under two OpenBLAS kernel choices,
-each in its own worker process (bench/spread_peers.py), at 1 and 2 threads, l2 and cosine: the
+each in its own worker process (bench/ops/spread_peers.py), at 1 and 2 threads, l2 and cosine: the
 "vs_faiss_best" columns divide the faster faiss build's time by ours. --skip-peers leaves them out;
 --peers-only runs just them (with --append, keeping the file's other rows).
 
@@ -54,10 +54,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import torch
-from common import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
+import fedkernels
+from bench.common import (
     add_device_arguments,
     check_device_arguments,
     copy_bandwidth_gbs,
@@ -70,10 +75,8 @@ from common import (
     timeit,
     write_results,
 )
-from peers import alternating_min, compiled_peer, thread_scaling
-from spread_peers import knn_peer_row, start_faiss_peers
-
-import fedkernels
+from bench.ops.peers import alternating_min, compiled_peer, thread_scaling
+from bench.ops.spread_peers import knn_peer_row, start_faiss_peers
 
 K = 10
 MARGIN = 1.0

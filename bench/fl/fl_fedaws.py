@@ -4,13 +4,13 @@ Issue 7's experiment (the FedALC paper reports P@1 58.7-59.7 / 48.3-49.2 / 11.6 
 FedAvg on Bibtex). Each client holds one label: client c gets every training sample labelled c,
 relabelled c alone (a sample with several labels is at several clients). Reads ../shared/data/bibtex
 at run time. Writes build/bench-results/fl_fedaws.json unless ``--out PATH`` says where (the committed
-table is bench/results/fl_fedaws.json: never overwritten by a probe). ``--quick``: 2 rounds, tiny models,
+table is bench/results/fl/fl_fedaws.json: never overwritten by a probe). ``--quick``: 2 rounds, tiny models,
 every algorithm (a smoke run of the whole path, seconds).
 
     # the committed table (docs/api/fl.md, "Reproducing the papers"), merged from two processes:
-    PYTHONPATH=src python bench/fl_fedaws.py --algorithms FedAwS FedALC --seeds 0 1 2 --eval-every 50
-    PYTHONPATH=src python bench/fl_fedaws.py --algorithms FedAvg --rounds 60 --seeds 0 1 2
-    PYTHONPATH=src python bench/fl_fedaws.py --rounds 60 --pull 0 --algorithms FedAvg FedAwS FedALC FedALC-fixed
+    PYTHONPATH=src python bench/fl/fl_fedaws.py --algorithms FedAwS FedALC --seeds 0 1 2 --eval-every 50
+    PYTHONPATH=src python bench/fl/fl_fedaws.py --algorithms FedAvg --rounds 60 --seeds 0 1 2
+    PYTHONPATH=src python bench/fl/fl_fedaws.py --rounds 60 --pull 0 --algorithms FedAvg FedAwS FedALC FedALC-fixed
                                                                                 # the first protocol
 """
 
@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
-from common import markdown_table, read_xc_dense, results_path, write_results
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
+from bench.common import markdown_table, read_xc_dense, results_path, write_results
 from fedkernels.fl import ClientData, FedAvg, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import FedALC, FedALCFixed, FedAwS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / ".." / "shared" / "data" / "bibtex"
 ALGORITHMS = ["FedAvg", "FedAwS", "FedALC", "FedALC-fixed"]
 # --quick: the smallest run through every algorithm (explicit flags still win)

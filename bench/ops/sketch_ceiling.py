@@ -1,15 +1,15 @@
 """What limits the CPU count_sketch: its speed at extreme-classification label counts and the add rate it needs.
 
-    PYTHONPATH=src python bench/sketch_ceiling.py            # both parts
-    PYTHONPATH=src python bench/sketch_ceiling.py --part rmw  # only the add-rate measurement
-    PYTHONPATH=src python bench/sketch_ceiling.py --quick    # smoke run: the smallest config, p = 4096, 3 repeats
+    PYTHONPATH=src python bench/ops/sketch_ceiling.py            # both parts
+    PYTHONPATH=src python bench/ops/sketch_ceiling.py --part rmw  # only the add-rate measurement
+    PYTHONPATH=src python bench/ops/sketch_ceiling.py --quick    # smoke run: the smallest config, p = 4096, 3 repeats
 
 Prints markdown tables and writes their rows to build/bench-results/sketch_ceiling.json (``--out PATH``
 elsewhere).
 
 Part "configs": count_sketch on x = [64, p] float32 at the (p, R, B) of CONFIGS, against the index_add
 composition in the same run; % of the copy bandwidth measured in the same run (bytes = x + 5 B per
-class-table + output, as bench/sketch.py counts them), and the lane-adds per cycle per core the op
+class-table + output, as bench/ops/sketch.py counts them), and the lane-adds per cycle per core the op
 would need to reach 60% of copy (64 * p * R float adds in bytes / (0.6 * copy) seconds on 2 cores),
 and the time of the same call on x[:0] (argument checks and output allocation only: the fixed cost).
 
@@ -32,10 +32,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 import fedkernels
+from bench import common
 from fedkernels import HashFamily
 
 CONFIGS = [(3993, 4, 250), (30938, 4, 1000), (131073, 4, 4000), (312330, 8, 5000)]
@@ -66,7 +65,7 @@ def best_of(fn, repeat: int = 30, min_time: float = 0.3) -> tuple[float, float]:
 
 
 def compose(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, b: int) -> torch.Tensor:
-    """The index_add composition of bench/sketch.py."""
+    """The index_add composition of bench/ops/sketch.py."""
     m = torch.zeros(x.shape[0], table.shape[1], b, dtype=x.dtype)
     for j in range(table.shape[1]):
         m[:, j].index_add_(1, table[:, j].long(), x * signs[:, j].to(x.dtype))

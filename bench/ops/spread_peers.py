@@ -1,8 +1,8 @@
-"""Peers of bench/spread.py: faiss self-search at two OpenBLAS kernel choices, and thread scaling.
+"""Peers of bench/ops/spread.py: faiss self-search at two OpenBLAS kernel choices, and thread scaling.
 
 ``knn_peer_row`` times ``fedkernels.knn_classes`` against faiss-cpu ``IndexFlatL2`` / ``IndexFlatIP``
 (k + 1 neighbours, own id dropped: knn_classes never returns a class as its own neighbour) at 1 and 2
-threads. faiss runs in worker processes (bench/spread_faiss_worker.py), one per OpenBLAS kernel:
+threads. faiss runs in worker processes (bench/ops/spread_faiss_worker.py), one per OpenBLAS kernel:
 ``env`` (the environment as it is; OpenBLAS's own detection where OPENBLAS_CORETYPE is unset) and,
 where the CPU has AVX-512, ``SkylakeX`` (its AVX-512 kernels), else ``Haswell`` (its AVX2 + FMA ones;
 SkylakeX's would stop on an illegal instruction there). faiss itself loads its fastest SIMD build for
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from peers import alternating_min, optional_peer
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 import fedkernels
+from bench.ops.peers import alternating_min, optional_peer
 
 WORKER = Path(__file__).with_name("spread_faiss_worker.py")
 

@@ -1,7 +1,7 @@
-"""faiss peer of bench/topk.py, in its own process so its OpenBLAS kernel choice stays its own.
+"""faiss peer of bench/ops/topk.py, in its own process so its OpenBLAS kernel choice stays its own.
 
 OpenBLAS reads ``OPENBLAS_CORETYPE`` once, when faiss's bundled copy loads, so the parent starts one
-worker per kernel choice (see bench/spread_faiss_worker.py). Line protocol on stdin/stdout:
+worker per kernel choice (see bench/ops/spread_faiss_worker.py). Line protocol on stdin/stdout:
 
     load H_PATH W_PATH K   -> "ok"       (float32 [N, d] queries and [p, d] database .npy files)
     time THREADS CLOCK     -> seconds    (one IndexFlatIP search of the k largest inner products; CLOCK:

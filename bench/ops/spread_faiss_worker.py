@@ -1,4 +1,4 @@
-"""faiss peer of bench/spread.py, in its own process so each OpenBLAS kernel choice stays the peer's.
+"""faiss peer of bench/ops/spread.py, in its own process so each OpenBLAS kernel choice stays the peer's.
 
 OpenBLAS reads ``OPENBLAS_CORETYPE`` once, when faiss's bundled copy loads, so the parent starts one
 worker per kernel choice with that environment; fedkernels never runs under it. Line protocol on

@@ -1,6 +1,6 @@
 """FedMLH vs FedAvg vs FedSS end to end at the FedMLH paper's label counts (issue #14 item 4).
 
-    PYTHONPATH=src python bench/fl_xc_scale.py [--scales 131073 312330] [--train 4000] [--rounds 3]
+    PYTHONPATH=src python bench/fl/fl_xc_scale.py [--scales 131073 312330] [--train 4000] [--rounds 3]
 
 Data: :func:`fedkernels.data.synthetic_xc` (power-law labels, topic co-occurrence, ~200 nonzero
 features per sample out of ``--features``), kept as ``torch.sparse_csr`` from generator to model;
@@ -17,7 +17,7 @@ serialisation), model bytes, the client's peak memory (the largest peak resident
 one client's ``update`` call: decode, local training, encode — measured by resetting VmHWM through
 /proc/self/clear_refs), and the server's memory (state + the decoded uploads it holds + the peak
 growth during ``aggregate``), and P@1/P@5 on held-out samples. Runs with one thread.
-Writes build/bench-results/fl_xc_scale.json (the committed table: ``--out bench/results/fl_xc_scale.json``)
+Writes build/bench-results/fl_xc_scale.json (the committed table: ``--out bench/results/fl/fl_xc_scale.json``)
 and prints a markdown table. ``--quick``: p = 2048 with (R, B) = (2, 128), 200 + 100 samples, F = 1024,
 2 rounds (a smoke run of the whole path; its ratios mean nothing).
 """
@@ -34,10 +34,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 
-from common import markdown_table, results_path, write_results
-
+from bench.common import markdown_table, results_path, write_results
 from fedkernels.data import XCSpec, fedmlh_partition, make_clients, synthetic_xc, to_client_data
 from fedkernels.fl import RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import FedAvg, FedMLH, FedSS

@@ -13,7 +13,7 @@ Compares, in the same run:
 - bits per parameter of the l1-difference update sent through fedkernels.comm, for a gamma sweep,
   on the gradient of a linear multi-label model on the real Delicious dataset.
 
-Run: PYTHONPATH=src python bench/prox.py [--quick] [--device cuda] [--out PATH]
+Run: PYTHONPATH=src python bench/ops/prox.py [--quick] [--device cuda] [--out PATH]
 
 With --device cuda only the speed sweep runs (prox_tv1d and the FISTA composition on the GPU, GB/s
 against a copy on the GPU); Condat's C code, the one/two-thread batches and the host-only codec are
@@ -38,11 +38,10 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common
-from common import DATA, multi_hot, read_xc
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 import fedkernels
+from bench import common
+from bench.common import DATA, multi_hot, read_xc
 from fedkernels.comm import decode_runs, encode_runs, quantize_runs
 
 # glibc's own policy for the 8 MB outputs at d = 1e6 is bimodal across processes: mmap'd fresh each

@@ -11,7 +11,7 @@ Same run, same inputs (h, W ~ N(0, 1) float32, seeded), k = 5, at p in {131073, 
   memory column is the batch's.
 - ``compiled``: ``torch.compile`` of the same composition (per batch shape, compiled before timing).
 - ``faiss_<core>``: faiss-cpu ``IndexFlatIP.search`` (BLAS inner products + a heap per query) in a
-  worker process per OpenBLAS kernel choice this CPU can run (bench/topk_faiss_worker.py; the index
+  worker process per OpenBLAS kernel choice this CPU can run (bench/ops/topk_faiss_worker.py; the index
   built outside the timed search). ``faiss_best`` is the faster.
 - ``blas_tiles``: only the GEMM of a BLAS-tile design (``torch.mm`` of h against W in the tiles
   linear_topk uses, MKL, no selection): a lower bound on what at::mm tiles plus a fused top-k could do.
@@ -24,10 +24,10 @@ above its level before the call (bench/common.py peak_extra_bytes), at 1 thread.
 AMD EPYC with AVX2+FMA (no AVX-512), 2 cores shared with other work: its load average is recorded
 with every row.
 
-    PYTHONPATH=src python bench/topk.py             # the full grid (long: run it in the background)
-    PYTHONPATH=src python bench/topk.py --quick     # seconds: p = 16384, d = 64, N = 64
-    PYTHONPATH=src python bench/topk.py --only 312330,128,256
-    PYTHONPATH=src python bench/topk.py --quick --device cuda   # on a GPU (gpu-check): fk, eager, compiled
+    PYTHONPATH=src python bench/ops/topk.py             # the full grid (long: run it in the background)
+    PYTHONPATH=src python bench/ops/topk.py --quick     # seconds: p = 16384, d = 64, N = 64
+    PYTHONPATH=src python bench/ops/topk.py --only 312330,128,256
+    PYTHONPATH=src python bench/ops/topk.py --quick --device cuda   # on a GPU (gpu-check): fk, eager, compiled
 
 On CUDA the threads loop is one pass (columns ``_t1``, wall clock), and the CPU peers (faiss,
 blas_tiles) are left out.
@@ -46,12 +46,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common
-from peers import alternating_min, compiled_peer, fresh_compiles, optional_peer
-from spread_peers import FaissPeer
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 import fedkernels
+from bench import common
+from bench.ops.peers import alternating_min, compiled_peer, fresh_compiles, optional_peer
+from bench.ops.spread_peers import FaissPeer
 
 K = 5
 FULL = [(p, d, n) for p in (131073, 312330, 670091) for d in (128, 512) for n in (256, 4096)]
@@ -74,7 +73,7 @@ def cpu_flags() -> set[str]:
 
 
 class TopkFaissPeer(FaissPeer):
-    """bench/spread_peers.py's worker process, running bench/topk_faiss_worker.py."""
+    """bench/ops/spread_peers.py's worker process, running bench/ops/topk_faiss_worker.py."""
 
     def timed_search(self, threads: int, clock: str = "wall") -> None:  # type: ignore[override]
         self.times.append(float(self.ask(f"time {threads} {clock}")))

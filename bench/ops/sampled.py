@@ -1,6 +1,6 @@
 """Benchmark of the sampled-softmax kernels against the PyTorch compositions a user would write.
 
-    PYTHONPATH=src python bench/sampled.py [--device cpu|cuda] [--quick] [--out PATH]
+    PYTHONPATH=src python bench/ops/sampled.py [--device cpu|cuda] [--quick] [--out PATH]
 
 - linear_cross_entropy vs ``F.cross_entropy(h @ W.T + bias, target)`` (eager), ``torch.compile`` of it,
   and cut-cross-entropy's ``linear_cross_entropy(impl="torch_compile")`` (its only CPU path; it has no
@@ -22,7 +22,7 @@ On cuda both parts run in this process (peak memory is the caching allocator's p
 bandwidth is a copy on the GPU.
 
 Writes build/bench-results/sampled.json (cpu) or gpu-check/bench/sampled.json (cuda) unless --out says
-where (the committed table: ``--out bench/results/sampled.json``), and prints markdown tables.
+where (the committed table: ``--out bench/results/ops/sampled.json``), and prints markdown tables.
 """
 
 from __future__ import annotations
@@ -33,10 +33,14 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
+import fedkernels
+from bench.common import (
     add_device_arguments,
     check_device_arguments,
     copy_bandwidth_gbs,
@@ -49,9 +53,7 @@ from common import (
     timeit,
     write_results,
 )
-from peers import alternating_min, compiled_peer, fresh_compiles, optional_peer, thread_scaling
-
-import fedkernels
+from bench.ops.peers import alternating_min, compiled_peer, fresh_compiles, optional_peer, thread_scaling
 
 LCE_MODES = ("fwd", "fwd+bwd")
 LCE_PEERS = ("eager", "compiled", "cce")
@@ -186,7 +188,7 @@ def scatter_peers(out, idx, src, w, n: int, device: str) -> dict:
     - torch_scatter.scatter_mean (unweighted too, if it imports) plus the copy of the touched rows
       into out, on the same weight-1 case.
     - torch.compile of the weighted index_add_ composition, against ours on the weighted case.
-    Also ours' speed-up from 1 to 2 threads (bench/peers.py thread_scaling).
+    Also ours' speed-up from 1 to 2 threads (bench/ops/peers.py thread_scaling).
     """
     ones = torch.ones_like(w)
     touched = torch.unique(idx)

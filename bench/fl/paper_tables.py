@@ -1,12 +1,12 @@
-"""Tables of the committed paper runs (bench/results/paper/<preset>/<variant>/, as ``fedkernels run`` wrote them).
+"""Tables of the committed paper runs (bench/results/fl/paper/<preset>/<variant>/, as ``fedkernels run`` wrote them).
 
 For every variant folder: one row per algorithm with the seeds, the final, late-window and best value
 of the table's metric (per-client ``client-P@1`` where the run evaluated clients on their own held-out
 rows, else ``P@1``) as mean ± sample std, the per-seed final values, MB up / down per seed, and the
 split statistics and strategy diagnostics of the first seed. docs/experiments.md quotes these tables.
 
-    python bench/paper_tables.py                       # every preset
-    python bench/paper_tables.py fedalc-bibtex         # one
+    python bench/fl/paper_tables.py                       # every preset
+    python bench/fl/paper_tables.py fedalc-bibtex         # one
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import statistics
 from pathlib import Path
 
-PAPER = Path(__file__).resolve().parent / "results" / "paper"
+PAPER = Path(__file__).resolve().parents[1] / "results" / "fl" / "paper"
 
 
 def _ms(values: list[float]) -> str:
@@ -89,7 +89,7 @@ def print_preset(preset: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("presets", nargs="*", help="preset folders under bench/results/paper (default: all)")
+    ap.add_argument("presets", nargs="*", help="preset folders under bench/results/fl/paper (default: all)")
     args = ap.parse_args()
     names = args.presets or sorted(p.name for p in PAPER.iterdir() if p.is_dir())
     for name in names:
