@@ -26,7 +26,7 @@ DEMO_ARGS ?=
 RUFF ?= $(VENV)/bin/ruff
 MYPY ?= $(VENV)/bin/mypy
 CLANG_FORMAT ?= $(VENV)/bin/clang-format
-CSRC_FILES = git ls-files -z 'csrc/*.cpp' 'csrc/*.h' 'csrc/*.cu' 'csrc/*.cuh'
+CSRC_FILES = git ls-files -z 'csrc/*.cpp' 'csrc/*.h' 'csrc/*.cu' 'csrc/*.cuh' 'emu/*.cpp' 'emu/*.h' 'emu/*.cu' 'emu/*.cuh'
 
 .PHONY: demo test fuzz test-cuda-emu install bench bench-peers docs gpu-check inplace clean lint format
 
@@ -72,23 +72,23 @@ EMU_RANDOM_TESTS := python_tests/test_emulator_vs_cpu.py python_tests/test_sampl
 	python_tests/test_sketch_topk.py python_tests/test_prox_tv1d.py
 test-cuda-emu: install $(VENV)/.test-deps
 	rm -f build/emu-coverage.json* build/emu-random-coverage.json*
-	$(PY) tools/emulate.py test --checks race --loop --coverage build/emu-coverage.json -- -n 2
-	$(PY) tools/emu_coverage.py build/emu-coverage.json*
-	HYPOTHESIS_PROFILE=sanitize $(PY) tools/emulate.py test --checks asan --order random --seed $(EMU_SEED) \
+	$(PY) emu/emulate.py test --checks race --loop --coverage build/emu-coverage.json -- -n 2
+	$(PY) emu/coverage_check.py build/emu-coverage.json*
+	HYPOTHESIS_PROFILE=sanitize $(PY) emu/emulate.py test --checks asan --order random --seed $(EMU_SEED) \
 		--coverage build/emu-random-coverage.json -- $(EMU_RANDOM_TESTS)
-	$(PY) tools/emu_coverage.py build/emu-random-coverage.json*
+	$(PY) emu/coverage_check.py build/emu-random-coverage.json*
 
 # The docs site (docs/, API reference from the docstrings) into site/; any warning fails the build.
 docs: $(PY)
 	$(PY) -m pip install -q $(DOCS_DEPS)
 	$(VENV)/bin/mkdocs build --strict
 
-# Every benchmark's quick run (the list: tools/bench_all.py), into build/bench-results/; bench/results (the full
+# Every benchmark's quick run (the list: tools/dev/bench_all.py), into build/bench-results/; bench/results (the full
 # tables the docs quote) is never written. Not part of CI. BENCH_ARGS="--only sketch spread" picks some.
 bench: install
-	$(PY) tools/bench_all.py $(BENCH_ARGS)
+	$(PY) tools/dev/bench_all.py $(BENCH_ARGS)
 
-# The peer libraries the benchmarks time beside each op (faiss-cpu, prox-tv, cut-cross-entropy; bench/peers.py),
+# The peer libraries the benchmarks time beside each op (faiss-cpu, prox-tv, cut-cross-entropy; bench/ops/peers.py),
 # into .venv. Bench-only: fedkernels never imports them. prox-tv needs LAPACKE headers to build.
 bench-peers: install
 	$(PY) -m pip install -q 'faiss-cpu>=1.8' 'prox-tv>=3.2' 'cut-cross-entropy>=25.1'
@@ -98,7 +98,7 @@ bench-peers: install
 # and every op benchmark on cuda, writes gpu-check/gpu-check.json. Without a GPU it says so and exits 2.
 # Options through GPU_CHECK_ARGS, e.g. GPU_CHECK_ARGS="--venv ~/venvs/cu130 --full".
 gpu-check:
-	$(PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
+	$(PYTHON) tools/gpu/gpu_check.py $(GPU_CHECK_ARGS)
 
 # Lint and format (docs/developing.md "Lint and format"); no build needed (mypy reads src/fedkernels/_C.pyi).
 # Other tools: make lint RUFF=... MYPY=... CLANG_FORMAT=... (e.g. a dev venv's).
@@ -114,7 +114,7 @@ format: $(VENV)/.lint-deps
 
 # Development: build _C into src/fedkernels with any venv's python (PYTHONPATH=src to import).
 inplace:
-	$(PYTHON) tools/build_inplace.py
+	$(PYTHON) tools/dev/build_inplace.py
 
 clean:
 	rm -rf build site src/fedkernels/_C*.so

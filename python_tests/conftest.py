@@ -21,7 +21,7 @@ settings.register_profile(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-# Few examples under ASan/UBSan (tools/sanitize.sh): every call is several times slower there.
+# Few examples under ASan/UBSan (tools/ci/sanitize.sh): every call is several times slower there.
 settings.register_profile(
     "sanitize",
     deadline=None,
@@ -77,7 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "no op at all, so it launches no CUDA kernel of its own; the emulated runs skip it",
     )
     if config.getoption("--emulate-cuda"):
-        from fedkernels.testing import cuda_emulator
+        from emu import cuda_emulator
 
         module = cuda_emulator.load()
         module.set_order(config.getoption("--emu-order"), config.getoption("--emu-seed"))
@@ -86,7 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under --emulate-cuda, skip the tests marked cpu_path: routed to the CUDA kernels they would only
-    repeat inputs the op's other tests give the kernel (tools/emu_coverage.py still checks every
+    repeat inputs the op's other tests give the kernel (emu/coverage_check.py still checks every
     kernel is launched), at minutes of emulated time. A test parametrized over CPU levels (`level`)
     runs once there, at this process's level: the CUDA kernels do not depend on it."""
     if not EMULATING:
@@ -111,7 +111,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = [f"fedkernels CPU kernels: {cpu_isa_line(build_info())}"]
     if not EMULATING:
         return lines
-    from fedkernels.testing import cuda_emulator
+    from emu import cuda_emulator
 
     m = cuda_emulator.loaded()
     lines.append(
@@ -127,7 +127,7 @@ def _emulated_cuda_routing(request: pytest.FixtureRequest):
     if not EMULATING or request.node.get_closest_marker("emu_direct"):
         yield
         return
-    from fedkernels.testing import cuda_emulator
+    from emu import cuda_emulator
 
     with cuda_emulator.routed_to_cuda():
         yield
@@ -139,9 +139,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     import json
 
-    from fedkernels.testing import cuda_emulator
+    from emu import cuda_emulator
 
-    # one file per process: an xdist worker's, or a tools/test_shards.py shard's
+    # one file per process: an xdist worker's, or a tools/ci/test_shards.py shard's
     shard = os.environ.get("FK_TEST_SHARD")
     worker = os.environ.get("PYTEST_XDIST_WORKER") or (f"shard{shard}" if shard else None)
     out = Path(f"{path}.{worker}" if worker else path)

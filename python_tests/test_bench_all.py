@@ -1,4 +1,4 @@
-"""``make bench`` (tools/bench_all.py): every bench script has a quick run, and no bench script writes the
+"""``make bench`` (tools/dev/bench_all.py): every bench script has a quick run, and no bench script writes the
 committed tables in bench/results unless its ``--out`` says so. Nothing here runs a benchmark: the list
 comes from ``bench_all.py --list`` and the output paths from the scripts' code and bench/common.py."""
 
@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
+SCRIPTS = {p.stem: p for p in sorted(BENCH.glob("*/*.py")) if p.stem != "__init__"}  # bench/ops, bench/fl
 QUICK_OUT = ROOT / "build" / "bench-results"
 READERS = {"common", "fl_report", "fl_plots", "paper_tables"}  # common defines the paths; these read bench/results
 # (fl_plots writes its PNGs only beside its --out)
@@ -28,14 +29,17 @@ def _load(name: str, path: Path):
     return mod
 
 
-bench_all = _load("fk_bench_all", ROOT / "tools" / "bench_all.py")
+bench_all = _load("fk_bench_all", ROOT / "tools" / "dev" / "bench_all.py")
 
 
 def _listed() -> dict[str, list[str]]:
     """script name -> its arguments, from ``bench_all.py --list`` (the env var makes gpu_model listed too)."""
     env = {**os.environ, "FK_CUDA_EMU_MODULE": "unused-by-list"}
     res = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "bench_all.py"), "--list"], capture_output=True, text=True, env=env
+        [sys.executable, str(ROOT / "tools" / "dev" / "bench_all.py"), "--list"],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert res.returncode == 0, res.stderr
     out = {}
@@ -47,7 +51,7 @@ def _listed() -> dict[str, list[str]]:
 
 
 def _benchmarks() -> list[str]:
-    return sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in bench_all.NOT_BENCHMARKS)
+    return sorted(n for n in SCRIPTS if n not in bench_all.NOT_BENCHMARKS)
 
 
 def test_every_bench_script_is_listed_with_quick_and_an_out_under_build():
@@ -60,10 +64,11 @@ def test_every_bench_script_is_listed_with_quick_and_an_out_under_build():
     assert not hasattr(bench_all, "NO_QUICK_YET")
 
 
-def _flags(name: str) -> set[str]:
+def _flags(name: str, path: Path | None = None) -> set[str]:
     """The options a bench script's code declares, with those of the bench modules it imports from
     (fl_fedaws_sweep extends fl_fedaws's parser; common.add_device_arguments adds --out)."""
-    tree = ast.parse((BENCH / f"{name}.py").read_text())
+    path = path or SCRIPTS.get(name, BENCH / f"{name}.py")  # common.py sits in bench/
+    tree = ast.parse(path.read_text())
     flags = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
@@ -72,13 +77,10 @@ def _flags(name: str) -> set[str]:
                 flags.add(node.args[0].value)
             if fn == "add_device_arguments":
                 flags.update({"--device", "--out"})
-        if (
-            isinstance(node, ast.ImportFrom)
-            and node.module
-            and node.module != name
-            and (BENCH / f"{node.module}.py").is_file()
-        ):
-            flags |= _flags(node.module)
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported = ROOT / f"{node.module.replace('.', '/')}.py"  # bench.fl.fl_fedaws -> bench/fl/fl_fedaws.py
+            if imported.is_file() and imported != path:
+                flags |= _flags(node.module, imported)
     return flags
 
 
@@ -89,11 +91,11 @@ def test_bench_script_declares_quick_and_out(name: str):
     assert "--out" in flags, name
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in READERS))
+@pytest.mark.parametrize("name", sorted(n for n in SCRIPTS if n not in READERS))
 def test_bench_script_never_names_bench_results(name: str):
     """No script builds a bench/results path itself (``RESULTS`` or ``... / "results"``): its default output
     comes from common.results_path, which never points there."""
-    tree = ast.parse((BENCH / f"{name}.py").read_text())
+    tree = ast.parse(SCRIPTS[name].read_text())
     for node in ast.walk(tree):
         assert not (isinstance(node, ast.Name) and node.id == "RESULTS"), f"{name}: line {node.lineno}"
         assert not (isinstance(node, ast.Attribute) and node.attr == "RESULTS"), f"{name}: line {node.lineno}"
@@ -119,7 +121,7 @@ def test_default_output_paths_avoid_bench_results(tmp_path, monkeypatch):
 
 def _columns_of(script: str) -> list[str]:
     """The ``COLUMNS`` list a bench script defines, read from its code (no import: it needs torch)."""
-    for node in ast.parse((BENCH / f"{script}.py").read_text()).body:
+    for node in ast.parse(SCRIPTS[script].read_text()).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "COLUMNS" for t in node.targets):
             return ast.literal_eval(node.value)
     raise AssertionError(f"{script}.py defines no COLUMNS")
@@ -130,9 +132,9 @@ def test_fl_report_prints_the_columns_fl_fedmlh_wrote(tmp_path, monkeypatch):
     import json
 
     columns = _columns_of("fl_fedmlh")
-    committed = json.loads((BENCH / "results" / "fl_fedmlh.json").read_text())
+    committed = json.loads((BENCH / "results" / "fl" / "fl_fedmlh.json").read_text())
     assert committed["columns"] == columns
-    report = _load("fk_fl_report", BENCH / "fl_report.py")
+    report = _load("fk_fl_report", BENCH / "fl" / "fl_report.py")
     header = next(line for line in report.fedmlh().splitlines() if line.startswith("| seed | algorithm |"))
     assert header == "| " + " | ".join(["seed", "algorithm", *columns[2:]]) + " |"
     # a JSON with another list prints that list; one without says to rerun
@@ -140,4 +142,4 @@ def test_fl_report_prints_the_columns_fl_fedmlh_wrote(tmp_path, monkeypatch):
     (tmp_path / "fl_fedmlh.json").write_text(json.dumps({**committed, "columns": ["dataset", "algorithm", "P@1"]}))
     assert "| seed | algorithm | P@1 |" in report.fedmlh()
     (tmp_path / "fl_fedmlh.json").write_text(json.dumps({k: v for k, v in committed.items() if k != "columns"}))
-    assert "rerun bench/fl_fedmlh.py" in report.fedmlh()
+    assert "rerun bench/fl/fl_fedmlh.py" in report.fedmlh()

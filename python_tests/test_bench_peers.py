@@ -1,4 +1,4 @@
-"""bench/peers.py: a torch.compile peer that dynamo would silently run eagerly is an error instead."""
+"""bench/ops/peers.py: a torch.compile peer that dynamo would silently run eagerly is an error instead."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load_peers():
-    spec = importlib.util.spec_from_file_location("fk_bench_peers_compile", ROOT / "bench" / "peers.py")
+    spec = importlib.util.spec_from_file_location("fk_bench_peers_compile", ROOT / "bench" / "ops" / "peers.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

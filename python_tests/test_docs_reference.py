@@ -122,9 +122,9 @@ def test_the_checks_catch_a_missing_name(tmp_path, monkeypatch):
 
 def test_mkdocs_hook_drops_sphinx_roles():
     # Docstrings write :func:`x`; the hook in mkdocs.yml removes the role from the rendered page.
-    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "tools" / "mkdocs_hooks.py")
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "tools" / "dev" / "mkdocs_hooks.py")
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
     html = "see :func:<code>read_xc</code> and :class:<code>XCData</code>; a ratio 1:2 stays"
     assert hooks.on_page_content(html) == "see <code>read_xc</code> and <code>XCData</code>; a ratio 1:2 stays"
-    assert "tools/mkdocs_hooks.py" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "tools/dev/mkdocs_hooks.py" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-
-import emu_coverage
-import emu_rewrite
+from emu import coverage_check as emu_coverage
+from emu import rewrite as emu_rewrite
 
 
 def test_launch_rewrite_keeps_everything_else() -> None:

@@ -1,8 +1,8 @@
 """The CUDA emulator's own tests: its warp operations against a reference, and one deliberately
-broken kernel (csrc/emu/selftest/broken_kernels.cu) for each detector, which must catch it.
+broken kernel (emu/selftest/broken_kernels.cu) for each detector, which must catch it.
 
 They run where the emulator is loaded (`pytest --emulate-cuda`, as CI's emulator steps do); the
-AddressSanitizer cases need the ASan build (`tools/emulate.py test --checks asan`), the race and
+AddressSanitizer cases need the ASan build (`emu/emulate.py test --checks asan`), the race and
 uninitialised-read reports the race-check build (`--checks race`).
 """
 
@@ -24,7 +24,7 @@ pytestmark = [
 
 
 def emu():
-    from fedkernels.testing import cuda_emulator
+    from emu import cuda_emulator
 
     return cuda_emulator.loaded()
 
@@ -121,7 +121,7 @@ def test_deleted_syncthreads_in_label_hash_is_caught_by_thread_order(order) -> N
 
 def test_record_only_mode_records_without_running() -> None:
     import fedkernels
-    from fedkernels.testing import cuda_emulator
+    from emu import cuda_emulator
 
     indptr, indices = torch.tensor([0, 2, 3]), torch.tensor([7, 9, 5])
     table = fedkernels.HashFamily(2, 16, 0).table(10)
@@ -134,7 +134,7 @@ def test_record_only_mode_records_without_running() -> None:
 
 ASAN_CHILD = """
 import torch, fedkernels
-from fedkernels.testing import cuda_emulator
+from emu import cuda_emulator
 cuda_emulator.load()
 torch.ops.fk_emu_selftest.overflow(torch.zeros(10), {where})
 print("no report")
@@ -144,7 +144,7 @@ print("no report")
 @pytest.mark.parametrize("where, report", [(0, "heap-buffer-overflow"), (1, "use-after-poison")])
 def test_out_of_bounds_access_is_reported_by_asan(where: int, report: str) -> None:
     if emu().checks != "asan":
-        pytest.skip("needs the ASan build of the emulator (tools/emulate.py test --checks asan)")
+        pytest.skip("needs the ASan build of the emulator (emu/emulate.py test --checks asan)")
     child = subprocess.run(
         [sys.executable, "-c", ASAN_CHILD.format(where=where)],
         capture_output=True,

@@ -33,7 +33,7 @@ def on_cuda(op: torch._ops.OpOverload, *args, **kwargs):
 
 def routed(fn):
     """``fn()`` with every fedkernels op routed to its (emulated) CUDA kernel."""
-    from fedkernels.testing import cuda_emulator
+    from emu import cuda_emulator
 
     with cuda_emulator.routed_to_cuda():
         return fn()

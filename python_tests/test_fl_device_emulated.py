@@ -38,7 +38,7 @@ def test_special_sets_name_only_registered_algorithms() -> None:
 
 @pytest.mark.parametrize("name", algorithm_names())
 def test_emulated_cuda_run_matches_the_cpu_run(name: str) -> None:
-    from fedkernels.testing import cuda_emulator
+    from emu import cuda_emulator
 
     data = setting(name)
     cpu = run_setting(data)

@@ -1,4 +1,4 @@
-"""bench/fl_plots.py: each sweep JSON becomes a PNG beside ``--out``; a missing or incomplete JSON is
+"""bench/fl/fl_plots.py: each sweep JSON becomes a PNG beside ``--out``; a missing or incomplete JSON is
 skipped with its reason; the regulariser sweep's late mean is the second half's evaluations."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 @pytest.fixture
 def fl_plots(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))  # fl_plots imports bench/common.py
-    spec = importlib.util.spec_from_file_location("fk_fl_plots", BENCH / "fl_plots.py")
+    spec = importlib.util.spec_from_file_location("fk_fl_plots", BENCH / "fl" / "fl_plots.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     yield mod

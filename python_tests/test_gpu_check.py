@@ -1,4 +1,4 @@
-"""`make gpu-check` (tools/gpu_check.py) and the benchmarks' --device / --out handling.
+"""`make gpu-check` (tools/gpu/gpu_check.py) and the benchmarks' --device / --out handling.
 
 What runs here without a GPU: the tool's refusal (exit 2, nothing created), the benchmarks' argument
 checks, the JSON assembly on fake inputs and on the committed CPU results, and the tool's glue with
@@ -22,7 +22,7 @@ import torch
 from python_tests.helpers import child_pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / "tools" / "gpu_check.py"
+TOOL = ROOT / "tools" / "gpu" / "gpu_check.py"
 BENCHES = ["sketch", "sampled", "select", "prox", "spread", "topk"]
 NO_GPU = "no NVIDIA GPU found: gpu-check needs one; see README 'Verifying the CUDA kernels'"
 # what a gpu-check run would create in the checkout
@@ -43,9 +43,9 @@ def _load(name: str, path: Path):
     return module
 
 
-report = _load("fk_gpu_check_report", ROOT / "tools" / "gpu_check_report.py")
+report = _load("fk_gpu_check_report", ROOT / "tools" / "gpu" / "gpu_check_report.py")
 gpu_check = _load("fk_gpu_check", TOOL)
-gpu_mainjob = _load("fk_gpu_mainjob", ROOT / "tools" / "gpu_mainjob.py")
+gpu_mainjob = _load("fk_gpu_mainjob", ROOT / "tools" / "gpu" / "gpu_mainjob.py")
 common = _load("fk_bench_common", ROOT / "bench" / "common.py")
 
 
@@ -170,7 +170,7 @@ def test_device_argument_defaults_to_cpu():
         (["--device", "mps"], "choose cpu or cuda"),
         (["--device", "cuda:x"], "--device 'cuda:x'"),
         (
-            ["--device", "cuda", "--out", str(ROOT / "bench" / "results" / "sketch.json")],
+            ["--device", "cuda", "--out", str(ROOT / "bench" / "results" / "ops" / "sketch.json")],
             "must not write into bench/results",
         ),
     ],
@@ -367,7 +367,7 @@ def test_bench_rows_edge_cases():
 @pytest.mark.parametrize("bench", BENCHES)
 def test_bench_rows_read_the_committed_results(bench):
     """The same fields the benchmarks write (a cuda run writes the same row keys as the CPU tables)."""
-    path = ROOT / "bench" / "results" / f"{bench}.json"
+    path = ROOT / "bench" / "results" / "ops" / f"{bench}.json"
     if not path.exists():
         pytest.skip(f"{path} not committed")
     rows = report.bench_rows(bench, json.loads(path.read_text()), copy_gbs=50.0)
@@ -524,7 +524,7 @@ def test_test_selection_picks_op_files_and_their_cuda_half():
 
 def test_no_compile_peers_skips_torch_compile(monkeypatch):
     """FK_BENCH_NO_COMPILE=1 (gpu_check --no-compile-peers): no compile, and the peer says why."""
-    peers = _load("fk_bench_peers", ROOT / "bench" / "peers.py")
+    peers = _load("fk_bench_peers", ROOT / "bench" / "ops" / "peers.py")
     calls = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(fn) or fn)
     monkeypatch.setenv("FK_BENCH_NO_COMPILE", "1")

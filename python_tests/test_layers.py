@@ -177,10 +177,10 @@ def test_one_import_path_per_concept() -> None:
 
 
 def test_no_script_shadows_a_stdlib_module() -> None:
-    """``python bench/x.py`` puts bench/ first on sys.path: a bench/select.py would replace the stdlib's."""
+    """``python bench/ops/x.py`` puts bench/ops/ first on sys.path: a bench/ops/select.py would replace the stdlib's."""
     import sys
 
     root = SRC.parents[1]
-    for folder in ("bench", "tools", "examples"):
-        for path in (root / folder).glob("*.py"):
+    for folder in ("bench", "emu", "tools", "examples"):
+        for path in (root / folder).rglob("*.py"):
             assert path.stem not in sys.stdlib_module_names, path

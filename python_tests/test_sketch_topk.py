@@ -233,7 +233,7 @@ def _bench_sketch():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "sketch.py"
+    path = Path(__file__).resolve().parents[1] / "bench" / "ops" / "sketch.py"
     spec = importlib.util.spec_from_file_location("fk_bench_sketch", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -242,14 +242,14 @@ def _bench_sketch():
 
 @pytest.mark.emu_direct
 def test_launch_shapes_at_bench_configs():
-    """The CUDA launch at the bench sizes (k = 5) is what bench/sketch.py's table reports: at N = 1024
+    """The CUDA launch at the bench sizes (k = 5) is what bench/ops/sketch.py's table reports: at N = 1024
     one 8-warp block per row, no split; at N = 256 and N = 1 rows split over blocks and a merge pass.
     Runs only with the emulator loaded."""
     from python_tests import conftest
 
     if not conftest.EMULATING:
         pytest.skip("needs the CUDA emulator (--emulate-cuda)")
-    from fedkernels.testing import cuda_emulator
+    from emu import cuda_emulator
 
     bench = _bench_sketch()
     for p, r, b in bench.CONFIGS:

@@ -20,7 +20,7 @@ from python_tests.reference import spread_ref
 
 def _emulator_loaded() -> bool:
     try:
-        from fedkernels.testing import cuda_emulator
+        from emu import cuda_emulator
 
         cuda_emulator.loaded()
         return True
@@ -141,7 +141,7 @@ def test_loss_sum_over_several_chunks():
 
 def _cpu_and_cuda(fn):
     """fn() on the CPU kernels, then on the emulated CUDA kernels."""
-    from fedkernels.testing import cuda_emulator
+    from emu import cuda_emulator
 
     cpu = fn()
     with cuda_emulator.routed_to_cuda():

@@ -1,4 +1,4 @@
-"""tools/test_shards.py: the sharded runner of the AddressSanitizer test runs (CI steps 1b and 1c)."""
+"""tools/ci/test_shards.py: the sharded runner of the AddressSanitizer test runs (CI steps 1b and 1c)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import test_shards
+from tools.ci import test_shards
 
 ECHO = [sys.executable, "-c", "import sys; print('ARGS', *sys.argv[1:]); sys.exit(int('fail' in sys.argv[1:]))"]
 

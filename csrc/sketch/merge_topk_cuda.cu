@@ -325,7 +325,7 @@ unsigned grid_for(int64_t items) { return static_cast<unsigned>(std::min(items, 
 
 }  // namespace
 
-// The fast path's launch shape (host side; bench/sketch.py reports it through the emulator's launch record).
+// The fast path's launch shape (host side; bench/ops/sketch.py reports it through the emulator's launch record).
 struct TopkLaunch {
   int64_t splits, split_len;
   bool stage;

@@ -1,4 +1,4 @@
-// CUDA launcher of knn_classes, shaped for a real GPU (launch table: bench/spread.py).
+// CUDA launcher of knn_classes, shaped for a real GPU (launch table: bench/ops/spread.py).
 //
 //  1. row_norms_kernel: float64 row norms (spread_cuda_utils.cuh).
 //  2. For each tile of up to kRowTile rows x kColTile columns: at::mm (cuBLAS on a GPU; IEEE float32

@@ -1,4 +1,4 @@
-// CUDA launchers of the spreadout loss over selected pairs (launch table: bench/spread.py).
+// CUDA launchers of the spreadout loss over selected pairs (launch table: bench/ops/spread.py).
 //  - pair_weight_gather_kernel: a thread per pair (C k threads), a binary search in the CSR row.
 //  - pair_terms_kernel: a warp per row, lanes over dims (coalesced 128-byte loads of both rows of a
 //    pair), each pair's distance summed by the lanes in order and then the xor butterfly.

@@ -10,7 +10,7 @@ DESCRIPTION = """The ``fedkernels`` command: ``info``, ``bench <name>``, ``run``
 
 fedkernels info
 fedkernels bench                         # lists the benches of a checkout
-fedkernels bench sketch                  # runs bench/sketch.py of a checkout
+fedkernels bench sketch                  # runs bench/ops/sketch.py of a checkout
 fedkernels run --list-presets            # named paper reproductions
 fedkernels run --preset fedmlh-bibtex    # 3 seeds, mean ± std beside the paper's P@1
 fedkernels run --demo                    # FedAvg vs FedMLH vs FedSS on synthetic data

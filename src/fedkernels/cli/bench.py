@@ -1,4 +1,4 @@
-"""``fedkernels bench [NAME ...]``: list or run the microbenchmarks of a checkout (``bench/*.py``)."""
+"""``fedkernels bench [NAME ...]``: list or run the benchmarks of a checkout (``bench/ops/*.py``, ``bench/fl/*.py``)."""
 
 from __future__ import annotations
 
@@ -13,31 +13,36 @@ from pathlib import Path
 # src/fedkernels/cli/bench.py: the folders this package may have been built from, nearest first
 _CHECKOUTS = Path(__file__).resolve().parents[1:4]
 _SRC = Path(__file__).resolve().parents[2]  # the folder holding the fedkernels package
+# bench/ops: the op microbenchmarks; bench/fl: the federated experiments. Script names are unique across both.
+BENCH_FOLDERS = ("ops", "fl")
 
 
 def bench_root() -> Path | None:
     """The ``bench`` folder of the current folder or of the checkout this package was built from."""
     for root in (Path.cwd(), *_CHECKOUTS):
-        if (root / "bench").is_dir() and any((root / "bench").glob("*.py")):
+        if any(p for folder in BENCH_FOLDERS for p in (root / "bench" / folder).glob("*.py")):
             return root / "bench"
     return None
 
 
 def find_bench(name: str) -> Path | None:
-    """``bench/<name>.py`` in the current folder or in the checkout this package was built from."""
+    """``bench/ops/<name>.py`` or ``bench/fl/<name>.py`` in the current folder or in the checkout this package
+    was built from."""
     for root in (Path.cwd(), *_CHECKOUTS):
-        path = root / "bench" / f"{name}.py"
-        if path.is_file():
-            return path
+        for folder in BENCH_FOLDERS:
+            path = root / "bench" / folder / f"{name}.py"
+            if path.is_file():
+                return path
     return None
 
 
 def list_benches(root: Path) -> list[tuple[str, str]]:
-    """``(name, first docstring line)`` of every runnable ``bench/*.py`` (the helpers are left out)."""
+    """``(name, first docstring line)`` of every runnable ``bench/ops/*.py`` and ``bench/fl/*.py`` (the helpers
+    are left out)."""
     out = []
-    for path in sorted(root.glob("*.py")):
+    for path in [p for folder in BENCH_FOLDERS for p in sorted((root / folder).glob("*.py"))]:
         text = path.read_text()
-        if path.stem == "common" or path.stem.endswith("_worker") or "__main__" not in text:
+        if path.stem.endswith("_worker") or "__main__" not in text:
             continue  # helpers, and the peers' worker processes the benches start themselves
         try:
             doc = ((ast.get_docstring(ast.parse(text)) or "").strip().splitlines() or [""])[0]

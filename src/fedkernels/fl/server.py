@@ -63,7 +63,7 @@ class RunConfig:
     max_upload_bytes: int | None = None  # tighter bound than the strategy's spec on any client's bytes
     # True: train a round's honest in-process clients in one batched pass where the strategy allows it
     # (fedkernels.fl.batched: FedAvg, FedAwS/FedALC, partial exchange; ~4.8x a Bibtex round on the CPU,
-    # bench/fl_batched.py). It equals the sequential loop only up to float rounding, so it is opt-in:
+    # bench/fl/fl_batched.py). It equals the sequential loop only up to float rounding, so it is opt-in:
     # the default one-by-one loop is what Flower runs and what the committed result rows used.
     # Off the CPU the sequential loop runs (the batched pass trains on the host).
     batch_clients: bool = False

@@ -8,7 +8,7 @@ one shard, never the whole dataset. The same shards feed :func:`in_process_run`,
 Two ways to run it:
 - ``flwr run`` (the app's components are ``fedkernels.testing.flower_sim:server`` and ``:client``;
   their settings come from ``run_config``, keys :data:`SETTINGS`), e.g. the benchmark
-  ``bench/flower_sim.py`` and ``examples/flower_app``;
+  ``bench/fl/flower_sim.py`` and ``examples/flower_app``;
 - :func:`apps` builds the two apps with fixed :class:`Settings` for Flower's Python entry point
   ``flwr.simulation.run_simulation`` (no config file, one process tree), as the CI test does.
 

@@ -1,0 +1,1 @@
+"""Federated experiments behind the README tables, Flower load runs, hardening and privacy costs."""

@@ -1,0 +1,100 @@
+"""Tables of the committed paper runs (bench/results/fl/paper/<preset>/<variant>/, as ``fedkernels run`` wrote them).
+
+For every variant folder: one row per algorithm with the seeds, the final, late-window and best value
+of the table's metric (per-client ``client-P@1`` where the run evaluated clients on their own held-out
+rows, else ``P@1``) as mean ± sample std, the per-seed final values, MB up / down per seed, and the
+split statistics and strategy diagnostics of the first seed. docs/experiments.md quotes these tables.
+
+    python bench/fl/paper_tables.py                       # every preset
+    python bench/fl/paper_tables.py fedalc-bibtex         # one
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+PAPER = Path(__file__).resolve().parents[1] / "results" / "fl" / "paper"
+
+
+def _ms(values: list[float]) -> str:
+    if not values:
+        return "-"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.3f} ± {sd:.3f}"
+
+
+def variant_rows(folder: Path, metric: str | None = None) -> tuple[list[dict], dict]:
+    """Rows for one variant folder and the first seed's split / diagnostics."""
+    seeds = sorted(folder.glob("seed*/results.json"), key=lambda p: int(p.parent.name[4:]))
+    runs = [json.loads(p.read_text()) for p in seeds]
+    if not runs:
+        return [], {}
+    per_client = any("client-P@1" in r["final"] for run in runs for r in run["results"])
+    metric = metric or ("client-P@1" if per_client else "P@1")
+    by_alg: dict[str, list[dict]] = {}
+    for run in runs:
+        for r in run["results"]:
+            by_alg.setdefault(r["algorithm"], []).append(r)
+    rows = []
+    for alg, group in by_alg.items():
+        fin = [r["final"][metric] for r in group if metric in r["final"]]
+        late = [r["late"][metric] for r in group if metric in r.get("late", {})]
+        best = [r["best"][metric] for r in group if metric in r.get("best", {})]
+        up = [sum(h["bytes_up"] for h in r["history"]) / 1e6 for r in group]
+        down = [sum(h["bytes_down"] for h in r["history"]) / 1e6 for r in group]
+        extra = {k: _ms([r["final"][k] for r in group if k in r["final"]]) for k in ("P@3", "P@5", "MAP@R")}
+        rows.append(
+            {
+                "algorithm": alg,
+                "seeds": len(group),
+                "metric": metric,
+                "final": _ms(fin),
+                "late": _ms(late),
+                "best": _ms(best),
+                "per seed": ", ".join(f"{v:.3f}" for v in fin),
+                "MB up": f"{statistics.mean(up):.2f}",
+                "MB down": f"{statistics.mean(down):.2f}",
+                **{k: v for k, v in extra.items() if v != "-"},
+                "diagnostics": group[0].get("diagnostics") or {},
+            }
+        )
+    info = {"split": runs[0].get("split", {}), "config": runs[0]["config"]}
+    return rows, info
+
+
+def print_preset(preset: Path) -> None:
+    print(f"\n## {preset.name}")
+    for folder in sorted(p for p in preset.iterdir() if p.is_dir()):
+        if folder.name.startswith("seed"):
+            folder = preset  # a preset run without variants
+        rows, info = variant_rows(folder)
+        if not rows:
+            continue
+        split = {k: round(v, 3) for k, v in info["split"].items()}
+        print(f"\n### {folder.name if folder != preset else '(preset)'}  split {split}")
+        cols = ["algorithm", "seeds", "metric", "final", "late", "best", "per seed", "MB up", "MB down"]
+        cols += [k for k in ("P@3", "P@5", "MAP@R") if any(k in r for r in rows)]
+        print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+        for r in rows:
+            print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+        for r in rows:
+            if r["diagnostics"]:
+                print(f"- {r['algorithm']} diagnostics (seed 0): {r['diagnostics']}")
+        if folder == preset:
+            break
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("presets", nargs="*", help="preset folders under bench/results/fl/paper (default: all)")
+    args = ap.parse_args()
+    names = args.presets or sorted(p.name for p in PAPER.iterdir() if p.is_dir())
+    for name in names:
+        print_preset(PAPER / name)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Developer tools: the in-place build, ``make bench``, and the mkdocs hooks."""

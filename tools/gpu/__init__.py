@@ -1,0 +1,1 @@
+"""``make gpu-check``: probe a GPU machine, run the CUDA tests and benches there, and report."""
