@@ -18,15 +18,11 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from common import machine, markdown_table, results_path, write_results
 
 from fedkernels.experiments.experiment import ExperimentConfig, add_common_target, prepare_data, run_algorithm

@@ -16,14 +16,11 @@ Writes build/bench-results/fl_l1diff.json (the committed table: ``--out bench/re
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
+import torch
 from common import DATA, multi_hot, read_xc
 
 from fedkernels.fl import ClientData, RunConfig, Server, TrainConfig

@@ -33,9 +33,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from common import markdown_table, results_path, write_results
 
 from fedkernels.data import XCSpec, fedmlh_partition, make_clients, synthetic_xc, to_client_data

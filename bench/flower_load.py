@@ -26,8 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from common import load_note, markdown_table, results_path, write_results
 from proctree import TreeMonitor
 

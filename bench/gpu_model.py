@@ -52,10 +52,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
+import torch
 from select_shapes import bert_base_shapes, resnet50_shapes
 
 import fedkernels

@@ -11,16 +11,13 @@ bench/results/hardening.json``) and prints a markdown table. ``--quick``: 1 MiB 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
+from common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, results_path, timeit, write_results
 from safetensors.torch import load as st_load
 from safetensors.torch import save_file
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, results_path, timeit, write_results
 
 from fedkernels.fl.checkpoint import save_checkpoint
 from fedkernels.fl.payload import PayloadSpec, TensorSpec, decode, encode, state_spec

@@ -28,8 +28,6 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import markdown_table, results_path, write_results
 
 from fedkernels import HashFamily

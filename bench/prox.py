@@ -28,7 +28,6 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 # Output buffers on transparent huge pages, as numpy (prox-tv's outputs) does for large arrays: with
 # torch's default 4 KiB pages an 80 MB output costs ~30 ms of page faults per call at d = 1e7
@@ -36,10 +35,8 @@ from pathlib import Path
 # the solvers. Read by torch's CPU allocator, so it must be set before the first allocation.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
+import torch
 from common import DATA, multi_hot, read_xc
 
 import fedkernels

@@ -12,13 +12,9 @@ gpu-check/bench/select[-quick].json unless ``--out`` names a file).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import argparse
 import os
+import sys
 
 import torch
 from common import (

@@ -26,14 +26,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
+import torch
 
 import fedkernels
 from fedkernels import HashFamily

@@ -43,11 +43,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import common
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common
 from peers import alternating_min, compiled_peer, fresh_compiles, optional_peer
 from spread_peers import FaissPeer
 
