@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from python_tests.support.paths import ROOT
+
 BENCH = ROOT / "bench"
 QUICK_OUT = ROOT / "build" / "bench-results"
 READERS = {"common", "fl_report", "fl_plots", "paper_tables"}  # common defines the paths; these read bench/results

@@ -3,25 +3,20 @@ skipped with its reason; the regulariser sweep's late mean is the second half's 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+from python_tests.support.paths import ROOT
+from python_tests.support.scripts import load_script
+
 pytest.importorskip("matplotlib")
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = ROOT / "bench"
 
 
 @pytest.fixture
-def fl_plots(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))  # fl_plots imports bench/common.py
-    spec = importlib.util.spec_from_file_location("fk_fl_plots", BENCH / "fl_plots.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop("common", None)
+def fl_plots():
+    return load_script(BENCH / "fl_plots.py")  # with the bench/common.py it imports
 
 
 def _row(**kw):

@@ -7,28 +7,25 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-from python_tests.helpers import child_pythonpath
-
-ROOT = Path(__file__).resolve().parents[1]
+from python_tests.support.helpers import child_pythonpath
+from python_tests.support.paths import ROOT
 
 SCRIPT = """
 import argparse, json, os, sys
-sys.path.insert(0, {bench!r})
 import common
 ap = argparse.ArgumentParser()
 common.add_device_arguments(ap)
 args = ap.parse_args()
 common.check_device_arguments(ap, args)
-print("RESULT " + json.dumps({{"env": os.environ.get("FK_CPU_ISA"), "machine": common.machine()["cpu_isa"]}}))
+print("RESULT " + json.dumps({"env": os.environ.get("FK_CPU_ISA"), "machine": common.machine()["cpu_isa"]}))
 """
 
 
 def test_isa_flag_restarts_at_that_level_and_records_it(tmp_path):
     script = tmp_path / "fake_bench.py"
-    script.write_text(SCRIPT.format(bench=str(ROOT / "bench")))
-    env = dict(os.environ, PYTHONPATH=child_pythonpath())
+    script.write_text(SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([child_pythonpath(), str(ROOT / "bench")]))
     env.pop("FK_CPU_ISA", None)
     r = subprocess.run(
         [sys.executable, str(script), "--isa", "generic"], env=env, capture_output=True, text=True, timeout=180

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 import torch._dynamo
 
-ROOT = Path(__file__).resolve().parents[1]
+from python_tests.support.paths import ROOT
 
 
 def _load_peers():

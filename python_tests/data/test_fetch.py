@@ -29,8 +29,9 @@ from fedkernels.data import (
     unregister,
 )
 from fedkernels.data.fetcher import MARKER, download
+from python_tests.support.paths import ROOT
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = ROOT.parent / "shared" / "data"
 XC_SMALL = "3 4 2\n0 0:1 2:1\n1 1:1\n0,1 3:2\n"
 
 

@@ -18,7 +18,7 @@ from fedkernels.data import (
     one_label_per_client,
     synthetic_multilabel,
 )
-from python_tests.helpers import csr_from_lists
+from python_tests.support.helpers import csr_from_lists
 
 
 def _labels_of(shard, i):

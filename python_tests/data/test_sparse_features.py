@@ -22,9 +22,9 @@ from fedkernels.fl import RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import FedAvg, FedMLH, FedSS
 from fedkernels.fl.types import ClientData
 from fedkernels.sparse_rows import csr_from_scipy, is_sparse_csr, select_rows, slice_rows
+from python_tests.support.paths import ROOT
 
 DATA = Path("/work/shared/data")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _random_csr(n: int, f: int, density: float, seed: int) -> sp.csr_matrix:

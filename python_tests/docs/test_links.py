@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from python_tests.support.paths import ROOT
+
 DOCS = ROOT / "docs"
 MARKDOWN = sorted([ROOT / "README.md", ROOT / "CHANGELOG.md", *DOCS.rglob("*.md")])
 FENCE = re.compile(r"^(```|~~~).*?^\1", flags=re.M | re.S)

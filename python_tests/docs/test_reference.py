@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from python_tests.support.paths import ROOT
+
 PAGES = sorted((ROOT / "docs" / "reference").glob("*.md"))
 PUBLIC_MODULES = [
     "fedkernels",

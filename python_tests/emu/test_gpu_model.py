@@ -9,12 +9,12 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from python_tests.support.paths import ROOT
+from python_tests.support.scripts import load_script
 
 pytestmark = [
     pytest.mark.emu_direct,  # the model installs its own routing around each recorded call
@@ -55,13 +55,7 @@ OPS = {
 
 @pytest.fixture(scope="module")
 def gpu_model():
-    saved = list(sys.path)
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import gpu_model as gm
-    finally:
-        sys.path[:] = saved  # bench/ stays off the path of later tests
-    return gm
+    return load_script(ROOT / "bench" / "gpu_model.py")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from . import conftest
+from python_tests import conftest
 
 pytestmark = [
     pytest.mark.emu_direct,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from python_tests.support.paths import ROOT
+from python_tests.support.scripts import load_script
 
-import emu_coverage
-import emu_rewrite
+emu_coverage = load_script(ROOT / "tools" / "emu_coverage.py")
+emu_rewrite = load_script(ROOT / "tools" / "emu_rewrite.py")
 
 
 def test_launch_rewrite_keeps_everything_else() -> None:

@@ -14,8 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import fedkernels
-
-from . import conftest
+from python_tests import conftest
 
 pytestmark = [
     pytest.mark.emu_direct,

@@ -11,8 +11,9 @@ import tomllib
 import torch
 
 from fedkernels.experiments.experiment import ExperimentConfig, prepare_data
+from python_tests.support.paths import ROOT
 
-PRESETS = Path(__file__).resolve().parents[1] / "src" / "fedkernels" / "experiments" / "presets"
+PRESETS = ROOT / "src" / "fedkernels" / "experiments" / "presets"
 MINE = ["fedaws-bibtex", "fedalc-bibtex"]
 
 

@@ -12,6 +12,8 @@ import pytest
 from fedkernels.cli import main
 from fedkernels.experiments import ExperimentConfig, list_presets, load_preset, preset_names, seed_summary
 from fedkernels.experiments.presets import parse_preset, resolve_preset_dataset
+from python_tests.support.paths import ROOT
+from python_tests.support.scripts import load_script
 
 CPU_PRESETS = {"fedmlh-bibtex", "fedmlh-delicious", "fedss-bibtex", "partial-bibtex", "l1diff-bibtex"}
 
@@ -53,7 +55,7 @@ def test_presets_ship_in_the_package():
     assert {f"{n}.toml" for n in CPU_PRESETS} <= files
     # scikit-build-core copies every file under wheel.packages: the TOML files land in the wheel
     skb = pytest.importorskip("scikit_build_core.build._pathutil")
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     mapping = skb.packages_to_file_mapping(
         packages={"fedkernels": str(root / "src" / "fedkernels")},
         platlib_dir=Path("/wheel"),
@@ -185,14 +187,7 @@ def test_bench_lists_what_exists(capsys):
 
 
 def test_quick_bench_runs_never_write_the_committed_tables():
-    import sys
-
-    bench = Path(__file__).resolve().parents[1] / "bench"
-    sys.path.insert(0, str(bench))
-    try:
-        import common
-    finally:
-        sys.path.remove(str(bench))
+    common = load_script(ROOT / "bench" / "common.py")
     assert common.results_path("prox", "cpu", None, quick=True).parent == common.QUICK_RESULTS
     assert common.RESULTS not in common.results_path("prox", "cpu", None, quick=True).parents
     assert common.results_path("prox", "cpu", None) == common.QUICK_RESULTS / "prox.json"

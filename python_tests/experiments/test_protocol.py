@@ -18,8 +18,8 @@ from fedkernels.experiments.experiment import (
 from fedkernels.fl import FedAvg, L1Diff, L1DiffNetwork, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import LabelPrior
 from fedkernels.fl.types import RoundRecord
-from python_tests.fl_data import tiny_clients, tiny_dataset
 from python_tests.reference.fl_ref import weighted_mean
+from python_tests.support.fl_data import tiny_clients, tiny_dataset
 
 
 def _fedavg(weighting: str) -> Server:

@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 
 from fedkernels.fl.aggregate import weighted_average, weighted_rows_mean
 from fedkernels.fl.algorithms.fedavg import weighted_average as fedavg_weighted_average
-
-from .reference import aggregate_ref
+from python_tests.reference import aggregate_ref
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}

@@ -16,7 +16,7 @@ from fedkernels.fl.batched import batched_client_updates, train_batched
 from fedkernels.fl.faults import FaultInjector
 from fedkernels.fl.payload import encoded_size
 from fedkernels.fl.server import InProcessTransport
-from python_tests.fl_data import one_label_clients, tiny_clients
+from python_tests.support.fl_data import one_label_clients, tiny_clients
 
 SIZES = (3, 17, 40, 9)  # clients of different lengths: the batched pass drops them one by one
 

@@ -6,7 +6,7 @@ device, or on the host for what stays there: metadata, payload bytes, metrics); 
 default lands on ``meta``, where it has no values, and a dispatch mode records the op that meets it.
 The run must also be bit-identical to a plain run. On a machine with a GPU the same runs go to
 ``cuda`` (``make gpu-check`` runs the main job there); under the CUDA emulator
-(test_fl_device_emulated.py) every fedkernels op of the loop runs its CUDA kernel.
+(fl/test_device_emulated.py) every fedkernels op of the loop runs its CUDA kernel.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from torch.utils._pytree import tree_leaves
 from fedkernels.fl import RunConfig, Server
 from fedkernels.fl.device import DeviceUnavailable, resolve_device
 from fedkernels.fl.registry import make_strategy
+from python_tests.support.fl_data import tiny_clients
+from python_tests.support.fl_device_runs import algorithm_names, run_setting, setting, short_run
 
-from .fl_data import tiny_clients
-from .fl_device_runs import algorithm_names, run_setting, setting, short_run
-
-pytestmark = pytest.mark.cpu_path("the loop's tensor placement; the emulated run is test_fl_device_emulated.py")
+pytestmark = pytest.mark.cpu_path("the loop's tensor placement; the emulated run is fl/test_device_emulated.py")
 
 
 class DeviceRecorder(TorchDispatchMode):
@@ -156,7 +155,7 @@ def test_a_checkpoint_resumes_on_the_run_device(tmp_path, name: str) -> None:
     """Checkpoints hold host tensors: a run resumed from one (here with the default device moved
     away, as on a GPU machine) places the loaded state on its device and ends where an
     uninterrupted run ends."""
-    from .fl_device_runs import NUM_CLIENTS, SMALL
+    from python_tests.support.fl_device_runs import NUM_CLIENTS, SMALL
 
     data = setting(name)
     ckpt = str(tmp_path / "run.ckpt")

@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from . import conftest
-from .fl_device_runs import algorithm_names, run_setting, setting
+from python_tests import conftest
+from python_tests.support.fl_device_runs import algorithm_names, run_setting, setting
 
 pytestmark = [
     pytest.mark.emu_direct,

@@ -8,7 +8,7 @@ import torch
 from fedkernels.fl import FedAvg, PayloadError, RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms.fedavg import weighted_average
 from fedkernels.fl.client import ROUND_TAG
-from python_tests.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients
+from python_tests.support.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients
 
 
 def _server(seed=0, rounds=3, **kw):

@@ -14,8 +14,8 @@ from fedkernels.fl.algorithms import FedALC, FedALCFixed, FedAwS
 from fedkernels.fl.algorithms.fedaws import FIXED_W, class_pair_weights, client_class, pair_weights_of
 from fedkernels.fl.client import ROUND_TAG
 from fedkernels.fl.types import ClientResult
-from python_tests.fl_data import assert_seed_reproducible, tiny_dataset
 from python_tests.reference import spread_ref
+from python_tests.support.fl_data import assert_seed_reproducible, tiny_dataset
 
 NUM_CLASSES = 6
 

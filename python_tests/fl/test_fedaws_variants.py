@@ -10,8 +10,8 @@ from fedkernels.fl import FedALC, FedAvgFixed, FedAvgPositive, FedAwS, RunConfig
 from fedkernels.fl.algorithms.fedaws import ROW_SCALE, class_pair_weights, pair_weights_of
 from fedkernels.nn.spreadout import spreadout_objective
 from fedkernels.ops.spread import PairWeights
-from python_tests.fl_data import one_label_clients
 from python_tests.reference.fl_ref import spread_objective
+from python_tests.support.fl_data import one_label_clients
 
 SECRET = b"0123456789abcdef"
 

@@ -9,7 +9,7 @@ import torch
 from fedkernels.fl import RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms.fedmlh import HASH_KEY, FedMLH
 from fedkernels.fl.client import ROUND_TAG
-from python_tests.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients, tiny_dataset
+from python_tests.support.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients, tiny_dataset
 
 R, B = 3, 4
 

@@ -12,7 +12,7 @@ from fedkernels.fl import ClientResult, RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms import FedSS, FullSoftmax, NegOnly, PosOnly
 from fedkernels.fl.client import ROUND_TAG
 from fedkernels.fl.seeding import derive_seed
-from python_tests.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients
+from python_tests.support.fl_data import assert_seed_reproducible, assert_training_improves, tiny_clients
 
 VARIANTS = [FedSS, NegOnly, PosOnly, FullSoftmax]
 

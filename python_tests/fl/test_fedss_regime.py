@@ -14,8 +14,8 @@ from fedkernels.fl import FedSS, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import PosOnlySpread
 from fedkernels.metrics import map_at_r
 from fedkernels.nn import SampledSoftmaxHead
-from python_tests.fl_data import tiny_clients
 from python_tests.reference import fl_ref
+from python_tests.support.fl_data import tiny_clients
 
 
 @settings(max_examples=15)

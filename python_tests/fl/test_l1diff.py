@@ -15,7 +15,7 @@ from fedkernels.fl.algorithms.l1diff_network import EDGES, GAP
 from fedkernels.fl.models import load_state, mlp
 from fedkernels.fl.round import client_seed
 from fedkernels.fl.strategy import SERVER
-from python_tests.fl_data import assert_training_improves, tiny_clients
+from python_tests.support.fl_data import assert_training_improves, tiny_clients
 
 
 def _cfg(seed=0, rounds=3):

@@ -10,7 +10,7 @@ import torch
 from fedkernels.fl import RunConfig, Server, TrainConfig, encode
 from fedkernels.fl.algorithms import PartialExchange
 from fedkernels.fl.client import ROUND_TAG
-from python_tests.fl_data import assert_training_improves, tiny_clients
+from python_tests.support.fl_data import assert_training_improves, tiny_clients
 
 
 def _server(seed=0, rounds=3, fraction=0.5, **kw):

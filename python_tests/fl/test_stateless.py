@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from fedkernels.fl.registry import strategies
-from python_tests.flower_runs import make_strategy
-from python_tests.hardening_helpers import NUM_CLASSES, NUM_FEATURES, make_server
+from python_tests.support.flower_runs import make_strategy
+from python_tests.support.hardening import NUM_CLASSES, NUM_FEATURES, make_server
 
 NAMES = sorted(strategies())
 

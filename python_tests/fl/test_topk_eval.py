@@ -8,15 +8,13 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from fedkernels.fl.registry import make_strategy, strategies
-
-ROOT = Path(__file__).resolve().parents[1]
+from python_tests.support.paths import ROOT
 
 # Small models: the test is about the class dimension.
 OPTIONS = {
@@ -83,10 +81,9 @@ SCRIPT = textwrap.dedent(
     from fedkernels.fl.registry import make_strategy, strategies
     from fedkernels.fl.server import Server, RunConfig
     from fedkernels.data.types import ClientData
-    sys.path.insert(0, sys.argv[1])
-    from python_tests.test_fl_topk_eval import OPTIONS
+    from python_tests.fl.test_topk_eval import OPTIONS
 
-    p, n, f, k, budget = 312_330, 384, 8, 5, int(sys.argv[2])
+    p, n, f, k, budget = 312_330, 384, 8, 5, int(sys.argv[1])
     torch.manual_seed(0)
     x = torch.randn(n, f)
     labels = torch.randint(0, p, (n,))
@@ -130,7 +127,7 @@ def test_evaluation_at_312330_classes_in_bounded_memory():
     assert FedALCFixed.predict_topk is FedALC.predict_topk and FedALCFixed.init_state is FedALC.init_state
     budget = 160 << 20  # the dense [384, 312330] float32 scores need 480 MB
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(ROOT), str(budget)],
+        [sys.executable, "-c", SCRIPT, str(budget)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -9,16 +9,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from fedkernels.fl import PayloadError
 from fedkernels.fl.faults import FaultInjector
-from python_tests.hardening_helpers import make_server, same_state
-from python_tests.helpers import child_pythonpath
-
-ROOT = Path(__file__).resolve().parents[1]
+from python_tests.support.hardening import make_server, same_state
+from python_tests.support.helpers import child_pythonpath
+from python_tests.support.paths import ROOT
 
 
 def records(history):
@@ -70,7 +68,7 @@ def test_resume_with_faults_is_bit_identical(tmp_path):
 
 CHILD = textwrap.dedent("""
     import sys, time
-    from python_tests.hardening_helpers import make_server, Slow
+    from python_tests.support.hardening import make_server, Slow
 
     def slow_in_round_3(cid, inner):
         class Announce(Slow):

@@ -13,7 +13,7 @@ import pytest
 
 from fedkernels.fl import FedAvg, TrainConfig
 from fedkernels.fl import checkpoint as ck
-from python_tests.hardening_helpers import make_server
+from python_tests.support.hardening import make_server
 
 
 def _written(tmp_path, rounds: int = 1):
@@ -33,7 +33,7 @@ def _rewrite_meta(ckpt, edit, keep_checksum: bool = False) -> None:
     import torch
 
     from fedkernels.fl import payload as pl
-    from python_tests.checkpoint_tools import seal, unpack
+    from python_tests.support.checkpoint_tools import seal, unpack
 
     raw = ckpt.read_bytes()
     state, meta_json, history = unpack(raw)
@@ -150,7 +150,7 @@ def test_sigkill_mid_save_leaves_a_temp_that_the_next_save_removes(tmp_path):
     code = f"""
 import os, signal
 import fedkernels.fl.checkpoint as ck
-from python_tests.hardening_helpers import make_server
+from python_tests.support.hardening import make_server
 real = os.replace
 def die(*a):
     os.kill(os.getpid(), signal.SIGKILL)
@@ -158,7 +158,7 @@ s = make_server(rounds=1, checkpoint={str(ckpt)!r})
 os.replace = die
 s.run()
 """
-    from python_tests.helpers import child_pythonpath
+    from python_tests.support.helpers import child_pythonpath
 
     env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)

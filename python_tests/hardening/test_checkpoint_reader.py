@@ -21,9 +21,9 @@ from fedkernels.fl import checkpoint as ck
 from fedkernels.fl.round import MAX_REASON_CHARS, failure_reason
 from fedkernels.fl.server import record_to_json
 from fedkernels.fl.types import RoundRecord
-from python_tests.checkpoint_tools import reseal
-from python_tests.fl_data import tiny_clients
-from python_tests.hardening_helpers import NUM_CLASSES, NUM_FEATURES, make_server, run_config
+from python_tests.support.checkpoint_tools import reseal
+from python_tests.support.fl_data import tiny_clients
+from python_tests.support.hardening import NUM_CLASSES, NUM_FEATURES, make_server, run_config
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def _hostile_record(i: int, clients: list[int]) -> dict:
 def test_a_long_hostile_history_saves_small_and_loads(tmp_path):
     """2,000 rounds, four rejected clients with long reasons each: the header stays small and it loads
     (before: the header grew past the loader's 4 MiB after ~1,100 such rounds, and every later save
-    wrote a checkpoint that could never be loaded; 10,000 rounds: test_hardening_memory_bound.py)."""
+    wrote a checkpoint that could never be loaded; 10,000 rounds: hardening/test_memory_bound.py)."""
     rounds = 2_000
     s = make_server(rounds=rounds, num_clients=5, clients_per_round=5)
     meta = {"round": rounds, "history": [_hostile_record(i, [0, 1, 2, 3, 4]) for i in range(rounds)], **s._identity()}
@@ -211,7 +211,7 @@ def test_the_writer_refuses_what_the_reader_would_refuse(tmp_path):
 
 def test_history_is_not_accepted_in_the_header(written):
     ckpt = written
-    from python_tests.checkpoint_tools import seal, unpack
+    from python_tests.support.checkpoint_tools import seal, unpack
 
     state, meta_json, history = unpack(ckpt.read_bytes())
     meta = json.loads(meta_json)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from fedkernels.fl.faults import FaultInjector, InjectedCrash
-from python_tests.hardening_helpers import SilentWhereFaulty, Slow, make_server, same_state, snapshot
+from python_tests.support.hardening import SilentWhereFaulty, Slow, make_server, same_state, snapshot
 
 
 def test_injector_is_deterministic_and_rates_match():

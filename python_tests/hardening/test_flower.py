@@ -26,7 +26,7 @@ import torch  # noqa: E402  (after importorskip: skipped without flwr)
 
 from fedkernels.fl import Server  # noqa: E402
 from fedkernels.fl.checkpoint import load_checkpoint  # noqa: E402
-from python_tests.flower_runs import (  # noqa: E402
+from python_tests.support.flower_runs import (  # noqa: E402
     NUM_CLASSES,
     NUM_FEATURES,
     client_data,
@@ -35,10 +35,10 @@ from python_tests.flower_runs import (  # noqa: E402
     make_strategy,
     run_config,
 )
-from python_tests.helpers import child_pythonpath  # noqa: E402
+from python_tests.support.helpers import child_pythonpath  # noqa: E402
+from python_tests.support.paths import ROOT  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-APP = ROOT / "python_tests" / "flower_app"
+APP = ROOT / "python_tests" / "support" / "flower_app"
 BIN = Path(sys.executable).parent
 NUM_CLIENTS, ROUNDS, PER_ROUND, SEED = 3, 3, 2, 7
 DRILL = "crash:2:0,garbage:0:1"  # client 2 crashes in round 0, client 0 sends garbage in round 1

@@ -14,9 +14,16 @@ from fedkernels.fl import payload as pl
 from fedkernels.fl.algorithms.fedaws import pair_weights_of
 from fedkernels.fl.faults import FaultInjector
 from fedkernels.integrations.flower import PAYLOAD, FlowerStrategy, client_app
-from python_tests.flower_grid import MemoryGrid, context, task_identity
-from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, held_out_data, make_strategy, run_config
-from python_tests.hardening_helpers import SilentWhereFaulty, SparseRowsAsking, same_state
+from python_tests.support.flower_grid import MemoryGrid, context, task_identity
+from python_tests.support.flower_runs import (
+    NUM_CLASSES,
+    NUM_FEATURES,
+    client_data,
+    held_out_data,
+    make_strategy,
+    run_config,
+)
+from python_tests.support.hardening import SilentWhereFaulty, SparseRowsAsking, same_state
 
 NUM_CLIENTS = 4
 
@@ -140,7 +147,7 @@ def test_codec_bomb_is_rejected_and_the_round_completes():
     in round 2 the audit's version-1 stream): aggregate_train records it as rejected, the round
     completes with the others, and the result is the in-process run's, to the bits."""
     from python_tests.fuzz.codec_streams import AUDIT_V1, v2
-    from python_tests.hardening_helpers import Tampered, edit_tensors
+    from python_tests.support.hardening import Tampered, edit_tensors
 
     bombs = {
         0: v2(AUDIT_V1["audit_35B_bias_bomb"]),

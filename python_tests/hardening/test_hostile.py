@@ -12,7 +12,7 @@ import torch
 
 from fedkernels.fl import FedAvg
 from fedkernels.fl import payload as pl
-from python_tests.hardening_helpers import SparseRows, edit_tensors, make_server, same_state, snapshot, tampering
+from python_tests.support.hardening import SparseRows, edit_tensors, make_server, same_state, snapshot, tampering
 
 
 def _set(name, value_fn):

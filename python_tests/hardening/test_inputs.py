@@ -14,8 +14,8 @@ from fedkernels.fl import ClientData, FedAvg, PayloadError, PayloadSpec, Server,
 from fedkernels.fl import payload as pl
 from fedkernels.hashing import HashFamily
 from fedkernels.ops.sampled import sample_negatives, sample_negatives_batched
-from python_tests.fl_data import tiny_dataset
-from python_tests.hardening_helpers import NUM_CLASSES, NUM_FEATURES, run_config
+from python_tests.support.fl_data import tiny_dataset
+from python_tests.support.hardening import NUM_CLASSES, NUM_FEATURES, run_config
 
 
 def _empty() -> ClientData:

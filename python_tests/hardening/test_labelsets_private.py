@@ -17,7 +17,7 @@ from fedkernels.fl import labelsets as ls
 from fedkernels.fl.algorithms import FedALC, FedAwS
 from fedkernels.fl.algorithms.fedaws import class_pair_weights, client_class
 from fedkernels.fl.seeding import derive_seed
-from python_tests.fl_data import tiny_dataset
+from python_tests.support.fl_data import tiny_dataset
 
 P, F_DIM, SEED = 32, 40, 7
 SECRET = b"clients-only secret, out of band"

@@ -1,7 +1,7 @@
 """The server's memory per round is bounded by a multiple of the model size whatever clients send
 (docs/api/hardening.md, "Memory bound"): in-process runs in child processes, clean and with hostile
 clients sending bombs, oversized, malformed and non-finite uploads and FedSS's 16 MB request every
-round (``python_tests/hardening_memory.py``). Peak-RSS growth over the measured rounds (VmHWM reset
+round (``python_tests/support/hardening_memory.py``). Peak-RSS growth over the measured rounds (VmHWM reset
 after a warm-up round) must stay within the stated bound, and the hostile run may not exceed the
 clean one by more than one rejected upload's worth."""
 
@@ -11,13 +11,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from python_tests.hardening_memory import CLIENTS_PER_ROUND, ROUNDS
+from python_tests.support.hardening_memory import CLIENTS_PER_ROUND, ROUNDS
+from python_tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SLACK_MIB = 32  # allocator caching, interpreter noise, the 4 MiB header bound: measured clean runs vary by ~10 MiB
 
 
@@ -31,7 +30,7 @@ def child(name: str) -> dict:
     if "asan" in env.get("LD_PRELOAD", ""):
         env["FK_NO_RLIMIT"] = "1"
     res = subprocess.run(
-        [sys.executable, "-m", "python_tests.hardening_memory", name],
+        [sys.executable, "-m", "python_tests.support.hardening_memory", name],
         capture_output=True,
         text=True,
         env=env,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fedkernels.fl import payload as pl
 from fedkernels.fl.client import ROUND_TAG
-from python_tests.hardening_helpers import make_server, same_state, snapshot
+from python_tests.support.hardening import make_server, same_state, snapshot
 
 
 class Replayer:

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,9 +18,8 @@ from fedkernels.fl import payload as pl
 from fedkernels.fl.algorithms.fedss import CLASSES
 from fedkernels.fl.registry import make_strategy, strategies
 from python_tests.fuzz.targets import OPTIONS, strategy_case
-from python_tests.hardening_helpers import NUM_CLASSES, make_server, tampering
-
-ROOT = Path(__file__).resolve().parents[1]
+from python_tests.support.hardening import NUM_CLASSES, make_server, tampering
+from python_tests.support.paths import ROOT
 
 
 def bomb(n: int = 1 << 21) -> bytes:

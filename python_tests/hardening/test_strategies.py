@@ -12,8 +12,8 @@ import torch
 from fedkernels.fl import payload as pl
 from fedkernels.fl.faults import FaultInjector
 from fedkernels.fl.registry import strategies
-from python_tests.flower_runs import make_strategy
-from python_tests.hardening_helpers import SilentWhereFaulty, make_server, same_state, snapshot, tampering
+from python_tests.support.flower_runs import make_strategy
+from python_tests.support.hardening import SilentWhereFaulty, make_server, same_state, snapshot, tampering
 
 NAMES = sorted(strategies())
 

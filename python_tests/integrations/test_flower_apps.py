@@ -5,18 +5,17 @@ paper preset has its ``conf/<preset>.toml`` in the Baselines app, naming one of 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from fedkernels.experiments.experiment import canonical_name, parse_toml
 from fedkernels.experiments.presets import load_preset, preset_names
+from python_tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 APPS = {
     "baselines/fedkernels": ["fedkernels_baseline/*.py"],
     "examples/flower_app": ["*.py"],
-    "python_tests/flower_app": ["*.py"],
+    "python_tests/support/flower_app": ["*.py"],
 }
 READ = re.compile(r"""(?:run_config|\bc)(?:\[|\.get\()\s*["']([a-z][a-z0-9-]*)["']""")
 

@@ -1,6 +1,6 @@
 """The Flower adapter's protocol pieces, fast and without processes: payloads as ArrayRecords (round
 trip to the bit, hostile records refused before a tensor is built), the per-message deadline under
-queueing, and nodes that come and go (the in-memory grid of python_tests/flower_grid.py)."""
+queueing, and nodes that come and go (the in-memory grid of python_tests/support/flower_grid.py)."""
 
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ from fedkernels.integrations.flower import (
 )
 from fedkernels.integrations.flower.exchange import exchange
 from fedkernels.integrations.flower.protocol import identity_mismatch, run_identity
-from python_tests.fl_data import tiny_clients
-from python_tests.flower_grid import MemoryGrid, context, task_identity
-from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy, run_config
-from python_tests.hardening_helpers import same_state
+from python_tests.support.fl_data import tiny_clients
+from python_tests.support.flower_grid import MemoryGrid, context, task_identity
+from python_tests.support.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy, run_config
+from python_tests.support.hardening import same_state
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.uint8, torch.int8, torch.bool]
 

@@ -21,8 +21,8 @@ from fedkernels.metrics import (
     split_precision_at_k,
     top1_accuracy,
 )
-from python_tests.helpers import csr_from_lists
 from python_tests.reference import metrics_ref
+from python_tests.support.helpers import csr_from_lists
 
 
 def test_inverse_propensity_hand_worked():

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fedkernels.metrics import ndcg_at_k, precision_at_k
-from python_tests.helpers import csr_from_lists
 from python_tests.reference import metrics_ref
+from python_tests.support.helpers import csr_from_lists
 
 
 def test_hand_worked():

@@ -22,8 +22,8 @@ from fedkernels.metrics import (
     ranking_metrics,
     recall_at_k,
 )
-from python_tests.helpers import csr_from_lists
 from python_tests.reference import metrics_ref
+from python_tests.support.helpers import csr_from_lists
 
 pytestmark = pytest.mark.cpu_path("metrics run no op")
 

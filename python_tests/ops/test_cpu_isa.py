@@ -15,12 +15,12 @@ import pytest
 import fedkernels
 from fedkernels import _C
 from fedkernels._info import build_info, cpu_isa_line
-from python_tests.cpu_levels import LEVELS, at_level, process_level, why_not
-from python_tests.helpers import child_pythonpath
+from python_tests.support.cpu_levels import LEVELS, at_level, process_level, why_not
+from python_tests.support.helpers import child_pythonpath
+from python_tests.support.paths import ROOT
 
 pytestmark = pytest.mark.cpu_path("the CPU dispatch level; no CUDA kernel")
 
-ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "csrc"
 
 

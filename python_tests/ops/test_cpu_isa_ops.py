@@ -3,7 +3,7 @@
 Where the levels run the same arithmetic in the same order, the outputs must be the same bits:
 count_sketch and bucket_merge's backward (adds and sign flips), scatter_rows_mean (lane-wise
 multiply, add and divide), prox_tv1d (the same scalar scan), delta_norms on float16 (an exact
-conversion, then the same sums), knn_classes (float64 final pass; python_tests/test_spread_knn_*.py)
+conversion, then the same sums), knn_classes (float64 final pass; python_tests/ops/spread/test_knn_*.py)
 and linear_cross_entropy between avx512 and avx2 (the same 16 lanes and exp). Where they do not
 (linear_cross_entropy's generic level: std::exp and a sequential sum instead of the vector exp and
 16 lane sums), each level is checked against the float64 reference. A level this CPU (or
@@ -19,10 +19,9 @@ from hypothesis import strategies as st
 
 import fedkernels
 from fedkernels import HashFamily
-from python_tests.cpu_levels import at_level
+from python_tests.ops.sampled.test_lce import assert_close_scaled
 from python_tests.reference import sampled_ref, sketch_ref
-
-from .test_sampled_lce import assert_close_scaled
+from python_tests.support.cpu_levels import at_level
 
 pytestmark = pytest.mark.cpu_path("the CPU kernels' dispatch levels")
 

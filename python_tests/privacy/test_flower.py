@@ -7,7 +7,7 @@ Every algorithm that runs with secure aggregation in-process ends bit-identical 
 PrivateServer and within the fixed-point error of the plain run; nodes that leave after uploading
 their masked input are recovered up to t and refused beyond; central and distributed DP equal the
 in-process run; DP-SGD's settings travel in the header. The loopback deployment with real SuperNodes
-is in test_hardening_flower.py."""
+is in hardening/test_flower.py."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from fedkernels.integrations.flower import FlowerStrategy, client_app, flower_st
 from fedkernels.integrations.flower import client as flower_client
 from fedkernels.integrations.flower.private_client import STATE
 from fedkernels.integrations.flower.private_server import PrivateFlowerStrategy, privacy_config_from
-from python_tests.flower_grid import MemoryGrid, context, task_identity
-from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy
+from python_tests.support.flower_grid import MemoryGrid, context, task_identity
+from python_tests.support.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy
 
 NUM_CLIENTS = 5
 # refused by the private path: personal heads (L1DiffNetwork), label counts (LabelPrior)

@@ -18,7 +18,7 @@ from fedkernels.fl import RunConfig, Server, TrainConfig  # noqa: E402
 from fedkernels.fl import payload as pl  # noqa: E402
 from fedkernels.fl.privacy import DPConfig, PrivacyConfig, PrivateServer  # noqa: E402
 from fedkernels.fl.registry import strategies  # noqa: E402
-from python_tests.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy  # noqa: E402
+from python_tests.support.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy  # noqa: E402
 
 NUM_CLIENTS = 5
 
@@ -244,7 +244,7 @@ def test_dp_sgd_clips_every_example_against_a_reference():
     moves the weights by at most clip / n."""
     from fedkernels.fl.dpsgd import train_dp_sgd
     from fedkernels.fl.local import make_optimizer
-    from python_tests.fl_data import tiny_dataset
+    from python_tests.support.fl_data import tiny_dataset
 
     data = tiny_dataset(8, seed=4)
     data.x[3] *= 1e6

@@ -6,7 +6,7 @@ import torch
 
 from fedkernels.fl import ClientData, RunConfig, Strategy, TrainConfig
 from fedkernels.fl.registry import make_strategy as registered
-from python_tests.fl_data import one_label_clients, tiny_clients
+from python_tests.support.fl_data import one_label_clients, tiny_clients
 
 NUM_FEATURES, NUM_CLASSES = 16, 8
 

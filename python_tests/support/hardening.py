@@ -24,7 +24,7 @@ from fedkernels.fl import (
 from fedkernels.fl import payload as pl
 from fedkernels.fl.client import ClientEndpoint
 from fedkernels.fl.seeding import generator
-from python_tests.fl_data import one_label_clients, tiny_clients
+from python_tests.support.fl_data import one_label_clients, tiny_clients
 
 NUM_FEATURES, NUM_CLASSES = 16, 8
 

@@ -1,4 +1,4 @@
-"""Child process of ``test_hardening_memory_bound.py``: ``python -m python_tests.hardening_memory
+"""Child process of ``hardening/test_memory_bound.py``: ``python -m python_tests.support.hardening_memory
 STRATEGY`` runs a small federated run in-process twice, clean and then with hostile clients, and prints
 one JSON line with, for each, the model size, the peak-RSS growth over the measured rounds and every
 client failure.
@@ -24,8 +24,8 @@ import torch
 from fedkernels.fl import RunConfig, Server, TrainConfig
 from fedkernels.fl import payload as pl
 from fedkernels.fl.registry import make_strategy
-from python_tests.fl_data import tiny_clients
 from python_tests.fuzz.codec_streams import AUDIT_V1, v2
+from python_tests.support.fl_data import tiny_clients
 
 F = P = 512
 NUM_CLIENTS, CLIENTS_PER_ROUND = 6, 3
@@ -155,7 +155,7 @@ def setup_main(hostile: bool) -> dict:
     from fedkernels.fl.algorithms.fedaws import FedALC
     from fedkernels.fl.round import setup_exchange
     from fedkernels.fl.seeding import derive_seed
-    from python_tests.test_hardening_setup_reports import SECRET, clique_report, shared_instance_clients
+    from python_tests.hardening.test_setup_reports import SECRET, clique_report, shared_instance_clients
 
     c = SETUP_CLASSES
     s = FedALC(dim=8, hidden=(8,), client_secret=SECRET)

@@ -26,5 +26,7 @@ def child_pythonpath() -> str:
 
     import fedkernels
 
+    from .paths import ROOT
+
     pkg_parent = Path(fedkernels.__file__).resolve().parents[1]
-    return os.pathsep.join([str(pkg_parent), str(Path(__file__).resolve().parents[1])])
+    return os.pathsep.join([str(pkg_parent), str(ROOT)])

@@ -8,7 +8,6 @@ its GPU steps replaced. What needs a GPU (the build, the tests and the benches o
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import stat
@@ -19,9 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from python_tests.helpers import child_pythonpath
+from python_tests.support.helpers import child_pythonpath
+from python_tests.support.paths import ROOT
+from python_tests.support.scripts import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "gpu_check.py"
 BENCHES = ["sketch", "sampled", "select", "prox", "spread", "topk"]
 NO_GPU = "no NVIDIA GPU found: gpu-check needs one; see README 'Verifying the CUDA kernels'"
@@ -31,22 +31,10 @@ ROOT_OUTPUTS = [ROOT / ".venv-cuda", ROOT / "gpu-check", ROOT / "build" / "gpu-c
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec.loader.exec_module(module)
-    finally:  # gpu_check.py puts tools/ on sys.path when imported: leave the test process's path as it was
-        while str(path.parent) in sys.path:
-            sys.path.remove(str(path.parent))
-    return module
-
-
-report = _load("fk_gpu_check_report", ROOT / "tools" / "gpu_check_report.py")
-gpu_check = _load("fk_gpu_check", TOOL)
-gpu_mainjob = _load("fk_gpu_mainjob", ROOT / "tools" / "gpu_mainjob.py")
-common = _load("fk_bench_common", ROOT / "bench" / "common.py")
+report = load_script(ROOT / "tools" / "gpu_check_report.py")
+gpu_check = load_script(TOOL)
+gpu_mainjob = load_script(ROOT / "tools" / "gpu_mainjob.py")
+common = load_script(ROOT / "bench" / "common.py")
 
 
 def _script(path: Path, body: str) -> Path:
@@ -515,7 +503,7 @@ def test_test_selection_picks_op_files_and_their_cuda_half():
     """--tests all / ops / cuda: the whole suite, the op test files, or their cuda-parametrised tests."""
     assert gpu_check.selected_tests("all") == ["python_tests"]
     ops = gpu_check.selected_tests("ops")
-    assert "python_tests/test_sketch_merge.py" in ops and not any("test_fl_" in f for f in ops)
+    assert "python_tests/ops/sketch/test_merge.py" in ops and not any("test_fl_" in f for f in ops)
     assert gpu_check.selected_tests("cuda") == ["-k", "cuda", *ops]
     with pytest.raises(SystemExit):
         gpu_check.parse_args(["--tests", "some"])
@@ -524,7 +512,7 @@ def test_test_selection_picks_op_files_and_their_cuda_half():
 
 def test_no_compile_peers_skips_torch_compile(monkeypatch):
     """FK_BENCH_NO_COMPILE=1 (gpu_check --no-compile-peers): no compile, and the peer says why."""
-    peers = _load("fk_bench_peers", ROOT / "bench" / "peers.py")
+    peers = load_script(ROOT / "bench" / "peers.py")
     calls = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(fn) or fn)
     monkeypatch.setenv("FK_BENCH_NO_COMPILE", "1")

@@ -9,8 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import test_shards
+from python_tests.support.paths import ROOT
+from python_tests.support.scripts import load_script
+
+test_shards = load_script(ROOT / "tools" / "test_shards.py")
 
 ECHO = [sys.executable, "-c", "import sys; print('ARGS', *sys.argv[1:]); sys.exit(int('fail' in sys.argv[1:]))"]
 

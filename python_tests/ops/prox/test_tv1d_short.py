@@ -120,7 +120,7 @@ def test_one_piece_row_is_the_mean_summed_in_order(d, mean, dtype, seed):
 
 
 def _slow_bend_row(n: int, sag: float, lam: float) -> np.ndarray:
-    """A row on which the direct scan is quadratic (as in test_prox_tv1d.py): every bend is found only
+    """A row on which the direct scan is quadratic (as in ops/prox/test_tv1d.py): every bend is found only
     at the row's end and the scan restarts one sample later."""
     k = np.arange(1, n)
     return np.concatenate([[100.0 * lam], -(sag * lam / n**2) * (2.0 * k - 1)])

@@ -13,10 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedkernels
-from python_tests.cpu_levels import at_level
+from python_tests.ops.sampled.test_lce import assert_close_scaled
 from python_tests.reference import sampled_ref
-
-from .test_sampled_lce import assert_close_scaled
+from python_tests.support.cpu_levels import at_level
 
 
 def _inputs(n, d, s, seed, dtype=torch.float32, bias=True, ignore_index=-100, ignored=0.0):

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from scipy import special, stats
 
 import fedkernels
-from python_tests.helpers import csr_from_lists
 from python_tests.reference import sampled_ref
+from python_tests.support.helpers import csr_from_lists
 
 
 @st.composite

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import fedkernels
 from fedkernels import HashFamily
 from python_tests.reference import sketch_ref
-from python_tests.sketch_strategies import FLOAT_DTYPES, assert_same, bucket_scores, with_threads
+from python_tests.support.sketch_strategies import FLOAT_DTYPES, assert_same, bucket_scores, with_threads
 
 LEADING = [(), (0,), (1,), (3,), (2, 2), (37,)]  # 37 rows: 16-row lane blocks plus leftovers
 

@@ -1,6 +1,6 @@
 """count_sketch across the CPU kernel's 16-row blocks and 2048-class chunks, bit for bit.
 
-The hypothesis tests of test_sketch_count.py use p <= 80; these sizes cross chunk boundaries
+The hypothesis tests of ops/sketch/test_count.py use p <= 80; these sizes cross chunk boundaries
 (p around 2048 and several chunks), mix blocks with leftover rows, change the thread count, and
 take B on both sides of the switch between the 32- and 64-byte float passes (sketch_lanes_use_wide).
 """
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import fedkernels
 from fedkernels import HashFamily
 from python_tests.reference import count_sketch_np_ref, sketch_ref
-from python_tests.sketch_strategies import assert_same, with_threads
+from python_tests.support.sketch_strategies import assert_same, with_threads
 
 
 def _x(rows: int, p: int, dtype: torch.dtype, seed: int) -> torch.Tensor:

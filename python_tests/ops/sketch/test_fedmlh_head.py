@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from fedkernels import HashFamily
 from fedkernels.nn import FedMLHHead
-from python_tests.helpers import csr_from_lists
 from python_tests.reference import sketch_ref
+from python_tests.support.helpers import csr_from_lists
 
 
 def _random_labels(n: int, p: int, seed: int) -> list[list[int]]:

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 import fedkernels
 from fedkernels import HashFamily
-from python_tests.helpers import csr_from_lists
 from python_tests.reference import sketch_ref
+from python_tests.support.helpers import csr_from_lists
 
 
 @st.composite

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import fedkernels
 from fedkernels import HashFamily
-from python_tests.helpers import csr_from_lists
 from python_tests.reference import sketch_ref
+from python_tests.support.helpers import csr_from_lists
 
 # torch < 2.13 cannot functionalize a custom op whose output aliases an input (no at::Tag::out; csrc/ops.cpp
 # registers the schema without it there), so opcheck and torch.compile of the out= form fail on it. The

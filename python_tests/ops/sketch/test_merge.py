@@ -9,7 +9,7 @@ from hypothesis import given
 import fedkernels
 from fedkernels import HashFamily
 from python_tests.reference import sketch_ref
-from python_tests.sketch_strategies import assert_same, bucket_scores, merge_problems, with_threads
+from python_tests.support.sketch_strategies import assert_same, bucket_scores, merge_problems, with_threads
 
 
 @given(prob=merge_problems())

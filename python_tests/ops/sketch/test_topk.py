@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 import fedkernels
 from fedkernels import HashFamily
 from python_tests.reference import sketch_ref
-from python_tests.sketch_strategies import assert_same, bucket_scores, merge_problems, with_threads
+from python_tests.support.paths import ROOT
+from python_tests.support.sketch_strategies import assert_same, bucket_scores, merge_problems, with_threads
 
 
 def _check(logp, table, k, reduce):
@@ -231,9 +232,8 @@ def test_signed_zeros_tie_by_id():
 
 def _bench_sketch():
     import importlib.util
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "sketch.py"
+    path = ROOT / "bench" / "sketch.py"
     spec = importlib.util.spec_from_file_location("fk_bench_sketch", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

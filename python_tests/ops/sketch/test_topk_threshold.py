@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import fedkernels
 from fedkernels import HashFamily
 from python_tests.reference import sketch_ref
-from python_tests.sketch_strategies import assert_same, with_threads
+from python_tests.support.sketch_strategies import assert_same, with_threads
 
 DISTS = ("peaked", "flat", "levels")
 

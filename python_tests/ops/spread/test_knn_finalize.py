@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedkernels
-from python_tests.cpu_levels import at_level
 from python_tests.reference import spread_ref
+from python_tests.support.cpu_levels import at_level
 
 
 def _knn(W: torch.Tensor, k: int, metric: str, level: str) -> tuple[torch.Tensor, torch.Tensor]:

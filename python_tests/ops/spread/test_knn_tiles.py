@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedkernels
-from python_tests.cpu_levels import LEVELS, at_level
+from python_tests.ops.spread.test_knn import assert_knn_thread_invariant
 from python_tests.reference import spread_ref
-from python_tests.test_spread_knn import assert_knn_thread_invariant
+from python_tests.support.cpu_levels import LEVELS, at_level
 
 
 def _run(W: torch.Tensor, k: int, metric: str, level: str) -> tuple[torch.Tensor, torch.Tensor]:

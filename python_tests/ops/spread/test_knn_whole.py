@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedkernels
-from python_tests.cpu_levels import at_level, process_level
 from python_tests.reference import spread_ref
+from python_tests.support.cpu_levels import at_level, process_level
 
 pytestmark = pytest.mark.cpu_path("the CPU whole-matrix, tiled and BLAS paths of knn_classes")
 

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fedkernels
-from python_tests.cpu_levels import at_level
 from python_tests.reference import topk_ref
+from python_tests.support.cpu_levels import at_level
 
 
 def assert_valid_topk(h, W, bias, k, scale, values, indices):

@@ -1,5 +1,5 @@
 """The test's Flower App: server and client apps built with fedkernels.integrations.flower on the
-tiny synthetic data of python_tests/fl_data.py (each SuperNode's partition-id picks its client).
+tiny synthetic data of python_tests/support/fl_data.py (each SuperNode's partition-id picks its client).
 
 Test hooks (run_config): ``result-file`` gets the run's node events after every round; with
 ``barrier-dir``, after each round the ServerApp writes ``done-<round>`` (and its pid to ``pid``)
@@ -22,7 +22,7 @@ from flwr.app import Context
 
 from fedkernels.fl.types import RoundRecord
 from fedkernels.integrations.flower import FlowerStrategy, client_app, read_partition_keys, server_app
-from python_tests.flower_runs import (
+from python_tests.support.flower_runs import (
     NUM_CLASSES,
     NUM_FEATURES,
     client_data,
