@@ -68,8 +68,8 @@ fuzz: install $(VENV)/.test-deps
 # op suite a second time in random order cost ~8 min of CI's 60.)
 # FK_EMU_SEED picks the random order (default: from the clock, printed).
 EMU_SEED ?= $(or $(FK_EMU_SEED),$(shell date +%s))
-EMU_RANDOM_TESTS := python_tests/test_emulator_vs_cpu.py python_tests/test_sampled_lce.py \
-	python_tests/test_sketch_topk.py python_tests/test_prox_tv1d.py
+EMU_RANDOM_TESTS := python_tests/emu/test_vs_cpu.py python_tests/ops/sampled/test_lce.py \
+	python_tests/ops/sketch/test_topk.py python_tests/ops/prox/test_tv1d.py
 test-cuda-emu: install $(VENV)/.test-deps
 	rm -f build/emu-coverage.json* build/emu-random-coverage.json*
 	$(PY) emu/emulate.py test --checks race --loop --coverage build/emu-coverage.json -- -n 2

@@ -5,7 +5,7 @@
                                   [--coverage FILE] [--loop] [-- PYTEST_ARGS...]
 
 `test` builds (incrementally, in build/emu-<checks>), then runs pytest with --emulate-cuda over the
-op tests (every python_tests/test_*.py except the federated-loop, Flower and hardening ones), or
+op tests (op_test_files(): python_tests/ops and the folders beside it that run ops), or
 over the test files the pytest arguments name. With --checks asan the interpreter preloads ASan, as tools/ci/sanitize.sh
 does. See docs/emulator.md.
 """
@@ -59,41 +59,23 @@ def build(checks: str, python: str = sys.executable) -> Path:
     return Path(found[0])
 
 
-# Test files that launch no kernel of their own (they run the loop, the CLI, data readers, docs
-# checks or subprocesses): left out of the emulated and sanitized op runs (tools/ci/sanitize.sh too).
-NON_OP_TESTS = (
-    "test_fl_",
-    "test_flower",
-    "test_hardening",
-    "test_readme",
-    "test_gpu_check",
-    "test_bench_all",
-    "test_bench_isa",
-    "test_cli_",
-    "test_data_",
-    "test_docs_",
-    "test_examples",
-    "test_experiments_",
-    "test_fedmlh_hash_size",
-    "test_layers",
-    "test_packaging",
-    "test_cxx_runtime_check",
-    "test_tools_",
-)
+# The op tests: the test folders whose files launch the kernels of their own ops (python_tests/ops/<family>
+# and the modules beside the ops), and single files elsewhere that do. The federated-loop, Flower,
+# hardening, CLI, data, docs, tools and packaging tests run no op of their own: they stay out of the
+# emulated and sanitized op runs (tools/ci/sanitize.sh too).
+OP_TEST_DIRS = ("python_tests/ops", "python_tests/metrics", "python_tests/emu", "python_tests/privacy")
+OP_TEST_FILES = ("python_tests/bench/test_peers.py",)
 
 
 # The federated loop with every op on its (emulated) CUDA kernel, against the CPU run: added to a run
 # by `test --loop` (CI's default-order run), not to the op runs (sanitized, ASan-emulated, step 2).
-LOOP_TESTS = ("python_tests/test_fl_device_emulated.py",)
+LOOP_TESTS = ("python_tests/fl/test_device_emulated.py",)
 
 
 def op_test_files() -> list[str]:
-    """The op tests: every test file except those that run no op of their own (the federated loop,
-    Flower, hardening, CLI, data, docs, examples and packaging tests; NON_OP_TESTS)."""
-    skip = NON_OP_TESTS
-    return sorted(
-        str(p.relative_to(ROOT)) for p in (ROOT / "python_tests").glob("test_*.py") if not p.name.startswith(skip)
-    )
+    """The op test files: every test_*.py under OP_TEST_DIRS, and OP_TEST_FILES."""
+    found = [p for d in OP_TEST_DIRS for p in (ROOT / d).rglob("test_*.py")] + [ROOT / f for f in OP_TEST_FILES]
+    return sorted(str(p.relative_to(ROOT)) for p in found)
 
 
 def asan_env() -> dict[str, str]:

@@ -91,7 +91,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     runs once there, at this process's level: the CUDA kernels do not depend on it."""
     if not EMULATING:
         return
-    from python_tests.cpu_levels import process_level
+    from python_tests.support.cpu_levels import process_level
 
     top = process_level()
     for item in items:

@@ -1,4 +1,7 @@
-"""Imports in src/fedkernels point one way: down the layers of docs/developing.md.
+"""Imports in src/fedkernels point one way: down the layers of docs/developing.md; and the wings
+beside the package stay apart: bench/ never imports python_tests/ nor the other way round, and
+neither edits ``sys.path`` (a script finds its siblings because Python puts its folder on the path;
+a test loads a script by file with python_tests/support/scripts.py).
 
 Every module's imports are read with ``ast`` (module-level, inside functions, and under
 ``TYPE_CHECKING`` alike) and resolved to the fedkernels module they name; an import of a module in a
@@ -184,3 +187,145 @@ def test_no_script_shadows_a_stdlib_module() -> None:
     for folder in ("bench", "emu", "tools", "examples"):
         for path in (root / folder).rglob("*.py"):
             assert path.stem not in sys.stdlib_module_names, path
+
+
+# ---- the wings: bench/ and python_tests/ import nothing of each other and leave sys.path alone
+
+ROOT = SRC.parents[1]
+WINGS = ("bench", "python_tests")
+# calls on sys.path that only read it
+_READS = {"index", "count", "copy", "__contains__", "__iter__", "__len__", "__getitem__"}
+
+
+def wing_files(root: Path, wing: str) -> list[Path]:
+    """The Python files of a wing (bench/results holds data, not code)."""
+    return sorted(p for p in (root / wing).rglob("*.py") if "__pycache__" not in p.parts and "results" not in p.parts)
+
+
+def _is_sys_path(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "path"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    )
+
+
+def _names_sys_path(args: list[ast.expr]) -> bool:
+    """``setattr(sys, "path", ...)`` / ``monkeypatch.setattr(sys, "path", ...)`` / ``("sys.path", ...)``."""
+    consts = [a.value for a in args if isinstance(a, ast.Constant)]
+    return "sys.path" in consts or (
+        len(args) >= 2 and isinstance(args[0], ast.Name) and args[0].id == "sys" and consts[:1] == ["path"]
+    )
+
+
+def sys_path_edits(path: Path) -> list[str]:
+    """``file:line: what`` for every statement of the file that changes ``sys.path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        what = None
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute) and _is_sys_path(f.value) and f.attr not in _READS:
+                what = f"sys.path.{f.attr}()"
+            elif isinstance(f, ast.Attribute) and f.attr in ("syspath_prepend", "addsitedir"):
+                what = f"{f.attr}()"
+            elif (
+                (isinstance(f, ast.Name) and f.id == "setattr")
+                or (isinstance(f, ast.Attribute) and f.attr == "setattr")
+            ) and _names_sys_path(node.args):
+                what = "setattr of sys.path"
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for target in targets:
+                inner = target.value if isinstance(target, ast.Subscript) else target
+                if _is_sys_path(inner):
+                    what = "assignment to sys.path"
+        elif isinstance(node, ast.ImportFrom) and node.module == "sys" and any(a.name == "path" for a in node.names):
+            what = "from sys import path"
+        if what:
+            found.append(f"{path}:{node.lineno}: {what}")
+    return found
+
+
+def top_level_imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, first name)`` of every absolute import in the file (``import a.b`` / ``from a.b import c``: a)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name.split(".")[0]) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module.split(".")[0]))
+    return out
+
+
+def cross_wing_imports(root: Path) -> list[str]:
+    """Imports of bench/ from python_tests/ (the package ``bench`` or a script's bare name, as a test
+    with bench/ on its path would write it) and of python_tests from bench/."""
+    bench_names = {"bench"} | {p.stem for p in wing_files(root, "bench")}
+    forbidden = {"python_tests": bench_names, "bench": {"python_tests"}}
+    bad = []
+    for wing in WINGS:
+        for path in wing_files(root, wing):
+            for line, name in top_level_imports(path):
+                if name in forbidden[wing]:
+                    bad.append(f"{path.relative_to(root)}:{line}: {wing}/ imports {name}")
+    return bad
+
+
+# The one sys.path edit a bench script may make: the repo root, so that `python bench/ops/x.py` finds the
+# `bench` package (bench/common.py serves bench/ops and bench/fl alike). Nothing else, and tests none.
+BENCH_ROOT_LINE = "sys.path.insert(0, str(Path(__file__).resolve().parents[2]))"
+
+
+def test_no_wing_edits_sys_path() -> None:
+    bad = [e for path in wing_files(ROOT, "python_tests") for e in sys_path_edits(path)]
+    for path in wing_files(ROOT, "bench"):
+        lines = path.read_text().splitlines()
+        bad += [e for e in sys_path_edits(path) if BENCH_ROOT_LINE not in lines[int(e.split(":")[1]) - 1]]
+    assert not bad, "sys.path edits (load a script with python_tests/support/scripts.py):\n" + "\n".join(bad)
+
+
+def test_bench_and_tests_do_not_import_each_other() -> None:
+    bad = cross_wing_imports(ROOT)
+    assert not bad, "imports across bench/ and python_tests/:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import sys\nsys.path.insert(0, 'x')\n",
+        "import sys\ndef f():\n    sys.path.append('x')\n",
+        "import sys\nsys.path[:] = ['x']\n",
+        "import sys\nsys.path += ['x']\n",
+        "def test(monkeypatch):\n    monkeypatch.syspath_prepend('x')\n",
+        "import sys\ndef test(monkeypatch):\n    monkeypatch.setattr(sys, 'path', [])\n",
+        "import site\nsite.addsitedir('x')\n",
+        "from sys import path\n",
+    ],
+)
+def test_a_sys_path_edit_is_caught(tmp_path, source: str) -> None:
+    (tmp_path / "x.py").write_text(source)
+    assert len(sys_path_edits(tmp_path / "x.py")) == 1
+
+
+def test_reading_sys_path_is_not_an_edit(tmp_path) -> None:
+    (tmp_path / "x.py").write_text("import sys\nok = 'x' in sys.path and sys.path.index('x') == 0\n")
+    assert sys_path_edits(tmp_path / "x.py") == []
+
+
+@pytest.mark.parametrize(
+    ("wing", "source"),
+    [
+        ("python_tests", "import common\n"),
+        ("python_tests", "def f():\n    from bench.common import timeit\n"),
+        ("bench", "from python_tests.support.fl_data import tiny_clients\n"),
+        ("bench", "import python_tests.support\n"),
+    ],
+)
+def test_a_cross_wing_import_is_caught(tmp_path, wing: str, source: str) -> None:
+    for w in WINGS:
+        (tmp_path / w).mkdir()
+    (tmp_path / "bench" / "common.py").write_text("")
+    (tmp_path / wing / "x.py").write_text(source)
+    assert len(cross_wing_imports(tmp_path)) == 1

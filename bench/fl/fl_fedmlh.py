@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path

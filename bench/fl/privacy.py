@@ -27,8 +27,6 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-
 from fedkernels.fl import payload as pl
 from fedkernels.fl.privacy.client import session_header
 from fedkernels.fl.privacy.ring import RingCodec

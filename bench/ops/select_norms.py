@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: b
 
 import argparse
 import os
+import sys
 
 import torch
 

@@ -456,7 +456,7 @@ def goals(rows: list[dict], thread_rows: list[dict]) -> list[dict]:
 
 # ---- bucket_merge_topk's CUDA launch (csrc/sketch/merge_topk_cuda.cu) at the bench sizes, on an H100
 # (132 SMs, 3.35 TB/s HBM3). No GPU measures it here: the shape follows the launcher's rule (mirrored
-# below; python_tests/test_sketch_topk.py checks the mirror against the emulator's launch record) and
+# below; python_tests/ops/sketch/test_topk.py checks the mirror against the emulator's launch record) and
 # the time is the memory-bound floor: logp read once (N R B 4 bytes), the table once (p R 4), the
 # output written once (N k 12). At N = 1024, k = 5 (`python bench/ops/sketch.py --topk-launch` prints it):
 #

@@ -43,6 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import common
 import numpy as np
 import torch
 

@@ -1,6 +1,6 @@
 // Kernels for the emulator's own tests: one correct kernel that exercises every warp operation the
 // emulator models, and deliberately broken kernels, each of which one detector must catch
-// (python_tests/test_emulator_selftest.py). Compiled only into the emulated module, never into a
+// (python_tests/emu/test_selftest.py). Compiled only into the emulated module, never into a
 // real CUDA build; registered as torch.ops.fk_emu_selftest.*.
 #include <ATen/ATen.h>
 #include <torch/library.h>

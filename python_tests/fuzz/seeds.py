@@ -185,7 +185,7 @@ def checkpoint_seeds() -> dict[str, bytes]:
 def checkpoint_meta_seeds(valid_ckpt: bytes) -> dict[str, bytes]:
     """``<metadata JSON>\\n<history JSON>`` documents: the valid checkpoint's, and the second sweep's
     re-sealed records with wrong types."""
-    from python_tests.checkpoint_tools import unpack
+    from python_tests.support.checkpoint_tools import unpack
 
     _, meta_json, history = unpack(valid_ckpt)
     meta, hist = json.loads(meta_json), json.loads(history)

@@ -40,8 +40,8 @@ from fedkernels.fl import payload as pl
 from fedkernels.fl.checkpoint import load_checkpoint
 from fedkernels.fl.registry import make_strategy, strategies
 from fedkernels.fl.server import bounded, client_seed
-from python_tests.fl_data import one_label_clients, tiny_clients
 from python_tests.fuzz.mutate import seeds
+from python_tests.support.fl_data import one_label_clients, tiny_clients
 
 NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS = 16, 8, 5
 SECRET = b"fuzz-client-secret-0123456789abc"  # FedALC's out-of-band secret, fixed so the corpus is stable
@@ -272,7 +272,7 @@ def check_npz_y(data: bytes) -> None:
 @cache
 def checkpoint_parts() -> tuple[dict[str, torch.Tensor], str, bytes]:
     """The valid checkpoint's state, metadata JSON and history JSON (the re-sealed target's base)."""
-    from python_tests.checkpoint_tools import unpack
+    from python_tests.support.checkpoint_tools import unpack
 
     path = Path(__file__).resolve().parent / "corpus" / "checkpoint" / "valid_fedavg_2_rounds.ckpt"
     return unpack(path.read_bytes())
@@ -292,7 +292,7 @@ def check_checkpoint_meta(data: bytes) -> None:
     checkpoint's tensors (as anyone with the project's writer can), then loaded. Accepted: every field
     has its type (an independent check of the record schema) and the records rebuild."""
     from fedkernels.fl.server import record_from_json
-    from python_tests.checkpoint_tools import seal
+    from python_tests.support.checkpoint_tools import seal
 
     meta_raw, sep, history = data.partition(b"\n")
     if not sep:

@@ -7,7 +7,7 @@ x86-64-only test tool outside csrc/) is compiled to an aarch64 object against th
 and Python headers of the interpreter running this script, with the module's own flags; nothing is
 linked or run (there is no aarch64 torch library here to link against, and no aarch64 machine to run
 on). It proves the sources build for ARM: every x86 intrinsic sits behind a guard
-(python_tests/test_cpu_isa.py checks the rule), and the portable paths compile (GCC's vector types
+(python_tests/ops/test_cpu_isa.py checks the rule), and the portable paths compile (GCC's vector types
 become NEON there). The objects are checked to be aarch64 ELF. Compiled at -O1: code generation runs
 (so target errors show) at a fraction of -O2's time. The torch headers are the x86-64
 wheel's: C++ headers are the same for both targets except a few generated config values, which is

@@ -1,6 +1,6 @@
 """The pure parts of tools/gpu/gpu_check.py: read nvidia-smi, pytest and the benchmarks' JSON, and put
 them into the one gpu-check JSON. No subprocesses and no torch here, so every function is tested on
-fake inputs (python_tests/test_gpu_check.py).
+fake inputs (python_tests/tools/test_gpu_check.py).
 
 A gpu-check bench row is: bench, op, config, vs (the PyTorch composition it is timed against),
 ours_ms, torch_ms, speedup (torch_ms / ours_ms: above 1 means fedkernels is faster), gbs (bytes the

@@ -38,7 +38,7 @@ class Strategy(ABC):
     what a run learns at setup (e.g. FedALC's pair weights, a client graph) is returned as state
     entries by :meth:`setup` / :meth:`setup_from_reports`. The one exception: memos of pure
     functions of the configuration (and their arguments), named in ``config_caches``, which never
-    change a result (python_tests/test_fl_stateless.py checks everything else is untouched by a run)."""
+    change a result (python_tests/fl/test_stateless.py checks everything else is untouched by a run)."""
 
     name: str = "strategy"
     config_caches: tuple[str, ...] = ()
@@ -123,7 +123,7 @@ class Strategy(ABC):
         """Client side, optional: :meth:`client_update`'s local training written as a
         :class:`~fedkernels.fl.batched.LocalProblem`, so the in-process loop can train a round's
         clients in one batched pass (:func:`fedkernels.fl.batched.train_batched`). Its upload must be
-        :meth:`client_update`'s up to floating-point rounding (python_tests/test_fl_batched.py checks
+        :meth:`client_update`'s up to floating-point rounding (python_tests/fl/test_batched.py checks
         every strategy that gives one). Default: ``None``, the sequential loop."""
         return None
 

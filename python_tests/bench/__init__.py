@@ -1,0 +1,1 @@
+"""Scripts under bench/: the quick list, --isa, the peers and the plots."""

@@ -1,0 +1,1 @@
+"""fedkernels.data: readers, formats, partitioners, the synthetic generator and the fetcher."""

@@ -1,0 +1,1 @@
+"""The README and docs hold together: links, API reference, the README's code blocks."""

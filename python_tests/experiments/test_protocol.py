@@ -1,0 +1,150 @@
+"""The papers' protocol knobs: uniform 1/S averaging, late-window means, split statistics, per-client
+held-out evaluation, the centralised upper bound, the label prior and gamma relative to the run's g0."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedkernels.data import Shard, split_statistics
+from fedkernels.experiments.experiment import (
+    ExperimentConfig,
+    late_window_means,
+    prepare_data,
+    run_algorithm,
+    run_centralized,
+)
+from fedkernels.fl import FedAvg, L1Diff, L1DiffNetwork, RunConfig, Server, TrainConfig
+from fedkernels.fl.algorithms import LabelPrior
+from fedkernels.fl.types import RoundRecord
+from python_tests.reference.fl_ref import weighted_mean
+from python_tests.support.fl_data import tiny_clients, tiny_dataset
+
+
+def _fedavg(weighting: str) -> Server:
+    clients = tiny_clients(3)
+    clients[1] = clients[1].rows(torch.arange(5))  # unequal sizes: the two weightings differ
+    cfg = RunConfig(
+        rounds=1, clients_per_round=3, train=TrainConfig(epochs=1, batch_size=8), client_weighting=weighting
+    )
+    return Server(FedAvg(hidden=(4,)), clients, 16, 8, cfg)
+
+
+@pytest.mark.parametrize("weighting", ["samples", "uniform"])
+def test_client_weighting_is_the_weighted_mean(weighting):
+    s = _fedavg(weighting)
+    ups = [s.run_client(c, 0)[0] for c in range(3)]
+    s.run_round()
+    w = [float(len(s.clients[c])) if weighting == "samples" else 1.0 for c in range(3)]
+    for name in s.state:
+        want = weighted_mean([u.payload[name] for u in ups], w)
+        torch.testing.assert_close(s.state[name].double(), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="client_weighting"):
+        Server(FedAvg(), tiny_clients(2), 16, 8, RunConfig(clients_per_round=1, client_weighting="median"))
+
+
+def test_late_window_means():
+    hist = [RoundRecord(r, [], [], 0, 0, {"P@1": float(r)} if r % 2 else {}) for r in range(10)]
+    late = late_window_means(hist, 0.5, 10)  # rounds 5..9 evaluated at 5, 7, 9
+    assert late["P@1"] == pytest.approx(7.0) and late["evaluations"] == 3.0
+    assert late_window_means(hist, 0.01, 10)["P@1"] == 9.0  # at least the last evaluation
+
+
+def test_split_statistics():
+    mk = lambda rows, labels: Shard(np.array(rows), np.arange(len(labels) + 1), np.array(labels))  # noqa: E731
+    same = [mk([0, 1], [0, 1]), mk([2, 3], [0, 1])]
+    assert split_statistics(same, 2) == pytest.approx(
+        {
+            "clients": 2,
+            "copies_per_sample": 1.0,
+            "mean_pairwise_tv": 0.0,
+            "mean_labels_per_client": 2.0,
+            "max_label_share_per_client": 1.0,
+        }
+    )
+    apart = [mk([0, 1], [0, 0]), mk([1, 2], [1, 1])]  # disjoint labels, sample 1 copied
+    st = split_statistics(apart, 2)
+    assert st["mean_pairwise_tv"] == pytest.approx(1.0) and st["copies_per_sample"] == pytest.approx(4 / 3)
+
+
+def _cfg(**kw) -> ExperimentConfig:
+    base = dict(
+        dataset="synthetic",
+        synthetic={"num_samples": 300, "num_features": 16, "num_classes": 20},
+        partition="dirichlet",
+        beta=0.5,
+        clients=4,
+        clients_per_round=4,
+        rounds=2,
+        local_epochs=1,
+        batch_size=32,
+    )
+    return ExperimentConfig(**{**base, **kw})
+
+
+def test_client_holdout_and_per_client_metrics():
+    cfg = _cfg(client_test_fraction=0.25, algorithms=["FedAvg"])
+    data = prepare_data(cfg)
+    assert data.held_out is not None and len(data.held_out) == 4
+    for tr, te in zip(data.clients, data.held_out, strict=True):
+        assert len(te) == round(0.25 * (len(tr) + len(te)))
+    res = run_algorithm("FedAvg", cfg, data)
+    assert "client-P@1" in res["final"] and "P@1" in res["late"] and "P@1" in res["best"]
+    assert data.split["clients"] == 4 and data.split["copies_per_sample"] == 1.0
+
+
+def test_centralized_upper_bound_trains_on_the_pooled_original_labels():
+    cfg = _cfg(partition="one_label", algorithms=["FedAvg"], rounds=1)
+    data = prepare_data(cfg)
+    res = run_centralized("FedAvg", cfg, data)
+    assert res["algorithm"] == "FedAvg (centralized)"
+    assert [h["clients"] for h in res["history"]] == [[0]]  # one client
+    assert res["history"][0]["bytes_up"] > 0
+
+
+def test_label_prior_predicts_the_most_frequent_labels():
+    clients = tiny_clients(3)
+    s = Server(LabelPrior(), clients, 16, 8, RunConfig(rounds=1, clients_per_round=3))
+    s.run_round()
+    counts = torch.zeros(8)
+    for c in clients:
+        counts += torch.bincount(c.indices, minlength=8)
+    top = s.strategy.predict_topk(s.state, torch.zeros(2, 16), 3)
+    assert top[0].tolist() == torch.sort(-counts, stable=True).indices[:3].tolist()
+
+
+@pytest.mark.parametrize("network", [False, True])
+def test_gamma_rel_is_set_from_round_zero_gradients(network):
+    clients = tiny_clients(4)
+    strat = L1DiffNetwork(4, gamma_rel=0.5, hidden=(4,), k=1) if network else L1Diff(gamma_rel=0.5)
+    s = Server(strat, clients, 16, 8, RunConfig(rounds=2, clients_per_round=4, train=TrainConfig(batch_size=64)))
+    down = s.strategy.client_payload(s.state, 0, None, 0, 0)
+    assert float(down["l1.gamma"][0]) == 0.0  # round 0: exact gradients
+    ups = [s.run_client(c, 0)[0] for c in range(4)]
+    s.run_round()
+    n = [len(c) for c in clients]
+    names = [k for k in ups[0].payload]
+    mean_abs = sum(float(weighted_mean([u.payload[k] for u in ups], n).abs().sum()) for k in names) / sum(
+        ups[0].payload[k].numel() for k in names
+    )
+    assert float(s.state["server.gamma"]) == pytest.approx(0.5 * mean_abs, rel=1e-5)
+    assert float(s.strategy.client_payload(s.state, 0, None, 1, 0)["l1.gamma"][0]) == pytest.approx(0.5 * mean_abs)
+
+
+def test_network_evaluated_per_client_with_its_own_head():
+    clients = tiny_clients(4)
+    strat = L1DiffNetwork(4, hidden=(4,), k=1, graph="kernel", p=float("inf"), lam=0.05)
+    s = Server(strat, clients, 16, 8, RunConfig(rounds=2, clients_per_round=4, train=TrainConfig(batch_size=64)))
+    s.run()
+    held = [tiny_dataset(10, seed=50 + c) for c in range(4)]
+    got = s.evaluate_clients(held)
+    from fedkernels.metrics import ranking_metrics
+
+    want, total = 0.0, 0
+    for c, d in enumerate(held):
+        top = strat.predict_topk_client(s.state, c, d.x, 1)
+        want += len(d) * ranking_metrics(top, d.indptr, d.indices, (1,))["P@1"]
+        total += len(d)
+    assert got["P@1"] == pytest.approx(want / total)
+    assert strat.options()["p"] == "inf"

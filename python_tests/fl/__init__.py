@@ -1,0 +1,1 @@
+"""The federated loop (src/fedkernels/fl): each algorithm in the loop, aggregation, devices, batching."""

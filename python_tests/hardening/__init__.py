@@ -1,0 +1,1 @@
+"""Hostile and failing inputs: clients, payloads, files, checkpoints, requests, Flower nodes."""

@@ -1,0 +1,1 @@
+"""Flower (src/fedkernels/integrations/flower): apps, protocol, simulation."""

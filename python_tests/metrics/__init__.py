@@ -1,0 +1,1 @@
+"""fedkernels.metrics: ranking, XMC and communication metrics."""

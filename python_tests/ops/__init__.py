@@ -1,0 +1,1 @@
+"""Tests of the compiled ops (src/fedkernels/ops, csrc/<family>), one folder per kernel family."""

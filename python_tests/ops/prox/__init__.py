@@ -1,0 +1,1 @@
+"""The proximal family: prox_tv1d and graph_prox."""

@@ -1,0 +1,1 @@
+"""Partial weight exchange: delta_norms, select_topk_tensors, masked_weighted_average and the payload helpers."""

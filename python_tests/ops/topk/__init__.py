@@ -1,0 +1,1 @@
+"""The fused top-k family: linear_topk and the nn heads' predict_topk."""

@@ -1,0 +1,1 @@
+"""Private rounds (src/fedkernels/fl/privacy): SecAgg+, the private loop, Flower and CLI."""

@@ -1,0 +1,1 @@
+"""Scripts under tools/: the test sharder and make gpu-check."""
