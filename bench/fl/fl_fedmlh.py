@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path

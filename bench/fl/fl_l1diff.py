@@ -16,6 +16,7 @@ Writes build/bench-results/fl_l1diff.json (the committed table: ``--out bench/re
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 

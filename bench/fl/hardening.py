@@ -11,11 +11,11 @@ bench/results/fl/hardening.json``) and prints a markdown table. ``--quick``: 1 M
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
-from common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, results_path, timeit, write_results
 from safetensors.torch import load as st_load
 from safetensors.torch import save_file
 

@@ -28,6 +28,7 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 # Output buffers on transparent huge pages, as numpy (prox-tv's outputs) does for large arrays: with
 # torch's default 4 KiB pages an 80 MB output costs ~30 ms of page faults per call at d = 1e7

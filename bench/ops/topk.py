@@ -43,7 +43,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import common
 import numpy as np
 import torch
 
