@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from python_tests.support.paths import ROOT
-from python_tests.support.scripts import load_script
 
 pytestmark = [
     pytest.mark.emu_direct,  # the model installs its own routing around each recorded call
