@@ -1,86 +1,23 @@
-// Operator schemas of torch.ops.fedkernels and the pybind11 module fedkernels._C.
-// Kernels register themselves per device in csrc/<family>/<family>_{cpu.cpp,cuda.cu}.
+// The pybind11 module fedkernels._C. The ops of torch.ops.fedkernels register themselves: each
+// family's schemas in csrc/<family>/<family>_schema.cpp, its kernels per device in the family's
+// *_cpu.cpp / *_cuda.cu files.
 #include <ATen/Parallel.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/library.h>
-#include <torch/version.h>
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "comm/comm.h"
 #include "common/cpu_isa.h"
 #include "common/hash_family.h"
 
-namespace fedkernels {
-void register_prox_codec(pybind11::module_& m);  // csrc/prox/run_codec.cpp
-}
-
-TORCH_LIBRARY(fedkernels, m) {
-  // ---- common: the hash family (docs/design.md §2)
-  m.def("hash_buckets(Tensor ids, Tensor params, int num_buckets) -> (Tensor, Tensor)");
-
-  // ---- sketch: FedMLH label hashing and count sketches
-  m.def("label_hash(Tensor indptr, Tensor indices, Tensor table, int num_buckets) -> Tensor");
-  // out= variant: writes every element of out (uint8 [R, N, B]); Tag::out lets torch.compile functionalize it.
-  // torch < 2.13 has no Tag::out (gpu-check may meet an older CUDA torch): the schema alone there.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
-  m.def("label_hash.out(Tensor indptr, Tensor indices, Tensor table, int num_buckets, *, Tensor(a!) out) -> Tensor(a!)",
-        {at::Tag::out});
-#else
-  m.def(
-      "label_hash.out(Tensor indptr, Tensor indices, Tensor table, int num_buckets, *, Tensor(a!) out) -> Tensor(a!)");
-#endif
-  m.def("bucket_merge(Tensor logp, Tensor table, str reduce=\"mean\") -> Tensor");
-  m.def("bucket_merge_backward(Tensor grad, Tensor table, int num_buckets) -> Tensor");
-  m.def("bucket_merge_topk(Tensor logp, Tensor table, int k, str reduce=\"mean\") -> (Tensor, Tensor)");
-  m.def("count_sketch(Tensor x, Tensor table, Tensor signs, int num_buckets) -> Tensor");
-  m.def("count_sketch_query(Tensor sketch, Tensor table, Tensor signs, str reduce=\"median\") -> Tensor");
-  // (sketch: more schemas here)
-
-  // ---- sampled: FedSS sampled softmax
-  m.def("sample_negatives(Tensor positives, int num_classes, int m, int seed) -> Tensor");
-  m.def("sample_negatives_batched(Tensor indptr, Tensor indices, int num_classes, int m, int seed) -> Tensor");
-  m.def(
-      "linear_cross_entropy(Tensor h, Tensor W, Tensor target, Tensor? bias=None, float scale=1.0, "
-      "int ignore_index=-100, str reduction=\"mean\", int chunk_size=0) -> (Tensor, Tensor)");
-  m.def(
-      "linear_cross_entropy_backward(Tensor h, Tensor W, Tensor target, Tensor? bias, Tensor lse, "
-      "Tensor grad_loss, Tensor grad_lse, float scale, int ignore_index, int chunk_size) -> (Tensor, Tensor, Tensor)");
-  // The reduced loss, lse, and the gradients for an upstream gradient of 1 (the CPU autograd path).
-  m.def(
-      "linear_cross_entropy_fused(Tensor h, Tensor W, Tensor target, Tensor? bias, float scale, int ignore_index, "
-      "str reduction, int chunk_size) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
-  // In place on out; returns nothing (an aliased return cannot be functionalised); the Python wrapper returns out.
-  m.def("scatter_rows_mean(Tensor(a!) out, Tensor idx, Tensor src, Tensor weight) -> ()");
-  // (sampled: schemas here)
-
-  // ---- select: partial weight exchange
-  // normalize has no schema default on purpose: torch 2.13 drops defaulted args from the call,
-  // which breaks register_autograd's structure check for ops with Tensor[] inputs.
-  m.def("delta_norms(Tensor[] new, Tensor[] old, bool normalize) -> Tensor");
-  m.def("select_topk_tensors(Tensor[] new, Tensor[] old, float fraction, bool normalize) -> Tensor");
-  m.def(
-      "masked_weighted_average(Tensor(a!)[] dst, Tensor[] sent, Tensor client_of, Tensor tensor_of, "
-      "Tensor weights) -> ()");
-
-  // ---- prox: proximal l1-difference (TV1D) and the network prox
-  m.def("prox_tv1d(Tensor z, Tensor lam, bool anchored=True, int block_size=0) -> Tensor");
-  m.def("prox_tv1d_backward(Tensor grad, Tensor u, Tensor lam, bool anchored, int block_size) -> (Tensor, Tensor)");
-  // (prox: schemas here)
-
-  // ---- spread: FedAwS / FedALC spreadout
-  m.def("knn_classes(Tensor W, int k, str metric=\"l2\") -> (Tensor, Tensor)");
-  m.def("pair_weight_gather(Tensor indptr, Tensor indices, Tensor values, Tensor idx) -> Tensor");
-  m.def("spreadout_pair_loss(Tensor W, Tensor idx, Tensor weight, float margin, str metric=\"l2\") -> Tensor");
-  m.def(
-      "spreadout_pair_loss_backward(Tensor grad, Tensor W, Tensor idx, Tensor weight, float margin, "
-      "str metric=\"l2\") -> Tensor");
-  m.def(
-      "spreadout_loss(Tensor W, float margin, int k, Tensor? pw_indptr=None, Tensor? pw_indices=None, "
-      "Tensor? pw_values=None, str metric=\"l2\") -> Tensor");
-}
+// The one TORCH_LIBRARY of the namespace: it claims `fedkernels`, so a second library defining it
+// (another copy of this module, say) fails loudly at load. The schemas themselves are declared by
+// each family beside its kernels, as TORCH_LIBRARY_FRAGMENTs: csrc/<family>/<family>_schema.cpp.
+TORCH_LIBRARY(fedkernels, m) {}
 
 namespace {
 
@@ -145,5 +82,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("build_info", &build_info, "What this build of fedkernels was compiled with.");
   m.def("_set_cpu_isa_limit", &set_cpu_isa_limit, pybind11::arg("level"),
         "Tests only: cap the CPU level below the import-time one (None: no extra cap); returns the level in use.");
-  fedkernels::register_prox_codec(m);  // prox: fedkernels.comm host-side codec
+  fedkernels::register_run_codec(m);  // comm: fedkernels.comm's run-length codec
+  fedkernels::register_kmeans1d(m);   // comm: k-means of run values
 }

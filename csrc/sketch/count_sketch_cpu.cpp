@@ -1,5 +1,5 @@
-// CPU launchers of count_sketch, its query, and bucket_merge's backward (a count sketch with all
-// signs +1 divided by R). Each (row, group of tables) scatters its classes in ascending order into
+// CPU launchers of count_sketch and its query, and the row scatter bucket_merge's backward shares
+// (count_sketch_rows.h). Each (row, group of tables) scatters its classes in ascending order into
 // a private accumulator: deterministic, no atomics.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -12,6 +12,7 @@
 #include "common/dispatch.h"
 #include "common/huge_pages.h"
 #include "sketch/count_sketch_lanes.h"
+#include "sketch/count_sketch_rows.h"
 #include "sketch/sketch.h"
 #include "sketch/sketch_prepare.h"
 
@@ -78,9 +79,10 @@ void lanes_out(acc_t* acc, int64_t nb, acc_t div, scalar_t* dst, int64_t dst_str
   }
 }
 
-// out[row][j][b] at out + row * out_row_stride + j * out_table_stride + b; value = sum / divisor.
-void scatter_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8_t* signs, int64_t num_buckets,
-                      at::Tensor& out, int64_t out_row_stride, int64_t out_table_stride, double divisor) {
+}  // namespace
+
+void count_sketch_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8_t* signs, int64_t num_buckets,
+                           at::Tensor& out, int64_t out_row_stride, int64_t out_table_stride, double divisor) {
   const int64_t rows = x2d.size(0), p = x2d.size(1), r = table.size(1);
   const int32_t* t = table.const_data_ptr<int32_t>();
   const int64_t threads = at::get_num_threads();
@@ -131,28 +133,15 @@ void scatter_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8
   });
 }
 
-}  // namespace
-
 static at::Tensor count_sketch_cpu(const at::Tensor& x, const at::Tensor& table, const at::Tensor& signs,
                                    int64_t num_buckets) {
   CountSketchArgs a = prepare_count_sketch(x, table, signs, num_buckets);
   if (a.out.numel() == 0) return a.out;
   advise_huge_pages(a.out.data_ptr(), a.out.nbytes());
   const int64_t r = a.table.size(1);
-  scatter_rows_cpu(a.x2d, a.table, a.signs.const_data_ptr<int8_t>(), num_buckets, a.out, r * num_buckets, num_buckets,
-                   1.0);
+  count_sketch_rows_cpu(a.x2d, a.table, a.signs.const_data_ptr<int8_t>(), num_buckets, a.out, r * num_buckets,
+                        num_buckets, 1.0);
   return a.out;
-}
-
-static at::Tensor bucket_merge_backward_cpu(const at::Tensor& grad, const at::Tensor& table, int64_t num_buckets) {
-  check_merge_backward_args(grad, table, num_buckets);
-  const auto tb = table.contiguous();
-  const int64_t n_rows = grad.size(0), r = tb.size(1);
-  auto out = at::empty({r, n_rows, num_buckets}, grad.options());
-  if (out.numel() == 0) return out;
-  scatter_rows_cpu(grad.contiguous(), tb, nullptr, num_buckets, out, num_buckets, n_rows * num_buckets,
-                   static_cast<double>(r));
-  return out;
 }
 
 static at::Tensor count_sketch_query_cpu(const at::Tensor& sketch, const at::Tensor& table, const at::Tensor& signs,
@@ -185,7 +174,6 @@ static at::Tensor count_sketch_query_cpu(const at::Tensor& sketch, const at::Ten
 TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
   m.impl("count_sketch", &count_sketch_cpu);
   m.impl("count_sketch_query", &count_sketch_query_cpu);
-  m.impl("bucket_merge_backward", &bucket_merge_backward_cpu);
 }
 
 }  // namespace fedkernels

@@ -1,11 +1,12 @@
-// CUDA launchers of count_sketch and bucket_merge's backward (one thread per output bucket,
-// gathering its classes from the inverse table in ascending order: no atomics) and of
-// count_sketch_query (one thread per (row, class)).
+// CUDA launchers of count_sketch (one thread per output bucket, gathering its classes from the
+// inverse table in ascending order: no atomics; the row gather bucket_merge's backward shares,
+// count_sketch_rows.h) and of count_sketch_query (one thread per (row, class)).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include "common/dispatch.h"
+#include "sketch/count_sketch_rows.h"
 #include "sketch/sketch.h"
 #include "sketch/sketch_prepare.h"
 #include "sketch/sketch_cuda_launch.cuh"
@@ -38,9 +39,9 @@ __global__ void count_sketch_query_kernel(const scalar_t* sketch, const int32_t*
   }
 }
 
-static void gather_rows_cuda(const at::Tensor& x2d, const at::Tensor& table, const std::optional<at::Tensor>& signs,
-                             int64_t nb, at::Tensor& out, int64_t out_row_stride, int64_t out_table_stride,
-                             double divisor) {
+void count_sketch_rows_cuda(const at::Tensor& x2d, const at::Tensor& table, const std::optional<at::Tensor>& signs,
+                            int64_t nb, at::Tensor& out, int64_t out_row_stride, int64_t out_table_stride,
+                            double divisor) {
   const int64_t rows = x2d.size(0), p = x2d.size(1), r = table.size(1);
   if (p == 0) {  // every bucket is an empty sum
     out.zero_();
@@ -64,20 +65,8 @@ static at::Tensor count_sketch_cuda(const at::Tensor& x, const at::Tensor& table
   CountSketchArgs a = prepare_count_sketch(x, table, signs, num_buckets);
   if (a.out.numel() == 0) return a.out;
   const int64_t r = a.table.size(1);
-  gather_rows_cuda(a.x2d, a.table, a.signs, num_buckets, a.out, r * num_buckets, num_buckets, 1.0);
+  count_sketch_rows_cuda(a.x2d, a.table, a.signs, num_buckets, a.out, r * num_buckets, num_buckets, 1.0);
   return a.out;
-}
-
-static at::Tensor bucket_merge_backward_cuda(const at::Tensor& grad, const at::Tensor& table, int64_t num_buckets) {
-  check_merge_backward_args(grad, table, num_buckets);
-  const c10::cuda::CUDAGuard guard(grad.device());
-  const auto tb = table.contiguous();
-  const int64_t n_rows = grad.size(0), r = tb.size(1);
-  auto out = at::empty({r, n_rows, num_buckets}, grad.options());
-  if (out.numel() == 0) return out;
-  gather_rows_cuda(grad.contiguous(), tb, std::nullopt, num_buckets, out, num_buckets, n_rows * num_buckets,
-                   static_cast<double>(r));
-  return out;
 }
 
 static at::Tensor count_sketch_query_cuda(const at::Tensor& sketch, const at::Tensor& table, const at::Tensor& signs,
@@ -98,7 +87,6 @@ static at::Tensor count_sketch_query_cuda(const at::Tensor& sketch, const at::Te
 TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
   m.impl("count_sketch", &count_sketch_cuda);
   m.impl("count_sketch_query", &count_sketch_query_cuda);
-  m.impl("bucket_merge_backward", &bucket_merge_backward_cuda);
 }
 
 }  // namespace fedkernels

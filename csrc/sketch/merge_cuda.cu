@@ -1,10 +1,12 @@
-// CUDA launcher of bucket_merge (one thread per (row, class)), over the same sketch.h math as the CPU.
+// CUDA launchers of bucket_merge (one thread per (row, class)), over the same sketch.h math as the
+// CPU, and of its backward (count_sketch's row gather with every sign +1, divided by R).
 // bucket_merge_topk's launcher is merge_topk_cuda.cu.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include "common/dispatch.h"
+#include "sketch/count_sketch_rows.h"
 #include "sketch/sketch.h"
 #include "sketch/sketch_prepare.h"
 #include "sketch/sketch_cuda_launch.cuh"
@@ -38,6 +40,21 @@ static at::Tensor bucket_merge_cuda(const at::Tensor& logp, const at::Tensor& ta
   return out;
 }
 
-TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) { m.impl("bucket_merge", &bucket_merge_cuda); }
+static at::Tensor bucket_merge_backward_cuda(const at::Tensor& grad, const at::Tensor& table, int64_t num_buckets) {
+  check_merge_backward_args(grad, table, num_buckets);
+  const c10::cuda::CUDAGuard guard(grad.device());
+  const auto tb = table.contiguous();
+  const int64_t n_rows = grad.size(0), r = tb.size(1);
+  auto out = at::empty({r, n_rows, num_buckets}, grad.options());
+  if (out.numel() == 0) return out;
+  count_sketch_rows_cuda(grad.contiguous(), tb, std::nullopt, num_buckets, out, num_buckets, n_rows * num_buckets,
+                         static_cast<double>(r));
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
+  m.impl("bucket_merge", &bucket_merge_cuda);
+  m.impl("bucket_merge_backward", &bucket_merge_backward_cuda);
+}
 
 }  // namespace fedkernels

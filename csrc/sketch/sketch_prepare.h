@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "sketch/sketch_checks.h"
 
 namespace fedkernels {
@@ -18,6 +20,12 @@ inline MergeArgs prepare_merge(const at::Tensor& logp, const at::Tensor& table, 
   const int64_t reduce = parse_reduce(reduce_name);
   check_merge_args(logp, table, reduce);
   return {logp.contiguous(), table.contiguous(), reduce, logp.size(0), logp.size(1), logp.size(2), table.size(0)};
+}
+
+// The CPU launchers of bucket_merge and bucket_merge_topk: rows per at::parallel_for task, about
+// 64 Ki (class, table) reads each.
+inline int64_t merge_row_grain(int64_t work_per_row) {
+  return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, work_per_row));
 }
 
 inline std::tuple<at::Tensor, at::Tensor> alloc_topk(const MergeArgs& a, int64_t k) {

@@ -1,4 +1,4 @@
-"""Types of the compiled module's Python functions (csrc/ops.cpp, csrc/prox/run_codec.cpp).
+"""Types of the compiled module's Python functions (csrc/ops.cpp, csrc/comm/*.cpp).
 
 The ops themselves are in ``torch.ops.fedkernels``; this module only holds these host-side helpers.
 Keep in step with the ``m.def`` lines there.

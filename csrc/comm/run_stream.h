@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "prox/crc32.h"
+#include "comm/crc32.h"
 
 namespace fedkernels {
 namespace run_stream {

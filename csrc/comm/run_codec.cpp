@@ -1,7 +1,7 @@
 // Host-side codec of piecewise-constant updates (fedkernels.comm): run-length values plus
-// Elias-gamma coded run lengths with a CRC-32 trailer (layout in run_stream.h), and exact 1D
-// k-means of run values. These work on bytes in host memory, not on device tensors, so they are
-// pybind11 functions of fedkernels._C, not torch ops.
+// Elias-gamma coded run lengths with a CRC-32 trailer (layout in run_stream.h). It works on bytes
+// in host memory, not on device tensors, so its functions are pybind11 functions of fedkernels._C
+// (registered at the end of this file), not torch ops.
 //
 // Decoding takes untrusted bytes (client uploads). Its invariant: nothing is allocated for what a
 // stream claims until the stream has passed every check that needs no output (framing, checksum,
@@ -25,8 +25,8 @@
 #include <utility>
 #include <vector>
 
-#include "prox/kmeans1d.h"
-#include "prox/run_stream.h"
+#include "comm/comm.h"
+#include "comm/run_stream.h"
 
 namespace py = pybind11;
 
@@ -306,23 +306,9 @@ py::tuple rle_read_header(py::buffer data) {
   return py::make_tuple(h.code, h.shape, h.runs, h.values_begin);
 }
 
-// kmeans1d(values, weights, k) -> (centres ascending, label of each value).
-std::tuple<std::vector<double>, std::vector<int64_t>, double> kmeans1d_py(const std::vector<double>& values,
-                                                                          const std::vector<double>& weights,
-                                                                          int64_t k) {
-  if (values.size() != weights.size()) throw py::value_error("values and weights must have the same length");
-  if (k < 1) throw py::value_error("k must be >= 1, got " + std::to_string(k));
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) throw py::value_error("values must be finite");
-    if (!(weights[i] > 0) || !std::isfinite(weights[i])) throw py::value_error("weights must be finite and > 0");
-  }
-  py::gil_scoped_release nogil;
-  return kmeans1d_optimal(values, weights, k);
-}
-
 }  // namespace
 
-void register_prox_codec(py::module_& m) {
+void register_run_codec(py::module_& m) {
   m.def("rle_encode", &rle_encode, py::arg("words"), py::arg("code"), py::arg("shape"),
         "The run-length stream of the words (runs of bit-identical words), header and CRC-32 included.");
   m.def("rle_decode", &rle_decode, py::arg("data"), py::arg("expected_shape"), py::arg("expected_code"),
@@ -330,8 +316,6 @@ void register_prox_codec(py::module_& m) {
         "Inverse of rle_encode, checked before allocating: (code, shape, bytearray). ValueError on bad data.");
   m.def("rle_read_header", &rle_read_header, py::arg("data"),
         "(code, shape, runs, header bytes) of a stream; ValueError if the header does not fit the stream.");
-  m.def("kmeans1d", &kmeans1d_py, py::arg("values"), py::arg("weights"), py::arg("k"),
-        "Exact weighted 1D k-means (DP, monotone divide and conquer): (centres, labels, cost).");
 }
 
 }  // namespace fedkernels
