@@ -192,6 +192,15 @@ def check_device_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace
     return str(dev)
 
 
+def rerun_argv() -> list[str]:
+    """The command line that starts this benchmark again with the same arguments: ``python -m bench.ops.x ...``
+    (the benches run as modules of the repo root, so that ``bench`` imports without a ``sys.path`` edit)."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    if spec is not None and spec.name:
+        return [sys.executable, "-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
+    return [sys.executable, *sys.argv]
+
+
 def apply_isa(isa: str | None) -> None:
     """Run this script at CPU level ``isa``: fedkernels reads ``FK_CPU_ISA`` once, when it is imported,
     so the script starts again (same arguments) with it set, unless it already is. None: as it is."""
@@ -199,7 +208,7 @@ def apply_isa(isa: str | None) -> None:
         return
     os.environ["FK_CPU_ISA"] = isa
     sys.stdout.flush()
-    os.execv(sys.executable, [sys.executable, *sys.argv])
+    os.execv(sys.executable, rerun_argv())
 
 
 def results_path(name: str, device: str = "cpu", out: Path | None = None, quick: bool = False) -> Path:

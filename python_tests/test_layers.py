@@ -180,7 +180,8 @@ def test_one_import_path_per_concept() -> None:
 
 
 def test_no_script_shadows_a_stdlib_module() -> None:
-    """``python bench/ops/x.py`` puts bench/ops/ first on sys.path: a bench/ops/select.py would replace the stdlib's."""
+    """A script run by its path (a tool, an example, a bench's faiss worker) has its folder first on sys.path:
+    a bench/ops/select.py would replace the stdlib's there."""
     import sys
 
     root = SRC.parents[1]
@@ -273,17 +274,42 @@ def cross_wing_imports(root: Path) -> list[str]:
     return bad
 
 
-# The one sys.path edit a bench script may make: the repo root, so that `python bench/ops/x.py` finds the
-# `bench` package (bench/common.py serves bench/ops and bench/fl alike). Nothing else, and tests none.
-BENCH_ROOT_LINE = "sys.path.insert(0, str(Path(__file__).resolve().parents[2]))"
-
-
 def test_no_wing_edits_sys_path() -> None:
-    bad = [e for path in wing_files(ROOT, "python_tests") for e in sys_path_edits(path)]
-    for path in wing_files(ROOT, "bench"):
-        lines = path.read_text().splitlines()
-        bad += [e for e in sys_path_edits(path) if BENCH_ROOT_LINE not in lines[int(e.split(":")[1]) - 1]]
-    assert not bad, "sys.path edits (load a script with python_tests/support/scripts.py):\n" + "\n".join(bad)
+    """Benches run as modules of the repo root (``python -m bench.ops.x``) and tests load scripts through
+    python_tests/support/scripts.py: neither edits ``sys.path``."""
+    bad = [e for wing in ("python_tests", "bench") for path in wing_files(ROOT, wing) for e in sys_path_edits(path)]
+    assert not bad, (
+        "sys.path edits (run a bench with python -m; load a script with python_tests/support/scripts.py):\n"
+        + "\n".join(bad)
+    )
+
+
+def bare_sibling_imports(root: Path) -> list[str]:
+    """``file:line: module`` for each ``import peers`` / ``from common import ...`` in a bench module: under
+    ``python -m bench.ops.x`` only ``bench.ops.peers`` imports (the faiss workers run as scripts: exempt)."""
+    siblings = {p.stem for p in wing_files(root, "bench")}
+    bad = []
+    for path in wing_files(root, "bench"):
+        if path.stem.endswith("_worker"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            bad += [f"{path.relative_to(root)}:{node.lineno}: {n}" for n in names if n.split(".")[0] in siblings]
+    return bad
+
+
+def test_bench_modules_import_siblings_through_the_package() -> None:
+    bad = bare_sibling_imports(ROOT)
+    assert not bad, "bare sibling imports (write bench.ops.x / bench.common):\n" + "\n".join(bad)
+
+
+def test_a_bare_sibling_import_is_caught(tmp_path) -> None:
+    (tmp_path / "bench" / "ops").mkdir(parents=True)
+    (tmp_path / "bench" / "common.py").write_text("")
+    (tmp_path / "bench" / "ops" / "x.py").write_text("def f():\n    from common import y\n")
+    assert bare_sibling_imports(tmp_path) == ["bench/ops/x.py:2: common"]
 
 
 def test_bench_and_tests_do_not_import_each_other() -> None:

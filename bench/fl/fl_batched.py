@@ -10,21 +10,19 @@ Cases: ``fedaws`` is the FedAwS/FedALC preset's round on Bibtex at full particip
 clients, MLP 1836-256-64, 2 epochs of SGD, batch 32: the Gram form), ``fedavg-adam`` a FedAvg round
 of the partial-exchange preset shape under Adam (the dense ``vmap`` pass, 10 Dirichlet clients).
 
-    PYTHONPATH=src python bench/fl/fl_batched.py --out bench/results/fl/fl_batched.json
-    PYTHONPATH=src python bench/fl/fl_batched.py --quick          # one round each, smoke
+    PYTHONPATH=src python -m bench.fl.fl_batched --out bench/results/fl/fl_batched.json
+    PYTHONPATH=src python -m bench.fl.fl_batched --quick          # one round each, smoke
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 from bench.common import load_note, markdown_table, results_path, write_results
 from fedkernels.experiments.experiment import ExperimentConfig, prepare_data
 from fedkernels.fl import FedAvg, FedAwS, RunConfig, Server, TrainConfig

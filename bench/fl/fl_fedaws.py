@@ -8,9 +8,9 @@ table is bench/results/fl/fl_fedaws.json: never overwritten by a probe). ``--qui
 every algorithm (a smoke run of the whole path, seconds).
 
     # the committed table (docs/api/fl.md, "Reproducing the papers"), merged from two processes:
-    PYTHONPATH=src python bench/fl/fl_fedaws.py --algorithms FedAwS FedALC --seeds 0 1 2 --eval-every 50
-    PYTHONPATH=src python bench/fl/fl_fedaws.py --algorithms FedAvg --rounds 60 --seeds 0 1 2
-    PYTHONPATH=src python bench/fl/fl_fedaws.py --rounds 60 --pull 0 --algorithms FedAvg FedAwS FedALC FedALC-fixed
+    PYTHONPATH=src python -m bench.fl.fl_fedaws --algorithms FedAwS FedALC --seeds 0 1 2 --eval-every 50
+    PYTHONPATH=src python -m bench.fl.fl_fedaws --algorithms FedAvg --rounds 60 --seeds 0 1 2
+    PYTHONPATH=src python -m bench.fl.fl_fedaws --rounds 60 --pull 0 --algorithms FedAvg FedAwS FedALC FedALC-fixed
                                                                                 # the first protocol
 """
 
@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 from bench.common import markdown_table, read_xc_dense, results_path, write_results
 from fedkernels.fl import ClientData, FedAvg, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import FedALC, FedALCFixed, FedAwS

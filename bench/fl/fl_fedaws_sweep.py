@@ -5,18 +5,16 @@ server's spreadout step: ``spread_lr = lambda * lr`` (FedAwS's learning-rate mul
 setting is ``bench/fl/fl_fedaws.py``'s (same flags). Writes build/bench-results/fl_fedaws_sweep.json and
 .png; ``--out PATH.json`` writes there (and PATH.png) instead. ``--quick``: two weights, 2 rounds, tiny models.
 
-    PYTHONPATH=src python bench/fl/fl_fedaws_sweep.py --weights 1 10 100 --rounds 100
+    PYTHONPATH=src python -m bench.fl.fl_fedaws_sweep --weights 1 10 100 --rounds 100
 """
 
 from __future__ import annotations
 
 import copy
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 from bench.common import markdown_table, results_path, write_results
 from bench.fl.fl_fedaws import QUICK, load, one_label_per_client, parse_args, parser, run_one
 

@@ -4,9 +4,9 @@
 of F x B). Reports P@1/3/5, PSP@k, the frequent/infrequent split of P@k, bytes to the best P@1,
 bytes to reach the lower of the two best P@1 (a level both reach), and model size per client.
 
-    PYTHONPATH=src python bench/fl/fl_fedmlh.py [--rounds N] [--seeds 0 1 2] [--datasets bibtex] [--append]
-    PYTHONPATH=src python bench/fl/fl_fedmlh.py --out bench/results/fl/fl_fedmlh.json   # the committed table
-    PYTHONPATH=src python bench/fl/fl_fedmlh.py --quick         # smoke run: Bibtex, 2 rounds, 1 local epoch
+    PYTHONPATH=src python -m bench.fl.fl_fedmlh [--rounds N] [--seeds 0 1 2] [--datasets bibtex] [--append]
+    PYTHONPATH=src python -m bench.fl.fl_fedmlh --out bench/results/fl/fl_fedmlh.json   # the committed table
+    PYTHONPATH=src python -m bench.fl.fl_fedmlh --quick         # smoke run: Bibtex, 2 rounds, 1 local epoch
 
 Writes build/bench-results/fl_fedmlh.json and fl_fedmlh_<dataset>.png beside it; ``--out PATH`` says
 where (bench/results only through it).
@@ -18,14 +18,11 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 
 from bench.common import machine, markdown_table, results_path, write_results
 from fedkernels.experiments.experiment import ExperimentConfig, add_common_target, prepare_data, run_algorithm

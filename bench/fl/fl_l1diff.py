@@ -8,7 +8,7 @@ relative to the mean |gradient| at initialisation. gamma = 0 is plain FedSGD wit
 Also the personalised network variant (shared hidden layer, per-client heads coupled over a
 feature-covariance kNN graph).
 
-Run: PYTHONPATH=src python bench/fl/fl_l1diff.py [--rounds R] [--quick] [--out PATH]
+Run: PYTHONPATH=src python -m bench.fl.fl_l1diff [--rounds R] [--quick] [--out PATH]
 Writes build/bench-results/fl_l1diff.json (the committed table: ``--out bench/results/fl/fl_l1diff.json``).
 ``--quick``: 2 rounds, gamma 0 and 1 only (plus the float16 and network variants): a smoke run.
 """
@@ -16,13 +16,11 @@ Writes build/bench-results/fl_l1diff.json (the committed table: ``--out bench/re
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 from bench import common
 from bench.common import DATA, multi_hot, read_xc
 from fedkernels.fl import ClientData, RunConfig, Server, TrainConfig

@@ -4,7 +4,7 @@ the exchange fraction p and the Dirichlet label-skew beta.
 Data: ../shared/data/<dataset>/{train,test}.txt (Extreme Classification format, read here; never
 copied). Partition: each training sample is assigned by its first label; each class's samples are
 split over the clients by Dirichlet(beta) proportions (samples without labels: uniformly).
-Run: ``PYTHONPATH=src python bench/fl/fl_partial.py`` (writes build/bench-results/fl_partial.json; the committed
+Run: ``PYTHONPATH=src python -m bench.fl.fl_partial`` (writes build/bench-results/fl_partial.json; the committed
 table: ``--out bench/results/fl/fl_partial.json``). ``--quick``: one beta, p 0.25 and 1, 2 rounds, a tiny model.
 """
 
@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 from bench.common import load_note, read_xc_dense, results_path
 from fedkernels.fl import FedAvg, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import PartialExchange

@@ -18,18 +18,16 @@ the committed tables); writes the PNGs beside ``--out`` (default build/bench-res
 index of what was drawn). A sweep whose JSON is missing, or lacks the fields, is skipped with a note.
 ``--quick``: the same plots (they cost no training), for the smoke run of tools/dev/bench_all.py.
 
-    PYTHONPATH=src python bench/fl/fl_plots.py --out bench/results/fl/fl_plots.json   # the committed PNGs
+    PYTHONPATH=src python -m bench.fl.fl_plots --out bench/results/fl/fl_plots.json   # the committed PNGs
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 from bench.common import results_path
 
 ROOT = Path(__file__).resolve().parents[2]

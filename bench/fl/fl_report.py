@@ -1,7 +1,7 @@
 """Markdown tables of the federated experiments, printed from bench/results/fl/fl_*.json (the numbers
 in README.md and docs/api/fl.md come from here, not typed by hand).
 
-    python bench/fl/fl_report.py [partial] [fedmlh] [sampled] [fedaws]
+    python -m bench.fl.fl_report [partial] [fedmlh] [sampled] [fedaws]
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def fedmlh() -> str:
     if d is None:
         return "(no fl_fedmlh.json)"
     if "columns" not in d:
-        return "(fl_fedmlh.json has no 'columns': it predates them; rerun bench/fl/fl_fedmlh.py)"
+        return "(fl_fedmlh.json has no 'columns': it predates them; rerun python -m bench.fl.fl_fedmlh)"
     cols = [c for c in d["columns"] if c not in ("dataset", "algorithm")]
     out = []
     for ds in dict.fromkeys(r["dataset"] for r in d["rows"]):

@@ -1,6 +1,6 @@
 """FedSS against FullSoftmax, NegOnly and PosOnly at several |S_k| on a real dataset.
 
-    PYTHONPATH=src python bench/fl/fl_sampled.py [--dataset delicious] [--rounds 30] [--negatives 16,64,256]
+    PYTHONPATH=src python -m bench.fl.fl_sampled [--dataset delicious] [--rounds 30] [--negatives 16,64,256]
 
 Reads ``../shared/data/<dataset>/{train,test}.txt`` (Extreme Classification format) at run time.
 Partition: label-skewed — labels are shuffled with the seed and a sample goes to client
@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 from bench.common import markdown_table, results_path, write_results
 from fedkernels.fl import ClientData, RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import FedSS, FullSoftmax, NegOnly, PosOnly

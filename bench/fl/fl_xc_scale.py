@@ -1,6 +1,6 @@
 """FedMLH vs FedAvg vs FedSS end to end at the FedMLH paper's label counts.
 
-    PYTHONPATH=src python bench/fl/fl_xc_scale.py [--scales 131073 312330] [--train 4000] [--rounds 3]
+    PYTHONPATH=src python -m bench.fl.fl_xc_scale [--scales 131073 312330] [--train 4000] [--rounds 3]
 
 Data: :func:`fedkernels.data.synthetic_xc` (power-law labels, topic co-occurrence, ~200 nonzero
 features per sample out of ``--features``), kept as ``torch.sparse_csr`` from generator to model;
@@ -34,9 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
-
-from bench.common import markdown_table, results_path, write_results
+from bench.common import markdown_table, rerun_argv, results_path, write_results
 from fedkernels.data import XCSpec, fedmlh_partition, make_clients, synthetic_xc, to_client_data
 from fedkernels.fl import RunConfig, Server, TrainConfig
 from fedkernels.fl.algorithms import FedAvg, FedMLH, FedSS
@@ -167,7 +165,7 @@ MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131
 
 def main() -> None:
     if any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_ENV, "OMP_NUM_THREADS": "1"})
+        os.execve(sys.executable, rerun_argv(), {**os.environ, **MALLOC_ENV, "OMP_NUM_THREADS": "1"})
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scales", type=int, nargs="+", default=sorted(SCALES))
     ap.add_argument("--algorithms", nargs="+", default=["FedAvg", "FedMLH", "FedSS"])

@@ -4,9 +4,9 @@ arrays, codec bombs for l1diff: ``fedkernels.testing.flower_faults``, through Fl
 ClientApp mods), for every strategy family; each run is checked bit-identical to the in-process run
 in which the faulty clients send nothing.
 
-    PYTHONPATH=src python bench/fl/flower_load.py                        # 10, 30, 100 clients, all families
-    PYTHONPATH=src python bench/fl/flower_load.py --clients 100 --strategies fedavg --rounds 2
-    PYTHONPATH=src python bench/fl/flower_load.py --quick                # 10 clients, 2 rounds, l1diff
+    PYTHONPATH=src python -m bench.fl.flower_load                        # 10, 30, 100 clients, all families
+    PYTHONPATH=src python -m bench.fl.flower_load --clients 100 --strategies fedavg --rounds 2
+    PYTHONPATH=src python -m bench.fl.flower_load --quick                # 10 clients, 2 rounds, l1diff
 
 Prints a Markdown table: seconds per round after the first (the first pays the workers' warm-up),
 failed / chosen clients, the peak resident memory of the whole process tree (the ServerApp, Ray and
@@ -25,8 +25,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 
 from bench.common import load_note, markdown_table, results_path, write_results
 from bench.fl.proctree import TreeMonitor

@@ -7,9 +7,9 @@ run through Flower's simulation engine (Ray backend, one worker per core) with
 ``flwr.simulation.run_simulation``, the Python entry point of the engine ``flwr run`` uses for a
 local simulation. Every run's final state is checked bit-identical to the in-process run.
 
-    PYTHONPATH=src python bench/fl/flower_sim.py                        # 10, 100, 1000 clients
-    PYTHONPATH=src python bench/fl/flower_sim.py --clients 1000 --rounds 4
-    PYTHONPATH=src python bench/fl/flower_sim.py --quick                # 10 clients, 2 rounds
+    PYTHONPATH=src python -m bench.fl.flower_sim                        # 10, 100, 1000 clients
+    PYTHONPATH=src python -m bench.fl.flower_sim --clients 1000 --rounds 4
+    PYTHONPATH=src python -m bench.fl.flower_sim --quick                # 10 clients, 2 rounds
 
 Columns: discovery (seconds before round 1: Ray workers start, each node is asked who it is once),
 round 1 (first round: workers' first training), later rounds (mean seconds per round after the
@@ -30,8 +30,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 
 from bench.common import load_note, markdown_table, results_path, write_results
 from bench.fl.proctree import TreeMonitor

@@ -1,7 +1,7 @@
 """What safety costs: the checked payload decode and the atomic checkpoint against what a user would
 write unchecked (``safetensors.torch.load`` / ``save_file``), same run, same payloads.
 
-    PYTHONPATH=src python bench/fl/hardening.py [--mib 64] [--quick] [--out PATH]
+    PYTHONPATH=src python -m bench.fl.hardening [--mib 64] [--quick] [--out PATH]
 
 Reports time ratios (checked / unchecked), payload GB/s against the measured copy bandwidth, and
 peak extra memory. Writes build/bench-results/hardening.json (the committed table: ``--out
@@ -11,7 +11,6 @@ bench/results/fl/hardening.json``) and prints a markdown table. ``--quick``: 1 M
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
@@ -19,7 +18,6 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 from bench.common import copy_bandwidth_gbs, markdown_table, mib, peak_extra_bytes, results_path, timeit, write_results
 from fedkernels.fl.checkpoint import save_checkpoint
 from fedkernels.fl.payload import PayloadSpec, TensorSpec, decode, encode, state_spec

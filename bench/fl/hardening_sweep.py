@@ -2,7 +2,7 @@
 the process's peak memory grows (VmHWM, reset before each case), for the table in
 docs/api/hardening.md ("Second sweep").
 
-    PYTHONPATH=src python bench/fl/hardening_sweep.py [--quick] [--out PATH]
+    PYTHONPATH=src python -m bench.fl.hardening_sweep [--quick] [--out PATH]
 
 ``--quick`` leaves out the 10,000-round checkpoint and the large report (seconds instead of a minute).
 Writes build/bench-results/hardening_sweep.json and prints a markdown table. Every case runs in this one
@@ -29,7 +29,6 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 from bench.common import markdown_table, results_path, write_results
 from fedkernels import HashFamily
 from fedkernels.cli import main as cli_main

@@ -5,8 +5,8 @@ of the table's metric (per-client ``client-P@1`` where the run evaluated clients
 rows, else ``P@1``) as mean ± sample std, the per-seed final values, MB up / down per seed, and the
 split statistics and strategy diagnostics of the first seed. docs/experiments.md quotes these tables.
 
-    python bench/fl/paper_tables.py                       # every preset
-    python bench/fl/paper_tables.py fedalc-bibtex         # one
+    python -m bench.fl.paper_tables                       # every preset
+    python -m bench.fl.paper_tables fedalc-bibtex         # one
 """
 
 from __future__ import annotations

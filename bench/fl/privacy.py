@@ -1,10 +1,10 @@
 """Privacy costs: SecAgg+ bytes and seconds per round at 10/100/1000 clients; P@1 against epsilon.
 
-  python bench/fl/privacy.py --quick [--out FILE.json]                    # make bench: cost at 10 clients, 1000 values
-  python bench/fl/privacy.py cost [--length 10000] [--clients 10 100 1000] [--degree K ...] [--out FILE.json]
-  python bench/fl/privacy.py rows --dataset ../shared/data/bibtex        # FedSS/FedAwS row-subset bytes
-  python bench/fl/privacy.py epsilon --datasets ../shared/data/bibtex ../shared/data/delicious --out F.json
-  python bench/fl/privacy.py plot F.json bench/results/fl/privacy_epsilon.png
+  python -m bench.fl.privacy --quick [--out FILE.json]                    # make bench: cost at 10 clients, 1000 values
+  python -m bench.fl.privacy cost [--length 10000] [--clients 10 100 1000] [--degree K ...] [--out FILE.json]
+  python -m bench.fl.privacy rows --dataset ../shared/data/bibtex        # FedSS/FedAwS row-subset bytes
+  python -m bench.fl.privacy epsilon --datasets ../shared/data/bibtex ../shared/data/delicious --out F.json
+  python -m bench.fl.privacy plot F.json bench/results/fl/privacy_epsilon.png
 
 ``cost`` runs one SecAgg+ session of n simulated clients (real X25519, ChaCha20-Poly1305, Shamir,
 ChaCha20 masks) summing vectors of ``length`` float32-sized values, and reports per client and for

@@ -13,7 +13,7 @@ Compares, in the same run:
 - bits per parameter of the l1-difference update sent through fedkernels.comm, for a gamma sweep,
   on the gradient of a linear multi-label model on the real Delicious dataset.
 
-Run: PYTHONPATH=src python bench/ops/prox.py [--quick] [--device cuda] [--out PATH]
+Run: PYTHONPATH=src python -m bench.ops.prox [--quick] [--device cuda] [--out PATH]
 
 With --device cuda only the speed sweep runs (prox_tv1d and the FISTA composition on the GPU, GB/s
 against a copy on the GPU); Condat's C code, the one/two-thread batches and the host-only codec are
@@ -28,7 +28,6 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 # Output buffers on transparent huge pages, as numpy (prox-tv's outputs) does for large arrays: with
 # torch's default 4 KiB pages an 80 MB output costs ~30 ms of page faults per call at d = 1e7
@@ -38,7 +37,6 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 import fedkernels
 from bench import common
 from bench.common import DATA, multi_hot, read_xc
@@ -212,7 +210,7 @@ def lam_sweep_rows(quick: bool) -> list[dict]:
     sequential (a taut string has no parallel split), only rows (or blockwise blocks) run in parallel.
     ``peer/ours`` is from wall time, ``peer/ours cpu`` from thread CPU time (both alternated, minima).
     """
-    from peers import alternating_min, optional_peer, thread_scaling
+    from bench.ops.peers import alternating_min, optional_peer, thread_scaling
 
     prox_tv, why = optional_peer("prox_tv")
     old = torch.get_num_threads()
@@ -279,7 +277,7 @@ def lam_sweep_rows(quick: bool) -> list[dict]:
 def batch_rows(quick: bool) -> list[dict]:
     """Many rows in one call (lam 0.5): rows/s at 1 and 2 threads, against prox-tv's Condat solver
     looped over the same rows on one thread (it takes one 1D float64 vector per call)."""
-    from peers import alternating_min, optional_peer
+    from bench.ops.peers import alternating_min, optional_peer
 
     prox_tv, why = optional_peer("prox_tv")
     rows = []
@@ -426,5 +424,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     if any(k not in os.environ for k in ALLOCATOR_ENV):
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**ALLOCATOR_ENV, **os.environ})
+        os.execve(sys.executable, common.rerun_argv(), {**ALLOCATOR_ENV, **os.environ})
     main()

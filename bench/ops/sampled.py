@@ -1,6 +1,6 @@
 """Benchmark of the sampled-softmax kernels against the PyTorch compositions a user would write.
 
-    PYTHONPATH=src python bench/ops/sampled.py [--device cpu|cuda] [--quick] [--out PATH]
+    PYTHONPATH=src python -m bench.ops.sampled [--device cpu|cuda] [--quick] [--out PATH]
 
 - linear_cross_entropy vs ``F.cross_entropy(h @ W.T + bias, target)`` (eager), ``torch.compile`` of it,
   and cut-cross-entropy's ``linear_cross_entropy(impl="torch_compile")`` (its only CPU path; it has no
@@ -31,14 +31,11 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 import fedkernels
 from bench.common import (
     add_device_arguments,
@@ -49,6 +46,7 @@ from bench.common import (
     markdown_table,
     mib,
     peak_extra_bytes,
+    rerun_argv,
     results_path,
     timeit,
     write_results,
@@ -338,7 +336,7 @@ def main() -> None:
         # scatter part is timed here, under the allocator users run: with the 64 KiB threshold every
         # scratch array of every call is a fresh mmap paying page faults (30-80% of the op's time).
         subprocess.run(
-            [sys.executable, *sys.argv, "--parts", "lce"],
+            [*rerun_argv(), "--parts", "lce"],
             check=True,
             env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
         )

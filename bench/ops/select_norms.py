@@ -4,18 +4,13 @@ it, in the same run (CPU: calls alternated, minimum of 21), with the op's 1 -> 2
 the copy bandwidth at 1 and 2 threads (the ceiling of that speed-up for these memory-bound ops).
 
 Models: the parameter shapes of ResNet-50 (161 tensors, 25.6M) and BERT-base (199 tensors, 109.5M).
-Run: ``PYTHONPATH=src python bench/ops/select_norms.py`` (writes build/bench-results/select.json;
+Run: ``PYTHONPATH=src python -m bench.ops.select_norms`` (writes build/bench-results/select.json;
 ``--out bench/results/ops/select.json`` for the committed table; prints a table).
 ``--quick``: ResNet-50 only (writes select-quick.json); ``--device cuda``: on a GPU (writes
 gpu-check/bench/select[-quick].json unless ``--out`` names a file).
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 
 import argparse
 import os

@@ -1,11 +1,11 @@
 """Sketching microbenchmarks (FedMLH): fedkernels ops vs the PyTorch composition a user would write.
 
-    python bench/ops/sketch.py            # the issue's configurations, N = 256 and 1024
+    python -m bench.ops.sketch            # the issue's configurations, N = 256 and 1024
                                       # (writes build/bench-results/sketch.json)
-    python bench/ops/sketch.py --out bench/results/ops/sketch.json   # the committed table
-    python bench/ops/sketch.py --quick    # two small configurations, N = 256 (under a minute)
-    python bench/ops/sketch.py --quick --device cuda   # on a GPU; writes gpu-check/bench/sketch-quick.json
-    python bench/ops/sketch.py --topk-launch   # bucket_merge_topk's CUDA launch shape per configuration (no GPU needed)
+    python -m bench.ops.sketch --out bench/results/ops/sketch.json   # the committed table
+    python -m bench.ops.sketch --quick    # two small configurations, N = 256 (under a minute)
+    python -m bench.ops.sketch --quick --device cuda   # on a GPU; writes gpu-check/bench/sketch-quick.json
+    python -m bench.ops.sketch --topk-launch   # bucket_merge_topk's CUDA launch shape per configuration (no GPU needed)
 
 Per op, configuration and N: the op and its peers timed in one process, calls alternated, minimum of
 5 or more each (bench/ops/peers.py alternating_min): the eager composition ("torch"), torch.compile of
@@ -31,7 +31,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 import fedkernels
 from bench import common
 from bench.ops import peers
@@ -458,7 +457,7 @@ def goals(rows: list[dict], thread_rows: list[dict]) -> list[dict]:
 # (132 SMs, 3.35 TB/s HBM3). No GPU measures it here: the shape follows the launcher's rule (mirrored
 # below; python_tests/ops/sketch/test_topk.py checks the mirror against the emulator's launch record) and
 # the time is the memory-bound floor: logp read once (N R B 4 bytes), the table once (p R 4), the
-# output written once (N k 12). At N = 1024, k = 5 (`python bench/ops/sketch.py --topk-launch` prints it):
+# output written once (N k 12). At N = 1024, k = 5 (`python -m bench.ops.sketch --topk-launch` prints it):
 #
 # | p      | R | B    | blocks x threads | splits | warps/SM (grid) | resident | row staged  | MB moved | floor us |
 # |--------|---|------|------------------|--------|-----------------|----------|-------------|----------|----------|

@@ -1,8 +1,8 @@
 """What limits the CPU count_sketch: its speed at extreme-classification label counts and the add rate it needs.
 
-    PYTHONPATH=src python bench/ops/sketch_ceiling.py            # both parts
-    PYTHONPATH=src python bench/ops/sketch_ceiling.py --part rmw  # only the add-rate measurement
-    PYTHONPATH=src python bench/ops/sketch_ceiling.py --quick    # smoke run: the smallest config, p = 4096, 3 repeats
+    PYTHONPATH=src python -m bench.ops.sketch_ceiling            # both parts
+    PYTHONPATH=src python -m bench.ops.sketch_ceiling --part rmw  # only the add-rate measurement
+    PYTHONPATH=src python -m bench.ops.sketch_ceiling --quick    # smoke run: the smallest config, p = 4096, 3 repeats
 
 Prints markdown tables and writes their rows to build/bench-results/sketch_ceiling.json (``--out PATH``
 elsewhere).
@@ -26,13 +26,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 import fedkernels
 from bench import common
 from fedkernels import HashFamily

@@ -4,11 +4,11 @@ Same run, same inputs: C in {1000, 20000, 100000}, d in {64, 512}, k = 10. The c
 materialises the [C, C] distance matrix (and its gradient), so at C = 100000 it would need
 C^2 * 4 bytes = 40 GB for the forward alone: it is not run there, its memory is reported analytically.
 
-    PYTHONPATH=src python bench/ops/spread.py            # full (C = 100000, d = 512 takes several minutes)
-    PYTHONPATH=src python bench/ops/spread.py --quick    # skips C = 100000
-    PYTHONPATH=src python bench/ops/spread.py --only 20000,512 --append   # one configuration
-    PYTHONPATH=src python bench/ops/spread.py --quick --device cuda        # on a GPU: gpu-check/bench/spread.json
-    PYTHONPATH=src python bench/ops/spread.py --cuda-model   # the CUDA launch table below, and exit
+    PYTHONPATH=src python -m bench.ops.spread            # full (C = 100000, d = 512 takes several minutes)
+    PYTHONPATH=src python -m bench.ops.spread --quick    # skips C = 100000
+    PYTHONPATH=src python -m bench.ops.spread --only 20000,512 --append   # one configuration
+    PYTHONPATH=src python -m bench.ops.spread --quick --device cuda        # on a GPU: gpu-check/bench/spread.json
+    PYTHONPATH=src python -m bench.ops.spread --cuda-model   # the CUDA launch table below, and exit
 
 Peers (CPU, C <= 20000): torch.compile of the cdist + topk composition and of the loss's composition
 (calls alternated with ours and the eager composition, minimum of 5 each), and faiss-cpu self-search
@@ -54,13 +54,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 import fedkernels
 from bench.common import (
     add_device_arguments,

@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 import fedkernels
 from bench.ops.peers import alternating_min, optional_peer
 

@@ -24,10 +24,10 @@ above its level before the call (bench/common.py peak_extra_bytes), at 1 thread.
 AMD EPYC with AVX2+FMA (no AVX-512), 2 cores shared with other work: its load average is recorded
 with every row.
 
-    PYTHONPATH=src python bench/ops/topk.py             # the full grid (long: run it in the background)
-    PYTHONPATH=src python bench/ops/topk.py --quick     # seconds: p = 16384, d = 64, N = 64
-    PYTHONPATH=src python bench/ops/topk.py --only 312330,128,256
-    PYTHONPATH=src python bench/ops/topk.py --quick --device cuda   # on a GPU (gpu-check): fk, eager, compiled
+    PYTHONPATH=src python -m bench.ops.topk             # the full grid (long: run it in the background)
+    PYTHONPATH=src python -m bench.ops.topk --quick     # seconds: p = 16384, d = 64, N = 64
+    PYTHONPATH=src python -m bench.ops.topk --only 312330,128,256
+    PYTHONPATH=src python -m bench.ops.topk --quick --device cuda   # on a GPU (gpu-check): fk, eager, compiled
 
 On CUDA the threads loop is one pass (columns ``_t1``, wall clock), and the CPU peers (faiss,
 blas_tiles) are left out.
@@ -46,7 +46,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
 import fedkernels
 from bench import common
 from bench.ops.peers import alternating_min, compiled_peer, fresh_compiles, optional_peer

@@ -3,7 +3,7 @@
 One module per kernel family (``sketch``, ``sampled``, ``partial``, ``prox``, ``spread``, ``topk``: each
 holds its kernels' bytes functions, the PyTorch compositions' bounds and the op models), ``common``
 (the H100, launch arithmetic, recording), ``configs`` (the bench sizes), ``report`` (rows and tables)
-and ``cli`` (the command, run as ``python bench/ops/gpu_model.py``; its help says how each op is recorded).
+and ``cli`` (the command, run as ``python -m bench.ops.gpu_model``; its help says how each op is recorded).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ never assumed, so kernels redesigned on other branches are modelled as they laun
 a kernel without a bytes function below still gets its launch row (bytes shown as "?").
 
     python emu/emulate.py build                           # prints the module path
-    FK_CUDA_EMU_MODULE=<that path> PYTHONPATH=src python bench/ops/gpu_model.py [--quick]
+    FK_CUDA_EMU_MODULE=<that path> PYTHONPATH=src python -m bench.ops.gpu_model [--quick]
 
 Writes build/bench-results/gpu_model.json (gpu_model-quick.json with --quick; the committed table only
 with ``--out bench/results/ops/gpu_model.json``) and prints markdown.

@@ -46,8 +46,9 @@ def _listed() -> dict[str, list[str]]:
     out = {}
     for line in res.stdout.splitlines():
         if line.startswith("$ "):
-            words = line[2:].split()
-            out[Path(words[1]).stem] = words[2:]
+            words = line[2:].split()  # python -m bench.<folder>.<name> args...
+            assert words[1] == "-m" and words[2].startswith("bench."), line
+            out[words[2].rsplit(".", 1)[1]] = words[3:]
     return out
 
 
@@ -143,4 +144,4 @@ def test_fl_report_prints_the_columns_fl_fedmlh_wrote(tmp_path, monkeypatch):
     (tmp_path / "fl_fedmlh.json").write_text(json.dumps({**committed, "columns": ["dataset", "algorithm", "P@1"]}))
     assert "| seed | algorithm | P@1 |" in report.fedmlh()
     (tmp_path / "fl_fedmlh.json").write_text(json.dumps({k: v for k, v in committed.items() if k != "columns"}))
-    assert "rerun bench/fl/fl_fedmlh.py" in report.fedmlh()
+    assert "rerun python -m bench.fl.fl_fedmlh" in report.fedmlh()

@@ -1,4 +1,4 @@
-"""bench/ops/gpu_model.py --quick under the CUDA emulator: launches recorded for every op, H100 occupancy
+"""python -m bench.ops.gpu_model --quick under the CUDA emulator: launches recorded for every op, H100 occupancy
 arithmetic, the bytes functions against hand counts, and every __global__ kernel of csrc modelled."""
 
 from __future__ import annotations

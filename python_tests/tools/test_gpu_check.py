@@ -123,7 +123,7 @@ def test_bench_device_cuda_without_gpu_is_a_clear_error(bench, tmp_path):
     res = subprocess.run(
         [
             sys.executable,
-            str(ROOT / gpu_check.BENCHES[bench]),
+            *gpu_check.BENCHES[bench],
             "--device",
             "cuda",
             "--quick",
@@ -443,7 +443,7 @@ def _fake_main(
         script.write_text(
             FAKE_BENCH.format(rows=FAKE_PAYLOADS[name], fail="yes" if bench_fails and name == "select" else "no")
         )
-        benches[name] = str(script)
+        benches[name] = [str(script)]
     monkeypatch.setattr(gpu_check, "BENCHES", benches)
     monkeypatch.setattr(
         gpu_check, "run_mainjob", lambda venv, nvcc, out_dir, args: {"status": mainjob_status, "rows": []}

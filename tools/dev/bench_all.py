@@ -90,7 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         if var is not None and not os.environ.get(var):
             skipped.append(f"{name} (set {var}: {what})")
             continue
-        cmd = [sys.executable, str(paths[name]), *QUICK[name], "--out", str(OUT / f"{name}.json")]
+        cmd = [
+            sys.executable,
+            "-m",
+            f"bench.{paths[name].parent.name}.{name}",
+            *QUICK[name],
+            "--out",
+            str(OUT / f"{name}.json"),
+        ]
         print(f"$ {' '.join(cmd)}", flush=True)
         if args.list:
             continue

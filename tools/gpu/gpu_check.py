@@ -49,13 +49,13 @@ from tools.gpu.gpu_probe import NEEDED
 ROOT = Path(__file__).resolve().parents[2]
 NO_GPU = "no NVIDIA GPU found: gpu-check needs one; see README 'Verifying the CUDA kernels'"
 TORCH = "torch==2.14.1"  # PyPI's Linux wheel of 2.14.1 is the CUDA 13.0 build
-BENCHES = {
-    "sketch": "bench/ops/sketch.py",
-    "sampled": "bench/ops/sampled.py",
-    "select": "bench/ops/select_norms.py",
-    "prox": "bench/ops/prox.py",
-    "spread": "bench/ops/spread.py",
-    "topk": "bench/ops/topk.py",
+BENCHES = {  # each bench's command after the interpreter: run as a module of the repo root
+    "sketch": ["-m", "bench.ops.sketch"],
+    "sampled": ["-m", "bench.ops.sampled"],
+    "select": ["-m", "bench.ops.select_norms"],
+    "prox": ["-m", "bench.ops.prox"],
+    "spread": ["-m", "bench.ops.spread"],
+    "topk": ["-m", "bench.ops.topk"],
 }
 EXIT_NO_GPU, EXIT_PREREQ = 2, 3
 
@@ -270,7 +270,7 @@ def run_bench(
     bench_dir.mkdir(exist_ok=True)
     js, log = bench_dir / f"{name}.json", bench_dir / f"{name}.log"
     js.unlink(missing_ok=True)
-    cmd = [str(venv / "bin" / "python"), BENCHES[name], "--device", "cuda", "--out", str(js)]
+    cmd = [str(venv / "bin" / "python"), *BENCHES[name], "--device", "cuda", "--out", str(js)]
     cmd += [] if full else ["--quick"]
     print(f"== bench {name} on cuda (log: {log})", flush=True)
     env = child_env(venv, nvcc, **({} if compile_peers else {"FK_BENCH_NO_COMPILE": "1"}))

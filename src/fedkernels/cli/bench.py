@@ -72,6 +72,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    # Run as a module of its checkout (python -m bench.ops.x): the benches import `bench` from the checkout root.
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(_SRC) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.call([sys.executable, str(path), *args.bench_args], env=env)
+    checkout = path.parents[2]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(checkout), str(_SRC), env.get("PYTHONPATH")]))
+    module = f"bench.{path.parent.name}.{path.stem}"
+    return subprocess.call([sys.executable, "-m", module, *args.bench_args], env=env)
