@@ -146,15 +146,19 @@ def kmeans1d_slow(values: np.ndarray, weights: np.ndarray, k: int) -> float:
 
 
 def graph_prox_slow(y: np.ndarray, edges: np.ndarray, lam: float, p: int, weights: np.ndarray | None = None):
-    """min_Z 0.5||Z - Y||^2 + lam sum_e w_e ||z_i - z_j||_p by SLSQP on an epigraph form (float64).
+    """min_Z 0.5||Z - Y||^2 + lam sum_e w_e ||z_i - z_j||_p by SLSQP (float64; tiny problems only).
 
-    Variables Z [n, D] and t [E] (p=2) or t [E, D] (p=1) with t >= |z_i - z_j| (p=1, elementwise,
-    linear) or t^2 >= ||z_i - z_j||^2, t >= 0 (p=2). Tiny problems only.
+    p = 1: the primal in epigraph form, variables Z [n, D] and t [E, D] with t >= |z_i - z_j|
+    elementwise (linear constraints). p = 2: the dual (:func:`graph_prox_dual_slow`): the primal's cone
+    constraints t^2 >= ||z_i - z_j||^2 are degenerate exactly where edges fuse (t = 0, z_i = z_j),
+    where SLSQP stalls at its iteration limit or finds its linearised constraints incompatible.
     """
     y = np.asarray(y, np.float64)
     n, dim = y.shape
     e = len(edges)
     w = np.ones(e) if weights is None else np.asarray(weights, np.float64)
+    if p == 2:
+        return graph_prox_dual_slow(y, np.asarray(edges), lam, w)
     nt = e * dim if p == 1 else e
     x0 = np.concatenate([y.ravel(), np.zeros(nt)])
     for ei, (i, j) in enumerate(edges):  # a feasible start
@@ -197,6 +201,48 @@ def graph_prox_slow(y: np.ndarray, edges: np.ndarray, lam: float, p: int, weight
     res = scipy.optimize.minimize(f, x0, method="SLSQP", constraints=cons, options={"ftol": 1e-14, "maxiter": 2000})
     z, _ = split(res.x)
     return z, float(res.fun)
+
+
+def graph_prox_dual_slow(y: np.ndarray, edges: np.ndarray, lam: float, w: np.ndarray) -> tuple[np.ndarray, float]:
+    """The p = 2 graph prox through its dual: min_U 0.5||Y - D^T U||^2 subject to ||u_e||_2 <= lam w_e, by
+    SLSQP with exact gradients; then Z = Y - D^T U (strong duality). D is the edge incidence (row e of
+    D Z is z_i - z_j for e = (i, j)); U [E, D]. The ball constraints are smooth where they are active."""
+    dim = y.shape[1]
+    e = len(edges)
+
+    def primal_of(u: np.ndarray) -> np.ndarray:  # Y - D^T U
+        u = u.reshape(e, dim)
+        z = y.copy()
+        np.subtract.at(z, edges[:, 0], u)
+        np.add.at(z, edges[:, 1], u)
+        return z
+
+    def grad(u: np.ndarray) -> np.ndarray:  # -D (Y - D^T U)
+        z = primal_of(u)
+        return (z[edges[:, 1]] - z[edges[:, 0]]).ravel()
+
+    def ball(u: np.ndarray) -> np.ndarray:
+        return (lam * w) ** 2 - (u.reshape(e, dim) ** 2).sum(1)
+
+    def ball_jac(u: np.ndarray) -> np.ndarray:
+        jac = np.zeros((e, e * dim))
+        for k in range(e):
+            jac[k, k * dim : (k + 1) * dim] = -2 * u[k * dim : (k + 1) * dim]
+        return jac
+
+    if lam == 0 or e == 0:
+        z = y.copy()
+    else:
+        res = scipy.optimize.minimize(
+            lambda u: 0.5 * (primal_of(u) ** 2).sum(),
+            np.zeros(e * dim),
+            jac=grad,
+            method="SLSQP",
+            constraints=[{"type": "ineq", "fun": ball, "jac": ball_jac}],
+            options={"ftol": 1e-15, "maxiter": 2000},
+        )
+        z = primal_of(res.x)
+    return z, graph_objective(z, y, edges, lam, 2, w)
 
 
 def graph_objective(
