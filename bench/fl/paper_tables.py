@@ -45,7 +45,11 @@ def variant_rows(folder: Path, metric: str | None = None) -> tuple[list[dict], d
         best = [r["best"][metric] for r in group if metric in r.get("best", {})]
         up = [sum(h["bytes_up"] for h in r["history"]) / 1e6 for r in group]
         down = [sum(h["bytes_down"] for h in r["history"]) / 1e6 for r in group]
-        extra = {k: _ms([r["final"][k] for r in group if k in r["final"]]) for k in ("P@3", "P@5", "MAP@R")}
+        # the table's other columns on the same footing as its metric (per client where it is per client)
+        prefix = "client-" if metric.startswith("client-") else ""
+        extra = {
+            k: _ms([r["final"][k] for r in group if k in r["final"]]) for k in (f"{prefix}P@3", f"{prefix}P@5", "MAP@R")
+        }
         rows.append(
             {
                 "algorithm": alg,
@@ -76,7 +80,8 @@ def print_preset(preset: Path) -> None:
         split = {k: round(v, 3) for k, v in info["split"].items()}
         print(f"\n### {folder.name if folder != preset else '(preset)'}  split {split}")
         cols = ["algorithm", "seeds", "metric", "final", "late", "best", "per seed", "MB up", "MB down"]
-        cols += [k for k in ("P@3", "P@5", "MAP@R") if any(k in r for r in rows)]
+        extras = ("P@3", "P@5", "client-P@3", "client-P@5", "MAP@R")
+        cols += [k for k in extras if any(k in r for r in rows)]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for r in rows:
             print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
