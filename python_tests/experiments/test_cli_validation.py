@@ -152,3 +152,37 @@ def test_auto_feature_dim_for_data_too_wide_to_keep_dense():
     dim = auto_feature_dim(msg.format(100_000))
     assert dim is not None and 100_000 * dim <= MAX_DENSE_ELEMENTS < 100_000 * dim * 2
     assert auto_feature_dim("some other ValueError") is None
+
+
+@pytest.mark.parametrize("p", ["1", "2", "inf"])
+def test_the_network_norm_p_takes_every_value_its_preset_sweeps(synth, tmp_path, p):
+    """L1DiffNetwork.p is annotated ``float | str`` (its default is the int 2): the option check must let
+    "inf" through to the constructor, which the preset's [paper.sweep] over 1, 2, inf relies on."""
+    args = ["run", *synth, "--algorithms", "L1DiffNetwork", "--option", f"L1DiffNetwork.p={p}"]
+    args += [
+        "--option",
+        "L1DiffNetwork.num_clients=3",
+        "--option",
+        "L1DiffNetwork.k=1",
+        "--option",
+        "L1DiffNetwork.hidden=[4]",
+    ]
+    args += ["--rounds", "1", "--clients", "3", "--clients-per-round", "3"]
+    assert main(args) == 0
+    result = json.loads((tmp_path / "out" / "results.json").read_text())["results"][0]
+    assert str(result["options"]["p"]) in (p, f"{p}.0")
+
+
+@pytest.mark.parametrize("p", ["two", "3", "INF", "1.5"])
+def test_a_network_norm_p_out_of_its_set_is_refused_naming_it(synth, capsys, p):
+    args = ["run", *synth, "--algorithms", "L1DiffNetwork", "--option", f"L1DiffNetwork.p={p}"]
+    args += ["--option", "L1DiffNetwork.num_clients=3", "--option", "L1DiffNetwork.k=1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "p must be" in err and "Traceback" not in err, err
+
+
+def test_a_required_option_left_out_is_named(synth, capsys):
+    assert main(["run", *synth, "--algorithms", "L1DiffNetwork"]) == 2
+    err = capsys.readouterr().err
+    assert "L1DiffNetwork needs option(s) ['num_clients']" in err and "Traceback" not in err, err

@@ -283,15 +283,18 @@ def check_option_types(name: str, options: dict[str, Any]) -> None:
     if cls is None:
         return  # make_strategy names the unknown algorithm
     defaults: dict[str, Any] = {}
+    takes_text: set[str] = set()  # options annotated to take a string too (L1DiffNetwork.p = "inf")
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is not None:
             for key, param in inspect.signature(init).parameters.items():
                 if param.default is not inspect.Parameter.empty:
                     defaults.setdefault(key, param.default)
+                    if "str" in str(param.annotation).replace("|", " ").split():
+                        takes_text.add(key)
     for key, value in options.items():
-        if key not in defaults:
-            continue
+        if key not in defaults or (key in takes_text and isinstance(value, str)):
+            continue  # unknown keys: the constructor names them; text values: the constructor checks them
         d, where = defaults[key], f"{cls.name}.{key}"
         if isinstance(d, bool):
             ok, want = isinstance(value, bool), "true or false"

@@ -31,8 +31,8 @@ def make_strategy(name: str, **options: Any) -> Strategy:
     """Build the strategy ``name`` with constructor ``options``.
 
     Raises:
-        ValueError: an unknown name (the message lists the known ones) or an option the
-            strategy's constructor does not take.
+        ValueError: an unknown name (the message lists the known ones), an option the strategy's
+            constructor does not take, or a required one (``L1DiffNetwork.num_clients``) not given.
     """
     known = strategies()
     cls = known.get(name.lower())
@@ -46,4 +46,15 @@ def make_strategy(name: str, **options: Any) -> Strategy:
         takes = sorted(k for k in params if k != "self")
         hint = "".join(did_you_mean(b, takes, n=1) for b in bad[:1])
         raise ValueError(f"algorithm {cls.name} has no option(s) {bad}{hint}; it takes {takes}")
+    required = [
+        k
+        for k, p in params.items()
+        if k != "self"
+        and p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    missing = [k for k in required if k not in options]
+    if missing:
+        how = " ".join(f"--option {cls.name}.{k}=..." for k in missing)
+        raise ValueError(f"algorithm {cls.name} needs option(s) {missing} ({how})")
     return cls(**options)

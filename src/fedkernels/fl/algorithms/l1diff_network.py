@@ -81,7 +81,9 @@ class L1DiffNetwork(Strategy):
         self.gamma_rel = None if gamma_rel is None else float(gamma_rel)
         if num_clients < 2 or not 0 < k < num_clients:
             raise ValueError(f"num_clients must be >= 2 and k in [1, num_clients), got {num_clients}, {k}")
-        p = float("inf") if p in ("inf", float("inf")) else float(p)
+        if p not in (1, 2, "inf", float("inf")) or isinstance(p, bool):
+            raise ValueError(f"p must be 1, 2 or 'inf', got {p!r}")
+        p = float(p)
         if not gamma >= 0 or not eta > 0 or not lam >= 0 or p not in (1, 2, float("inf")):
             raise ValueError(f"need gamma >= 0, eta > 0, lam >= 0, p in (1, 2, inf); got {gamma}, {eta}, {lam}, {p}")
         if graph not in ("features", "kernel", "models") or not hidden:
