@@ -186,3 +186,14 @@ def test_a_required_option_left_out_is_named(synth, capsys):
     assert main(["run", *synth, "--algorithms", "L1DiffNetwork"]) == 2
     err = capsys.readouterr().err
     assert "L1DiffNetwork needs option(s) ['num_clients']" in err and "Traceback" not in err, err
+
+
+def test_choosing_algorithms_keeps_the_centralised_bound_s_options():
+    """--algorithms PartialExchange on a preset whose bound is a centralised FedAvg: the bound keeps the
+    preset's FedAvg options (its 52-tensor resmlp), not the default MLP, so it bounds the same model."""
+    preset_args = ["run", "--preset", "partial-rcv1-beta1", "--data-dir", "/nonexistent"]
+    full = build_config(parser().parse_args(preset_args))
+    chosen = build_config(parser().parse_args([*preset_args, "--algorithms", "PartialExchange"]))
+    assert chosen.centralized == ["FedAvg"]
+    assert chosen.options_for("FedAvg") == full.options_for("FedAvg")
+    assert chosen.options_for("FedAvg")["model"] == "resmlp"

@@ -119,9 +119,11 @@ def configure(args: argparse.Namespace) -> tuple[ExperimentConfig, dict[str, Str
         merged["resume"] = True
         merged.setdefault("checkpoint", default_checkpoint_folder(merged.get("output", ExperimentConfig.output)))
     selected = set(merged["algorithms"])
+    # the centralised bounds keep their options too: they are the same model on the pooled data
+    centralized = {canonical_name(a) for a in merged.get("centralized", ExperimentConfig().centralized)}
     options: dict[str, dict[str, Any]] = {}
     for alg, opts in merged.get("algorithm_options", {}).items():
-        if args.algorithms and canonical_name(alg) not in selected:
+        if args.algorithms and canonical_name(alg) not in selected | centralized:
             continue  # the command line chose the algorithms: a file's options for others do not apply
         options.setdefault(canonical_name(alg), {}).update(opts)
     for text in args.option or []:
