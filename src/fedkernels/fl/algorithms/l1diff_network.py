@@ -84,8 +84,8 @@ class L1DiffNetwork(Strategy):
         if p not in (1, 2, "inf", float("inf")) or isinstance(p, bool):
             raise ValueError(f"p must be 1, 2 or 'inf', got {p!r}")
         p = float(p)
-        if not gamma >= 0 or not eta > 0 or not lam >= 0 or p not in (1, 2, float("inf")):
-            raise ValueError(f"need gamma >= 0, eta > 0, lam >= 0, p in (1, 2, inf); got {gamma}, {eta}, {lam}, {p}")
+        if not gamma >= 0 or not eta > 0 or not lam >= 0:
+            raise ValueError(f"need gamma >= 0, eta > 0, lam >= 0; got {gamma}, {eta}, {lam}")
         if graph not in ("features", "kernel", "models") or not hidden:
             raise ValueError("graph must be 'features', 'kernel' or 'models', and hidden must name at least one layer")
         if value_dtype not in ("float32", "float16"):
