@@ -36,6 +36,7 @@ QUICK: dict[str, list[str]] = {
     "fl_partial": ["--quick"],
     "fl_plots": ["--quick"],
     "fl_sampled": ["--quick"],
+    "fl_xc_eval": ["--quick"],
     "fl_xc_scale": ["--quick"],
     "flower_load": ["--quick"],
     "flower_sim": ["--quick"],
@@ -44,6 +45,7 @@ QUICK: dict[str, list[str]] = {
     "sketch_ceiling": ["--quick"],
     "privacy": ["--quick"],
     "topk": ["--quick"],
+    "fma_peak": ["--quick"],
     "fl_batched": ["--quick"],
 }
 # scripts that need an environment variable: skipped, with the reason, when it is unset
