@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedkernels.data import Shard, split_statistics
 from fedkernels.experiments.experiment import (
@@ -19,6 +21,7 @@ from fedkernels.fl import FedAvg, L1Diff, L1DiffNetwork, RunConfig, Server, Trai
 from fedkernels.fl.algorithms import LabelPrior
 from fedkernels.fl.types import RoundRecord
 from python_tests.reference.fl_ref import weighted_mean
+from python_tests.reference.split_stats_ref import mean_pairwise_tv_ref
 from python_tests.support.fl_data import tiny_clients, tiny_dataset
 
 
@@ -148,3 +151,29 @@ def test_network_evaluated_per_client_with_its_own_head():
         total += len(d)
     assert got["P@1"] == pytest.approx(want / total)
     assert strat.options()["p"] == "inf"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    labels=st.lists(st.lists(st.integers(0, 7), max_size=12), max_size=7),
+)
+def test_split_statistics_tv_matches_the_dense_pairwise_reference(labels: list[list[int]]) -> None:
+    shards = [
+        Shard(np.arange(len(ix)), np.arange(len(ix) + 1), np.asarray(ix, np.int64), np.unique(np.asarray(ix, np.int64)))
+        for ix in labels
+    ]
+    got = split_statistics(shards, 8) if shards else None
+    if got is None:
+        return
+    want = mean_pairwise_tv_ref([np.asarray(ix) for ix in labels], 8)
+    assert got["mean_pairwise_tv"] == pytest.approx(want, abs=1e-12)
+    assert got["mean_labels_per_client"] == pytest.approx(np.mean([len(set(ix)) for ix in labels]))
+
+
+def test_split_statistics_at_a_huge_label_space_is_sparse() -> None:
+    # one client per label at p = 312330: the dense histogram alone would be 10000 x 312330 floats
+    shards = [
+        Shard(np.asarray([c]), np.asarray([0, 1]), np.asarray([c * 31]), np.asarray([c * 31])) for c in range(10000)
+    ]
+    st_ = split_statistics(shards, 312330)
+    assert st_["mean_pairwise_tv"] == pytest.approx(1.0) and st_["clients"] == 10000

@@ -229,18 +229,40 @@ def split_statistics(shards: list[Shard], num_classes: int) -> dict[str, float]:
     disjoint label sets). Clients without labels are left out of the TV mean."""
     rows = np.concatenate([s.rows for s in shards]) if shards else np.zeros(0, np.int64)
     distinct = np.unique(rows).size
-    hist = np.stack([np.bincount(s.indices, minlength=num_classes).astype(np.float64) for s in shards])
-    totals = hist.sum(1)
-    q = hist[totals > 0] / totals[totals > 0, None]
-    k = q.shape[0]
-    tv = [0.5 * np.abs(q[i] - q[j]).sum() for i in range(k) for j in range(i + 1, k)]
+    # Sparse per-client label distributions: a dense [clients, p] histogram was 25 GB at p = 312330
+    # with one client per label, and the pairwise loop O(clients^2 p).
+    labels_per_client, cls_parts, q_parts = [], [], []
+    for s in shards:
+        cls, counts = np.unique(np.asarray(s.indices, dtype=np.int64), return_counts=True)
+        labels_per_client.append(cls.size)
+        if cls.size:
+            cls_parts.append(cls)
+            q_parts.append(counts / counts.sum())
     return {
         "clients": len(shards),
         "copies_per_sample": float(rows.size / distinct) if distinct else 0.0,
-        "mean_pairwise_tv": float(np.mean(tv)) if tv else 0.0,
-        "mean_labels_per_client": float((hist > 0).sum(1).mean()) if len(shards) else 0.0,
-        "max_label_share_per_client": float(((hist > 0).sum(1) / max(1, num_classes)).max()) if len(shards) else 0.0,
+        "mean_pairwise_tv": _mean_pairwise_tv(cls_parts, q_parts),
+        "mean_labels_per_client": float(np.mean(labels_per_client)) if shards else 0.0,
+        "max_label_share_per_client": float(max(labels_per_client) / max(1, num_classes)) if shards else 0.0,
     }
+
+
+def _mean_pairwise_tv(cls_parts: list[np.ndarray], q_parts: list[np.ndarray]) -> float:
+    """Mean over client pairs of ``0.5 * sum_c |q_i(c) - q_j(c)| = 1 - sum_c min(q_i(c), q_j(c))``, from
+    each client's sparse distribution (its class ids and shares). Per class, the shares of the clients
+    holding it sorted ascending: the r-th smallest of n is the min of its pairs with the n - 1 - r larger
+    ones; pairs where a client lacks the class add 0. Exact, O(nnz log nnz) instead of O(k^2 p)."""
+    k = len(cls_parts)
+    if k < 2:
+        return 0.0
+    cls, q = np.concatenate(cls_parts), np.concatenate(q_parts)
+    order = np.lexsort((q, cls))
+    cls, q = cls[order], q[order]
+    starts = np.flatnonzero(np.r_[True, cls[1:] != cls[:-1]])
+    sizes = np.diff(np.r_[starts, cls.size])
+    rank = np.arange(cls.size) - np.repeat(starts, sizes)
+    overlap = float(np.sum(q * (np.repeat(sizes, sizes) - 1 - rank)))
+    return 1.0 - overlap / (k * (k - 1) / 2)
 
 
 def make_clients(x: torch.Tensor, shards: list[Shard], num_classes: int) -> list[ClientData]:
