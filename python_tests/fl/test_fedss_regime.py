@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fedkernels.data import primary_label_partition, split_statistics
@@ -20,6 +20,8 @@ from python_tests.support.fl_data import tiny_clients
 
 @settings(max_examples=15)
 @given(n=st.integers(2, 12), d=st.integers(1, 4), seed=st.integers(0, 10_000))
+@example(n=5, d=4, seed=1)  # a GEMM put the tied duplicate rows one ulp apart (the larger index won)
+@example(n=9, d=4, seed=3)
 def test_map_at_r_matches_the_loop(n, d, seed):
     rng = np.random.default_rng(seed)
     emb = rng.normal(size=(n, d))

@@ -383,6 +383,10 @@ def map_at_k(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k:
     return float(ap.mean())
 
 
+SIM_VALUES = 1 << 22
+"""Products :func:`map_at_r` holds at once (float64: 32 MiB)."""
+
+
 def map_at_r(embeddings: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, block: int = 1024) -> float:
     """Retrieval MAP@R (Musgrave et al. 2020) of representations, for multi-label data.
 
@@ -408,13 +412,17 @@ def map_at_r(embeddings: torch.Tensor, indptr: torch.Tensor, indices: torch.Tens
     y = torch.zeros(n, num_labels)
     y[torch.repeat_interleave(torch.arange(n), indptr.diff()), indices] = 1.0
     e = torch.nn.functional.normalize(embeddings.double(), dim=1)
+    # Similarities as elementwise products summed over d, not a GEMM: a BLAS kernel may treat columns
+    # differently (edge tiles), so two identical embeddings got cosines one ulp apart and the tie went
+    # to the larger index. Memory: at most SIM_VALUES products per block.
+    block = max(1, min(block, SIM_VALUES // max(1, n * e.shape[1])))
     total, counted = 0.0, 0
     for start in range(0, n, block):
         q = torch.arange(start, min(n, start + block))
         rel = (y[q] @ y.T) > 0  # [b, N]
         rel[torch.arange(q.numel()), q] = False
         r = rel.sum(1)
-        sim = e[q] @ e.T
+        sim = (e[q, None, :] * e[None, :, :]).sum(-1)
         sim[torch.arange(q.numel()), q] = -torch.inf  # never retrieve itself
         order = torch.sort(-sim, dim=1, stable=True).indices
         hits = torch.gather(rel, 1, order).double()
