@@ -1,7 +1,7 @@
 """Every algorithm of ``fedkernels run`` evaluated at p = 312330 labels in bounded memory (issue 30).
 
     python -m bench.fl.fl_xc_eval [--classes 312330] [--max-test 4096] [--as-limit-gib 3]
-                                  [--algorithms fedavg fedmlh ...] [--quick] [--out FILE]
+                                  [--algorithms FedAvg FedMLH ...] [--quick] [--out FILE]
 
 The data: :func:`fedkernels.data.synthetic_multilabel` with ``--classes`` power-law labels and 64
 features, drawn once (about 100 s at p = 312330) and written as the scipy ``.npz`` folder layout
@@ -111,18 +111,18 @@ def run_one(algorithm: str, args: argparse.Namespace, workdir: Path) -> dict:
     cmd = [sys.executable, "-m", "fedkernels_cli", "run", "--config", str(cfg_path), "--no-progress", "--no-checkpoint"]
     start = time.perf_counter()
     with open(workdir / f"{algorithm}.log", "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=cap_address_space)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        pid = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=cap_address_space).pid
+        _, status, usage = os.wait4(pid, 0)  # reaps the child and gives its own peak RSS
+    code = os.waitstatus_to_exitcode(status)
     row: dict = {
         "algorithm": algorithm,
-        "exit": proc.returncode,
+        "exit": code,
         "seconds": round(time.perf_counter() - start, 1),
         "peak_rss_MiB": round(usage.ru_maxrss / 1024, 1),  # Linux: KiB
         "as_limit_MiB": limit // 2**20,
     }
     results = out / "results.json"
-    if proc.returncode != 0 or not results.exists():
+    if code != 0 or not results.exists():
         row["error"] = (workdir / f"{algorithm}.log").read_text()[-2000:]
         return row
     final = final_metrics(json.loads(results.read_text()), algorithm)

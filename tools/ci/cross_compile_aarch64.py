@@ -64,14 +64,13 @@ def install_compiler(cxx: str) -> str:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     print(f"cross-compile: installing {PACKAGE} (apt-get)", flush=True)
     for cmd in (["update", "-q"], ["install", "-y", "-q", "-o", "DPkg::Lock::Timeout=120", PACKAGE]):
+        step = " ".join(cmd)
         try:
             r = subprocess.run([*prefix, apt, *cmd], env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            step = " ".join(cmd)
             raise InstallError(f"apt-get {step} did not finish in {APT_TIMEOUT_S} s; {PACKAGE} not installed") from None
         if r.returncode != 0:
             tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-10:])
-            step = " ".join(cmd)
             raise InstallError(f"apt-get {step} failed (status {r.returncode}); {PACKAGE} not installed:\n{tail}")
     path = shutil.which(cxx)
     if path is None:
