@@ -210,3 +210,32 @@ def test_ring_wire_round_trip_and_range_check():
         from_wire(torch.tensor([1 << 20]), 16)
     with pytest.raises(ValueError, match="cannot hold"):
         fraction_bits(16, 100_000, 1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ids=st.lists(st.integers(0, 2**40), min_size=2, max_size=70, unique=True),
+    half=st.integers(1, 20),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_each_client_computes_its_own_neighbours_as_the_server_does(ids, half, seed):
+    """neighbours_of (a client's O(n + k) view) equals the server's whole graph, and both equal the
+    Harary graph read off the seeded ring: u and v are neighbours iff their circular distance in the
+    ring is at most k // 2 (or everyone when k = n - 1)."""
+    import numpy as np
+
+    from fedkernels.fl.privacy.secagg import neighbours_of
+
+    ids = sorted(ids)
+    p = SecAggParams(tuple(ids), 1, 32, 0, seed, b"t", 2 * half)  # even degrees; >= n - 1 means everyone
+    n, k = len(ids), p.k
+    ring = [ids[i] for i in np.random.default_rng(seed).permutation(n)]
+    pos = {c: i for i, c in enumerate(ring)}
+    graph = neighbour_graph(p)
+    for c in ids:
+        if k == n - 1:
+            want = [d for d in ids if d != c]
+        else:
+            want = sorted(d for d in ids if d != c and min((pos[c] - pos[d]) % n, (pos[d] - pos[c]) % n) <= k // 2)
+        assert graph[c] == want
+        assert neighbours_of(p, c) == want

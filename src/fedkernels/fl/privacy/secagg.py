@@ -110,22 +110,36 @@ class SecAggParams:
         return b"fedkernels-secagg-v1|" + self.session + b"|" + what
 
 
+def _ring(params: SecAggParams) -> list[int]:
+    """The participants in the graph's seeded ring order (public: every party computes the same)."""
+    ids = list(params.participants)
+    return [ids[i] for i in np.random.default_rng(params.graph_seed).permutation(len(ids))]
+
+
 def neighbour_graph(params: SecAggParams) -> dict[int, list[int]]:
     """Each participant's neighbours, sorted: a Harary graph of degree k (offsets ±1..±k/2 on a ring)
-    over a seeded permutation of the participants, or everyone when k = n - 1."""
+    over a seeded permutation of the participants, or everyone when k = n - 1. O(n k): the server's
+    view; a client needs only :func:`neighbours_of`."""
     ids = list(params.participants)
     n, k = len(ids), params.k
     if k == n - 1:
         return {c: [d for d in ids if d != c] for c in ids}
-    order = np.random.default_rng(params.graph_seed).permutation(n)
-    ring = [ids[i] for i in order]
-    out: dict[int, set[int]] = {c: set() for c in ids}
-    for pos, c in enumerate(ring):
-        for off in range(1, k // 2 + 1):
-            d = ring[(pos + off) % n]
-            out[c].add(d)
-            out[d].add(c)
-    return {c: sorted(v) for c, v in out.items()}
+    ring = _ring(params)
+    half = k // 2
+    return {c: sorted({ring[(pos + off) % n] for off in range(-half, half + 1) if off}) for pos, c in enumerate(ring)}
+
+
+def neighbours_of(params: SecAggParams, client: int) -> list[int]:
+    """``neighbour_graph(params)[client]`` without building the whole graph: O(n) for the permutation
+    plus O(k), so that each of n clients does not pay the server's O(n k) (n^2 k over a session)."""
+    ids = list(params.participants)
+    n, k = len(ids), params.k
+    if k == n - 1:
+        return [d for d in ids if d != client]
+    ring = _ring(params)
+    pos = ring.index(client)
+    half = k // 2
+    return sorted({ring[(pos + off) % n] for off in range(-half, half + 1) if off})
 
 
 def _u8(data: bytes) -> torch.Tensor:
@@ -163,7 +177,7 @@ class SecAggClient:
         if client_id not in params.participants:
             raise SecAggError(f"client {client_id} is not a participant of this session")
         self.id, self.params = client_id, params
-        self.neighbours = neighbour_graph(params)[client_id]
+        self.neighbours = neighbours_of(params, client_id)
         self.c_sk = crypto.new_private_key()
         self.s_seed = crypto.random_bytes(crypto.SEED_BYTES)
         self.s_sk = crypto.private_key_from_seed(self.s_seed, params.info(b"mask-key"))
@@ -200,7 +214,7 @@ class SecAggClient:
         if client_id not in params.participants:
             raise SecAggError(f"client {client_id} is not a participant of this session")
         self.id, self.params = client_id, params
-        self.neighbours = neighbour_graph(params)[client_id]
+        self.neighbours = neighbours_of(params, client_id)
         self.c_sk = bytes(saved["c_sk"].numpy().tobytes())
         self.s_seed = bytes(saved["s_seed"].numpy().tobytes())
         self.s_sk = crypto.private_key_from_seed(self.s_seed, params.info(b"mask-key"))
