@@ -111,7 +111,7 @@ void run_chunk(const Plan& pl, const Inputs<T>& in, const float* hpack, topk_cpu
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t j0 = t * pl.tile, cols = std::min(pl.tile, pl.p - j0);
     if constexpr (std::is_same_v<T, float>) {
-      if (isa == topk_cpu::Isa::kAvx2 && in.ws1 == 1) {  // rows contiguous: vector transposes
+      if (isa != topk_cpu::Isa::kPortable && in.ws1 == 1) {  // rows contiguous: vector transposes
         topk_cpu::pack_w_panels_avx2(in.w + j0 * in.ws0, in.ws0, cols, pl.d, wpack.data());
       } else {
         pack_w_tile(in.w, in.ws0, in.ws1, j0, cols, pl.d, wpack.data());
@@ -126,7 +126,9 @@ void run_chunk(const Plan& pl, const Inputs<T>& in, const float* hpack, topk_cpu
       bias_ptr = bias.data();
     }
     const topk_cpu::TileJob job{hpack, pl.n, b0, b1, wpack.data(), j0, cols, pl.d, in.scale, bias_ptr};
-    if (isa == topk_cpu::Isa::kAvx2) {
+    if (isa == topk_cpu::Isa::kAvx512) {
+      topk_cpu::scan_tile_avx512(job, top);
+    } else if (isa == topk_cpu::Isa::kAvx2) {
       topk_cpu::scan_tile_avx2(job, top);
     } else {
       topk_cpu::scan_tile_portable(job, top);

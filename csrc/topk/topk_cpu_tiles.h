@@ -21,10 +21,10 @@ constexpr int64_t kRows = 6;   // rows of h per register tile
 constexpr int64_t kCols = 16;  // classes per register tile (two 8-float vectors on AVX2)
 
 // The dispatch levels. Bit-identical results on every level (see above); they differ in speed only.
-enum class Isa : int { kPortable = 0, kAvx2 = 1 };
+enum class Isa : int { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 
-// The level to run: AVX2 with FMA where fk::cpu_isa() allows avx2 (csrc/common/cpu_isa.h: the CPU's
-// level under the FK_CPU_ISA cap), else portable.
+// The level to run: fk::cpu_isa()'s (csrc/common/cpu_isa.h: the CPU's level under the FK_CPU_ISA
+// cap): AVX-512, AVX2 with FMA, or portable.
 Isa select_isa();
 const char* isa_name(Isa isa);
 
@@ -56,10 +56,12 @@ struct TileJob {
 };
 
 void scan_tile_portable(const TileJob& job, RowTopk& top);
-void scan_tile_avx2(const TileJob& job, RowTopk& top);  // only where select_isa() gives kAvx2
+void scan_tile_avx2(const TileJob& job, RowTopk& top);    // only where select_isa() gives kAvx2 or above
+void scan_tile_avx512(const TileJob& job, RowTopk& top);  // only where select_isa() gives kAvx512
 
 // The panels of `cols` classes of a float32 W whose rows are contiguous (row stride ld), by 8 x 8
-// AVX transposes: the same floats the generic packing writes (only where select_isa() gives kAvx2).
+// AVX transposes: the same floats the generic packing writes (only where select_isa() gives kAvx2 or
+// above).
 void pack_w_panels_avx2(const float* w, int64_t ld, int64_t cols, int64_t d, float* dst);
 
 }  // namespace topk_cpu

@@ -10,10 +10,11 @@ namespace topk_cpu {
 
 Isa select_isa() {
   // The library's one dispatch level (FK_CPU_ISA cap, tests' limit); its avx2 level includes FMA.
+  if (fk::cpu_isa_at_least(fk::CpuIsa::avx512)) return Isa::kAvx512;
   return fk::cpu_isa_at_least(fk::CpuIsa::avx2) ? Isa::kAvx2 : Isa::kPortable;
 }
 
-const char* isa_name(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "portable"; }
+const char* isa_name(Isa isa) { return isa == Isa::kAvx512 ? "avx512" : isa == Isa::kAvx2 ? "avx2" : "portable"; }
 
 void scan_tile_portable(const TileJob& job, RowTopk& top) {
   const int64_t d = job.d, panels = (job.cols + kCols - 1) / kCols;

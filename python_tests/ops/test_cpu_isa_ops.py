@@ -3,8 +3,9 @@
 Where the levels run the same arithmetic in the same order, the outputs must be the same bits:
 count_sketch and bucket_merge's backward (adds and sign flips), scatter_rows_mean (lane-wise
 multiply, add and divide), prox_tv1d (the same scalar scan), delta_norms on float16 (an exact
-conversion, then the same sums), knn_classes (float64 final pass; python_tests/ops/spread/test_knn_*.py)
-and linear_cross_entropy between avx512 and avx2 (the same 16 lanes and exp). Where they do not
+conversion, then the same sums), knn_classes (float64 final pass; python_tests/ops/spread/test_knn_*.py),
+linear_topk (one fused multiply-add chain per score in the same order on every level) and
+linear_cross_entropy between avx512 and avx2 (the same 16 lanes and exp). Where they do not
 (linear_cross_entropy's generic level: std::exp and a sequential sum instead of the vector exp and
 16 lane sums), each level is checked against the float64 reference. A level this CPU (or
 FK_CPU_ISA) does not allow is skipped with the reason.
@@ -155,3 +156,35 @@ def test_lce_avx2_bit_identical_to_avx512(s, chunk):
         got = _lce_outputs(h, W, target, b, chunk)
     for g, w in zip(got, want, strict=True):
         _same(g, w)
+
+
+@pytest.mark.parametrize("level", VECTOR_LEVELS)
+@settings(max_examples=12, deadline=None)
+@given(
+    n=st.integers(1, 14),  # whole and partial 6-row micro-panels
+    p=st.integers(1, 200),  # odd and even counts of 16-class panels, a partial last panel
+    d=st.sampled_from([1, 3, 8, 17, 64]),
+    k=st.integers(1, 8),
+    bias=st.booleans(),
+    special=st.sampled_from(["none", "ties", "nan", "inf"]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_linear_topk_levels_bit_identical(level, n, p, d, k, bias, special, seed):
+    """The avx2 tile (6 x 16) and the avx512 one (6 x 32, a 6 x 16 for an odd last panel) return the
+    generic level's values and classes bit for bit, ties to the smaller class and NaN included."""
+    g = torch.Generator().manual_seed(seed)
+    h, W = torch.randn(n, d, generator=g), torch.randn(p, d, generator=g)
+    b = torch.randn(p, generator=g) if bias else None
+    if special == "ties" and p > 1:
+        W[p - 1] = W[0]  # the same scores in the first and the last panel
+    elif special == "nan":
+        W[p // 2, 0] = float("nan")
+    elif special == "inf":
+        h[0, 0] = float("inf")
+    k = min(k, p)
+    with at_level("generic"):
+        want = fedkernels.linear_topk(h, W, b, k=k, scale=0.75)
+    with at_level(level):
+        got = fedkernels.linear_topk(h, W, b, k=k, scale=0.75)
+    for x, y in zip(got, want, strict=True):
+        _same(x, y)
