@@ -1,7 +1,8 @@
 """Every algorithm of ``fedkernels run`` evaluated at p = 312330 labels in bounded memory (issue 30).
 
     python -m bench.fl.fl_xc_eval [--classes 312330] [--max-test 4096] [--as-limit-gib 3]
-                                  [--algorithms FedAvg FedMLH ...] [--quick] [--out FILE]
+                                  [--algorithms FedAvg FedMLH ...] [--option ALG.key=value ...]
+                                  [--quick] [--out FILE]
 
 The data: :func:`fedkernels.data.synthetic_multilabel` with ``--classes`` power-law labels and 64
 features, drawn once (about 100 s at p = 312330) and written as the scipy ``.npz`` folder layout
@@ -14,7 +15,9 @@ under an address-space limit (RLIMIT_AS, ``--as-limit-gib``) below what the dens
 float32 score matrix alone would take (4096 x 312330 x 4 B = 5.1 GB against 3 GiB): an evaluation
 that built those scores fails with an allocation error instead of passing. Reported per algorithm:
 exit status, wall seconds, the child's peak resident set (``wait4``'s ``ru_maxrss``), and P@1, PSP@1,
-PSnDCG@5 of its final evaluation read back from its ``results.json``.
+PSnDCG@5 of its final evaluation read back from its ``results.json``. ``--option`` changes one
+algorithm's option as ``fedkernels run --option`` does (e.g. ``FedALC-fixed.fixed_steps=2``: its
+one-off embedding training is O(C^2 d) a step); the row records the options the run used.
 
 Writes build/bench-results/fl_xc_eval.json (the committed table: ``--out
 bench/results/fl/fl_xc_eval.json``) and prints a markdown table. ``--quick``: p = 4096, 512 test rows,
@@ -37,6 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from bench.common import markdown_table, results_path, write_results
+from fedkernels.cli.config import parse_option
 from fedkernels.data import synthetic_multilabel
 
 # Small models everywhere (the class dimension is the subject); options each algorithm needs.
@@ -77,11 +81,13 @@ def write_dataset(folder: Path, classes: int, train: int, test: int) -> None:
         sp.save_npz(folder / f"{name}_Y.npz", y[rows])
 
 
-def run_config(algorithm: str, dataset: Path, max_test: int, output: Path) -> dict:
-    """The ``fedkernels run`` config of one algorithm's run (JSON keys = ExperimentConfig fields)."""
+def run_config(algorithm: str, dataset: Path, max_test: int, output: Path, options: dict | None = None) -> dict:
+    """The ``fedkernels run`` config of one algorithm's run (JSON keys = ExperimentConfig fields);
+    ``options`` override the algorithm's entries in OPTIONS."""
+    opts = {**OPTIONS[algorithm], **(options or {})}
     return {
         "algorithms": [algorithm],
-        "algorithm_options": {algorithm: OPTIONS[algorithm]} if OPTIONS[algorithm] else {},
+        "algorithm_options": {algorithm: opts} if opts else {},
         "dataset": str(dataset),
         "partition": "one_label" if algorithm in ONE_LABEL else "fedmlh",
         "clients": 4,
@@ -102,7 +108,8 @@ def run_one(algorithm: str, args: argparse.Namespace, workdir: Path) -> dict:
     """One algorithm's run under the address-space limit: status, seconds, peak RSS, final metrics."""
     out = workdir / algorithm
     cfg_path = workdir / f"{algorithm}.json"
-    cfg_path.write_text(json.dumps(run_config(algorithm, workdir / "data", args.max_test, out)))
+    options = args.options.get(algorithm, {})
+    cfg_path.write_text(json.dumps(run_config(algorithm, workdir / "data", args.max_test, out, options)))
     limit = int(args.as_limit_gib * 2**30)
 
     def cap_address_space() -> None:
@@ -121,6 +128,8 @@ def run_one(algorithm: str, args: argparse.Namespace, workdir: Path) -> dict:
         "peak_rss_MiB": round(usage.ru_maxrss / 1024, 1),  # Linux: KiB
         "as_limit_MiB": limit // 2**20,
     }
+    if options:
+        row["options"] = options
     results = out / "results.json"
     if code != 0 or not results.exists():
         row["error"] = (workdir / f"{algorithm}.log").read_text()[-2000:]
@@ -145,9 +154,16 @@ def main() -> None:
     ap.add_argument("--max-test", type=int, default=4096, help="test rows evaluated")
     ap.add_argument("--as-limit-gib", type=float, default=3.0, help="RLIMIT_AS of each run")
     ap.add_argument("--algorithms", nargs="+", default=ALGORITHMS, choices=ALGORITHMS)
+    ap.add_argument("--option", action="append", default=[], metavar="ALG.key=value", help="override an option")
     ap.add_argument("--quick", action="store_true", help="p = 4096, 512 test rows, 2 GiB (a smoke run)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    args.options = {}
+    for text in args.option:
+        alg, key, value = parse_option(text)
+        if alg not in args.algorithms:
+            ap.error(f"--option {text}: {alg} is not among --algorithms")
+        args.options.setdefault(alg, {})[key] = value
     if args.quick:
         args.classes, args.train, args.max_test, args.as_limit_gib = 4096, 1500, 512, 2.0
     dense_bytes = args.max_test * args.classes * 4
