@@ -2,7 +2,7 @@
 // x 32 classes in twelve 16-float accumulators (32 registers leave room for the two W loads and the
 // broadcast), so each broadcast of h feeds twice the classes of the AVX2 tile. A score is still one
 // fused multiply-add chain per (row, class) in q order, scaled then biased (never fused): the same
-// bits as the avx2 and portable levels. A lone last panel runs a 6 x 16 tile of the same form.
+// bits as the avx2 and portable levels. A lone last panel runs the avx2 tile.
 #include "common/cpu_isa.h"
 #include "topk/topk_cpu_tiles.h"
 
@@ -82,50 +82,29 @@ FK_TARGET_AVX512 void scan_pair(const float* hp, const float* wp, int64_t d, int
   }
 }
 
-// One panel (16 classes) against one micro-panel: the tile's last panel when their count is odd.
-FK_TARGET_AVX512 void scan_single(const float* hp, const float* wp, int64_t d, int64_t n0, int64_t rows, int64_t id0,
-                                  uint32_t col_mask, float scale, const float* bias, RowTopk& top) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps();
-  __m512 a3 = _mm512_setzero_ps(), a4 = _mm512_setzero_ps(), a5 = _mm512_setzero_ps();
-  for (int64_t q = 0; q < d; ++q) {
-    const __m512 b = _mm512_loadu_ps(wp + q * kCols);
-    const float* h = hp + q * kRows;
-    a0 = _mm512_fmadd_ps(_mm512_set1_ps(h[0]), b, a0);
-    a1 = _mm512_fmadd_ps(_mm512_set1_ps(h[1]), b, a1);
-    a2 = _mm512_fmadd_ps(_mm512_set1_ps(h[2]), b, a2);
-    a3 = _mm512_fmadd_ps(_mm512_set1_ps(h[3]), b, a3);
-    a4 = _mm512_fmadd_ps(_mm512_set1_ps(h[4]), b, a4);
-    a5 = _mm512_fmadd_ps(_mm512_set1_ps(h[5]), b, a5);
-  }
-  const __m512 vs = _mm512_set1_ps(scale);
-  const __m512 acc[kRows] = {a0, a1, a2, a3, a4, a5};
-  for (int64_t r = 0; r < rows; ++r) {
-    const __m512 v = finish(acc[r], vs, bias);
-    const int64_t n = n0 + r;
-    const uint32_t mask = candidates(v, top.thr[n]) & col_mask;
-    if (mask != 0) offer_masked(top, n, v, _mm512_setzero_ps(), mask, id0);
-  }
-}
-
 uint32_t low_bits(int64_t count) { return count >= 32 ? 0xFFFFFFFFu : (1u << count) - 1u; }
 
 }  // namespace
 
 FK_TARGET_AVX512 void scan_tile_avx512(const TileJob& job, RowTopk& top) {
-  const int64_t d = job.d, panels = (job.cols + kCols - 1) / kCols;
+  const int64_t d = job.d, panels = (job.cols + kCols - 1) / kCols, pairs = panels / 2;
   for (int64_t b = job.block0; b < job.block1; ++b) {
     const float* hp = job.hpack + b * kRows * d;
     const int64_t n0 = b * kRows, rows = job.n - n0 < kRows ? job.n - n0 : kRows;
-    for (int64_t t = 0; t < panels; t += 2) {
+    for (int64_t t = 0; t < 2 * pairs; t += 2) {
       const int64_t c0 = t * kCols;
-      const uint32_t col_mask = low_bits(job.cols - c0);
-      const float* bias = job.bias != nullptr ? job.bias + c0 : nullptr;
-      if (t + 1 < panels) {
-        scan_pair(hp, job.wpack + t * kCols * d, d, n0, rows, job.col0 + c0, col_mask, job.scale, bias, top);
-      } else {
-        scan_single(hp, job.wpack + t * kCols * d, d, n0, rows, job.col0 + c0, col_mask, job.scale, bias, top);
-      }
+      scan_pair(hp, job.wpack + t * kCols * d, d, n0, rows, job.col0 + c0, low_bits(job.cols - c0), job.scale,
+                job.bias != nullptr ? job.bias + c0 : nullptr, top);
     }
+  }
+  if (panels % 2 != 0) {  // a lone last panel: the avx2 tile (the same bits; the top k ignores offer order)
+    const int64_t c0 = 2 * pairs * kCols;
+    TileJob last = job;
+    last.wpack = job.wpack + c0 * d;
+    last.col0 = job.col0 + c0;
+    last.cols = job.cols - c0;
+    last.bias = job.bias != nullptr ? job.bias + c0 : nullptr;
+    scan_tile_avx2(last, top);
   }
 }
 

@@ -170,7 +170,7 @@ def test_lce_avx2_bit_identical_to_avx512(s, chunk):
     seed=st.integers(0, 2**31 - 1),
 )
 def test_linear_topk_levels_bit_identical(level, n, p, d, k, bias, special, seed):
-    """The avx2 tile (6 x 16) and the avx512 one (6 x 32, a 6 x 16 for an odd last panel) return the
+    """The avx2 tile (6 x 16) and the avx512 one (6 x 32; the avx2 tile for an odd last panel) return the
     generic level's values and classes bit for bit, ties to the smaller class and NaN included."""
     g = torch.Generator().manual_seed(seed)
     h, W = torch.randn(n, d, generator=g), torch.randn(p, d, generator=g)

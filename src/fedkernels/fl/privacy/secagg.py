@@ -116,30 +116,31 @@ def _ring(params: SecAggParams) -> list[int]:
     return [ids[i] for i in np.random.default_rng(params.graph_seed).permutation(len(ids))]
 
 
+def _around(ring: list[int], pos: int, k: int) -> list[int]:
+    """The Harary neighbours of ``ring[pos]``: the ``k // 2`` participants on each side, sorted."""
+    n, half = len(ring), k // 2
+    return sorted({ring[(pos + off) % n] for off in range(-half, half + 1) if off})
+
+
 def neighbour_graph(params: SecAggParams) -> dict[int, list[int]]:
     """Each participant's neighbours, sorted: a Harary graph of degree k (offsets ±1..±k/2 on a ring)
     over a seeded permutation of the participants, or everyone when k = n - 1. O(n k): the server's
     view; a client needs only :func:`neighbours_of`."""
     ids = list(params.participants)
-    n, k = len(ids), params.k
-    if k == n - 1:
+    if params.k == len(ids) - 1:
         return {c: [d for d in ids if d != c] for c in ids}
     ring = _ring(params)
-    half = k // 2
-    return {c: sorted({ring[(pos + off) % n] for off in range(-half, half + 1) if off}) for pos, c in enumerate(ring)}
+    return {c: _around(ring, pos, params.k) for pos, c in enumerate(ring)}
 
 
 def neighbours_of(params: SecAggParams, client: int) -> list[int]:
     """``neighbour_graph(params)[client]`` without building the whole graph: O(n) for the permutation
     plus O(k), so that each of n clients does not pay the server's O(n k) (n^2 k over a session)."""
     ids = list(params.participants)
-    n, k = len(ids), params.k
-    if k == n - 1:
+    if params.k == len(ids) - 1:
         return [d for d in ids if d != client]
     ring = _ring(params)
-    pos = ring.index(client)
-    half = k // 2
-    return sorted({ring[(pos + off) % n] for off in range(-half, half + 1) if off})
+    return _around(ring, ring.index(client), params.k)
 
 
 def _u8(data: bytes) -> torch.Tensor:
