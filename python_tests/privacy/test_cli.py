@@ -27,6 +27,13 @@ MISSING = "/nonexistent/dataset/never/read"
         (["--embedding-dp-clip", "1"], "go together"),
         (["--embedding-dp-clip", "1", "--embedding-dp-noise", "1"], "applies to FedAwS"),
         (["--dp-sample-noise", "1"], "needs dp_sample_clip"),
+        (["--algorithms", "L1Diff", "--l1diff-segments", "3"], "applies to private rounds"),
+        (["--secagg", "--l1diff-segments", "3"], "applies to L1Diff, which the run does not have"),
+        (["--secagg", "--algorithms", "L1Diff", "--l1diff-segments", "-1"], "must be an integer >= 0"),
+        (
+            ["--dp-clip", "1", "--dp-noise", "1", "--algorithms", "L1Diff", "--option", "L1Diff.gamma_rel=0.3"],
+            "gamma_rel",
+        ),
     ],
 )
 def test_bad_privacy_flags_fail_before_the_data_is_read(flags, message, capsys):
@@ -46,3 +53,16 @@ def test_tiny_private_run_reports_epsilon_every_round(tmp_path, capsys):
     hist = json.loads((out / "results.json").read_text())["results"][0]["history"]
     assert [h["privacy"]["epsilon"] > 0 for h in hist] == [True, True]
     assert hist[1]["privacy"]["epsilon"] > hist[0]["privacy"]["epsilon"]
+
+
+def test_l1diff_public_segments_from_the_cli_shrink_the_segmented_rounds_uploads(tmp_path, capsys):
+    out = tmp_path / "o"
+    argv = ["run", "--algorithms", "L1Diff", "--rounds", "3", "--clients", "6", "--clients-per-round", "3"]
+    argv += ["--option", "L1Diff.gamma=0.05", "--output", str(out), "--no-progress", "--threads", "1"]
+    argv += ["--secagg", "--l1diff-segments", "3", "--eval-every", "3"]
+    assert main(argv) == 0
+    run = json.loads((out / "results.json").read_text())
+    hist = run["results"][0]["history"]
+    up = [h["bytes_up"] for h in hist]
+    assert up[1] < up[0] / 2 and up[2] < up[0] / 2  # one masked value per segment, not per weight
+    assert run["config"]["l1diff_segments"] == 3

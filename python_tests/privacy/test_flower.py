@@ -211,6 +211,9 @@ def test_privacy_settings_from_run_config():
         run_context(secagg=True, **{"dp-clip": 0.5, "target-epsilon": 4.0, "secagg-dropouts": 1, "secagg-degree": 0})
     )
     assert got == PrivacyConfig(secagg=True, max_dropouts=1, dp=DPConfig(0.5, target_epsilon=4.0))
+    assert privacy_config_from(run_context(secagg=True, **{"l1diff-segments": 5})) == PrivacyConfig(
+        secagg=True, l1diff_segments=5
+    )
     ctx = run_context(secagg=True, **{"dp-clip": 0.5, "dp-noise": 1.2})
     fk = flower_strategy_from(ctx, make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES)
     assert isinstance(fk, PrivateFlowerStrategy) and fk.sigma == 1.2 and fk.q == 4 / NUM_CLIENTS
@@ -221,6 +224,20 @@ def test_privacy_settings_from_run_config():
         ({"dp-noise": 1.0}, "need dp-clip"),
         ({"dp-clip": 1.0, "dp-noise": 1.0, "target-epsilon": 2.0}, "not both"),
         ({"secagg": True, "secagg-bits": 80}, "bits"),
+        ({"secagg": True, "l1diff-segments": -1}, "l1diff_segments"),
     ]:
         with pytest.raises(ValueError, match=match):
             privacy_config_from(run_context(**bad))
+
+
+def test_l1diff_public_segments_over_flower_equal_in_process():
+    """L1Diff's public-segmentation variant (a dense round, then K - 1 = 2 segmented, then dense):
+    the segment lengths travel in the download and the nodes need no setting of their own, so
+    three rounds over Flower end bit-identical to the in-process run, bytes included."""
+    priv = PrivacyConfig(secagg=True, l1diff_segments=3)
+    fk = over_flower("l1diff", priv, config(rounds=4), grid("l1diff"))
+    ref = in_process("l1diff", priv, config(rounds=4))
+    assert [h.failed for h in fk.history] == [[]] * 4
+    assert same_state(fk.state, ref.state) and records(fk) == records(ref)
+    ups = [h.privacy["secagg_bytes_up"] for h in fk.history]
+    assert ups[1] < ups[0] and ups[2] < ups[0] and ups[3] > ups[1]

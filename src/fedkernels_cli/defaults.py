@@ -65,6 +65,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "secagg_bits": 32,
     "secagg_bound": 4.0,
     "secagg_degree": None,
+    "l1diff_segments": 0,
     "dp_clip": None,
     "dp_noise": None,
     "target_epsilon": None,

@@ -50,6 +50,11 @@ RUN_FLAGS: dict[str, tuple[type, str]] = {
     "secagg_bits": (int, "SecAgg+: the ring is Z_2^bits (32: 4 bytes a value)"),
     "secagg_bound": (float, "SecAgg+ without DP: each contributed value is clamped to [-bound, bound]"),
     "secagg_degree": (int, "SecAgg+: neighbours per client (default ~3 log2 n, everyone up to 17 clients)"),
+    "l1diff_segments": (
+        int,
+        "L1Diff under --secagg/--dp-*: every K-th round dense, the K-1 between one value per public segment "
+        "(0: every round dense)",
+    ),
     "dp_clip": (float, "client-level DP: L2 clip of each client's update (needs --dp-noise or --target-epsilon)"),
     "dp_noise": (float, "client-level DP: noise multiplier sigma (noise std = sigma * clip)"),
     "target_epsilon": (float, "client-level DP: pick sigma so the run ends at this epsilon"),

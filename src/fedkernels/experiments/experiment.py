@@ -143,6 +143,8 @@ class ExperimentConfig:
     secagg_bits: int = RUN_DEFAULTS["secagg_bits"]
     secagg_bound: float = RUN_DEFAULTS["secagg_bound"]
     secagg_degree: int | None = RUN_DEFAULTS["secagg_degree"]
+    # L1Diff in private rounds: every K-th round dense, the K - 1 between one value per public segment
+    l1diff_segments: int = RUN_DEFAULTS["l1diff_segments"]
     dp_clip: float | None = RUN_DEFAULTS["dp_clip"]
     dp_noise: float | None = RUN_DEFAULTS["dp_noise"]
     target_epsilon: float | None = RUN_DEFAULTS["target_epsilon"]
@@ -696,6 +698,13 @@ def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
         raise ValueError(f"dp_delta must lie in (0, 1), got {cfg.dp_delta!r}")
     if isinstance(cfg.secagg_bits, bool) or not isinstance(cfg.secagg_bits, int) or not 8 <= cfg.secagg_bits <= 62:
         raise ValueError(f"secagg_bits must be an integer in [8, 62], got {cfg.secagg_bits!r}")
+    segs = cfg.l1diff_segments
+    if isinstance(segs, bool) or not isinstance(segs, int) or segs < 0:
+        raise ValueError(f"l1diff_segments must be an integer >= 0, got {segs!r}")
+    if segs and not cfg.private():
+        raise ValueError("l1diff_segments applies to private rounds (--secagg or --dp-clip)")
+    if segs and not any(canonical_name(n) == "L1Diff" for n in cfg.algorithms):
+        raise ValueError("l1diff_segments applies to L1Diff, which the run does not have")
     for name in ("secagg_dropouts", "secagg_degree"):
         v = getattr(cfg, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
@@ -714,13 +723,14 @@ def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
         from ..fl import privacy  # noqa: F401  (the optional extra)
     except ImportError as e:
         raise ValueError(f"privacy options need the extra fedkernels[privacy] ({e})") from None
-    from ..fl.privacy.forms import form_of
+    from ..fl.privacy.server import check_private
 
     if cfg.private():
+        priv = privacy_config(cfg)
         for name in cfg.algorithms:
-            form_of(built[canonical_name(name)])  # L1DiffNetwork is refused here
             if cfg.embedding_dp_clip is not None and canonical_name(name) not in ("FedAwS", "FedALC", "FedALC-fixed"):
                 raise ValueError(f"embedding_dp_* applies to FedAwS, FedALC and FedALC-fixed, not {name}")
+            check_private(built[canonical_name(name)], priv)  # L1DiffNetwork is refused here
 
 
 def privacy_config(cfg: ExperimentConfig):
@@ -736,6 +746,7 @@ def privacy_config(cfg: ExperimentConfig):
         bits=cfg.secagg_bits,
         bound=cfg.secagg_bound,
         degree=cfg.secagg_degree,
+        l1diff_segments=cfg.l1diff_segments,
         dp=dpc,
         embedding_clip=cfg.embedding_dp_clip,
         embedding_noise=cfg.embedding_dp_noise,

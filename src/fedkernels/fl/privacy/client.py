@@ -193,7 +193,7 @@ class PrivateClient:
         a, clip_bound, noise_std, central = ctl
         weight = None if a < 0 else a
         request = self._request_of(round, seed) if isinstance(self.form, RowsForm) else None
-        local = self.form.local_payload(msg, request) if isinstance(self.form, RowsForm) else msg
+        local = self.form.local_payload(msg, request)
         upload = self.strategy.client_update(local, self.data, self.train, round, seed)
         x = self.form.contribution(msg, upload, weight, request)
         if clip_bound > 0:

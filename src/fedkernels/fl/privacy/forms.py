@@ -10,7 +10,9 @@ upload into ``x_k``.
   server adds ``sum x / sum a``, FedAvg's weighted average written as a step.
 - :class:`L1DiffForm` (l1-difference): ``a_k d_k``, the decoded direction; the server steps by
   ``-server_lr * eta * sum / sum a``. The run-length compression cannot survive masking (a masked
-  vector is uniform, so incompressible): the upload is the dense direction in the ring.
+  vector is uniform, so incompressible): the upload is the dense direction in the ring. With
+  ``segments_every = K >= 2`` the compression that can survive is kept (:mod:`.segments`): every
+  K-th round is dense and the K - 1 between send one value per public segment.
 - :class:`PartialForm` (partial exchange): every client masks all M tensors, zeros for the ones it did
   not pick, plus an M-vector of weights; the server learns per-tensor sums and counts only, not who
   sent which tensor. The upload is the whole model (the partial saving is lost under masking).
@@ -28,19 +30,25 @@ number of clients, McMahan et al. 2018), so no per-client weight or count enters
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..algorithms import FedAwS, FedSS, L1Diff, L1DiffNetwork, LabelPrior, PartialExchange
 from ..algorithms.fedaws import _G as FEDAWS_PREFIX
 from ..algorithms.fedaws import FIXED_W, pair_weights_of
 from ..algorithms.fedss import CLASSES
-from ..algorithms.l1diff import GAMMA_SENT
+from ..algorithms.l1diff import GAMMA, GAMMA_SENT
 from ..algorithms.l1diff_codec import decode_upload
 from ..payload import Payload
 from ..strategy import SERVER, State, Strategy
+from .segments import decode_segments, encode_segments, expand, segment_means, segmentation
 
 WEIGHT, COUNT, ROWS, ROW_COUNT = "__weight", "__count", "__rows", "__row_count"
 ROUND_ROWS = "__round_rows"  # int64 [|U|]: the row ids of the round, in the download of a RowsForm
+SEGMENTS = SERVER + "segments."  # + tensor name, int64 [S]: L1DiffForm's public segment lengths
+SEGMENTS_LEFT = SERVER + "segments_left"  # int64 []: the segmented rounds left before the next dense one
+SEGMENTS_SENT = "l1.segments."  # + tensor name, uint8: the segments (codec bytes) in a segmented round's download
 
 
 class DenseForm:
@@ -67,6 +75,10 @@ class DenseForm:
         """The client's download (the strategy's own)."""
         return self.strategy.client_payload(state, client_id, None, round, seed)
 
+    def local_payload(self, download: Payload, request: Payload | None) -> Payload:
+        """Client side: the strategy's ordinary download, out of the round's (here the same)."""
+        return download
+
     def contribution(
         self, download: Payload, upload: Payload, weight: float | None, request: Payload | None = None
     ) -> dict[str, torch.Tensor]:
@@ -89,19 +101,73 @@ class DenseForm:
 
 
 class L1DiffForm(DenseForm):
-    """The l1-difference update: the decoded directions are summed; the server takes the mean step."""
+    """The l1-difference update: the decoded directions are summed; the server takes the mean step.
+
+    Args:
+        strategy: an :class:`~fedkernels.fl.algorithms.L1Diff`.
+        segments_every: 0 or 1: every round is dense (each client's own direction, ``numel`` values a
+            tensor). K >= 2: the public-segmentation variant (:mod:`.segments`): clients send exact
+            gradients (the download's gamma is 0); a dense round (the first, then every K-th) steps by
+            ``prox_tv1d(mean gradient, gamma)`` and makes that step's runs the public segments of the
+            next K - 1 rounds, in which each client sends one gradient mean per segment and the server
+            steps by the summed means. Only the server reads this; a client follows its download.
+
+    ``gamma_rel``: round 0 (gamma 0, exact gradients) sets ``gamma = gamma_rel * mean |mean step|`` from
+    the summed step, as the plain strategy does from the clients' directions.
+    """
+
+    def __init__(self, strategy: Strategy, segments_every: int = 0) -> None:
+        super().__init__(strategy)
+        if isinstance(segments_every, bool) or not isinstance(segments_every, int) or segments_every < 0:
+            raise ValueError(f"segments_every must be an integer >= 0, got {segments_every!r}")
+        self.segments_every = segments_every
 
     def names(self, state: State) -> list[str]:
-        """The model's tensors: the download's gamma (``l1.gamma``) is no model tensor."""
-        return [n for n in super().names(state) if n != GAMMA_SENT]
+        """The model's tensors: the download's gamma (``l1.gamma``) and segments are no model tensors."""
+        return [n for n in super().names(state) if n != GAMMA_SENT and not n.startswith(SEGMENTS_SENT)]
+
+    @staticmethod
+    def segmented(state: State) -> bool:
+        """Whether this round sends segment means (a public segmentation with rounds left)."""
+        return SEGMENTS_LEFT in state and int(state[SEGMENTS_LEFT]) > 0
+
+    def layout(self, state: State, weighted: bool, rows: torch.Tensor | None = None) -> dict[str, tuple[int, ...]]:
+        if not self.segmented(state):
+            return super().layout(state, weighted, rows)
+        out: dict[str, tuple[int, ...]] = {n: (int(state[SEGMENTS + n].numel()),) for n in self.names(state)}
+        if weighted:
+            out[WEIGHT] = (1,)
+        return out
+
+    def download(self, state: State, client_id: int, round: int, seed: int, rows: torch.Tensor | None) -> Payload:
+        """The strategy's download; in the segmented variant with gamma 0 and, in a segmented round,
+        every tensor's segments (``l1.segments.<name>``, :func:`~.segments.encode_segments`)."""
+        out = dict(super().download(state, client_id, round, seed, rows))
+        if self.segments_every >= 2:
+            out[GAMMA_SENT] = torch.zeros(1, dtype=torch.float64)
+            if self.segmented(state):
+                for n in self.names(state):
+                    out[SEGMENTS_SENT + n] = encode_segments(state[SEGMENTS + n])
+        return out
+
+    def local_payload(self, download: Payload, request: Payload | None) -> Payload:
+        """The strategy's own download: the segment lengths taken out."""
+        return {n: t for n, t in download.items() if not n.startswith(SEGMENTS_SENT)}
 
     def contribution(
         self, download: Payload, upload: Payload, weight: float | None, request: Payload | None = None
     ) -> dict[str, torch.Tensor]:
+        """``a_k d_k`` per tensor, or in a segmented round ``a_k`` times its segment means."""
         a = 1.0 if weight is None else weight
         shapes = {n: download[n].shape for n in self.names(download)}
         dirs = decode_upload(upload, shapes, getattr(self.strategy, "value_dtype", None))
-        out = {n: a * dirs[n].double() for n in shapes}
+        out = {}
+        for n, shape in shapes.items():
+            x = a * dirs[n].double()
+            if SEGMENTS_SENT + n in download:
+                lengths = decode_segments(download[SEGMENTS_SENT + n], math.prod(shape), n)
+                x = segment_means(x.reshape(-1), lengths)
+            out[n] = x
         if weight is not None:
             out[WEIGHT] = torch.tensor([a], dtype=torch.float64)
         return out
@@ -113,9 +179,24 @@ class L1DiffForm(DenseForm):
         new = dict(state)
         if den <= 0:
             return new
-        for n in self.names(state):
-            step = (s.server_lr * s.eta) * sums[n] / den
-            new[n] = (state[n].double() - step).to(state[n].dtype)
+        names = self.names(state)
+        means = {n: sums[n] / den for n in names}
+        if GAMMA in state and float(state[GAMMA]) < 0 and s.gamma_rel is not None:  # round 0 sets gamma
+            total = sum(float(m.abs().sum()) for m in means.values())
+            count = sum(m.numel() for m in means.values())
+            new[GAMMA] = torch.tensor(s.gamma_rel * total / max(1, count), dtype=torch.float64)
+        gamma = max(0.0, float(new[GAMMA])) if GAMMA in new else s.gamma
+        segmented = self.segmented(state)
+        for n in names:
+            m = means[n]
+            if segmented:  # the summed segment means, spread over their segments
+                m = expand(m, state[SEGMENTS + n]).reshape(state[n].shape)
+            elif self.segments_every >= 2:  # a dense round: the prox of the mean, whose runs are public next
+                m, new[SEGMENTS + n] = segmentation(m, gamma, s.block_size)
+            new[n] = (state[n].double() - (s.server_lr * s.eta) * m).to(state[n].dtype)
+        if self.segments_every >= 2:
+            left = int(state[SEGMENTS_LEFT]) - 1 if segmented else self.segments_every - 1
+            new[SEGMENTS_LEFT] = torch.tensor(left, dtype=torch.int64)
         return new
 
 
@@ -310,12 +391,12 @@ class RowsForm(DenseForm):
         return new
 
 
-def form_of(strategy: Strategy) -> DenseForm:
-    """The form of ``strategy``'s round.
+def form_of(strategy: Strategy, segments_every: int = 0) -> DenseForm:
+    """The form of ``strategy``'s round (``segments_every``: :class:`L1DiffForm`'s, L1Diff only).
 
     Raises:
         ValueError: L1DiffNetwork (its server holds and steps every client's personal head, so no sum
-            can hide them).
+            can hide them), stateful clients, LabelPrior, or ``segments_every`` for another strategy.
     """
     if isinstance(strategy, L1DiffNetwork):
         raise ValueError(
@@ -333,15 +414,12 @@ def form_of(strategy: Strategy) -> DenseForm:
             "LabelPrior uploads label counts, not a model update, so it has no private form; run it without "
             "--secagg/--dp-*"
         )
-    if isinstance(strategy, L1Diff) and strategy.gamma_rel is not None:
-        raise ValueError(
-            "L1Diff with gamma_rel sets gamma from round 0's mean |step| on the server, which a private round does "
-            "not see; give gamma instead"
-        )
+    if segments_every and not isinstance(strategy, L1Diff):
+        raise ValueError(f"segments_every applies to L1Diff only, not {strategy.name}")
     if isinstance(strategy, (FedSS, FedAwS)):
         return RowsForm(strategy)
     if isinstance(strategy, L1Diff):
-        return L1DiffForm(strategy)
+        return L1DiffForm(strategy, segments_every)
     if isinstance(strategy, PartialExchange):
         return PartialForm(strategy)
     return DenseForm(strategy)

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import torch
 
 from .. import payload as pl
+from ..algorithms import L1Diff, L1DiffNetwork
 from ..client import call_with_deadline
 from ..evaluation import MAX_EXAMPLES
 from ..round import Answer, failure_reason, select_clients
@@ -69,6 +70,9 @@ class PrivacyConfig:
             embedding_clip)^2)`` added before the spreadout step.
         noise_seed: None (all DP noise from OS randomness; the private choice) or a seed for
             reproducible experiments (anyone who knows it can subtract the noise).
+        l1diff_segments: the l1-difference strategies' public-segmentation period K (0: every round
+            dense; K >= 2: every K-th round dense, the K - 1 between one value per public segment;
+            :class:`~fedkernels.fl.privacy.forms.L1DiffForm`). Other strategies ignore it.
     """
 
     secagg: bool = False
@@ -80,8 +84,15 @@ class PrivacyConfig:
     embedding_clip: float | None = None
     embedding_noise: float | None = None
     noise_seed: int | None = None
+    l1diff_segments: int = 0
 
     def __post_init__(self) -> None:
+        if (
+            isinstance(self.l1diff_segments, bool)
+            or not isinstance(self.l1diff_segments, int)
+            or self.l1diff_segments < 0
+        ):
+            raise ValueError(f"l1diff_segments must be an integer >= 0, got {self.l1diff_segments!r}")
         if not (math.isfinite(self.bound) and self.bound >= 1.0):
             raise ValueError(f"secagg bound must be finite and >= 1 (weights are encoded too), got {self.bound}")
         if self.max_dropouts is not None and self.max_dropouts < 0:
@@ -105,12 +116,18 @@ def check_private(strategy: Strategy, privacy: PrivacyConfig) -> DenseForm:
     """The strategy's round as sums (:func:`~.forms.form_of`), after checking ``privacy`` fits it.
 
     Raises:
-        ValueError: nothing to protect, a strategy that cannot be summed (the reason), or embedding
-            DP for a strategy without class embeddings.
+        ValueError: nothing to protect, a strategy that cannot be summed (the reason), embedding
+            DP for a strategy without class embeddings, or L1Diff's ``gamma_rel`` with DP.
     """
     if not privacy.secagg and privacy.dp is None and privacy.embedding_noise is None:
         raise ValueError("privacy protects nothing: set secagg, dp or the embedding DP (or use Server)")
-    form = form_of(strategy)
+    is_l1diff = isinstance(strategy, L1Diff) and not isinstance(strategy, L1DiffNetwork)
+    form = form_of(strategy, privacy.l1diff_segments if is_l1diff else 0)
+    if is_l1diff and privacy.dp is not None and strategy.gamma_rel is not None:  # type: ignore[attr-defined]
+        raise ValueError(
+            "L1Diff's gamma_rel sets gamma from round 0's mean |step|, which DP noise inflates (by about "
+            "sigma * clip / clients per coordinate); give gamma instead"
+        )
     if privacy.embedding_noise is not None and not (isinstance(form, RowsForm) and not form.fedss):
         raise ValueError("embedding_clip/embedding_noise apply to FedAwS, FedALC and FedALC-fixed only")
     return form

@@ -48,6 +48,7 @@ PRIVACY_KEYS = (
     "secagg-bits",
     "secagg-bound",
     "secagg-degree",
+    "l1diff-segments",
     "dp-clip",
     "dp-noise",
     "target-epsilon",

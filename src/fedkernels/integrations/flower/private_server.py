@@ -205,6 +205,7 @@ def privacy_config_from(context: Context) -> PrivacyConfig | None:
         bits=int(num("secagg-bits", 32)),
         bound=num("secagg-bound", 4.0),
         degree=degree or None,
+        l1diff_segments=int(num("l1diff-segments", 0)),
         dp=dpc,
         embedding_clip=e_clip if e_clip > 0 else None,
         embedding_noise=num("embedding-dp-noise", 0) if e_clip > 0 else None,
