@@ -8,6 +8,8 @@ loop's mean gradient), with a masked vector of one value per segment."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -24,9 +26,11 @@ from fedkernels.fl.algorithms.l1diff import GAMMA
 from fedkernels.fl.privacy import DPConfig, PrivacyConfig, PrivateServer
 from fedkernels.fl.privacy.forms import SEGMENTS, SEGMENTS_LEFT, L1DiffForm, form_of
 from fedkernels.fl.privacy.segments import (
+    boundary_mask,
     decode_segments,
     encode_segments,
     expand,
+    lengths_of,
     runs_of,
     segment_means,
 )
@@ -88,7 +92,7 @@ def test_dense_round_is_the_prox_of_the_mean_gradient_and_its_runs_are_the_segme
         ref = tv1d_slow(g[n].reshape(-1).numpy(), GAMMA_VALUE, True)
         step = ((x0[n].double() - s.state[n].double()) / ETA).reshape(-1).numpy()
         np.testing.assert_allclose(step, ref, atol=3e-5, err_msg=n)
-        lengths = s.state[SEGMENTS + n]
+        lengths = lengths_of(s.state[SEGMENTS + n])
         assert lengths.tolist() == runs_within(ref, 1e-5), n
         fewer += lengths.numel() < ref.size
     assert fewer >= 2  # gamma makes the larger tensors piecewise constant
@@ -102,7 +106,7 @@ def test_segmented_rounds_step_by_the_segment_means_of_the_mean_gradient_then_a_
     dense_up = s.history[0].privacy["secagg_bytes_up"]
     for r in (1, 2):
         x = {n: t.clone() for n, t in model(s.state).items()}
-        segs = {n: s.state[SEGMENTS + n].clone() for n in MODEL}
+        segs = {n: lengths_of(s.state[SEGMENTS + n]) for n in MODEL}
         g = mean_gradient(x, r)
         rec = s.run_round()
         assert rec.failed == [] and int(s.state[SEGMENTS_LEFT]) == 2 - r
@@ -112,7 +116,7 @@ def test_segmented_rounds_step_by_the_segment_means_of_the_mean_gradient_then_a_
             want = expand_slow(segment_means_slow(g[n].reshape(-1).numpy(), lengths), lengths)
             step = ((x[n].double() - s.state[n].double()) / ETA).reshape(-1).numpy()
             np.testing.assert_allclose(step, want, atol=2e-5, err_msg=f"round {r} {n}")
-            assert torch.equal(s.state[SEGMENTS + n], segs[n])  # the segmentation holds for K - 1 rounds
+            assert torch.equal(lengths_of(s.state[SEGMENTS + n]), segs[n])  # it holds for K - 1 rounds
             saved += x[n].numel() - len(lengths)
         # the masked vector has one 4-byte ring value per segment (32-bit ring) instead of per weight
         got = dense_up - rec.privacy["secagg_bytes_up"]
@@ -129,7 +133,7 @@ def test_segments_every_0_keeps_the_plain_secure_l1diff():
     plain.run()
     s = PrivateServer(l1diff(), clients(), NUM_FEATURES, NUM_CLASSES, config(2), PrivacyConfig(secagg=True))
     s.run()
-    assert not any(k.startswith(SEGMENTS) for k in s.state) and SEGMENTS_LEFT not in s.state
+    assert not any(k.startswith(SEGMENTS) for k in s.state)
     for n in MODEL:
         assert torch.allclose(s.state[n], plain.state[n], atol=2e-5, rtol=0), n
 
@@ -150,7 +154,7 @@ def test_central_dp_segmented_round_is_piecewise_constant_on_the_public_segments
     s = PrivateServer(l1diff(), clients(), NUM_FEATURES, NUM_CLASSES, config(), priv)
     s.run_round()
     x = {n: t.clone() for n, t in model(s.state).items()}
-    segs = {n: s.state[SEGMENTS + n].clone() for n in MODEL}
+    segs = {n: lengths_of(s.state[SEGMENTS + n]) for n in MODEL}
     rec = s.run_round()
     assert rec.failed == [] and int(s.state[SEGMENTS_LEFT]) == 0
     for n in MODEL:
@@ -216,6 +220,34 @@ def test_segment_means_and_expand_match_the_loops(lengths, seed):
     np.testing.assert_array_equal(
         expand(means, lt).numpy(), expand_slow(means.numpy(), lengths) if lengths else np.zeros(0)
     )
+
+
+@settings(deadline=None, max_examples=80)
+@given(st.lists(st.integers(1, 9), max_size=12))
+def test_boundary_mask_is_a_fixed_shape_form_of_the_lengths(lengths):
+    mask = boundary_mask(torch.tensor(lengths, dtype=torch.int64), sum(lengths))
+    assert mask.shape == (sum(lengths),) and mask.dtype == torch.uint8 and int(mask.sum()) == len(lengths)
+    assert lengths_of(mask).tolist() == lengths
+
+
+def test_a_segmented_run_resumes_from_its_checkpoint_as_if_never_stopped(tmp_path):
+    """The segmentation is state: a run stopped after its dense round and resumed in a segmented one
+    ends where the uninterrupted run ends, bit for bit (fixed-shape entries a checkpoint can hold)."""
+    priv = PrivacyConfig(secagg=True, l1diff_segments=3)
+
+    def server(rounds, path):
+        cfg = config(rounds) if path is None else dataclasses.replace(config(rounds), checkpoint=str(path))
+        return PrivateServer(l1diff(), clients(), NUM_FEATURES, NUM_CLASSES, cfg, priv)
+
+    whole = server(4, None)
+    whole.run()
+    server(2, tmp_path / "ck").run()
+    resumed = server(4, tmp_path / "ck")
+    assert resumed.round == 2 and int(resumed.state[SEGMENTS_LEFT]) == 1  # round 2 will be a segmented one
+    resumed.run()
+    assert resumed.state.keys() == whole.state.keys()
+    for k, v in whole.state.items():
+        assert torch.equal(resumed.state[k], v), k
 
 
 @settings(deadline=None, max_examples=80)

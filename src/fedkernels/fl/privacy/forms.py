@@ -42,11 +42,19 @@ from ..algorithms.l1diff import GAMMA, GAMMA_SENT
 from ..algorithms.l1diff_codec import decode_upload
 from ..payload import Payload
 from ..strategy import SERVER, State, Strategy
-from .segments import decode_segments, encode_segments, expand, segment_means, segmentation
+from .segments import (
+    boundary_mask,
+    decode_segments,
+    encode_segments,
+    expand,
+    lengths_of,
+    segment_means,
+    segmentation,
+)
 
 WEIGHT, COUNT, ROWS, ROW_COUNT = "__weight", "__count", "__rows", "__row_count"
 ROUND_ROWS = "__round_rows"  # int64 [|U|]: the row ids of the round, in the download of a RowsForm
-SEGMENTS = SERVER + "segments."  # + tensor name, int64 [S]: L1DiffForm's public segment lengths
+SEGMENTS = SERVER + "segments."  # + tensor name, uint8 [numel]: L1DiffForm's public segments (1: a segment starts)
 SEGMENTS_LEFT = SERVER + "segments_left"  # int64 []: the segmented rounds left before the next dense one
 SEGMENTS_SENT = "l1.segments."  # + tensor name, uint8: the segments (codec bytes) in a segmented round's download
 
@@ -78,6 +86,10 @@ class DenseForm:
     def local_payload(self, download: Payload, request: Payload | None) -> Payload:
         """Client side: the strategy's ordinary download, out of the round's (here the same)."""
         return download
+
+    def initial_entries(self, state: State) -> dict[str, torch.Tensor]:
+        """Server-side state entries this form keeps (fixed shapes, so a checkpoint can hold them)."""
+        return {}
 
     def contribution(
         self, download: Payload, upload: Payload, weight: float | None, request: Payload | None = None
@@ -126,6 +138,14 @@ class L1DiffForm(DenseForm):
         """The model's tensors: the download's gamma (``l1.gamma``) and segments are no model tensors."""
         return [n for n in super().names(state) if n != GAMMA_SENT and not n.startswith(SEGMENTS_SENT)]
 
+    def initial_entries(self, state: State) -> dict[str, torch.Tensor]:
+        """The segmented variant's entries: no segmentation yet (the first round is dense)."""
+        if self.segments_every < 2:
+            return {}
+        out = {SEGMENTS + n: torch.zeros(state[n].numel(), dtype=torch.uint8) for n in self.names(state)}
+        out[SEGMENTS_LEFT] = torch.tensor(0, dtype=torch.int64)
+        return out
+
     @staticmethod
     def segmented(state: State) -> bool:
         """Whether this round sends segment means (a public segmentation with rounds left)."""
@@ -134,7 +154,7 @@ class L1DiffForm(DenseForm):
     def layout(self, state: State, weighted: bool, rows: torch.Tensor | None = None) -> dict[str, tuple[int, ...]]:
         if not self.segmented(state):
             return super().layout(state, weighted, rows)
-        out: dict[str, tuple[int, ...]] = {n: (int(state[SEGMENTS + n].numel()),) for n in self.names(state)}
+        out: dict[str, tuple[int, ...]] = {n: (int(state[SEGMENTS + n].sum()),) for n in self.names(state)}
         if weighted:
             out[WEIGHT] = (1,)
         return out
@@ -147,7 +167,7 @@ class L1DiffForm(DenseForm):
             out[GAMMA_SENT] = torch.zeros(1, dtype=torch.float64)
             if self.segmented(state):
                 for n in self.names(state):
-                    out[SEGMENTS_SENT + n] = encode_segments(state[SEGMENTS + n])
+                    out[SEGMENTS_SENT + n] = encode_segments(lengths_of(state[SEGMENTS + n]))
         return out
 
     def local_payload(self, download: Payload, request: Payload | None) -> Payload:
@@ -190,9 +210,10 @@ class L1DiffForm(DenseForm):
         for n in names:
             m = means[n]
             if segmented:  # the summed segment means, spread over their segments
-                m = expand(m, state[SEGMENTS + n]).reshape(state[n].shape)
+                m = expand(m, lengths_of(state[SEGMENTS + n])).reshape(state[n].shape)
             elif self.segments_every >= 2:  # a dense round: the prox of the mean, whose runs are public next
-                m, new[SEGMENTS + n] = segmentation(m, gamma, s.block_size)
+                m, lengths = segmentation(m, gamma, s.block_size)
+                new[SEGMENTS + n] = boundary_mask(lengths, m.numel())
             new[n] = (state[n].double() - (s.server_lr * s.eta) * m).to(state[n].dtype)
         if self.segments_every >= 2:
             left = int(state[SEGMENTS_LEFT]) - 1 if segmented else self.segments_every - 1

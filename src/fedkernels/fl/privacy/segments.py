@@ -86,6 +86,31 @@ def decode_segments(wire: torch.Tensor, numel: int, name: str) -> torch.Tensor:
     return runs_of(parity)
 
 
+def boundary_mask(lengths: torch.Tensor, numel: int) -> torch.Tensor:
+    """A segmentation as a fixed-shape state entry: uint8 ``[numel]``, 1 where a segment starts.
+
+    Args:
+        lengths: int64 ``[S]``, positive, summing to ``numel``.
+    """
+    mask = torch.zeros(numel, dtype=torch.uint8)
+    if lengths.numel():
+        mask[torch.cumsum(lengths, 0)[:-1]] = 1
+        mask[0] = 1
+    return mask
+
+
+def lengths_of(mask: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`boundary_mask`: the segment lengths (int64 ``[S]``; the first value always
+    starts a segment)."""
+    numel = mask.numel()
+    if numel == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    starts = mask.reshape(-1).to(torch.bool).clone()
+    starts[0] = True
+    at = starts.nonzero().reshape(-1)
+    return torch.diff(at, append=torch.tensor([numel], dtype=at.dtype, device=at.device)).to(torch.int64)
+
+
 def segment_means(flat: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """The mean of ``flat`` over each segment.
 

@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -198,6 +199,7 @@ class PrivateServer(Server):
         self.form: DenseForm = check_private(strategy, privacy)
         self.privacy = privacy
         super().__init__(strategy, clients, num_features, num_classes, config)
+        self.state = {**self.form.initial_entries(self.state), **self.state}  # a resumed state has them
         self.q = config.clients_per_round / len(clients)
         self.sigma = privacy.dp.noise_multiplier(self.q, config.rounds) if privacy.dp is not None else None
         self.private_endpoints: list[Any] = []  # PrivateClient or a wrapper with its handle()
@@ -209,6 +211,11 @@ class PrivateServer(Server):
     @property
     def num_clients(self) -> int:
         return len(self.clients)
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """:meth:`Server.load_checkpoint`, with the form's server-side entries expected too."""
+        self.state = {**self.form.initial_entries(self.state), **self.state}
+        super().load_checkpoint(path)
 
     def example_counts(self, clients: list[int]) -> dict[int, int | BaseException]:
         """The clients' example counts (the server holds the clients here)."""
