@@ -71,9 +71,10 @@ def variant_rows(folder: Path, metric: str | None = None) -> tuple[list[dict], d
 
 def print_preset(preset: Path) -> None:
     print(f"\n## {preset.name}")
-    for folder in sorted(p for p in preset.iterdir() if p.is_dir()):
-        if folder.name.startswith("seed"):
-            folder = preset  # a preset run without variants
+    folders = sorted(p for p in preset.iterdir() if p.is_dir() and not p.name.startswith("seed"))
+    if any(preset.glob("seed*/results.json")):  # the preset's own run, beside any variants
+        folders.insert(0, preset)
+    for folder in folders:
         rows, info = variant_rows(folder)
         if not rows:
             continue
@@ -88,8 +89,6 @@ def print_preset(preset: Path) -> None:
         for r in rows:
             if r["diagnostics"]:
                 print(f"- {r['algorithm']} diagnostics (seed 0): {r['diagnostics']}")
-        if folder == preset:
-            break
 
 
 def main() -> None:
