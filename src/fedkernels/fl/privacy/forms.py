@@ -91,6 +91,10 @@ class DenseForm:
         """Server-side state entries this form keeps (fixed shapes, so a checkpoint can hold them)."""
         return {}
 
+    def with_initial_entries(self, state: State) -> State:
+        """``state`` with :meth:`initial_entries` added where it lacks them (a resumed state keeps its own)."""
+        return {**self.initial_entries(state), **state}
+
     def contribution(
         self, download: Payload, upload: Payload, weight: float | None, request: Payload | None = None
     ) -> dict[str, torch.Tensor]:
@@ -133,6 +137,9 @@ class L1DiffForm(DenseForm):
         if isinstance(segments_every, bool) or not isinstance(segments_every, int) or segments_every < 0:
             raise ValueError(f"segments_every must be an integer >= 0, got {segments_every!r}")
         self.segments_every = segments_every
+        # tensor name -> (the state's boundary mask, its wire form): encoded once per segmentation, not
+        # once per client (the mask tensor is replaced, never changed in place, when the segments change)
+        self._wire: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def names(self, state: State) -> list[str]:
         """The model's tensors: the download's gamma (``l1.gamma``) and segments are no model tensors."""
@@ -167,8 +174,15 @@ class L1DiffForm(DenseForm):
             out[GAMMA_SENT] = torch.zeros(1, dtype=torch.float64)
             if self.segmented(state):
                 for n in self.names(state):
-                    out[SEGMENTS_SENT + n] = encode_segments(lengths_of(state[SEGMENTS + n]))
+                    out[SEGMENTS_SENT + n] = self._segments_wire(state[SEGMENTS + n], n)
         return out
+
+    def _segments_wire(self, mask: torch.Tensor, name: str) -> torch.Tensor:
+        """:func:`~.segments.encode_segments` of ``mask``'s segments, cached while the mask is the same tensor."""
+        hit = self._wire.get(name)
+        if hit is None or hit[0] is not mask:
+            hit = self._wire[name] = (mask, encode_segments(lengths_of(mask)))
+        return hit[1]
 
     def local_payload(self, download: Payload, request: Payload | None) -> Payload:
         """The strategy's own download: the segment lengths taken out."""

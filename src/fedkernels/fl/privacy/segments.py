@@ -21,6 +21,17 @@ from ...comm import decode_runs, encode_runs
 from ...ops.prox import prox_tv1d
 
 
+def _lengths(starts: torch.Tensor) -> torch.Tensor:
+    """Segment lengths from a bool ``[d]`` marking where segments start (position 0 always starts one)."""
+    d = starts.numel()
+    if d == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    starts = starts.clone()
+    starts[0] = True
+    at = starts.nonzero().reshape(-1)
+    return torch.diff(at, append=torch.tensor([d], dtype=at.dtype, device=at.device)).to(torch.int64)
+
+
 def runs_of(values: torch.Tensor) -> torch.Tensor:
     """The run lengths of a 1-D tensor (maximal stretches of equal values).
 
@@ -32,12 +43,9 @@ def runs_of(values: torch.Tensor) -> torch.Tensor:
     """
     if values.dim() != 1:
         raise ValueError(f"runs_of takes a 1-D tensor, got shape {tuple(values.shape)}")
-    d = values.numel()
-    if d == 0:
-        return torch.zeros(0, dtype=torch.int64)
-    starts = torch.cat([torch.zeros(1, dtype=torch.int64), (values[1:] != values[:-1]).nonzero().reshape(-1) + 1])
-    ends = torch.cat([starts[1:], torch.tensor([d], dtype=torch.int64)])
-    return ends - starts
+    starts = torch.ones_like(values, dtype=torch.bool)
+    starts[1:] = values[1:] != values[:-1]
+    return _lengths(starts)
 
 
 def segmentation(mean: torch.Tensor, gamma: float, block_size: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,13 +110,7 @@ def boundary_mask(lengths: torch.Tensor, numel: int) -> torch.Tensor:
 def lengths_of(mask: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`boundary_mask`: the segment lengths (int64 ``[S]``; the first value always
     starts a segment)."""
-    numel = mask.numel()
-    if numel == 0:
-        return torch.zeros(0, dtype=torch.int64)
-    starts = mask.reshape(-1).to(torch.bool).clone()
-    starts[0] = True
-    at = starts.nonzero().reshape(-1)
-    return torch.diff(at, append=torch.tensor([numel], dtype=at.dtype, device=at.device)).to(torch.int64)
+    return _lengths(mask.reshape(-1).to(torch.bool))
 
 
 def segment_means(flat: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

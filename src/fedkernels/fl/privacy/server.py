@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import torch
 
 from .. import payload as pl
-from ..algorithms import L1Diff, L1DiffNetwork
+from ..algorithms import L1Diff
 from ..client import call_with_deadline
 from ..evaluation import MAX_EXAMPLES
 from ..round import Answer, failure_reason, select_clients
@@ -122,9 +122,8 @@ def check_private(strategy: Strategy, privacy: PrivacyConfig) -> DenseForm:
     """
     if not privacy.secagg and privacy.dp is None and privacy.embedding_noise is None:
         raise ValueError("privacy protects nothing: set secagg, dp or the embedding DP (or use Server)")
-    is_l1diff = isinstance(strategy, L1Diff) and not isinstance(strategy, L1DiffNetwork)
-    form = form_of(strategy, privacy.l1diff_segments if is_l1diff else 0)
-    if is_l1diff and privacy.dp is not None and strategy.gamma_rel is not None:  # type: ignore[attr-defined]
+    form = form_of(strategy, privacy.l1diff_segments if isinstance(strategy, L1Diff) else 0)
+    if isinstance(strategy, L1Diff) and privacy.dp is not None and strategy.gamma_rel is not None:
         raise ValueError(
             "L1Diff's gamma_rel sets gamma from round 0's mean |step|, which DP noise inflates (by about "
             "sigma * clip / clients per coordinate); give gamma instead"
@@ -199,7 +198,7 @@ class PrivateServer(Server):
         self.form: DenseForm = check_private(strategy, privacy)
         self.privacy = privacy
         super().__init__(strategy, clients, num_features, num_classes, config)
-        self.state = {**self.form.initial_entries(self.state), **self.state}  # a resumed state has them
+        self.state = self.form.with_initial_entries(self.state)  # a resumed state has them
         self.q = config.clients_per_round / len(clients)
         self.sigma = privacy.dp.noise_multiplier(self.q, config.rounds) if privacy.dp is not None else None
         self.private_endpoints: list[Any] = []  # PrivateClient or a wrapper with its handle()
@@ -214,7 +213,7 @@ class PrivateServer(Server):
 
     def load_checkpoint(self, path: str | Path) -> None:
         """:meth:`Server.load_checkpoint`, with the form's server-side entries expected too."""
-        self.state = {**self.form.initial_entries(self.state), **self.state}
+        self.state = self.form.with_initial_entries(self.state)
         super().load_checkpoint(path)
 
     def example_counts(self, clients: list[int]) -> dict[int, int | BaseException]:

@@ -73,7 +73,7 @@ class PrivateFlowerStrategy(FlowerStrategy):
     ) -> None:
         self.form = check_private(strategy, privacy)
         super().__init__(strategy, num_features, num_classes, num_clients, config, **flower)
-        self.state = {**self.form.initial_entries(self.state), **self.state}  # before any checkpoint is read
+        self.state = self.form.with_initial_entries(self.state)  # before any checkpoint is read
         self.privacy = privacy
         self.q = config.clients_per_round / num_clients
         self.sigma = privacy.dp.noise_multiplier(self.q, config.rounds) if privacy.dp is not None else None
