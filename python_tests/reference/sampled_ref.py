@@ -92,3 +92,23 @@ def row_scaled_weights(idx: torch.Tensor, weight: torch.Tensor, acc_dtype: torch
     top = torch.zeros(int(idx.max()) + 1, dtype=acc_dtype).scatter_reduce(0, idx, w, "amax")
     scale = torch.where(top > 1, torch.ldexp(torch.ones_like(top), -torch.frexp(top)[1]), torch.ones_like(top))
     return w * scale[idx]
+
+
+def cross_entropy_excluding(
+    h: torch.Tensor,
+    W: torch.Tensor,
+    target: torch.Tensor,
+    excluded: list[set[int]],
+    bias: torch.Tensor | None = None,
+    scale: float = 1.0,
+) -> torch.Tensor:
+    """Mean over rows of ``logsumexp_{j not in excluded[i]} z_ij - z_i,target`` in float64, one row at a
+    time (differentiable): the softmax of row i over every column but the ones it excludes."""
+    per = []
+    for i in range(h.shape[0]):
+        cols = [j for j in range(W.shape[0]) if j not in excluded[i]]
+        z = scale * (W[cols].double() @ h[i].double())
+        if bias is not None:
+            z = z + bias[cols].double()
+        per.append(torch.logsumexp(z, 0) - z[cols.index(int(target[i]))])
+    return torch.stack(per).mean() if per else h.sum().double() * 0.0

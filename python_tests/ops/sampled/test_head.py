@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedkernels
 from fedkernels.nn import SampledSoftmaxHead, logq_correction
+from python_tests.reference import sampled_ref
 
 
 def _setup(seed: int = 0, p: int = 60, d: int = 6, n: int = 12, m: int = 10):
@@ -132,3 +134,109 @@ def test_target_must_be_a_positive():
     bad[0] = neg[0]
     with pytest.raises(IndexError, match="positive"):
         head(h, bad)
+
+
+def _multilabel_batch(rng: np.random.Generator, positives: list[int], n: int):
+    """n samples, each with 1-3 distinct labels from positives: (labels per sample, pair rows, pair targets)."""
+    labels = [sorted(rng.choice(positives, size=int(rng.integers(1, 4)), replace=False).tolist()) for _ in range(n)]
+    rows = torch.tensor([i for i, ls in enumerate(labels) for _ in ls], dtype=torch.int64)
+    targets = torch.tensor([c for ls in labels for c in ls], dtype=torch.int64)
+    return labels, rows, targets
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    variant=st.sampled_from(["fedss", "posonly", "full"]),
+    m=st.integers(0, 12),
+    cosine=st.booleans(),
+    scale=st.sampled_from([1.0, 20.0]),
+)
+def test_excluding_co_positives_matches_the_row_loop(seed, variant, m, cosine, scale):
+    rng = np.random.default_rng(seed)
+    p, d = 40, 5
+    positives = sorted(rng.choice(p, size=int(rng.integers(3, 7)), replace=False).tolist())
+    negatives = fedkernels.sample_negatives(torch.tensor(positives), p, m, seed)
+    W_full = torch.tensor(rng.normal(size=(p, d)))
+    head = SampledSoftmaxHead.gather(W_full, torch.tensor(positives), negatives, p, variant)
+    head.scale, head.cosine = scale, cosine
+    labels, rows, targets = _multilabel_batch(rng, positives, int(rng.integers(1, 6)))
+    h = torch.tensor(rng.normal(size=(len(labels), d)))[rows]
+    exclude = torch.tensor(
+        [
+            [j, c]
+            for j, (i, t) in enumerate(zip(rows.tolist(), targets.tolist(), strict=True))
+            for c in labels[i]
+            if c != t
+        ],
+        dtype=torch.int64,
+    ).reshape(-1, 2)
+    ids = head.class_ids.tolist()
+    used = len(positives) if variant == "posonly" else len(ids)
+    ref_rows = head.weight.detach()[:used].clone().requires_grad_()
+    hr, wr = h, ref_rows
+    if cosine:
+        hr, wr = torch.nn.functional.normalize(h, dim=1), torch.nn.functional.normalize(ref_rows, dim=1)
+    excluded = [
+        {ids.index(c) for c in labels[i] if c != t} for i, t in zip(rows.tolist(), targets.tolist(), strict=True)
+    ]
+    local = torch.tensor([ids.index(t) for t in targets.tolist()])
+    bias = head.bias[:used].double() if variant == "fedss" else None
+    want = sampled_ref.cross_entropy_excluding(hr, wr, local, excluded, bias, scale)
+    got = head(h, targets, exclude=exclude)
+    torch.testing.assert_close(got, want)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(head.weight.grad[:used], ref_rows.grad)
+    if variant == "posonly":
+        assert not head.weight.grad[used:].any()
+
+
+def test_excluding_nothing_is_the_fused_loss():
+    W_full, pos, neg, h, target = _setup(3)
+    for variant in ("fedss", "posonly", "full"):
+        head = SampledSoftmaxHead.gather(W_full, pos, neg, 60, variant, scale=2.0)
+        none = torch.zeros(0, 2, dtype=torch.int64)
+        torch.testing.assert_close(head(h, target, exclude=none), head(h, target))
+
+
+def test_excluding_keeps_ignored_rows_finite():
+    W_full, pos, neg, h, target = _setup(4)
+    head = SampledSoftmaxHead.gather(W_full, pos, neg, 60, "posonly")
+    target = target.clone()
+    target[0] = -100  # row 0 ignored, and every class it could see excluded
+    exclude = torch.tensor([[0, c] for c in torch.unique(pos).tolist()], dtype=torch.int64)
+    loss = head(h, target, exclude=exclude)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(head.weight.grad).all()
+    want = head(h[1:], target[1:])
+    torch.testing.assert_close(loss, want)  # the ignored row adds nothing
+
+
+@pytest.mark.parametrize(
+    ("variant", "exclude", "exc", "match"),
+    [
+        ("negonly", [[0, 3]], ValueError, "not for 'negonly'"),
+        ("fedss", [[0, 3]], ValueError, "own target"),  # row 0's target is 3 below
+        ("fedss", [[99, 17]], IndexError, "rows must lie"),
+        ("fedss", [[0, 59]], IndexError, "does not hold"),
+        ("posonly", [[0, -1]], IndexError, "does not hold"),
+    ],
+)
+def test_bad_exclude(variant, exclude, exc, match):
+    W_full, pos, neg, h, target = _setup(5)
+    target = target.clone()
+    target[0] = 3
+    neg = neg[neg != 59]
+    head = SampledSoftmaxHead.gather(W_full, pos, neg, 60, variant)
+    with pytest.raises(exc, match=match):
+        head(h, target, exclude=torch.tensor(exclude, dtype=torch.int64))
+
+
+def test_exclude_must_be_int64_pairs():
+    W_full, pos, neg, h, target = _setup(6)
+    head = SampledSoftmaxHead.gather(W_full, pos, neg, 60, "fedss")
+    with pytest.raises(ValueError, match=r"int64 \[E, 2\]"):
+        head(h, target, exclude=torch.tensor([0, 3]))
+    with pytest.raises(ValueError, match="reduction"):
+        head(h, target, reduction="max", exclude=torch.zeros(0, 2, dtype=torch.int64))

@@ -141,12 +141,24 @@ class SampledSoftmaxHead(nn.Module):
         return self._sorted_pos[pos]
 
     def forward(
-        self, h: torch.Tensor, target: torch.Tensor, reduction: str = "mean", ignore_index: int = -100
+        self,
+        h: torch.Tensor,
+        target: torch.Tensor,
+        reduction: str = "mean",
+        ignore_index: int = -100,
+        exclude: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The variant's loss for features ``h [N, d]`` and global targets ``target`` int64 ``[N]``.
 
         Targets equal to ``ignore_index`` contribute 0; every other target must be a positive of this
         client (IndexError otherwise). ``reduction`` as in :func:`fedkernels.linear_cross_entropy`.
+
+        ``exclude`` (int64 ``[E, 2]`` of ``(row of h, global class id)``) takes those classes out of
+        that row's softmax: for multi-label data, a (sample, label) term that does not compete with
+        the sample's other labels. Excluded classes must be among the rows the variant uses
+        (IndexError) and never be the row's target (ValueError). Not for ``"negonly"``, which already
+        leaves every other positive out.
+        This path builds the ``[N, s]`` logits (``s`` the rows the variant uses), not the fused kernel.
         """
         live = target != ignore_index
         local = torch.full_like(target, ignore_index)
@@ -156,6 +168,8 @@ class SampledSoftmaxHead(nn.Module):
         w: torch.Tensor = self.weight
         if self.cosine:  # cosine logits: scale * cos(h, w_c) (FedSS's normalised features and rows)
             h, w = nn.functional.normalize(h, dim=1), nn.functional.normalize(w, dim=1)
+        if exclude is not None:
+            return self._loss_excluding(h, w, local, live, exclude, reduction)
         if self.variant == "full":
             return linear_cross_entropy(h, w, local, None, self.scale, ignore_index, reduction)
         if self.variant == "posonly":
@@ -170,6 +184,48 @@ class SampledSoftmaxHead(nn.Module):
         rows = w[local.clamp_min(0)]
         z_t = self.scale * (h * rows).sum(1).to(lse_neg.dtype)
         per = torch.where(live, torch.logaddexp(z_t, lse_neg) - z_t, torch.zeros_like(z_t))
+        if reduction == "none":
+            return per
+        if reduction == "sum":
+            return per.sum()
+        return per.sum() / live.sum().clamp_min(1)
+
+    def _loss_excluding(
+        self,
+        h: torch.Tensor,
+        w: torch.Tensor,
+        local: torch.Tensor,
+        live: torch.Tensor,
+        exclude: torch.Tensor,
+        reduction: str,
+    ) -> torch.Tensor:
+        """The variant's loss with the ``exclude`` pairs' logits set to -inf (dense ``[N, s]`` logits)."""
+        if reduction not in ("none", "sum", "mean"):
+            raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+        if self.variant == "negonly":
+            raise ValueError("exclude is not for 'negonly': it already leaves every other positive out")
+        if exclude.dim() != 2 or exclude.shape[1] != 2 or exclude.dtype != torch.int64:
+            got = f"{exclude.dtype} {tuple(exclude.shape)}"
+            raise ValueError(f"exclude must be int64 [E, 2] (row, class id), got {got}")
+        n = h.shape[0]
+        if exclude.numel() and (int(exclude[:, 0].min()) < 0 or int(exclude[:, 0].max()) >= n):
+            raise IndexError(f"exclude rows must lie in [0, {n})")
+        used = self.num_positives if self.variant == "posonly" else w.shape[0]
+        cols = self.local_index(exclude[:, 1].contiguous())
+        if bool((cols >= used).any()):
+            raise IndexError("exclude names a class outside the rows this variant's softmax uses")
+        mask = torch.zeros(n, used, dtype=torch.bool, device=h.device)
+        mask[exclude[:, 0], cols] = True
+        safe = local.clamp_min(0)
+        if used and bool((mask.gather(1, safe[:, None])[:, 0] & live).any()):
+            raise ValueError("exclude takes a row's own target out of its softmax")
+        mask &= live[:, None]  # an ignored row keeps every class, so its (unused) loss stays finite
+        z = self.scale * (h @ w[:used].T)
+        if self.variant == "fedss":
+            z = z + self.bias.to(z.dtype)
+        z = z.masked_fill(mask, float("-inf"))
+        per = torch.logsumexp(z, dim=1) - z.gather(1, safe[:, None])[:, 0] if used else h.new_zeros(n)
+        per = torch.where(live, per, torch.zeros_like(per))
         if reduction == "none":
             return per
         if reduction == "sum":

@@ -46,6 +46,17 @@ def _pairs(batch: ClientData) -> tuple[torch.Tensor, torch.Tensor]:
     return rows, batch.indices
 
 
+def _co_positive_pairs(indptr: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """For the (sample, label) pairs of :func:`_pairs`, every (pair, other label of that pair's sample)
+    whose label differs from the pair's own: int64 ``[E, 2]`` of (pair index, class id)."""
+    count = indptr.diff()[rows]  # labels of each pair's sample
+    pair = torch.repeat_interleave(torch.arange(rows.numel(), device=rows.device), count)
+    first = torch.cumsum(count, 0) - count
+    partner = indptr[rows][pair] + torch.arange(pair.numel(), device=rows.device) - first[pair]
+    keep = labels[partner] != labels[pair]  # a duplicated label is the pair's own target, never excluded
+    return torch.stack([pair[keep], labels[partner[keep]]], dim=1)
+
+
 class FedSS(Strategy):
     """Federated sampled softmax.
 
@@ -57,6 +68,10 @@ class FedSS(Strategy):
         cosine: cosine logits ``scale * cos(h, w_c)`` (the FedSS paper: normalised embeddings, s = 20).
         server_momentum: the server's momentum on the averaged update (FedAvgM: ``v <- beta v + delta``,
             ``x <- x + v``; the FedSS paper's 0.9); 0 is plain averaging.
+        exclude_co_positives: each (sample, label) term's softmax leaves out the sample's other labels,
+            so a multi-label sample's own tags do not push each other down (the paper's data is
+            single-label, where this changes nothing). Not for NegOnly, which already leaves every
+            other positive out.
     """
 
     name = "FedSS"
@@ -70,7 +85,10 @@ class FedSS(Strategy):
         scale: float = 1.0,
         cosine: bool = False,
         server_momentum: float = 0.0,
+        exclude_co_positives: bool = False,
     ) -> None:
+        if exclude_co_positives and self.variant == "negonly":
+            raise ValueError("exclude_co_positives is not for NegOnly: it already leaves every other positive out")
         if num_negatives < 0:
             raise ValueError(f"num_negatives must be >= 0, got {num_negatives}")
         if embed_dim < 1:
@@ -79,6 +97,7 @@ class FedSS(Strategy):
             raise ValueError(f"server_momentum must lie in [0, 1), got {server_momentum}")
         self.num_negatives, self.embed_dim, self.hidden, self.scale = num_negatives, embed_dim, tuple(hidden), scale
         self.cosine, self.server_momentum = bool(cosine), float(server_momentum)
+        self.exclude_co_positives = bool(exclude_co_positives)
 
     # ---- global state: body parameters plus the class matrix
 
@@ -171,7 +190,8 @@ class FedSS(Strategy):
             rows, labels = _pairs(batch)
             if rows.numel() == 0:
                 return head.weight.sum() * 0.0
-            return head(body(batch.x)[rows], labels)
+            exclude = _co_positive_pairs(batch.indptr, rows, labels) if self.exclude_co_positives else None
+            return head(body(batch.x)[rows], labels, exclude=exclude)
 
         train_local([*body.parameters(), head.weight], loss_fn, data, config, generator(seed, "shuffle"))
         ids, rows = head.updated_rows()
