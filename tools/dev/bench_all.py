@@ -61,6 +61,7 @@ NOT_BENCHMARKS = (
     "proctree",
     "topk_faiss_worker",
     "paper_tables",
+    "hashed_split_tv",
 )  # helpers, printers
 
 

@@ -1,0 +1,43 @@
+"""bench/fl/hashed_split_tv.py: the split's TV over a hash table's buckets, against direct cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench.fl.hashed_split_tv import hashed_split_tv
+from fedkernels.data.partition import Shard, split_statistics
+
+
+def _shards(label_lists: list[list[list[int]]]) -> list[Shard]:
+    out = []
+    for rows in label_lists:
+        ptr = np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)
+        idx = np.array([c for r in rows for c in r], dtype=np.int64)
+        out.append(Shard(np.arange(len(rows)), ptr, idx))
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=3), min_size=1, max_size=4), min_size=2, max_size=4
+    )
+)
+def test_identity_table_is_the_class_tv_and_one_bucket_is_zero(labels):
+    shards = _shards(labels)
+    identity = torch.arange(6)[:, None].repeat(1, 2)
+    got = hashed_split_tv(shards, identity, 6)
+    assert got == pytest.approx([split_statistics(shards, 6)["mean_pairwise_tv"]] * 2)
+    assert hashed_split_tv(shards, torch.zeros(6, 1, dtype=torch.int64), 1) == pytest.approx([0.0])
+
+
+def test_hashing_two_owned_classes_together_hides_the_skew():
+    # client 0 holds only class 0, client 1 only class 1: disjoint (TV 1) over classes, identical
+    # (TV 0) where a table puts both classes in one bucket, disjoint again where it keeps them apart
+    shards = _shards([[[0], [0]], [[1]]])
+    table = torch.tensor([[0, 0], [0, 1]])
+    assert hashed_split_tv(shards, table, 2) == pytest.approx([0.0, 1.0])
