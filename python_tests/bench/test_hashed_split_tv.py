@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.fl.hashed_split_tv import hashed_split_tv
+from bench.fl.hashed_split_tv import hashed_split_tv, owner_share
 from fedkernels.data.partition import Shard, split_statistics
 
 
@@ -41,3 +41,25 @@ def test_hashing_two_owned_classes_together_hides_the_skew():
     shards = _shards([[[0], [0]], [[1]]])
     table = torch.tensor([[0, 0], [0, 1]])
     assert hashed_split_tv(shards, table, 2) == pytest.approx([0.0, 1.0])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=3), min_size=1, max_size=4), min_size=1, max_size=4
+    )
+)
+def test_owner_share_matches_the_loop(labels):
+    shards = _shards(labels)
+    label_map = np.array([0, 1, 1, 2, 0])  # five classes into three labels
+    per_client = [[label_map[c] for rows in client for c in rows] for client in labels]
+    total = sum(len(x) for x in per_client)
+    want = sum(max(x.count(lab) for x in per_client) for lab in range(3)) / total
+    assert owner_share(shards, label_map, 3) == pytest.approx(want)
+
+
+def test_owner_share_extremes():
+    even = _shards([[[0], [1]], [[0], [1]]])  # both clients hold each label equally
+    assert owner_share(even, np.arange(2), 2) == pytest.approx(0.5)
+    apart = _shards([[[0], [0]], [[1]]])  # each label on one client
+    assert owner_share(apart, np.arange(2), 2) == pytest.approx(1.0)
