@@ -240,3 +240,15 @@ def test_exclude_must_be_int64_pairs():
         head(h, target, exclude=torch.tensor([0, 3]))
     with pytest.raises(ValueError, match="reduction"):
         head(h, target, reduction="max", exclude=torch.zeros(0, 2, dtype=torch.int64))
+
+
+def test_exclude_refuses_logits_over_the_bound(monkeypatch):
+    from fedkernels.nn import sampled_softmax
+
+    W_full, pos, neg, h, target = _setup(7)
+    head = SampledSoftmaxHead.gather(W_full, pos, neg, 60, "full")
+    monkeypatch.setattr(sampled_softmax, "MAX_EXCLUDE_LOGITS", h.shape[0] * 60 - 1)
+    with pytest.raises(ValueError, match="over the bound"):
+        head(h, target, exclude=torch.zeros(0, 2, dtype=torch.int64))
+    monkeypatch.setattr(sampled_softmax, "MAX_EXCLUDE_LOGITS", h.shape[0] * 60)
+    head(h, target, exclude=torch.zeros(0, 2, dtype=torch.int64))  # exactly at the bound: allowed

@@ -11,6 +11,7 @@ from ..ops.sampled import linear_cross_entropy
 from ..ops.topk import linear_topk
 
 VARIANTS = ("fedss", "negonly", "posonly", "full")
+MAX_EXCLUDE_LOGITS = 1 << 28  # elements of the dense [N, s] logits the ``exclude`` path may build (1 GiB float32)
 
 
 def logq_correction(num_classes: int, num_positives: int, m: int) -> float:
@@ -211,6 +212,11 @@ class SampledSoftmaxHead(nn.Module):
         if exclude.numel() and (int(exclude[:, 0].min()) < 0 or int(exclude[:, 0].max()) >= n):
             raise IndexError(f"exclude rows must lie in [0, {n})")
         used = self.num_positives if self.variant == "posonly" else w.shape[0]
+        if n * used > MAX_EXCLUDE_LOGITS:  # the dense path is for a client's small head, not a full softmax at scale
+            raise ValueError(
+                f"exclude builds [N, s] = [{n}, {used}] logits, over the bound of {MAX_EXCLUDE_LOGITS} elements; "
+                "use smaller batches or fewer classes per head"
+            )
         cols = self.local_index(exclude[:, 1].contiguous())
         if bool((cols >= used).any()):
             raise IndexError("exclude names a class outside the rows this variant's softmax uses")
