@@ -275,7 +275,7 @@ class _Stack:
         feats = [gram_features(d.x) for d in self.data]
         w0 = [p.params[weight].detach() for p in self.problems]
         b0 = [p.params[bias].detach() for p in self.problems] if bias is not None else None
-        proj = [f.times(w.t().contiguous()) for f, w in zip(feats, w0, strict=True)]  # P = X W_0^T: [n, H]
+        proj = [f.times(wt) for f, wt in zip(feats, _transposed(w0), strict=True)]  # P = X W_0^T: [n, H]
         gram = [f.gram() for f in feats]  # K = X X^T: [n, n]
         hidden, dtype = w0[0].shape[0], w0[0].dtype
         acc = [torch.zeros(f.rows, hidden, dtype=dtype, device="cpu") for f in feats]  # G
@@ -323,6 +323,19 @@ SPARSE_MIN_ROWS = 150
 
 # Below this share of nonzero features the Gram form's products run on CSR copies of the features.
 SPARSE_DENSITY = 0.25
+
+
+def _transposed(weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each ``w.t()`` made contiguous, once per distinct tensor: a round's clients usually start from
+    the same downloaded weight (one shared tensor), which is then copied once instead of per client."""
+    made: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
+    out = []
+    for w in weights:
+        key = (w.data_ptr(), w.storage_offset(), tuple(w.shape), tuple(w.stride()))
+        if key not in made:
+            made[key] = w.t().contiguous()
+        out.append(made[key])
+    return out
 
 
 def gram_features(x: torch.Tensor) -> _GramFeatures:
