@@ -238,6 +238,8 @@ def test_exclude_must_be_int64_pairs():
     head = SampledSoftmaxHead.gather(W_full, pos, neg, 60, "fedss")
     with pytest.raises(ValueError, match=r"int64 \[E, 2\]"):
         head(h, target, exclude=torch.tensor([0, 3]))
+    with pytest.raises(ValueError, match="h's device"):
+        head(h, target, exclude=torch.zeros(0, 2, dtype=torch.int64, device="meta"))
     with pytest.raises(ValueError, match="reduction"):
         head(h, target, reduction="max", exclude=torch.zeros(0, 2, dtype=torch.int64))
 

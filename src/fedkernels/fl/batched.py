@@ -331,7 +331,7 @@ def _transposed(weights: list[torch.Tensor]) -> list[torch.Tensor]:
     made: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
     out = []
     for w in weights:
-        key = (w.data_ptr(), w.storage_offset(), tuple(w.shape), tuple(w.stride()))
+        key = (w.data_ptr(), int(w.storage_offset()), tuple(w.shape), tuple(w.stride()))
         if key not in made:
             made[key] = w.t().contiguous()
         out.append(made[key])

@@ -25,6 +25,16 @@ def logq_correction(num_classes: int, num_positives: int, m: int) -> float:
     return math.log((num_classes - num_positives) / m)
 
 
+def _reduce(per: torch.Tensor, live: torch.Tensor, reduction: str) -> torch.Tensor:
+    """Per-row losses ``[N]`` (0 on ignored rows) reduced as ``linear_cross_entropy`` does: the mean is
+    over the live rows."""
+    if reduction == "none":
+        return per
+    if reduction == "sum":
+        return per.sum()
+    return per.sum() / live.sum().clamp_min(1)
+
+
 class SampledSoftmaxHead(nn.Module):
     """Holds the gathered class rows ``W_S`` of one client and computes the FedSS loss on them.
 
@@ -185,11 +195,7 @@ class SampledSoftmaxHead(nn.Module):
         rows = w[local.clamp_min(0)]
         z_t = self.scale * (h * rows).sum(1).to(lse_neg.dtype)
         per = torch.where(live, torch.logaddexp(z_t, lse_neg) - z_t, torch.zeros_like(z_t))
-        if reduction == "none":
-            return per
-        if reduction == "sum":
-            return per.sum()
-        return per.sum() / live.sum().clamp_min(1)
+        return _reduce(per, live, reduction)
 
     def _loss_excluding(
         self,
@@ -208,6 +214,8 @@ class SampledSoftmaxHead(nn.Module):
         if exclude.dim() != 2 or exclude.shape[1] != 2 or exclude.dtype != torch.int64:
             got = f"{exclude.dtype} {tuple(exclude.shape)}"
             raise ValueError(f"exclude must be int64 [E, 2] (row, class id), got {got}")
+        if exclude.device != h.device:
+            raise ValueError(f"exclude must be on h's device ({h.device}), got {exclude.device}")
         n = h.shape[0]
         if exclude.numel() and (int(exclude[:, 0].min()) < 0 or int(exclude[:, 0].max()) >= n):
             raise IndexError(f"exclude rows must lie in [0, {n})")
@@ -231,12 +239,7 @@ class SampledSoftmaxHead(nn.Module):
             z = z + self.bias.to(z.dtype)
         z = z.masked_fill(mask, float("-inf"))
         per = torch.logsumexp(z, dim=1) - z.gather(1, safe[:, None])[:, 0] if used else h.new_zeros(n)
-        per = torch.where(live, per, torch.zeros_like(per))
-        if reduction == "none":
-            return per
-        if reduction == "sum":
-            return per.sum()
-        return per.sum() / live.sum().clamp_min(1)
+        return _reduce(torch.where(live, per, torch.zeros_like(per)), live, reduction)
 
     def updated_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The payload after local training: global ids ``[s]`` and the rows ``[s, d]`` (detached)."""
