@@ -8,8 +8,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.fl.hashed_split_tv import hashed_split_tv, owner_share
 from fedkernels.data.partition import Shard, split_statistics
+from python_tests.support.paths import ROOT
+from python_tests.support.scripts import load_script
+
+_script = load_script(ROOT / "bench" / "fl" / "hashed_split_tv.py")
+hashed_split_tv, owner_share = _script.hashed_split_tv, _script.owner_share
 
 
 def _shards(label_lists: list[list[list[int]]]) -> list[Shard]:

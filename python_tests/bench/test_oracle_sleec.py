@@ -9,7 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.fl import oracle_sleec as ors
+from python_tests.support.paths import ROOT
+from python_tests.support.scripts import load_script
+
+ors = load_script(ROOT / "bench" / "fl" / "oracle_sleec.py")
 
 
 def _slow_neighbours(query, base, k, exclude_self):
