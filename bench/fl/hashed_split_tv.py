@@ -26,7 +26,7 @@ from fedkernels.experiments.strategies import make_strategy
 
 
 def hashed_split_tv(shards: list[Shard], table: torch.Tensor, num_buckets: int) -> list[float]:
-    """Mean pairwise TV of the split over each table's buckets: ``table`` int64 ``[p, R]`` maps class c
+    """Mean pairwise TV of the split over each table's buckets: ``table`` (integer ``[p, R]``) maps class c
     to its bucket in table r. Returns R values."""
     t = table.cpu().numpy()
     out = []
@@ -60,23 +60,22 @@ def main(argv: list[str] | None = None) -> None:
         "| seed | TV over classes | TV over each table's buckets | owner share, classes | owner share, buckets |\n"
         "|---|---|---|---|---|"
     )
+    preset = load_preset(args.preset).config
+    keep = {k: v for k, v in preset.items() if k in ExperimentConfig.__dataclass_fields__}
+    keep["dataset"] = resolve_preset_dataset(preset["dataset"], args.data_dir)
+    if args.partition:
+        keep["partition"] = args.partition
+    if args.beta is not None:
+        keep["beta"] = args.beta
     for seed in range(args.seeds):
-        preset = load_preset(args.preset).config
-        keep = {k: v for k, v in preset.items() if k in ExperimentConfig.__dataclass_fields__}
-        keep["dataset"] = resolve_preset_dataset(preset["dataset"], args.data_dir)
-        overrides = {"partition": args.partition} if args.partition else {}
-        if args.beta is not None:
-            overrides["beta"] = args.beta
-        cfg = ExperimentConfig(**{**keep, **overrides, "seed": seed})
-        data = prepare_data(cfg)
+        data = prepare_data(ExperimentConfig(**{**keep, "seed": seed}))
         strategy = make_strategy("FedMLH", **preset["algorithm_options"]["FedMLH"])
         p, f = data.dataset.num_classes, data.dataset.train.x.shape[1]
-        head = strategy._load(strategy.init_state(f, p, seed))
-        table = head.table if head.table.shape[0] == p else head.table.T
+        head = strategy._load(strategy.init_state(f, p, seed))  # the run's own hash family: table [p, R]
         shards = [Shard(np.arange(len(c)), c.indptr.numpy(), c.indices.numpy()) for c in data.clients]
-        buckets = hashed_split_tv(shards, table, head.num_buckets)
+        buckets = hashed_split_tv(shards, head.table, head.num_buckets)
         classes = split_statistics(shards, p)["mean_pairwise_tv"]
-        t = table.cpu().numpy()
+        t = head.table.cpu().numpy()
         own_classes = owner_share(shards, np.arange(p), p)
         own_buckets = [owner_share(shards, t[:, r], head.num_buckets) for r in range(t.shape[1])]
         print(

@@ -25,12 +25,14 @@ def _shards(label_lists: list[list[list[int]]]) -> list[Shard]:
     return out
 
 
+def _splits(num_classes: int, min_clients: int):
+    """Clients of 1-4 samples, each sample with 1-3 labels in [0, num_classes)."""
+    sample = st.lists(st.integers(0, num_classes - 1), min_size=1, max_size=3)
+    return st.lists(st.lists(sample, min_size=1, max_size=4), min_size=min_clients, max_size=4)
+
+
 @settings(max_examples=30, deadline=None)
-@given(
-    st.lists(
-        st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=3), min_size=1, max_size=4), min_size=2, max_size=4
-    )
-)
+@given(_splits(6, min_clients=2))
 def test_identity_table_is_the_class_tv_and_one_bucket_is_zero(labels):
     shards = _shards(labels)
     identity = torch.arange(6)[:, None].repeat(1, 2)
@@ -48,11 +50,7 @@ def test_hashing_two_owned_classes_together_hides_the_skew():
 
 
 @settings(max_examples=30, deadline=None)
-@given(
-    st.lists(
-        st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=3), min_size=1, max_size=4), min_size=1, max_size=4
-    )
-)
+@given(_splits(5, min_clients=1))
 def test_owner_share_matches_the_loop(labels):
     shards = _shards(labels)
     label_map = np.array([0, 1, 1, 2, 0])  # five classes into three labels

@@ -47,7 +47,7 @@ def test_one_sgd_step_descends_the_excluding_loss(name):
     data = tiny_dataset(30, num_features=6, num_classes=8, seed=3)
     assert int(data.indptr.diff().max()) >= 2  # multi-label: the option has something to leave out
     opts = {"hidden": [], "embed_dim": 4, "scale": 3.0, "cosine": True}
-    if name != "FedSS-FullSoftmax" and name != "FedSS-PosOnly":
+    if name == "FedSS":
         opts["num_negatives"] = 2
     payload, up = _one_step(make_strategy(name, exclude_co_positives=True, **opts), data)
     # the reference: the body is one Linear F -> d; every (sample, label) pair's softmax over the
