@@ -143,6 +143,11 @@ class ExperimentConfig:
     secagg_bits: int = RUN_DEFAULTS["secagg_bits"]
     secagg_bound: float = RUN_DEFAULTS["secagg_bound"]
     secagg_degree: int | None = RUN_DEFAULTS["secagg_degree"]
+    # the SecAgg+ threat model (docs/api/privacy.md): colluding and dropping-out shares of a round's
+    # clients, from which the graph is chosen; a client's weight cap in weighted secure rounds
+    secagg_corrupt_fraction: float = RUN_DEFAULTS["secagg_corrupt_fraction"]
+    secagg_dropout_fraction: float = RUN_DEFAULTS["secagg_dropout_fraction"]
+    secagg_weight_cap: float = RUN_DEFAULTS["secagg_weight_cap"]
     # L1Diff in private rounds: every K-th round dense, the K - 1 between one value per public segment
     l1diff_segments: int = RUN_DEFAULTS["l1diff_segments"]
     dp_clip: float | None = RUN_DEFAULTS["dp_clip"]
@@ -694,6 +699,11 @@ def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
         positive(name, zero=True)
     positive("dp_sample_noise", allow_none=False, zero=True)
     positive("secagg_bound", allow_none=False)
+    positive("secagg_weight_cap", allow_none=False)
+    for name in ("secagg_corrupt_fraction", "secagg_dropout_fraction"):
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            raise ValueError(f"{name} must lie in [0, 1), got {v!r}")
     if not isinstance(cfg.dp_delta, (int, float)) or not 0 < cfg.dp_delta < 1:
         raise ValueError(f"dp_delta must lie in (0, 1), got {cfg.dp_delta!r}")
     if isinstance(cfg.secagg_bits, bool) or not isinstance(cfg.secagg_bits, int) or not 8 <= cfg.secagg_bits <= 62:
@@ -727,10 +737,14 @@ def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
 
     if cfg.private():
         priv = privacy_config(cfg)
+        per_round = cfg.clients_per_round if cfg.partition in ("one_label", "primary_label") else min(
+            cfg.clients_per_round, cfg.clients
+        )
         for name in cfg.algorithms:
             if cfg.embedding_dp_clip is not None and canonical_name(name) not in ("FedAwS", "FedALC", "FedALC-fixed"):
                 raise ValueError(f"embedding_dp_* applies to FedAwS, FedALC and FedALC-fixed, not {name}")
-            check_private(built[canonical_name(name)], priv)  # L1DiffNetwork is refused here
+            # L1DiffNetwork is refused here, and SecAgg+ settings no graph can make secure and correct
+            check_private(built[canonical_name(name)], priv, per_round)
 
 
 def privacy_config(cfg: ExperimentConfig):
@@ -750,6 +764,9 @@ def privacy_config(cfg: ExperimentConfig):
         dp=dpc,
         embedding_clip=cfg.embedding_dp_clip,
         embedding_noise=cfg.embedding_dp_noise,
+        corrupt_fraction=cfg.secagg_corrupt_fraction,
+        dropout_fraction=cfg.secagg_dropout_fraction,
+        weight_cap=float(cfg.secagg_weight_cap),
     )
 
 

@@ -406,7 +406,7 @@ def check_record(rec: object, i: int, num_clients: object, path: str | Path) -> 
         return pl.PayloadError(f"checkpoint {path}: field '{field}' {what}")
 
     where = f"history[{i}]"
-    if not isinstance(rec, dict) or set(rec) != set(RECORD_FIELDS):
+    if not isinstance(rec, dict) or set(rec) | {"faults"} != set(RECORD_FIELDS):  # older records have no faults
         raise bad(where, f"must be a record with exactly the fields {', '.join(RECORD_FIELDS)}")
     if rec["round"] != i or not _is_int(rec["round"]):
         raise bad(f"{where}.round", f"must be {i}, got {rec['round']!r}")
@@ -436,6 +436,12 @@ def check_record(rec: object, i: int, num_clients: object, path: str | Path) -> 
     privacy = rec["privacy"]
     if not isinstance(privacy, dict) or not all(isinstance(k, str) and _is_number(v) for k, v in privacy.items()):
         raise bad(f"{where}.privacy", f"must map names to numbers, got {privacy!r:.80}")
+    faults = rec.get("faults", [])
+    if not isinstance(faults, list) or not all(
+        isinstance(f, list) and len(f) == 2 and _is_int(f[0]) and f[0] in clients and isinstance(f[1], str)
+        for f in faults
+    ):
+        raise bad(f"{where}.faults", f"must be a list of [client, reason] of its clients, got {faults!r:.80}")
 
 
 def _read_metadata(data: bytes) -> dict[str, object]:

@@ -408,12 +408,14 @@ def record_to_json(rec: RoundRecord) -> dict:
         "seconds": rec.seconds,
         "skipped": rec.skipped,
         "privacy": dict(rec.privacy),
+        "faults": [[c, why] for c, why in rec.faults],
     }
 
 
 def record_from_json(d: dict) -> RoundRecord:
     d = dict(d)
     d["failed"] = [(int(c), str(why)) for c, why in d["failed"]]
+    d["faults"] = [(int(c), str(why)) for c, why in d.get("faults", [])]
     return RoundRecord(**d)
 
 

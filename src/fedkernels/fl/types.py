@@ -53,3 +53,6 @@ class RoundRecord:
     skipped: str = ""
     # private rounds (fedkernels.fl.privacy): epsilon at delta so far, noise multiplier, survivors, SecAgg+ bytes
     privacy: dict[str, float] = field(default_factory=dict)
+    # private rounds: clients whose contribution is in the sums although a later SecAgg+ message of
+    # theirs was refused (client, what), e.g. a share that fails its commitment at the unmask stage
+    faults: list[tuple[int, str]] = field(default_factory=list)

@@ -8,12 +8,14 @@ each knob and the measured costs.
 from .dp import DPConfig, epsilon, noise_for_epsilon
 from .forms import DenseForm, L1DiffForm, PartialForm, RowsForm, form_of
 from .ring import RingCodec, fraction_bits
-from .secagg import SecAggClient, SecAggError, SecAggParams, SecAggServer, default_degree, neighbour_graph
+from .secagg import SecAggClient, SecAggError, SecAggParams, SecAggServer, neighbour_graph
+from .secagg_params import GraphParams, graph_params
 from .server import PrivacyConfig, PrivateServer, poisson_clients
 
 __all__ = [
     "DPConfig",
     "DenseForm",
+    "GraphParams",
     "L1DiffForm",
     "PartialForm",
     "PrivacyConfig",
@@ -24,10 +26,10 @@ __all__ = [
     "SecAggError",
     "SecAggParams",
     "SecAggServer",
-    "default_degree",
     "epsilon",
     "form_of",
     "fraction_bits",
+    "graph_params",
     "neighbour_graph",
     "noise_for_epsilon",
     "poisson_clients",

@@ -30,9 +30,8 @@ from flwr.serverapp import Grid
 
 from ...fl import payload as pl
 from ...fl.privacy import dp
-from ...fl.privacy.client import COUNT, NUM_EXAMPLES
 from ...fl.privacy.dp import DPConfig
-from ...fl.privacy.server import COUNT_SPEC, PrivacyConfig, check_private, private_round
+from ...fl.privacy.server import PrivacyConfig, check_private, evaluate_privately, private_round
 from ...fl.round import Answer, ClientFailed, client_seed
 from ...fl.server import RunConfig
 from ...fl.strategy import Strategy
@@ -42,7 +41,6 @@ from .records import ArrayCache, payload_to_record
 from .server import FlowerStrategy
 
 AfterExchange = Callable[[str, int], None]
-EMPTY = pl.encode({})  # a count message carries no tensors
 
 
 class PrivateFlowerStrategy(FlowerStrategy):
@@ -71,7 +69,7 @@ class PrivateFlowerStrategy(FlowerStrategy):
         after_exchange: AfterExchange | None = None,
         **flower: Any,
     ) -> None:
-        self.form = check_private(strategy, privacy)
+        self.form = check_private(strategy, privacy, min(config.clients_per_round, num_clients))
         super().__init__(strategy, num_features, num_classes, num_clients, config, **flower)
         self.state = self.form.with_initial_entries(self.state)  # before any checkpoint is read
         self.privacy = privacy
@@ -79,7 +77,6 @@ class PrivateFlowerStrategy(FlowerStrategy):
         self.sigma = privacy.dp.noise_multiplier(self.q, config.rounds) if privacy.dp is not None else None
         self.noise_generator = dp.noise_generator(privacy.noise_seed)
         self.after_exchange = after_exchange
-        self._counts: dict[int, tuple[int, int]] = {}  # client -> (the node that reported it, its count)
 
     @property
     def round(self) -> int:
@@ -119,32 +116,31 @@ class PrivateFlowerStrategy(FlowerStrategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         raise NotImplementedError("a private round is several exchanges: run it with start() (train_round)")
 
-    def example_counts(self, clients: list[int]) -> dict[int, int | BaseException]:
-        """The clients' example counts (their weights' numerators): asked with a ``count`` message the
-        first time a client is chosen and again when another node serves it, else remembered (a
-        client whose node left keeps its count: it fails at its first message, as in-process)."""
-        node_of = self.nodes.node_of
-        need = [c for c in clients if c not in self._counts or node_of.get(c) not in (None, self._counts[c][0])]
-        out: dict[int, int | BaseException] = {}
-        if need and self._grid is not None:
-            answers = self.exchange_private(
-                self._grid, COUNT, self.round, dict.fromkeys(need, EMPTY), COUNT_SPEC.byte_limit()
-            )
-            for c in need:
-                ans = answers.get(c)
-                if isinstance(ans, BaseException) or not ans:
-                    out[c] = ans if isinstance(ans, BaseException) else ClientFailed("sent nothing")
-                    continue
-                try:
-                    n = int(pl.decode(ans, COUNT_SPEC)[NUM_EXAMPLES][0])
-                except pl.PayloadError as e:
-                    out[c] = e
-                    continue
-                self._counts[c] = (self.nodes.node_of[c], n)
-        for c in clients:
-            if c not in out:
-                out[c] = self._counts[c][1] if c in self._counts else ClientFailed(self.nodes.failure(c))
-        return out
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Plain federated evaluation (reports in the clear) without secure aggregation; under it,
+        nothing here: :meth:`aggregate_evaluate` runs the evaluation as SecAgg+ exchanges."""
+        if not self.privacy.secagg:
+            return super().configure_evaluate(server_round, arrays, config, grid)
+        self._outbox = {}
+        return []
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """Under secure aggregation, the federated evaluation summed by an ``evl`` SecAgg+ session
+        (:func:`~fedkernels.fl.privacy.server.evaluate_privately`): the weighted means of the reports,
+        never one client's report or held-out count; else the plain aggregation."""
+        if not self.privacy.secagg:
+            return super().aggregate_evaluate(server_round, replies)
+        if not self.federated_evaluation or server_round % self.config.eval_every != 0 or self._grid is None:
+            return None
+        grid = self._grid
+        metrics, _ = evaluate_privately(
+            self, functools.partial(self.exchange_private, grid), self.dims[1], None, None, server_round - 1
+        )
+        if self.history:
+            self.history[-1].metrics.update({f"fed-{k}": v for k, v in metrics.items()})
+        return MetricRecord(metrics) if metrics else None
 
     # ---- the transport -------------------------------------------------------------------------------
     def exchange_private(
@@ -176,11 +172,14 @@ class PrivateFlowerStrategy(FlowerStrategy):
 
 def privacy_config_from(context: Context) -> PrivacyConfig | None:
     """A :class:`PrivacyConfig` from Flower's ``run_config`` (None when nothing is protected). Keys
-    (each optional): ``secagg`` (bool), ``secagg-dropouts`` (-1: the default t), ``secagg-bits``,
-    ``secagg-bound``, ``secagg-degree`` (0: the default), ``dp-clip`` (0: no client-level DP),
-    ``dp-noise`` (the noise multiplier) or ``target-epsilon`` (> 0: calibrate it), ``dp-delta``,
-    ``embedding-dp-clip`` (0: none) and ``embedding-dp-noise``, as the CLI's ``--secagg``,
-    ``--dp-clip``, ... (docs/api/privacy.md).
+    (each optional): ``secagg`` (bool), ``secagg-corrupt-fraction`` and ``secagg-dropout-fraction``
+    (the threat model), ``secagg-dropouts`` (-1: from the threat model), ``secagg-bits``,
+    ``secagg-bound``, ``secagg-degree`` (0: from the threat model), ``secagg-weight-cap``,
+    ``dp-clip`` (0: no client-level DP), ``dp-noise`` (the noise multiplier) or ``target-epsilon``
+    (> 0: calibrate it), ``dp-delta``, ``embedding-dp-clip`` (0: none) and ``embedding-dp-noise``, as
+    the CLI's ``--secagg``, ``--dp-clip``, ... (docs/api/privacy.md). With secure aggregation, the
+    graph is checked for ``clients-per-round`` clients (when the run config has it) before any
+    round: settings that cannot be secure and correct for them are refused here.
 
     Raises:
         ValueError: an invalid combination (the message names the key).
@@ -200,6 +199,7 @@ def privacy_config_from(context: Context) -> PrivacyConfig | None:
         dpc = DPConfig(clip, None if target > 0 else noise, target if target > 0 else None, num("dp-delta", 1e-5))
     e_clip = num("embedding-dp-clip", 0)
     dropouts, degree = int(num("secagg-dropouts", -1)), int(num("secagg-degree", 0))
+    default = PrivacyConfig()
     privacy = PrivacyConfig(
         secagg=bool(c.get("secagg", False)),
         max_dropouts=None if dropouts < 0 else dropouts,
@@ -210,7 +210,16 @@ def privacy_config_from(context: Context) -> PrivacyConfig | None:
         dp=dpc,
         embedding_clip=e_clip if e_clip > 0 else None,
         embedding_noise=num("embedding-dp-noise", 0) if e_clip > 0 else None,
+        corrupt_fraction=num("secagg-corrupt-fraction", default.corrupt_fraction),
+        dropout_fraction=num("secagg-dropout-fraction", default.dropout_fraction),
+        weight_cap=num("secagg-weight-cap", default.weight_cap),
     )
     if not privacy.secagg and privacy.dp is None and privacy.embedding_noise is None:
         return None
+    per_round = c.get("clients-per-round")
+    if privacy.secagg and isinstance(per_round, int) and not isinstance(per_round, bool) and per_round >= 1:
+        try:
+            privacy.graph_for(per_round)
+        except ValueError as e:
+            raise ValueError(f"secagg settings for clients-per-round = {per_round}: {e}") from None
     return privacy
