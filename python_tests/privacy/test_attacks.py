@@ -16,6 +16,7 @@ to succeed on the code before the fix; here it must fail, or be refused with a c
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import pytest
 
@@ -35,7 +36,6 @@ from fedkernels.fl.privacy.secagg import (
     SecAggError,
     SecAggParams,
     SecAggServer,
-    _self_mask,
     neighbour_graph,
     pair_seed,
 )
@@ -167,7 +167,7 @@ def test_graph_seed_is_drawn_per_session_not_from_the_run_seed():
 class Record:
     """Keeps the session headers a client receives."""
 
-    adverts: list[bytes] = []
+    adverts: ClassVar[list[bytes]] = []
 
     def __init__(self, inner):
         self.inner = inner

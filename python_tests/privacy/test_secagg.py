@@ -15,8 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from fedkernels.fl import payload as pl
-from fedkernels.fl.privacy import crypto
 from fedkernels.fl.privacy.ring import RingCodec, fraction_bits, from_wire, to_wire
 from fedkernels.fl.privacy.secagg import (
     SecAggClient,
@@ -32,7 +30,9 @@ from python_tests.support.secagg_sessions import ring_sum, run_session
 def params_of(n, length=6, bits=32, k=None, threshold=None, seed=0, corrupt=0.1, dropout=0.1):
     g = graph_params(n, corrupt, dropout, k)
     k = g.k if k is None else k
-    return SecAggParams(tuple(range(n)), length, bits, k, g.threshold if threshold is None else threshold, seed, b"test")
+    return SecAggParams(
+        tuple(range(n)), length, bits, k, g.threshold if threshold is None else threshold, seed, b"test"
+    )
 
 
 @settings(max_examples=6, deadline=None)
@@ -90,6 +90,32 @@ def test_harary_graph_tolerates_k_minus_threshold_and_refuses_one_more_around_a_
     srv, _ = run_session(p, xs, {d: "unmask" for d in drops})
     with pytest.raises(SecAggError, match=f"client {victim}'s self-mask seed has {r - 1} of the {r}"):
         srv.result()
+
+
+def test_a_left_out_client_is_taken_out_through_its_neighbours_seeds_and_a_silent_one_counts_as_dropped():
+    """Client 2 garbles the shares it sends: its neighbours reject them, it is left out, and in the
+    seeds stage its summed neighbours send their pairwise seeds with it. One of them says nothing
+    there (or answers for the wrong clients): it is treated as dropped (its own masks come out through
+    its shares, its seed is never opened) and the sum is exactly that of the rest."""
+    n = 8
+    p = SecAggParams(tuple(range(n)), 3, 32, 4, 2, 7, b"test")
+    xs = {c: torch.full((3,), 100 + c, dtype=torch.int64) for c in range(n)}
+    silent = neighbour_graph(p)[2][0]
+
+    def garble(stage, c, reply):
+        if stage == "share" and c == 2:
+            return {**reply, "cts": torch.zeros_like(reply["cts"])}
+        if stage == "seeds" and c == silent and misbehave == "wrong":
+            return {**reply, "seed_ids": reply["seed_ids"] + 1}
+        return reply
+
+    for misbehave in ("silent", "wrong"):
+        drop = {silent: "seeds"} if misbehave == "silent" else {}
+        srv, refused = run_session(p, xs, drop, mutate=garble)
+        assert 2 in srv.left_out and "rejected them as garbled" in srv.left_out[2]
+        assert srv.summed == [c for c in range(n) if c not in (2, silent)]
+        assert list(refused) == ([silent] if misbehave == "wrong" else [])
+        assert torch.equal(srv.result(), ring_sum(xs, srv.summed, 32))
 
 
 def test_single_masked_upload_is_uniform():

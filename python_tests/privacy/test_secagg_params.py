@@ -42,7 +42,10 @@ def test_log_tails_equal_the_exact_sums(population, data):
     x = data.draw(st.integers(-1, draws + 1))
     above = float(sum(hypergeom_pmf(j, population, marked, draws) for j in range(x + 1, draws + 1)))
     below = float(sum(hypergeom_pmf(j, population, marked, draws) for j in range(0, max(x, 0))))
-    for got, want in ((log_tail_above(x, population, marked, draws), above), (log_tail_below(x, population, marked, draws), below)):
+    for got, want in (
+        (log_tail_above(x, population, marked, draws), above),
+        (log_tail_below(x, population, marked, draws), below),
+    ):
         assert (want == 0 and got == -math.inf) or math.isclose(math.exp(got), want, rel_tol=1e-9, abs_tol=1e-300)
 
 
@@ -75,7 +78,12 @@ def test_disconnection_bound_holds_against_real_graphs():
             hits += _disconnected(n, k, gone, list(range(n)))
         bound = math.exp(log_disconnect_bound(n, k, removed))
         rate = hits / trials
-        assert rate <= bound + 4 * math.sqrt(max(bound, 1e-4) * (1 - min(bound, 1)) / trials) + 1e-9, (n, k, rate, bound)
+        assert rate <= bound + 4 * math.sqrt(max(bound, 1e-4) * (1 - min(bound, 1)) / trials) + 1e-9, (
+            n,
+            k,
+            rate,
+            bound,
+        )
         assert hits > 0  # these settings do disconnect: the check is not trivially passed
 
 

@@ -45,7 +45,7 @@ def run_session(
             except ValueError as e:
                 refused.setdefault(c, (name, str(e)))
 
-    stage("advertise", dict.fromkeys(params.participants, {}), lambda c, m: clients[c].advertise(), srv.take_advertise)
+    stage("advertise", {c: {} for c in params.participants}, lambda c, m: clients[c].advertise(), srv.take_advertise)
     stage("share", srv.share_messages(), lambda c, m: clients[c].share_keys(m), srv.take_shares)
     stage("masked", srv.masked_messages(), lambda c, m: clients[c].masked_input(m, xs[c]), srv.take_masked)
     stage("seeds", srv.seeds_messages(), lambda c, m: clients[c].seeds(m), srv.take_seeds)

@@ -737,8 +737,10 @@ def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
 
     if cfg.private():
         priv = privacy_config(cfg)
-        per_round = cfg.clients_per_round if cfg.partition in ("one_label", "primary_label") else min(
-            cfg.clients_per_round, cfg.clients
+        per_round = (
+            cfg.clients_per_round
+            if cfg.partition in ("one_label", "primary_label")
+            else min(cfg.clients_per_round, cfg.clients)
         )
         for name in cfg.algorithms:
             if cfg.embedding_dp_clip is not None and canonical_name(name) not in ("FedAwS", "FedALC", "FedALC-fixed"):

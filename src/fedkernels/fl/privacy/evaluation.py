@@ -10,6 +10,8 @@ the plain example-weighted mean whenever no client holds more held-out rows than
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .. import evaluation as ev
@@ -28,7 +30,7 @@ def private_evaluation(
     ks: tuple[int, ...],
     propensity: bool,
     exchange: Exchange,
-    graph,
+    graph: Callable[[int], tuple[int, int]],
     run_seed: int,
     round: int,
     bits: int,
@@ -58,13 +60,15 @@ def private_evaluation(
         try:
             if isinstance(ans, BaseException):
                 raise ans
+            if not ans:
+                raise ValueError("sent nothing")
             pl.decode(ans, ACK_SPEC)
             live.append(c)
         except Exception as e:  # this client's failure only
             tally.failed[c] = failure_reason(e)
     if len(live) < 2:
         return {}, tally.failed, "secure aggregation needs at least 2 evaluating clients"
-    layout = {"report": (len(names) + 1,)}
+    layout: dict[str, tuple[int, ...]] = {"report": (len(names) + 1,)}
     sums, summed, why = secure_sum(graph, exchange, "evl", run_seed, round, live, layout, bits, 1.0, tally)
     if sums is None:
         return {}, tally.failed, why
@@ -73,5 +77,9 @@ def private_evaluation(
     if total <= tol:
         return {}, tally.failed, "no evaluating client holds a held-out example"
     if bool(((report[:-1] < -tol) | (report[:-1] > total + tol)).any()):
-        return {}, tally.failed, "a summed metric lies outside [0, the summed weight]: a client sent a report out of range"
+        return (
+            {},
+            tally.failed,
+            "a summed metric lies outside [0, the summed weight]: a client sent a report out of range",
+        )
     return {n: float(v) / total for n, v in zip(names, report[:-1].tolist(), strict=True)}, tally.failed, ""

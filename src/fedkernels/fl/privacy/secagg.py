@@ -365,16 +365,17 @@ class SecAggClient:
 
     def seeds(self, msg: Payload) -> Payload:
         """The ``seeds`` and ``repair`` stages: the pairwise seed with each neighbour in ``left_out``
-        that this client masked with and whose ``s`` share it has not opened. The server asks this for
-        a neighbour whose own shares cannot rebuild its secrets (it garbled or dealt inconsistent
-        ones) and whose ``y`` is therefore dropped: the seed lets the server take that neighbour's mask
-        out of this client's ``y``. A client cannot check the claim; it never sends a seed before its
-        masked input, and never opens a ``b`` share of a neighbour after sending their seed."""
+        that this client masked with. The server asks this for a neighbour whose own shares cannot
+        rebuild its secrets (it garbled or dealt inconsistent ones, or too few holders accepted them)
+        and whose ``y`` is therefore not summed: the seed lets the server take that neighbour's mask out
+        of this client's ``y``. A client cannot check the claim (docs/api/privacy.md: the server is
+        trusted to follow the protocol); it never sends a seed before its masked input, and never
+        opens a share of a neighbour after sending their seed."""
         if self.stage < 3:
             raise SecAggError(f"client {self.id}: pairwise seeds asked for before its masked input")
         ids = sorted(set(_ids(msg["left_out"])))
-        if not set(ids) <= set(self.masked_with) or any(self.revealed.get(u) == S for u in ids):
-            raise SecAggError(f"client {self.id}: the server asks for seeds it cannot give")
+        if not set(ids) <= set(self.masked_with):
+            raise SecAggError(f"client {self.id}: the server asks for seeds of clients it did not mask with")
         p, s_sk = self.params, self.s_sk
         out = [pair_seed(p, s_sk, self.peer_s_pk[u], self.id, u) for u in ids]
         self.revealed.update(dict.fromkeys(ids, PAIR))
@@ -443,7 +444,9 @@ class SecAggServer:
     dropped: list[int] = field(default_factory=list)  # shared keys, not summed: masks rebuilt from s shares
     left_out: dict[int, str] = field(default_factory=dict)
     faults: dict[int, str] = field(default_factory=dict)
-    openings: dict[int, dict[int, tuple[int, bytes]]] = field(default_factory=dict)  # owner -> {holder: (kind, opening)}
+    openings: dict[int, dict[int, tuple[int, bytes]]] = field(
+        default_factory=dict
+    )  # owner -> {holder: (kind, opening)}
     seeds: dict[int, dict[int, bytes]] = field(default_factory=dict)  # summed client -> {left-out neighbour: seed}
     _asked: dict[int, list[int]] = field(default_factory=dict)  # the seeds/repair question of each client
     _unmask: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
@@ -563,9 +566,8 @@ class SecAggServer:
             gone.add(u)
             if u in self.ys:
                 refused = sum(1 for v in self.graph[u] if v in self.rejected and u in self.rejected[v])
-                self.left_out[u] = (
-                    f"its shares reached {len(holders)} of the {r} holders that must accept them"
-                    + (f" ({refused} rejected them as garbled)" if refused else "")
+                self.left_out[u] = f"its shares reached {len(holders)} of the {r} holders that must accept them" + (
+                    f" ({refused} rejected them as garbled)" if refused else ""
                 )
         self.summed = [u for u in sorted(self.ys) if u not in gone]
         self.dropped = [u for u in sorted(self.cts) if u not in self.ys and u not in gone]
@@ -578,10 +580,11 @@ class SecAggServer:
 
     def take_seeds(self, client: int, reply: Payload) -> None:
         """A summed client's pairwise seeds with its left-out neighbours (``seeds`` and ``repair`` stages)."""
-        want = self._asked.pop(client, None)
+        want = self._asked.get(client)
         got = _ids(reply["seed_ids"])
-        if want is None or got != want:
+        if want is None or got != want:  # it stays asked: as if it had not answered
             raise SecAggError(f"client {client} sent pairwise seeds for {got}, asked for {want}")
+        del self._asked[client]
         self.seeds.setdefault(client, {}).update(zip(got, _rows(reply["seeds"]), strict=True))
 
     def unmask_messages(self) -> dict[int, Payload]:

@@ -110,9 +110,13 @@ def _bounds(n: int, k: int, corrupt: float, dropout: float, security: int, corre
     an empty range (lowest > highest) and why."""
     c, d = _counts(n, corrupt, dropout)
     if k < n - 1 and log_disconnect_bound(n, k, c + d) > -(security + 1) * math.log(2):
-        return 1, 0, (
-            f"{c} colluding and {d} dropped clients disconnect a graph of {k} neighbours with probability "
-            f"above 2^-{security + 1} (raise the degree)"
+        return (
+            1,
+            0,
+            (
+                f"{c} colluding and {d} dropped clients disconnect a graph of {k} neighbours with probability "
+                f"above 2^-{security + 1} (raise the degree)"
+            ),
         )
     if k == n - 1:  # every other client is a neighbour: the counts are exact
         lowest, highest = c + 1, n - 1 - c - d

@@ -114,7 +114,9 @@ class PrivacyConfig:
             raise ValueError(f"secagg bound must be finite and >= 1 (weights are encoded too), got {self.bound}")
         for name in ("max_dropouts", "degree"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "max_dropouts" else 1)):
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "max_dropouts" else 1)
+            ):
                 raise ValueError(f"secagg {name} must be an integer >= {0 if name == 'max_dropouts' else 1}, got {v!r}")
         for name in ("corrupt_fraction", "dropout_fraction"):
             v = getattr(self, name)
@@ -483,7 +485,16 @@ def evaluate_privately(
     download = ev.evaluation_payload(server.state, inv_propensity)
     cap = 1.0 if cfg.client_weighting == "uniform" else priv.weight_cap
     metrics, failed, why = private_evaluation(
-        download, clients, ks, inv_propensity is not None, exchange, priv.graph_for, cfg.seed, round or 0, priv.bits, cap
+        download,
+        clients,
+        ks,
+        inv_propensity is not None,
+        exchange,
+        priv.graph_for,
+        cfg.seed,
+        round or 0,
+        priv.bits,
+        cap,
     )
     if why:
         failed = {**dict.fromkeys(clients, f"federated evaluation under secure aggregation: {why}"), **failed}

@@ -11,7 +11,6 @@ memory of a worker stays bounded whatever the number of nodes.
 from __future__ import annotations
 
 import functools
-
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence

@@ -4,7 +4,7 @@ strategy that :class:`fedkernels.fl.privacy.PrivateServer` runs in-process, thro
 :class:`PrivateFlowerStrategy` is :class:`~.server.FlowerStrategy` whose training rounds are
 :func:`fedkernels.fl.privacy.server.private_round`, the same function the in-process
 ``PrivateServer`` runs, over a transport of Flower messages: every message of the round (the
-example-count query, the download, each SecAgg+ stage) is a :data:`~.protocol.PRIVATE` query whose
+download, each SecAgg+ stage) is a :data:`~.protocol.PRIVATE` query whose
 header names its ``kind`` and whose payload is the message's tensors as an ArrayRecord
 (:mod:`.records`); the SuperNode answers it with ``PrivateClient.handle`` (:mod:`.private_client`).
 So selection, seeds, sessions, checks, failure handling and byte counts are the in-process round's,
@@ -13,8 +13,10 @@ noise seeds), within the stated fixed-point error of the plain run.
 
 Dropouts are real: before each exchange the SuperLink's online nodes are read, a client whose node
 has left fails at once ("gone (node left)"), one that does not answer fails at the deadline, and
-SecAgg+ recovers the sum of the clients that uploaded their masked input while at most ``t`` drop
-(more may refuse the round, with the reason in ``history[r].skipped``; the state is then unchanged).
+SecAgg+ recovers the sum of the clients that uploaded their masked input while each keeps
+``threshold`` answering neighbours (beyond, the round is refused with the reason in
+``history[r].skipped``; the state is then unchanged). Under secure aggregation a federated
+evaluation is summed by SecAgg+ too (:meth:`PrivateFlowerStrategy.aggregate_evaluate`).
 
 Requires the extras ``fedkernels[flower]`` and ``fedkernels[privacy]``.
 """
@@ -140,7 +142,7 @@ class PrivateFlowerStrategy(FlowerStrategy):
         )
         if self.history:
             self.history[-1].metrics.update({f"fed-{k}": v for k, v in metrics.items()})
-        return MetricRecord(metrics) if metrics else None
+        return MetricRecord(dict(metrics)) if metrics else None
 
     # ---- the transport -------------------------------------------------------------------------------
     def exchange_private(
@@ -216,8 +218,10 @@ def privacy_config_from(context: Context) -> PrivacyConfig | None:
     )
     if not privacy.secagg and privacy.dp is None and privacy.embedding_noise is None:
         return None
-    per_round = c.get("clients-per-round")
-    if privacy.secagg and isinstance(per_round, int) and not isinstance(per_round, bool) and per_round >= 1:
+    if privacy.secagg and "clients-per-round" in c:
+        per_round = int(num("clients-per-round", 0))
+        if "num-clients" in c:
+            per_round = min(per_round, int(num("num-clients", per_round)))
         try:
             privacy.graph_for(per_round)
         except ValueError as e:
