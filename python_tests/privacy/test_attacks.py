@@ -406,9 +406,9 @@ RANDOM = {"c_pk", "s_pk", "b_commit", "cts", "commits", "y", "openings", "seeds"
 
 
 def _server_view(name, swap, monkeypatch):
-    """Everything the server receives in one secure round, less the fields that are uniformly random
-    to it (keys, ciphertexts, commitments, masked vectors, share openings, pairwise seeds), plus the
-    decoded sums (the new state). ``swap``: clients 0 and 1 exchange their data."""
+    """Everything the server sends and receives in one secure round, less the fields that are
+    uniformly random to it (keys, ciphertexts, commitments, masked vectors, share openings, pairwise
+    seeds), plus the decoded sums (the new state). ``swap``: clients 0 and 1 exchange their data."""
     import fedkernels.fl.privacy.session as session
 
     class Fixed:  # the same graph in both worlds (it is drawn at random per session, whatever the data)
@@ -418,15 +418,18 @@ def _server_view(name, swap, monkeypatch):
 
     monkeypatch.setattr(session, "secrets", Fixed)
     data = clients_for(name)
+    data[0] = data[0].rows(torch.arange(len(data[0]) * 3 // 5))  # clients 0 and 1 hold different counts
     if swap:
         data[0], data[1] = data[1], data[0]
     view = []
 
+    def known(raw):
+        return sorted((k, v.tolist()) for k, v in pl.decode(raw).items() if k not in RANDOM)
+
     class Spy(Swapped):
         def handle(self, kind, round, seed, message):
             reply = super().handle(kind, round, seed, message)
-            got = pl.decode(reply)
-            view.append((kind, sorted((k, v.tolist()) for k, v in got.items() if k not in RANDOM)))
+            view.append((kind, known(message), known(reply)))  # what the server sent (e.g. weights) and got
             return reply
 
     cfg = config(per_round=NUM_CLIENTS)
@@ -440,11 +443,11 @@ def _server_view(name, swap, monkeypatch):
 
 @pytest.mark.parametrize("name", ["fedss", "fedaws", "partialexchange"])
 def test_the_server_cannot_tell_which_client_holds_which_rows(name, monkeypatch):
-    """The review's attack read each client's weight off its example count (sent in the clear) and
-    split every row's (or tensor's) summed weight into the clients that make it up. Now two worlds in
-    which clients 0 and 1 hold each other's data (different counts, rows and updates) give the server
-    the same view: every message it receives is the same apart from uniformly random fields, and the
-    sums (the new state) are equal."""
+    """The review's attack took each client's weight from its example count (which the server read
+    and turned into the weight it sent the client) and split every row's (or tensor's) summed weight
+    into the clients that make it up. Now two worlds in which clients 0 and 1 hold each other's data
+    (different counts, rows and updates) give the server the same view: every message it sends and
+    receives is the same apart from uniformly random fields, and the sums (the new state) are equal."""
     v0, s0, r0 = _server_view(name, False, monkeypatch)
     v1, s1, r1 = _server_view(name, True, monkeypatch)
     assert v0 == v1
