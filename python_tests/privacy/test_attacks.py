@@ -16,7 +16,6 @@ to succeed on the code before the fix; here it must fail, or be refused with a c
 from __future__ import annotations
 
 import math
-from typing import ClassVar
 
 import pytest
 
@@ -26,9 +25,9 @@ pytest.importorskip("Crypto", reason="needs the extra fedkernels[privacy]")
 import numpy as np
 import torch
 
-from fedkernels.fl import RunConfig, Server, TrainConfig
+from fedkernels.fl import Server
 from fedkernels.fl import payload as pl
-from fedkernels.fl.privacy import PrivacyConfig, PrivateServer, crypto
+from fedkernels.fl.privacy import PrivacyConfig, crypto
 from fedkernels.fl.privacy.client import TRAIN, PrivateClient
 from fedkernels.fl.privacy.forms import WEIGHT
 from fedkernels.fl.privacy.secagg import (
@@ -41,20 +40,19 @@ from fedkernels.fl.privacy.secagg import (
 )
 from fedkernels.fl.privacy.secagg_params import graph_params
 from fedkernels.fl.privacy.session import session_params
-from python_tests.support.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, held_out_data, make_strategy
+from python_tests.support.flower_runs import NUM_CLASSES, NUM_FEATURES, held_out_data, make_strategy
+from python_tests.support.private_runs import NUM_CLIENTS, Spy, clients_for, private_server
+from python_tests.support.private_runs import config as _config
 from python_tests.support.secagg_sessions import ring_sum, run_session
-
-NUM_CLIENTS = 5
-
-
-def clients_for(name):
-    return [client_data(i, NUM_CLIENTS, name) for i in range(NUM_CLIENTS)]
 
 
 def config(rounds=1, per_round=4, seed=7):
-    return RunConfig(
-        rounds=rounds, clients_per_round=per_round, seed=seed, train=TrainConfig(epochs=1, batch_size=16, lr=0.3)
-    )
+    return _config(rounds, per_round, seed)
+
+
+def replies(log, kind):
+    """The decoded replies of ``kind`` in a Spy log."""
+    return [pl.decode(reply) for k, _, reply in log if k == kind]
 
 
 def same_state(a, b, atol=2e-5):
@@ -149,33 +147,12 @@ def test_graph_seed_is_drawn_per_session_not_from_the_run_seed():
     receive), so no one can know the graph before the session starts."""
     seeds = []
     for _ in range(2):
-        s = PrivateServer(
-            make_strategy("fedavg"),
-            clients_for("fedavg"),
-            NUM_FEATURES,
-            NUM_CLASSES,
-            config(),
-            PrivacyConfig(secagg=True),
-            client_wrapper=lambda c, e: Record(e),
-        )
-        s.run_round()
-        seeds.append({session_params(pl.decode(m))[0].graph_seed for m in Record.adverts})
-        Record.adverts.clear()
+        log: list = []
+        private_server(
+            "fedavg", PrivacyConfig(secagg=True), config(), wrapper=lambda c, e, log=log: Spy(e, log)
+        ).run_round()
+        seeds.append({session_params(pl.decode(m))[0].graph_seed for k, m, _ in log if k.endswith("/advertise")})
     assert len(seeds[0]) == 1 and seeds[0] != seeds[1]
-
-
-class Record:
-    """Keeps the session headers a client receives."""
-
-    adverts: ClassVar[list[bytes]] = []
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def handle(self, kind, round, seed, message):
-        if kind.endswith("/advertise"):
-            Record.adverts.append(message)
-        return self.inner.handle(kind, round, seed, message)
 
 
 # ---- item 10: one client cannot abort a round or get honest clients blamed ---------------------------
@@ -246,15 +223,8 @@ def test_one_client_cannot_abort_a_round_or_get_honest_clients_blamed(stage, tam
     name = "fedavg"
     chosen = Server(make_strategy(name), clients_for(name), NUM_FEATURES, NUM_CLASSES, config()).select_clients(0)
     evil = chosen[1]
-    s = PrivateServer(
-        make_strategy(name),
-        clients_for(name),
-        NUM_FEATURES,
-        NUM_CLASSES,
-        config(),
-        PrivacyConfig(secagg=True),
-        client_wrapper=lambda c, e: Malicious(e, stage, tamper) if c == evil else e,
-    )
+    wrap = lambda c, e: Malicious(e, stage, tamper) if c == evil else e  # noqa: E731
+    s = private_server(name, PrivacyConfig(secagg=True), config(), wrapper=wrap)
     rec = s.run_round()
     assert not rec.skipped, rec.skipped
     if in_sum:
@@ -319,7 +289,7 @@ def test_tampered_weight_is_refused_not_silently_applied(excess):
     blew the step up 1e5-fold. Now the round is refused with the reason and the state is unchanged."""
     name = "fedavg"
     priv = PrivacyConfig(secagg=True)
-    s = PrivateServer(make_strategy(name), clients_for(name), NUM_FEATURES, NUM_CLASSES, config(), priv)
+    s = private_server(name, priv, config())
     chosen = Server(make_strategy(name), clients_for(name), NUM_FEATURES, NUM_CLASSES, config()).select_clients(0)
     evil, honest = chosen[0], chosen[1:]
     others = sum(min(len(s.clients[c]), priv.weight_cap) / priv.weight_cap for c in honest)
@@ -333,30 +303,10 @@ def test_tampered_weight_is_refused_not_silently_applied(excess):
 def test_weights_are_computed_by_each_client_and_never_sent_in_the_clear():
     """No message of a weighted secure round carries an example count: the train message carries the
     public cap, and the only reply in the clear is an acknowledgement."""
-    seen = []
-
-    class Spy:
-        def __init__(self, inner):
-            self.inner = inner
-
-        def handle(self, kind, round, seed, message):
-            reply = self.inner.handle(kind, round, seed, message)
-            seen.append((kind, pl.decode(reply)))
-            return reply
-
-    s = PrivateServer(
-        make_strategy("fedavg"),
-        clients_for("fedavg"),
-        NUM_FEATURES,
-        NUM_CLASSES,
-        config(),
-        PrivacyConfig(secagg=True),
-        client_wrapper=lambda c, e: Spy(e),
-    )
-    s.run_round()
-    kinds = {k for k, _ in seen}
-    assert "count" not in kinds and TRAIN in kinds
-    assert all(set(r) == {"ok"} for k, r in seen if k == TRAIN)
+    log: list = []
+    private_server("fedavg", PrivacyConfig(secagg=True), config(), wrapper=lambda c, e: Spy(e, log)).run_round()
+    assert {k for k, _, _ in log} >= {TRAIN, "upd/masked"} and "count" not in {k for k, _, _ in log}
+    assert all(set(r) == {"ok"} for r in replies(log, TRAIN))
 
 
 # ---- item 12: one update session per client and round -------------------------------------------------
@@ -368,9 +318,7 @@ def test_a_second_session_or_training_in_a_round_is_refused_even_in_a_fresh_proc
     (Flower's fresh ClientApp process); a second training, and a round older than one it answered,
     are refused too."""
     name = "fedavg"
-    s = PrivateServer(
-        make_strategy(name), clients_for(name), NUM_FEATURES, NUM_CLASSES, config(), PrivacyConfig(secagg=True)
-    )
+    s = private_server(name, PrivacyConfig(secagg=True), config())
     s.run_round()
     c = s.history[0].clients[0]
     client = s.private_clients[c]
@@ -389,17 +337,6 @@ def test_a_second_session_or_training_in_a_round_is_refused_even_in_a_fresh_proc
 
 
 # ---- item 13: per-row weight sums do not say who --------------------------------------------------------
-
-
-class Swapped:
-    """Client ``a`` holding client ``b``'s data and the reverse, every client training with one fixed
-    seed (so which client holds which data changes nothing but who sends what)."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def handle(self, kind, round, seed, message):
-        return self.inner.handle(kind, round, 0, message)
 
 
 RANDOM = {"c_pk", "s_pk", "b_commit", "cts", "commits", "y", "openings", "seeds"}  # uniformly random to the server
@@ -421,23 +358,16 @@ def _server_view(name, swap, monkeypatch):
     data[0] = data[0].rows(torch.arange(len(data[0]) * 3 // 5))  # clients 0 and 1 hold different counts
     if swap:
         data[0], data[1] = data[1], data[0]
-    view = []
 
     def known(raw):
         return sorted((k, v.tolist()) for k, v in pl.decode(raw).items() if k not in RANDOM)
 
-    class Spy(Swapped):
-        def handle(self, kind, round, seed, message):
-            reply = super().handle(kind, round, seed, message)
-            view.append((kind, known(message), known(reply)))  # what the server sent (e.g. weights) and got
-            return reply
-
+    log: list = []  # every client trains with seed 0: which client holds which data is all that differs
     cfg = config(per_round=NUM_CLIENTS)
-    s = PrivateServer(
-        make_strategy(name), data, NUM_FEATURES, NUM_CLASSES, cfg, PrivacyConfig(secagg=True), lambda c, e: Spy(e)
-    )
+    s = private_server(name, PrivacyConfig(secagg=True), cfg, data, lambda c, e: Spy(e, log, seed=0))
     rec = s.run_round()
     assert not rec.failed and not rec.skipped
+    view = [(kind, known(message), known(reply)) for kind, message, reply in log]  # what it sent (the weights) and got
     return view, s.state, rec
 
 
@@ -463,30 +393,12 @@ def test_federated_evaluation_is_summed_securely():
     fixed point)."""
     name = "fedavg"
     held = [held_out_data(c, NUM_CLIENTS, name) for c in range(NUM_CLIENTS)]
-    seen = []
-
-    class Spy:
-        def __init__(self, inner):
-            self.inner = inner
-
-        def handle(self, kind, round, seed, message):
-            reply = self.inner.handle(kind, round, seed, message)
-            seen.append((kind, pl.decode(reply)))
-            return reply
-
-    s = PrivateServer(
-        make_strategy(name),
-        clients_for(name),
-        NUM_FEATURES,
-        NUM_CLASSES,
-        config(),
-        PrivacyConfig(secagg=True),
-        client_wrapper=lambda c, e: Spy(e),
-    )
+    log: list = []
+    s = private_server(name, PrivacyConfig(secagg=True), config(), wrapper=lambda c, e: Spy(e, log))
     s.run_round()
     got, failed = s.evaluate_federated(held, round=0)
     plain, _ = Server.evaluate_federated(s, held, round=0)
     assert not failed and got.keys() == plain.keys() and got
     assert all(math.isclose(got[k], plain[k], abs_tol=1e-6) for k in got)
-    evals = [r for k, r in seen if k == "eval"]
+    evals = replies(log, "eval")
     assert len(evals) == NUM_CLIENTS and all(set(r) == {"ok"} for r in evals)

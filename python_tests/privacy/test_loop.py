@@ -14,24 +14,12 @@ dp_accounting = pytest.importorskip("dp_accounting", reason="needs the extra fed
 
 import torch  # noqa: E402
 
-from fedkernels.fl import RunConfig, Server, TrainConfig  # noqa: E402
+from fedkernels.fl import Server, TrainConfig  # noqa: E402
 from fedkernels.fl import payload as pl  # noqa: E402
 from fedkernels.fl.privacy import DPConfig, PrivacyConfig, PrivateServer  # noqa: E402
 from fedkernels.fl.registry import strategies  # noqa: E402
-from python_tests.support.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy  # noqa: E402
-
-NUM_CLIENTS = 5
-
-
-def clients_for(name):
-    return [client_data(i, NUM_CLIENTS, name) for i in range(NUM_CLIENTS)]
-
-
-def config(rounds=2, per_round=4, seed=7):
-    return RunConfig(
-        rounds=rounds, clients_per_round=per_round, seed=seed, train=TrainConfig(epochs=1, batch_size=16, lr=0.3)
-    )
-
+from python_tests.support.flower_runs import NUM_CLASSES, NUM_FEATURES, make_strategy  # noqa: E402
+from python_tests.support.private_runs import NUM_CLIENTS, clients_for, config  # noqa: E402
 
 # no private form: L1DiffNetwork (server-held heads) and LabelPrior (label counts, no model update)
 SECURE = sorted(n for n in strategies() if n not in ("l1diffnetwork", "labelprior"))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from fedkernels.fl.privacy.secagg_params import graph_params, log_disconnect_bound, log_tail_above, log_tail_below
 from python_tests.reference.secagg_params_ref import conditions, hypergeom_pmf, smallest_graph
 
-FRACTIONS = st.sampled_from([0.0, 0.05, 0.1, 0.2, 0.3])
+FRACTIONS = st.sampled_from([0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7])
 
 
 @settings(max_examples=40, deadline=None)

@@ -19,7 +19,7 @@ def conditions(n: int, k: int, threshold: int, corrupt: float, dropout: float, s
     with C = floor(corrupt n) colluders and D = ceil(dropout n) dropouts."""
     c = math.floor(Fraction(str(corrupt)) * n)  # the decimal the user wrote, not its binary float
     d = math.ceil(Fraction(str(dropout)) * n)
-    if c + d > n:
+    if c + d >= n - 1:  # at most one honest client left to sum
         return False
     if k == n - 1:
         return max(c + 1, min(2, k)) <= threshold <= n - 1 - c - d

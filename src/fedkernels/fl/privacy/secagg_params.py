@@ -109,6 +109,8 @@ def _bounds(n: int, k: int, corrupt: float, dropout: float, security: int, corre
     """``(lowest, highest, why)``: the thresholds that meet conditions 2 and 3 for degree ``k``, or
     an empty range (lowest > highest) and why."""
     c, d = _counts(n, corrupt, dropout)
+    if c + d >= n - 1:
+        return 1, 0, f"{c} colluding and {d} dropped clients leave at most one honest client to sum"
     if k < n - 1 and log_disconnect_bound(n, k, c + d) > -(security + 1) * math.log(2):
         return (
             1,

@@ -205,6 +205,10 @@ class PrivateRun(Protocol):
     def num_clients(self) -> int: ...
 
 
+def _same(data: ClientData) -> ClientData:
+    return data
+
+
 def poisson_clients(seed: int, round: int, num_clients: int, q: float) -> list[int]:
     """The clients of a DP round: each independently with probability ``q`` (seeded), ascending."""
     rng = numpy_rng(seed, "poisson-select", round)
@@ -275,8 +279,8 @@ class PrivateServer(Server):
             return super().evaluate_federated(held_out, ks, inv_propensity, round)
         if len(held_out) != len(self.clients):
             raise ValueError(f"held_out must hold one set per client ({len(self.clients)}), got {len(held_out)}")
-        for c, client in enumerate(self.private_clients):  # in process, each client's own held-out set
-            client.held_out = functools.partial(lambda d: d, held_out[c])
+        for client, data in zip(self.private_clients, held_out, strict=True):  # in process: its own held-out set
+            client.held_out = functools.partial(_same, data)
         return evaluate_privately(self, self.exchange_private, held_out[0].num_classes, ks, inv_propensity, round)
 
     # ---- transport ---------------------------------------------------------------------------------
