@@ -157,7 +157,7 @@ def train_batched(problems: Sequence[LocalProblem], data: Sequence[ClientData], 
             refuses rather than train without them.
     """
     if config.dp_sample_clip is not None:
-        raise ValueError("train_batched has no DP-SGD (per-example clipping and noise): train these clients sequentially")
+        raise ValueError("train_batched has no DP-SGD (per-example clipping and noise): train them sequentially")
     if not problems:
         return []
     if len(problems) != len(data):
