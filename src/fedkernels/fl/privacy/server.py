@@ -33,6 +33,7 @@ from .. import payload as pl
 from ..algorithms import L1Diff
 from ..client import call_with_deadline
 from ..evaluation import MAX_EXAMPLES
+from ..privacy_settings import check_int, check_real
 from ..round import Answer, failure_reason, select_clients
 from ..seeding import derive_seed, numpy_rng
 from ..server import RunConfig, Server
@@ -40,7 +41,7 @@ from ..strategy import State, Strategy
 from ..types import ClientData, RoundRecord
 from . import dp
 from .client import ACK, CTL, NUM_EXAMPLES, TRAIN, PrivateClient, session_header, unflatten
-from .forms import ROW_COUNT, ROWS, DenseForm, RowsForm, form_of
+from .forms import DenseForm, RowsForm, form_of
 from .ring import RingCodec
 from .secagg import SecAggError, SecAggParams, SecAggServer, default_degree
 
@@ -66,9 +67,6 @@ class PrivacyConfig:
             is the clip plus 8 standard deviations of a client's noise share.
         degree: SecAgg+ neighbours per client (None: :func:`~fedkernels.fl.privacy.secagg.default_degree`).
         dp: client-level DP (None: none).
-        embedding_clip, embedding_noise: FedAwS/FedALC server-side DP on the class-embedding updates:
-            each row's aggregated update clipped to ``embedding_clip`` and ``N(0, (embedding_noise *
-            embedding_clip)^2)`` added before the spreadout step.
         noise_seed: None (all DP noise from OS randomness; the private choice) or a seed for
             reproducible experiments (anyone who knows it can subtract the noise).
         l1diff_segments: the l1-difference strategies' public-segmentation period K (0: every round
@@ -82,30 +80,21 @@ class PrivacyConfig:
     bound: float = 4.0
     degree: int | None = None
     dp: dp.DPConfig | None = None
-    embedding_clip: float | None = None
-    embedding_noise: float | None = None
     noise_seed: int | None = None
     l1diff_segments: int = 0
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.l1diff_segments, bool)
-            or not isinstance(self.l1diff_segments, int)
-            or self.l1diff_segments < 0
-        ):
-            raise ValueError(f"l1diff_segments must be an integer >= 0, got {self.l1diff_segments!r}")
-        if not (math.isfinite(self.bound) and self.bound >= 1.0):
-            raise ValueError(f"secagg bound must be finite and >= 1 (weights are encoded too), got {self.bound}")
-        if self.max_dropouts is not None and self.max_dropouts < 0:
-            raise ValueError(f"secagg max_dropouts must be >= 0, got {self.max_dropouts}")
-        if (self.embedding_clip is None) != (self.embedding_noise is None):
-            raise ValueError("embedding DP needs both embedding_clip and embedding_noise")
-        if self.embedding_clip is not None and not (self.embedding_clip > 0 and math.isfinite(self.embedding_clip)):
-            raise ValueError(f"embedding_clip must be finite and > 0, got {self.embedding_clip}")
-        if self.embedding_noise is not None and not (self.embedding_noise >= 0 and math.isfinite(self.embedding_noise)):
-            raise ValueError(f"embedding_noise must be finite and >= 0, got {self.embedding_noise}")
-        if not 8 <= self.bits <= 62:
-            raise ValueError(f"secagg bits must lie in [8, 62], got {self.bits}")
+        """The checks :func:`~fedkernels.fl.privacy.settings.privacy_settings` runs, by field name."""
+        if not isinstance(self.secagg, bool):
+            raise ValueError(f"secagg must be true or false, got {self.secagg!r}")
+        check_int("l1diff_segments", self.l1diff_segments, low=0)
+        check_real("bound", self.bound, low=1.0, high=1e9)  # >= 1: weights are encoded too
+        check_int("bits", self.bits, low=8, high=62)
+        for name in ("max_dropouts", "degree"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), low=0)
+        if self.dp is not None and not isinstance(self.dp, dp.DPConfig):
+            raise ValueError(f"dp must be a DPConfig or None, got {self.dp!r}")
 
     def dropouts_for(self, n: int) -> int:
         """t for a session of ``n`` participants."""
@@ -120,16 +109,14 @@ def check_private(strategy: Strategy, privacy: PrivacyConfig) -> DenseForm:
         ValueError: nothing to protect, a strategy that cannot be summed (the reason), embedding
             DP for a strategy without class embeddings, or L1Diff's ``gamma_rel`` with DP.
     """
-    if not privacy.secagg and privacy.dp is None and privacy.embedding_noise is None:
-        raise ValueError("privacy protects nothing: set secagg, dp or the embedding DP (or use Server)")
+    if not privacy.secagg and privacy.dp is None:
+        raise ValueError("privacy protects nothing: set secagg or dp (or use Server)")
     form = form_of(strategy, privacy.l1diff_segments if isinstance(strategy, L1Diff) else 0)
     if isinstance(strategy, L1Diff) and privacy.dp is not None and strategy.gamma_rel is not None:
         raise ValueError(
             "L1Diff's gamma_rel sets gamma from round 0's mean |step|, which DP noise inflates (by about "
             "sigma * clip / clients per coordinate); give gamma instead"
         )
-    if privacy.embedding_noise is not None and not (isinstance(form, RowsForm) and not form.fedss):
-        raise ValueError("embedding_clip/embedding_noise apply to FedAwS, FedALC and FedALC-fixed only")
     return form
 
 
@@ -143,7 +130,7 @@ class PrivateRun(Protocol):
     state: State
     q: float  # the sampling rate clients_per_round / num_clients
     sigma: float | None  # the noise multiplier (None: no client-level DP)
-    noise_generator: torch.Generator  # the server's DP noise (central DP, embedding DP)
+    noise_generator: torch.Generator  # the server's DP noise (central DP)
 
     @property
     def round(self) -> int: ...
@@ -351,8 +338,7 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
     if sums is not None:
         den = server.q * n_all if dpc is not None else None
         if isinstance(form, RowsForm):
-            row_noise = _embedding_noise(server, sums, rows, den)
-            server.state = form.finish(state, sums, den, rows=rows, row_noise=row_noise)
+            server.state = form.finish(state, sums, den, rows=rows)
         else:
             server.state = form.finish(state, sums, den)
     if dpc is not None and server.sigma is not None:
@@ -361,10 +347,6 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
             delta=dpc.delta,
             noise_multiplier=server.sigma,
         )
-    if priv.embedding_noise is not None and priv.embedding_noise > 0:
-        # a client moves one row's clipped update by at most 2 * clip: noise multiplier embedding_noise / 2
-        delta = dpc.delta if dpc is not None else 1e-5
-        info["embedding_epsilon"] = dp.epsilon(server.q, priv.embedding_noise / 2, r + 1, delta)
     info.update(
         survivors=float(len(live) if sums is not None else 0),
         secagg_bytes_up=float(tally.secagg_up),
@@ -381,22 +363,6 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
     rec.privacy = info
     rec.seconds = time.perf_counter() - t0
     return rec
-
-
-def _embedding_noise(
-    server: PrivateRun, sums: dict[str, torch.Tensor], rows: torch.Tensor | None, den: float | None
-) -> torch.Tensor | None:
-    """FedALC's server-side DP: each row's mean update clipped to ``embedding_clip``, and the noise to add."""
-    priv = server.privacy
-    if priv.embedding_clip is None or rows is None or ROWS not in sums:
-        return None
-    per = sums[ROW_COUNT] if den is None else torch.full((rows.numel(),), den, dtype=torch.float64)
-    mean = sums[ROWS] / per.clamp(min=1e-12).unsqueeze(1)
-    norms = mean.norm(dim=1, keepdim=True)
-    scaled = mean * torch.clamp(priv.embedding_clip / norms.clamp(min=1e-30), max=1.0)
-    sums[ROWS] = scaled * per.unsqueeze(1)  # the clipped means, back as sums
-    std = (priv.embedding_noise or 0.0) * priv.embedding_clip
-    return torch.randn(mean.shape, dtype=torch.float64, generator=server.noise_generator) * std
 
 
 def _secure_sum(
