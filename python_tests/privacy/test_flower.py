@@ -26,6 +26,7 @@ from fedkernels.fl.privacy import DPConfig, PrivacyConfig, PrivateServer
 from fedkernels.fl.registry import strategies
 from fedkernels.integrations.flower import FlowerStrategy, client_app, flower_strategy_from
 from fedkernels.integrations.flower import client as flower_client
+from fedkernels.integrations.flower.app import run_config_from
 from fedkernels.integrations.flower.private_client import STATE
 from fedkernels.integrations.flower.private_server import PrivateFlowerStrategy, privacy_config_from
 from python_tests.support.flower_grid import MemoryGrid, context, task_identity
@@ -228,19 +229,46 @@ def test_privacy_settings_from_run_config():
     assert type(flower_strategy_from(run_context(), make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES)) is (
         FlowerStrategy
     )
+    nan = float("nan")
     for bad, match in [
         ({"dp-noise": 1.0}, "need dp-clip"),
-        ({"dp-clip": 1.0, "dp-noise": 1.0, "target-epsilon": 2.0}, "not both"),
-        ({"secagg": True, "secagg-bits": 80}, "bits"),
-        ({"secagg": True, "l1diff-segments": -1}, "l1diff_segments"),
+        ({"dp-clip": 1.0, "dp-noise": 1.0, "target-epsilon": 2.0}, "exactly one of dp-noise"),
+        ({"secagg": True, "secagg-bits": 80}, "secagg-bits"),
+        ({"secagg": True, "l1diff-segments": -1}, "l1diff-segments"),
+        # the review's case 6: each of these ran with privacy off or zero noise
+        ({"dp-clip": nan, "dp-noise": 1.0}, "dp-clip must be a finite number"),
+        ({"dp-clip": 1.0, "target-epsilon": -3.0}, "target-epsilon must be a finite number"),
+        ({"dp-clip": 1.0, "target-epsilon": nan}, "target-epsilon must be a finite number"),
+        ({"dp-clip": 1.0}, "exactly one of dp-noise"),
+        ({"dp-clip": 1.0, "dp-noise": -1.0}, "dp-noise must be a finite number"),
+        ({"dp-clip": 1.0, "dp-noise": float("inf")}, "dp-noise must be a finite number"),
+        ({"embedding-dp-clip": nan}, "embedding"),
+        ({"dp-clip": 1.0, "dp-noise": 1.0, "dp-delta": nan}, "dp-delta"),
+        ({"secagg": "yes"}, "secagg must be true or false"),
         # issue 41 item 14: settings no graph makes secure and correct for the round's clients
         ({"secagg": True, "secagg-degree": 3, "clients-per-round": 10}, "degree must be even"),
         ({"secagg": True, "secagg-dropouts": 50, "clients-per-round": 10}, "max_dropouts 50"),
         ({"secagg": True, "secagg-corrupt-fraction": 0.5, "clients-per-round": 10}, "no SecAgg\\+ graph"),
-        ({"secagg": True, "secagg-dropout-fraction": 1.5}, "dropout_fraction must lie in"),
+        ({"secagg": True, "secagg-dropout-fraction": 1.5}, "secagg-dropout-fraction must be a finite number"),
     ]:
         with pytest.raises(ValueError, match=match):
             privacy_config_from(run_context(**bad))
+        with pytest.raises(ValueError, match=match):  # the app's entry point refuses it too
+            flower_strategy_from(run_context(**bad), make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES)
+
+
+def test_dp_sgd_settings_from_run_config_are_checked_as_the_cli_checks_them():
+    for bad, match in [
+        ({"dp-sample-clip": float("nan")}, "dp-sample-clip must be a finite number"),
+        ({"dp-sample-clip": -1.0}, "dp-sample-clip must be a finite number"),
+        ({"dp-sample-noise": 1.0}, "dp-sample-noise needs dp-sample-clip"),
+        ({"dp-sample-clip": 1.0, "dp-sample-noise": float("inf")}, "dp-sample-noise must be a finite number"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            run_config_from(run_context(**bad))
+    got = run_config_from(run_context(**{"dp-sample-clip": 0.5, "dp-sample-noise": 1.1})).train
+    assert (got.dp_sample_clip, got.dp_sample_noise) == (0.5, 1.1)
+    assert run_config_from(run_context(**{"dp-sample-clip": 0.0})).train.dp_sample_clip is None
 
 
 def test_l1diff_public_segments_over_flower_equal_in_process():

@@ -77,8 +77,6 @@ RUN_FLAGS: dict[str, tuple[type, str]] = {
     "dp_noise": (float, "client-level DP: noise multiplier sigma (noise std = sigma * clip)"),
     "target_epsilon": (float, "client-level DP: pick sigma so the run ends at this epsilon"),
     "dp_delta": (float, "DP delta of the reported epsilon"),
-    "embedding_dp_clip": (float, "FedAwS/FedALC server-side DP: L2 clip of each class-embedding update"),
-    "embedding_dp_noise": (float, "FedAwS/FedALC server-side DP: noise multiplier on the embedding updates"),
     "dp_sample_clip": (float, "sample-level DP-SGD in local training: per-example L2 clip"),
     "dp_sample_noise": (float, "sample-level DP-SGD: noise multiplier"),
 }

@@ -136,7 +136,7 @@ class ExperimentConfig:
     # mixed precision of local training's forward pass: "off" or "bf16" (fedkernels.fl.local.autocast)
     autocast: str = RUN_DEFAULTS["autocast"]
     # privacy (fedkernels.fl.privacy, docs/api/privacy.md): SecAgg+ secure aggregation, client-level DP
-    # (clip + noise multiplier, or a target epsilon at dp_delta), FedALC's server-side embedding DP,
+    # (clip + noise multiplier, or a target epsilon at dp_delta),
     # sample-level DP-SGD in local training
     secagg: bool = RUN_DEFAULTS["secagg"]
     secagg_dropouts: int | None = RUN_DEFAULTS["secagg_dropouts"]
@@ -154,8 +154,6 @@ class ExperimentConfig:
     dp_noise: float | None = RUN_DEFAULTS["dp_noise"]
     target_epsilon: float | None = RUN_DEFAULTS["target_epsilon"]
     dp_delta: float = RUN_DEFAULTS["dp_delta"]
-    embedding_dp_clip: float | None = RUN_DEFAULTS["embedding_dp_clip"]
-    embedding_dp_noise: float | None = RUN_DEFAULTS["embedding_dp_noise"]
     dp_sample_clip: float | None = RUN_DEFAULTS["dp_sample_clip"]
     dp_sample_noise: float = RUN_DEFAULTS["dp_sample_noise"]
 
@@ -250,8 +248,8 @@ class ExperimentConfig:
         return built
 
     def private(self) -> bool:
-        """Whether the run's rounds are private (secure aggregation, client-level or embedding DP)."""
-        return self.secagg or self.dp_clip is not None or self.embedding_dp_clip is not None
+        """Whether the run's rounds are private (secure aggregation or client-level DP)."""
+        return self.secagg or self.dp_clip is not None
 
     def train_config(self) -> TrainConfig:
         """The clients' local training settings."""
@@ -675,59 +673,14 @@ def add_common_target(results: list[dict[str, Any]], metric: str = "P@1") -> flo
 
 
 def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
-    """Validate the privacy settings (before any data is read) against the strategies ``built`` for
-    ``cfg``'s algorithms (keyed by registered name); ValueError names the field."""
+    """Validate the privacy settings (before any data is read) with the validator every path uses
+    (:func:`~fedkernels.fl.privacy_settings.privacy_settings`), then against the strategies ``built``
+    for ``cfg``'s algorithms (keyed by registered name); ValueError names the field."""
+    from ..fl.privacy_settings import SETTINGS, privacy_settings
 
-    def positive(name: str, allow_none: bool = True, zero: bool = False) -> None:
-        v = getattr(cfg, name)
-        if v is None and allow_none:
-            return
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, (int, float))
-            or not math.isfinite(v)
-            or v < 0
-            or (v == 0 and not zero)
-        ):
-            raise ValueError(f"{name} must be a finite number {'>= 0' if zero else '> 0'}, got {v!r}")
-
-    if not isinstance(cfg.secagg, bool):
-        raise ValueError(f"secagg must be true or false, got {cfg.secagg!r}")
-    for name in ("dp_clip", "target_epsilon", "embedding_dp_clip", "dp_sample_clip"):
-        positive(name)
-    for name in ("dp_noise", "embedding_dp_noise"):
-        positive(name, zero=True)
-    positive("dp_sample_noise", allow_none=False, zero=True)
-    positive("secagg_bound", allow_none=False)
-    positive("secagg_weight_cap", allow_none=False)
-    for name in ("secagg_corrupt_fraction", "secagg_dropout_fraction"):
-        v = getattr(cfg, name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-            raise ValueError(f"{name} must lie in [0, 1), got {v!r}")
-    if not isinstance(cfg.dp_delta, (int, float)) or not 0 < cfg.dp_delta < 1:
-        raise ValueError(f"dp_delta must lie in (0, 1), got {cfg.dp_delta!r}")
-    if isinstance(cfg.secagg_bits, bool) or not isinstance(cfg.secagg_bits, int) or not 8 <= cfg.secagg_bits <= 62:
-        raise ValueError(f"secagg_bits must be an integer in [8, 62], got {cfg.secagg_bits!r}")
-    segs = cfg.l1diff_segments
-    if isinstance(segs, bool) or not isinstance(segs, int) or segs < 0:
-        raise ValueError(f"l1diff_segments must be an integer >= 0, got {segs!r}")
-    if segs and not cfg.private():
-        raise ValueError("l1diff_segments applies to private rounds (--secagg or --dp-clip)")
-    if segs and not any(canonical_name(n) == "L1Diff" for n in cfg.algorithms):
-        raise ValueError("l1diff_segments applies to L1Diff, which the run does not have")
-    for name in ("secagg_dropouts", "secagg_degree"):
-        v = getattr(cfg, name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise ValueError(f"{name} must be an integer >= 0 or unset, got {v!r}")
-    if cfg.dp_clip is None and (cfg.dp_noise is not None or cfg.target_epsilon is not None):
-        raise ValueError("dp_noise / target_epsilon need dp_clip (the L2 bound the noise is calibrated to)")
-    if cfg.dp_clip is not None and (cfg.dp_noise is None) == (cfg.target_epsilon is None):
-        raise ValueError("dp_clip needs exactly one of dp_noise (the noise multiplier) and target_epsilon")
-    if (cfg.embedding_dp_clip is None) != (cfg.embedding_dp_noise is None):
-        raise ValueError("embedding_dp_clip and embedding_dp_noise go together")
-    if cfg.dp_sample_noise and cfg.dp_sample_clip is None:
-        raise ValueError("dp_sample_noise needs dp_sample_clip")
+    values = {name: getattr(cfg, name) for name in SETTINGS}
     if not (cfg.private() or cfg.dp_sample_clip is not None):
+        privacy_settings(values)  # the values are checked all the same
         return
     try:
         from ..fl import privacy  # noqa: F401  (the optional extra)
@@ -735,41 +688,28 @@ def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
         raise ValueError(f"privacy options need the extra fedkernels[privacy] ({e})") from None
     from ..fl.privacy.server import check_private
 
-    if cfg.private():
-        priv = privacy_config(cfg)
-        per_round = (
-            cfg.clients_per_round
-            if cfg.partition in ("one_label", "primary_label")
-            else min(cfg.clients_per_round, cfg.clients)
-        )
+    settings = privacy_settings(values, clients_per_round=_session_size(cfg))
+    if cfg.l1diff_segments and not any(canonical_name(n) == "L1Diff" for n in cfg.algorithms):
+        raise ValueError("l1diff_segments applies to L1Diff, which the run does not have")
+    if settings.privacy is not None:
         for name in cfg.algorithms:
-            if cfg.embedding_dp_clip is not None and canonical_name(name) not in ("FedAwS", "FedALC", "FedALC-fixed"):
-                raise ValueError(f"embedding_dp_* applies to FedAwS, FedALC and FedALC-fixed, not {name}")
-            # L1DiffNetwork is refused here, and SecAgg+ settings no graph can make secure and correct
-            check_private(built[canonical_name(name)], priv, per_round)
+            # L1DiffNetwork is refused here, and SecAgg+ settings no graph makes secure and correct
+            check_private(built[canonical_name(name)], settings.privacy, _session_size(cfg))
+
+
+def _session_size(cfg: ExperimentConfig) -> int:
+    """The clients of a round (a secure-aggregation session): the partitions that make one client per
+    label set ``clients`` themselves."""
+    if cfg.partition in ("one_label", "primary_label"):
+        return cfg.clients_per_round
+    return min(cfg.clients_per_round, cfg.clients)
 
 
 def privacy_config(cfg: ExperimentConfig):
-    """The :class:`~fedkernels.fl.privacy.PrivacyConfig` of a run."""
-    from ..fl.privacy import DPConfig, PrivacyConfig
+    """The :class:`~fedkernels.fl.privacy.PrivacyConfig` of a run (None: its rounds are not private)."""
+    from ..fl.privacy_settings import SETTINGS, privacy_settings
 
-    dpc = None
-    if cfg.dp_clip is not None:
-        dpc = DPConfig(cfg.dp_clip, cfg.dp_noise, cfg.target_epsilon, cfg.dp_delta)
-    return PrivacyConfig(
-        secagg=cfg.secagg,
-        max_dropouts=cfg.secagg_dropouts,
-        bits=cfg.secagg_bits,
-        bound=cfg.secagg_bound,
-        degree=cfg.secagg_degree,
-        l1diff_segments=cfg.l1diff_segments,
-        dp=dpc,
-        embedding_clip=cfg.embedding_dp_clip,
-        embedding_noise=cfg.embedding_dp_noise,
-        corrupt_fraction=cfg.secagg_corrupt_fraction,
-        dropout_fraction=cfg.secagg_dropout_fraction,
-        weight_cap=float(cfg.secagg_weight_cap),
-    )
+    return privacy_settings({name: getattr(cfg, name) for name in SETTINGS}).privacy
 
 
 def sample_epsilon(history: list[RoundRecord], clients: list[ClientData], cfg: ExperimentConfig) -> float:

@@ -149,8 +149,6 @@ def _print_privacy(cfg: ExperimentConfig, results: list[dict[str, Any]]) -> None
             )
         if "sample_epsilon" in priv:
             print(f"{r['algorithm']}: sample-level DP-SGD, ε = {priv['sample_epsilon']:.3g} at δ = {cfg.dp_delta:g}")
-        if "embedding_epsilon" in priv:
-            print(f"{r['algorithm']}: class-embedding DP, ε = {priv['embedding_epsilon']:.3g}")
 
 
 class _Progress:

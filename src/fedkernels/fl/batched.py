@@ -152,8 +152,12 @@ def train_batched(problems: Sequence[LocalProblem], data: Sequence[ClientData], 
         config: the local training settings (shared).
 
     Raises:
-        ValueError: the problems do not share one structure, or a bad ``config``.
+        ValueError: the problems do not share one structure, a bad ``config``, or DP-SGD asked for
+            (``config.dp_sample_clip``): this pass has no per-example clipping and noise, so it
+            refuses rather than train without them.
     """
+    if config.dp_sample_clip is not None:
+        raise ValueError("train_batched has no DP-SGD (per-example clipping and noise): train them sequentially")
     if not problems:
         return []
     if len(problems) != len(data):
@@ -423,8 +427,9 @@ def batched_client_updates(
     """The honest clients' uploads in answer to ``downloads`` (each as its ``client_update`` would give
     it, up to float rounding), trained in one batched pass; ``None`` when the strategy has no
     :meth:`~fedkernels.fl.strategy.Strategy.local_problem` for some client or the problems cannot be
-    stacked (the caller then runs the sequential loop)."""
-    if not has_local_problem(strategy):
+    stacked, or DP-SGD is asked for (the caller then runs the sequential loop, which clips and noises
+    every example)."""
+    if not has_local_problem(strategy) or config.dp_sample_clip is not None:
         return None
     problems = {}
     for c, down in downloads.items():

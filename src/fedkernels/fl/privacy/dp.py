@@ -21,6 +21,8 @@ import dp_accounting
 import torch
 from dp_accounting import pld, rdp
 
+from ..privacy_settings import check_client_dp
+
 ACCOUNTANTS = ("rdp", "pld")
 
 
@@ -57,8 +59,8 @@ def noise_for_epsilon(q: float, steps: int, target_epsilon: float, delta: float,
         raise ValueError(f"target_epsilon must be finite and > 0, got {target_epsilon}")
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    return float(
-        dp_accounting.calibrate_dp_mechanism(
+    try:
+        sigma = dp_accounting.calibrate_dp_mechanism(
             lambda: _accountant(accountant),
             lambda sigma: dp_accounting.SelfComposedDpEvent(round_event(q, sigma), int(steps)),
             target_epsilon,
@@ -66,7 +68,12 @@ def noise_for_epsilon(q: float, steps: int, target_epsilon: float, delta: float,
             dp_accounting.LowerEndpointAndGuess(1e-3, 1.0),
             tol=1e-4,
         )
-    )
+    except (ValueError, ArithmeticError, dp_accounting.mechanism_calibration.NoBracketIntervalFoundError) as e:
+        raise ValueError(
+            f"target_epsilon {target_epsilon:g} at delta {delta:g} over {steps} steps at rate {q:g}: no noise "
+            f"multiplier >= 1e-3 reaches it ({e}); ask for a smaller epsilon or give the noise multiplier"
+        ) from None
+    return float(sigma)
 
 
 def check_dp_args(q: float, noise: float, delta: float) -> None:
@@ -125,16 +132,11 @@ class DPConfig:
     accountant: str = "rdp"
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.clip) and self.clip > 0):
-            raise ValueError(f"dp clip must be finite and > 0, got {self.clip}")
-        if (self.noise is None) == (self.target_epsilon is None):
-            raise ValueError("give exactly one of dp noise (the noise multiplier) and target epsilon")
-        if self.noise is not None and not (math.isfinite(self.noise) and self.noise >= 0):
-            raise ValueError(f"dp noise must be finite and >= 0, got {self.noise}")
-        if self.target_epsilon is not None and not (math.isfinite(self.target_epsilon) and self.target_epsilon > 0):
-            raise ValueError(f"target epsilon must be finite and > 0, got {self.target_epsilon}")
-        if not 0 < self.delta < 1:
-            raise ValueError(f"dp delta must lie in (0, 1), got {self.delta}")
+        """The checks :func:`~fedkernels.fl.privacy.settings.privacy_settings` runs, by field name."""
+        if self.clip is None:
+            raise ValueError("clip must be a finite number > 0, got None")
+        names = {"dp_clip": "clip", "dp_noise": "noise", "target_epsilon": "target_epsilon", "dp_delta": "delta"}
+        check_client_dp(self.clip, self.noise, self.target_epsilon, self.delta, names.__getitem__)
         if self.accountant not in ACCOUNTANTS:
             raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {self.accountant!r}")
 

@@ -382,10 +382,9 @@ class RowsForm(DenseForm):
         sums: dict[str, torch.Tensor],
         denominator: float | None,
         rows: torch.Tensor | None = None,
-        row_noise: torch.Tensor | None = None,
     ) -> State:
         """Body as DenseForm; row ``U[i]`` moves by ``sums[ROWS][i] / (its weight or the denominator)``
-        (plus ``row_noise[i]``, FedALC's server-side DP, before the spreadout step)."""
+        (then FedAwS/FedALC take their spreadout step)."""
         den = float(sums[WEIGHT][0]) if denominator is None else denominator
         new = dict(state)
         if den > 0:
@@ -416,8 +415,6 @@ class RowsForm(DenseForm):
                 )
                 keep = per > 0
                 step = sums[ROWS][keep] / per[keep].unsqueeze(1)
-                if row_noise is not None:
-                    step = step + row_noise[keep]
                 W[rows[keep]] = (W[rows[keep]].double() + step).to(W.dtype)
             W = s._spread(W, pair_weights_of(state))
         else:  # FedALC-fixed's learned rows, or the initial rows FedAvg-fixed keeps

@@ -38,6 +38,7 @@ from .. import evaluation as ev
 from .. import payload as pl
 from ..algorithms import L1Diff
 from ..client import call_with_deadline
+from ..privacy_settings import check_int, check_real
 from ..round import Answer, failure_reason, select_clients
 from ..seeding import derive_seed, numpy_rng
 from ..server import RunConfig, Server
@@ -46,7 +47,7 @@ from ..types import ClientData, RoundRecord
 from . import dp
 from .client import CTL, TRAIN, PrivateClient
 from .evaluation import ACK_SPEC, private_evaluation
-from .forms import ROW_COUNT, ROWS, DenseForm, RowsForm, form_of
+from .forms import DenseForm, RowsForm, form_of
 from .ring import RingCodec
 from .secagg_params import graph_params
 from .session import Exchange, Tally, secure_sum
@@ -79,9 +80,6 @@ class PrivacyConfig:
             the server never learns a client's count (a public number; clients with more examples
             than the cap weigh as much as the cap; the fixed-point error of a mean grows with it).
         dp: client-level DP (None: none).
-        embedding_clip, embedding_noise: FedAwS/FedALC server-side DP on the class-embedding updates:
-            each row's aggregated update clipped to ``embedding_clip`` and ``N(0, (embedding_noise *
-            embedding_clip)^2)`` added before the spreadout step.
         noise_seed: None (all DP noise from OS randomness; the private choice) or a seed for
             reproducible experiments (anyone who knows it can subtract the noise).
         l1diff_segments: the l1-difference strategies' public-segmentation period K (0: every round
@@ -95,8 +93,6 @@ class PrivacyConfig:
     bound: float = 4.0
     degree: int | None = None
     dp: dp.DPConfig | None = None
-    embedding_clip: float | None = None
-    embedding_noise: float | None = None
     noise_seed: int | None = None
     l1diff_segments: int = 0
     corrupt_fraction: float = 0.1
@@ -104,36 +100,20 @@ class PrivacyConfig:
     weight_cap: float = 4096.0
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.l1diff_segments, bool)
-            or not isinstance(self.l1diff_segments, int)
-            or self.l1diff_segments < 0
-        ):
-            raise ValueError(f"l1diff_segments must be an integer >= 0, got {self.l1diff_segments!r}")
-        if not (math.isfinite(self.bound) and self.bound >= 1.0):
-            raise ValueError(f"secagg bound must be finite and >= 1 (weights are encoded too), got {self.bound}")
+        """The checks :func:`~fedkernels.fl.privacy_settings.privacy_settings` runs, by field name."""
+        if not isinstance(self.secagg, bool):
+            raise ValueError(f"secagg must be true or false, got {self.secagg!r}")
+        check_int("l1diff_segments", self.l1diff_segments, low=0)
+        check_real("bound", self.bound, low=1.0, high=1e9)  # >= 1: weights are encoded too
+        check_int("bits", self.bits, low=8, high=62)
         for name in ("max_dropouts", "degree"):
-            v = getattr(self, name)
-            if v is not None and (
-                isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "max_dropouts" else 1)
-            ):
-                raise ValueError(f"secagg {name} must be an integer >= {0 if name == 'max_dropouts' else 1}, got {v!r}")
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), low=0)
         for name in ("corrupt_fraction", "dropout_fraction"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-                raise ValueError(f"secagg {name} must lie in [0, 1), got {v!r}")
-        if isinstance(self.weight_cap, bool) or not (
-            isinstance(self.weight_cap, (int, float)) and math.isfinite(self.weight_cap) and self.weight_cap >= 1
-        ):
-            raise ValueError(f"secagg weight_cap must be a finite number >= 1, got {self.weight_cap!r}")
-        if (self.embedding_clip is None) != (self.embedding_noise is None):
-            raise ValueError("embedding DP needs both embedding_clip and embedding_noise")
-        if self.embedding_clip is not None and not (self.embedding_clip > 0 and math.isfinite(self.embedding_clip)):
-            raise ValueError(f"embedding_clip must be finite and > 0, got {self.embedding_clip}")
-        if self.embedding_noise is not None and not (self.embedding_noise >= 0 and math.isfinite(self.embedding_noise)):
-            raise ValueError(f"embedding_noise must be finite and >= 0, got {self.embedding_noise}")
-        if not 8 <= self.bits <= 62:
-            raise ValueError(f"secagg bits must lie in [8, 62], got {self.bits}")
+            check_real(name, getattr(self, name), low=0.0, high=1.0, open_high=True)
+        check_real("weight_cap", self.weight_cap, low=1.0, high=2.0**40)
+        if self.dp is not None and not isinstance(self.dp, dp.DPConfig):
+            raise ValueError(f"dp must be a DPConfig or None, got {self.dp!r}")
 
     def graph_for(self, n: int) -> tuple[int, int]:
         """``(k, threshold)`` of a SecAgg+ session of ``n`` participants under the threat model.
@@ -161,13 +141,12 @@ def check_private(strategy: Strategy, privacy: PrivacyConfig, clients_per_round:
             session of this many clients (a round that draws another number is checked again then).
 
     Raises:
-        ValueError: nothing to protect, a strategy that cannot be summed (the reason), embedding
-            DP for a strategy without class embeddings, L1Diff's ``gamma_rel`` with DP, or secure
-            aggregation that cannot be both secure and correct for ``clients_per_round`` clients
-            under the threat model (or whose ring cannot hold their sum).
+        ValueError: nothing to protect, a strategy that cannot be summed (the reason), L1Diff's
+            ``gamma_rel`` with DP, or secure aggregation that cannot be both secure and correct for
+            ``clients_per_round`` clients under the threat model (or whose ring cannot hold their sum).
     """
-    if not privacy.secagg and privacy.dp is None and privacy.embedding_noise is None:
-        raise ValueError("privacy protects nothing: set secagg, dp or the embedding DP (or use Server)")
+    if not privacy.secagg and privacy.dp is None:
+        raise ValueError("privacy protects nothing: set secagg or dp (or use Server)")
     if privacy.secagg and clients_per_round is not None:
         try:
             privacy.graph_for(clients_per_round)
@@ -181,8 +160,6 @@ def check_private(strategy: Strategy, privacy: PrivacyConfig, clients_per_round:
             "L1Diff's gamma_rel sets gamma from round 0's mean |step|, which DP noise inflates (by about "
             "sigma * clip / clients per coordinate); give gamma instead"
         )
-    if privacy.embedding_noise is not None and not (isinstance(form, RowsForm) and not form.fedss):
-        raise ValueError("embedding_clip/embedding_noise apply to FedAwS, FedALC and FedALC-fixed only")
     return form
 
 
@@ -196,7 +173,7 @@ class PrivateRun(Protocol):
     state: State
     q: float  # the sampling rate clients_per_round / num_clients
     sigma: float | None  # the noise multiplier (None: no client-level DP)
-    noise_generator: torch.Generator  # the server's DP noise (central DP, embedding DP)
+    noise_generator: torch.Generator  # the server's DP noise (central DP)
 
     @property
     def round(self) -> int: ...
@@ -408,8 +385,7 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
     if sums is not None:
         den = server.q * n_all if dpc is not None else None
         if isinstance(form, RowsForm):
-            row_noise = _embedding_noise(server, sums, rows, den)
-            server.state = form.finish(state, sums, den, rows=rows, row_noise=row_noise)
+            server.state = form.finish(state, sums, den, rows=rows)
         else:
             server.state = form.finish(state, sums, den)
     if dpc is not None and server.sigma is not None:
@@ -418,10 +394,6 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
             delta=dpc.delta,
             noise_multiplier=server.sigma,
         )
-    if priv.embedding_noise is not None and priv.embedding_noise > 0:
-        # a client moves one row's clipped update by at most 2 * clip: noise multiplier embedding_noise / 2
-        delta = dpc.delta if dpc is not None else 1e-5
-        info["embedding_epsilon"] = dp.epsilon(server.q, priv.embedding_noise / 2, r + 1, delta)
     info.update(
         survivors=float(len(live) if sums is not None else 0),
         secagg_bytes_up=float(tally.secagg_up),
@@ -439,22 +411,6 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
     rec.privacy = info
     rec.seconds = time.perf_counter() - t0
     return rec
-
-
-def _embedding_noise(
-    server: PrivateRun, sums: dict[str, torch.Tensor], rows: torch.Tensor | None, den: float | None
-) -> torch.Tensor | None:
-    """FedALC's server-side DP: each row's mean update clipped to ``embedding_clip``, and the noise to add."""
-    priv = server.privacy
-    if priv.embedding_clip is None or rows is None or ROWS not in sums:
-        return None
-    per = sums[ROW_COUNT] if den is None else torch.full((rows.numel(),), den, dtype=torch.float64)
-    mean = sums[ROWS] / per.clamp(min=1e-12).unsqueeze(1)
-    norms = mean.norm(dim=1, keepdim=True)
-    scaled = mean * torch.clamp(priv.embedding_clip / norms.clamp(min=1e-30), max=1.0)
-    sums[ROWS] = scaled * per.unsqueeze(1)  # the clipped means, back as sums
-    std = (priv.embedding_noise or 0.0) * priv.embedding_clip
-    return torch.randn(mean.shape, dtype=torch.float64, generator=server.noise_generator) * std
 
 
 def _session(

@@ -32,12 +32,13 @@ from flwr.serverapp import Grid
 
 from ...fl import payload as pl
 from ...fl.privacy import dp
-from ...fl.privacy.dp import DPConfig
 from ...fl.privacy.server import PrivacyConfig, check_private, evaluate_privately, private_round
+from ...fl.privacy_settings import SETTINGS, privacy_settings
 from ...fl.round import Answer, ClientFailed, client_seed
 from ...fl.server import RunConfig
 from ...fl.strategy import Strategy
 from . import protocol as pr
+from .app import REMOVED_PRIVACY_KEYS, flower_spelling, run_config_settings
 from .nodes import GONE
 from .records import ArrayCache, payload_to_record
 from .server import FlowerStrategy
@@ -173,57 +174,32 @@ class PrivateFlowerStrategy(FlowerStrategy):
 
 
 def privacy_config_from(context: Context) -> PrivacyConfig | None:
-    """A :class:`PrivacyConfig` from Flower's ``run_config`` (None when nothing is protected). Keys
-    (each optional): ``secagg`` (bool), ``secagg-corrupt-fraction`` and ``secagg-dropout-fraction``
-    (the threat model), ``secagg-dropouts`` (-1: from the threat model), ``secagg-bits``,
-    ``secagg-bound``, ``secagg-degree`` (0: from the threat model), ``secagg-weight-cap``,
-    ``dp-clip`` (0: no client-level DP), ``dp-noise`` (the noise multiplier) or ``target-epsilon``
-    (> 0: calibrate it), ``dp-delta``, ``embedding-dp-clip`` (0: none) and ``embedding-dp-noise``, as
-    the CLI's ``--secagg``, ``--dp-clip``, ... (docs/api/privacy.md). With secure aggregation, the
-    graph is checked for ``clients-per-round`` clients (when the run config has it) before any
-    round: settings that cannot be secure and correct for them are refused here.
+    """A :class:`PrivacyConfig` from Flower's ``run_config`` (None when nothing is protected), through
+    the validator the CLI uses (:func:`fedkernels.fl.privacy_settings.privacy_settings`). Keys (each
+    optional): ``secagg`` (bool), ``secagg-corrupt-fraction`` and ``secagg-dropout-fraction`` (the
+    threat model), ``secagg-dropouts`` (-1: from the threat model), ``secagg-bits``, ``secagg-bound``,
+    ``secagg-degree`` (0: from the threat model), ``secagg-weight-cap``, ``l1diff-segments``,
+    ``dp-clip`` (0: no client-level DP), ``dp-noise`` (the noise multiplier; 0: unset) or
+    ``target-epsilon`` (0: unset), ``dp-delta``, as the CLI's ``--secagg``, ``--dp-clip``, ...
+    (docs/api/privacy.md). Flower declares a default for every key, so exactly 0 (-1 for the
+    dropouts) means unset; any other value, NaN and negatives included, is checked as the CLI checks
+    it. With secure aggregation and ``clients-per-round``, settings no SecAgg+ graph makes secure and
+    correct for that many clients are refused here, before any round.
 
     Raises:
-        ValueError: an invalid combination (the message names the key).
+        ValueError: an invalid value or combination (the message names the key).
     """
+    removed = [k for k in REMOVED_PRIVACY_KEYS if k in context.run_config]
+    if removed:
+        raise ValueError(
+            f"run config sets {removed}: server-side embedding DP was removed (it noised only the rows some "
+            "chosen client touched, so it was no DP mechanism); client-level DP (dp-clip) covers every row"
+        )
     c = context.run_config
-
-    def num(key: str, default: float) -> float:
-        return float(c.get(key, default))
-
-    clip, noise, target = num("dp-clip", 0), num("dp-noise", 0), num("target-epsilon", 0)
-    if clip <= 0 and (noise > 0 or target > 0):
-        raise ValueError("dp-noise and target-epsilon need dp-clip > 0")
-    if noise > 0 and target > 0:
-        raise ValueError("give dp-noise or target-epsilon, not both")
-    dpc = None
-    if clip > 0:
-        dpc = DPConfig(clip, None if target > 0 else noise, target if target > 0 else None, num("dp-delta", 1e-5))
-    e_clip = num("embedding-dp-clip", 0)
-    dropouts, degree = int(num("secagg-dropouts", -1)), int(num("secagg-degree", 0))
-    default = PrivacyConfig()
-    privacy = PrivacyConfig(
-        secagg=bool(c.get("secagg", False)),
-        max_dropouts=None if dropouts < 0 else dropouts,
-        bits=int(num("secagg-bits", 32)),
-        bound=num("secagg-bound", 4.0),
-        degree=degree or None,
-        l1diff_segments=int(num("l1diff-segments", 0)),
-        dp=dpc,
-        embedding_clip=e_clip if e_clip > 0 else None,
-        embedding_noise=num("embedding-dp-noise", 0) if e_clip > 0 else None,
-        corrupt_fraction=num("secagg-corrupt-fraction", default.corrupt_fraction),
-        dropout_fraction=num("secagg-dropout-fraction", default.dropout_fraction),
-        weight_cap=num("secagg-weight-cap", default.weight_cap),
-    )
-    if not privacy.secagg and privacy.dp is None and privacy.embedding_noise is None:
-        return None
-    if privacy.secagg and "clients-per-round" in c:
-        per_round = int(num("clients-per-round", 0))
+    per_round = None
+    if "clients-per-round" in c:
+        per_round = int(c["clients-per-round"])
         if "num-clients" in c:
-            per_round = min(per_round, int(num("num-clients", per_round)))
-        try:
-            privacy.graph_for(per_round)
-        except ValueError as e:
-            raise ValueError(f"secagg settings for clients-per-round = {per_round}: {e}") from None
-    return privacy
+            per_round = min(per_round, int(c["num-clients"]))
+    names = [n for n in SETTINGS if not n.startswith("dp_sample")]  # DP-SGD's are local training's (app.py)
+    return privacy_settings(run_config_settings(context, names), flower_spelling, per_round).privacy
