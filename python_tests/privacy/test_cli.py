@@ -42,8 +42,8 @@ MISSING = "/nonexistent/dataset/never/read"
         (["--secagg", "--secagg-degree", "3", "--clients-per-round", "10"], "degree must be even"),
         (["--secagg", "--secagg-dropouts", "50", "--clients-per-round", "10"], "max_dropouts 50"),
         (["--secagg", "--secagg-corrupt-fraction", "0.5", "--clients-per-round", "10"], "no SecAgg+ graph"),
-        (["--secagg", "--secagg-dropout-fraction", "1"], "secagg_dropout_fraction must lie in"),
-        (["--secagg", "--secagg-weight-cap", "0"], "secagg_weight_cap must be a finite number > 0"),
+        (["--secagg", "--secagg-dropout-fraction", "1"], "secagg_dropout_fraction must be a finite number in [0, 1)"),
+        (["--secagg", "--secagg-weight-cap", "0"], "secagg_weight_cap must be a finite number in [1, "),
         (["--secagg", "--secagg-bits", "8", "--clients", "40", "--clients-per-round", "40"], "cannot hold the sum"),
     ],
 )
