@@ -122,12 +122,13 @@ def cmd_cost(args) -> None:
         r["load_average"] = os.getloadavg()
         rows.append(r)
         cs = sum(r["client_seconds"].values())
+        rebuild = r["server_seconds"]["repair"] + r["server_seconds"]["result"]  # secrets rebuilt, masks removed
         print(
-            f"n={n:5d} k={r['degree']:3d} t={r['max_dropouts']:3d} | client up {r['client_bytes_up'] / 1e3:8.1f} kB "
-            f"(plain {r['plain_client_bytes_up'] / 1e3:.1f}) down {r['client_bytes_down'] / 1e3:8.1f} kB | client "
-            f"{cs:.3f} s (masking {r['client_seconds']['masked']:.3f}) | server {r['server_seconds_total']:.2f} s "
-            f"(unmask {r['server_seconds']['result']:.2f}; plain sum {r['plain_server_seconds']:.4f}) "
-            f"| load {os.getloadavg()[0]:.1f}",
+            f"n={n:5d} k={r['degree']:3d} threshold={r['threshold']:3d} | client up "
+            f"{r['client_bytes_up'] / 1e3:8.1f} kB (plain {r['plain_client_bytes_up'] / 1e3:.1f}) down "
+            f"{r['client_bytes_down'] / 1e3:8.1f} kB | client {cs:.3f} s (masking {r['client_seconds']['masked']:.3f}) "
+            f"| server {r['server_seconds_total']:.2f} s (unmasking {rebuild:.2f}; plain sum "
+            f"{r['plain_server_seconds']:.4f}) | load {os.getloadavg()[0]:.1f}",
             flush=True,
         )
         out = {"load_average": os.getloadavg(), "length": args.length, "rows": rows}
