@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
+from fedkernels.fl.privacy import crypto
 from fedkernels.fl.privacy.ring import RingCodec, fraction_bits, from_wire, to_wire
 from fedkernels.fl.privacy.secagg import (
     SecAggClient,
@@ -116,6 +117,26 @@ def test_a_left_out_client_is_taken_out_through_its_neighbours_seeds_and_a_silen
         assert srv.summed == [c for c in range(n) if c not in (2, silent)]
         assert list(refused) == ([silent] if misbehave == "wrong" else [])
         assert torch.equal(srv.result(), ring_sum(xs, srv.summed, 32))
+
+
+def test_a_repair_without_a_needed_seed_refuses_the_round_naming_the_client():
+    """The documented limit (docs/api/privacy.md, "Rounds two colluders abort"): client 5 deals shares
+    of another seed than it committed to, and one of its summed neighbours sends no pairwise seed in
+    the repair stage: the round is refused, naming that neighbour (leaving it out would reveal it)."""
+    n = 8
+    p = SecAggParams(tuple(range(n)), 3, 32, 4, 2, 9, b"test")
+    clients = {c: SecAggClient(c, p) for c in range(n)}
+    xs = {c: torch.full((3,), c, dtype=torch.int64) for c in range(n)}
+    withholds = neighbour_graph(p)[5][0]
+
+    def swap(stage, c, reply):
+        if stage == "advertise" and c == 5:
+            clients[5].b = crypto.random_bytes(crypto.SEED_BYTES)
+        return reply
+
+    srv, _ = run_session(p, xs, {withholds: "repair"}, mutate=swap, clients=clients)
+    with pytest.raises(SecAggError, match=f"client {withholds} did not send the pairwise seeds"):
+        srv.result()
 
 
 def test_single_masked_upload_is_uniform():
