@@ -402,3 +402,20 @@ def test_federated_evaluation_is_summed_securely():
     assert all(math.isclose(got[k], plain[k], abs_tol=1e-6) for k in got)
     evals = replies(log, "eval")
     assert len(evals) == NUM_CLIENTS and all(set(r) == {"ok"} for r in evals)
+
+
+def test_the_command_lines_per_client_metrics_are_summed_securely_too():
+    """``fedkernels run --secagg --client-test-fraction ...`` reports client-P@k from the same secure
+    evaluation: the metrics equal the per-client evaluation's within the fixed point, through eval
+    messages whose only replies are acknowledgements."""
+    from fedkernels.experiments.experiment import ExperimentConfig, evaluate_held_out
+
+    name = "fedavg"
+    held = [held_out_data(c, NUM_CLIENTS, name) for c in range(NUM_CLIENTS)]
+    log: list = []
+    s = private_server(name, PrivacyConfig(secagg=True), config(), wrapper=lambda c, e: Spy(e, log))
+    s.run_round()
+    got = evaluate_held_out(s, held, ExperimentConfig(ks=[1, 3]))
+    want = s.evaluate_clients(held, (1, 3))
+    assert got.keys() == want.keys() and all(math.isclose(got[k], want[k], abs_tol=1e-6) for k in got)
+    assert len(replies(log, "eval")) == NUM_CLIENTS and all(set(r) == {"ok"} for r in replies(log, "eval"))

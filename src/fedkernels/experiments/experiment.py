@@ -578,8 +578,12 @@ def _after_round(server: Server, rec: RoundRecord, cfg: ExperimentConfig, data: 
 def evaluate_held_out(server: Server, held_out: list[ClientData], cfg: ExperimentConfig) -> dict[str, float]:
     """The per-client metrics: each client's held-out rows ranked by the model it would use
     (:meth:`~fedkernels.fl.Server.evaluate_clients`); for a run over other clients than the held-out
-    sets' (the centralised bound), the global model on every set, weighted by its rows."""
+    sets' (the centralised bound), the global model on every set, weighted by its rows. Under secure
+    aggregation every client ranks its own set and the reports are summed by SecAgg+
+    (:meth:`~fedkernels.fl.privacy.PrivateServer.evaluate_federated`): no report leaves a client alone."""
     if len(held_out) == len(server.clients):
+        if getattr(getattr(server, "privacy", None), "secagg", False):
+            return server.evaluate_federated(held_out, tuple(cfg.ks))[0]
         return server.evaluate_clients(held_out, tuple(cfg.ks))
     sums: dict[str, float] = {}
     total = 0
