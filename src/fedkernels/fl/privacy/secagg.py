@@ -27,7 +27,7 @@ client broke the protocol:
    it, where the pairwise seed ``s_uv`` is HKDF of the X25519 agreement of the mask keys bound to the
    session and to ``{u, v}`` (+ when u < v), all mod ``2^bits``. One ``y_u`` alone is uniform.
 4. **unmask**: the server fixes who is summed: every client that sent ``y`` and whose shares reached
-   ``threshold`` clients that sent ``y`` and accepted them. A client below that (its sender garbled
+   ``threshold`` clients that sent ``y`` and accepted them. A client below that (it garbled
    its shares, or too many holders dropped) is *left out*: its ``y`` is dropped and, in the ``seeds``
    exchange first, each summed neighbour sends the pairwise seed with it (a summed neighbour that
    does not answer is treated as dropped). Then each client that sent ``y`` opens, for each
