@@ -57,3 +57,37 @@ def test_train_batched_refuses_dp_sgd():
     """The batched pass itself refuses a DP-SGD config rather than train without clipping and noise."""
     with pytest.raises(ValueError, match="no DP-SGD"):
         train_batched([], [], TrainConfig(dp_sample_clip=1.0))
+
+
+def _registered():
+    from fedkernels.fl.registry import strategies
+
+    return sorted(strategies())
+
+
+@pytest.mark.parametrize("name", _registered())
+def test_a_strategy_that_says_it_runs_dp_sgd_does_and_the_others_are_refused(name, monkeypatch):
+    """Every strategy's declaration is checked against what its client_update does: where DP-SGD
+    applies, training runs ``train_dp_sgd``; where it does not (L1Diff's full gradient, LabelPrior's
+    counts, setup statistics outside the accountant), a DP-SGD run is refused before any round."""
+    from fedkernels.fl.strategy import trains_with_dp_sgd
+    from python_tests.support.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy
+
+    strategy = make_strategy(name)
+    clients = [client_data(i, 4, name) for i in range(4)]
+    train = TrainConfig(epochs=1, batch_size=8, lr=0.1, dp_sample_clip=1.0, dp_sample_noise=1.0)
+    cfg = RunConfig(rounds=1, clients_per_round=2, seed=1, train=train)
+    from fedkernels.fl.round import has_setup_exchange
+
+    if not trains_with_dp_sgd(strategy) or has_setup_exchange(strategy) or strategy.setup_needs_client_data():
+        with pytest.raises(ValueError, match="DP"):
+            Server(strategy, clients, NUM_FEATURES, NUM_CLASSES, cfg)
+        return
+    import fedkernels.fl.dpsgd as dpsgd
+
+    calls = []
+    real = dpsgd.train_dp_sgd
+    monkeypatch.setattr(dpsgd, "train_dp_sgd", lambda *a, **k: calls.append(1) or real(*a, **k))
+    s = Server(strategy, clients, NUM_FEATURES, NUM_CLASSES, cfg)
+    rec = s.run_round()
+    assert len(calls) == len(rec.contributed) >= 1

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..seeding import derive_seed
 from .types import ClientData, TrainConfig
 
 
@@ -37,14 +38,20 @@ def train_dp_sgd(
 ) -> int:
     """``config.epochs * ceil(n / batch)`` DP-SGD steps over ``data``; returns the step count.
 
-    ``generator`` draws the Poisson batches (seeded: reproducible); the noise comes from OS randomness,
-    since a noise seed known to anyone else would let them subtract it.
+    The Poisson batches and the noise come from the device's OS randomness: a batch the server could
+    recompute (from the seed it gives the client) would void the amplification by sampling against it,
+    and a noise seed anyone else knows lets them subtract the noise. With ``config.dp_sample_seeded``
+    (a reproducible simulation, not private) both come from ``generator`` instead.
     """
     clip, noise = config.dp_sample_clip, config.dp_sample_noise
     assert clip is not None
     n = len(data)
     q = min(1.0, config.batch_size / n) if n else 0.0
-    noise_gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+    if config.dp_sample_seeded:
+        noise_gen = torch.Generator().manual_seed(derive_seed(generator.initial_seed(), "dp-sgd-noise"))
+    else:
+        generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+        noise_gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
     steps = 0
     for _ in range(config.epochs * dp_steps_per_epoch(n, config.batch_size)):
         chosen = (torch.rand(n, generator=generator) < q).nonzero().reshape(-1)
