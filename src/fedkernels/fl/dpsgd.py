@@ -28,6 +28,15 @@ def dp_steps_per_epoch(n: int, batch_size: int) -> int:
     return max(1, math.ceil(n / batch_size)) if n > 0 else 0
 
 
+def dp_sgd_generators(generator: torch.Generator, seeded: bool) -> tuple[torch.Generator, torch.Generator]:
+    """DP-SGD's batch and noise generators: from the device's OS randomness, or (``seeded``, a
+    reproducible simulation) ``generator`` itself and one derived from its seed."""
+    if seeded:
+        return generator, torch.Generator().manual_seed(derive_seed(generator.initial_seed(), "dp-sgd-noise"))
+    fresh = [torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little")) for _ in range(2)]
+    return fresh[0], fresh[1]
+
+
 def train_dp_sgd(
     params: list[torch.Tensor],
     loss_fn: Callable[[ClientData], torch.Tensor],
@@ -47,11 +56,7 @@ def train_dp_sgd(
     assert clip is not None
     n = len(data)
     q = min(1.0, config.batch_size / n) if n else 0.0
-    if config.dp_sample_seeded:
-        noise_gen = torch.Generator().manual_seed(derive_seed(generator.initial_seed(), "dp-sgd-noise"))
-    else:
-        generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
-        noise_gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+    generator, noise_gen = dp_sgd_generators(generator, config.dp_sample_seeded)
     steps = 0
     for _ in range(config.epochs * dp_steps_per_epoch(n, config.batch_size)):
         chosen = (torch.rand(n, generator=generator) < q).nonzero().reshape(-1)
