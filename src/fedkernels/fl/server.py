@@ -507,8 +507,8 @@ class InProcessTransport:
     def batchable(self, clients: list[int]) -> bool:
         """Whether a round of ``clients`` may take the batched pass: batching on, no deadline, two or
         more clients, all honest :class:`~fedkernels.fl.client.LocalClient` objects of one strategy
-        (with a local problem) and one training config, training on the CPU without autocast (the
-        batched pass trains on the host in the state's dtype; anything else runs the sequential loop)."""
+        (with a local problem) and one training config, training on the CPU without autocast or DP-SGD
+        (the batched pass trains on the host in the state's dtype; anything else runs the sequential loop)."""
         if not self.batch or self.timeout is not None or len(clients) < 2:
             return False
         ends = [self.endpoints[c] for c in clients]
@@ -517,6 +517,10 @@ class InProcessTransport:
         local = [e for e in ends if isinstance(e, LocalClient)]  # all of them (narrows the type)
         first = local[0]
         if first.device.type != "cpu" or first.train.autocast != "off":
+            return False
+        if first.train.dp_sample_clip is not None:
+            # train_batched takes DP-SGD's steps exactly, but materialising every example's gradient
+            # costs more on the CPU than the loop's one backward pass per example (bench/fl/fl_batched.py)
             return False
         return has_local_problem(first.strategy) and all(
             e.strategy is first.strategy and e.train == first.train and e.device == first.device for e in local
