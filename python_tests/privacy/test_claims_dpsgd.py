@@ -33,7 +33,7 @@ def test_the_batched_pass_clips_every_example(strategy, clients, monkeypatch):
     keeps such rounds on the sequential loop, which is faster on the CPU; ``train_batched`` itself takes
     them exactly, below): with a clip of 1e-9 and no noise each client moves by at most lr * clip *
     (n / batch) per step (a Poisson batch may hold all n rows, where the step divides by the expected
-    batch), so the global model barely moves; without DP-SGD the same round moves it by far more.
+    batch), so the global model barely moves; without DP-SGD the same round moves it by far more."""
     calls = []
     real = batched.train_batched
     monkeypatch.setattr(batched, "train_batched", lambda *a, **k: calls.append(1) or real(*a, **k))
