@@ -9,6 +9,9 @@ from __future__ import annotations
 import math
 
 import pytest
+
+pytest.importorskip("dp_accounting", reason="needs the extra fedkernels[privacy]")
+
 import torch
 
 from fedkernels.fl import FedAvg, FedAwS, PartialExchange, RunConfig, Server, TrainConfig, batched

@@ -220,7 +220,13 @@ class Server:
         """The run's DP accountant (None without DP): here DP-SGD's sample-level epsilon."""
         if self.config.train.dp_sample_clip is None:
             return None
-        from .privacy.accounting import make_accountant
+        try:
+            from .privacy.accounting import make_accountant
+        except ModuleNotFoundError as e:  # the accountant is dp-accounting's: no epsilon without it
+            raise RuntimeError(
+                f"DP-SGD (dp_sample_clip) needs the extra fedkernels[privacy] for its accountant ({e}); "
+                "pip install 'fedkernels[privacy]'"
+            ) from e
 
         return make_accountant(self.config.train, None, self.config.sample_delta, lambda c: len(self.clients[c]))
 
