@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._files import open_regular
-from .xc_format import MAX_DIM, XCData, _parse_header, _parse_line, read_xc, text_lines
+from .xc_format import MAX_DIM, XCData, _parse_header, _parse_line, first_line, read_xc, text_lines
 
 
 def read_libsvm(
@@ -311,10 +311,8 @@ def read_any(path: str | Path) -> XCData:
         if stem is None:
             raise ValueError(f"{path}: an .npz dataset is a pair <stem>_X.npz (features) and <stem>_Y.npz (labels)")
         return read_npz(path, path.with_name(f"{stem}_Y.npz"))
-    with open_regular(path, "data file") as fh:
-        first = fh.readline(1 << 12).decode("utf-8", "replace")  # an 'N F L' header is short
     try:
-        _parse_header(first, path)
+        _parse_header(first_line(path), path)
     except ValueError:
         return read_libsvm(path)
     return read_xc(path)

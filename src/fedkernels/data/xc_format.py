@@ -11,6 +11,7 @@ A line starting with a space has no labels; an empty line has neither labels nor
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,25 @@ def text_lines(path: Path, start: int = 1, what: str = "data file") -> Iterator[
                 ) from None
 
 
+def first_line(path: Path, what: str = "data file", limit: int = 1 << 12) -> str:
+    """The start of a regular file's first line (at most ``limit`` bytes: a header is short), decoded
+    with replacement characters; for telling formats apart and reading headers without the data."""
+    with open_regular(path, what) as fh:
+        return fh.readline(limit).decode("utf-8", "replace")
+
+
+def check_declared_rows(n: int, path: Path, what: str) -> None:
+    """A header's row count against the file's size: every row takes at least one byte (its line
+    end), so a file of S bytes holds at most S rows.
+
+    Raises:
+        ValueError: naming the file and both numbers.
+    """
+    size = os.stat(path).st_size
+    if n > size:
+        raise ValueError(f"{path}: header says N={n} {what} but the file has only {size} bytes (a line each)")
+
+
 def _parse_header(line: str, path: Path) -> tuple[int, int, int]:
     parts = line.split()
     if len(parts) != 3 or not all(_is_id(p) for p in parts):
@@ -173,6 +193,7 @@ def read_xc(path: str | Path) -> XCData:
     if first is None:
         raise ValueError(f"{path}: empty file (no 'N F L' header)")
     n, num_features, num_labels = _parse_header(first[1], path)
+    check_declared_rows(n, path, "samples")
     lab_ptr, feat_ptr = [0], [0]
     labels: list[int] = []
     feat_ids: list[int] = []

@@ -49,6 +49,7 @@ from ..metrics import communication_summary, inverse_propensity, map_at_r, prope
 from ..seeding import numpy_rng
 from .checkpoints import checkpoint_path, run_options
 from .limits import check_fields
+from .model_memory import check_run_memory
 from .names import canonical_name
 
 
@@ -242,6 +243,7 @@ class ExperimentConfig:
             check_option_types(name, self.options_for(name))
             built[canonical_name(name)] = make_strategy(name, **self.options_for(name))
         check_privacy(self, built)
+        check_run_memory(self, built.values())  # the models against the machine, from the declared sizes
         return built
 
     def private(self) -> bool:
