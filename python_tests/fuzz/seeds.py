@@ -275,7 +275,8 @@ PROPENSITY_SEEDS = {
 _SMALL = "[synthetic]\nnum_samples = 100\nnum_features = 8\nnum_classes = 40\n"
 MODEL_SHAPE_SEEDS = {
     "valid.toml": (
-        'algorithms = ["FedAvg", "FedMLH", "FedSS", "FedAwS"]\nbatch_size = 16\n' + _SMALL
+        'algorithms = ["FedAvg", "FedMLH", "FedSS", "FedAwS"]\nbatch_size = 16\n'
+        + _SMALL
         + "[algorithm_options.FedAvg]\nhidden = [32, 16]\n[algorithm_options.FedMLH]\nnum_buckets = 8\n"
         "num_tables = 2\nhidden = [16]\n[algorithm_options.FedSS]\nembed_dim = 8\nhidden = [16]\n"
         "[algorithm_options.FedAwS]\ndim = 8\nhidden = [16]\n"
@@ -285,20 +286,21 @@ MODEL_SHAPE_SEEDS = {
         'algorithms = ["FedAvg"]\n' + _SMALL + "[algorithm_options.FedAvg]\nhidden = [1000000, 1000000]\n"
     ).encode(),
     "hostile_classes_2pow16_hidden_2pow24.toml": (
-        'algorithms = ["FedAvg"]\n[synthetic]\nnum_samples = 100\nnum_features = 8\nnum_classes = 65536\n'
-        "[algorithm_options.FedAvg]\nhidden = [16777216]\n"
-    ).encode(),
+        b'algorithms = ["FedAvg"]\n[synthetic]\nnum_samples = 100\nnum_features = 8\nnum_classes = 65536\n'
+        b"[algorithm_options.FedAvg]\nhidden = [16777216]\n"
+    ),
     "hostile_fedmlh_r_b.toml": (
-        'algorithms = ["FedMLH"]\n' + _SMALL
+        'algorithms = ["FedMLH"]\n'
+        + _SMALL
         + "[algorithm_options.FedMLH]\nnum_tables = 65536\nnum_buckets = 16777216\nhidden = [16]\n"
     ).encode(),
     "hostile_fedss_embed_dim.toml": (
         'algorithms = ["FedSS"]\n' + _SMALL + "[algorithm_options.FedSS]\nembed_dim = 16777216\nhidden = [16777216]\n"
     ).encode(),
     "hostile_batch_activations.toml": (
-        'algorithms = ["FedAvg"]\nbatch_size = 1000000\n[synthetic]\nnum_samples = 2000000\n'
-        "num_features = 1\nnum_classes = 2\n[algorithm_options.FedAvg]\nhidden = [16777216, 1]\n"
-    ).encode(),
+        b'algorithms = ["FedAvg"]\nbatch_size = 1000000\n[synthetic]\nnum_samples = 2000000\n'
+        b"num_features = 1\nnum_classes = 2\n[algorithm_options.FedAvg]\nhidden = [16777216, 1]\n"
+    ),
 }
 
 

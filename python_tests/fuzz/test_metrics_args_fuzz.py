@@ -5,6 +5,7 @@ call is a ValueError, or equals the per-sample reference when the arguments are 
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -31,7 +32,7 @@ def csr(draw, n: int):
 
 def _valid(topk: list[list[int]], indptr: list[int], indices: list[int]) -> bool:
     n = len(topk)
-    ptr_ok = indptr[0] == 0 and all(b >= a for a, b in zip(indptr, indptr[1:])) and indptr[-1] == len(indices)
+    ptr_ok = indptr[0] == 0 and all(b >= a for a, b in itertools.pairwise(indptr)) and indptr[-1] == len(indices)
     if not ptr_ok:
         return False
     bound = (2**63 - 1) // (n + 1)

@@ -7,7 +7,6 @@ third-party panic. Each algorithm's parameter count is checked here against the 
 from __future__ import annotations
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,16 +68,38 @@ def test_bytes_needed_counts_state_copy_gradients_moments_and_activations():
 
 def test_the_issue_model_is_refused_naming_the_setting():
     s = make_strategy("FedAvg", hidden=[10**6, 10**6])
-    with pytest.raises(ValueError) as e:
-        check_model_memory([s], DataShape(100, 100, 100, 5000, "synthetic"), 64, "adam", budget=64 << 30)
-    msg = str(e.value)
-    assert "\n" not in msg
+    shape = DataShape(100, 100, 100, 5000, "synthetic")
     n = 100 * 10**6 + 10**6 + 10**12 + 10**6 + 10**6 * 5000 + 5000
-    for want in ("FedAvg: ", "(synthetic; FedAvg.hidden=[1000000, 1000000]; batch_size=64)", f"{n:,} parameters", "d=100", "p=5000"):
+    # a 3.7 TiB model can never be sent to a client (a payload carries at most 2 GiB), whatever the machine
+    with pytest.raises(ValueError) as e:
+        check_model_memory([s], shape, 64, "adam", budget=1 << 60)
+    msg = str(e.value)
+    assert "\n" not in msg and "blocks" not in msg  # one line; only the options that size this model
+    for want in ("FedAvg: ", "(synthetic; FedAvg.hidden=[1000000, 1000000])", f"would be {4 * n / 2**40:.1f} TiB"):
         assert want in msg, msg
-    # the same widths on a machine that has the memory pass
-    check_model_memory([s], DataShape(100, 100, 100, 5000, "synthetic"), 64, "adam", budget=1 << 60)
-    assert "blocks" not in msg  # only the options that size this model
+    assert "d=100 features and p=5000 classes" in msg and "2.00 GiB a payload may carry" in msg
+
+
+def test_a_model_the_machine_cannot_train_is_refused_naming_the_setting():
+    s = make_strategy("FedAvg", hidden=[4096])
+    shape = DataShape(100, 100, 100, 5000, "synthetic")
+    n = 100 * 4096 + 4096 + 4096 * 5000 + 5000
+    with pytest.raises(ValueError) as e:
+        check_model_memory([s], shape, 64, "adam", budget=64 << 20)
+    msg = str(e.value)
+    for want in (f"{n:,} parameters", "(synthetic; FedAvg.hidden=[4096]; batch_size=64)"):
+        assert want in msg, msg
+    assert "more than the 0.06 GiB this machine has available" in msg
+    check_model_memory([s], shape, 64, "adam", budget=1 << 40)  # the same model where it fits
+
+
+def test_payload_bound_is_on_what_a_client_exchanges():
+    # FedSS keeps p class rows on the server but a client downloads its sampled rows only; its full-softmax
+    # variant downloads them all
+    shape = DataShape(64, 64, 16, 2**25, "test")
+    check_model_memory([make_strategy("FedSS", embed_dim=64, hidden=[])], shape, 64, "sgd", budget=1 << 60)
+    with pytest.raises(ValueError, match="FedSS-FullSoftmax: a client's download or upload"):
+        check_model_memory([make_strategy("FedSS-FullSoftmax", embed_dim=64, hidden=[])], shape, 64, "sgd", 1 << 60)
 
 
 @pytest.fixture
@@ -107,12 +128,12 @@ def test_a_tiny_file_declaring_2pow26_classes_is_refused_before_reading(tmp_path
     (data / "train.txt").write_text(f"4 8 {2**26}\n0 0:1\n1 1:1\n2 2:1\n3 3:1\n")
     (data / "test.txt").write_text(f"2 8 {2**26}\n0 0:1\n1 1:1\n")
     assert len((data / "train.txt").read_bytes()) + len((data / "test.txt").read_bytes()) < 108
-    code = main(
-        ["run", "--dataset", str(data), "--algorithms", "FedAvg", "--output", str(tmp_path / "o"), "--no-progress"]
-        + ["--option", "FedAvg.hidden=[4096]"]
-    )
+    # the default algorithms (linear FedAvg and FedMLH): FedAvg's 2.25 GiB model cannot be exchanged
+    code = main(["run", "--dataset", str(data), "--output", str(tmp_path / "o"), "--no-progress"])
     err = capsys.readouterr().err
-    assert code == 2 and "p=67108864" in err and f"declared by {data}" in err and "Traceback" not in err, err
+    assert code == 2 and "Traceback" not in err, err
+    for want in ("FedAvg: a client's download or upload", "d=8 features and p=67108864", f"declared by {data}"):
+        assert want in err, err
 
 
 def test_config_shape_takes_the_declared_and_synthetic_sizes(tmp_path):
@@ -127,9 +148,18 @@ def test_config_shape_takes_the_declared_and_synthetic_sizes(tmp_path):
 
 
 def test_a_run_that_fits_still_runs(tmp_path):
-    code = main(
-        ["run", "--rounds", "1", "--clients", "3", "--clients-per-round", "2", "--algorithms", "FedAvg"]
-        + ["--output", str(tmp_path / "o"), "--no-progress", "--option", "FedAvg.hidden=[16]"]
-    )
-    assert code == 0
-    assert torch.get_num_threads() >= 1
+    argv = ["run", "--rounds", "1", "--clients", "3", "--clients-per-round", "2", "--algorithms", "FedAvg"]
+    out = tmp_path / "o"
+    assert main([*argv, "--output", str(out), "--no-progress", "--option", "FedAvg.hidden=[16]"]) == 0
+    assert (out / "results.json").is_file()
+
+
+@pytest.mark.parametrize("name", sorted(strategies()))
+def test_exchanged_bytes_are_a_lower_bound_of_a_real_round(name):
+    from python_tests.fuzz.targets import NUM_CLASSES, NUM_FEATURES, strategy_case
+
+    case = strategy_case(name)
+    fp = footprint(case.strategy, DataShape(10, 10, NUM_FEATURES, NUM_CLASSES, "test"))
+    down = sum(t.numel() * t.element_size() for t in case.down.values())
+    up = len(case.raw_upload)
+    assert fp.exchanged_bytes <= max(down, up), (name, fp.exchanged_bytes, down, up)

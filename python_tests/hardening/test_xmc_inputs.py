@@ -5,6 +5,7 @@ label space before anything is sized from them."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -15,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedkernels.data import declared_shape, read_filter, read_sparse_text, read_xc
+from fedkernels.data import declared_shape, read_filter, read_libsvm, read_sparse_text, read_xc, xc_format
 from fedkernels.fl import FedAvg, RunConfig, Server
 from fedkernels.fl.eval_batches import EVAL_ELEMENTS, eval_batches
 from python_tests.reference import metrics_ref
@@ -63,7 +64,9 @@ def test_a_filter_row_listing_every_label_widens_its_own_batch_only(wide, others
 
 @functools.cache
 def _server() -> Server:
-    return Server(RecordingFedAvg(), tiny_clients(3), NUM_FEATURES, NUM_CLASSES, RunConfig(rounds=1, clients_per_round=2))
+    return Server(
+        RecordingFedAvg(), tiny_clients(3), NUM_FEATURES, NUM_CLASSES, RunConfig(rounds=1, clients_per_round=2)
+    )
 
 
 def _filtered_evaluation(wide: int, others: list[set[int]], batch: int) -> None:
@@ -114,10 +117,8 @@ def _release_after(path, seconds: float) -> threading.Timer:
     """If a reader blocks on the FIFO, open its write end after ``seconds`` (it then fails on time)."""
 
     def release() -> None:
-        try:
+        with contextlib.suppress(OSError):  # nobody was reading it
             os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            pass
 
     t = threading.Timer(seconds, release)
     t.start()
@@ -203,3 +204,25 @@ def test_declared_shape_reads_only_the_headers(tmp_path):
     assert declared_shape(lf) == (5, 2, 7, 312330)
     (tmp_path / "x.svm").write_text("0 1:1\n")
     assert declared_shape(tmp_path / "x.svm") is None  # libsvm: no header, sizes known once read
+
+
+# ---- what a reader holds, against the machine ---------------------------------------------------
+
+READ_ALL = {
+    "read_xc": (read_xc, "200 4 3\n" + "0,1 0:1 1:2 2:3 3:4\n" * 200),
+    "read_libsvm": (lambda p: read_libsvm(p), "0,1 0:1 1:2 2:3 3:4\n" * 200),
+    "read_sparse_text": (read_sparse_text, "200 4\n" + "0:1 1:2 2:3 3:4\n" * 200),
+    "read_filter": (lambda p: read_filter(p, 200, 4), "".join(f"{i} {i % 4}\n" for i in range(200))),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(READ_ALL))
+def test_readers_stop_at_the_memory_the_machine_can_give_them(tmp_path, monkeypatch, reader):
+    read, text = READ_ALL[reader]
+    path = tmp_path / "d.txt"
+    path.write_text(text)
+    read(path)  # reads whole with the machine's memory
+    # a machine with room for about 100 values (8 bytes each, over PARSE_COPIES) stops it part-way
+    monkeypatch.setattr(xc_format, "available_memory", lambda: 8 * 100 * xc_format.PARSE_COPIES)
+    with pytest.raises(ValueError, match=rf"{path}:\d+: the values read so far take .* GiB a reader may hold"):
+        read(path)

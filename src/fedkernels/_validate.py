@@ -84,7 +84,9 @@ def as_csr(indptr: object, indices: object, num_rows: int | None = None) -> tupl
     return indptr_t, indices_t
 
 
-def check_label_csr(indptr: torch.Tensor, indices: torch.Tensor, names: tuple[str, str] = ("indptr", "indices")) -> None:
+def check_label_csr(
+    indptr: torch.Tensor, indices: torch.Tensor, names: tuple[str, str] = ("indptr", "indices")
+) -> None:
     """The values of int64 CSR label sets (as :func:`as_csr` returns them): ``indptr`` starts at 0,
     never decreases and ends at ``indices.numel()``, and every label id is ``>= 0``.
 

@@ -91,9 +91,10 @@ class _RoundLike(Protocol):
 def _inputs(topk: object, indptr: object, indices: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """int64 tensors of the predictions and the CSR truth (numpy and int32 input converted once),
     checked: ``indptr`` of ``N + 1`` entries for the N rows of ``topk``, from 0 to nnz and never
-    decreasing; label ids ``>= 0``; predicted ids ``>= -1``; and every id small enough to be compared
-    (below ``(2**63 - 1) // N``: a label of -1, or a prediction near 2**62, gave false hits). Each is a
-    ValueError naming the argument."""
+    decreasing; label ids ``>= 0``; predicted ids ``>= -1`` and none repeated within a row (``-1`` may
+    repeat); and every id small enough to be compared (below ``(2**63 - 1) // N``: a label of -1, a
+    prediction near 2**62 or a repeated prediction gave false hits). Each is a ValueError naming the
+    argument; a label repeated within a row is refused by :func:`_hits`, which sorts the labels anyway."""
     topk_t = as_int64("topk", topk)
     if topk_t.dim() != 2:
         raise ValueError(f"topk must be [N, k], got shape {tuple(topk_t.shape)}")
@@ -111,25 +112,23 @@ def _inputs(topk: object, indptr: object, indices: object) -> tuple[torch.Tensor
         s = torch.sort(topk_t, dim=1).values
         if bool(((s[:, 1:] == s[:, :-1]) & (s[:, 1:] >= 0)).any()):
             raise ValueError("topk repeats a class id within a row (-1, an empty slot, may repeat)")
-    if indices_t.numel() > 1:
-        p = int(indices_t.max()) + 1
-        keys = torch.sort(torch.repeat_interleave(torch.arange(n, device=indptr_t.device), indptr_t.diff()) * p + indices_t)
-        if bool((keys.values[1:] == keys.values[:-1]).any()):
-            raise ValueError("indices repeats a label id within a row")
-    return topk_t, indptr_t, indices_t
+    return topk_t, indptr_t, indices_t  # (a label repeated within a row: _hits, which sorts them anyway)
 
 
 def _hits(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """bool ``[N, k]``: whether each predicted id is a true label of its sample (``-1``: never)."""
     n, k = topk.shape
-    if n == 0 or k == 0:
-        return torch.zeros(n, k, dtype=torch.bool, device=topk.device)
     if topk.numel() and int(topk.min()) < -1:
         raise ValueError("topk ids must be >= 0 (or -1 for an empty slot)")
     rows = torch.repeat_interleave(torch.arange(n, device=indptr.device), indptr.diff())
     # A sample's true labels as sorted keys row * P + label, searched for every prediction.
-    p = int(max(int(indices.max()) if indices.numel() else 0, int(topk.max())) + 1)
+    top = int(topk.max()) if topk.numel() else 0
+    p = int(max(int(indices.max()) if indices.numel() else 0, top) + 1)
     keys = torch.sort(rows * p + indices).values
+    if keys.numel() > 1 and bool((keys[1:] == keys[:-1]).any()):
+        raise ValueError("indices repeats a label id within a row")
+    if n == 0 or k == 0:
+        return torch.zeros(n, k, dtype=torch.bool, device=topk.device)
     q = (torch.arange(n, device=topk.device).unsqueeze(1) * p + topk).reshape(-1)
     pos = torch.searchsorted(keys, q).clamp_max(max(keys.numel() - 1, 0))
     found = keys[pos] == q if keys.numel() else torch.zeros_like(q, dtype=torch.bool)
@@ -220,7 +219,7 @@ def check_propensity(a: object, b: object) -> None:
     """
     ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in (a, b))
     if not ok:
-        raise ValueError(f"propensity A and B must be finite numbers > 0, got A={a!r}, B={b!r}")
+        raise ValueError(f"A and B of the propensity model must be finite numbers > 0, got A={a!r}, B={b!r}")
     assert isinstance(a, (int, float)) and isinstance(b, (int, float))
     try:  # 1 + C (0 + B)^-A with C = (log N - 1) (B + 1)^A, at the largest N
         top = 1.0 + (math.log(INT64_MAX) - 1.0) * math.exp(a * (math.log1p(b) - math.log(b)))
@@ -228,7 +227,7 @@ def check_propensity(a: object, b: object) -> None:
         top = math.inf
     if not top <= MAX_INV_PROPENSITY:
         raise ValueError(
-            f"propensity A={a!r}, B={b!r} gives unseen labels an inverse propensity of {top:.3g}, above "
+            f"A={a!r}, B={b!r} give unseen labels an inverse propensity of {top:.3g}, above "
             f"{MAX_INV_PROPENSITY:.0e}: the propensity-scored metrics would overflow"
         )
 

@@ -46,13 +46,9 @@ def declared_shape(path: str | Path) -> DeclaredShape | None:
         (n, f), (_, c) = heads["train"]
         (nt, ft), (_, ct) = heads["test"]
         return DeclaredShape(n, nt, max(f, ft), max(c, ct))
-    if files.layout is not None:
-        train, test = files.layout.train, files.layout.test
-    else:
-        train, test = files.train, files.test
-    assert train is not None
+    found = [files.layout.train, files.layout.test] if files.layout is not None else [files.train, files.test]
     shapes = []
-    for file in (train, test):
+    for file in found:
         if file is None:
             continue
         if file.suffix == ".npz":

@@ -22,6 +22,7 @@ from it, and names the file and line of the first problem.
 from __future__ import annotations
 
 import os
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,17 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validate import check_int
-from .xc_format import MAX_DIM, XCData, _is_id, check_declared_rows, parse_id_value, read_xc, text_lines
+from .xc_format import (
+    MAX_DIM,
+    XCData,
+    _is_id,
+    check_declared_rows,
+    check_parsed,
+    parse_budget,
+    parse_id_value,
+    read_xc,
+    text_lines,
+)
 
 SPLIT_FILES = {"train": ("trn_X_Xf.txt", "trn_X_Y.txt"), "test": ("tst_X_Xf.txt", "tst_X_Y.txt")}
 FILTER_FILES = {"train": "filter_labels_train.txt", "test": "filter_labels_test.txt"}
@@ -58,16 +69,14 @@ def read_sparse_text(path: str | Path) -> sp.csr_matrix:
             not a finite float32, or a row count other than the header's N.
     """
     path = Path(path)
-    cols: list[int] = []
-    vals: list[float] = []
-    ptr = [0]
+    cols, vals, ptr = array("q"), array("d"), array("q", [0])  # machine arrays: 8 bytes a value
     lines = text_lines(path, what="sparse matrix file")
     first = next(lines, None)
     if first is None:
         raise ValueError(f"{path}: empty file (no 'N C' header)")
     n, c = _header(first[1], path)
     check_declared_rows(n, path, "rows")
-    rows = 0
+    rows, budget = 0, parse_budget()
     for lineno, line in lines:
         if rows == n and not line.strip():
             continue  # trailing blank lines
@@ -77,6 +86,7 @@ def read_sparse_text(path: str | Path) -> sp.csr_matrix:
             vals.append(v)
         ptr.append(len(cols))
         rows += 1
+        check_parsed(2 * len(cols) + rows, budget, path, lineno)
         if rows > n:
             raise ValueError(f"{path}: header says N={n} rows but the file has more")
     if rows != n:
@@ -118,8 +128,7 @@ def read_filter(path: str | Path, num_rows: int, num_labels: int) -> tuple[np.nd
     path = Path(path)
     num_rows = check_int("num_rows", num_rows, 0)
     num_labels = check_int("num_labels", num_labels, 0, MAX_DIM)
-    rows: list[int] = []
-    labs: list[int] = []
+    rows, labs, budget = array("q"), array("q"), parse_budget()
     for lineno, line in text_lines(path, what="filter file"):
         parts = line.split()
         if not parts:
@@ -133,6 +142,7 @@ def read_filter(path: str | Path, num_rows: int, num_labels: int) -> tuple[np.nd
             )
         rows.append(r)
         labs.append(lab)
+        check_parsed(2 * len(rows), budget, path, lineno)
     m = sp.csr_matrix(
         (np.ones(len(rows), dtype=np.int8), (np.asarray(rows, dtype=np.int64), np.asarray(labs, dtype=np.int64))),
         shape=(num_rows, num_labels),

@@ -25,12 +25,15 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from ..fl.strategy import Strategy
 from .._memory import available_memory
+from ..fl.payload import DEFAULT_MAX_BYTES
+from ..fl.strategy import Strategy
 
 if TYPE_CHECKING:
     from .experiment import ExperimentConfig
 
+EXCHANGE_MARGIN = 1 << 20
+"""Room left under the payload limit for a payload's header (names, dtypes, shapes, offsets)."""
 EVAL_BATCH = 2048
 """The test rows an evaluation ranks at once (``Server.evaluate``'s batch in a run)."""
 
@@ -65,6 +68,7 @@ class Footprint:
         table_bytes: bytes of per-class tables kept beside the weights (not trained).
         train_width: floats one training sample's forward pass produces (layer outputs, scores).
         eval_width: floats one evaluated sample's forward pass holds (the scores are fused into the top-k).
+        exchanged_bytes: the largest download or upload of one client (the whole model, for most).
     """
 
     parameters: int
@@ -72,6 +76,7 @@ class Footprint:
     table_bytes: int
     train_width: int
     eval_width: int
+    exchanged_bytes: int
 
 
 def mlp_parameters(in_features: int, out_features: int, hidden: Sequence[int]) -> int:
@@ -92,7 +97,7 @@ def footprint(strategy: Strategy, shape: DataShape) -> Footprint | None:
     """The model ``strategy`` builds for ``shape`` (``None`` for a strategy this module does not know:
     it is then not checked). Every registered strategy is known (python_tests/hardening/test_model_memory.py
     compares each count with the state its ``init_state`` builds)."""
-    from ..fl.algorithms import FedAvg, FedAwS, FedMLH, FedSS, L1DiffNetwork, LabelPrior
+    from ..fl.algorithms import FedAvg, FedAwS, FedMLH, FedSS, FullSoftmax, L1DiffNetwork, LabelPrior
 
     d, p = shape.num_features, shape.num_classes
     hidden = [int(h) for h in getattr(strategy, "hidden", ())]
@@ -103,28 +108,30 @@ def footprint(strategy: Strategy, shape: DataShape) -> Footprint | None:
             trunk = w * (1 + 3 * blocks)  # the input layer, then per block: norm, linear, sum
         else:
             n, trunk = mlp_parameters(d, p, hidden), sum(hidden)
-        return Footprint(n, 4 * n, 0, trunk + p, trunk)
+        return Footprint(n, 4 * n, 0, trunk + p, trunk, 4 * n)
     if isinstance(strategy, FedMLH):
         r, b = strategy.hash_size(p)
         n = r * mlp_parameters(d, b, hidden)
-        return Footprint(n, 4 * n, 4 * p * r, r * (sum(hidden) + b), r * sum(hidden))
+        return Footprint(n, 4 * n, 4 * p * r, r * (sum(hidden) + b), r * sum(hidden), 4 * n)
     if isinstance(strategy, FedSS):
         e = int(strategy.embed_dim)
-        n = mlp_parameters(d, e, hidden) + p * e
-        if strategy.server_momentum > 0:  # the server's momentum: a second copy, not trained
-            return Footprint(n, 8 * n, 0, sum(hidden) + e + int(strategy.num_negatives), sum(hidden) + e)
-        return Footprint(n, 4 * n, 0, sum(hidden) + e + int(strategy.num_negatives), sum(hidden) + e)
-    if isinstance(strategy, FedAwS):  # FedALC, FedALC-fixed, FedAvg-fixed, FedAvg-positive
+        body = mlp_parameters(d, e, hidden)
+        n = body + p * e
+        rows = p if isinstance(strategy, FullSoftmax) else min(p, int(strategy.num_negatives) + 1)
+        copies = 2 if strategy.server_momentum > 0 else 1  # the server's momentum: a second copy, not trained
+        widths = sum(hidden) + e
+        return Footprint(n, 4 * n * copies, 0, widths + int(strategy.num_negatives), widths, 4 * (body + rows * e))
+    if isinstance(strategy, FedAwS):  # FedALC, FedALC-fixed, FedAvg-fixed, FedAvg-positive: one class row each
         body, widths = _extractor(strategy, d, int(strategy.dim))
         n = body + p * int(strategy.dim)
-        return Footprint(n, 4 * n, 0, widths + 1, widths)
-    if isinstance(strategy, L1DiffNetwork):
+        return Footprint(n, 4 * n, 0, widths + 1, widths, 4 * (body + int(strategy.dim)))
+    if isinstance(strategy, L1DiffNetwork):  # the shared layers and the client's own head
         shared = mlp_parameters(d, hidden[-1], hidden[:-1])
         head = hidden[-1] * p + p
         n = shared + strategy.num_clients * head
-        return Footprint(n, 4 * n, 0, sum(hidden) + p, sum(hidden))
+        return Footprint(n, 4 * n, 0, sum(hidden) + p, sum(hidden), 4 * (shared + head))
     if isinstance(strategy, LabelPrior):
-        return Footprint(p, 8 * p, 0, 0, 0)
+        return Footprint(p, 8 * p, 0, 0, 0, 8 * p)
     return None
 
 
@@ -163,22 +170,31 @@ def size_options(strategy: Strategy) -> str:
 def check_model_memory(
     strategies: Sequence[Strategy], shape: DataShape, batch_size: int, optimizer: str, budget: int | None = None
 ) -> None:
-    """Refuse a run whose models cannot fit in this machine's memory (``budget`` bytes; default
-    :func:`~fedkernels.experiments.limits.available_memory`): the lower bound of :func:`bytes_needed`
-    for each strategy, checked before any of it is allocated.
+    """Refuse a run whose models cannot be exchanged or cannot fit in this machine's memory, before any
+    of it is allocated: a client's download or upload above the payload limit (2 GiB,
+    :data:`fedkernels.fl.payload.DEFAULT_MAX_BYTES`: every client of every round would be rejected), or
+    the lower bound of :func:`bytes_needed` above ``budget`` bytes (default: the available memory).
 
     Raises:
         ValueError: one line naming the algorithm, its size options, the data's d and p (and where they
-            came from), the parameter count and the memory it needs against what the machine has.
+            came from), and the bytes against the limit: the payload's, or the parameter count and the
+            memory it needs against what the machine has.
     """
     budget = available_memory() if budget is None else budget
     for strategy in strategies:
         fp = footprint(strategy, shape)
         if fp is None:
             continue
+        opts = size_options(strategy)
+        if fp.exchanged_bytes + EXCHANGE_MARGIN > DEFAULT_MAX_BYTES:
+            raise ValueError(
+                f"{strategy.name}: a client's download or upload of its model would be {_gib(fp.exchanged_bytes)} "
+                f"for d={shape.num_features} features and p={shape.num_classes} classes ({shape.source}"
+                f"{'; ' + opts if opts else ''}), more than the {_gib(DEFAULT_MAX_BYTES)} a payload may carry: "
+                "every client would be rejected"
+            )
         need = bytes_needed(fp, shape, batch_size, optimizer)
         if need > budget:
-            opts = size_options(strategy)
             raise ValueError(
                 f"{strategy.name}: its model has {fp.parameters:,} parameters ({_gib(fp.param_bytes)}) for "
                 f"d={shape.num_features} features and p={shape.num_classes} classes ({shape.source}"
