@@ -1,15 +1,12 @@
 """The third hostile sweep's XMC inputs (issue "The third hostile sweep", items 1-3): a filter file that
 lists every label for one row no longer widens every row's prediction, the LF-* readers refuse a FIFO
-by type instead of hanging, and every XMC file's declared sizes are checked against the file and the
-label space before anything is sized from them."""
+by type instead of hanging (test_files.py's special-file test covers them), and every XMC file's
+declared sizes are checked against the file and the label space, and its parsed values against the
+machine's memory, before anything is sized from them."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
-import threading
-import time
 
 import pytest
 import torch
@@ -110,48 +107,7 @@ def test_evaluate_refuses_a_filter_of_another_length():
         server.evaluate(clients[0], (1,), test_filter=(fp, fi))
 
 
-# ---- the LF-* readers on special files ----------------------------------------------------------
-
-
-def _release_after(path, seconds: float) -> threading.Timer:
-    """If a reader blocks on the FIFO, open its write end after ``seconds`` (it then fails on time)."""
-
-    def release() -> None:
-        with contextlib.suppress(OSError):  # nobody was reading it
-            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-
-    t = threading.Timer(seconds, release)
-    t.start()
-    return t
-
-
-LF_READERS = {
-    "read_sparse_text": read_sparse_text,
-    "read_filter": lambda p: read_filter(p, 3, 4),
-}
-
-
-@pytest.mark.parametrize("reader", sorted(LF_READERS))
-@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "directory"])
-def test_lf_readers_refuse_special_files_by_type(tmp_path, reader, kind):
-    if kind == "fifo":
-        path = tmp_path / "fifo.txt"
-        os.mkfifo(path)
-    elif kind == "dev_zero":
-        path = "/dev/zero"
-    else:
-        path = tmp_path / "a_dir"
-        path.mkdir()
-    timer = _release_after(path, 3.0) if kind == "fifo" else None
-    t0 = time.perf_counter()
-    try:
-        words = {"fifo": "FIFO", "dev_zero": "character device", "directory": "directory"}[kind]
-        with pytest.raises(ValueError, match=f"{path} is a {words}"):
-            LF_READERS[reader](path)
-    finally:
-        if timer is not None:
-            timer.cancel()
-    assert time.perf_counter() - t0 < 2.0
+# ---- the LF-* readers (on special files: test_files.py's READERS) ---------------------------------
 
 
 def test_lf_readers_name_the_line_of_bytes_that_are_not_utf8(tmp_path):
