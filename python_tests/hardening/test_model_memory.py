@@ -145,6 +145,11 @@ def test_config_shape_takes_the_declared_and_synthetic_sizes(tmp_path):
     shape = config_shape(ExperimentConfig(dataset=str(tmp_path), clients=2, feature_dim=64))
     assert (shape.num_features, shape.num_classes, shape.test_rows, shape.train_rows) == (64, 50, 2, 2)
     assert config_shape(ExperimentConfig(dataset=str(tmp_path / "missing"))) is None  # the load reports it
+    # too wide to keep dense: the load hashes the features to 2**14 columns, so the model is sized by that
+    (tmp_path / "train.txt").write_text(f"3 {2**26} 50\n0 0:1\n1 1:1\n2 2:1\n")
+    (tmp_path / "test.txt").write_text(f"2 {2**26} 50\n0 0:1\n1 1:1\n")
+    assert config_shape(ExperimentConfig(dataset=str(tmp_path), clients=2)).num_features == 2**14
+    assert config_shape(ExperimentConfig(dataset=str(tmp_path), clients=2, sparse=True)).num_features == 2**26
 
 
 def test_a_run_that_fits_still_runs(tmp_path):

@@ -70,6 +70,15 @@ MAX_DENSE_ELEMENTS = 2**27
 512 MiB as float32, about 1.5 GiB at peak while densifying); checked before allocating."""
 
 
+def dense_width(num_rows: int, cap: int = 1 << 14) -> int:
+    """The hashed feature width a run picks when a dataset is too wide to keep dense: the largest power of
+    two up to ``cap`` (at least 64) keeping ``num_rows x width`` within :data:`MAX_DENSE_ELEMENTS`."""
+    dim = cap
+    while dim > 64 and max(1, num_rows) * dim > MAX_DENSE_ELEMENTS:
+        dim //= 2
+    return dim
+
+
 def check_dense_size(n: int, f: int, path: Path, part: str) -> None:
     """``ValueError`` naming ``path`` if a dense ``[n, f]`` feature matrix exceeds :data:`MAX_DENSE_ELEMENTS`."""
     if n * f > MAX_DENSE_ELEMENTS:

@@ -360,16 +360,12 @@ def auto_feature_dim(message: str, cap: int = 1 << 14) -> int | None:
     """The hashed feature width for a dataset the loader refused to densify (its ``ValueError``
     ``message`` names ``N x F``): the largest power of two up to ``cap`` keeping ``N x width`` within
     the loader's dense bound. ``None`` if ``message`` is not that refusal."""
-    from ..data.datasets import MAX_DENSE_ELEMENTS
+    from ..data.datasets import dense_width
 
     m = re.search(r"would be (\d+) x (\d+) = \d+ dense elements", message)
     if m is None or "feature_dim=" not in message:
         return None
-    n = max(1, int(m.group(1)))
-    dim = cap
-    while dim > 64 and n * dim > MAX_DENSE_ELEMENTS:
-        dim //= 2
-    return dim
+    return dense_width(int(m.group(1)), cap)
 
 
 def prepare_data(cfg: ExperimentConfig) -> PreparedData:

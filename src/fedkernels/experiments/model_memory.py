@@ -26,6 +26,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from .._memory import available_memory
+from ..data.datasets import MAX_DENSE_ELEMENTS, dense_width
 from ..fl.payload import DEFAULT_MAX_BYTES
 from ..fl.strategy import Strategy
 
@@ -240,11 +241,15 @@ def config_shape(cfg: ExperimentConfig) -> DataShape | None:
         if declared is None:
             return None
         total, test, f, p = declared
-        f = cfg.feature_dim if cfg.feature_dim is not None else f
         source = f"declared by {path}"
     if test is None:  # one set of samples, split by test_fraction
         test = round(total * cfg.test_fraction)
         total -= test
+    if cfg.dataset != "synthetic":  # the width the load gives the features (prepare_data)
+        if cfg.feature_dim is not None:
+            f = cfg.feature_dim
+        elif not cfg.sparse and max(total, test) * f > MAX_DENSE_ELEMENTS:
+            f = dense_width(total)  # too wide to keep dense: hashed automatically
     # the largest client holds at least its share; one-label and primary-label clients may hold one row
     share = 1 if cfg.partition in ("one_label", "primary_label") else math.ceil(total / cfg.clients)
     return DataShape(share, test, f, p, source)
