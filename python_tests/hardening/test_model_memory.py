@@ -93,6 +93,17 @@ def test_a_model_the_machine_cannot_train_is_refused_naming_the_setting():
     check_model_memory([s], shape, 64, "adam", budget=1 << 40)  # the same model where it fits
 
 
+def test_activations_of_a_huge_batch_are_refused_naming_the_batch_size():
+    # a small model (36 MiB) whose 2**20-wide layer, at 2**20 rows a batch, needs 8 TiB of activations
+    s = make_strategy("FedAvg", hidden=[2**20])
+    shape = DataShape(2**20, 100, 4, 4, "synthetic")
+    with pytest.raises(ValueError, match=r"FedAvg.hidden=\[1048576\]; batch_size=1048576\)"):
+        check_model_memory([s], shape, 2**20, "sgd", budget=1 << 40)
+    check_model_memory([s], shape, 64, "sgd", budget=1 << 40)  # the same model at 64 rows a batch
+    # a batch holds at most the largest client's rows
+    check_model_memory([s], DataShape(64, 100, 4, 4, "synthetic"), 2**20, "sgd", budget=1 << 40)
+
+
 def test_payload_bound_is_on_what_a_client_exchanges():
     # FedSS keeps p class rows on the server but a client downloads its sampled rows only; its full-softmax
     # variant downloads them all
