@@ -11,6 +11,8 @@ is in hardening/test_flower.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 pytest.importorskip("flwr", reason="flwr is not installed (pip install 'fedkernels[flower]')")
@@ -26,6 +28,7 @@ from fedkernels.fl.privacy import DPConfig, PrivacyConfig, PrivateServer
 from fedkernels.fl.registry import strategies
 from fedkernels.integrations.flower import FlowerStrategy, client_app, flower_strategy_from
 from fedkernels.integrations.flower import client as flower_client
+from fedkernels.integrations.flower.app import run_config_from
 from fedkernels.integrations.flower.private_client import STATE
 from fedkernels.integrations.flower.private_server import PrivateFlowerStrategy, privacy_config_from
 from python_tests.support.flower_grid import MemoryGrid, context, task_identity
@@ -166,23 +169,27 @@ def test_nodes_leaving_after_their_masked_upload_recovered_up_to_t_refused_beyon
 def test_dp_over_flower_equals_in_process(secagg):
     """Client-level DP, two rounds, Poisson sampling at q = 0.8: central (the server clips and adds
     the noise, seeded) and distributed (each client clips and adds its seeded share under SecAgg+)
-    end bit-identical to the in-process run, with the same epsilon every round."""
-    priv = PrivacyConfig(secagg=secagg, dp=DPConfig(0.5, noise=1.0), noise_seed=11)
+    end bit-identical to the in-process run, with the same epsilon every round. (Distributed DP at 5
+    clients: a round too small for SecAgg+ has probability ~0.03, which spends delta: a wide delta.)"""
+    priv = PrivacyConfig(secagg=secagg, dp=DPConfig(0.5, noise=1.0, delta=0.3 if secagg else 1e-5), noise_seed=11)
     cfg = config(rounds=2, per_round=4)
     fk = over_flower("fedavg", priv, cfg, grid("fedavg", dp_noise_seed=11))
     ref = in_process("fedavg", priv, cfg)
     assert same_state(fk.state, ref.state) and records(fk) == records(ref)
     eps = [h.privacy["epsilon"] for h in fk.history]
     assert 0 < eps[0] < eps[1] < float("inf")
-    noiseless = in_process("fedavg", PrivacyConfig(secagg=secagg, dp=DPConfig(0.5, noise=0.0)), cfg)
+    noiseless = in_process("fedavg", PrivacyConfig(secagg=secagg, dp=replace(priv.dp, noise=0.0)), cfg)
     assert not same_state(fk.state, noiseless.state)  # the noise was really added
 
 
 def test_dp_sgd_settings_travel_in_the_header():
-    """DP-SGD's clip and noise multiplier are header fields like the other local-training settings:
-    a plain Flower run with per-example clipping equals the in-process run with the same TrainConfig
-    (and differs from the unclipped one); the node reads back exactly what the server set."""
-    train = TrainConfig(epochs=1, batch_size=16, lr=0.3, dp_sample_clip=0.05, dp_sample_noise=0.0)
+    """DP-SGD's clip, noise multiplier and seeding are header fields like the other local-training
+    settings: a plain Flower run with per-example clipping equals the in-process run with the same
+    TrainConfig (a seeded simulation: by default each device draws its batches from OS randomness) and
+    differs from the unclipped one; the node reads back exactly what the server set."""
+    train = TrainConfig(
+        epochs=1, batch_size=16, lr=0.3, dp_sample_clip=0.05, dp_sample_noise=0.0, dp_sample_seeded=True
+    )
     fk = FlowerStrategy(make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, config(train=train))
     fk.start(grid("fedavg"), timeout=5)
     ref = Server(make_strategy("fedavg"), clients("fedavg"), NUM_FEATURES, NUM_CLASSES, config(train=train))
@@ -190,7 +197,7 @@ def test_dp_sgd_settings_travel_in_the_header():
     plain = Server(make_strategy("fedavg"), clients("fedavg"), NUM_FEATURES, NUM_CLASSES, config())
     plain.run()
     assert same_state(fk.state, ref.state) and not same_state(ref.state, plain.state)
-    noisy = TrainConfig(epochs=2, batch_size=8, lr=0.1, dp_sample_clip=1.5, dp_sample_noise=1.1)
+    noisy = TrainConfig(epochs=2, batch_size=8, lr=0.1, dp_sample_clip=1.5, dp_sample_noise=1.1, dp_sample_seeded=True)
     fk = FlowerStrategy(make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, config(train=noisy))
     assert flower_client.train_config(fk._header(0, 1, 5)) == noisy
     fk.config.train = TrainConfig()
@@ -214,20 +221,47 @@ def test_privacy_settings_from_run_config():
     assert privacy_config_from(run_context(secagg=True, **{"l1diff-segments": 5})) == PrivacyConfig(
         secagg=True, l1diff_segments=5
     )
-    ctx = run_context(secagg=True, **{"dp-clip": 0.5, "dp-noise": 1.2})
+    ctx = run_context(secagg=True, **{"dp-clip": 0.5, "dp-noise": 1.2, "dp-delta": 0.3})
     fk = flower_strategy_from(ctx, make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES)
     assert isinstance(fk, PrivateFlowerStrategy) and fk.sigma == 1.2 and fk.q == 4 / NUM_CLIENTS
     assert type(flower_strategy_from(run_context(), make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES)) is (
         FlowerStrategy
     )
+    nan = float("nan")
     for bad, match in [
         ({"dp-noise": 1.0}, "need dp-clip"),
-        ({"dp-clip": 1.0, "dp-noise": 1.0, "target-epsilon": 2.0}, "not both"),
-        ({"secagg": True, "secagg-bits": 80}, "bits"),
-        ({"secagg": True, "l1diff-segments": -1}, "l1diff_segments"),
+        ({"dp-clip": 1.0, "dp-noise": 1.0, "target-epsilon": 2.0}, "exactly one of dp-noise"),
+        ({"secagg": True, "secagg-bits": 80}, "secagg-bits"),
+        ({"secagg": True, "l1diff-segments": -1}, "l1diff-segments"),
+        # the review's case 6: each of these ran with privacy off or zero noise
+        ({"dp-clip": nan, "dp-noise": 1.0}, "dp-clip must be a finite number"),
+        ({"dp-clip": 1.0, "target-epsilon": -3.0}, "target-epsilon must be a finite number"),
+        ({"dp-clip": 1.0, "target-epsilon": nan}, "target-epsilon must be a finite number"),
+        ({"dp-clip": 1.0}, "exactly one of dp-noise"),
+        ({"dp-clip": 1.0, "dp-noise": -1.0}, "dp-noise must be a finite number"),
+        ({"dp-clip": 1.0, "dp-noise": float("inf")}, "dp-noise must be a finite number"),
+        ({"embedding-dp-clip": nan}, "embedding"),
+        ({"dp-clip": 1.0, "dp-noise": 1.0, "dp-delta": nan}, "dp-delta"),
+        ({"secagg": "yes"}, "secagg must be true or false"),
     ]:
         with pytest.raises(ValueError, match=match):
             privacy_config_from(run_context(**bad))
+        with pytest.raises(ValueError, match=match):  # the app's entry point refuses it too
+            flower_strategy_from(run_context(**bad), make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES)
+
+
+def test_dp_sgd_settings_from_run_config_are_checked_as_the_cli_checks_them():
+    for bad, match in [
+        ({"dp-sample-clip": float("nan")}, "dp-sample-clip must be a finite number"),
+        ({"dp-sample-clip": -1.0}, "dp-sample-clip must be a finite number"),
+        ({"dp-sample-noise": 1.0}, "dp-sample-noise needs dp-sample-clip"),
+        ({"dp-sample-clip": 1.0, "dp-sample-noise": float("inf")}, "dp-sample-noise must be a finite number"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            run_config_from(run_context(**bad))
+    got = run_config_from(run_context(**{"dp-sample-clip": 0.5, "dp-sample-noise": 1.1})).train
+    assert (got.dp_sample_clip, got.dp_sample_noise) == (0.5, 1.1)
+    assert run_config_from(run_context(**{"dp-sample-clip": 0.0})).train.dp_sample_clip is None
 
 
 def test_l1diff_public_segments_over_flower_equal_in_process():

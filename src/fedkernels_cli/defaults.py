@@ -70,8 +70,8 @@ RUN_DEFAULTS: dict[str, Any] = {
     "dp_noise": None,
     "target_epsilon": None,
     "dp_delta": 1e-5,
-    "embedding_dp_clip": None,
-    "embedding_dp_noise": None,
+    "dp_mechanism": "poisson",
+    "dp_seeded": False,
     "dp_sample_clip": None,
     "dp_sample_noise": 0.0,
 }

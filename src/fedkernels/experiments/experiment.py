@@ -137,7 +137,7 @@ class ExperimentConfig:
     # mixed precision of local training's forward pass: "off" or "bf16" (fedkernels.fl.local.autocast)
     autocast: str = RUN_DEFAULTS["autocast"]
     # privacy (fedkernels.fl.privacy, docs/api/privacy.md): SecAgg+ secure aggregation, client-level DP
-    # (clip + noise multiplier, or a target epsilon at dp_delta), FedALC's server-side embedding DP,
+    # (clip + noise multiplier, or a target epsilon at dp_delta),
     # sample-level DP-SGD in local training
     secagg: bool = RUN_DEFAULTS["secagg"]
     secagg_dropouts: int | None = RUN_DEFAULTS["secagg_dropouts"]
@@ -150,8 +150,9 @@ class ExperimentConfig:
     dp_noise: float | None = RUN_DEFAULTS["dp_noise"]
     target_epsilon: float | None = RUN_DEFAULTS["target_epsilon"]
     dp_delta: float = RUN_DEFAULTS["dp_delta"]
-    embedding_dp_clip: float | None = RUN_DEFAULTS["embedding_dp_clip"]
-    embedding_dp_noise: float | None = RUN_DEFAULTS["embedding_dp_noise"]
+    dp_mechanism: str = RUN_DEFAULTS["dp_mechanism"]
+    # DP noise, the DP sample and DP-SGD's batches from the run seed: a reproducible simulation, not private
+    dp_seeded: bool = RUN_DEFAULTS["dp_seeded"]
     dp_sample_clip: float | None = RUN_DEFAULTS["dp_sample_clip"]
     dp_sample_noise: float = RUN_DEFAULTS["dp_sample_noise"]
 
@@ -247,8 +248,8 @@ class ExperimentConfig:
         return built
 
     def private(self) -> bool:
-        """Whether the run's rounds are private (secure aggregation, client-level or embedding DP)."""
-        return self.secagg or self.dp_clip is not None or self.embedding_dp_clip is not None
+        """Whether the run's rounds are private (secure aggregation or client-level DP)."""
+        return self.secagg or self.dp_clip is not None
 
     def train_config(self) -> TrainConfig:
         """The clients' local training settings."""
@@ -260,6 +261,7 @@ class ExperimentConfig:
             autocast=self.autocast,
             dp_sample_clip=self.dp_sample_clip,
             dp_sample_noise=self.dp_sample_noise,
+            dp_sample_seeded=self.dp_seeded,
         )
 
     def options_for(self, name: str) -> dict[str, Any]:
@@ -508,6 +510,7 @@ def run_algorithm(
         client_weighting=cfg.client_weighting,
         device=cfg.device,
         batch_clients=cfg.batch_clients,
+        sample_delta=cfg.dp_delta,
         checkpoint=None if ckpt is None else str(ckpt),  # the server resumes from it and saves every round
     )
     t0 = time.perf_counter()
@@ -540,14 +543,25 @@ def run_algorithm(
         "seconds": time.perf_counter() - t0,
         "resumed_at_round": resumed_at,
         "failed_clients": sum(len(r.failed) for r in server.history),
-        "history": [asdict(r) for r in server.history],
+        "history": [asdict(r) for r in published_history(server.history, cfg)],
         "comm": communication_summary(server.history, "P@1", strategy.model_bytes(server.state)),
     }
 
 
+def published_history(history: list[RoundRecord], cfg: ExperimentConfig) -> list[RoundRecord]:
+    """The rounds as a run's result files may show them: under client-level DP a round's sample is
+    secret, so its client ids and the counts that reveal how many took part are left out
+    (:func:`~fedkernels.fl.privacy.mechanism.published_record`)."""
+    if cfg.dp_clip is None:
+        return history
+    from ..fl.privacy.mechanism import published_record
+
+    return [published_record(r) for r in history]
+
+
 def _after_round(server: Server, rec: RoundRecord, cfg: ExperimentConfig, data: PreparedData) -> None:
     """An experiment's work on each round before it is checkpointed: stop when every client failed,
-    account sample-level DP, and evaluate every ``eval_every`` rounds and at the last."""
+    and evaluate every ``eval_every`` rounds and at the last (the server accounts privacy itself)."""
     if rec.clients and len(rec.failed) == len(rec.clients):
         reasons = "; ".join(f"client {c}: {why}" for c, why in rec.failed[:3])
         raise AllClientsFailed(
@@ -555,8 +569,6 @@ def _after_round(server: Server, rec: RoundRecord, cfg: ExperimentConfig, data: 
             + (", ..." if len(rec.failed) > 3 else "")
             + ")"
         )
-    if cfg.dp_sample_clip is not None:
-        rec.privacy["sample_epsilon"] = sample_epsilon(server.history, data.clients, cfg)
     if (rec.round + 1) % cfg.eval_every == 0 or rec.round + 1 == cfg.rounds:
         rec.metrics = server.evaluate(
             data.test, tuple(cfg.ks), 2048, data.inv_propensity, data.frequent, data.test_filter
@@ -668,54 +680,14 @@ def add_common_target(results: list[dict[str, Any]], metric: str = "P@1") -> flo
 
 
 def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
-    """Validate the privacy settings (before any data is read) against the strategies ``built`` for
-    ``cfg``'s algorithms (keyed by registered name); ValueError names the field."""
+    """Validate the privacy settings (before any data is read) with the validator every path uses
+    (:func:`~fedkernels.fl.privacy_settings.privacy_settings`), then against the strategies ``built``
+    for ``cfg``'s algorithms (keyed by registered name); ValueError names the field."""
+    from ..fl.privacy_settings import SETTINGS, check_strategy_dp, privacy_settings
 
-    def positive(name: str, allow_none: bool = True, zero: bool = False) -> None:
-        v = getattr(cfg, name)
-        if v is None and allow_none:
-            return
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, (int, float))
-            or not math.isfinite(v)
-            or v < 0
-            or (v == 0 and not zero)
-        ):
-            raise ValueError(f"{name} must be a finite number {'>= 0' if zero else '> 0'}, got {v!r}")
-
-    if not isinstance(cfg.secagg, bool):
-        raise ValueError(f"secagg must be true or false, got {cfg.secagg!r}")
-    for name in ("dp_clip", "target_epsilon", "embedding_dp_clip", "dp_sample_clip"):
-        positive(name)
-    for name in ("dp_noise", "embedding_dp_noise"):
-        positive(name, zero=True)
-    positive("dp_sample_noise", allow_none=False, zero=True)
-    positive("secagg_bound", allow_none=False)
-    if not isinstance(cfg.dp_delta, (int, float)) or not 0 < cfg.dp_delta < 1:
-        raise ValueError(f"dp_delta must lie in (0, 1), got {cfg.dp_delta!r}")
-    if isinstance(cfg.secagg_bits, bool) or not isinstance(cfg.secagg_bits, int) or not 8 <= cfg.secagg_bits <= 62:
-        raise ValueError(f"secagg_bits must be an integer in [8, 62], got {cfg.secagg_bits!r}")
-    segs = cfg.l1diff_segments
-    if isinstance(segs, bool) or not isinstance(segs, int) or segs < 0:
-        raise ValueError(f"l1diff_segments must be an integer >= 0, got {segs!r}")
-    if segs and not cfg.private():
-        raise ValueError("l1diff_segments applies to private rounds (--secagg or --dp-clip)")
-    if segs and not any(canonical_name(n) == "L1Diff" for n in cfg.algorithms):
-        raise ValueError("l1diff_segments applies to L1Diff, which the run does not have")
-    for name in ("secagg_dropouts", "secagg_degree"):
-        v = getattr(cfg, name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise ValueError(f"{name} must be an integer >= 0 or unset, got {v!r}")
-    if cfg.dp_clip is None and (cfg.dp_noise is not None or cfg.target_epsilon is not None):
-        raise ValueError("dp_noise / target_epsilon need dp_clip (the L2 bound the noise is calibrated to)")
-    if cfg.dp_clip is not None and (cfg.dp_noise is None) == (cfg.target_epsilon is None):
-        raise ValueError("dp_clip needs exactly one of dp_noise (the noise multiplier) and target_epsilon")
-    if (cfg.embedding_dp_clip is None) != (cfg.embedding_dp_noise is None):
-        raise ValueError("embedding_dp_clip and embedding_dp_noise go together")
-    if cfg.dp_sample_noise and cfg.dp_sample_clip is None:
-        raise ValueError("dp_sample_noise needs dp_sample_clip")
+    values = {name: getattr(cfg, name) for name in SETTINGS}
     if not (cfg.private() or cfg.dp_sample_clip is not None):
+        privacy_settings(values)  # the values are checked all the same
         return
     try:
         from ..fl import privacy  # noqa: F401  (the optional extra)
@@ -723,52 +695,18 @@ def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
         raise ValueError(f"privacy options need the extra fedkernels[privacy] ({e})") from None
     from ..fl.privacy.server import check_private
 
-    if cfg.private():
-        priv = privacy_config(cfg)
+    settings = privacy_settings(values, seed=cfg.seed)
+    for strategy in built.values():  # the centralised bounds run with the same privacy
+        check_strategy_dp(strategy, cfg.dp_clip is not None, cfg.dp_sample_clip is not None)
+    if cfg.l1diff_segments and not any(canonical_name(n) == "L1Diff" for n in cfg.algorithms):
+        raise ValueError("l1diff_segments applies to L1Diff, which the run does not have")
+    if settings.privacy is not None:
         for name in cfg.algorithms:
-            if cfg.embedding_dp_clip is not None and canonical_name(name) not in ("FedAwS", "FedALC", "FedALC-fixed"):
-                raise ValueError(f"embedding_dp_* applies to FedAwS, FedALC and FedALC-fixed, not {name}")
-            check_private(built[canonical_name(name)], priv)  # L1DiffNetwork is refused here
+            check_private(built[canonical_name(name)], settings.privacy)  # L1DiffNetwork is refused here
 
 
 def privacy_config(cfg: ExperimentConfig):
-    """The :class:`~fedkernels.fl.privacy.PrivacyConfig` of a run."""
-    from ..fl.privacy import DPConfig, PrivacyConfig
+    """The :class:`~fedkernels.fl.privacy.PrivacyConfig` of a run (None: its rounds are not private)."""
+    from ..fl.privacy_settings import SETTINGS, privacy_settings
 
-    dpc = None
-    if cfg.dp_clip is not None:
-        dpc = DPConfig(cfg.dp_clip, cfg.dp_noise, cfg.target_epsilon, cfg.dp_delta)
-    return PrivacyConfig(
-        secagg=cfg.secagg,
-        max_dropouts=cfg.secagg_dropouts,
-        bits=cfg.secagg_bits,
-        bound=cfg.secagg_bound,
-        degree=cfg.secagg_degree,
-        l1diff_segments=cfg.l1diff_segments,
-        dp=dpc,
-        embedding_clip=cfg.embedding_dp_clip,
-        embedding_noise=cfg.embedding_dp_noise,
-    )
-
-
-def sample_epsilon(history: list[RoundRecord], clients: list[ClientData], cfg: ExperimentConfig) -> float:
-    """Sample-level DP-SGD: the largest epsilon (at ``dp_delta``) over clients after the rounds of
-    ``history`` (each client's DP-SGD steps at its own sampling rate, from dp-accounting)."""
-    from ..fl.dpsgd import dp_steps_per_epoch
-    from ..fl.privacy.dp import epsilon
-
-    runs: dict[int, int] = {}
-    for rec in history:
-        bad = {c for c, _ in rec.failed}
-        for c in rec.clients:
-            if c not in bad:
-                runs[c] = runs.get(c, 0) + 1
-    worst = 0.0
-    for c, times in runs.items():
-        n = len(clients[c])
-        if n == 0:
-            continue
-        steps = times * cfg.local_epochs * dp_steps_per_epoch(n, cfg.batch_size)
-        q = min(1.0, cfg.batch_size / n)
-        worst = max(worst, epsilon(q, cfg.dp_sample_noise, steps, cfg.dp_delta))
-    return worst
+    return privacy_settings({name: getattr(cfg, name) for name in SETTINGS}, seed=cfg.seed).privacy

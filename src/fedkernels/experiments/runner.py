@@ -141,18 +141,19 @@ def run_once(cfg: ExperimentConfig, strategies: dict[str, Strategy], out: Path, 
 
 
 def _print_privacy(cfg: ExperimentConfig, results: list[dict[str, Any]]) -> None:
-    """One line per privacy guarantee a result reports."""
+    """One line per privacy guarantee a result reports, for each observer (docs/api/privacy.md)."""
     for r in results:
         priv = r.get("privacy") or {}
+        seeded = " (a seeded simulation: a deployment draws noise and sample from OS randomness)"
+        note = seeded if priv.get("seeded") else ""
         if "epsilon" in priv:
             print(
-                f"{r['algorithm']}: client-level (ε = {priv['epsilon']:.3g}, δ = {priv['delta']:g})-DP after "
-                f"{cfg.rounds} rounds, noise multiplier {priv['noise_multiplier']:.3g}"
+                f"{r['algorithm']}: client-level DP after {cfg.rounds} rounds at δ = {cfg.dp_delta:g}: "
+                f"ε = {priv['epsilon']:.3g} for observers of the released models, "
+                f"ε = {priv['epsilon_server']:.3g} against the server{note}"
             )
         if "sample_epsilon" in priv:
             print(f"{r['algorithm']}: sample-level DP-SGD, ε = {priv['sample_epsilon']:.3g} at δ = {cfg.dp_delta:g}")
-        if "embedding_epsilon" in priv:
-            print(f"{r['algorithm']}: class-embedding DP, ε = {priv['embedding_epsilon']:.3g}")
 
 
 class _Progress:

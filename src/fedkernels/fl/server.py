@@ -28,6 +28,7 @@ from .client import ROUND_TAG, ClientEndpoint, LocalClient, call_with_deadline
 from .data_identity import data_fingerprint
 from .device import resolve_device, to_device
 from .eval_batches import eval_batches
+from .privacy_settings import check_dp_sgd, check_strategy_dp
 from .round import (  # noqa: F401  (re-exported: the names the loop has always had)
     Answer,
     Carried,
@@ -79,6 +80,8 @@ class RunConfig:
     # names the clients' data in a checkpoint's run identity; None: the in-process server hashes the
     # clients' data (fl.data_identity), a Flower server (which never holds it) records none
     data_id: str | None = None
+    # the delta of DP-SGD's sample-level epsilon (train.dp_sample_clip; client-level DP has its DPConfig's)
+    sample_delta: float = 1e-5
 
 
 class Server:
@@ -119,6 +122,8 @@ class Server:
             )
         if config.client_weighting not in ("samples", "uniform"):
             raise ValueError(f"client_weighting must be 'samples' or 'uniform', got {config.client_weighting!r}")
+        check_dp_sgd(config.train.dp_sample_clip, config.train.dp_sample_noise, "train.{}".format)
+        check_strategy_dp(strategy, False, config.train.dp_sample_clip is not None)
         self.device = resolve_device(config.device)
         if config.eval_clients is not None and config.eval_clients < 1:
             raise ValueError(f"eval_clients must be >= 1 or None, got {config.eval_clients}")
@@ -140,6 +145,7 @@ class Server:
         self.state = with_entries(self.state, setup)
         self.history: list[RoundRecord] = []
         self.round = 0
+        self.accountant = self.new_accountant()  # None: the run has no DP to account
         self._data_id: str | None = None
         self._log: HistoryLog | None = None  # the saved records' JSON, kept between saves
         self._log_json: list[dict] = []
@@ -201,9 +207,24 @@ class Server:
         if no client succeeded."""
         rnd = self.new_round(self.round)
         self.state, rec = rnd.finish(self.exchange(rnd), self.num_examples)
+        self.record(rec)
+        return rec
+
+    def record(self, rec: RoundRecord) -> None:
+        """Append a finished round to the history, with its privacy accounted
+        (:class:`~fedkernels.fl.privacy.accounting.RunAccountant`: epsilon written into ``rec.privacy``)."""
+        if self.accountant is not None:
+            self.accountant.add(rec)
         self.history.append(rec)
         self.round += 1
-        return rec
+
+    def new_accountant(self):  # -> RunAccountant | None (the class needs the extra fedkernels[privacy])
+        """The run's DP accountant (None without DP): here DP-SGD's sample-level epsilon."""
+        if self.config.train.dp_sample_clip is None:
+            return None
+        from .privacy.accounting import make_accountant
+
+        return make_accountant(self.config.train, None, self.config.sample_delta, lambda c: len(self.clients[c]))
 
     def save_checkpoint(self, path: str | Path) -> None:
         """Write the state, round counter, history and run identity to ``path`` atomically. Records
@@ -231,6 +252,10 @@ class Server:
         self.round = int(meta["round"])
         self.history = [record_from_json(h) for h in meta["history"]]
         self._log = None  # the next save encodes this history afresh
+        self.accountant = self.new_accountant()  # composes the checkpoint's rounds, whatever this run's flags
+        if self.accountant is not None:
+            for rec in self.history:
+                self.accountant.add(rec)
 
     def _identity(self) -> dict:
         if self._data_id is None:  # computed once, when a checkpoint is first written or read
@@ -367,11 +392,20 @@ def run_identity(strategy: Strategy, config: RunConfig, num_clients: int, data: 
         "seed": config.seed,
         "num_clients": num_clients,
         "clients_per_round": config.clients_per_round,
-        "train": dataclasses.asdict(config.train),
+        "train": _train_identity(config.train),
         "client_weighting": config.client_weighting,
         "strategy_options": strategy.options(),
     }
     return json.loads(json.dumps(ident))
+
+
+def _train_identity(train: TrainConfig) -> dict:
+    """The training settings a checkpoint must match. ``dp_sample_seeded`` appears only when set, so a
+    checkpoint written before that setting existed still resumes."""
+    out = dataclasses.asdict(train)
+    if not out["dp_sample_seeded"]:
+        del out["dp_sample_seeded"]
+    return out
 
 
 def check_identity(meta: dict, mine: dict, path: str | Path) -> None:
@@ -412,12 +446,16 @@ def record_to_json(rec: RoundRecord) -> dict:
         "seconds": rec.seconds,
         "skipped": rec.skipped,
         "privacy": dict(rec.privacy),
+        "contributed": list(rec.contributed),
     }
 
 
 def record_from_json(d: dict) -> RoundRecord:
+    """A record from :func:`record_to_json`'s form; a record written before ``contributed`` existed
+    counts every chosen client as a contributor (the bound DP accounting may assume)."""
     d = dict(d)
     d["failed"] = [(int(c), str(why)) for c, why in d["failed"]]
+    d.setdefault("contributed", list(d["clients"]))
     return RoundRecord(**d)
 
 

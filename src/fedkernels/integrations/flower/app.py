@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
 from ...experiments.experiment import parse_toml
+from ...fl.privacy_settings import check_dp_sgd
 from ...fl.server import RunConfig
 from ...fl.strategy import State, Strategy
 from ...fl.types import RoundRecord, TrainConfig
@@ -53,9 +54,48 @@ PRIVACY_KEYS = (
     "dp-noise",
     "target-epsilon",
     "dp-delta",
-    "embedding-dp-clip",
-    "embedding-dp-noise",
+    "dp-mechanism",
+    "dp-seeded",
 )
+# keys of a mechanism that was removed (server-side DP of the class embeddings: it noised only the rows some
+# chosen client touched, so it was no DP mechanism); a run config that sets one is refused, never ignored
+REMOVED_PRIVACY_KEYS = ("embedding-dp-clip", "embedding-dp-noise")
+
+
+# run-config keys whose declared default (this value) means "unset"
+_UNSET_VALUE = {
+    "secagg-dropouts": -1,
+    "secagg-degree": 0,
+    "dp-clip": 0,
+    "dp-noise": 0,
+    "target-epsilon": 0,
+    "dp-sample-clip": 0,
+}
+
+
+def flower_spelling(setting: str) -> str:
+    """A privacy setting's run-config key (``dp_clip`` -> ``dp-clip``)."""
+    return setting.replace("_", "-")
+
+
+def run_config_settings(context: Context, names: Iterable[str]) -> dict[str, object]:
+    """The settings ``names`` present in ``run_config``, by their setting names; a key at its
+    "unset" value becomes None. Integer settings given as whole floats (TOML ``3.0``) become ints."""
+    out: dict[str, object] = {}
+    for name in names:
+        key = flower_spelling(name)
+        if key not in context.run_config:
+            continue
+        value: object = context.run_config[key]
+        if key in _UNSET_VALUE and type(value) in (int, float) and value == _UNSET_VALUE[key]:
+            value = None
+        elif name in _INT_SETTINGS and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        out[name] = value
+    return out
+
+
+_INT_SETTINGS = ("secagg_dropouts", "secagg_bits", "secagg_degree", "l1diff_segments")
 
 
 def run_config_from(context: Context, **defaults: object) -> RunConfig:
@@ -78,27 +118,32 @@ def run_config_from(context: Context, **defaults: object) -> RunConfig:
     max_up = int(get("max-upload-bytes", base.max_upload_bytes or 0))  # type: ignore[call-overload]
     eval_clients = int(get("eval-clients", base.eval_clients or 0))  # type: ignore[call-overload]
     ks = get("eval-k", ",".join(str(k) for k in base.eval_k))
-    sample_clip = float(get("dp-sample-clip", t.dp_sample_clip or 0.0))  # type: ignore[arg-type]
+    dp_sgd = {"dp_sample_clip": t.dp_sample_clip, "dp_sample_noise": t.dp_sample_noise, "dp_seeded": False}
+    dp_sgd.update(run_config_settings(context, dp_sgd))  # type: ignore[arg-type]
+    check_dp_sgd(dp_sgd["dp_sample_clip"], dp_sgd["dp_sample_noise"], flower_spelling)
+    if not isinstance(dp_sgd["dp_seeded"], bool):
+        raise ValueError(f"dp-seeded must be true or false, got {dp_sgd['dp_seeded']!r}")
     return RunConfig(
-        rounds=int(get("rounds", base.rounds)),  # type: ignore[call-overload]
-        clients_per_round=int(get("clients-per-round", base.clients_per_round)),  # type: ignore[call-overload]
-        seed=int(get("seed", base.seed)),  # type: ignore[call-overload]
+        rounds=int(get("rounds", base.rounds)),
+        clients_per_round=int(get("clients-per-round", base.clients_per_round)),
+        seed=int(get("seed", base.seed)),
         client_timeout=timeout or None,
         checkpoint=str(get("checkpoint", base.checkpoint or "")) or None,
         max_upload_bytes=max_up or None,
-        eval_every=int(get("eval-every", base.eval_every)),  # type: ignore[call-overload]
+        eval_every=int(get("eval-every", base.eval_every)),
         eval_k=tuple(int(k) for k in str(ks).split(",") if k.strip()),
         eval_clients=eval_clients or None,
         device=str(get("device", base.device)),
         train=TrainConfig(
-            epochs=int(get("epochs", t.epochs)),  # type: ignore[call-overload]
-            batch_size=int(get("batch-size", t.batch_size)),  # type: ignore[call-overload]
-            lr=float(get("lr", t.lr)),  # type: ignore[arg-type]
+            epochs=int(get("epochs", t.epochs)),
+            batch_size=int(get("batch-size", t.batch_size)),
+            lr=float(get("lr", t.lr)),
             optimizer=str(get("optimizer", t.optimizer)),
-            weight_decay=float(get("weight-decay", t.weight_decay)),  # type: ignore[arg-type]
+            weight_decay=float(get("weight-decay", t.weight_decay)),
             autocast=str(get("autocast", t.autocast)),
-            dp_sample_clip=sample_clip or None,
-            dp_sample_noise=float(get("dp-sample-noise", t.dp_sample_noise)),  # type: ignore[arg-type]
+            dp_sample_clip=None if dp_sgd["dp_sample_clip"] is None else float(dp_sgd["dp_sample_clip"]),
+            dp_sample_noise=float(dp_sgd["dp_sample_noise"]),
+            dp_sample_seeded=bool(dp_sgd["dp_seeded"]) and dp_sgd["dp_sample_clip"] is not None,
         ),
     )
 
@@ -149,7 +194,7 @@ def flower_strategy_from(
         max_in_flight=int(c.get("max-in-flight", 0)) or None,
     )
     config = run_config_from(context, **defaults)
-    if any(k in c for k in PRIVACY_KEYS):
+    if any(k in c for k in PRIVACY_KEYS + REMOVED_PRIVACY_KEYS):
         from .private_server import PrivateFlowerStrategy, privacy_config_from
 
         privacy = privacy_config_from(context)

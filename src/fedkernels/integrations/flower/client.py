@@ -23,6 +23,7 @@ from ...fl import evaluation as ev
 from ...fl import payload as pl
 from ...fl.client import ROUND_TAG, ClientEndpoint, LocalClient
 from ...fl.device import resolve_device
+from ...fl.privacy_settings import check_dp_sgd
 from ...fl.seeding import derive_seed
 from ...fl.strategy import Strategy
 from ...fl.types import ClientData, TrainConfig
@@ -42,6 +43,7 @@ _HEADER_RUN_FIELDS = (
     "autocast",
     "dp-sample-clip",
     "dp-sample-noise",
+    "dp-sample-seeded",
 )
 
 
@@ -83,8 +85,10 @@ def train_config(header: ConfigRecord) -> TrainConfig:
         PayloadError: a field is missing or of the wrong type, or a DP-SGD field is negative.
     """
     clip, noise = pr.float_field(header, "dp-sample-clip"), pr.float_field(header, "dp-sample-noise")
-    if not (clip >= 0 and noise >= 0):  # also refuses NaN
-        raise pl.PayloadError(f"message fields dp-sample-clip/-noise must be >= 0, got {clip}, {noise}")
+    try:  # the check every path makes (0: no DP-SGD); NaN, infinities and negatives are refused
+        check_dp_sgd(clip or None, noise, lambda name: "message field " + name.replace("_", "-"))
+    except ValueError as e:
+        raise pl.PayloadError(str(e)) from None
     return TrainConfig(
         pr.int_field(header, "epochs"),
         pr.int_field(header, "batch-size"),
@@ -94,6 +98,7 @@ def train_config(header: ConfigRecord) -> TrainConfig:
         pr.str_field(header, "autocast"),
         dp_sample_clip=clip or None,
         dp_sample_noise=noise,
+        dp_sample_seeded=bool(pr.int_field(header, "dp-sample-seeded")),
     )
 
 

@@ -30,13 +30,24 @@ from flwr.serverapp import Grid
 
 from ...fl import payload as pl
 from ...fl.privacy import dp
+from ...fl.privacy.accounting import RunAccountant, make_accountant
 from ...fl.privacy.client import COUNT, NUM_EXAMPLES
-from ...fl.privacy.dp import DPConfig
-from ...fl.privacy.server import COUNT_SPEC, PrivacyConfig, check_private, private_round
+from ...fl.privacy.mechanism import published_record
+from ...fl.privacy.server import (
+    COUNT_SPEC,
+    PrivacyConfig,
+    calibrated_sigma,
+    check_private,
+    privacy_entries,
+    private_round,
+    unrunnable_chance,
+)
+from ...fl.privacy_settings import SETTINGS, privacy_settings
 from ...fl.round import Answer, ClientFailed, client_seed
 from ...fl.server import RunConfig
 from ...fl.strategy import Strategy
 from . import protocol as pr
+from .app import REMOVED_PRIVACY_KEYS, flower_spelling, run_config_settings
 from .nodes import GONE
 from .records import ArrayCache, payload_to_record
 from .server import FlowerStrategy
@@ -72,14 +83,15 @@ class PrivateFlowerStrategy(FlowerStrategy):
         **flower: Any,
     ) -> None:
         self.form = check_private(strategy, privacy)
-        super().__init__(strategy, num_features, num_classes, num_clients, config, **flower)
-        self.state = self.form.with_initial_entries(self.state)  # before any checkpoint is read
         self.privacy = privacy
+        self._counts: dict[int, tuple[int, int]] = {}  # client -> (the node that reported it, its count)
+        super().__init__(strategy, num_features, num_classes, num_clients, config, **flower)
+        self.state = {**privacy_entries(privacy), **self.form.with_initial_entries(self.state)}  # before a checkpoint
         self.q = config.clients_per_round / num_clients
-        self.sigma = privacy.dp.noise_multiplier(self.q, config.rounds) if privacy.dp is not None else None
+        self.sigma = calibrated_sigma(privacy, config, num_clients)
+        self.unrunnable = unrunnable_chance(privacy, config, num_clients)
         self.noise_generator = dp.noise_generator(privacy.noise_seed)
         self.after_exchange = after_exchange
-        self._counts: dict[int, tuple[int, int]] = {}  # client -> (the node that reported it, its count)
 
     @property
     def round(self) -> int:
@@ -98,16 +110,27 @@ class PrivateFlowerStrategy(FlowerStrategy):
         if self._refreshed != r:
             self._refresh(grid, r)
         rec = private_round(self, functools.partial(self.exchange_private, grid))
-        self.history.append(rec)
+        if self.accountant is not None and self.accountant.dp_sgd is not None:
+            self.example_counts([c for c in rec.contributed if c not in self._counts])  # their batch rates
+        self.record(rec)
+        shown = published_record(rec)  # a secret sample's ids and counts stay out of the run's metrics
         metrics: dict[str, int | float | list[int] | list[float]] = {
-            "clients-ok": len(rec.clients) - len(rec.failed),
-            "clients-failed": len(rec.failed),
-            "bytes-up": rec.bytes_up,
-            "bytes-down": rec.bytes_down,
-            "skipped": int(bool(rec.skipped)),
+            "clients-ok": len(shown.clients) - len(shown.failed),
+            "clients-failed": len(shown.failed),
+            "bytes-up": shown.bytes_up,
+            "bytes-down": shown.bytes_down,
+            "skipped": int(bool(shown.skipped)),
         }
-        metrics.update({k: v for k, v in rec.privacy.items() if v == v and abs(v) != float("inf")})
+        metrics.update({k: v for k, v in shown.privacy.items() if v == v and abs(v) != float("inf")})
         return MetricRecord(metrics)
+
+    def new_accountant(self) -> RunAccountant | None:
+        """Client-level (the privacy config's DP) and sample-level (DP-SGD) accounting."""
+        return make_accountant(self.config.train, self.privacy, self.config.sample_delta, self.examples_of)
+
+    def examples_of(self, client: int) -> int | None:
+        """``client``'s example count: the one it answered a count message with, else reported before."""
+        return self._counts[client][1] if client in self._counts else self.examples.get(client)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -175,42 +198,24 @@ class PrivateFlowerStrategy(FlowerStrategy):
 
 
 def privacy_config_from(context: Context) -> PrivacyConfig | None:
-    """A :class:`PrivacyConfig` from Flower's ``run_config`` (None when nothing is protected). Keys
-    (each optional): ``secagg`` (bool), ``secagg-dropouts`` (-1: the default t), ``secagg-bits``,
-    ``secagg-bound``, ``secagg-degree`` (0: the default), ``dp-clip`` (0: no client-level DP),
-    ``dp-noise`` (the noise multiplier) or ``target-epsilon`` (> 0: calibrate it), ``dp-delta``,
-    ``embedding-dp-clip`` (0: none) and ``embedding-dp-noise``, as the CLI's ``--secagg``,
-    ``--dp-clip``, ... (docs/api/privacy.md).
+    """A :class:`PrivacyConfig` from Flower's ``run_config`` (None when nothing is protected), through
+    the validator the CLI uses (:func:`fedkernels.fl.privacy.settings.privacy_settings`). Keys (each
+    optional): ``secagg`` (bool), ``secagg-dropouts`` (-1: the default t), ``secagg-bits``,
+    ``secagg-bound``, ``secagg-degree`` (0: the default), ``l1diff-segments``, ``dp-clip`` (0: no
+    client-level DP), ``dp-noise`` (the noise multiplier; 0: unset) or ``target-epsilon`` (0: unset),
+    ``dp-delta``, as the CLI's ``--secagg``, ``--dp-clip``, ... (docs/api/privacy.md). Flower declares
+    a default for every key, so exactly 0 (-1 for the dropouts) means unset; any other value, NaN and
+    negatives included, is checked as the CLI checks it.
 
     Raises:
-        ValueError: an invalid combination (the message names the key).
+        ValueError: an invalid value or combination (the message names the key).
     """
-    c = context.run_config
-
-    def num(key: str, default: float) -> float:
-        return float(c.get(key, default))
-
-    clip, noise, target = num("dp-clip", 0), num("dp-noise", 0), num("target-epsilon", 0)
-    if clip <= 0 and (noise > 0 or target > 0):
-        raise ValueError("dp-noise and target-epsilon need dp-clip > 0")
-    if noise > 0 and target > 0:
-        raise ValueError("give dp-noise or target-epsilon, not both")
-    dpc = None
-    if clip > 0:
-        dpc = DPConfig(clip, None if target > 0 else noise, target if target > 0 else None, num("dp-delta", 1e-5))
-    e_clip = num("embedding-dp-clip", 0)
-    dropouts, degree = int(num("secagg-dropouts", -1)), int(num("secagg-degree", 0))
-    privacy = PrivacyConfig(
-        secagg=bool(c.get("secagg", False)),
-        max_dropouts=None if dropouts < 0 else dropouts,
-        bits=int(num("secagg-bits", 32)),
-        bound=num("secagg-bound", 4.0),
-        degree=degree or None,
-        l1diff_segments=int(num("l1diff-segments", 0)),
-        dp=dpc,
-        embedding_clip=e_clip if e_clip > 0 else None,
-        embedding_noise=num("embedding-dp-noise", 0) if e_clip > 0 else None,
-    )
-    if not privacy.secagg and privacy.dp is None and privacy.embedding_noise is None:
-        return None
-    return privacy
+    removed = [k for k in REMOVED_PRIVACY_KEYS if k in context.run_config]
+    if removed:
+        raise ValueError(
+            f"run config sets {removed}: server-side embedding DP was removed (it noised only the rows some "
+            "chosen client touched, so it was no DP mechanism); client-level DP (dp-clip) covers every row"
+        )
+    names = [n for n in SETTINGS if not n.startswith("dp_sample")]  # DP-SGD's are local training's (app.py)
+    seed = int(context.run_config.get("seed", 0))
+    return privacy_settings(run_config_settings(context, names), flower_spelling, seed=seed).privacy
