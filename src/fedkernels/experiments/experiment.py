@@ -49,6 +49,7 @@ from ..metrics import communication_summary, inverse_propensity, map_at_r, prope
 from ..seeding import numpy_rng
 from .checkpoints import checkpoint_path, run_options
 from .limits import check_fields
+from .model_memory import check_run_memory
 from .names import canonical_name
 
 
@@ -243,6 +244,7 @@ class ExperimentConfig:
             check_option_types(name, self.options_for(name))
             built[canonical_name(name)] = make_strategy(name, **self.options_for(name))
         check_privacy(self, built)
+        check_run_memory(self, built.values())  # the models against the machine, from the declared sizes
         return built
 
     def private(self) -> bool:
@@ -360,16 +362,12 @@ def auto_feature_dim(message: str, cap: int = 1 << 14) -> int | None:
     """The hashed feature width for a dataset the loader refused to densify (its ``ValueError``
     ``message`` names ``N x F``): the largest power of two up to ``cap`` keeping ``N x width`` within
     the loader's dense bound. ``None`` if ``message`` is not that refusal."""
-    from ..data.datasets import MAX_DENSE_ELEMENTS
+    from ..data.datasets import dense_width
 
     m = re.search(r"would be (\d+) x (\d+) = \d+ dense elements", message)
     if m is None or "feature_dim=" not in message:
         return None
-    n = max(1, int(m.group(1)))
-    dim = cap
-    while dim > 64 and n * dim > MAX_DENSE_ELEMENTS:
-        dim //= 2
-    return dim
+    return dense_width(int(m.group(1)), cap)
 
 
 def prepare_data(cfg: ExperimentConfig) -> PreparedData:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .._validate import as_csr
 from ..metrics import filter_predictions, ranking_metrics
 from ..sparse_rows import slice_rows
 from . import evaluation as ev
@@ -26,6 +27,7 @@ from .checkpoint import HistoryLog, clean_stale_temps, load_checkpoint, save_che
 from .client import ROUND_TAG, ClientEndpoint, LocalClient, call_with_deadline
 from .data_identity import data_fingerprint
 from .device import resolve_device, to_device
+from .eval_batches import eval_batches
 from .privacy_settings import check_dp_sgd, check_strategy_dp
 from .round import (  # noqa: F401  (re-exported: the names the loop has always had)
     Answer,
@@ -280,19 +282,21 @@ class Server:
         :func:`fedkernels.metrics.ranking_metrics`). ``test_filter`` (CSR ``indptr [N + 1], indices``
         over the test rows, an LF-* dataset's filter file) drops those (sample, label) pairs from the
         predictions before scoring. Every strategy predicts through a fused top-k, so memory stays
-        O(batch * (hidden + k)) whatever the number of classes. Each batch of ``test`` is ranked on the
-        run's device; the filter and the metrics run on the host."""
+        O(batch * (hidden + k)) whatever the number of classes; a row whose filter lists f labels
+        predicts k + f classes, in a batch of fewer rows (:func:`~fedkernels.fl.eval_batches.eval_batches`:
+        at most ``EVAL_ELEMENTS`` predictions, or one row), so a long filter row costs its own rows only.
+        Each batch of ``test`` is ranked on the run's device; the filter and the metrics run on the host."""
         ks = ks or self.config.eval_k
         kmax = min(max(ks), test.num_classes)
-        # the most pairs a row filters: predicting that many more leaves kmax after the filter
-        extra = int(test_filter[0].diff().max()) if test_filter is not None and len(test) else 0
-        width = min(kmax + extra, test.num_classes)
+        filtered = None
+        if test_filter is not None:
+            fp, fi = as_csr(*test_filter, num_rows=len(test))
+            filtered = fp.diff()  # a row filtering f labels predicts kmax + f (eval_batches bounds the memory)
         preds = []
-        for i in range(0, len(test), batch):
-            top = self.strategy.predict_topk(self.state, slice_rows(test.x, i, i + batch).to(self.device), width).cpu()
-            if test_filter is not None:
-                fp, fi = test_filter
-                rows = fp[i : i + batch + 1]
+        for i, j, width in eval_batches(len(test), batch, kmax, test.num_classes, filtered):
+            top = self.strategy.predict_topk(self.state, slice_rows(test.x, i, j).to(self.device), width).cpu()
+            if filtered is not None:
+                rows = fp[i : j + 1]
                 top = filter_predictions(top, rows - rows[0], fi[int(rows[0]) : int(rows[-1])], kmax)
             preds.append(top)
         topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64, device="cpu")
