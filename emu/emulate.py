@@ -63,8 +63,10 @@ def build(checks: str, python: str = sys.executable) -> Path:
 # and the modules beside the ops), and single files elsewhere that do. The federated-loop, Flower,
 # hardening, CLI, data, docs, tools and packaging tests run no op of their own: they stay out of the
 # emulated and sanitized op runs (tools/ci/sanitize.sh too).
-OP_TEST_DIRS = ("python_tests/ops", "python_tests/metrics", "python_tests/emu", "python_tests/privacy")
-OP_TEST_FILES = ("python_tests/bench/test_peers.py",)
+OP_TEST_DIRS = ("python_tests/ops", "python_tests/metrics", "python_tests/emu")
+# The privacy tests are the federated loop's (pure Python over the ops, run once by make test); of them
+# only the l1-difference segments test calls a kernel of its own (the prox).
+OP_TEST_FILES = ("python_tests/bench/test_peers.py", "python_tests/privacy/test_l1diff_segments.py")
 
 
 # The federated loop with every op on its (emulated) CUDA kernel, against the CPU run: added to a run

@@ -8,7 +8,10 @@ checks, aggregation) is the same code in both modes.
 
 Cases: ``fedaws`` is the FedAwS/FedALC preset's round on Bibtex at full participation (159 one-label
 clients, MLP 1836-256-64, 2 epochs of SGD, batch 32: the Gram form), ``fedavg-adam`` a FedAvg round
-of the partial-exchange preset shape under Adam (the dense ``vmap`` pass, 10 Dirichlet clients).
+of the partial-exchange preset shape under Adam (the dense ``vmap`` pass, 10 Dirichlet clients),
+``fedavg-dpsgd`` FedAvg with sample-level DP-SGD (per-example gradients: one backward pass per example
+in the per-client loop, one ``vmap`` over clients and rows in the batched pass; 20 Dirichlet clients,
+MLP 1836-64-159, 1 epoch SGD, batch 32, clip 1, noise 1).
 
     PYTHONPATH=src python -m bench.fl.fl_batched --out bench/results/fl/fl_batched.json
     PYTHONPATH=src python -m bench.fl.fl_batched --quick          # one round each, smoke
@@ -39,6 +42,13 @@ def case(name: str) -> tuple[Server, str]:
         train = TrainConfig(epochs=2, batch_size=32, lr=0.1, optimizer="sgd")
         per_round = len(data.clients)
         what = "FedAwS, Bibtex one label per client, 159 of 159 clients, MLP 1836-256-64, 2 epochs SGD, batch 32"
+    elif name == "fedavg-dpsgd":
+        cfg = ExperimentConfig(dataset=str(DATA), partition="dirichlet", beta=0.5, clients=20)
+        data = prepare_data(cfg)
+        strategy = FedAvg(hidden=(64,), loss="bce")
+        train = TrainConfig(epochs=1, batch_size=32, lr=0.1, optimizer="sgd", dp_sample_clip=1.0, dp_sample_noise=1.0)
+        per_round = 20
+        what = "FedAvg with DP-SGD, Bibtex Dirichlet(0.5), 20 of 20 clients, MLP 1836-64-159, 1 epoch SGD, batch 32"
     else:
         cfg = ExperimentConfig(dataset=str(DATA), partition="dirichlet", beta=0.5, clients=10)
         data = prepare_data(cfg)

@@ -1,6 +1,7 @@
-"""The second hostile sweep's inputs, each tried once: what happens, how long it takes, and how much
-the process's peak memory grows (VmHWM, reset before each case), for the table in
-docs/api/hardening.md ("Second sweep").
+"""The second and third hostile sweeps' inputs, each tried once: what happens, how long it takes, and how
+much the process's peak memory grows (VmHWM, reset before each case), for the tables in
+docs/api/hardening.md ("The second hostile sweep", "The third hostile sweep"; the third's cases are
+:mod:`bench.fl.hardening_sweep3`).
 
     PYTHONPATH=src python -m bench.fl.hardening_sweep [--quick] [--out PATH]
 
@@ -289,11 +290,9 @@ def _clients() -> list:
     return make_clients(d.x, iid_partition(d.indptr, d.indices, 5, 0), 40)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
+def limit_memory() -> None:
+    """RLIMIT_AS = the process's size + 2 GiB (an input that got through fails there, not the machine),
+    after the one-off imports a case would otherwise pay inside its window."""
     vm = _kib("VmSize") * 1024
     resource.setrlimit(resource.RLIMIT_AS, (vm + (2 << 30), resource.getrlimit(resource.RLIMIT_AS)[1]))
     # the optimizers' first use imports torch._dynamo (seconds, ~100 MiB): before the window, not in a row
@@ -301,8 +300,19 @@ def main() -> int:
     from fedkernels.fl.types import TrainConfig
 
     make_optimizer([torch.zeros(1, requires_grad=True)], TrainConfig(optimizer="adam"))
+
+
+def main() -> int:
+    from bench.fl.hardening_sweep3 import cases as third_sweep
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    limit_memory()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [measure(name, fn) for name, fn in cases(Path(tmp), args.quick)]
+        found = cases(Path(tmp), args.quick) + third_sweep(Path(tmp), args.quick)
+        rows = [measure(name, fn) for name, fn in found]
     write_results("hardening_sweep", rows, {"quick": args.quick}, path=results_path("hardening_sweep", out=args.out))
     print(markdown_table(rows, ["input", "outcome", "ms", "peak growth MiB"]))
     return 0

@@ -160,43 +160,56 @@ def _config(args, dataset: str, algorithm: str, seed: int, privacy: dict):
 
 
 def cmd_epsilon(args) -> None:
-    """Client-level DP (central noise; the same epsilon as distributed under --secagg) over a grid of
-    noise multipliers: final P@1 and epsilon per (dataset, algorithm, noise, seed), written as rows."""
+    """Client-level DP over a grid of noise multipliers for each mechanism (``poisson``: DP-FedAvg with
+    a secret Poisson sample, central noise; ``tree``: DP-FTRL, public participation): final P@1 and
+    epsilon for observers of the model and against the server, per (dataset, algorithm, mechanism,
+    noise, seed), written as rows. Runs are seeded simulations (``dp_seeded``), so rows reproduce; a
+    deployment draws noise and sample from OS randomness, with the same epsilons."""
     from fedkernels.experiments.experiment import prepare_data, run_algorithm
 
     torch.set_num_threads(1)
     done = json.loads(Path(args.out).read_text())["rows"] if args.out and Path(args.out).exists() else []
     rows = list(done)
-    seen = {(r["dataset"], r["algorithm"], r["noise"], r["seed"]) for r in done}
+    seen = {(r["dataset"], r["algorithm"], r.get("mechanism", "poisson"), r["noise"], r["seed"]) for r in done}
     for dataset in args.datasets:
         name = Path(dataset).name
         for seed in range(args.seeds):
             prepared = None  # the partition depends on the seed only: shared by every run of it
             for algorithm in args.algorithms:
-                for noise in args.noise:
-                    if (name, algorithm, noise, seed) in seen:
+                for mechanism, noise in [(m, x) for m in args.mechanisms for x in args.noise if x >= 0] + [
+                    ("none", x) for x in args.noise if x < 0
+                ]:
+                    if (name, algorithm, mechanism, noise, seed) in seen:
                         continue
-                    priv = {} if noise < 0 else {"dp_clip": args.clip, "dp_noise": noise}
+                    priv = {}
+                    if noise >= 0:
+                        priv = {"dp_clip": args.clip, "dp_noise": noise, "dp_mechanism": mechanism, "dp_seeded": True}
                     cfg = _config(args, dataset, algorithm, seed, priv)
                     prepared = prepared or prepare_data(cfg)
                     t0 = time.perf_counter()
                     res = run_algorithm(algorithm, cfg, prepared)
                     took = time.perf_counter() - t0
                     eps = res["privacy"].get("epsilon", math.inf) if noise >= 0 else math.inf
+                    eps_server = res["privacy"].get("epsilon_server", math.inf) if noise >= 0 else math.inf
                     p1 = res["final"]["P@1"]
                     rows.append(
                         {
                             "dataset": name,
                             "algorithm": algorithm,
+                            "mechanism": mechanism,
                             "noise": noise,
                             "seed": seed,
                             "epsilon": eps,
+                            "epsilon_server": eps_server,
                             "P@1": p1,
                             "seconds": took,
                             "load_average": os.getloadavg(),
                         }
                     )
-                    print(f"{name} {algorithm} noise={noise} seed={seed}: eps={eps:.3g} P@1={p1:.4f} ({took:.0f} s)")
+                    print(
+                        f"{name} {algorithm} {mechanism} noise={noise} seed={seed}: eps={eps:.3g} "
+                        f"(server {eps_server:.3g}) P@1={p1:.4f} ({took:.0f} s)"
+                    )
                     sys.stdout.flush()
                     if args.out:
                         Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1, default=str))
@@ -221,16 +234,19 @@ def cmd_plot(args) -> None:
         for i, algorithm in enumerate(sorted({r["algorithm"] for r in rows if r["dataset"] == dataset})):
             mine = [r for r in rows if r["dataset"] == dataset and r["algorithm"] == algorithm]
             color = f"C{i}"
-            private = sorted({r["noise"] for r in mine if r["noise"] >= 0}, reverse=True)
-            eps, mean, lo, hi = [], [], [], []
-            for noise in private:
-                at = [r for r in mine if r["noise"] == noise]
-                p1 = [r["P@1"] for r in at]
-                eps.append(sum(r["epsilon"] for r in at) / len(at))
-                mean.append(sum(p1) / len(p1))
-                lo.append(mean[-1] - min(p1))
-                hi.append(max(p1) - mean[-1])
-            ax.errorbar(eps, mean, yerr=[lo, hi], marker="o", capsize=3, color=color, label=f"{algorithm}, DP")
+            for mechanism, style in (("poisson", "o-"), ("tree", "s:")):
+                private = [r for r in mine if r["noise"] >= 0 and r.get("mechanism", "poisson") == mechanism]
+                eps, mean, lo, hi = [], [], [], []
+                for noise in sorted({r["noise"] for r in private}, reverse=True):
+                    at = [r for r in private if r["noise"] == noise]
+                    p1 = [r["P@1"] for r in at]
+                    eps.append(sum(r["epsilon"] for r in at) / len(at))
+                    mean.append(sum(p1) / len(p1))
+                    lo.append(mean[-1] - min(p1))
+                    hi.append(max(p1) - mean[-1])
+                if eps:
+                    label = f"{algorithm}, {'DP-FedAvg' if mechanism == 'poisson' else 'DP-FTRL'}"
+                    ax.errorbar(eps, mean, yerr=[lo, hi], fmt=style, capsize=3, color=color, label=label)
             plain = [r["P@1"] for r in mine if r["noise"] < 0]
             if plain:
                 ax.axhline(sum(plain) / len(plain), color=color, linestyle="--", label=f"{algorithm}, no DP")
@@ -296,6 +312,9 @@ def main() -> None:
     e.add_argument("--algorithms", nargs="+", default=["FedAvg", "FedMLH"])
     e.add_argument("--noise", type=float, nargs="+", default=[-1, 0.5, 0.8, 1.2, 2.0], help="-1: no DP")
     e.add_argument("--clip", type=float, default=0.5)
+    e.add_argument(
+        "--mechanisms", nargs="+", default=["poisson", "tree"], help="poisson (DP-FedAvg) and/or tree (DP-FTRL)"
+    )
     e.add_argument("--seeds", type=int, default=3)
     e.add_argument("--rounds", type=int, default=20)
     e.add_argument("--clients", type=int, default=2000)

@@ -229,6 +229,81 @@ CONFIG_SEEDS = {
 }
 
 
+# The third sweep's inputs (python_tests/fuzz/sweep3_targets.py).
+FILTER_SEEDS = {
+    "valid.txt": b"0 1\n0 2\n3 5\n",
+    "valid_empty.txt": b"",
+    "valid_repeated_pairs.txt": b"1 4\n1 4\n1 4\n\n2 0\n",
+    # the issue's case: one row listing every label (handled: it widens its own batch only)
+    "valid_every_label_one_row.txt": b"".join(b"2 %d\n" % c for c in range(6)),
+    "hostile_row_out_of_range.txt": b"4 0\n",
+    "hostile_label_out_of_range.txt": b"0 6\n",
+    "hostile_negative.txt": b"-1 0\n",
+    "hostile_non_ascii_digit.txt": "0 \u0663\n".encode(),
+    "hostile_three_fields.txt": b"0 1 2\n",
+    "hostile_not_utf8.txt": b"0 1\n\xff 2\n",
+}
+SPARSE_TEXT_SEEDS = {
+    "valid.txt": b"3 5\n0:1.5 3:-2\n\n4:0.25 0:1e-3\n",
+    "valid_empty_rows.txt": b"2 3\n\n\n",
+    "hostile_rows_beyond_the_file.txt": b"1000000 3\n0:1\n",
+    "hostile_c_2pow27.txt": b"1 134217728\n0:1\n",
+    "hostile_nan.txt": b"1 3\n0:nan\n",
+    "hostile_column_out_of_range.txt": b"1 3\n3:1\n",
+    "hostile_n_mismatch.txt": b"3 3\n0:1\n",
+}
+METRICS_SEEDS = {
+    "valid.txt": b"topk 2 3 ; 3 0 ; 1 0\nindptr 0 2 3 3\nindices 1 2 0\nw 2 4 1 3\n",
+    "valid_empty_slots.txt": b"topk 1 -1 ; -1 -1\nindptr 0 1 2\nindices 1 0\n",
+    # the issue's false hits: a label of -1 keyed onto the row before, a prediction near 2**62 wrapping
+    "hostile_label_minus_one.txt": b"topk 3 ; 0\nindptr 0 0 1\nindices -1\n",
+    "hostile_prediction_2pow62.txt": b"topk 5 ; 0 ; 0 ; 0 ; 4611686018427387904\nindptr 0 0 0 0 0 1\nindices 1\n",
+    "hostile_indptr_decreasing.txt": b"topk 0 ; 1\nindptr 0 2 1\nindices 0 1\n",
+    "hostile_repeated_prediction.txt": b"topk 3 3\nindptr 0 1\nindices 3\n",
+    "hostile_weight_nan.txt": b"topk 0 1\nindptr 0 1\nindices 0\nw 1 nan\n",
+}
+PROPENSITY_SEEDS = {
+    "valid_default.txt": b"0.55 1.5",
+    "valid_amazon.txt": b"0.6 2.6",
+    "valid_wikipedia.txt": b"0.5 0.4",
+    "hostile_b_zero.txt": b"0.55 0",
+    "hostile_b_negative.txt": b"0.55 -1.5",
+    "hostile_b_minus_one.txt": b"0.55 -1",
+    "hostile_a_nan.txt": b"nan 1.5",
+    "hostile_overflow.txt": b"2000 1e-9",
+}
+_SMALL = "[synthetic]\nnum_samples = 100\nnum_features = 8\nnum_classes = 40\n"
+MODEL_SHAPE_SEEDS = {
+    "valid.toml": (
+        'algorithms = ["FedAvg", "FedMLH", "FedSS", "FedAwS"]\nbatch_size = 16\n'
+        + _SMALL
+        + "[algorithm_options.FedAvg]\nhidden = [32, 16]\n[algorithm_options.FedMLH]\nnum_buckets = 8\n"
+        "num_tables = 2\nhidden = [16]\n[algorithm_options.FedSS]\nembed_dim = 8\nhidden = [16]\n"
+        "[algorithm_options.FedAwS]\ndim = 8\nhidden = [16]\n"
+    ).encode(),
+    # the issue's model: each width within [1, 2**24], 4 TB together
+    "hostile_fedavg_hidden_1e6_1e6.toml": (
+        'algorithms = ["FedAvg"]\n' + _SMALL + "[algorithm_options.FedAvg]\nhidden = [1000000, 1000000]\n"
+    ).encode(),
+    "hostile_classes_2pow16_hidden_2pow24.toml": (
+        b'algorithms = ["FedAvg"]\n[synthetic]\nnum_samples = 100\nnum_features = 8\nnum_classes = 65536\n'
+        b"[algorithm_options.FedAvg]\nhidden = [16777216]\n"
+    ),
+    "hostile_fedmlh_r_b.toml": (
+        'algorithms = ["FedMLH"]\n'
+        + _SMALL
+        + "[algorithm_options.FedMLH]\nnum_tables = 65536\nnum_buckets = 16777216\nhidden = [16]\n"
+    ).encode(),
+    "hostile_fedss_embed_dim.toml": (
+        'algorithms = ["FedSS"]\n' + _SMALL + "[algorithm_options.FedSS]\nembed_dim = 16777216\nhidden = [16777216]\n"
+    ).encode(),
+    "hostile_batch_activations.toml": (
+        b'algorithms = ["FedAvg"]\nbatch_size = 1000000\n[synthetic]\nnum_samples = 2000000\n'
+        b"num_features = 1\nnum_classes = 2\n[algorithm_options.FedAvg]\nhidden = [16777216, 1]\n"
+    ),
+}
+
+
 def write_corpus() -> None:
     groups = {
         "payload": payload_seeds(),
@@ -238,6 +313,11 @@ def write_corpus() -> None:
         "checkpoint": checkpoint_seeds(),
         "strategy": strategy_seeds(),
         "config": CONFIG_SEEDS,
+        "filter": FILTER_SEEDS,
+        "sparse_text": SPARSE_TEXT_SEEDS,
+        "metrics": METRICS_SEEDS,
+        "propensity": PROPENSITY_SEEDS,
+        "model_shape": MODEL_SHAPE_SEEDS,
     }
     groups["checkpoint_meta"] = checkpoint_meta_seeds(groups["checkpoint"]["valid_fedavg_2_rounds.ckpt"])
     for group, files in groups.items():

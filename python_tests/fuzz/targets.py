@@ -18,6 +18,8 @@ refused (see :func:`python_tests.fuzz.mutate.verdict`).
   has its type and range.
 - ``xc``, ``libsvm``, ``npz_x``, ``npz_y``: the dataset readers. Accepted: finite float32 features, ids in
   range, and the data round-trips through ``write_xc``/``save_npz`` to the same matrices.
+- ``filter``, ``sparse_text``, ``metrics``, ``propensity``, ``model_shape``: the third sweep's inputs
+  (:mod:`python_tests.fuzz.sweep3_targets`).
 """
 
 from __future__ import annotations
@@ -379,7 +381,8 @@ def check_config(data: bytes) -> None:
 
 def target(name: str) -> tuple[dict[str, bytes], Callable[[bytes], object]]:
     """``(seeds, check)`` of a target: ``payload``, ``request:<s>``, ``upload:<s>``, ``checkpoint``,
-    ``xc``, ``libsvm``, ``npz_x`` or ``npz_y``."""
+    ``xc``, ``libsvm``, ``npz_x``, ``npz_y`` or one of :data:`SWEEP3_TARGETS`
+    (:mod:`python_tests.fuzz.sweep3_targets`)."""
     if name.startswith(("request:", "upload:")):
         kind, strat = name.split(":")
         case = strategy_case(strat)
@@ -391,7 +394,16 @@ def target(name: str) -> tuple[dict[str, bytes], Callable[[bytes], object]]:
         check_config(seeds("config")["valid.toml"])
     if name.startswith("npz_"):
         return seeds("npz"), {"npz_x": check_npz_x, "npz_y": check_npz_y}[name]
+    from python_tests.fuzz import sweep3_targets as s3
+
+    if name == "model_shape":  # the first config builds every strategy once (lazy imports): outside the timed cases
+        s3.check_model_shape(seeds("model_shape")["valid.toml"])
     checks = {
+        "filter": s3.check_filter,
+        "sparse_text": s3.check_sparse_text,
+        "metrics": s3.check_metrics,
+        "propensity": s3.check_propensity,
+        "model_shape": s3.check_model_shape,
         "payload": check_payload,
         "checkpoint": check_checkpoint,
         "checkpoint_meta": check_checkpoint_meta,
@@ -400,6 +412,9 @@ def target(name: str) -> tuple[dict[str, bytes], Callable[[bytes], object]]:
         "libsvm": check_libsvm,
     }
     return seeds(name), checks[name]
+
+
+SWEEP3_TARGETS = ("filter", "sparse_text", "metrics", "propensity", "model_shape")
 
 
 def strategy_targets() -> list[str]:
@@ -422,5 +437,6 @@ def all_targets() -> list[str]:
         "libsvm",
         "npz_x",
         "npz_y",
+        *SWEEP3_TARGETS,
         *strategy_targets(),
     ]

@@ -29,6 +29,9 @@ MISSING = "/nonexistent/dataset/never/read"
         (["--dp-clip", "1", "--target-epsilon", "1e7"], "target_epsilon must be a finite number in (0, 1000]"),
         (["--dp-clip", "1", "--target-epsilon", "-3"], "target_epsilon must be a finite number"),
         (["--dp-sample-clip", "inf"], "dp_sample_clip must be a finite number"),
+        (["--dp-mechanism", "tree"], "needs dp_clip"),
+        (["--dp-clip", "1", "--dp-noise", "1", "--dp-mechanism", "shuffle"], "must be 'poisson' or 'tree'"),
+        (["--dp-seeded"], "dp_seeded applies to runs with DP"),
         (["--dp-sample-noise", "1"], "needs dp_sample_clip"),
         (["--algorithms", "L1Diff", "--l1diff-segments", "3"], "applies to private rounds"),
         (["--secagg", "--l1diff-segments", "3"], "applies to L1Diff, which the run does not have"),
@@ -55,15 +58,22 @@ def test_bad_privacy_flags_fail_before_the_data_is_read(flags, message, capsys):
 
 def test_tiny_private_run_reports_epsilon_every_round(tmp_path, capsys):
     out = tmp_path / "o"
-    argv = ["run", "--algorithms", "FedAvg", "--rounds", "2", "--clients", "6", "--clients-per-round", "4"]
+    # 40 clients, 20 a round: a Poisson round too small for SecAgg+ is improbable enough (see
+    # test_claims_accounting: such rounds spend delta)
+    argv = ["run", "--algorithms", "FedAvg", "--rounds", "2", "--clients", "40", "--clients-per-round", "20"]
     argv += ["--local-epochs", "1", "--output", str(out), "--no-progress", "--secagg"]
     argv += ["--dp-clip", "0.5", "--dp-noise", "1.0", "--threads", "1"]
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert "client-level (ε = " in text and "| ε |" in text
+    assert "client-level DP after 2 rounds" in text and "against the server" in text and "| ε |" in text
     hist = json.loads((out / "results.json").read_text())["results"][0]["history"]
     assert [h["privacy"]["epsilon"] > 0 for h in hist] == [True, True]
     assert hist[1]["privacy"]["epsilon"] > hist[0]["privacy"]["epsilon"]
+    # the server knows the sample: no amplification, so its epsilon is never below the observers'
+    assert all(h["privacy"]["epsilon_server"] >= h["privacy"]["epsilon"] for h in hist)
+    # the sample is secret: the written rounds name no client and count none
+    assert all(h["clients"] == [] and h["contributed"] == [] and "survivors" not in h["privacy"] for h in hist)
+    assert all(h["bytes_up"] == 0 == h["bytes_down"] for h in hist)
 
 
 def test_l1diff_public_segments_from_the_cli_shrink_the_segmented_rounds_uploads(tmp_path, capsys):
@@ -77,3 +87,26 @@ def test_l1diff_public_segments_from_the_cli_shrink_the_segmented_rounds_uploads
     up = [h["bytes_up"] for h in hist]
     assert up[1] < up[0] / 2 and up[2] < up[0] / 2  # one masked value per segment, not per weight
     assert run["config"]["l1diff_segments"] == 3
+
+
+def _tiny_run(tmp_path, name, *flags):
+    out = tmp_path / name
+    argv = ["run", "--algorithms", "FedAvg", "--rounds", "2", "--clients", "6", "--clients-per-round", "3"]
+    argv += ["--local-epochs", "1", "--output", str(out), "--no-progress", "--threads", "1", *flags]
+    assert main(argv) == 0
+    return json.loads((out / "results.json").read_text())["results"][0]
+
+
+def test_dp_seeded_runs_reproduce_and_say_they_are_simulations(tmp_path, capsys):
+    flags = ["--dp-clip", "0.5", "--dp-noise", "1.0", "--dp-seeded"]
+    a, b = _tiny_run(tmp_path, "a", *flags), _tiny_run(tmp_path, "b", *flags)
+    assert a["final"] == b["final"] and a["privacy"]["epsilon"] == b["privacy"]["epsilon"]
+    assert a["privacy"]["seeded"] == 1.0 and "seeded simulation" in capsys.readouterr().out
+
+
+def test_dp_ftrl_from_the_cli_reports_its_tree_epsilon(tmp_path):
+    got = _tiny_run(tmp_path, "t", "--dp-clip", "0.5", "--dp-noise", "1.0", "--dp-mechanism", "tree")
+    hist = got["history"]
+    assert [h["privacy"]["tree"] for h in hist] == [0.0, 0.0]  # 6 clients, 3 a round: 2 rounds a tree
+    assert all(h["clients"] for h in hist)  # participation is public under DP-FTRL
+    assert got["privacy"]["epsilon"] > 0 and got["privacy"]["epsilon_server"] == float("inf")

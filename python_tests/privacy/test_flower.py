@@ -11,6 +11,8 @@ is in hardening/test_flower.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 pytest.importorskip("flwr", reason="flwr is not installed (pip install 'fedkernels[flower]')")
@@ -175,23 +177,27 @@ def test_nodes_leaving_after_their_masked_upload_recovered_up_to_t_refused_beyon
 def test_dp_over_flower_equals_in_process(secagg):
     """Client-level DP, two rounds, Poisson sampling at q = 0.8: central (the server clips and adds
     the noise, seeded) and distributed (each client clips and adds its seeded share under SecAgg+)
-    end bit-identical to the in-process run, with the same epsilon every round."""
-    priv = PrivacyConfig(secagg=secagg, dp=DPConfig(0.5, noise=1.0), noise_seed=11)
+    end bit-identical to the in-process run, with the same epsilon every round. (Distributed DP at 5
+    clients: a round too small for SecAgg+ has probability ~0.03, which spends delta: a wide delta.)"""
+    priv = PrivacyConfig(secagg=secagg, dp=DPConfig(0.5, noise=1.0, delta=0.3 if secagg else 1e-5), noise_seed=11)
     cfg = config(rounds=2, per_round=4)
     fk = over_flower("fedavg", priv, cfg, grid("fedavg", dp_noise_seed=11))
     ref = in_process("fedavg", priv, cfg)
     assert same_state(fk.state, ref.state) and records(fk) == records(ref)
     eps = [h.privacy["epsilon"] for h in fk.history]
     assert 0 < eps[0] < eps[1] < float("inf")
-    noiseless = in_process("fedavg", PrivacyConfig(secagg=secagg, dp=DPConfig(0.5, noise=0.0)), cfg)
+    noiseless = in_process("fedavg", PrivacyConfig(secagg=secagg, dp=replace(priv.dp, noise=0.0)), cfg)
     assert not same_state(fk.state, noiseless.state)  # the noise was really added
 
 
 def test_dp_sgd_settings_travel_in_the_header():
-    """DP-SGD's clip and noise multiplier are header fields like the other local-training settings:
-    a plain Flower run with per-example clipping equals the in-process run with the same TrainConfig
-    (and differs from the unclipped one); the node reads back exactly what the server set."""
-    train = TrainConfig(epochs=1, batch_size=16, lr=0.3, dp_sample_clip=0.05, dp_sample_noise=0.0)
+    """DP-SGD's clip, noise multiplier and seeding are header fields like the other local-training
+    settings: a plain Flower run with per-example clipping equals the in-process run with the same
+    TrainConfig (a seeded simulation: by default each device draws its batches from OS randomness) and
+    differs from the unclipped one; the node reads back exactly what the server set."""
+    train = TrainConfig(
+        epochs=1, batch_size=16, lr=0.3, dp_sample_clip=0.05, dp_sample_noise=0.0, dp_sample_seeded=True
+    )
     fk = FlowerStrategy(make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, config(train=train))
     fk.start(grid("fedavg"), timeout=5)
     ref = Server(make_strategy("fedavg"), clients("fedavg"), NUM_FEATURES, NUM_CLASSES, config(train=train))
@@ -199,7 +205,7 @@ def test_dp_sgd_settings_travel_in_the_header():
     plain = Server(make_strategy("fedavg"), clients("fedavg"), NUM_FEATURES, NUM_CLASSES, config())
     plain.run()
     assert same_state(fk.state, ref.state) and not same_state(ref.state, plain.state)
-    noisy = TrainConfig(epochs=2, batch_size=8, lr=0.1, dp_sample_clip=1.5, dp_sample_noise=1.1)
+    noisy = TrainConfig(epochs=2, batch_size=8, lr=0.1, dp_sample_clip=1.5, dp_sample_noise=1.1, dp_sample_seeded=True)
     fk = FlowerStrategy(make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, config(train=noisy))
     assert flower_client.train_config(fk._header(0, 1, 5)) == noisy
     fk.config.train = TrainConfig()
@@ -223,7 +229,7 @@ def test_privacy_settings_from_run_config():
     assert privacy_config_from(run_context(secagg=True, **{"l1diff-segments": 5})) == PrivacyConfig(
         secagg=True, l1diff_segments=5
     )
-    ctx = run_context(secagg=True, **{"dp-clip": 0.5, "dp-noise": 1.2})
+    ctx = run_context(secagg=True, **{"dp-clip": 0.5, "dp-noise": 1.2, "dp-delta": 0.3})
     fk = flower_strategy_from(ctx, make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES)
     assert isinstance(fk, PrivateFlowerStrategy) and fk.sigma == 1.2 and fk.q == 4 / NUM_CLIENTS
     assert type(flower_strategy_from(run_context(), make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES)) is (

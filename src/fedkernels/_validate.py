@@ -84,6 +84,26 @@ def as_csr(indptr: object, indices: object, num_rows: int | None = None) -> tupl
     return indptr_t, indices_t
 
 
+def check_label_csr(
+    indptr: torch.Tensor, indices: torch.Tensor, names: tuple[str, str] = ("indptr", "indices")
+) -> None:
+    """The values of int64 CSR label sets (as :func:`as_csr` returns them): ``indptr`` starts at 0,
+    never decreases and ends at ``indices.numel()``, and every label id is ``>= 0``.
+
+    Raises:
+        ValueError: naming the argument (``names``) and the first rule it breaks.
+    """
+    p_name, i_name = names
+    if int(indptr[0]) != 0:
+        raise ValueError(f"{p_name}[0] must be 0, got {int(indptr[0])}")
+    if indptr.numel() > 1 and bool((indptr[1:] < indptr[:-1]).any()):
+        raise ValueError(f"{p_name} must never decrease")
+    if int(indptr[-1]) != indices.numel():
+        raise ValueError(f"{p_name}[-1] must equal {i_name}.numel() = {indices.numel()}, got {int(indptr[-1])}")
+    if indices.numel() and int(indices.min()) < 0:
+        raise ValueError(f"{i_name} must hold label ids >= 0, got {int(indices.min())}")
+
+
 def as_table(table: object) -> torch.Tensor:
     """A hash table ``[p, R]`` as int32: int32 passes through; int64 (or another integer dtype, tensor
     or numpy) is range-checked once and narrowed. Bucket ids of at least 2**31 or below 0 are a

@@ -20,7 +20,7 @@ from typing import Protocol
 
 import torch
 
-from ._validate import as_csr, as_int64
+from ._validate import INT64_MAX, as_csr, as_int64, check_int, check_label_csr
 
 __all__ = [  # the functions (the PROPENSITY table is a module attribute)
     "communication_summary",
@@ -89,26 +89,46 @@ class _RoundLike(Protocol):
 
 
 def _inputs(topk: object, indptr: object, indices: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """int64 tensors of the predictions and the CSR truth (numpy and int32 input converted once); an
-    ``indptr`` whose length is not ``N + 1`` for the N rows of ``topk`` is a ValueError naming it."""
+    """int64 tensors of the predictions and the CSR truth (numpy and int32 input converted once),
+    checked: ``indptr`` of ``N + 1`` entries for the N rows of ``topk``, from 0 to nnz and never
+    decreasing; label ids ``>= 0``; predicted ids ``>= -1`` and none repeated within a row (``-1`` may
+    repeat); and every id small enough to be compared (below ``(2**63 - 1) // N``: a label of -1, a
+    prediction near 2**62 or a repeated prediction gave false hits). Each is a ValueError naming the
+    argument; a label repeated within a row is refused by :func:`_hits`, which sorts the labels anyway."""
     topk_t = as_int64("topk", topk)
     if topk_t.dim() != 2:
         raise ValueError(f"topk must be [N, k], got shape {tuple(topk_t.shape)}")
     indptr_t, indices_t = as_csr(indptr, indices, num_rows=topk_t.shape[0])
-    return topk_t, indptr_t, indices_t
+    check_label_csr(indptr_t, indices_t)
+    if topk_t.numel() and int(topk_t.min()) < -1:
+        raise ValueError(f"topk ids must be >= 0 (or -1 for an empty slot), got {int(topk_t.min())}")
+    n = topk_t.shape[0]
+    bound = INT64_MAX // max(1, n + 1)  # _hits keys rows as row * (largest id + 1) + id
+    for name, t in (("topk", topk_t), ("indices", indices_t)):
+        if t.numel() and int(t.max()) >= bound:
+            raise ValueError(f"{name} holds class id {int(t.max())}: with {n} samples ids must be below {bound}")
+    # a repeated prediction or label counted twice (P@k above 1 on [3, 3] with label 3)
+    if topk_t.shape[1] > 1:
+        s = torch.sort(topk_t, dim=1).values
+        if bool(((s[:, 1:] == s[:, :-1]) & (s[:, 1:] >= 0)).any()):
+            raise ValueError("topk repeats a class id within a row (-1, an empty slot, may repeat)")
+    return topk_t, indptr_t, indices_t  # (a label repeated within a row: _hits, which sorts them anyway)
 
 
 def _hits(topk: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """bool ``[N, k]``: whether each predicted id is a true label of its sample (``-1``: never)."""
     n, k = topk.shape
-    if n == 0 or k == 0:
-        return torch.zeros(n, k, dtype=torch.bool, device=topk.device)
     if topk.numel() and int(topk.min()) < -1:
         raise ValueError("topk ids must be >= 0 (or -1 for an empty slot)")
     rows = torch.repeat_interleave(torch.arange(n, device=indptr.device), indptr.diff())
     # A sample's true labels as sorted keys row * P + label, searched for every prediction.
-    p = int(max(int(indices.max()) if indices.numel() else 0, int(topk.max())) + 1)
+    top = int(topk.max()) if topk.numel() else 0
+    p = int(max(int(indices.max()) if indices.numel() else 0, top) + 1)
     keys = torch.sort(rows * p + indices).values
+    if keys.numel() > 1 and bool((keys[1:] == keys[:-1]).any()):
+        raise ValueError("indices repeats a label id within a row")
+    if n == 0 or k == 0:
+        return torch.zeros(n, k, dtype=torch.bool, device=topk.device)
     q = (torch.arange(n, device=topk.device).unsqueeze(1) * p + topk).reshape(-1)
     pos = torch.searchsorted(keys, q).clamp_max(max(keys.numel() - 1, 0))
     found = keys[pos] == q if keys.numel() else torch.zeros_like(q, dtype=torch.bool)
@@ -164,17 +184,52 @@ def inverse_propensity(label_counts: torch.Tensor, num_samples: int, a: float = 
     the training count of label l and N the number of training samples.
 
     Args:
-        label_counts: ``[L]`` training samples per label.
+        label_counts: ``[L]`` training samples per label (finite, >= 0).
         num_samples: N (>= 1).
+        a, b: the model's A and B, finite and > 0 (the fitted values lie in [0.5, 0.6] and [0.4, 2.6];
+            ``B <= 0`` puts the log of a non-positive number in every unseen label's weight).
 
     Returns:
-        float64 ``[L]``.
+        float64 ``[L]``, every value finite and >= 1 (for N >= 3).
+
+    Raises:
+        ValueError: naming ``a``, ``b``, ``num_samples`` or ``label_counts``, or naming A and B when
+            they make a weight overflow.
     """
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    check_propensity(a, b)
+    num_samples = check_int("num_samples", num_samples, 1)
     n_l = torch.as_tensor(label_counts, dtype=torch.float64)
+    if n_l.numel() and not bool(torch.isfinite(n_l).all() and (n_l >= 0).all()):
+        raise ValueError("label_counts must be finite and >= 0")
     c = (math.log(num_samples) - 1.0) * (b + 1.0) ** a
     return 1.0 + c * torch.exp(-a * torch.log(n_l + b))
+
+
+MAX_INV_PROPENSITY = 1e250
+"""The largest inverse propensity the propensity-scored metrics take: their sums over up to 2**63
+samples at 64 cut-offs stay finite (float64 holds 1.8e308)."""
+
+
+def check_propensity(a: object, b: object) -> None:
+    """``A`` and ``B`` of Jain et al.'s model: finite numbers > 0, whose largest inverse propensity
+    (a label never seen, among 2**63 - 1 samples) stays within :data:`MAX_INV_PROPENSITY`.
+
+    Raises:
+        ValueError: naming A and B and what they must be.
+    """
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in (a, b))
+    if not ok:
+        raise ValueError(f"A and B of the propensity model must be finite numbers > 0, got A={a!r}, B={b!r}")
+    assert isinstance(a, (int, float)) and isinstance(b, (int, float))
+    try:  # 1 + C (0 + B)^-A with C = (log N - 1) (B + 1)^A, at the largest N
+        top = 1.0 + (math.log(INT64_MAX) - 1.0) * math.exp(a * (math.log1p(b) - math.log(b)))
+    except OverflowError:
+        top = math.inf
+    if not top <= MAX_INV_PROPENSITY:
+        raise ValueError(
+            f"A={a!r}, B={b!r} give unseen labels an inverse propensity of {top:.3g}, above "
+            f"{MAX_INV_PROPENSITY:.0e}: the propensity-scored metrics would overflow"
+        )
 
 
 def psp_at_k(
@@ -213,8 +268,12 @@ def psp_at_k(
 def _weights(inv_propensity: object, topk: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """float64 ``[L]`` inverse propensities, every id of ``topk`` and ``indices`` in range."""
     w = torch.as_tensor(inv_propensity, dtype=torch.float64, device=topk.device)
+    if w.dim() != 1:
+        raise ValueError(f"inv_propensity must be 1-D [L], got shape {tuple(w.shape)}")
     if (indices.numel() and int(indices.max()) >= w.numel()) or (topk.numel() and int(topk.max()) >= w.numel()):
         raise ValueError(f"inv_propensity has {w.numel()} labels but an id is out of that range")
+    if w.numel() and not bool(((w > 0) & (w <= MAX_INV_PROPENSITY)).all()):  # NaN fails both
+        raise ValueError(f"inv_propensity must hold numbers in (0, {MAX_INV_PROPENSITY:.0e}] (NaN, inf, <= 0 refused)")
     return w
 
 
@@ -403,14 +462,17 @@ def map_at_r(embeddings: torch.Tensor, indptr: torch.Tensor, indices: torch.Tens
     Returns:
         MAP@R in [0, 1] (0.0 when no sample has a relevant other sample).
     """
+    if embeddings.dim() != 2:
+        raise ValueError(f"embeddings must be [N, d], got shape {tuple(embeddings.shape)}")
     n = embeddings.shape[0]
-    if indptr.numel() != n + 1:
-        raise ValueError(f"indptr must have {n + 1} entries for {n} embeddings, got {indptr.numel()}")
+    indptr, indices = as_csr(indptr, indices, num_rows=n)
+    check_label_csr(indptr, indices)
     if n < 2:
         return 0.0
-    num_labels = int(indices.max()) + 1 if indices.numel() else 1
-    y = torch.zeros(n, num_labels)
-    y[torch.repeat_interleave(torch.arange(n), indptr.diff()), indices] = 1.0
+    # columns for the distinct labels only: [N, nnz] at most, whatever ids the labels carry
+    distinct, column = torch.unique(indices, return_inverse=True)
+    y = torch.zeros(n, max(1, distinct.numel()))
+    y[torch.repeat_interleave(torch.arange(n), indptr.diff()), column] = 1.0
     e = torch.nn.functional.normalize(embeddings.double(), dim=1)
     # Similarities as elementwise products summed over d, not a GEMM: a BLAS kernel may treat columns
     # differently (edge tiles), so two identical embeddings got cosines one ulp apart and the tie went

@@ -73,6 +73,8 @@ RUN_DEFAULTS: dict[str, Any] = {
     "dp_noise": None,
     "target_epsilon": None,
     "dp_delta": 1e-5,
+    "dp_mechanism": "poisson",
+    "dp_seeded": False,
     "dp_sample_clip": None,
     "dp_sample_noise": 0.0,
 }

@@ -77,6 +77,11 @@ RUN_FLAGS: dict[str, tuple[type, str]] = {
     "dp_noise": (float, "client-level DP: noise multiplier sigma (noise std = sigma * clip)"),
     "target_epsilon": (float, "client-level DP: pick sigma so the run ends at this epsilon"),
     "dp_delta": (float, "DP delta of the reported epsilon"),
+    "dp_mechanism": (
+        str,
+        "client-level DP: poisson (DP-FedAvg: a secret Poisson sample each round) | tree (DP-FTRL: public "
+        "participation, each client once an epoch, no sampling assumed)",
+    ),
     "dp_sample_clip": (float, "sample-level DP-SGD in local training: per-example L2 clip"),
     "dp_sample_noise": (float, "sample-level DP-SGD: noise multiplier"),
 }
@@ -172,6 +177,13 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="sum the clients' updates with SecAgg+ secure aggregation: the server sees only sums "
         "(docs/api/privacy.md)",
+    )
+    r.add_argument(
+        "--dp-seeded",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="draw DP noise, the DP sample and DP-SGD's batches from the run seed: a reproducible "
+        "simulation, not private (anyone who knows the seed can subtract the noise); default: OS randomness",
     )
     r.add_argument(
         "--checkpoint",

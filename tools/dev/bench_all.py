@@ -62,6 +62,7 @@ NOT_BENCHMARKS = (
     "topk_faiss_worker",
     "paper_tables",
     "hashed_split_tv",
+    "hardening_sweep3",  # its cases run in hardening_sweep
 )  # helpers, printers
 
 

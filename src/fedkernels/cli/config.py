@@ -115,6 +115,8 @@ def configure(args: argparse.Namespace) -> tuple[ExperimentConfig, dict[str, Str
         merged["batch_clients"] = args.batch_clients
     if args.secagg is not None:
         merged["secagg"] = args.secagg
+    if args.dp_seeded is not None:
+        merged["dp_seeded"] = args.dp_seeded
     if args.resume:
         merged["resume"] = True
         merged.setdefault("checkpoint", default_checkpoint_folder(merged.get("output", ExperimentConfig.output)))

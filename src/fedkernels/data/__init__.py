@@ -3,6 +3,7 @@ public datasets (``fedkernels data``), feature hashing, splits, partitioners and
 
 from .arff import read_mulan_arff
 from .datasets import Dataset, load_dataset, load_xc_dataset, resolve_dataset, to_client_data
+from .declared import DeclaredShape, declared_shape
 from .feature_hashing import hash_features, idf_weights
 from .fetcher import DownloadError, cache_dir, dataset_dir, fetch, is_fetched, sha256_of, verify
 from .formats import read_any, read_libsvm, read_npz, write_xc
@@ -31,6 +32,7 @@ from .xc_synthetic import XCSpec, iter_synthetic_xc, synthetic_xc
 __all__ = [
     "ClientData",
     "Dataset",
+    "DeclaredShape",
     "DownloadError",
     "Layout",
     "RemoteDataset",
@@ -42,6 +44,7 @@ __all__ = [
     "data_dir",
     "data_roots",
     "dataset_dir",
+    "declared_shape",
     "dirichlet_partition",
     "fedmlh_partition",
     "fetch",

@@ -18,7 +18,7 @@ from .split import train_test_split
 from .synthetic import synthetic_multilabel
 from .types import ClientData
 from .xc_format import XCData
-from .xc_layouts import FILTER_FILES, find_layout, read_filter, read_layout
+from .xc_layouts import FILTER_FILES, Layout, find_layout, read_filter, read_layout
 
 
 @dataclass
@@ -70,6 +70,15 @@ MAX_DENSE_ELEMENTS = 2**27
 512 MiB as float32, about 1.5 GiB at peak while densifying); checked before allocating."""
 
 
+def dense_width(num_rows: int, cap: int = 1 << 14) -> int:
+    """The hashed feature width a run picks when a dataset is too wide to keep dense: the largest power of
+    two up to ``cap`` (at least 64) keeping ``num_rows x width`` within :data:`MAX_DENSE_ELEMENTS`."""
+    dim = cap
+    while dim > 64 and max(1, num_rows) * dim > MAX_DENSE_ELEMENTS:
+        dim //= 2
+    return dim
+
+
 def check_dense_size(n: int, f: int, path: Path, part: str) -> None:
     """``ValueError`` naming ``path`` if a dense ``[n, f]`` feature matrix exceeds :data:`MAX_DENSE_ELEMENTS`."""
     if n * f > MAX_DENSE_ELEMENTS:
@@ -79,33 +88,57 @@ def check_dense_size(n: int, f: int, path: Path, part: str) -> None:
         )
 
 
-def _xc_parts(path: Path, test_fraction: float, seed: int) -> tuple[XCData, XCData, dict]:
+@dataclass(frozen=True)
+class DataFiles:
+    """Where a dataset path keeps its samples (:func:`locate_data`).
+
+    Attributes:
+        train: the training file, or the one file of all samples when ``test`` is ``None``
+            (``None`` with a ``layout``).
+        test: the official test file, if any.
+        layout: the repository's other layouts (``trn_X_Xf.txt`` ..., ``<stem>_train.txt``), if that is it.
+    """
+
+    train: Path | None
+    test: Path | None
+    layout: Layout | None = None
+
+
+def locate_data(path: Path) -> DataFiles:
+    """The files of dataset ``path``: the file itself; else in the folder, ``train`` + ``test`` (``.txt``,
+    ``.svm``, ``_X.npz``), one of the repository's layouts (:func:`find_layout`), or ``all``.
+
+    Raises:
+        FileNotFoundError: none of them (the message lists what a dataset folder may hold).
+    """
     if path.is_file():
-        parts = {"all": path}
-    else:
-        for ext in (".txt", ".svm", "_X.npz"):
-            if (path / f"train{ext}").is_file() and (path / f"test{ext}").is_file():
-                return (
-                    read_any(path / f"train{ext}"),
-                    read_any(path / f"test{ext}"),
-                    {"split": f"official train{ext}/test{ext}"},
-                )
-        layout = find_layout(path)  # the repository's other layouts (trn_X_Xf.txt ..., <stem>_train.txt)
-        if layout is not None:
-            train_part, test_part = read_layout(layout)
-            return train_part, test_part, {"split": f"official {layout.train.name}/{layout.test.name}"}
-        for ext in (".txt", ".svm", "_X.npz"):
-            if (path / f"all{ext}").is_file():
-                parts = {"all": path / f"all{ext}"}
-                break
-        else:
-            raise FileNotFoundError(
-                f"{path}: expected an XC-format, libsvm or .npz data file, or a folder with "
-                "train+test or all (.txt XC or libsvm, .svm libsvm, or _X.npz/_Y.npz pairs), "
-                "trn_X_Xf.txt/trn_X_Y.txt/tst_X_Xf.txt/tst_X_Y.txt, or <stem>_train.txt/<stem>_test.txt, "
-                "or a dataset name from `fedkernels data list`"
-            )
-    full = read_any(parts["all"])
+        return DataFiles(path, None)
+    for ext in (".txt", ".svm", "_X.npz"):
+        if (path / f"train{ext}").is_file() and (path / f"test{ext}").is_file():
+            return DataFiles(path / f"train{ext}", path / f"test{ext}")
+    layout = find_layout(path)
+    if layout is not None:
+        return DataFiles(None, None, layout)
+    for ext in (".txt", ".svm", "_X.npz"):
+        if (path / f"all{ext}").is_file():
+            return DataFiles(path / f"all{ext}", None)
+    raise FileNotFoundError(
+        f"{path}: expected an XC-format, libsvm or .npz data file, or a folder with "
+        "train+test or all (.txt XC or libsvm, .svm libsvm, or _X.npz/_Y.npz pairs), "
+        "trn_X_Xf.txt/trn_X_Y.txt/tst_X_Xf.txt/tst_X_Y.txt, or <stem>_train.txt/<stem>_test.txt, "
+        "or a dataset name from `fedkernels data list`"
+    )
+
+
+def _xc_parts(path: Path, test_fraction: float, seed: int) -> tuple[XCData, XCData, dict]:
+    files = locate_data(path)
+    if files.layout is not None:
+        train_part, test_part = read_layout(files.layout)
+        return train_part, test_part, {"split": f"official {files.layout.train.name}/{files.layout.test.name}"}
+    assert files.train is not None
+    if files.test is not None:
+        return read_any(files.train), read_any(files.test), {"split": f"official {files.train.name}/{files.test.name}"}
+    full = read_any(files.train)
     tr, te = train_test_split(full.num_samples, test_fraction, seed)
     note = {
         "split": f"seeded permutation (fedkernels.data.train_test_split, seed={seed}, test_fraction={test_fraction})"
@@ -215,12 +248,13 @@ def _known_names(roots: list[Path], registered: list) -> list[str]:
     return names + [n for d in registered for n in (d.name, *d.aliases)]
 
 
-def resolve_dataset(spec: str | Path, data_dir: str | Path | None = None) -> Path:
+def resolve_dataset(spec: str | Path, data_dir: str | Path | None = None, verify: bool = True) -> Path:
     """The data of ``spec``: a path as given if it exists; else a bare name (``bibtex``, any case, or
     a registered dataset's name or alias) looked up in :func:`~fedkernels.data.locations.data_roots`
     (``data_dir``, the data folder ``$FEDKERNELS_DATA_DIR``, ``./data``, ``../shared/data``). A copy
     fetched by ``fedkernels data get`` is checked against the SHA-256 of its files recorded at fetch
-    time (:func:`~fedkernels.data.fetcher.verify_folder`), so later edits to the cache are noticed.
+    time (:func:`~fedkernels.data.fetcher.verify_folder`), so later edits to the cache are noticed
+    (``verify=False`` skips that, for a look at headers before the load that checks them).
 
     Raises:
         FileNotFoundError: not found; the message lists every place it looked and, for a registered
@@ -243,7 +277,7 @@ def resolve_dataset(spec: str | Path, data_dir: str | Path | None = None) -> Pat
         for root in roots:
             hit = find_in(root, names)
             if hit is not None:
-                if (hit / MARKER).is_file():
+                if verify and (hit / MARKER).is_file():
                     verify_folder(hit)
                 return hit
         looked = ", ".join(str(r / name) for r in roots)

@@ -20,13 +20,24 @@ import math
 import struct
 import zipfile
 import zlib
+from array import array
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 from .._files import open_regular
-from .xc_format import MAX_DIM, XCData, _parse_header, _parse_line, read_xc, text_lines
+from .xc_format import (
+    MAX_DIM,
+    XCData,
+    _parse_header,
+    _parse_line,
+    check_parsed,
+    first_line,
+    parse_budget,
+    read_xc,
+    text_lines,
+)
 
 
 def read_libsvm(
@@ -52,13 +63,12 @@ def read_libsvm(
     path = Path(path)
     if zero_based not in (True, False, "auto"):
         raise ValueError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
-    labels: list[int] = []
-    feat_ids: list[int] = []
-    feat_vals: list[float] = []
-    lab_ptr, feat_ptr = [0], [0]
+    lab_ptr, feat_ptr, labels, feat_ids = array("q", [0]), array("q", [0]), array("q"), array("q")
+    feat_vals = array("d")
     for arg, value in (("num_features", num_features), ("num_labels", num_labels)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DIM):
             raise ValueError(f"{arg} must be an integer in [0, {MAX_DIM}] or None, got {value!r}")
+    budget = parse_budget()
     for lineno, line in text_lines(path):
         line = line.split("#", 1)[0].rstrip()
         if not line:
@@ -66,6 +76,7 @@ def read_libsvm(
         _parse_line(line, lineno, path, MAX_DIM, MAX_DIM, labels, feat_ids, feat_vals)  # ids < 2**26
         lab_ptr.append(len(labels))
         feat_ptr.append(len(feat_ids))
+        check_parsed(len(labels) + 2 * len(feat_ids) + 2 * len(lab_ptr), budget, path, lineno)
     fids = np.asarray(feat_ids, dtype=np.int64)
     one_based = zero_based is False or (zero_based == "auto" and (fids.size == 0 or int(fids.min()) >= 1))
     if one_based:
@@ -311,10 +322,8 @@ def read_any(path: str | Path) -> XCData:
         if stem is None:
             raise ValueError(f"{path}: an .npz dataset is a pair <stem>_X.npz (features) and <stem>_Y.npz (labels)")
         return read_npz(path, path.with_name(f"{stem}_Y.npz"))
-    with open_regular(path, "data file") as fh:
-        first = fh.readline(1 << 12).decode("utf-8", "replace")  # an 'N F L' header is short
     try:
-        _parse_header(first, path)
+        _parse_header(first_line(path), path)
     except ValueError:
         return read_libsvm(path)
     return read_xc(path)

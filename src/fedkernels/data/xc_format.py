@@ -11,7 +11,9 @@ A line starting with a space has no labels; an empty line has neither labels nor
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import os
+from array import array
+from collections.abc import Iterator, MutableSequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._files import open_regular
+from .._memory import available_memory
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 MAX_DIM = 2**26
@@ -87,6 +90,31 @@ class XCData:
         return XCData(self.features[rows], self.labels[rows])
 
 
+PARSE_COPIES = 3
+"""A text reader's peak over the arrays it parses into (8 bytes a value): the arrays, then the numpy and
+scipy copies made when the matrix is built (about 2x more, measured on XC files of labels, features and
+empty lines)."""
+
+
+def parse_budget() -> int:
+    """Bytes of parsed values a text reader may hold: the available memory over :data:`PARSE_COPIES`, so
+    its peak stays within the machine whatever the file claims or holds."""
+    return available_memory() // PARSE_COPIES
+
+
+def check_parsed(values: int, budget: int, path: Path, lineno: int) -> None:
+    """Refuse a file once the ``values`` parsed so far (8 bytes each) exceed ``budget`` (:func:`parse_budget`).
+
+    Raises:
+        ValueError: naming the file and line.
+    """
+    if 8 * values > budget:
+        raise ValueError(
+            f"{path}:{lineno}: the values read so far take {8 * values / 2**30:.2f} GiB, more than the "
+            f"{budget / 2**30:.2f} GiB a reader may hold on this machine (its available memory / {PARSE_COPIES})"
+        )
+
+
 def text_lines(path: Path, start: int = 1, what: str = "data file") -> Iterator[tuple[int, str]]:
     """``(line number, line)`` of a UTF-8 text file, read from a regular file only (a FIFO, device
     or directory is refused by type before it is opened: :func:`fedkernels._files.open_regular`).
@@ -100,6 +128,25 @@ def text_lines(path: Path, start: int = 1, what: str = "data file") -> Iterator[
                 raise ValueError(
                     f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}: {e.reason})"
                 ) from None
+
+
+def first_line(path: Path, what: str = "data file", limit: int = 1 << 12) -> str:
+    """The start of a regular file's first line (at most ``limit`` bytes: a header is short), decoded
+    with replacement characters; for telling formats apart and reading headers without the data."""
+    with open_regular(path, what) as fh:
+        return fh.readline(limit).decode("utf-8", "replace")
+
+
+def check_declared_rows(n: int, path: Path, what: str) -> None:
+    """A header's row count against the file's size: every row takes at least one byte (its line
+    end), so a file of S bytes holds at most S rows.
+
+    Raises:
+        ValueError: naming the file and both numbers.
+    """
+    size = os.stat(path).st_size
+    if n > size:
+        raise ValueError(f"{path}: header says N={n} {what} but the file has only {size} bytes (a line each)")
 
 
 def _parse_header(line: str, path: Path) -> tuple[int, int, int]:
@@ -119,11 +166,11 @@ def _parse_line(
     path: Path,
     num_features: int,
     num_labels: int,
-    labels: list[int],
-    feat_ids: list[int],
-    feat_vals: list[float],
+    labels: MutableSequence[int],
+    feat_ids: MutableSequence[int],
+    feat_vals: MutableSequence[float],
 ) -> None:
-    """Append one sample's label ids and features to the flat lists (validating ranges)."""
+    """Append one sample's label ids and features to the flat arrays (validating ranges)."""
     line = line.rstrip("\r\n")
     if not line.strip():
         return
@@ -173,11 +220,10 @@ def read_xc(path: str | Path) -> XCData:
     if first is None:
         raise ValueError(f"{path}: empty file (no 'N F L' header)")
     n, num_features, num_labels = _parse_header(first[1], path)
-    lab_ptr, feat_ptr = [0], [0]
-    labels: list[int] = []
-    feat_ids: list[int] = []
-    feat_vals: list[float] = []
-    rows = 0
+    check_declared_rows(n, path, "samples")
+    lab_ptr, feat_ptr, labels, feat_ids = array("q", [0]), array("q", [0]), array("q"), array("q")
+    feat_vals = array("d")  # machine arrays, not lists: 8 bytes a value instead of a Python object's ~40
+    rows, budget = 0, parse_budget()
     for lineno, line in lines:
         if rows == n and not line.strip():
             continue  # trailing blank lines after the last sample
@@ -187,6 +233,7 @@ def read_xc(path: str | Path) -> XCData:
         lab_ptr.append(len(labels))
         feat_ptr.append(len(feat_ids))
         rows += 1
+        check_parsed(len(labels) + 2 * len(feat_ids) + 2 * rows, budget, path, lineno)
     if rows != n:
         raise ValueError(f"{path}: header says N={n} samples but the file has {rows}")
     features = sp.csr_matrix(

@@ -22,13 +22,25 @@ from it, and names the file and line of the first problem.
 from __future__ import annotations
 
 import os
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from .xc_format import MAX_DIM, XCData, _is_id, parse_id_value, read_xc
+from .._validate import check_int
+from .xc_format import (
+    MAX_DIM,
+    XCData,
+    _is_id,
+    check_declared_rows,
+    check_parsed,
+    parse_budget,
+    parse_id_value,
+    read_xc,
+    text_lines,
+)
 
 SPLIT_FILES = {"train": ("trn_X_Xf.txt", "trn_X_Y.txt"), "test": ("tst_X_Xf.txt", "tst_X_Y.txt")}
 FILTER_FILES = {"train": "filter_labels_train.txt", "test": "filter_labels_test.txt"}
@@ -51,31 +63,32 @@ def read_sparse_text(path: str | Path) -> sp.csr_matrix:
         float32 CSR ``[N, C]`` (duplicate columns in a row add up, as scipy does).
 
     Raises:
-        ValueError: naming the file and line: a bad header, C above ``MAX_DIM`` (2**26), a malformed
-            pair, a column out of ``[0, C)``, a value that is not a finite float32, or a row count other
-            than the header's N.
+        ValueError: naming the file and line: a path that is not a regular file (a FIFO, device or
+            folder: refused by type before it is read), a bad header, C above ``MAX_DIM`` (2**26), an N
+            the file's bytes cannot hold, a malformed pair, a column out of ``[0, C)``, a value that is
+            not a finite float32, or a row count other than the header's N.
     """
     path = Path(path)
-    cols: list[int] = []
-    vals: list[float] = []
-    ptr = [0]
-    with path.open("r", encoding="utf-8") as fh:
-        first = fh.readline()
-        if not first:
-            raise ValueError(f"{path}: empty file (no 'N C' header)")
-        n, c = _header(first, path)
-        rows = 0
-        for lineno, line in enumerate(fh, start=2):
-            if rows == n and not line.strip():
-                continue  # trailing blank lines
-            for tok in line.split():
-                j, v = parse_id_value(tok, c, f"{path}:{lineno}", "entry", "column")
-                cols.append(j)
-                vals.append(v)
-            ptr.append(len(cols))
-            rows += 1
-            if rows > n:
-                raise ValueError(f"{path}: header says N={n} rows but the file has more")
+    cols, vals, ptr = array("q"), array("d"), array("q", [0])  # machine arrays: 8 bytes a value
+    lines = text_lines(path, what="sparse matrix file")
+    first = next(lines, None)
+    if first is None:
+        raise ValueError(f"{path}: empty file (no 'N C' header)")
+    n, c = _header(first[1], path)
+    check_declared_rows(n, path, "rows")
+    rows, budget = 0, parse_budget()
+    for lineno, line in lines:
+        if rows == n and not line.strip():
+            continue  # trailing blank lines
+        for tok in line.split():
+            j, v = parse_id_value(tok, c, f"{path}:{lineno}", "entry", "column")
+            cols.append(j)
+            vals.append(v)
+        ptr.append(len(cols))
+        rows += 1
+        check_parsed(2 * len(cols) + rows, budget, path, lineno)
+        if rows > n:
+            raise ValueError(f"{path}: header says N={n} rows but the file has more")
     if rows != n:
         raise ValueError(f"{path}: header says N={n} rows but the file has {rows}")
     m = sp.csr_matrix(
@@ -108,25 +121,28 @@ def read_filter(path: str | Path, num_rows: int, num_labels: int) -> tuple[np.nd
 
     Raises:
         ValueError: naming the file and line: not two ids, or an id out of ``[0, num_rows)`` /
-            ``[0, num_labels)``.
+            ``[0, num_labels)``; a path that is not a regular file (a FIFO, device or folder: refused
+            by type before it is read); ``num_rows`` or ``num_labels`` not an integer in range
+            (``num_labels <= MAX_DIM``).
     """
     path = Path(path)
-    rows: list[int] = []
-    labs: list[int] = []
-    with path.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 2 or not all(_is_id(p) for p in parts):
-                raise ValueError(f"{path}:{lineno}: expected 'row label' (two non-negative integers), got {line!r}")
-            r, lab = int(parts[0]), int(parts[1])
-            if r >= num_rows or lab >= num_labels:
-                raise ValueError(
-                    f"{path}:{lineno}: pair ({r}, {lab}) out of range: rows [0, {num_rows}), labels [0, {num_labels})"
-                )
-            rows.append(r)
-            labs.append(lab)
+    num_rows = check_int("num_rows", num_rows, 0)
+    num_labels = check_int("num_labels", num_labels, 0, MAX_DIM)
+    rows, labs, budget = array("q"), array("q"), parse_budget()
+    for lineno, line in text_lines(path, what="filter file"):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or not all(_is_id(p) for p in parts):
+            raise ValueError(f"{path}:{lineno}: expected 'row label' (two non-negative integers), got {line!r}")
+        r, lab = int(parts[0]), int(parts[1])
+        if r >= num_rows or lab >= num_labels:
+            raise ValueError(
+                f"{path}:{lineno}: pair ({r}, {lab}) out of range: rows [0, {num_rows}), labels [0, {num_labels})"
+            )
+        rows.append(r)
+        labs.append(lab)
+        check_parsed(2 * len(rows), budget, path, lineno)
     m = sp.csr_matrix(
         (np.ones(len(rows), dtype=np.int8), (np.asarray(rows, dtype=np.int64), np.asarray(labs, dtype=np.int64))),
         shape=(num_rows, num_labels),

@@ -49,6 +49,7 @@ from ..metrics import communication_summary, inverse_propensity, map_at_r, prope
 from ..seeding import numpy_rng
 from .checkpoints import checkpoint_path, run_options
 from .limits import check_fields
+from .model_memory import check_run_memory
 from .names import canonical_name
 
 
@@ -154,6 +155,9 @@ class ExperimentConfig:
     dp_noise: float | None = RUN_DEFAULTS["dp_noise"]
     target_epsilon: float | None = RUN_DEFAULTS["target_epsilon"]
     dp_delta: float = RUN_DEFAULTS["dp_delta"]
+    dp_mechanism: str = RUN_DEFAULTS["dp_mechanism"]
+    # DP noise, the DP sample and DP-SGD's batches from the run seed: a reproducible simulation, not private
+    dp_seeded: bool = RUN_DEFAULTS["dp_seeded"]
     dp_sample_clip: float | None = RUN_DEFAULTS["dp_sample_clip"]
     dp_sample_noise: float = RUN_DEFAULTS["dp_sample_noise"]
 
@@ -245,6 +249,7 @@ class ExperimentConfig:
             check_option_types(name, self.options_for(name))
             built[canonical_name(name)] = make_strategy(name, **self.options_for(name))
         check_privacy(self, built)
+        check_run_memory(self, built.values())  # the models against the machine, from the declared sizes
         return built
 
     def private(self) -> bool:
@@ -261,6 +266,7 @@ class ExperimentConfig:
             autocast=self.autocast,
             dp_sample_clip=self.dp_sample_clip,
             dp_sample_noise=self.dp_sample_noise,
+            dp_sample_seeded=self.dp_seeded,
         )
 
     def options_for(self, name: str) -> dict[str, Any]:
@@ -361,16 +367,12 @@ def auto_feature_dim(message: str, cap: int = 1 << 14) -> int | None:
     """The hashed feature width for a dataset the loader refused to densify (its ``ValueError``
     ``message`` names ``N x F``): the largest power of two up to ``cap`` keeping ``N x width`` within
     the loader's dense bound. ``None`` if ``message`` is not that refusal."""
-    from ..data.datasets import MAX_DENSE_ELEMENTS
+    from ..data.datasets import dense_width
 
     m = re.search(r"would be (\d+) x (\d+) = \d+ dense elements", message)
     if m is None or "feature_dim=" not in message:
         return None
-    n = max(1, int(m.group(1)))
-    dim = cap
-    while dim > 64 and n * dim > MAX_DENSE_ELEMENTS:
-        dim //= 2
-    return dim
+    return dense_width(int(m.group(1)), cap)
 
 
 def prepare_data(cfg: ExperimentConfig) -> PreparedData:
@@ -513,6 +515,7 @@ def run_algorithm(
         client_weighting=cfg.client_weighting,
         device=cfg.device,
         batch_clients=cfg.batch_clients,
+        sample_delta=cfg.dp_delta,
         checkpoint=None if ckpt is None else str(ckpt),  # the server resumes from it and saves every round
     )
     t0 = time.perf_counter()
@@ -545,14 +548,25 @@ def run_algorithm(
         "seconds": time.perf_counter() - t0,
         "resumed_at_round": resumed_at,
         "failed_clients": sum(len(r.failed) for r in server.history),
-        "history": [asdict(r) for r in server.history],
+        "history": [asdict(r) for r in published_history(server.history, cfg)],
         "comm": communication_summary(server.history, "P@1", strategy.model_bytes(server.state)),
     }
 
 
+def published_history(history: list[RoundRecord], cfg: ExperimentConfig) -> list[RoundRecord]:
+    """The rounds as a run's result files may show them: under client-level DP a round's sample is
+    secret, so its client ids and the counts that reveal how many took part are left out
+    (:func:`~fedkernels.fl.privacy.mechanism.published_record`)."""
+    if cfg.dp_clip is None:
+        return history
+    from ..fl.privacy.mechanism import published_record
+
+    return [published_record(r) for r in history]
+
+
 def _after_round(server: Server, rec: RoundRecord, cfg: ExperimentConfig, data: PreparedData) -> None:
     """An experiment's work on each round before it is checkpointed: stop when every client failed,
-    account sample-level DP, and evaluate every ``eval_every`` rounds and at the last."""
+    and evaluate every ``eval_every`` rounds and at the last (the server accounts privacy itself)."""
     if rec.clients and len(rec.failed) == len(rec.clients):
         reasons = "; ".join(f"client {c}: {why}" for c, why in rec.failed[:3])
         raise AllClientsFailed(
@@ -560,8 +574,6 @@ def _after_round(server: Server, rec: RoundRecord, cfg: ExperimentConfig, data: 
             + (", ..." if len(rec.failed) > 3 else "")
             + ")"
         )
-    if cfg.dp_sample_clip is not None:
-        rec.privacy["sample_epsilon"] = sample_epsilon(server.history, data.clients, cfg)
     if (rec.round + 1) % cfg.eval_every == 0 or rec.round + 1 == cfg.rounds:
         rec.metrics = server.evaluate(
             data.test, tuple(cfg.ks), 2048, data.inv_propensity, data.frequent, data.test_filter
@@ -680,7 +692,7 @@ def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
     """Validate the privacy settings (before any data is read) with the validator every path uses
     (:func:`~fedkernels.fl.privacy_settings.privacy_settings`), then against the strategies ``built``
     for ``cfg``'s algorithms (keyed by registered name); ValueError names the field."""
-    from ..fl.privacy_settings import SETTINGS, privacy_settings
+    from ..fl.privacy_settings import SETTINGS, check_strategy_dp, privacy_settings
 
     values = {name: getattr(cfg, name) for name in SETTINGS}
     if not (cfg.private() or cfg.dp_sample_clip is not None):
@@ -692,7 +704,9 @@ def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
         raise ValueError(f"privacy options need the extra fedkernels[privacy] ({e})") from None
     from ..fl.privacy.server import check_private
 
-    settings = privacy_settings(values, clients_per_round=_session_size(cfg))
+    settings = privacy_settings(values, clients_per_round=_session_size(cfg), seed=cfg.seed)
+    for strategy in built.values():  # the centralised bounds run with the same privacy
+        check_strategy_dp(strategy, cfg.dp_clip is not None, cfg.dp_sample_clip is not None)
     if cfg.l1diff_segments and not any(canonical_name(n) == "L1Diff" for n in cfg.algorithms):
         raise ValueError("l1diff_segments applies to L1Diff, which the run does not have")
     if settings.privacy is not None:
@@ -713,27 +727,4 @@ def privacy_config(cfg: ExperimentConfig):
     """The :class:`~fedkernels.fl.privacy.PrivacyConfig` of a run (None: its rounds are not private)."""
     from ..fl.privacy_settings import SETTINGS, privacy_settings
 
-    return privacy_settings({name: getattr(cfg, name) for name in SETTINGS}).privacy
-
-
-def sample_epsilon(history: list[RoundRecord], clients: list[ClientData], cfg: ExperimentConfig) -> float:
-    """Sample-level DP-SGD: the largest epsilon (at ``dp_delta``) over clients after the rounds of
-    ``history`` (each client's DP-SGD steps at its own sampling rate, from dp-accounting)."""
-    from ..fl.dpsgd import dp_steps_per_epoch
-    from ..fl.privacy.dp import epsilon
-
-    runs: dict[int, int] = {}
-    for rec in history:
-        bad = {c for c, _ in rec.failed}
-        for c in rec.clients:
-            if c not in bad:
-                runs[c] = runs.get(c, 0) + 1
-    worst = 0.0
-    for c, times in runs.items():
-        n = len(clients[c])
-        if n == 0:
-            continue
-        steps = times * cfg.local_epochs * dp_steps_per_epoch(n, cfg.batch_size)
-        q = min(1.0, cfg.batch_size / n)
-        worst = max(worst, epsilon(q, cfg.dp_sample_noise, steps, cfg.dp_delta))
-    return worst
+    return privacy_settings({name: getattr(cfg, name) for name in SETTINGS}, seed=cfg.seed).privacy

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._memory import available_memory
+
 MAX_ROUNDS = 2**31 - 1  # the checkpoint's round counter bound
 MAX_INT = 2**63 - 1
 MAX_DIM = 2**26  # the data readers' bound on F and L
@@ -29,32 +31,6 @@ accounting: about 5 KiB measured, so 16 KiB leaves room), the unit of the bound 
 MEMORY_FRACTION = 0.5
 """The share of the machine's available memory a run's fixed structures (clients, synthetic data)
 may claim before the run is refused up front."""
-
-
-def available_memory() -> int:
-    """Bytes of memory this process can still use: ``MemAvailable`` (Linux), lowered to the cgroup's
-    limit where one is set; the physical memory elsewhere."""
-    avail = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    if avail is None:
-        try:
-            avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError, AttributeError):
-            avail = 1 << 34
-    for cg in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            raw = Path(cg).read_text().strip()
-        except OSError:
-            continue
-        if raw.isdigit():
-            avail = min(avail, int(raw))
-    return avail
 
 
 def usable_cores() -> int:
@@ -140,6 +116,21 @@ def _options(v: object) -> None:
         raise ValueError(f"algorithm_options must be a table of algorithm -> {{option: value}}, got {v!r:.80}")
 
 
+def _propensity(v: object) -> None:
+    """Unset, or ``[A, B]`` that :func:`fedkernels.metrics.check_propensity` takes (B <= 0 made every
+    PSP@k 0.0 or NaN)."""
+    from ..metrics import check_propensity
+
+    if v is None:
+        return
+    if not isinstance(v, (list, tuple)) or len(v) != 2:
+        raise ValueError(f"propensity (--propensity A B) must be [A, B] or unset, got {v!r:.80}")
+    try:
+        check_propensity(*v)
+    except ValueError as e:
+        raise ValueError(f"propensity (--propensity A B): {e}") from None
+
+
 def _synthetic(v: object) -> None:
     if not isinstance(v, dict):
         raise ValueError(f"synthetic must be a table of synthetic_multilabel arguments, got {v!r:.80}")
@@ -170,6 +161,7 @@ def field_checks() -> dict[str, Callable[[object], None]]:
         "seed": _int_in("seed", 0, MAX_INT),
         "eval_every": _int_in("eval_every", 1, MAX_ROUNDS),
         "ks": _ks,
+        "propensity": _propensity,
         "max_test": _int_in("max_test", 1, MAX_INT, optional=True),
         "output": _text("output"),
         # more threads than cores only slows these ops (and 10**6 aborts inside libgomp)

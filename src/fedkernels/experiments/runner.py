@@ -14,6 +14,7 @@ from ..fl.strategy import Strategy
 from ..fl.types import RoundRecord
 from . import experiment
 from .checkpoints import check_checkpoints, remove_checkpoints, saved_checkpoints
+from .model_memory import check_run_memory, loaded_shape
 from .outputs import check_outputs, write_run_outputs, write_seed_outputs
 from .report import TABLE_COLUMNS, results_table
 from .strategies import check_against_data, run_strategy
@@ -105,6 +106,7 @@ def run_once(cfg: ExperimentConfig, strategies: dict[str, Strategy], out: Path, 
     ds = data.dataset
     mine = {name: run_strategy(name, cfg, strategies) for name in cfg.algorithms}
     check_against_data(list(mine.values()), ds.num_classes)
+    check_run_memory(cfg, mine.values(), loaded_shape(data.clients, len(data.test), ds.num_features, ds.num_classes))
     print(
         f"dataset {ds.name}: {len(ds.train)} train / {len(data.test)} test samples, {ds.num_features} features, "
         f"{ds.num_classes} classes; partition {cfg.partition} over {len(data.clients)} clients",
@@ -139,13 +141,16 @@ def run_once(cfg: ExperimentConfig, strategies: dict[str, Strategy], out: Path, 
 
 
 def _print_privacy(cfg: ExperimentConfig, results: list[dict[str, Any]]) -> None:
-    """One line per privacy guarantee a result reports."""
+    """One line per privacy guarantee a result reports, for each observer (docs/api/privacy.md)."""
     for r in results:
         priv = r.get("privacy") or {}
+        seeded = " (a seeded simulation: a deployment draws noise and sample from OS randomness)"
+        note = seeded if priv.get("seeded") else ""
         if "epsilon" in priv:
             print(
-                f"{r['algorithm']}: client-level (ε = {priv['epsilon']:.3g}, δ = {priv['delta']:g})-DP after "
-                f"{cfg.rounds} rounds, noise multiplier {priv['noise_multiplier']:.3g}"
+                f"{r['algorithm']}: client-level DP after {cfg.rounds} rounds at δ = {cfg.dp_delta:g}: "
+                f"ε = {priv['epsilon']:.3g} for observers of the released models, "
+                f"ε = {priv['epsilon_server']:.3g} against the server{note}"
             )
         if "sample_epsilon" in priv:
             print(f"{r['algorithm']}: sample-level DP-SGD, ε = {priv['sample_epsilon']:.3g} at δ = {cfg.dp_delta:g}")

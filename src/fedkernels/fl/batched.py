@@ -30,6 +30,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from ..sparse_rows import select_rows
+from .dpsgd import dp_sgd_generators, dp_steps_per_epoch
 from .payload import Payload
 from .types import ClientData, TrainConfig
 
@@ -151,13 +152,13 @@ def train_batched(problems: Sequence[LocalProblem], data: Sequence[ClientData], 
         data: each client's data (``len(data[k])`` rows; features dense or sparse CSR).
         config: the local training settings (shared).
 
+    With ``config.dp_sample_clip`` every client takes DP-SGD's steps (:meth:`_Stack.train_dp_sgd`):
+    per-example gradients from ``vmap`` over the rows, each clipped, summed, noised, as
+    :func:`~fedkernels.fl.dpsgd.train_dp_sgd` takes them one client at a time.
+
     Raises:
-        ValueError: the problems do not share one structure, a bad ``config``, or DP-SGD asked for
-            (``config.dp_sample_clip``): this pass has no per-example clipping and noise, so it
-            refuses rather than train without them.
+        ValueError: the problems do not share one structure, or a bad ``config``.
     """
-    if config.dp_sample_clip is not None:
-        raise ValueError("train_batched has no DP-SGD (per-example clipping and noise): train them sequentially")
     if not problems:
         return []
     if len(problems) != len(data):
@@ -167,6 +168,8 @@ def train_batched(problems: Sequence[LocalProblem], data: Sequence[ClientData], 
     first = structure(problems[0])
     if any(structure(p) != first for p in problems[1:]):
         raise ValueError("the clients' local problems differ in structure; train them sequentially")
+    if config.dp_sample_clip is not None:
+        return _train_dp_sgd(problems, data, config)
     orders = [batch_orders(len(d), config, p.generator) for d, p in zip(data, problems, strict=True)]
     # longest first, so the clients still training at any step are a prefix of the stack
     rank = sorted(range(len(problems)), key=lambda i: (-len(orders[i]), i))
@@ -178,6 +181,25 @@ def train_batched(problems: Sequence[LocalProblem], data: Sequence[ClientData], 
         out[i] = problems[i].finish({n: t[j].contiguous() for n, t in trained.items()})
     return out
 
+
+def _train_dp_sgd(problems: Sequence[LocalProblem], data: Sequence[ClientData], config: TrainConfig) -> list[Payload]:
+    """DP-SGD for every client of the pass: each client's steps as :func:`~fedkernels.fl.dpsgd.train_dp_sgd`
+    takes them (its Poisson batches and noise from its own generators, drawn in the same order), the
+    per-example gradients of the active clients from one ``vmap`` over clients and rows."""
+    steps = [config.epochs * dp_steps_per_epoch(len(d), config.batch_size) for d in data]
+    rank = sorted(range(len(problems)), key=lambda i: (-steps[i], i))
+    stack = _Stack([problems[i] for i in rank], [data[i] for i in rank], [[]] * len(rank), config)
+    stack.steps = [steps[i] for i in rank]
+    trained = stack.train_dp_sgd()
+    out: list[Payload] = [{} for _ in problems]
+    for j, i in enumerate(rank):
+        out[i] = problems[i].finish({n: t[j].contiguous() for n, t in trained.items()})
+    return out
+
+
+# Per-example gradients of one DP-SGD step are held for at most this many values at once (clients are
+# taken in chunks below it): [clients, rows, parameters] grows fast.
+MAX_PER_EXAMPLE_VALUES = 1 << 26
 
 # The Gram form keeps each client's [n, n] feature Gram matrix: clients with more rows train densely.
 MAX_GRAM_ROWS = 4096
@@ -257,6 +279,71 @@ class _Stack:
             )
             opt.step(grads, active)
         return {n: p for n, p in params.items()}
+
+    def train_dp_sgd(self) -> dict[str, torch.Tensor]:
+        """DP-SGD's steps for every client (``self.steps`` each, longest first): at each step each active
+        client draws its Poisson batch (rate ``batch / n``), every example's gradient is clipped to
+        ``dp_sample_clip``, the clipped gradients are summed, the client's ``N(0, (noise clip)^2)`` is added
+        per tensor, and the sum is divided by the expected batch ``q n`` (padding rows weigh 0)."""
+        cfg = self.config
+        clip, noise = cfg.dp_sample_clip, cfg.dp_sample_noise
+        assert clip is not None
+        names = list(self.problems[0].params)
+        params = self._params(names)
+        opt = _StackedOptimizer(params, cfg)
+        gens = [dp_sgd_generators(p.generator, cfg.dp_sample_seeded) for p in self.problems]
+        row_loss, module = self.row_loss, self.module
+
+        def one(prm: dict, consts: dict, x: torch.Tensor, target: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            return row_loss(module, prm, consts, x.unsqueeze(0), target.unsqueeze(0))[0] * w
+
+        per_example = vmap(vmap(grad(one), in_dims=(None, None, 0, 0, 0)))
+        size = sum(t[0].numel() for t in params.values())
+        for t in range(self.steps[0] if self.steps else 0):
+            active = self.active(t)
+            chosen = []
+            for j in range(active):
+                rows = len(self.data[j])
+                rate = min(1.0, cfg.batch_size / rows)
+                chosen.append((torch.rand(rows, generator=gens[j][0]) < rate).nonzero().reshape(-1))
+            width = max(1, max(c.numel() for c in chosen))
+            step = max(1, MAX_PER_EXAMPLE_VALUES // max(1, width * size))
+            sums = {n: torch.zeros_like(p[:active]) for n, p in params.items()}
+            for lo in range(0, active, step):
+                hi = min(active, lo + step)
+                xs, ts, ws = [], [], []
+                for j in range(lo, hi):
+                    idx, p = chosen[j], self.problems[j]
+                    pad = width - idx.numel()
+                    x = _dense(select_rows(self.data[j].x, idx)) if idx.numel() else None
+                    if x is None:
+                        x = self.data[j].x.new_zeros((0, self.data[j].x.shape[1])).to_dense()
+                    xs.append(torch.nn.functional.pad(x, (0, 0, 0, pad)))
+                    target = p.targets[idx]
+                    ts.append(torch.cat([target, target.new_zeros((pad, *target.shape[1:]))]))
+                    ws.append(torch.nn.functional.pad(p.row_weight[idx].to(xs[-1].dtype), (0, pad)))
+                grads = per_example(
+                    {n: t[lo:hi] for n, t in params.items()},
+                    {n: c[lo:hi] for n, c in self.consts.items()},
+                    torch.stack(xs),
+                    torch.stack(ts),
+                    torch.stack(ws),
+                )
+                norm = sum(g.double().pow(2).flatten(2).sum(2) for g in grads.values()).sqrt()  # [chunk, width]
+                scale = torch.where(norm > 0, (clip / norm).clamp(max=1.0), torch.ones_like(norm))
+                real = torch.zeros_like(scale)  # padding rows contribute nothing
+                for k, j in enumerate(range(lo, hi)):
+                    real[k, : chosen[j].numel()] = 1.0
+                scale = (scale * real).to(next(iter(grads.values())).dtype)
+                for n, g in grads.items():
+                    sums[n][lo:hi] = torch.einsum("cw,cw...->c...", scale, g)
+            for j in range(active):
+                denom = min(1.0, cfg.batch_size / len(self.data[j])) * len(self.data[j])
+                for n in names:  # the sequential loop's order of noise draws
+                    z = torch.randn(sums[n][j].shape, generator=gens[j][1], dtype=torch.float64)
+                    sums[n][j] = (sums[n][j] + z.to(sums[n].dtype) * (noise * clip)) / denom
+            opt.step(sums, active)
+        return dict(params)
 
     def train_gram(self, weight: str, bias: str | None) -> dict[str, Stacked]:
         """Plain SGD with the input layer in Gram form; the rest of the module under ``vmap(grad(...))``.
@@ -425,11 +512,10 @@ def batched_client_updates(
     seeds: dict[int, int],
 ) -> dict[int, Payload] | None:
     """The honest clients' uploads in answer to ``downloads`` (each as its ``client_update`` would give
-    it, up to float rounding), trained in one batched pass; ``None`` when the strategy has no
-    :meth:`~fedkernels.fl.strategy.Strategy.local_problem` for some client or the problems cannot be
-    stacked, or DP-SGD is asked for (the caller then runs the sequential loop, which clips and noises
-    every example)."""
-    if not has_local_problem(strategy) or config.dp_sample_clip is not None:
+    it, up to float rounding, DP-SGD's steps included), trained in one batched pass; ``None`` when the
+    strategy has no :meth:`~fedkernels.fl.strategy.Strategy.local_problem` for some client or the
+    problems cannot be stacked (the caller then runs the sequential loop)."""
+    if not has_local_problem(strategy):
         return None
     problems = {}
     for c, down in downloads.items():

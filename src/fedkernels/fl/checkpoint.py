@@ -406,7 +406,10 @@ def check_record(rec: object, i: int, num_clients: object, path: str | Path) -> 
         return pl.PayloadError(f"checkpoint {path}: field '{field}' {what}")
 
     where = f"history[{i}]"
-    if not isinstance(rec, dict) or set(rec) | {"faults"} != set(RECORD_FIELDS):  # older records have no faults
+    # ``faults`` and ``contributed`` are absent from records written before they existed (record_from_json
+    # fills them in)
+    optional = {"faults", "contributed"}
+    if not isinstance(rec, dict) or set(rec) - optional != set(RECORD_FIELDS) - optional:
         raise bad(where, f"must be a record with exactly the fields {', '.join(RECORD_FIELDS)}")
     if rec["round"] != i or not _is_int(rec["round"]):
         raise bad(f"{where}.round", f"must be {i}, got {rec['round']!r}")
@@ -422,6 +425,9 @@ def check_record(rec: object, i: int, num_clients: object, path: str | Path) -> 
     )
     if not ok:
         raise bad(f"{where}.failed", f"must be a list of [client, reason] of its clients, got {failed!r:.80}")
+    given = rec.get("contributed", clients)
+    if not isinstance(given, list) or not all(_is_int(c) and c in clients for c in given):
+        raise bad(f"{where}.contributed", f"must be a list of its clients, got {given!r:.80}")
     for key in ("bytes_down", "bytes_up"):
         if not _is_int(rec[key]) or not 0 <= rec[key] < 2**63:
             raise bad(f"{where}.{key}", f"must be an integer >= 0, got {rec[key]!r}")

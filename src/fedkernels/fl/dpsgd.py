@@ -19,12 +19,22 @@ from collections.abc import Callable
 
 import torch
 
+from ..seeding import derive_seed
 from .types import ClientData, TrainConfig
 
 
 def dp_steps_per_epoch(n: int, batch_size: int) -> int:
     """Steps per local epoch: ``ceil(n / batch)``."""
     return max(1, math.ceil(n / batch_size)) if n > 0 else 0
+
+
+def dp_sgd_generators(generator: torch.Generator, seeded: bool) -> tuple[torch.Generator, torch.Generator]:
+    """DP-SGD's batch and noise generators: from the device's OS randomness, or (``seeded``, a
+    reproducible simulation) ``generator`` itself and one derived from its seed."""
+    if seeded:
+        return generator, torch.Generator().manual_seed(derive_seed(generator.initial_seed(), "dp-sgd-noise"))
+    fresh = [torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little")) for _ in range(2)]
+    return fresh[0], fresh[1]
 
 
 def train_dp_sgd(
@@ -37,14 +47,16 @@ def train_dp_sgd(
 ) -> int:
     """``config.epochs * ceil(n / batch)`` DP-SGD steps over ``data``; returns the step count.
 
-    ``generator`` draws the Poisson batches (seeded: reproducible); the noise comes from OS randomness,
-    since a noise seed known to anyone else would let them subtract it.
+    The Poisson batches and the noise come from the device's OS randomness: a batch the server could
+    recompute (from the seed it gives the client) would void the amplification by sampling against it,
+    and a noise seed anyone else knows lets them subtract the noise. With ``config.dp_sample_seeded``
+    (a reproducible simulation, not private) both come from ``generator`` instead.
     """
     clip, noise = config.dp_sample_clip, config.dp_sample_noise
     assert clip is not None
     n = len(data)
     q = min(1.0, config.batch_size / n) if n else 0.0
-    noise_gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+    generator, noise_gen = dp_sgd_generators(generator, config.dp_sample_seeded)
     steps = 0
     for _ in range(config.epochs * dp_steps_per_epoch(n, config.batch_size)):
         chosen = (torch.rand(n, generator=generator) < q).nonzero().reshape(-1)

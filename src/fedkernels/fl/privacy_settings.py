@@ -38,6 +38,8 @@ SETTINGS = (
     "dp_noise",
     "target_epsilon",
     "dp_delta",
+    "dp_mechanism",
+    "dp_seeded",
     "dp_sample_clip",
     "dp_sample_noise",
 )
@@ -57,6 +59,8 @@ DEFAULTS: dict[str, Any] = {
     "dp_noise": None,
     "target_epsilon": None,
     "dp_delta": 1e-5,
+    "dp_mechanism": "poisson",
+    "dp_seeded": False,
     "dp_sample_clip": None,
     "dp_sample_noise": 0.0,
 }
@@ -139,6 +143,7 @@ class PrivacySettings:
     privacy: Any  # PrivacyConfig | None (typed loosely: this module imports no optional extra)
     dp_sample_clip: float | None
     dp_sample_noise: float
+    dp_seeded: bool = False  # DP's randomness from the run seed: a reproducible simulation, not private
 
     @property
     def any(self) -> bool:
@@ -147,7 +152,7 @@ class PrivacySettings:
 
 
 def privacy_settings(
-    values: Mapping[str, Any], spell: Callable[[str], str] = str, clients_per_round: int | None = None
+    values: Mapping[str, Any], spell: Callable[[str], str] = str, clients_per_round: int | None = None, seed: int = 0
 ) -> PrivacySettings:
     """Validate privacy settings and build what the run uses.
 
@@ -158,6 +163,7 @@ def privacy_settings(
         clients_per_round: with secure aggregation, the SecAgg+ graph of a round of this many clients
             is checked too: settings no graph makes secure and correct for them (an odd degree, more
             dropouts than neighbours, fractions too large for the session) are refused.
+        seed: the run's seed: with ``dp_seeded`` the simulation's noise seed.
 
     Returns:
         the :class:`PrivacySettings`; ``privacy`` is a
@@ -171,8 +177,13 @@ def privacy_settings(
     if unknown:
         raise ValueError(f"unknown privacy settings {[spell(n) for n in unknown]}")
     v = {**DEFAULTS, **values}
-    if not isinstance(v["secagg"], bool):
-        raise ValueError(f"{spell('secagg')} must be true or false, got {v['secagg']!r}")
+    for name in ("secagg", "dp_seeded"):
+        if not isinstance(v[name], bool):
+            raise ValueError(f"{spell(name)} must be true or false, got {v[name]!r}")
+    if v["dp_mechanism"] not in ("poisson", "tree"):
+        raise ValueError(f"{spell('dp_mechanism')} must be 'poisson' or 'tree', got {v['dp_mechanism']!r}")
+    if v["dp_mechanism"] != "poisson" and v["dp_clip"] is None:
+        raise ValueError(f"{spell('dp_mechanism')} {v['dp_mechanism']!r} needs {spell('dp_clip')}")
     check_real(spell("secagg_bound"), v["secagg_bound"], low=1.0, high=1e9)
     check_int(spell("secagg_bits"), v["secagg_bits"], low=8, high=62)
     for name in ("secagg_dropouts", "secagg_degree"):
@@ -188,8 +199,13 @@ def privacy_settings(
     if segments and not private:
         raise ValueError(f"{spell('l1diff_segments')} applies to private rounds (secagg or dp_clip)")
     sample_clip = None if v["dp_sample_clip"] is None else float(v["dp_sample_clip"])
+    seeded = v["dp_seeded"]
+    if seeded and not (private or sample_clip is not None):
+        raise ValueError(
+            f"{spell('dp_seeded')} applies to runs with DP ({spell('dp_clip')} or {spell('dp_sample_clip')})"
+        )
     if not private:
-        return PrivacySettings(None, sample_clip, float(v["dp_sample_noise"]))
+        return PrivacySettings(None, sample_clip, float(v["dp_sample_noise"]), seeded)
     from .privacy.dp import DPConfig  # the extra fedkernels[privacy]
     from .privacy.server import PrivacyConfig
 
@@ -200,6 +216,7 @@ def privacy_settings(
             None if v["dp_noise"] is None else float(v["dp_noise"]),
             None if v["target_epsilon"] is None else float(v["target_epsilon"]),
             float(v["dp_delta"]),
+            mechanism=v["dp_mechanism"],
         )
     privacy = PrivacyConfig(
         secagg=v["secagg"],
@@ -212,10 +229,42 @@ def privacy_settings(
         corrupt_fraction=float(v["secagg_corrupt_fraction"]),
         dropout_fraction=float(v["secagg_dropout_fraction"]),
         weight_cap=float(v["secagg_weight_cap"]),
+        noise_seed=seed if seeded else None,
     )
     if privacy.secagg and clients_per_round is not None:
         try:
             privacy.graph_for(clients_per_round)
         except ValueError as e:
             raise ValueError(f"{spell('secagg')} with {clients_per_round} clients a round: {e}") from None
-    return PrivacySettings(privacy, sample_clip, float(v["dp_sample_noise"]))
+    return PrivacySettings(privacy, sample_clip, float(v["dp_sample_noise"]), seeded)
+
+
+def check_strategy_dp(strategy: Any, client_dp: bool, sample_dp: bool) -> None:
+    """Refuse DP for a strategy whose run would release something DP does not cover.
+
+    Args:
+        strategy: the algorithm (a :class:`~fedkernels.fl.strategy.Strategy`).
+        client_dp: client-level DP is on.
+        sample_dp: sample-level DP-SGD is on.
+
+    Raises:
+        ValueError: the strategy releases setup statistics of the clients' data without noise (FedALC's
+            label co-occurrences, FedALC-fixed's embeddings learned from them), or, for DP-SGD, its local
+            training does not run DP-SGD's per-example steps (L1Diff's one full gradient, LabelPrior's counts).
+    """
+    if not (client_dp or sample_dp):
+        return
+    from .round import has_setup_exchange
+    from .strategy import trains_with_dp_sgd
+
+    if has_setup_exchange(strategy) or strategy.setup_needs_client_data():
+        raise ValueError(
+            f"{strategy.name}: its setup releases statistics of the clients' data (e.g. FedALC's label "
+            "co-occurrences) without noise, outside the DP accountant, so no epsilon would hold; run it "
+            "without DP (FedAwS is the same model without setup statistics)"
+        )
+    if sample_dp and not trains_with_dp_sgd(strategy):
+        raise ValueError(
+            f"{strategy.name}'s local training does not take DP-SGD's per-example steps (dp_sample_clip would "
+            "be ignored); run it without DP-SGD"
+        )

@@ -176,6 +176,7 @@ class Round:
     max_upload_bytes: int | None = None
     failed: dict[int, str] = field(default_factory=dict)
     errors: dict[int, BaseException] = field(default_factory=dict)  # what failed each client in ``failed``
+    uploaded: set[int] = field(default_factory=set)  # clients whose upload arrived (checked or not)
     t0: float = field(default_factory=time.perf_counter)
     _requests: dict[int, pl.Payload | None] = field(default_factory=dict)
     _sent: dict[int, tuple[pl.Payload, int]] = field(default_factory=dict)  # client -> (download, its bytes)
@@ -285,6 +286,7 @@ class Round:
                 continue
             size = answer.nbytes if isinstance(answer, Carried) else len(answer)
             self._bytes_up[c] = self._bytes_up.get(c, 0) + size
+            self.uploaded.add(c)  # its update reached the server, whether or not it passes the checks
             try:
                 spec = bounded(self.strategy.upload_spec(self.state, down), self.max_upload_bytes)
                 # a carried payload gets decode's limits and checks on its tensors
@@ -311,6 +313,7 @@ class Round:
             sum(n for c, (_, n) in self._sent.items() if c in ok),
             sum(r.bytes_up for r in results),
             skipped=skipped,
+            contributed=sorted(self.uploaded),
         )
         rec.seconds = time.perf_counter() - self.t0
         return state, rec

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .._validate import as_csr
 from ..metrics import filter_predictions, ranking_metrics
 from ..sparse_rows import slice_rows
 from . import evaluation as ev
@@ -26,6 +27,8 @@ from .checkpoint import HistoryLog, clean_stale_temps, load_checkpoint, save_che
 from .client import ROUND_TAG, ClientEndpoint, LocalClient, call_with_deadline
 from .data_identity import data_fingerprint
 from .device import resolve_device, to_device
+from .eval_batches import eval_batches
+from .privacy_settings import check_dp_sgd, check_strategy_dp
 from .round import (  # noqa: F401  (re-exported: the names the loop has always had)
     Answer,
     Carried,
@@ -77,6 +80,8 @@ class RunConfig:
     # names the clients' data in a checkpoint's run identity; None: the in-process server hashes the
     # clients' data (fl.data_identity), a Flower server (which never holds it) records none
     data_id: str | None = None
+    # the delta of DP-SGD's sample-level epsilon (train.dp_sample_clip; client-level DP has its DPConfig's)
+    sample_delta: float = 1e-5
 
 
 class Server:
@@ -117,6 +122,8 @@ class Server:
             )
         if config.client_weighting not in ("samples", "uniform"):
             raise ValueError(f"client_weighting must be 'samples' or 'uniform', got {config.client_weighting!r}")
+        check_dp_sgd(config.train.dp_sample_clip, config.train.dp_sample_noise, "train.{}".format)
+        check_strategy_dp(strategy, False, config.train.dp_sample_clip is not None)
         self.device = resolve_device(config.device)
         if config.eval_clients is not None and config.eval_clients < 1:
             raise ValueError(f"eval_clients must be >= 1 or None, got {config.eval_clients}")
@@ -138,6 +145,7 @@ class Server:
         self.state = with_entries(self.state, setup)
         self.history: list[RoundRecord] = []
         self.round = 0
+        self.accountant = self.new_accountant()  # None: the run has no DP to account
         self._data_id: str | None = None
         self._log: HistoryLog | None = None  # the saved records' JSON, kept between saves
         self._log_json: list[dict] = []
@@ -199,9 +207,30 @@ class Server:
         if no client succeeded."""
         rnd = self.new_round(self.round)
         self.state, rec = rnd.finish(self.exchange(rnd), self.num_examples)
+        self.record(rec)
+        return rec
+
+    def record(self, rec: RoundRecord) -> None:
+        """Append a finished round to the history, with its privacy accounted
+        (:class:`~fedkernels.fl.privacy.accounting.RunAccountant`: epsilon written into ``rec.privacy``)."""
+        if self.accountant is not None:
+            self.accountant.add(rec)
         self.history.append(rec)
         self.round += 1
-        return rec
+
+    def new_accountant(self):  # -> RunAccountant | None (the class needs the extra fedkernels[privacy])
+        """The run's DP accountant (None without DP): here DP-SGD's sample-level epsilon."""
+        if self.config.train.dp_sample_clip is None:
+            return None
+        try:
+            from .privacy.accounting import make_accountant
+        except ModuleNotFoundError as e:  # the accountant is dp-accounting's: no epsilon without it
+            raise RuntimeError(
+                f"DP-SGD (dp_sample_clip) needs the extra fedkernels[privacy] for its accountant ({e}); "
+                "pip install 'fedkernels[privacy]'"
+            ) from e
+
+        return make_accountant(self.config.train, None, self.config.sample_delta, lambda c: len(self.clients[c]))
 
     def save_checkpoint(self, path: str | Path) -> None:
         """Write the state, round counter, history and run identity to ``path`` atomically. Records
@@ -229,6 +258,10 @@ class Server:
         self.round = int(meta["round"])
         self.history = [record_from_json(h) for h in meta["history"]]
         self._log = None  # the next save encodes this history afresh
+        self.accountant = self.new_accountant()  # composes the checkpoint's rounds, whatever this run's flags
+        if self.accountant is not None:
+            for rec in self.history:
+                self.accountant.add(rec)
 
     def _identity(self) -> dict:
         if self._data_id is None:  # computed once, when a checkpoint is first written or read
@@ -249,19 +282,21 @@ class Server:
         :func:`fedkernels.metrics.ranking_metrics`). ``test_filter`` (CSR ``indptr [N + 1], indices``
         over the test rows, an LF-* dataset's filter file) drops those (sample, label) pairs from the
         predictions before scoring. Every strategy predicts through a fused top-k, so memory stays
-        O(batch * (hidden + k)) whatever the number of classes. Each batch of ``test`` is ranked on the
-        run's device; the filter and the metrics run on the host."""
+        O(batch * (hidden + k)) whatever the number of classes; a row whose filter lists f labels
+        predicts k + f classes, in a batch of fewer rows (:func:`~fedkernels.fl.eval_batches.eval_batches`:
+        at most ``EVAL_ELEMENTS`` predictions, or one row), so a long filter row costs its own rows only.
+        Each batch of ``test`` is ranked on the run's device; the filter and the metrics run on the host."""
         ks = ks or self.config.eval_k
         kmax = min(max(ks), test.num_classes)
-        # the most pairs a row filters: predicting that many more leaves kmax after the filter
-        extra = int(test_filter[0].diff().max()) if test_filter is not None and len(test) else 0
-        width = min(kmax + extra, test.num_classes)
+        filtered = None
+        if test_filter is not None:
+            fp, fi = as_csr(*test_filter, num_rows=len(test))
+            filtered = fp.diff()  # a row filtering f labels predicts kmax + f (eval_batches bounds the memory)
         preds = []
-        for i in range(0, len(test), batch):
-            top = self.strategy.predict_topk(self.state, slice_rows(test.x, i, i + batch).to(self.device), width).cpu()
-            if test_filter is not None:
-                fp, fi = test_filter
-                rows = fp[i : i + batch + 1]
+        for i, j, width in eval_batches(len(test), batch, kmax, test.num_classes, filtered):
+            top = self.strategy.predict_topk(self.state, slice_rows(test.x, i, j).to(self.device), width).cpu()
+            if filtered is not None:
+                rows = fp[i : j + 1]
                 top = filter_predictions(top, rows - rows[0], fi[int(rows[0]) : int(rows[-1])], kmax)
             preds.append(top)
         topk = torch.cat(preds) if preds else torch.empty(0, kmax, dtype=torch.int64, device="cpu")
@@ -363,11 +398,20 @@ def run_identity(strategy: Strategy, config: RunConfig, num_clients: int, data: 
         "seed": config.seed,
         "num_clients": num_clients,
         "clients_per_round": config.clients_per_round,
-        "train": dataclasses.asdict(config.train),
+        "train": _train_identity(config.train),
         "client_weighting": config.client_weighting,
         "strategy_options": strategy.options(),
     }
     return json.loads(json.dumps(ident))
+
+
+def _train_identity(train: TrainConfig) -> dict:
+    """The training settings a checkpoint must match. ``dp_sample_seeded`` appears only when set, so a
+    checkpoint written before that setting existed still resumes."""
+    out = dataclasses.asdict(train)
+    if not out["dp_sample_seeded"]:
+        del out["dp_sample_seeded"]
+    return out
 
 
 def check_identity(meta: dict, mine: dict, path: str | Path) -> None:
@@ -409,13 +453,17 @@ def record_to_json(rec: RoundRecord) -> dict:
         "skipped": rec.skipped,
         "privacy": dict(rec.privacy),
         "faults": [[c, why] for c, why in rec.faults],
+        "contributed": list(rec.contributed),
     }
 
 
 def record_from_json(d: dict) -> RoundRecord:
+    """A record from :func:`record_to_json`'s form; a record written before ``contributed`` existed
+    counts every chosen client as a contributor (the bound DP accounting may assume)."""
     d = dict(d)
     d["failed"] = [(int(c), str(why)) for c, why in d["failed"]]
     d["faults"] = [(int(c), str(why)) for c, why in d.get("faults", [])]
+    d.setdefault("contributed", list(d["clients"]))
     return RoundRecord(**d)
 
 
@@ -480,8 +528,12 @@ class InProcessTransport:
             return False
         local = [e for e in ends if isinstance(e, LocalClient)]  # all of them (narrows the type)
         first = local[0]
-        if first.device.type != "cpu" or first.train.autocast != "off" or first.train.dp_sample_clip is not None:
-            return False  # DP-SGD clips and noises each example: the sequential loop does, the batched pass not
+        if first.device.type != "cpu" or first.train.autocast != "off":
+            return False
+        if first.train.dp_sample_clip is not None:
+            # train_batched takes DP-SGD's steps exactly, but materialising every example's gradient
+            # costs more on the CPU than the loop's one backward pass per example (bench/fl/fl_batched.py)
+            return False
         return has_local_problem(first.strategy) and all(
             e.strategy is first.strategy and e.train == first.train and e.device == first.device for e in local
         )

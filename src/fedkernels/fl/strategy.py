@@ -42,6 +42,10 @@ class Strategy(ABC):
 
     name: str = "strategy"
     config_caches: tuple[str, ...] = ()
+    # Whether this class's client_update trains through fedkernels.fl.local.train_local, so DP-SGD
+    # (TrainConfig.dp_sample_clip) clips and noises every example. Read by trains_with_dp_sgd on the class
+    # that defines client_update only: a subclass that replaces client_update must declare its own.
+    dp_sgd_training: bool = False
 
     @property
     def stateful_clients(self) -> bool:
@@ -50,6 +54,33 @@ class Strategy(ABC):
         :meth:`client_update_stateful`; the in-process loop keeps its memory (checkpoints do not, and
         the Flower adapter refuses such a strategy). Default: False."""
         return False
+
+    def private_form(self, segments_every: int = 0):  # -> fedkernels.fl.privacy.forms.DenseForm
+        """This strategy's round written as sums, for secure aggregation and client-level DP
+        (:mod:`fedkernels.fl.privacy.forms`; needs the extra ``fedkernels[privacy]``). Default: the
+        whole-model average (:class:`~fedkernels.fl.privacy.forms.DenseForm`); a strategy whose upload is
+        not its trained state overrides it, or raises ``ValueError`` saying why it has none.
+
+        Args:
+            segments_every: L1Diff's public-segment period (any other strategy refuses a nonzero one).
+        """
+        from .privacy.forms import DenseForm
+
+        self.check_private_form(segments_every)
+        return DenseForm(self)
+
+    def check_private_form(self, segments_every: int = 0) -> None:
+        """The refusals every private form starts with: stateful clients, and segments for a strategy
+        that has none. Raises ValueError saying why."""
+        if self.stateful_clients:
+            raise ValueError(
+                f"{self.name} has stateful clients (they keep tensors between rounds), which private rounds do "
+                "not carry; run it without --secagg/--dp-* (or, for PartialExchange, keep_unreceived=False)"
+            )
+        if segments_every and self.private_segments is False:
+            raise ValueError(f"segments_every applies to L1Diff only, not {self.name}")
+
+    private_segments = False  # whether private_form takes segments_every (L1Diff's public segments)
 
     def client_view(self, payload: Payload, memory: Payload | None) -> Payload:
         """Client side, stateful clients: the model the client holds after receiving ``payload``, given
@@ -180,3 +211,14 @@ def _json_value(value: object) -> object | None:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError):
         return None
+
+
+def trains_with_dp_sgd(strategy: Strategy) -> bool:
+    """Whether ``strategy``'s local training runs DP-SGD when asked: ``dp_sgd_training`` as declared by
+    the class that defines its ``client_update`` (and ``client_update_stateful``, for stateful clients)."""
+    names = ["client_update"] + (["client_update_stateful"] if strategy.stateful_clients else [])
+    for name in names:
+        owner = next(k for k in type(strategy).__mro__ if name in vars(k))
+        if owner is not Strategy and not vars(owner).get("dp_sgd_training", False):
+            return False
+    return True

@@ -25,6 +25,9 @@ class TrainConfig:
     # sample-level DP-SGD (fedkernels.fl.dpsgd): per-example L2 clip and noise multiplier; None: plain training
     dp_sample_clip: float | None = None
     dp_sample_noise: float = 0.0
+    # DP-SGD's batches and noise from the client's seeded generator (a reproducible simulation); False:
+    # from the device's OS randomness, which nobody else knows (the private choice)
+    dp_sample_seeded: bool = False
 
 
 @dataclass
@@ -51,8 +54,12 @@ class RoundRecord:
     metrics: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     skipped: str = ""
-    # private rounds (fedkernels.fl.privacy): epsilon at delta so far, noise multiplier, survivors, SecAgg+ bytes
+    # what the round released and the privacy accounted so far (fedkernels.fl.privacy.accounting): the
+    # mechanism's parameters, epsilon per observer; private rounds also survivors and SecAgg+ bytes
     privacy: dict[str, float] = field(default_factory=dict)
     # private rounds: clients whose contribution is in the sums although a later SecAgg+ message of
     # theirs was refused (client, what), e.g. a share that fails its commitment at the unmask stage
     faults: list[tuple[int, str]] = field(default_factory=list)
+    # the clients whose trained update reached the server (in the clear or masked into a sum), ascending:
+    # the rounds DP accounting counts for each client, whatever happened to the update afterwards
+    contributed: list[int] = field(default_factory=list)

@@ -80,6 +80,8 @@ class FedAvg(Strategy):
         blocks: residual blocks of ``model="resmlp"``.
     """
 
+    dp_sgd_training = True  # its client_update trains with train_local (DP-SGD applies)
+
     name = "FedAvg"
 
     def __init__(self, hidden: Sequence[int] = (256,), loss: str = "bce", model: str = "mlp", blocks: int = 12) -> None:

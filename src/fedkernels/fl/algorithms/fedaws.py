@@ -220,6 +220,8 @@ class FedAwS(Strategy):
             FedALC paper's form). See :func:`fedkernels.nn.spreadout.spreadout_objective`.
     """
 
+    dp_sgd_training = True  # its client_update trains with train_local (DP-SGD applies)
+
     name = "FedAwS"
     uses_pair_weights = False
     fixed_embeddings = False
@@ -252,6 +254,22 @@ class FedAwS(Strategy):
         self.dim, self.hidden, self.pos_margin = int(dim), tuple(hidden), float(pos_margin)
         self.margin, self.k, self.metric = float(margin), int(k), metric
         self.spread_lr, self.spread_steps = float(spread_lr), int(spread_steps)
+
+    def private_form(self, segments_every: int = 0):
+        """The extractor plus the class embeddings over the round's row set, then the server's spreadout
+        step (fixed embeddings: clients neither train nor upload them)."""
+        from ..privacy.forms import RowsForm
+
+        self.check_private_form(segments_every)
+        return RowsForm(
+            self,
+            fedss=False,
+            key="W",
+            body_prefix=_G,
+            table_key=FIXED_W,
+            uploads_rows=not self.fixed_embeddings,
+            after_rows=lambda state, W: self._spread(W, pair_weights_of(state)),
+        )
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = {_G + n: t for n, t in state_of(self._make_extractor(num_features, seed)).items()}

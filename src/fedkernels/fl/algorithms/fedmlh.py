@@ -40,6 +40,8 @@ class FedMLH(Strategy):
     naming both options); ``fedkernels run`` refuses it.
     """
 
+    dp_sgd_training = True  # its client_update trains with train_local (DP-SGD applies)
+
     name = "FedMLH"
     # the head per (F, hidden, hash family), a memo of a pure function of its key (the table is costly)
     config_caches = ("_templates",)

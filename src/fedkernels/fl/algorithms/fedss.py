@@ -74,6 +74,8 @@ class FedSS(Strategy):
             other positive out.
     """
 
+    dp_sgd_training = True  # its client_update trains with train_local (DP-SGD applies)
+
     name = "FedSS"
     variant = "fedss"
 
@@ -100,6 +102,13 @@ class FedSS(Strategy):
         self.exclude_co_positives = bool(exclude_co_positives)
 
     # ---- global state: body parameters plus the class matrix
+
+    def private_form(self, segments_every: int = 0):
+        """A body plus the class rows over the round's row set (FullSoftmax: every row, no request union)."""
+        from ..privacy.forms import RowsForm
+
+        self.check_private_form(segments_every)
+        return RowsForm(self, fedss=True, key=CLASSES, requestless=self.variant == "full")
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = state_of(mlp(num_features, self.embed_dim, self.hidden, seed))

@@ -89,6 +89,15 @@ class L1Diff(FedAvg):
         self.block_size = block_size
         self.gamma_rel = None if gamma_rel is None else float(gamma_rel)
 
+    private_segments = True
+
+    def private_form(self, segments_every: int = 0):
+        """The decoded directions summed (with ``segments_every`` >= 2, public segments in between)."""
+        from ..privacy.forms import L1DiffForm
+
+        self.check_private_form(segments_every)
+        return L1DiffForm(self, segments_every)
+
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = super().init_state(num_features, num_classes, seed)
         if self.gamma_rel is not None:

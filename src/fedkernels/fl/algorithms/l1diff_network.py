@@ -94,6 +94,14 @@ class L1DiffNetwork(Strategy):
         self.graph, self.hidden, self.loss = graph, tuple(hidden), loss
         self.value_dtype, self.levels, self.tol = value_dtype, levels, tol
 
+    def private_form(self, segments_every: int = 0):
+        """None: refused with the reason."""
+        raise ValueError(
+            "L1DiffNetwork keeps every client's personal head on the server and steps it with that client's "
+            "own direction (its graph prox couples all heads), so secure aggregation cannot hide them and "
+            "client-level DP does not apply; run it without --secagg/--dp-*"
+        )
+
     def options(self) -> dict:
         """The base options, with ``p = inf`` written as ``"inf"`` (JSON has no infinity)."""
         out = super().options()

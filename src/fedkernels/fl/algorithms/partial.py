@@ -50,6 +50,8 @@ class PartialExchange(FedAvg):
             ``select_by_threshold``) instead of the top ``fraction``.
     """
 
+    dp_sgd_training = True  # its client_update trains with train_local (DP-SGD applies)
+
     name = "PartialExchange"
 
     def __init__(
@@ -92,6 +94,13 @@ class PartialExchange(FedAvg):
         if not self.keep_unreceived:
             return {}
         return {SYNCED: torch.zeros(len(clients), dtype=torch.uint8, device="cpu")}
+
+    def private_form(self, segments_every: int = 0):
+        """Every tensor masked (zeros where not sent), with per-tensor weights."""
+        from ..privacy.forms import PartialForm
+
+        self.check_private_form(segments_every)
+        return PartialForm(self)
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = super().init_state(num_features, num_classes, seed)

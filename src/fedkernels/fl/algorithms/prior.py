@@ -19,6 +19,13 @@ class LabelPrior(Strategy):
 
     name = "LabelPrior"
 
+    def private_form(self, segments_every: int = 0):
+        """None: refused with the reason."""
+        raise ValueError(
+            "LabelPrior uploads label counts, not a model update, so it has no private form; run it without "
+            "--secagg/--dp-*"
+        )
+
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         return {COUNTS: torch.zeros(num_classes, dtype=torch.float64, device="cpu")}
 

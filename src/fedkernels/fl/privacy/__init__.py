@@ -7,10 +7,11 @@ each knob and the measured costs.
 
 from .dp import DPConfig, epsilon, noise_for_epsilon
 from .forms import DenseForm, L1DiffForm, PartialForm, RowsForm, form_of
+from .mechanism import poisson_clients
 from .ring import RingCodec, fraction_bits
 from .secagg import SecAggClient, SecAggError, SecAggParams, SecAggServer, neighbour_graph
 from .secagg_params import GraphParams, graph_params
-from .server import PrivacyConfig, PrivateServer, poisson_clients
+from .server import PrivacyConfig, PrivateServer
 
 __all__ = [
     "DPConfig",

@@ -42,7 +42,8 @@ CTL = "__ctl"  # float64 [4] in a train message: weight cap (-1: unweighted), cl
 EVAL_CTL = "__eval_ctl"  # float64 [1] in an eval message: the weight cap
 EVAL_KS = "__eval_ks"  # int64 [n] in an eval message: the ks to rank at
 SESSIONS = ("req", "upd", "evl")
-TRAIN, EVAL = "train", "eval"
+TRAIN, EVAL, COUNT = "train", "eval", "count"
+NUM_EXAMPLES = "num_examples"  # int64 [1]: the reply to a count message (DP-SGD only)
 ACK = "ok"  # uint8 [1]: the reply to a train or eval message under secure aggregation
 
 
@@ -63,7 +64,7 @@ def evaluation_vector(report: bytes, cap: float) -> torch.Tensor:
 
 def message_kinds() -> tuple[str, ...]:
     """Every message kind :meth:`PrivateClient.handle` answers."""
-    return (TRAIN, EVAL, *(f"{s}/{stage}" for s in SESSIONS for stage in STAGES))
+    return (TRAIN, EVAL, COUNT, *(f"{s}/{stage}" for s in SESSIONS for stage in STAGES))
 
 
 @dataclass
@@ -135,6 +136,10 @@ class PrivateClient:
         if kind == EVAL:
             self._once(EVAL)
             return self._evaluate(msg)
+        if kind == COUNT:  # DP-SGD's per-client epsilon needs the batch rate batch / examples
+            if self.train.dp_sample_clip is None:
+                raise ValueError(f"client {self.id}: its example count is asked for only under DP-SGD")
+            return pl.encode({NUM_EXAMPLES: torch.tensor([len(self.data)], dtype=torch.int64)})
         session, _, stage = kind.partition("/")
         if session not in SESSIONS or stage not in STAGES:
             raise ValueError(f"unknown message kind {kind!r}")

@@ -24,12 +24,19 @@ from dp_accounting import pld, rdp
 from ..privacy_settings import check_client_dp
 
 ACCOUNTANTS = ("rdp", "pld")
+MECHANISMS = ("poisson", "tree")
 
 
-def _accountant(kind: str) -> dp_accounting.PrivacyAccountant:
+def _accountant(kind: str, tree: bool = False) -> dp_accounting.PrivacyAccountant:
+    """A fresh ``dp-accounting`` accountant (``tree``: one that analyses DP-FTRL's tree aggregation,
+    which ``dp-accounting`` defines under "replace one record with a special record"; its RDP of the
+    Gaussian and Poisson-subsampled Gaussian mechanisms is the add-or-remove one)."""
     if kind == "rdp":
-        return rdp.RdpAccountant()
+        relation = dp_accounting.NeighboringRelation
+        return rdp.RdpAccountant(neighboring_relation=relation.REPLACE_SPECIAL if tree else relation.ADD_OR_REMOVE_ONE)
     if kind == "pld":
+        if tree:
+            raise ValueError("DP-FTRL's tree aggregation needs the rdp accountant (dp-accounting's PLD has none)")
         return pld.PLDAccountant()
     raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {kind!r}")
 
@@ -51,9 +58,27 @@ def epsilon(q: float, noise: float, steps: int, delta: float, accountant: str = 
     return float(acc.get_epsilon(delta))
 
 
-def noise_for_epsilon(q: float, steps: int, target_epsilon: float, delta: float, accountant: str = "rdp") -> float:
-    """The smallest noise multiplier whose ``steps`` rounds at rate ``q`` stay within ``target_epsilon``
-    at ``delta`` (``dp_accounting.calibrate_dp_mechanism``)."""
+def tree_event(sigma: float, steps: int, per_tree: int) -> dp_accounting.DpEvent:
+    """``steps`` DP-FTRL rounds, a tree restarted every ``per_tree`` rounds (each client in at most one
+    round of a tree): the composition of the trees' aggregations."""
+    full, rest = divmod(steps, per_tree)
+    trees = [dp_accounting.SingleEpochTreeAggregationDpEvent(sigma, per_tree)] * full
+    if rest:
+        trees.append(dp_accounting.SingleEpochTreeAggregationDpEvent(sigma, rest))
+    return dp_accounting.ComposedDpEvent(trees)
+
+
+def noise_for_epsilon(
+    q: float,
+    steps: int,
+    target_epsilon: float,
+    delta: float,
+    accountant: str = "rdp",
+    per_tree: int | None = None,
+) -> float:
+    """The smallest noise multiplier whose ``steps`` rounds stay within ``target_epsilon`` at ``delta``
+    (``dp_accounting.calibrate_dp_mechanism``): Poisson-subsampled Gaussian rounds at rate ``q``, or
+    with ``per_tree`` DP-FTRL's trees of that many rounds."""
     check_dp_args(q, 1.0, delta)
     if not target_epsilon > 0 or not math.isfinite(target_epsilon):
         raise ValueError(f"target_epsilon must be finite and > 0, got {target_epsilon}")
@@ -61,8 +86,12 @@ def noise_for_epsilon(q: float, steps: int, target_epsilon: float, delta: float,
         raise ValueError(f"steps must be >= 1, got {steps}")
     try:
         sigma = dp_accounting.calibrate_dp_mechanism(
-            lambda: _accountant(accountant),
-            lambda sigma: dp_accounting.SelfComposedDpEvent(round_event(q, sigma), int(steps)),
+            lambda: _accountant(accountant, tree=per_tree is not None),
+            lambda sigma: (
+                tree_event(sigma, int(steps), per_tree)
+                if per_tree is not None
+                else dp_accounting.SelfComposedDpEvent(round_event(q, sigma), int(steps))
+            ),
             target_epsilon,
             delta,
             dp_accounting.LowerEndpointAndGuess(1e-3, 1.0),
@@ -123,6 +152,9 @@ class DPConfig:
         target_epsilon: pick sigma so that the run's ``rounds`` stay within it at ``delta``.
         delta: the run's delta.
         accountant: "rdp" (default) or "pld".
+        mechanism: "poisson" (DP-FedAvg: a secret Poisson sample each round, amplified) or "tree"
+            (DP-FTRL: public participation, each client at most once an epoch, tree-aggregated noise;
+            :mod:`fedkernels.fl.privacy.ftrl`).
     """
 
     clip: float
@@ -130,6 +162,7 @@ class DPConfig:
     target_epsilon: float | None = None
     delta: float = 1e-5
     accountant: str = "rdp"
+    mechanism: str = "poisson"
 
     def __post_init__(self) -> None:
         """The checks :func:`~fedkernels.fl.privacy.settings.privacy_settings` runs, by field name."""
@@ -137,12 +170,18 @@ class DPConfig:
             raise ValueError("clip must be a finite number > 0, got None")
         names = {"dp_clip": "clip", "dp_noise": "noise", "target_epsilon": "target_epsilon", "dp_delta": "delta"}
         check_client_dp(self.clip, self.noise, self.target_epsilon, self.delta, names.__getitem__)
+        if self.mechanism not in MECHANISMS:
+            raise ValueError(f"mechanism must be one of {MECHANISMS}, got {self.mechanism!r}")
+        if self.mechanism == "tree" and self.accountant != "rdp":
+            raise ValueError("the tree mechanism (DP-FTRL) needs the rdp accountant (dp-accounting's PLD has none)")
         if self.accountant not in ACCOUNTANTS:
             raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {self.accountant!r}")
 
-    def noise_multiplier(self, q: float, rounds: int) -> float:
-        """sigma: the given one, or the one calibrated to ``target_epsilon`` over ``rounds`` at rate ``q``."""
+    def noise_multiplier(self, q: float, rounds: int, per_tree: int | None = None) -> float:
+        """sigma: the given one, or the one calibrated to ``target_epsilon`` over ``rounds`` (at rate ``q``;
+        for the tree mechanism, trees of ``per_tree`` rounds)."""
         if self.noise is not None:
             return self.noise
         assert self.target_epsilon is not None
-        return noise_for_epsilon(q, rounds, self.target_epsilon, self.delta, self.accountant)
+        tree = per_tree if self.mechanism == "tree" else None
+        return noise_for_epsilon(q, rounds, self.target_epsilon, self.delta, self.accountant, tree)

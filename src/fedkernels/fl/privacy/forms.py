@@ -31,14 +31,11 @@ number of clients, McMahan et al. 2018), so no per-client weight or count enters
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
-from ..algorithms import FedAwS, FedSS, L1Diff, L1DiffNetwork, LabelPrior, PartialExchange
-from ..algorithms.fedaws import _G as FEDAWS_PREFIX
-from ..algorithms.fedaws import FIXED_W, pair_weights_of
-from ..algorithms.fedss import CLASSES
-from ..algorithms.l1diff import GAMMA, GAMMA_SENT
+from ..algorithms.l1diff import GAMMA, GAMMA_SENT, L1Diff
 from ..algorithms.l1diff_codec import decode_upload
 from ..payload import Payload
 from ..strategy import SERVER, State, Strategy
@@ -80,8 +77,10 @@ class DenseForm:
         return out
 
     def download(self, state: State, client_id: int, round: int, seed: int, rows: torch.Tensor | None) -> Payload:
-        """The client's download (the strategy's own)."""
-        return self.strategy.client_payload(state, client_id, None, round, seed)
+        """The client's download: the strategy's own, without server-side entries (the private round's
+        own, such as DP-FTRL's tree seed, never leave the server whatever the strategy sends)."""
+        payload = self.strategy.client_payload(state, client_id, None, round, seed)
+        return {n: t for n, t in payload.items() if not n.startswith(SERVER)}
 
     def local_payload(self, download: Payload, request: Payload | None) -> Payload:
         """Client side: the strategy's ordinary download, out of the round's (here the same)."""
@@ -90,6 +89,9 @@ class DenseForm:
     def initial_entries(self, state: State) -> dict[str, torch.Tensor]:
         """Server-side state entries this form keeps (fixed shapes, so a checkpoint can hold them)."""
         return {}
+
+    def check_dp(self) -> None:
+        """Raise ValueError if this form's round cannot run under client-level DP (default: it can)."""
 
     def with_initial_entries(self, state: State) -> State:
         """``state`` with :meth:`initial_entries` added where it lacks them (a resumed state keeps its own)."""
@@ -140,6 +142,16 @@ class L1DiffForm(DenseForm):
         # tensor name -> (the state's boundary mask, its wire form): encoded once per segmentation, not
         # once per client (the mask tensor is replaced, never changed in place, when the segments change)
         self._wire: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def check_dp(self) -> None:
+        """``gamma_rel`` is refused: it sets gamma from round 0's mean step, which DP noise inflates."""
+        s = self.strategy
+        assert isinstance(s, L1Diff)
+        if s.gamma_rel is not None:
+            raise ValueError(
+                "L1Diff's gamma_rel sets gamma from round 0's mean |step|, which DP noise inflates (by about "
+                "sigma * clip / clients per coordinate); give gamma instead"
+            )
 
     def names(self, state: State) -> list[str]:
         """The model's tensors: the download's gamma (``l1.gamma``) and segments are no model tensors."""
@@ -208,7 +220,7 @@ class L1DiffForm(DenseForm):
 
     def finish(self, state: State, sums: dict[str, torch.Tensor], denominator: float | None) -> State:
         s = self.strategy
-        assert isinstance(s, L1Diff)
+        assert isinstance(s, L1Diff)  # the form L1Diff.private_form builds
         den = float(sums[WEIGHT][0]) if denominator is None else denominator
         new = dict(state)
         if den <= 0:
@@ -272,34 +284,56 @@ class PartialForm(DenseForm):
 
 
 class RowsForm(DenseForm):
-    """FedSS family and FedAwS/FedALC: a dense body plus class rows over the round's row set."""
+    """FedSS family and FedAwS/FedALC: a dense body plus class rows over the round's row set.
+
+    Args:
+        strategy: the algorithm; it builds its form (``Strategy.private_form``) with the rest.
+        fedss: the FedSS family's payloads (``class_ids``/``num_positives``/``rows``), else FedAwS's
+            (``class_id`` and one row ``w``).
+        key: the state's row matrix (FedSS: the class embeddings; FedAwS: ``W``).
+        body_prefix: FedAwS: the prefix of the body's tensors (None: every floating tensor but the rows).
+        table_key: FedALC-fixed: the state entry clients read their rows from instead of ``key``.
+        uploads_rows: whether clients train and upload their rows (False: fixed embeddings).
+        requestless: every client uses every row anyway (FullSoftmax): no private request union.
+        after_rows: FedAwS/FedALC: ``(state, W) -> W``, the server's step after the rows moved (spreadout).
+    """
 
     has_rows = True
 
-    def __init__(self, strategy: Strategy) -> None:
+    def __init__(
+        self,
+        strategy: Strategy,
+        *,
+        fedss: bool,
+        key: str,
+        body_prefix: str | None = None,
+        table_key: str | None = None,
+        uploads_rows: bool = True,
+        requestless: bool = False,
+        after_rows: Callable[[State, torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
         super().__init__(strategy)
-        self.fedss = isinstance(strategy, FedSS)
-        self.key = CLASSES if self.fedss else "W"
-        self.uploads_rows = not getattr(strategy, "fixed_embeddings", False)
+        self.fedss, self.key, self.body_prefix, self.table_key = fedss, key, body_prefix, table_key
+        self.uploads_rows, self._requestless, self.after_rows = uploads_rows, requestless, after_rows
 
     def names(self, state: State) -> list[str]:
-        if self.fedss:  # the body: a state's or a download's tensors but the rows
-            skip = (self.key, ROWS, ROUND_ROWS)
-            return sorted(
-                n for n, t in state.items() if n not in skip and t.is_floating_point() and not n.startswith(SERVER)
-            )
-        return sorted(n for n in state if n.startswith(FEDAWS_PREFIX))
+        if self.body_prefix is not None:
+            return sorted(n for n in state if n.startswith(self.body_prefix))
+        skip = (self.key, ROWS, ROUND_ROWS)  # the body: a state's or a download's tensors but the rows
+        return sorted(
+            n for n, t in state.items() if n not in skip and t.is_floating_point() and not n.startswith(SERVER)
+        )
 
     def table(self, state: State) -> torch.Tensor:
         """The row matrix clients read (FedALC-fixed: its fixed embeddings)."""
-        return state[FIXED_W] if (not self.fedss and FIXED_W in state) else state[self.key]
+        return state[self.table_key] if (self.table_key is not None and self.table_key in state) else state[self.key]
 
     def num_rows(self, state: State) -> int:
         return int(state[self.key].shape[0])
 
     def requestless(self) -> bool:
         """Whether every client uses every row anyway (FullSoftmax)."""
-        return self.fedss and getattr(self.strategy, "variant", "") == "full"
+        return self._requestless
 
     def request_rows(self, request: Payload | None, num_rows: int) -> torch.Tensor:
         """The rows a client's ordinary request asks for (int64, sorted unique)."""
@@ -403,10 +437,8 @@ class RowsForm(DenseForm):
                 W[rows[keep]] = (W[rows[keep]].double() + step).to(W.dtype)
             new[self.key] = W
             return new
-        s = self.strategy
-        assert isinstance(s, FedAwS)
-        W = state["W"].clone()
-        if not s.fixed_embeddings:
+        W = state[self.key].clone()
+        if self.uploads_rows:
             if rows is not None and rows.numel():
                 per = (
                     sums[ROW_COUNT]
@@ -416,42 +448,19 @@ class RowsForm(DenseForm):
                 keep = per > 0
                 step = sums[ROWS][keep] / per[keep].unsqueeze(1)
                 W[rows[keep]] = (W[rows[keep]].double() + step).to(W.dtype)
-            W = s._spread(W, pair_weights_of(state))
+            if self.after_rows is not None:
+                W = self.after_rows(state, W)
         else:  # FedALC-fixed's learned rows, or the initial rows FedAvg-fixed keeps
-            W = state[FIXED_W].clone() if FIXED_W in state else W
-        new["W"] = W
+            W = self.table(state).clone()
+        new[self.key] = W
         return new
 
 
 def form_of(strategy: Strategy, segments_every: int = 0) -> DenseForm:
-    """The form of ``strategy``'s round (``segments_every``: :class:`L1DiffForm`'s, L1Diff only).
+    """The form of ``strategy``'s round: what the strategy declares (:meth:`Strategy.private_form`).
 
     Raises:
-        ValueError: L1DiffNetwork (its server holds and steps every client's personal head, so no sum
-            can hide them), stateful clients, LabelPrior, or ``segments_every`` for another strategy.
+        ValueError: a strategy that cannot be summed (the reason), or ``segments_every`` for a strategy
+            other than L1Diff.
     """
-    if isinstance(strategy, L1DiffNetwork):
-        raise ValueError(
-            "L1DiffNetwork keeps every client's personal head on the server and steps it with that client's "
-            "own direction (its graph prox couples all heads), so secure aggregation cannot hide them and "
-            "client-level DP does not apply; run it without --secagg/--dp-*"
-        )
-    if strategy.stateful_clients:
-        raise ValueError(
-            f"{strategy.name} has stateful clients (they keep tensors between rounds), which private rounds do not "
-            "carry; run it without --secagg/--dp-* (or, for PartialExchange, keep_unreceived=False)"
-        )
-    if isinstance(strategy, LabelPrior):
-        raise ValueError(
-            "LabelPrior uploads label counts, not a model update, so it has no private form; run it without "
-            "--secagg/--dp-*"
-        )
-    if segments_every and not isinstance(strategy, L1Diff):
-        raise ValueError(f"segments_every applies to L1Diff only, not {strategy.name}")
-    if isinstance(strategy, (FedSS, FedAwS)):
-        return RowsForm(strategy)
-    if isinstance(strategy, L1Diff):
-        return L1DiffForm(strategy, segments_every)
-    if isinstance(strategy, PartialExchange):
-        return PartialForm(strategy)
-    return DenseForm(strategy)
+    return strategy.private_form(segments_every)

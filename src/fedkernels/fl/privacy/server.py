@@ -36,15 +36,17 @@ import torch
 
 from .. import evaluation as ev
 from .. import payload as pl
-from ..algorithms import L1Diff
 from ..client import call_with_deadline
-from ..privacy_settings import check_int, check_real
-from ..round import Answer, failure_reason, select_clients
-from ..seeding import derive_seed, numpy_rng
+from ..privacy_settings import check_int, check_real, check_strategy_dp
+from ..round import Answer, failure_reason
+from ..seeding import derive_seed
 from ..server import RunConfig, Server
 from ..strategy import State, Strategy
 from ..types import ClientData, RoundRecord
-from . import dp
+from . import accounting as acct
+from . import dp, ftrl
+from . import mechanism as mech
+from .accounting import RunAccountant, make_accountant
 from .client import CTL, TRAIN, PrivateClient
 from .evaluation import ACK_SPEC, private_evaluation
 from .forms import DenseForm, RowsForm, form_of
@@ -80,11 +82,14 @@ class PrivacyConfig:
             the server never learns a client's count (a public number; clients with more examples
             than the cap weigh as much as the cap; the fixed-point error of a mean grows with it).
         dp: client-level DP (None: none).
-        noise_seed: None (all DP noise from OS randomness; the private choice) or a seed for
-            reproducible experiments (anyone who knows it can subtract the noise).
+        noise_seed: None (DP noise and, with DP, each round's client sample from OS randomness: the
+            private choice) or a seed for a reproducible simulation (anyone who knows it can subtract
+            the noise and knows the sample; the round records say ``seeded``).
         l1diff_segments: the l1-difference strategies' public-segmentation period K (0: every round
             dense; K >= 2: every K-th round dense, the K - 1 between one value per public segment;
             :class:`~fedkernels.fl.privacy.forms.L1DiffForm`). Other strategies ignore it.
+        corrupt_fraction: the share of a round's clients that may collude with the server (distributed
+            DP: their noise shares are subtracted, so the others' shares carry the calibrated noise).
     """
 
     secagg: bool = False
@@ -125,6 +130,10 @@ class PrivacyConfig:
         g = graph_params(n, self.corrupt_fraction, self.dropout_fraction, self.degree, self.max_dropouts)
         return g.k, g.threshold
 
+    def colluders_for(self, n: int) -> int:
+        """T: the clients of a session of ``n`` that may collude with the server."""
+        return math.floor(self.corrupt_fraction * n)
+
     def dropouts_for(self, n: int) -> int:
         """The dropouts a session of ``n`` participants plans for: ``max_dropouts`` when set, else
         ``ceil(dropout_fraction * n)`` (more may drop and the sum still be recovered)."""
@@ -141,9 +150,10 @@ def check_private(strategy: Strategy, privacy: PrivacyConfig, clients_per_round:
             session of this many clients (a round that draws another number is checked again then).
 
     Raises:
-        ValueError: nothing to protect, a strategy that cannot be summed (the reason), L1Diff's
-            ``gamma_rel`` with DP, or secure aggregation that cannot be both secure and correct for
-            ``clients_per_round`` clients under the threat model (or whose ring cannot hold their sum).
+        ValueError: nothing to protect, a strategy that cannot be summed (the reason), DP for a strategy
+            whose releases DP does not cover, a form that refuses DP (L1Diff's ``gamma_rel``), or secure
+            aggregation that cannot be both secure and correct for ``clients_per_round`` clients under the
+            threat model (or whose ring cannot hold their sum).
     """
     if not privacy.secagg and privacy.dp is None:
         raise ValueError("privacy protects nothing: set secagg or dp (or use Server)")
@@ -154,13 +164,52 @@ def check_private(strategy: Strategy, privacy: PrivacyConfig, clients_per_round:
                 RingCodec(privacy.bits, clients_per_round, privacy.bound).frac  # noqa: B018 (raises if too small)
         except ValueError as e:
             raise ValueError(f"secagg with {clients_per_round} clients a round: {e}") from None
-    form = form_of(strategy, privacy.l1diff_segments if isinstance(strategy, L1Diff) else 0)
-    if isinstance(strategy, L1Diff) and privacy.dp is not None and strategy.gamma_rel is not None:
-        raise ValueError(
-            "L1Diff's gamma_rel sets gamma from round 0's mean |step|, which DP noise inflates (by about "
-            "sigma * clip / clients per coordinate); give gamma instead"
-        )
+    check_strategy_dp(strategy, privacy.dp is not None, False)
+    form = form_of(strategy, privacy.l1diff_segments if strategy.private_segments else 0)
+    if privacy.dp is not None:
+        form.check_dp()
     return form
+
+
+def unrunnable_chance(privacy: PrivacyConfig, config: RunConfig, num_clients: int) -> float:
+    """Distributed DP-FedAvg: the chance a round's Poisson sample is too small to carry the noise (under
+    2 clients, or no honest share left after t dropouts and the colluders), so that it is not released
+    (:func:`~.mechanism.unrunnable_probability`); 0 for any other mechanism.
+
+    Raises:
+        ValueError: the run's rounds would spend half of delta or more on it (before any data is read).
+    """
+    dpc = privacy.dp
+    if dpc is None or not privacy.secagg or dpc.mechanism != "poisson":
+        return 0.0
+
+    def unrunnable(m: int) -> bool:
+        return m < 2 or mech.honest_floor(m, privacy.dropouts_for(m), privacy.colluders_for(m)) < 1
+
+    p = mech.unrunnable_probability(num_clients, config.clients_per_round / num_clients, unrunnable)
+    if config.rounds * p >= dpc.delta / 2:
+        raise ValueError(
+            f"distributed DP: at {config.clients_per_round} of {num_clients} clients a round, a round's Poisson "
+            f"sample is too small to carry the noise with probability {p:.3g}; over {config.rounds} rounds that "
+            f"spends half of delta = {dpc.delta:g} or more. Sample more clients a round, or use central DP"
+        )
+    return p
+
+
+def calibrated_sigma(privacy: PrivacyConfig, config: RunConfig, num_clients: int) -> float | None:
+    """The run's noise multiplier (None without client-level DP): the given one, or the one that keeps
+    ``config.rounds`` rounds within the target epsilon."""
+    if privacy.dp is None:
+        return None
+    per_tree = ftrl.rounds_per_tree(num_clients, config.clients_per_round)
+    return privacy.dp.noise_multiplier(config.clients_per_round / num_clients, config.rounds, per_tree)
+
+
+def privacy_entries(privacy: PrivacyConfig) -> dict[str, torch.Tensor]:
+    """Server-side state entries the privacy mechanism keeps (DP-FTRL: its trees' secret seed)."""
+    if privacy.dp is not None and privacy.dp.mechanism == "tree":
+        return ftrl.initial_entries(privacy.noise_seed)
+    return {}
 
 
 class PrivateRun(Protocol):
@@ -173,6 +222,7 @@ class PrivateRun(Protocol):
     state: State
     q: float  # the sampling rate clients_per_round / num_clients
     sigma: float | None  # the noise multiplier (None: no client-level DP)
+    unrunnable: float  # distributed DP: the chance a round's sample is too small to run (unrunnable_chance)
     noise_generator: torch.Generator  # the server's DP noise (central DP)
 
     @property
@@ -184,12 +234,6 @@ class PrivateRun(Protocol):
 
 def _same(data: ClientData) -> ClientData:
     return data
-
-
-def poisson_clients(seed: int, round: int, num_clients: int, q: float) -> list[int]:
-    """The clients of a DP round: each independently with probability ``q`` (seeded), ascending."""
-    rng = numpy_rng(seed, "poisson-select", round)
-    return [int(c) for c in (rng.random(num_clients) < q).nonzero()[0]]
 
 
 class PrivateServer(Server):
@@ -221,9 +265,10 @@ class PrivateServer(Server):
         self.form: DenseForm = check_private(strategy, privacy, min(config.clients_per_round, len(clients)))
         self.privacy = privacy
         super().__init__(strategy, clients, num_features, num_classes, config)
-        self.state = self.form.with_initial_entries(self.state)  # a resumed state has them
+        self.state = {**privacy_entries(privacy), **self.form.with_initial_entries(self.state)}
         self.q = config.clients_per_round / len(clients)
-        self.sigma = privacy.dp.noise_multiplier(self.q, config.rounds) if privacy.dp is not None else None
+        self.sigma = calibrated_sigma(privacy, config, len(clients))
+        self.unrunnable = unrunnable_chance(privacy, config, len(clients))
         self.private_clients = [
             PrivateClient(c, strategy, self.form, data, config.train, privacy.noise_seed)
             for c, data in enumerate(clients)
@@ -239,7 +284,7 @@ class PrivateServer(Server):
 
     def load_checkpoint(self, path: str | Path) -> None:
         """:meth:`Server.load_checkpoint`, with the form's server-side entries expected too."""
-        self.state = self.form.with_initial_entries(self.state)
+        self.state = {**privacy_entries(self.privacy), **self.form.with_initial_entries(self.state)}
         super().load_checkpoint(path)
 
     def evaluate_federated(
@@ -281,9 +326,14 @@ class PrivateServer(Server):
     # ---- one round ---------------------------------------------------------------------------------
     def run_round(self) -> RoundRecord:
         rec = private_round(self, self.exchange_private)
-        self.history.append(rec)
-        self.round += 1
+        self.record(rec)
         return rec
+
+    def new_accountant(self) -> RunAccountant | None:
+        """Client-level (the privacy config's DP) and sample-level (DP-SGD) accounting."""
+        return make_accountant(
+            self.config.train, self.privacy, self.config.sample_delta, lambda c: len(self.clients[c])
+        )
 
 
 def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
@@ -292,11 +342,12 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
     cfg, priv, form, state = server.config, server.privacy, server.form, server.state
     r, n_all = server.round, server.num_clients
     dpc = priv.dp
-    chosen = (
-        poisson_clients(cfg.seed, r, n_all, server.q)
-        if dpc is not None
-        else select_clients(cfg.seed, r, n_all, cfg.clients_per_round)
-    )
+    seeded = priv.noise_seed is not None
+    tree = dpc is not None and dpc.mechanism == "tree"
+    if tree:  # DP-FTRL: public participation, each client once a tree
+        tree_index, tree_pos, chosen = ftrl.tree_round(cfg.seed, r, n_all, cfg.clients_per_round)
+    else:
+        chosen = mech.round_clients(dpc is not None, seeded, cfg.seed, r, n_all, cfg.clients_per_round)
     tally = Tally()
     live = list(chosen)
     info: dict[str, float] = {}
@@ -324,10 +375,20 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
     contributions: dict[int, dict[str, torch.Tensor]] = {}
     secure = priv.secagg
     client_std = 0.0
+    honest = colluders = shared = 0
+    if not skipped and live and dpc is not None and secure and server.sigma and not tree:
+        shared = len(live)
+        t = priv.dropouts_for(len(live)) if len(live) >= 2 else 0
+        colluders = priv.colluders_for(len(live))
+        honest = mech.honest_floor(len(live), t, colluders)
+        if honest < 1:
+            skipped = (
+                f"distributed DP: {len(live)} clients with {t} dropouts and {colluders} colluders allowed leave no "
+                "honest client to carry the noise (the round is not run)"
+            )
+        else:
+            client_std = mech.share_std(server.sigma, dpc.clip, honest)
     if not skipped and live:
-        t = priv.dropouts_for(len(live)) if secure and len(live) >= 2 else 0
-        if dpc is not None and secure and server.sigma:
-            client_std = server.sigma * dpc.clip / math.sqrt(max(1, len(live) - t))
         msgs = {}
         for c in live:
             seed = derive_seed(cfg.seed, "client", r, c)
@@ -349,6 +410,7 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
                 continue
             tally.up += len(ans)
             if not secure:
+                tally.contributed.add(c)  # its clipped update reached the server in the clear
                 try:
                     contributions[c] = {n: v.double() for n, v in pl.decode(ans, spec).items()}
                 except ValueError as e:
@@ -366,11 +428,20 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
             else:
                 codec = RingCodec(priv.bits, len(live), bound)  # the session's
                 sums, live, why = _session(server, exchange, "upd", live, layout, bound, tally)
+                tally.contributed.update(live)  # their masked updates are in the sum
                 skipped = why if sums is None else ""
                 if sums is not None and weighted:  # the weights inside the sum, checked against their range
                     error = codec.error_bound(len(live))
                     skipped = check_weight_sums(sums, len(live), cap, error)
                     sums = None if skipped else sums
+                if sums is not None and honest and len(live) < honest + colluders:
+                    # more than t dropped: the honest survivors' shares fall short of the calibrated noise
+                    sums = None
+                    skipped = (
+                        f"distributed DP: {shared - len(live)} of {shared} clients dropped, more than the noise "
+                        "shares were calibrated for; the sum is not released (it would carry less than the "
+                        "calibrated noise)"
+                    )
         else:
             clip_bound = dpc.clip if dpc is not None else None
             sums = {n: torch.zeros(s, dtype=torch.float64) for n, s in layout.items()}
@@ -378,9 +449,14 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
                 x = contributions[c] if clip_bound is None else dp.clip(contributions[c], clip_bound)
                 for name in sums:
                     sums[name] += x[name]
-            if dpc is not None and server.sigma:  # central DP: the server adds the noise (a round of nobody too)
+            if dpc is not None and server.sigma and not tree:  # central DP: the server adds the noise
                 for name, z in dp.gaussian_like(sums, server.sigma * dpc.clip, server.noise_generator).items():
-                    sums[name] += z
+                    sums[name] += z  # (a round of nobody too)
+    if sums is not None and tree and dpc is not None and server.sigma:  # DP-FTRL: the server adds the tree's noise
+        shapes = {n: tuple(t.shape) for n, t in sums.items()}
+        seed = int(state[ftrl.TREE_SEED])
+        for name, z in ftrl.round_noise(seed, tree_index, tree_pos, shapes, server.sigma * dpc.clip).items():
+            sums[name] += z
 
     if sums is not None:
         den = server.q * n_all if dpc is not None else None
@@ -388,12 +464,14 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
             server.state = form.finish(state, sums, den, rows=rows)
         else:
             server.state = form.finish(state, sums, den)
-    if dpc is not None and server.sigma is not None:
-        info.update(
-            epsilon=dp.epsilon(server.q, server.sigma, r + 1, dpc.delta, dpc.accountant),
-            delta=dpc.delta,
-            noise_multiplier=server.sigma,
-        )
+    if tree and server.sigma is not None:
+        info.update(mech.tree_record(tree_index, server.sigma, seeded), delta=dpc.delta)  # type: ignore[union-attr]
+    elif dpc is not None and server.sigma is not None:
+        info.update(mech.poisson_record(server.q, server.sigma, seeded, server.unrunnable), delta=dpc.delta)
+        if sums is not None and secure:
+            info.update(mech.distributed_record(server.sigma, honest, len(live), colluders) if honest else {})
+        elif sums is not None:  # central: the server added the noise and saw every update
+            info.update({acct.SIGMA_RELEASE: server.sigma, acct.SIGMA_SERVER: 0.0})
     info.update(
         survivors=float(len(live) if sums is not None else 0),
         secagg_bytes_up=float(tally.secagg_up),
@@ -407,6 +485,7 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
         tally.up + tally.secagg_up,
         skipped=skipped,
         faults=sorted(tally.faults.items()),
+        contributed=sorted(tally.contributed),
     )
     rec.privacy = info
     rec.seconds = time.perf_counter() - t0

@@ -30,7 +30,8 @@ OPTIONAL = ("seeds", "repair")  # stages run only when a client broke the protoc
 class Tally:
     """A round's byte counts and failures. ``failed``: clients whose contribution is not in the
     round's sums (client -> why); ``faults``: clients whose contribution is in them although they sent
-    a malformed SecAgg+ message afterwards (client -> what)."""
+    a malformed SecAgg+ message afterwards (client -> what); ``contributed``: clients whose update
+    reached the server (in the clear, or masked into a released sum), what DP accounting counts."""
 
     down: int = 0
     up: int = 0
@@ -38,6 +39,7 @@ class Tally:
     secagg_up: int = 0
     failed: dict[int, str] = field(default_factory=dict)
     faults: dict[int, str] = field(default_factory=dict)
+    contributed: set[int] = field(default_factory=set)
 
 
 def session_header(params: SecAggParams, bound: float) -> pl.Payload:

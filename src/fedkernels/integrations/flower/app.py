@@ -57,6 +57,8 @@ PRIVACY_KEYS = (
     "dp-noise",
     "target-epsilon",
     "dp-delta",
+    "dp-mechanism",
+    "dp-seeded",
 )
 # keys of a mechanism that was removed (server-side DP of the class embeddings: it noised only the rows some
 # chosen client touched, so it was no DP mechanism); a run config that sets one is refused, never ignored
@@ -119,29 +121,32 @@ def run_config_from(context: Context, **defaults: object) -> RunConfig:
     max_up = int(get("max-upload-bytes", base.max_upload_bytes or 0))  # type: ignore[call-overload]
     eval_clients = int(get("eval-clients", base.eval_clients or 0))  # type: ignore[call-overload]
     ks = get("eval-k", ",".join(str(k) for k in base.eval_k))
-    dp_sgd = {"dp_sample_clip": t.dp_sample_clip, "dp_sample_noise": t.dp_sample_noise}
+    dp_sgd = {"dp_sample_clip": t.dp_sample_clip, "dp_sample_noise": t.dp_sample_noise, "dp_seeded": False}
     dp_sgd.update(run_config_settings(context, dp_sgd))  # type: ignore[arg-type]
     check_dp_sgd(dp_sgd["dp_sample_clip"], dp_sgd["dp_sample_noise"], flower_spelling)
+    if not isinstance(dp_sgd["dp_seeded"], bool):
+        raise ValueError(f"dp-seeded must be true or false, got {dp_sgd['dp_seeded']!r}")
     return RunConfig(
-        rounds=int(get("rounds", base.rounds)),  # type: ignore[call-overload]
-        clients_per_round=int(get("clients-per-round", base.clients_per_round)),  # type: ignore[call-overload]
-        seed=int(get("seed", base.seed)),  # type: ignore[call-overload]
+        rounds=int(get("rounds", base.rounds)),
+        clients_per_round=int(get("clients-per-round", base.clients_per_round)),
+        seed=int(get("seed", base.seed)),
         client_timeout=timeout or None,
         checkpoint=str(get("checkpoint", base.checkpoint or "")) or None,
         max_upload_bytes=max_up or None,
-        eval_every=int(get("eval-every", base.eval_every)),  # type: ignore[call-overload]
+        eval_every=int(get("eval-every", base.eval_every)),
         eval_k=tuple(int(k) for k in str(ks).split(",") if k.strip()),
         eval_clients=eval_clients or None,
         device=str(get("device", base.device)),
         train=TrainConfig(
-            epochs=int(get("epochs", t.epochs)),  # type: ignore[call-overload]
-            batch_size=int(get("batch-size", t.batch_size)),  # type: ignore[call-overload]
-            lr=float(get("lr", t.lr)),  # type: ignore[arg-type]
+            epochs=int(get("epochs", t.epochs)),
+            batch_size=int(get("batch-size", t.batch_size)),
+            lr=float(get("lr", t.lr)),
             optimizer=str(get("optimizer", t.optimizer)),
-            weight_decay=float(get("weight-decay", t.weight_decay)),  # type: ignore[arg-type]
+            weight_decay=float(get("weight-decay", t.weight_decay)),
             autocast=str(get("autocast", t.autocast)),
             dp_sample_clip=None if dp_sgd["dp_sample_clip"] is None else float(dp_sgd["dp_sample_clip"]),
-            dp_sample_noise=float(dp_sgd["dp_sample_noise"]),  # type: ignore[arg-type]
+            dp_sample_noise=float(dp_sgd["dp_sample_noise"]),
+            dp_sample_seeded=bool(dp_sgd["dp_seeded"]) and dp_sgd["dp_sample_clip"] is not None,
         ),
     )
 

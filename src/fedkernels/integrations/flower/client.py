@@ -44,6 +44,7 @@ _HEADER_RUN_FIELDS = (
     "autocast",
     "dp-sample-clip",
     "dp-sample-noise",
+    "dp-sample-seeded",
 )
 
 
@@ -98,6 +99,7 @@ def train_config(header: ConfigRecord) -> TrainConfig:
         pr.str_field(header, "autocast"),
         dp_sample_clip=clip or None,
         dp_sample_noise=noise,
+        dp_sample_seeded=bool(pr.int_field(header, "dp-sample-seeded")),
     )
 
 

@@ -27,12 +27,25 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 from flwr.serverapp import Grid
 
 from ...fl import payload as pl
+from ...fl.evaluation import MAX_EXAMPLES
 from ...fl.privacy import dp
-from ...fl.privacy.server import PrivacyConfig, check_private, evaluate_privately, private_round
+from ...fl.privacy.accounting import RunAccountant, make_accountant
+from ...fl.privacy.client import COUNT, NUM_EXAMPLES
+from ...fl.privacy.mechanism import published_record
+from ...fl.privacy.server import (
+    PrivacyConfig,
+    calibrated_sigma,
+    check_private,
+    evaluate_privately,
+    privacy_entries,
+    private_round,
+    unrunnable_chance,
+)
 from ...fl.privacy_settings import SETTINGS, privacy_settings
 from ...fl.round import Answer, ClientFailed, client_seed
 from ...fl.server import RunConfig
@@ -42,6 +55,10 @@ from .app import REMOVED_PRIVACY_KEYS, flower_spelling, run_config_settings
 from .nodes import GONE
 from .records import ArrayCache, payload_to_record
 from .server import FlowerStrategy
+
+EMPTY = pl.encode({})  # a count message carries no tensors
+# the reply to a count message: one client's example count (DP-SGD's accounting asks for it)
+COUNT_SPEC = pl.PayloadSpec({NUM_EXAMPLES: pl.TensorSpec(torch.int64, (1,), min_value=0, max_value=MAX_EXAMPLES)})
 
 AfterExchange = Callable[[str, int], None]
 
@@ -73,11 +90,13 @@ class PrivateFlowerStrategy(FlowerStrategy):
         **flower: Any,
     ) -> None:
         self.form = check_private(strategy, privacy, min(config.clients_per_round, num_clients))
-        super().__init__(strategy, num_features, num_classes, num_clients, config, **flower)
-        self.state = self.form.with_initial_entries(self.state)  # before any checkpoint is read
         self.privacy = privacy
+        self._counts: dict[int, tuple[int, int]] = {}  # client -> (the node that reported it, its count)
+        super().__init__(strategy, num_features, num_classes, num_clients, config, **flower)
+        self.state = {**privacy_entries(privacy), **self.form.with_initial_entries(self.state)}  # before a checkpoint
         self.q = config.clients_per_round / num_clients
-        self.sigma = privacy.dp.noise_multiplier(self.q, config.rounds) if privacy.dp is not None else None
+        self.sigma = calibrated_sigma(privacy, config, num_clients)
+        self.unrunnable = unrunnable_chance(privacy, config, num_clients)
         self.noise_generator = dp.noise_generator(privacy.noise_seed)
         self.after_exchange = after_exchange
 
@@ -98,16 +117,27 @@ class PrivateFlowerStrategy(FlowerStrategy):
         if self._refreshed != r:
             self._refresh(grid, r)
         rec = private_round(self, functools.partial(self.exchange_private, grid))
-        self.history.append(rec)
+        if self.accountant is not None and self.accountant.dp_sgd is not None:
+            self.example_counts([c for c in rec.contributed if c not in self._counts])  # their batch rates
+        self.record(rec)
+        shown = published_record(rec)  # a secret sample's ids and counts stay out of the run's metrics
         metrics: dict[str, int | float | list[int] | list[float]] = {
-            "clients-ok": len(rec.clients) - len(rec.failed),
-            "clients-failed": len(rec.failed),
-            "bytes-up": rec.bytes_up,
-            "bytes-down": rec.bytes_down,
-            "skipped": int(bool(rec.skipped)),
+            "clients-ok": len(shown.clients) - len(shown.failed),
+            "clients-failed": len(shown.failed),
+            "bytes-up": shown.bytes_up,
+            "bytes-down": shown.bytes_down,
+            "skipped": int(bool(shown.skipped)),
         }
-        metrics.update({k: v for k, v in rec.privacy.items() if v == v and abs(v) != float("inf")})
+        metrics.update({k: v for k, v in shown.privacy.items() if v == v and abs(v) != float("inf")})
         return MetricRecord(metrics)
+
+    def new_accountant(self) -> RunAccountant | None:
+        """Client-level (the privacy config's DP) and sample-level (DP-SGD) accounting."""
+        return make_accountant(self.config.train, self.privacy, self.config.sample_delta, self.examples_of)
+
+    def examples_of(self, client: int) -> int | None:
+        """``client``'s example count: the one it answered a count message with, else reported before."""
+        return self._counts[client][1] if client in self._counts else self.examples.get(client)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -144,6 +174,34 @@ class PrivateFlowerStrategy(FlowerStrategy):
         if self.history:
             self.history[-1].metrics.update({f"fed-{k}": v for k, v in metrics.items()})
         return MetricRecord(dict(metrics)) if metrics else None
+
+    def example_counts(self, clients: list[int]) -> dict[int, int | BaseException]:
+        """The clients' example counts, for DP-SGD's sample-level accounting only (each client's batch
+        rate is batch / its count; weights never need them: clients weigh themselves): asked with a
+        ``count`` message the first time a client is chosen and again when another node serves it, else
+        remembered."""
+        node_of = self.nodes.node_of
+        need = [c for c in clients if c not in self._counts or node_of.get(c) not in (None, self._counts[c][0])]
+        out: dict[int, int | BaseException] = {}
+        if need and self._grid is not None:
+            answers = self.exchange_private(
+                self._grid, COUNT, self.round, dict.fromkeys(need, EMPTY), COUNT_SPEC.byte_limit()
+            )
+            for c in need:
+                ans = answers.get(c)
+                if isinstance(ans, BaseException) or not ans:
+                    out[c] = ans if isinstance(ans, BaseException) else ClientFailed("sent nothing")
+                    continue
+                try:
+                    n = int(pl.decode(ans, COUNT_SPEC)[NUM_EXAMPLES][0])
+                except pl.PayloadError as e:
+                    out[c] = e
+                    continue
+                self._counts[c] = (self.nodes.node_of[c], n)
+        for c in clients:
+            if c not in out:
+                out[c] = self._counts[c][1] if c in self._counts else ClientFailed(self.nodes.failure(c))
+        return out
 
     # ---- the transport -------------------------------------------------------------------------------
     def exchange_private(
@@ -202,4 +260,5 @@ def privacy_config_from(context: Context) -> PrivacyConfig | None:
         if "num-clients" in c:
             per_round = min(per_round, int(c["num-clients"]))
     names = [n for n in SETTINGS if not n.startswith("dp_sample")]  # DP-SGD's are local training's (app.py)
-    return privacy_settings(run_config_settings(context, names), flower_spelling, per_round).privacy
+    seed = int(c.get("seed", 0))
+    return privacy_settings(run_config_settings(context, names), flower_spelling, per_round, seed=seed).privacy

@@ -26,6 +26,7 @@ from ...fl import payload as pl
 from ...fl.checkpoint import clean_stale_temps, load_checkpoint, save_checkpoint
 from ...fl.client import ROUND_TAG
 from ...fl.device import resolve_device, to_device
+from ...fl.privacy_settings import check_dp_sgd, check_strategy_dp
 from ...fl.round import (
     Answer,
     ClientFailed,
@@ -49,6 +50,9 @@ MAX_IDENTIFY_TRIES = 3  # a node that does not answer the identify query this of
 DEFAULT_STARTUP_GRACE = 30.0
 CentralEvaluate = Callable[[int, ArrayRecord], MetricRecord | None]
 OnRound = Callable[[RoundRecord], None]
+
+
+EXAMPLES = "examples."  # + client id: a DP-SGD round's record keeps each contributor's example count
 
 
 class FlowerStrategy(_FlowerStrategy):
@@ -117,6 +121,8 @@ class FlowerStrategy(_FlowerStrategy):
             raise ValueError(f"eval_clients must be >= 1 or None, got {config.eval_clients}")
         if config.client_weighting not in ("samples", "uniform"):
             raise ValueError(f"client_weighting must be 'samples' or 'uniform', got {config.client_weighting!r}")
+        check_dp_sgd(config.train.dp_sample_clip, config.train.dp_sample_noise, "train.{}".format)
+        check_strategy_dp(strategy, False, config.train.dp_sample_clip is not None)
         if not startup_grace >= 0:
             raise ValueError(f"startup_grace must be >= 0, got {startup_grace}")
         if max_in_flight is not None and max_in_flight < 1:
@@ -129,6 +135,8 @@ class FlowerStrategy(_FlowerStrategy):
         init = strategy.init_state(num_features, num_classes, derive_seed(config.seed, "init"))
         self.state: State = to_device(init, self.device)
         self.history: list[RoundRecord] = []
+        self.examples: dict[int, int] = {}  # client -> the example count it last reported
+        self.accountant = self.new_accountant()  # None: the run has no DP to account
         self.nodes = NodeRegistry(num_clients, partition_keys)
         self.identity = pr.run_identity(strategy)
         self.digest = pr.identity_digest(self.identity)
@@ -280,8 +288,9 @@ class FlowerStrategy(_FlowerStrategy):
             answers[c], n = self._payload(c, reply, functools.partial(rnd.upload_limit, c), weighted=True)
             if n is not None:
                 weights[c] = int(n > 0) if uniform else n
+                self.examples[c] = n
         self.state, rec = rnd.finish(answers, weights)
-        self.history.append(rec)
+        self.record(rec)
         return None, MetricRecord(
             {
                 "clients-ok": len(rec.clients) - len(rec.failed),
@@ -291,6 +300,31 @@ class FlowerStrategy(_FlowerStrategy):
                 "aggregate-seconds": time.perf_counter() - t0,
             }
         )
+
+    def record(self, rec: RoundRecord) -> None:
+        """Append a finished round to the history, with its privacy accounted (as the in-process
+        :meth:`fedkernels.fl.Server.record`)."""
+        if self.accountant is not None:
+            if self.accountant.dp_sgd is not None:  # the counts a resumed run's accounting needs again
+                for c in rec.contributed:
+                    n = self.examples_of(c)
+                    if n is not None:
+                        rec.privacy[f"{EXAMPLES}{c}"] = float(n)
+            self.accountant.add(rec)
+        self.history.append(rec)
+
+    def new_accountant(self):  # -> RunAccountant | None (the class needs the extra fedkernels[privacy])
+        """The run's DP accountant (None without DP): here DP-SGD's sample-level epsilon, from the example
+        counts the clients report with their uploads."""
+        if self.config.train.dp_sample_clip is None:
+            return None
+        from ...fl.privacy.accounting import make_accountant
+
+        return make_accountant(self.config.train, None, self.config.sample_delta, self.examples_of)
+
+    def examples_of(self, client: int) -> int | None:
+        """The example count ``client`` reported (sample-level accounting's batch rate; None: unknown)."""
+        return self.examples.get(client)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -357,6 +391,14 @@ class FlowerStrategy(_FlowerStrategy):
         self.state = to_device(state, self.device)  # checkpoints hold host tensors
         self.history = [record_from_json(h) for h in meta["history"]]
         self.resumed_from = len(self.history)
+        for rec in self.history:
+            for key, n in rec.privacy.items():
+                if key.startswith(EXAMPLES):
+                    self.examples[int(key[len(EXAMPLES) :])] = int(n)
+        self.accountant = self.new_accountant()  # composes the checkpoint's rounds, whatever this run's flags
+        if self.accountant is not None:
+            for rec in self.history:
+                self.accountant.add(rec)
 
     # ---- the fedkernels protocol -------------------------------------------------------------------
     def _message(
@@ -390,6 +432,7 @@ class FlowerStrategy(_FlowerStrategy):
                 "autocast": t.autocast,
                 "dp-sample-clip": float(t.dp_sample_clip or 0.0),  # 0: no DP-SGD
                 "dp-sample-noise": float(t.dp_sample_noise),
+                "dp-sample-seeded": int(t.dp_sample_seeded),
                 **extra,
             }
         )
