@@ -28,25 +28,36 @@ from pathlib import Path
 import torch
 
 from fedkernels.fl import payload as pl
-from fedkernels.fl.privacy.client import session_header
 from fedkernels.fl.privacy.ring import RingCodec
-from fedkernels.fl.privacy.secagg import SecAggClient, SecAggParams, SecAggServer, default_degree
+from fedkernels.fl.privacy.secagg import SecAggClient, SecAggParams, SecAggServer
+from fedkernels.fl.privacy.secagg_params import graph_params
+from fedkernels.fl.privacy.session import session_header
+
+STAGES = ("advertise", "share", "masked", "seeds", "unmask", "repair")
 
 
-def session_cost(n: int, length: int, bits: int = 32, drop: int = 0, degree: int | None = None) -> dict:
-    """One session; ``drop`` clients leave after sharing keys (their masks are rebuilt); ``degree``:
-    neighbours per client (None: SecAgg+'s default for n)."""
-    k = default_degree(n) if degree is None else min(degree, n - 1)
-    t = k - k // 2 - 1
-    params = SecAggParams(tuple(range(n)), length, bits, t, 1, b"bench", k)
+def session_cost(
+    n: int,
+    length: int,
+    bits: int = 32,
+    drop: int = 0,
+    degree: int | None = None,
+    corrupt: float = 0.1,
+    dropout: float = 0.1,
+) -> dict:
+    """One session; ``drop`` clients leave after sharing keys (their masks are rebuilt from their
+    shares); the graph is the threat model's for n (``corrupt``, ``dropout``), or ``degree``
+    neighbours with the smallest safe threshold."""
+    g = graph_params(n, corrupt, dropout, degree)
+    params = SecAggParams(tuple(range(n)), length, bits, g.k, g.threshold, 1, b"bench")
     codec = RingCodec(bits, n, 4.0)
     x = codec.encode(torch.randn(length) * 0.1)
     srv = SecAggServer(params)
     clients = {c: SecAggClient(c, params) for c in range(n)}
-    up = {s: 0 for s in ("advertise", "share", "masked", "unmask")}
+    up = dict.fromkeys(STAGES, 0)
     down = dict(up)
-    client_s = dict.fromkeys(up, 0.0)
-    server_s = dict.fromkeys(up, 0.0)
+    client_s = dict.fromkeys(STAGES, 0.0)
+    server_s = dict.fromkeys(STAGES, 0.0)
     dropped = set(range(drop))
 
     def stage(name, messages, answer, take):
@@ -54,7 +65,7 @@ def session_cost(n: int, length: int, bits: int = 32, drop: int = 0, degree: int
         msgs = {c: pl.encode(m) for c, m in messages().items()}
         server_s[name] += time.perf_counter() - t0
         for c, raw in msgs.items():
-            if name == "masked" and c in dropped:
+            if name in ("masked", "unmask") and c in dropped:
                 continue
             down[name] += len(raw)
             t0 = time.perf_counter()
@@ -69,7 +80,9 @@ def session_cost(n: int, length: int, bits: int = 32, drop: int = 0, degree: int
     stage("advertise", lambda: dict.fromkeys(range(n), header), lambda c, m: clients[c].advertise(), srv.take_advertise)
     stage("share", srv.share_messages, lambda c, m: clients[c].share_keys(m), srv.take_shares)
     stage("masked", srv.masked_messages, lambda c, m: clients[c].masked_input(m, x), srv.take_masked)
+    stage("seeds", srv.seeds_messages, lambda c, m: clients[c].seeds(m), srv.take_seeds)
     stage("unmask", srv.unmask_messages, lambda c, m: clients[c].unmask(m), srv.take_unmask)
+    stage("repair", srv.repair_messages, lambda c, m: clients[c].seeds(m), srv.take_seeds)
     t0 = time.perf_counter()
     srv.result()
     server_s["result"] = time.perf_counter() - t0
@@ -84,9 +97,11 @@ def session_cost(n: int, length: int, bits: int = 32, drop: int = 0, degree: int
     return {
         "clients": n,
         "length": length,
-        "degree": k,
-        "threshold": params.threshold,
-        "max_dropouts": t,
+        "degree": g.k,
+        "threshold": g.threshold,
+        "max_dropouts": g.max_dropouts,
+        "corrupt_fraction": corrupt,
+        "dropout_fraction": dropout,
         "dropped": drop,
         "client_bytes_up": sum(up.values()) / n,
         "client_bytes_down": sum(down.values()) / n,
@@ -101,16 +116,19 @@ def session_cost(n: int, length: int, bits: int = 32, drop: int = 0, degree: int
 def cmd_cost(args) -> None:
     rows = []
     for n, degree in [(n, d) for n in args.clients for d in (args.degree or [None])]:
-        r = session_cost(n, args.length, drop=args.drop if n > 10 else 0, degree=degree)
+        r = session_cost(
+            n, args.length, drop=args.drop if n > 10 else 0, degree=degree, corrupt=args.corrupt, dropout=args.dropout
+        )
         r["load_average"] = os.getloadavg()
         rows.append(r)
         cs = sum(r["client_seconds"].values())
+        rebuild = r["server_seconds"]["repair"] + r["server_seconds"]["result"]  # secrets rebuilt, masks removed
         print(
-            f"n={n:5d} k={r['degree']:3d} t={r['max_dropouts']:3d} | client up {r['client_bytes_up'] / 1e3:8.1f} kB "
-            f"(plain {r['plain_client_bytes_up'] / 1e3:.1f}) down {r['client_bytes_down'] / 1e3:8.1f} kB | client "
-            f"{cs:.3f} s (masking {r['client_seconds']['masked']:.3f}) | server {r['server_seconds_total']:.2f} s "
-            f"(unmask {r['server_seconds']['result']:.2f}; plain sum {r['plain_server_seconds']:.4f}) "
-            f"| load {os.getloadavg()[0]:.1f}",
+            f"n={n:5d} k={r['degree']:3d} threshold={r['threshold']:3d} | client up "
+            f"{r['client_bytes_up'] / 1e3:8.1f} kB (plain {r['plain_client_bytes_up'] / 1e3:.1f}) down "
+            f"{r['client_bytes_down'] / 1e3:8.1f} kB | client {cs:.3f} s (masking {r['client_seconds']['masked']:.3f}) "
+            f"| server {r['server_seconds_total']:.2f} s (unmasking {rebuild:.2f}; plain sum "
+            f"{r['plain_server_seconds']:.4f}) | load {os.getloadavg()[0]:.1f}",
             flush=True,
         )
         out = {"load_average": os.getloadavg(), "length": args.length, "rows": rows}
@@ -285,7 +303,9 @@ def main() -> None:
     c.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000])
     c.add_argument("--length", type=int, default=10_000)
     c.add_argument("--drop", type=int, default=2, help="clients that drop before their masked input (n > 10)")
-    c.add_argument("--degree", type=int, nargs="+", help="neighbours per client, each (default: SecAgg+'s for n)")
+    c.add_argument("--degree", type=int, nargs="+", help="neighbours per client, each (default: the threat model's)")
+    c.add_argument("--corrupt", type=float, default=0.1, help="the threat model's colluding fraction")
+    c.add_argument("--dropout", type=float, default=0.1, help="the threat model's dropout fraction")
     c.add_argument("--out")
     e = sub.add_parser("epsilon")
     e.add_argument("--datasets", nargs="+", required=True)
@@ -314,7 +334,9 @@ def main() -> None:
     if args.cmd is None:
         if not args.quick:
             p.error("choose a command (cost, epsilon, rows) or --quick")
-        args = argparse.Namespace(clients=[10], length=1000, drop=2, degree=None, out=args.quick_out)
+        args = argparse.Namespace(
+            clients=[10], length=1000, drop=2, degree=None, corrupt=0.1, dropout=0.1, out=args.quick_out
+        )
         cmd_cost(args)
         return
     {"cost": cmd_cost, "epsilon": cmd_epsilon, "rows": cmd_rows, "plot": cmd_plot}[args.cmd](args)

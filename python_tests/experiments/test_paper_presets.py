@@ -59,3 +59,20 @@ def test_l2_normalize_option_reaches_the_features(tmp_path, l2):
 def test_l2_normalize_must_be_bool():
     with pytest.raises(ValueError, match="l2_normalize"):
         ExperimentConfig(l2_normalize="no").validate()
+
+
+def test_no_preset_ships_a_client_secret():
+    """Issue 41 item 15: the FedAwS/FedALC presets shipped client_secret = "0123456789abcdef"; anyone
+    holding the preset (the server included) could map FedALC's opaque label tokens back to label ids
+    (all 159 on Bibtex, with its public label statistics). No preset holds one now, and a run built
+    from a preset draws a fresh secret from OS randomness each time."""
+    from fedkernels.fl.registry import make_strategy
+
+    for path in sorted(PRESETS.glob("*.toml")):
+        data = tomllib.loads(path.read_text())
+        for name, options in data.get("algorithm_options", {}).items():
+            assert "client_secret" not in options and "client_secret_file" not in options, (path.name, name)
+    data = tomllib.loads((PRESETS / "fedalc-bibtex.toml").read_text())
+    options = data["algorithm_options"]["FedALC"]
+    a, b = make_strategy("FedALC", **options), make_strategy("FedALC", **options)
+    assert a._secret != b._secret

@@ -106,10 +106,23 @@ def test_propensity_outside_the_model_is_refused(a, b, match):
 
 
 def test_accepted_propensities_give_weights_the_metrics_take():
-    for a, b in ((0.55, 1.5), (0.6, 2.6), (0.5, 0.4), (5.0, 1e-6)):
+    for a, b in ((0.55, 1.5), (0.6, 2.6), (0.5, 0.4), (5.0, 1e-6), (2000.0, 2.0**64)):
         check_propensity(a, b)
         w = inverse_propensity(torch.tensor([0.0, 1.0, 1e6]), 2**40, a, b)
         assert bool(torch.isfinite(w).all()) and float(w.max()) <= MAX_INV_PROPENSITY
+
+
+def test_a_huge_accepted_b_weighs_as_the_formula_says_not_an_overflow():
+    """The fuzzer's find: A = 2000, B = 2**64 passes the model check ((B + 1)^A / B^A stays bounded),
+    but (B + 1)^A alone overflowed a float. The weights are the formula's, taken in exact arithmetic."""
+    from fractions import Fraction
+
+    a, b, n = 2000.0, 2.0**64, 100
+    w = inverse_propensity(torch.tensor([0.0, 5.0]), n, a, b)
+    for count, got in zip((0, 5), w.tolist(), strict=True):
+        ratio = (Fraction(b) + 1) / (Fraction(b) + count)  # (B + 1)^A / (N_l + B)^A = ratio^A
+        want = 1.0 + (math.log(n) - 1.0) * math.exp(a * math.log(ratio))
+        assert got == pytest.approx(want, rel=1e-12)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0.0, -1.0])

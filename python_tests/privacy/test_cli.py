@@ -40,6 +40,14 @@ MISSING = "/nonexistent/dataset/never/read"
             ["--dp-clip", "1", "--dp-noise", "1", "--algorithms", "L1Diff", "--option", "L1Diff.gamma_rel=0.3"],
             "gamma_rel",
         ),
+        # issue 41 item 14: SecAgg+ settings that cannot be secure and correct for the round's clients
+        # (before, every round was skipped and the run exited 0 with the untrained model's metrics)
+        (["--secagg", "--secagg-degree", "3", "--clients-per-round", "10"], "degree must be even"),
+        (["--secagg", "--secagg-dropouts", "50", "--clients-per-round", "10"], "max_dropouts 50"),
+        (["--secagg", "--secagg-corrupt-fraction", "0.5", "--clients-per-round", "10"], "no SecAgg+ graph"),
+        (["--secagg", "--secagg-dropout-fraction", "1"], "secagg_dropout_fraction must be a finite number in [0, 1)"),
+        (["--secagg", "--secagg-weight-cap", "0"], "secagg_weight_cap must be a finite number in [1, "),
+        (["--secagg", "--secagg-bits", "8", "--clients", "40", "--clients-per-round", "40"], "cannot hold the sum"),
     ],
 )
 def test_bad_privacy_flags_fail_before_the_data_is_read(flags, message, capsys):
@@ -70,7 +78,7 @@ def test_tiny_private_run_reports_epsilon_every_round(tmp_path, capsys):
 
 def test_l1diff_public_segments_from_the_cli_shrink_the_segmented_rounds_uploads(tmp_path, capsys):
     out = tmp_path / "o"
-    argv = ["run", "--algorithms", "L1Diff", "--rounds", "3", "--clients", "6", "--clients-per-round", "3"]
+    argv = ["run", "--algorithms", "L1Diff", "--rounds", "3", "--clients", "6", "--clients-per-round", "4"]
     argv += ["--option", "L1Diff.gamma=0.05", "--output", str(out), "--no-progress", "--threads", "1"]
     argv += ["--secagg", "--l1diff-segments", "3", "--eval-every", "3"]
     assert main(argv) == 0

@@ -201,8 +201,10 @@ def inverse_propensity(label_counts: torch.Tensor, num_samples: int, a: float = 
     n_l = torch.as_tensor(label_counts, dtype=torch.float64)
     if n_l.numel() and not bool(torch.isfinite(n_l).all() and (n_l >= 0).all()):
         raise ValueError("label_counts must be finite and >= 0")
-    c = (math.log(num_samples) - 1.0) * (b + 1.0) ** a
-    return 1.0 + c * torch.exp(-a * torch.log(n_l + b))
+    # C exp(-A log(N_l + B)) in log space: (B + 1)^A alone overflows for a large B that check_propensity
+    # accepts (its ratio to (N_l + B)^A is what stays bounded)
+    log_ratio = a * (math.log1p(b) - torch.log(n_l + b))
+    return 1.0 + (math.log(num_samples) - 1.0) * torch.exp(log_ratio)
 
 
 MAX_INV_PROPENSITY = 1e250

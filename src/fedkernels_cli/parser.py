@@ -46,10 +46,28 @@ RUN_FLAGS: dict[str, tuple[type, str]] = {
     "device": (str, "where training, aggregation and evaluation run: cpu | cuda | cuda:N"),
     "autocast": (str, "mixed precision of local training: off | bf16 (state and aggregation stay float32)"),
     # privacy (docs/api/privacy.md); --secagg is a switch, below
-    "secagg_dropouts": (int, "SecAgg+: dropouts always tolerated per session (default: the most the graph allows)"),
+    "secagg_corrupt_fraction": (
+        float,
+        "SecAgg+ threat model: the share of a round's clients that may collude with the server (default 0.1)",
+    ),
+    "secagg_dropout_fraction": (
+        float,
+        "SecAgg+ threat model: the share of a round's clients that may drop out, sum still recovered (default 0.1)",
+    ),
+    "secagg_dropouts": (
+        int,
+        "SecAgg+: an explicit k - threshold (default: the smallest safe threshold for the threat model), checked",
+    ),
     "secagg_bits": (int, "SecAgg+: the ring is Z_2^bits (32: 4 bytes a value)"),
     "secagg_bound": (float, "SecAgg+ without DP: each contributed value is clamped to [-bound, bound]"),
-    "secagg_degree": (int, "SecAgg+: neighbours per client (default ~3 log2 n, everyone up to 17 clients)"),
+    "secagg_degree": (
+        int,
+        "SecAgg+: an explicit neighbour count k (default: the smallest safe one for the threat model), checked",
+    ),
+    "secagg_weight_cap": (
+        float,
+        "SecAgg+ without DP: a client weighs itself by min(examples, cap) / cap, masked (default 4096)",
+    ),
     "l1diff_segments": (
         int,
         "L1Diff under --secagg/--dp-*: every K-th round dense, the K-1 between one value per public segment "

@@ -144,6 +144,11 @@ class ExperimentConfig:
     secagg_bits: int = RUN_DEFAULTS["secagg_bits"]
     secagg_bound: float = RUN_DEFAULTS["secagg_bound"]
     secagg_degree: int | None = RUN_DEFAULTS["secagg_degree"]
+    # the SecAgg+ threat model (docs/api/privacy.md): colluding and dropping-out shares of a round's
+    # clients, from which the graph is chosen; a client's weight cap in weighted secure rounds
+    secagg_corrupt_fraction: float = RUN_DEFAULTS["secagg_corrupt_fraction"]
+    secagg_dropout_fraction: float = RUN_DEFAULTS["secagg_dropout_fraction"]
+    secagg_weight_cap: float = RUN_DEFAULTS["secagg_weight_cap"]
     # L1Diff in private rounds: every K-th round dense, the K - 1 between one value per public segment
     l1diff_segments: int = RUN_DEFAULTS["l1diff_segments"]
     dp_clip: float | None = RUN_DEFAULTS["dp_clip"]
@@ -585,8 +590,12 @@ def _after_round(server: Server, rec: RoundRecord, cfg: ExperimentConfig, data: 
 def evaluate_held_out(server: Server, held_out: list[ClientData], cfg: ExperimentConfig) -> dict[str, float]:
     """The per-client metrics: each client's held-out rows ranked by the model it would use
     (:meth:`~fedkernels.fl.Server.evaluate_clients`); for a run over other clients than the held-out
-    sets' (the centralised bound), the global model on every set, weighted by its rows."""
+    sets' (the centralised bound), the global model on every set, weighted by its rows. Under secure
+    aggregation every client ranks its own set and the reports are summed by SecAgg+
+    (:meth:`~fedkernels.fl.privacy.PrivateServer.evaluate_federated`): no report leaves a client alone."""
     if len(held_out) == len(server.clients):
+        if getattr(getattr(server, "privacy", None), "secagg", False):
+            return server.evaluate_federated(held_out, tuple(cfg.ks))[0]
         return server.evaluate_clients(held_out, tuple(cfg.ks))
     sums: dict[str, float] = {}
     total = 0
@@ -695,14 +704,23 @@ def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
         raise ValueError(f"privacy options need the extra fedkernels[privacy] ({e})") from None
     from ..fl.privacy.server import check_private
 
-    settings = privacy_settings(values, seed=cfg.seed)
+    settings = privacy_settings(values, clients_per_round=_session_size(cfg), seed=cfg.seed)
     for strategy in built.values():  # the centralised bounds run with the same privacy
         check_strategy_dp(strategy, cfg.dp_clip is not None, cfg.dp_sample_clip is not None)
     if cfg.l1diff_segments and not any(canonical_name(n) == "L1Diff" for n in cfg.algorithms):
         raise ValueError("l1diff_segments applies to L1Diff, which the run does not have")
     if settings.privacy is not None:
         for name in cfg.algorithms:
-            check_private(built[canonical_name(name)], settings.privacy)  # L1DiffNetwork is refused here
+            # L1DiffNetwork is refused here, and SecAgg+ settings no graph makes secure and correct
+            check_private(built[canonical_name(name)], settings.privacy, _session_size(cfg))
+
+
+def _session_size(cfg: ExperimentConfig) -> int:
+    """The clients of a round (a secure-aggregation session): the partitions that make one client per
+    label set ``clients`` themselves."""
+    if cfg.partition in ("one_label", "primary_label"):
+        return cfg.clients_per_round
+    return min(cfg.clients_per_round, cfg.clients)
 
 
 def privacy_config(cfg: ExperimentConfig):

@@ -406,8 +406,10 @@ def check_record(rec: object, i: int, num_clients: object, path: str | Path) -> 
         return pl.PayloadError(f"checkpoint {path}: field '{field}' {what}")
 
     where = f"history[{i}]"
-    # ``contributed`` is absent from records written before it existed (record_from_json fills it in)
-    if not isinstance(rec, dict) or set(rec) - {"contributed"} != set(RECORD_FIELDS) - {"contributed"}:
+    # ``faults`` and ``contributed`` are absent from records written before they existed (record_from_json
+    # fills them in)
+    optional = {"faults", "contributed"}
+    if not isinstance(rec, dict) or set(rec) - optional != set(RECORD_FIELDS) - optional:
         raise bad(where, f"must be a record with exactly the fields {', '.join(RECORD_FIELDS)}")
     if rec["round"] != i or not _is_int(rec["round"]):
         raise bad(f"{where}.round", f"must be {i}, got {rec['round']!r}")
@@ -440,6 +442,12 @@ def check_record(rec: object, i: int, num_clients: object, path: str | Path) -> 
     privacy = rec["privacy"]
     if not isinstance(privacy, dict) or not all(isinstance(k, str) and _is_number(v) for k, v in privacy.items()):
         raise bad(f"{where}.privacy", f"must map names to numbers, got {privacy!r:.80}")
+    faults = rec.get("faults", [])
+    if not isinstance(faults, list) or not all(
+        isinstance(f, list) and len(f) == 2 and _is_int(f[0]) and f[0] in clients and isinstance(f[1], str)
+        for f in faults
+    ):
+        raise bad(f"{where}.faults", f"must be a list of [client, reason] of its clients, got {faults!r:.80}")
 
 
 def _read_metadata(data: bytes) -> dict[str, object]:

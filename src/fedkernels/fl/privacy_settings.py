@@ -30,6 +30,9 @@ SETTINGS = (
     "secagg_bits",
     "secagg_bound",
     "secagg_degree",
+    "secagg_corrupt_fraction",
+    "secagg_dropout_fraction",
+    "secagg_weight_cap",
     "l1diff_segments",
     "dp_clip",
     "dp_noise",
@@ -48,6 +51,9 @@ DEFAULTS: dict[str, Any] = {
     "secagg_bits": 32,
     "secagg_bound": 4.0,
     "secagg_degree": None,
+    "secagg_corrupt_fraction": 0.1,
+    "secagg_dropout_fraction": 0.1,
+    "secagg_weight_cap": 4096.0,
     "l1diff_segments": 0,
     "dp_clip": None,
     "dp_noise": None,
@@ -145,13 +151,18 @@ class PrivacySettings:
         return self.privacy is not None or self.dp_sample_clip is not None
 
 
-def privacy_settings(values: Mapping[str, Any], spell: Callable[[str], str] = str, seed: int = 0) -> PrivacySettings:
+def privacy_settings(
+    values: Mapping[str, Any], spell: Callable[[str], str] = str, clients_per_round: int | None = None, seed: int = 0
+) -> PrivacySettings:
     """Validate privacy settings and build what the run uses.
 
     Args:
         values: settings by their :data:`SETTINGS` names (missing ones take :data:`DEFAULTS`; an
             unknown name is an error).
         spell: how to name a setting in an error (e.g. ``lambda n: n.replace("_", "-")`` for Flower).
+        clients_per_round: with secure aggregation, the SecAgg+ graph of a round of this many clients
+            is checked too: settings no graph makes secure and correct for them (an odd degree, more
+            dropouts than neighbours, fractions too large for the session) are refused.
         seed: the run's seed: with ``dp_seeded`` the simulation's noise seed.
 
     Returns:
@@ -178,6 +189,9 @@ def privacy_settings(values: Mapping[str, Any], spell: Callable[[str], str] = st
     for name in ("secagg_dropouts", "secagg_degree"):
         if v[name] is not None:
             check_int(spell(name), v[name], low=0)
+    for name in ("secagg_corrupt_fraction", "secagg_dropout_fraction"):
+        check_real(spell(name), v[name], low=0.0, high=1.0, open_high=True)
+    check_real(spell("secagg_weight_cap"), v["secagg_weight_cap"], low=1.0, high=2.0**40)
     segments = check_int(spell("l1diff_segments"), v["l1diff_segments"], low=0)
     check_client_dp(v["dp_clip"], v["dp_noise"], v["target_epsilon"], v["dp_delta"], spell)
     check_dp_sgd(v["dp_sample_clip"], v["dp_sample_noise"], spell)
@@ -212,8 +226,16 @@ def privacy_settings(values: Mapping[str, Any], spell: Callable[[str], str] = st
         degree=v["secagg_degree"],
         l1diff_segments=segments,
         dp=dpc,
+        corrupt_fraction=float(v["secagg_corrupt_fraction"]),
+        dropout_fraction=float(v["secagg_dropout_fraction"]),
+        weight_cap=float(v["secagg_weight_cap"]),
         noise_seed=seed if seeded else None,
     )
+    if privacy.secagg and clients_per_round is not None:
+        try:
+            privacy.graph_for(clients_per_round)
+        except ValueError as e:
+            raise ValueError(f"{spell('secagg')} with {clients_per_round} clients a round: {e}") from None
     return PrivacySettings(privacy, sample_clip, float(v["dp_sample_noise"]), seeded)
 
 

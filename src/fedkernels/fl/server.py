@@ -452,6 +452,7 @@ def record_to_json(rec: RoundRecord) -> dict:
         "seconds": rec.seconds,
         "skipped": rec.skipped,
         "privacy": dict(rec.privacy),
+        "faults": [[c, why] for c, why in rec.faults],
         "contributed": list(rec.contributed),
     }
 
@@ -461,6 +462,7 @@ def record_from_json(d: dict) -> RoundRecord:
     counts every chosen client as a contributor (the bound DP accounting may assume)."""
     d = dict(d)
     d["failed"] = [(int(c), str(why)) for c, why in d["failed"]]
+    d["faults"] = [(int(c), str(why)) for c, why in d.get("faults", [])]
     d.setdefault("contributed", list(d["clients"]))
     return RoundRecord(**d)
 

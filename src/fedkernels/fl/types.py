@@ -57,6 +57,9 @@ class RoundRecord:
     # what the round released and the privacy accounted so far (fedkernels.fl.privacy.accounting): the
     # mechanism's parameters, epsilon per observer; private rounds also survivors and SecAgg+ bytes
     privacy: dict[str, float] = field(default_factory=dict)
+    # private rounds: clients whose contribution is in the sums although a later SecAgg+ message of
+    # theirs was refused (client, what), e.g. a share that fails its commitment at the unmask stage
+    faults: list[tuple[int, str]] = field(default_factory=list)
     # the clients whose trained update reached the server (in the clear or masked into a sum), ascending:
     # the rounds DP accounting counts for each client, whatever happened to the update afterwards
     contributed: list[int] = field(default_factory=list)

@@ -9,12 +9,14 @@ from .dp import DPConfig, epsilon, noise_for_epsilon
 from .forms import DenseForm, L1DiffForm, PartialForm, RowsForm, form_of
 from .mechanism import poisson_clients
 from .ring import RingCodec, fraction_bits
-from .secagg import SecAggClient, SecAggError, SecAggParams, SecAggServer, default_degree, neighbour_graph
+from .secagg import SecAggClient, SecAggError, SecAggParams, SecAggServer, neighbour_graph
+from .secagg_params import GraphParams, graph_params
 from .server import PrivacyConfig, PrivateServer
 
 __all__ = [
     "DPConfig",
     "DenseForm",
+    "GraphParams",
     "L1DiffForm",
     "PartialForm",
     "PrivacyConfig",
@@ -25,10 +27,10 @@ __all__ = [
     "SecAggError",
     "SecAggParams",
     "SecAggServer",
-    "default_degree",
     "epsilon",
     "form_of",
     "fraction_bits",
+    "graph_params",
     "neighbour_graph",
     "noise_for_epsilon",
     "poisson_clients",

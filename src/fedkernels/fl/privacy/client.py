@@ -2,27 +2,32 @@
 
 A :class:`PrivateClient` answers ``handle(kind, round, seed, message) -> reply`` with bytes only, so the
 same object serves in-process (:class:`~fedkernels.fl.privacy.server.PrivateServer`) and behind a
-Flower SuperNode (:mod:`fedkernels.integrations.flower.private_client`). Kinds: ``"count"`` (its
-example count, the weight's numerator), ``"train"`` (the round's download; reply: an acknowledgement
-under secure aggregation, or the contribution itself in the clear for central DP) and
-``"<session>/<stage>"`` for the SecAgg+ sessions ``req`` (the private request union) and ``upd``
-(the update sum), stages ``advertise``, ``share``, ``masked``, ``unmask``.
+Flower SuperNode (:mod:`fedkernels.integrations.flower.private_client`). Kinds: ``"train"`` (the
+round's download with this client's weight cap, clip and noise share; reply: an acknowledgement
+under secure aggregation, or the contribution itself in the clear for central DP), ``"eval"`` (a
+federated evaluation's download: the report is summed securely) and ``"<session>/<stage>"`` for the
+SecAgg+ sessions ``req`` (the private request union), ``upd`` (the update sum) and ``evl`` (the
+evaluation sum), stages :data:`~.secagg.STAGES`.
+
+A client trains at most once a round and joins each session at most once a round, and never answers
+a round older than one it has answered: a server that ran two update sessions over the same
+contribution could subtract their sums.
 
 A transport that runs every message in a fresh process keeps the round's secrets on the client
 between messages with :meth:`PrivateClient.export` / :meth:`PrivateClient.restore`.
 
-What stays on the client: its data, its request, its contribution in the clear, its DP noise, its
-secret keys and mask seeds.
+What stays on the client: its data and example count, its request, its contribution in the clear,
+its DP noise, its evaluation report, its secret keys and mask seeds.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
+from .. import evaluation as ev
 from .. import payload as pl
 from ..seeding import derive_seed
 from ..strategy import Strategy
@@ -30,77 +35,36 @@ from ..types import ClientData, TrainConfig
 from . import dp
 from .forms import DenseForm, RowsForm
 from .ring import RingCodec
-from .secagg import SecAggClient, SecAggParams
+from .secagg import STAGES, SecAggClient, SecAggError
+from .session import flatten, session_params
 
-CTL = "__ctl"  # float64 [4] in a train message: weight (-1: unweighted), clip (0: none), noise std, central (1/0)
-SESSION_STAGES = ("advertise", "share", "masked", "unmask")
-SESSIONS = ("req", "upd")
-COUNT, TRAIN = "count", "train"
-NUM_EXAMPLES = "num_examples"  # int64 [1]: the reply to a count message
-ACK = "ok"  # uint8 [1]: the reply to a train message under secure aggregation
-
-
-def flatten(tensors: dict[str, torch.Tensor], layout: dict[str, tuple[int, ...]]) -> torch.Tensor:
-    """The tensors of ``layout`` (in its order) as one float64 vector."""
-    parts = []
-    for n, shape in layout.items():
-        t = tensors[n]
-        if tuple(t.shape) != tuple(shape):
-            raise ValueError(f"contribution {n!r} has shape {tuple(t.shape)}, the layout says {shape}")
-        parts.append(t.reshape(-1).double())
-    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+CTL = "__ctl"  # float64 [4] in a train message: weight cap (-1: unweighted), clip (0: none), noise std, central (1/0)
+EVAL_CTL = "__eval_ctl"  # float64 [1] in an eval message: the weight cap
+EVAL_KS = "__eval_ks"  # int64 [n] in an eval message: the ks to rank at
+SESSIONS = ("req", "upd", "evl")
+TRAIN, EVAL, COUNT = "train", "eval", "count"
+NUM_EXAMPLES = "num_examples"  # int64 [1]: the reply to a count message (DP-SGD only)
+ACK = "ok"  # uint8 [1]: the reply to a train or eval message under secure aggregation
 
 
-def unflatten(vector: torch.Tensor, layout: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-    """Inverse of :func:`flatten`."""
-    out, at = {}, 0
-    for n, shape in layout.items():
-        size = math.prod(shape)
-        out[n] = vector[at : at + size].reshape(shape)
-        at += size
-    if at != vector.numel():
-        raise ValueError(f"vector has {vector.numel()} values, the layout {at}")
-    return out
+def client_weight(num_examples: int, cap: float) -> float:
+    """A client's weight in a weighted secure sum: ``min(examples, cap) / cap`` in [0, 1]. The client
+    computes it from its own count, which never leaves it; the server sees only sums of weights
+    (``cap`` is public: 1 weighs every client with data equally)."""
+    return min(num_examples, cap) / cap
 
 
-def session_header(params: SecAggParams, bound: float) -> pl.Payload:
-    """A session's public parameters and encoding bound: the ``advertise`` message (the same for every
-    participant). The participants travel as a bitmap over client ids (one bit per client of the run:
-    125 bytes at 1000 clients), so each client can recompute and check the neighbour graph."""
-    member = torch.zeros(max(params.participants) + 1, dtype=torch.uint8)
-    member[list(params.participants)] = 1
-    degree = -1 if params.degree is None else params.degree
-    return {
-        "members": torch.from_numpy(np.packbits(member.numpy())),
-        "config": torch.tensor(
-            [params.length, params.bits, params.max_dropouts, params.graph_seed, degree], dtype=torch.int64
-        ),
-        "session": torch.frombuffer(bytearray(params.session), dtype=torch.uint8),
-        "bound": torch.tensor([bound], dtype=torch.float64),
-    }
-
-
-def session_params(message: pl.Payload) -> tuple[SecAggParams, float]:
-    """The public session parameters and the encoding bound of an ``advertise`` message (the inverse
-    of :func:`session_header`)."""
-    cfg = [int(v) for v in message["config"].tolist()]
-    length, bits, max_dropouts, graph_seed, degree = cfg
-    members = np.unpackbits(message["members"].numpy()).nonzero()[0]
-    params = SecAggParams(
-        tuple(int(c) for c in members),
-        length,
-        bits,
-        max_dropouts,
-        graph_seed,
-        bytes(message["session"].numpy().tobytes()),
-        None if degree < 0 else degree,
-    )
-    return params, float(message["bound"][0])
+def evaluation_vector(report: bytes, cap: float) -> torch.Tensor:
+    """A client's evaluation report as the vector an ``evl`` session sums: its metric means and 1,
+    all times its weight (:func:`client_weight` of its held-out count), float64 ``[metrics + 1]``."""
+    rep = pl.decode(report)
+    a = client_weight(int(rep["num_examples"][0]), cap)
+    return torch.cat([rep["metrics"].double(), torch.ones(1, dtype=torch.float64)]) * a
 
 
 def message_kinds() -> tuple[str, ...]:
     """Every message kind :meth:`PrivateClient.handle` answers."""
-    return (COUNT, TRAIN, *(f"{s}/{stage}" for s in SESSIONS for stage in SESSION_STAGES))
+    return (TRAIN, EVAL, COUNT, *(f"{s}/{stage}" for s in SESSIONS for stage in STAGES))
 
 
 @dataclass
@@ -122,6 +86,8 @@ class PrivateClient:
         train: local training settings.
         noise_seed: None (DP noise from the OS's CSPRNG: the private choice) or a seed for
             reproducible experiments.
+        held_out: this client's held-out data for federated evaluation (a callable, read only when
+            an ``eval`` message comes), or None (an ``eval`` message is then refused).
     """
 
     def __init__(
@@ -132,17 +98,28 @@ class PrivateClient:
         data: ClientData,
         train: TrainConfig,
         noise_seed: int | None = None,
+        held_out: Callable[[], ClientData] | None = None,
     ) -> None:
         self.id, self.strategy, self.form, self.data, self.train = client_id, strategy, form, data, train
-        self.noise_seed = noise_seed
+        self.noise_seed, self.held_out = noise_seed, held_out
         self._round = -1
         self._request: pl.Payload | None = None
         self._vector: torch.Tensor | None = None  # the contribution, flat float64, in the clear
+        self._report: torch.Tensor | None = None  # the evaluation vector, in the clear
+        self._done: set[str] = set()  # what this round already had: "train", "eval" and sessions joined
         self._sessions: dict[str, _Session] = {}
 
     def _at(self, round: int) -> None:
+        if round < self._round:
+            raise SecAggError(f"client {self.id}: a message of round {round} after round {self._round}")
         if round != self._round:  # a new round forgets the last one's secrets and vectors
-            self._round, self._request, self._vector, self._sessions = round, None, None, {}
+            self._round, self._request, self._vector, self._report = round, None, None, None
+            self._sessions, self._done = {}, set()
+
+    def _once(self, what: str) -> None:
+        if what in self._done:
+            raise SecAggError(f"client {self.id}: a second {what!r} in round {self._round} (one per round)")
+        self._done.add(what)
 
     def _request_of(self, round: int, seed: int) -> pl.Payload | None:
         if self._request is None:
@@ -153,14 +130,21 @@ class PrivateClient:
         """Answer one server message of ``round`` (bytes in, bytes out)."""
         self._at(round)
         msg = pl.decode(message)
-        if kind == COUNT:
-            return pl.encode({NUM_EXAMPLES: torch.tensor([len(self.data)], dtype=torch.int64)})
         if kind == TRAIN:
+            self._once(TRAIN)
             return self._train(msg, round, seed)
+        if kind == EVAL:
+            self._once(EVAL)
+            return self._evaluate(msg)
+        if kind == COUNT:  # DP-SGD's per-client epsilon needs the batch rate batch / examples
+            if self.train.dp_sample_clip is None:
+                raise ValueError(f"client {self.id}: its example count is asked for only under DP-SGD")
+            return pl.encode({NUM_EXAMPLES: torch.tensor([len(self.data)], dtype=torch.int64)})
         session, _, stage = kind.partition("/")
-        if session not in SESSIONS or stage not in SESSION_STAGES:
+        if session not in SESSIONS or stage not in STAGES:
             raise ValueError(f"unknown message kind {kind!r}")
         if stage == "advertise":
+            self._once(f"session {session}")
             params, bound = session_params(msg)
             vec = self._session_vector(session, round, seed, params.length)
             codec = RingCodec(params.bits, len(params.participants), bound)
@@ -173,25 +157,30 @@ class PrivateClient:
             return pl.encode(s.client.share_keys(msg))
         if stage == "masked":
             return pl.encode(s.client.masked_input(msg, s.codec.encode(s.x)))
-        return pl.encode(s.client.unmask(msg))
+        if stage == "unmask":
+            return pl.encode(s.client.unmask(msg))
+        return pl.encode(s.client.seeds(msg))  # the seeds and repair stages
 
     def _session_vector(self, session: str, round: int, seed: int, length: int) -> torch.Tensor:
         if session == "req":
             if not isinstance(self.form, RowsForm):
                 raise ValueError("this strategy has no request union")
             vec = self.form.indicator(self._request_of(round, seed), length)["requested"]
-        else:
+        elif session == "upd":
             if self._vector is None:
                 raise ValueError("the update session came before this client trained")
             vec = self._vector
+        else:
+            if self._report is None:
+                raise ValueError("the evaluation session came before this client evaluated")
+            vec = self._report
         if vec.numel() != length:
             raise ValueError(f"the session sums {length} values, this client's vector has {vec.numel()}")
         return vec
 
     def _train(self, msg: pl.Payload, round: int, seed: int) -> bytes:
-        ctl = msg.pop(CTL).double().tolist()
-        a, clip_bound, noise_std, central = ctl
-        weight = None if a < 0 else a
+        cap, clip_bound, noise_std, central = msg.pop(CTL).double().tolist()
+        weight = None if cap < 0 else client_weight(len(self.data), cap)
         request = self._request_of(round, seed) if isinstance(self.form, RowsForm) else None
         local = self.form.local_payload(msg, request)
         upload = self.strategy.client_update(local, self.data, self.train, round, seed)
@@ -206,22 +195,36 @@ class PrivateClient:
         self._vector = flatten(x, {n: tuple(x[n].shape) for n in sorted(x)})  # the server's layout order
         return pl.encode({ACK: torch.ones(1, dtype=torch.uint8)})
 
+    def _evaluate(self, msg: pl.Payload) -> bytes:
+        if self.held_out is None:
+            raise ValueError(f"client {self.id} holds no held-out data for federated evaluation")
+        cap = float(msg.pop(EVAL_CTL)[0])
+        ks = tuple(int(k) for k in msg.pop(EVAL_KS).tolist())
+        report = ev.client_evaluation(self.strategy, pl.encode(msg), self.held_out(), ks)
+        self._report = evaluation_vector(report, cap)
+        return pl.encode({ACK: torch.ones(1, dtype=torch.uint8)})
+
     # ---- keeping the round's secrets between messages ----------------------------------------------
     def export(self) -> bytes:
-        """What this client holds for the current round (its request, its contribution in the clear,
-        each session's parameters, secrets and vector) as bytes for :meth:`restore`. They are the
-        client's secrets: keep them on the client (Flower: the node's ``context.state``)."""
+        """What this client holds for the current round (its request, its contribution and evaluation
+        vector in the clear, what the round already had, each session's parameters, secrets and
+        vector) as bytes for :meth:`restore`. They are the client's secrets: keep them on the client
+        (Flower: the node's ``context.state``)."""
         # small tensors are cloned: views of one received buffer must not share memory when saved
         out: pl.Payload = {"round": torch.tensor([self._round], dtype=torch.int64)}
         if self._request is not None:
             out.update({f"request/{n}": t.clone() for n, t in self._request.items()})
         if self._vector is not None:
             out["vector"] = self._vector
+        if self._report is not None:
+            out["report"] = self._report
+        for what in self._done:
+            out[f"done/{what}"] = torch.ones(1, dtype=torch.uint8)
         for name, s in self._sessions.items():
             out.update({f"{name}/advertise/{n}": t.clone() for n, t in s.advertise.items()})
             out.update({f"{name}/secagg/{n}": t for n, t in s.client.export().items()})
             out[f"{name}/session"] = torch.ones(1, dtype=torch.uint8)
-            if name != "upd":  # the update session sums the vector itself
+            if name == "req":  # the other sessions sum the vector or the report themselves
                 out[f"{name}/x"] = s.x
         return pl.encode(out)
 
@@ -235,7 +238,8 @@ class PrivateClient:
         self._round = int(got["round"][0])
         request = part("request/")
         self._request = request if request else None
-        self._vector = got.get("vector")
+        self._vector, self._report = got.get("vector"), got.get("report")
+        self._done = set(part("done/"))
         self._sessions = {}
         for name in SESSIONS:
             if f"{name}/session" in got:
@@ -243,7 +247,7 @@ class PrivateClient:
                 params, bound = session_params(advert)
                 sa = SecAggClient.restore(self.id, params, part(f"{name}/secagg/"))
                 codec = RingCodec(params.bits, len(params.participants), bound)
-                x = got[f"{name}/x"] if name != "upd" else self._vector
+                x = {"req": got.get(f"{name}/x"), "upd": self._vector, "evl": self._report}[name]
                 if x is None:
                     raise ValueError(f"saved state of round {self._round} has a {name} session without its vector")
                 self._sessions[name] = _Session(sa, codec, x, advert)

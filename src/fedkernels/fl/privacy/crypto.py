@@ -60,19 +60,21 @@ def agree(private: bytes, peer_public: bytes, info: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared)
 
 
+def check_public_key(public: bytes) -> None:
+    """Raise :class:`CryptoError` unless ``public`` is an X25519 public key every peer can agree with:
+    32 bytes and not a low-order point (whose shared secret is all zeros whatever the peer's key, so a
+    client advertising one would make every neighbour's key agreement fail)."""
+    if len(public) != KEY_BYTES:
+        raise CryptoError(f"public keys are {KEY_BYTES} bytes, got {len(public)}")
+    agree(new_private_key(), public, b"fedkernels-key-check")
+
+
 def expand(seed: bytes, info: bytes) -> bytes:
     """A 32-byte key from a 16-byte ``seed`` (HKDF-SHA256, bound to ``info``): the self-mask
     generator's key and the mask private key both come from shared seeds this way."""
     if len(seed) != SEED_BYTES:
         raise ValueError(f"seeds are {SEED_BYTES} bytes, got {len(seed)}")
     return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(seed)
-
-
-def private_key_from_seed(seed: bytes, info: bytes) -> bytes:
-    """The X25519 private key (32 raw bytes) derived from a 16-byte seed: whoever rebuilds the seed
-    from its shares rebuilds the key (the library clamps the bytes into a valid scalar)."""
-    sk = X25519PrivateKey.from_private_bytes(expand(seed, info))
-    return sk.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
 
 
 def random_bytes(n: int) -> bytes:

@@ -6,11 +6,16 @@
    model), else the usual fixed-size sample;
 2. (row strategies under secure aggregation without DP) runs a SecAgg+ session ``req`` summing each
    client's 0/1 vector of requested rows: the round's row set ``U`` is the union;
-3. sends each client its download (the same for all clients of a row strategy) with its weight, clip
-   and noise share; each trains and builds its contribution (:mod:`.forms`);
-4. sums the contributions: a SecAgg+ session ``upd`` (the server sees only the sum), or in the clear
-   for central DP (the server clips each one and adds the noise);
+3. sends each client its download (the same for all clients of a row strategy) with the public
+   weight cap (without DP: the client weighs itself by its own example count, which never leaves it),
+   its clip and noise share; each trains and builds its contribution (:mod:`.forms`);
+4. sums the contributions: a SecAgg+ session ``upd`` (the server sees only the sum, and checks the
+   summed weights against their range: :mod:`.weights`), or in the clear for central DP (the server
+   clips each one and adds the noise);
 5. applies the sum (:meth:`DenseForm.finish`) and records epsilon.
+
+Federated evaluation under secure aggregation (:meth:`PrivateServer.evaluate_federated`) sums the
+clients' reports with a SecAgg+ session ``evl`` (:mod:`.evaluation`).
 
 Messages go through a transport (``exchange(kind, round, {client: bytes}, reply_limit) -> {client:
 answer}``): in-process here, Flower messages in :mod:`fedkernels.integrations.flower.private_server`.
@@ -23,15 +28,15 @@ import functools
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
+from .. import evaluation as ev
 from .. import payload as pl
 from ..client import call_with_deadline
-from ..evaluation import MAX_EXAMPLES
 from ..privacy_settings import check_int, check_real, check_strategy_dp
 from ..round import Answer, failure_reason
 from ..seeding import derive_seed
@@ -42,16 +47,15 @@ from . import accounting as acct
 from . import dp, ftrl
 from . import mechanism as mech
 from .accounting import RunAccountant, make_accountant
-from .client import ACK, CTL, NUM_EXAMPLES, TRAIN, PrivateClient, session_header, unflatten
+from .client import CTL, TRAIN, PrivateClient
+from .evaluation import ACK_SPEC, private_evaluation
 from .forms import DenseForm, RowsForm, form_of
 from .ring import RingCodec
-from .secagg import SecAggError, SecAggParams, SecAggServer, default_degree
+from .secagg_params import graph_params
+from .session import Exchange, Tally, secure_sum
+from .weights import check_weight_sums
 
-# (kind, round, {client: message}, the most bytes a well-formed reply has) -> {client: reply or failure}
-Exchange = Callable[[str, int, Mapping[int, bytes], int], dict[int, Answer]]
 PrivateWrapper = Callable[[int, PrivateClient], object]
-ACK_SPEC = pl.PayloadSpec({ACK: pl.TensorSpec(torch.uint8, (1,))})
-COUNT_SPEC = pl.PayloadSpec({NUM_EXAMPLES: pl.TensorSpec(torch.int64, (1,), min_value=0, max_value=MAX_EXAMPLES)})
 
 
 @dataclass(frozen=True)
@@ -60,14 +64,23 @@ class PrivacyConfig:
 
     Args:
         secagg: sum the clients' contributions with SecAgg+ (the server sees only sums).
-        max_dropouts: t, the dropouts a SecAgg+ session always survives (None: the most the
-            neighbour graph allows, ``k - floor(k/2) - 1`` for k neighbours).
+        corrupt_fraction: the threat model's share of a session's clients that may collude with the
+            server (docs/api/privacy.md, Threat model); with ``dropout_fraction`` it sets the SecAgg+
+            graph (:func:`~fedkernels.fl.privacy.secagg_params.graph_params`). In [0, 1).
+        dropout_fraction: the share of a session's clients that may drop out with the sum still
+            recovered (except with probability 2^-20). In [0, 1).
+        max_dropouts: an explicit ``k - threshold`` (None: the smallest safe threshold), checked
+            against the threat model for the round's clients.
         bits: the ring Z_{2^bits} of the masked sums (32: 4 bytes a value, like float32).
         bound: without DP, every contributed coordinate is clamped to ``[-bound, bound]`` before
             encoding (the ring holds the sum of the round's clients at that bound; the step is
             ``2^-f`` with f from :func:`~fedkernels.fl.privacy.ring.fraction_bits`). With DP the bound
             is the clip plus 8 standard deviations of a client's noise share.
-        degree: SecAgg+ neighbours per client (None: :func:`~fedkernels.fl.privacy.secagg.default_degree`).
+        degree: an explicit SecAgg+ neighbour count k (None: the smallest safe one), checked.
+        weight_cap: weighted rounds (no client-level DP): a client weighs its contribution by
+            ``min(examples, weight_cap) / weight_cap``, computed on the client and summed masked, so
+            the server never learns a client's count (a public number; clients with more examples
+            than the cap weigh as much as the cap; the fixed-point error of a mean grows with it).
         dp: client-level DP (None: none).
         noise_seed: None (DP noise and, with DP, each round's client sample from OS randomness: the
             private choice) or a seed for a reproducible simulation (anyone who knows it can subtract
@@ -87,41 +100,70 @@ class PrivacyConfig:
     dp: dp.DPConfig | None = None
     noise_seed: int | None = None
     l1diff_segments: int = 0
-    corrupt_fraction: float = 0.0
+    corrupt_fraction: float = 0.1
+    dropout_fraction: float = 0.1
+    weight_cap: float = 4096.0
 
     def __post_init__(self) -> None:
-        """The checks :func:`~fedkernels.fl.privacy.settings.privacy_settings` runs, by field name."""
+        """The checks :func:`~fedkernels.fl.privacy_settings.privacy_settings` runs, by field name."""
         if not isinstance(self.secagg, bool):
             raise ValueError(f"secagg must be true or false, got {self.secagg!r}")
         check_int("l1diff_segments", self.l1diff_segments, low=0)
         check_real("bound", self.bound, low=1.0, high=1e9)  # >= 1: weights are encoded too
         check_int("bits", self.bits, low=8, high=62)
-        check_real("corrupt_fraction", self.corrupt_fraction, low=0.0, high=1.0, open_high=True)
         for name in ("max_dropouts", "degree"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), low=0)
+        for name in ("corrupt_fraction", "dropout_fraction"):
+            check_real(name, getattr(self, name), low=0.0, high=1.0, open_high=True)
+        check_real("weight_cap", self.weight_cap, low=1.0, high=2.0**40)
         if self.dp is not None and not isinstance(self.dp, dp.DPConfig):
             raise ValueError(f"dp must be a DPConfig or None, got {self.dp!r}")
+
+    def graph_for(self, n: int) -> tuple[int, int]:
+        """``(k, threshold)`` of a SecAgg+ session of ``n`` participants under the threat model.
+
+        Raises:
+            ValueError: no graph (or not the explicit ``degree``/``max_dropouts``) is secure against
+                ``corrupt_fraction`` and correct with ``dropout_fraction`` for ``n`` clients.
+        """
+        g = graph_params(n, self.corrupt_fraction, self.dropout_fraction, self.degree, self.max_dropouts)
+        return g.k, g.threshold
 
     def colluders_for(self, n: int) -> int:
         """T: the clients of a session of ``n`` that may collude with the server."""
         return math.floor(self.corrupt_fraction * n)
 
     def dropouts_for(self, n: int) -> int:
-        """t for a session of ``n`` participants."""
-        k = default_degree(n) if self.degree is None else min(self.degree, n - 1)
-        return k - k // 2 - 1 if self.max_dropouts is None else self.max_dropouts
+        """The dropouts a session of ``n`` participants plans for: ``max_dropouts`` when set, else
+        ``ceil(dropout_fraction * n)`` (more may drop and the sum still be recovered)."""
+        if self.max_dropouts is not None:
+            return self.max_dropouts
+        return math.ceil(self.dropout_fraction * n - 1e-12)
 
 
-def check_private(strategy: Strategy, privacy: PrivacyConfig) -> DenseForm:
+def check_private(strategy: Strategy, privacy: PrivacyConfig, clients_per_round: int | None = None) -> DenseForm:
     """The strategy's round as sums (:func:`~.forms.form_of`), after checking ``privacy`` fits it.
+
+    Args:
+        clients_per_round: with secure aggregation, the SecAgg+ graph and the ring are checked for a
+            session of this many clients (a round that draws another number is checked again then).
 
     Raises:
         ValueError: nothing to protect, a strategy that cannot be summed (the reason), DP for a strategy
-            whose releases DP does not cover, or a form that refuses DP (L1Diff's ``gamma_rel``).
+            whose releases DP does not cover, a form that refuses DP (L1Diff's ``gamma_rel``), or secure
+            aggregation that cannot be both secure and correct for ``clients_per_round`` clients under the
+            threat model (or whose ring cannot hold their sum).
     """
     if not privacy.secagg and privacy.dp is None:
         raise ValueError("privacy protects nothing: set secagg or dp (or use Server)")
+    if privacy.secagg and clients_per_round is not None:
+        try:
+            privacy.graph_for(clients_per_round)
+            if privacy.dp is None:
+                RingCodec(privacy.bits, clients_per_round, privacy.bound).frac  # noqa: B018 (raises if too small)
+        except ValueError as e:
+            raise ValueError(f"secagg with {clients_per_round} clients a round: {e}") from None
     check_strategy_dp(strategy, privacy.dp is not None, False)
     form = form_of(strategy, privacy.l1diff_segments if strategy.private_segments else 0)
     if privacy.dp is not None:
@@ -189,19 +231,9 @@ class PrivateRun(Protocol):
     @property
     def num_clients(self) -> int: ...
 
-    def example_counts(self, clients: list[int]) -> dict[int, int | BaseException]:
-        """Each client's example count (its weight's numerator), or why it cannot be had."""
-        ...
 
-
-@dataclass
-class _Tally:
-    down: int = 0
-    up: int = 0
-    secagg_down: int = 0
-    secagg_up: int = 0
-    failed: dict[int, str] = field(default_factory=dict)
-    contributed: set[int] = field(default_factory=set)  # clients whose update reached the server
+def _same(data: ClientData) -> ClientData:
+    return data
 
 
 class PrivateServer(Server):
@@ -215,7 +247,9 @@ class PrivateServer(Server):
 
     ``history[r].privacy`` holds the round's ``epsilon`` (at ``delta``, accountant over the rounds so
     far), ``noise_multiplier``, ``survivors`` and, for row strategies, ``round_rows`` (``|U|``), plus the
-    SecAgg+ bytes.
+    SecAgg+ bytes; ``history[r].failed`` the clients whose contribution is not in the round's sums
+    (and why), ``history[r].faults`` those whose contribution is in them although a later SecAgg+
+    message of theirs was refused.
     """
 
     def __init__(
@@ -228,17 +262,20 @@ class PrivateServer(Server):
         privacy: PrivacyConfig,
         client_wrapper: PrivateWrapper | None = None,
     ) -> None:
-        self.form: DenseForm = check_private(strategy, privacy)
+        self.form: DenseForm = check_private(strategy, privacy, min(config.clients_per_round, len(clients)))
         self.privacy = privacy
         super().__init__(strategy, clients, num_features, num_classes, config)
         self.state = {**privacy_entries(privacy), **self.form.with_initial_entries(self.state)}
         self.q = config.clients_per_round / len(clients)
         self.sigma = calibrated_sigma(privacy, config, len(clients))
         self.unrunnable = unrunnable_chance(privacy, config, len(clients))
-        self.private_endpoints: list[Any] = []  # PrivateClient or a wrapper with its handle()
-        for c, data in enumerate(clients):
-            ep: object = PrivateClient(c, strategy, self.form, data, config.train, privacy.noise_seed)
-            self.private_endpoints.append(client_wrapper(c, ep) if client_wrapper is not None else ep)  # type: ignore[arg-type]
+        self.private_clients = [
+            PrivateClient(c, strategy, self.form, data, config.train, privacy.noise_seed)
+            for c, data in enumerate(clients)
+        ]
+        self.private_endpoints: list[Any] = [  # PrivateClient or a wrapper with its handle()
+            client_wrapper(c, ep) if client_wrapper is not None else ep for c, ep in enumerate(self.private_clients)
+        ]
         self.noise_generator = dp.noise_generator(privacy.noise_seed)
 
     @property
@@ -250,9 +287,23 @@ class PrivateServer(Server):
         self.state = {**privacy_entries(self.privacy), **self.form.with_initial_entries(self.state)}
         super().load_checkpoint(path)
 
-    def example_counts(self, clients: list[int]) -> dict[int, int | BaseException]:
-        """The clients' example counts (the server holds the clients here)."""
-        return {c: len(self.clients[c]) for c in clients}
+    def evaluate_federated(
+        self,
+        held_out: list[ClientData],
+        ks: tuple[int, ...] | None = None,
+        inv_propensity: torch.Tensor | None = None,
+        round: int | None = None,
+    ) -> tuple[dict[str, float], dict[int, str]]:
+        """:meth:`Server.evaluate_federated`; under secure aggregation the reports are summed by a
+        SecAgg+ session (:mod:`.evaluation`): the server learns the weighted means, not one client's
+        report or held-out count (a sum it cannot have, e.g. fewer than 2 clients, gives no metrics)."""
+        if not self.privacy.secagg:
+            return super().evaluate_federated(held_out, ks, inv_propensity, round)
+        if len(held_out) != len(self.clients):
+            raise ValueError(f"held_out must hold one set per client ({len(self.clients)}), got {len(held_out)}")
+        for client, data in zip(self.private_clients, held_out, strict=True):  # in process: its own held-out set
+            client.held_out = functools.partial(_same, data)
+        return evaluate_privately(self, self.exchange_private, held_out[0].num_classes, ks, inv_propensity, round)
 
     # ---- transport ---------------------------------------------------------------------------------
     def exchange_private(
@@ -297,24 +348,13 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
         tree_index, tree_pos, chosen = ftrl.tree_round(cfg.seed, r, n_all, cfg.clients_per_round)
     else:
         chosen = mech.round_clients(dpc is not None, seeded, cfg.seed, r, n_all, cfg.clients_per_round)
-    tally = _Tally()
+    tally = Tally()
     live = list(chosen)
     info: dict[str, float] = {}
     skipped = ""
     weighted = dpc is None
-    weights: dict[int, float] = {}
-    if weighted and live:  # a_k = examples / the round's largest (at most 1: the ring's bound holds it)
-        counts = server.example_counts(live)
-        got: dict[int, int] = {}
-        for c in live:
-            n = counts.get(c, TimeoutError("timed out (no reply)"))
-            if isinstance(n, BaseException):
-                tally.failed[c] = failure_reason(n)
-            else:
-                got[c] = n
-        live = [c for c in live if c in got]
-        top = max(got.values(), default=0) or 1
-        weights = {c: got[c] / top for c in live}
+    # each client weighs itself by min(examples, cap) / cap (its count never leaves it); cap 1: uniform
+    cap = (1.0 if cfg.client_weighting == "uniform" else priv.weight_cap) if weighted else -1.0
 
     rows: torch.Tensor | None = None
     if isinstance(form, RowsForm):
@@ -322,7 +362,7 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
         if dpc is not None or form.requestless() or not priv.secagg:
             rows = torch.arange(p, dtype=torch.int64)
         elif len(live) >= 2:
-            union, live, why = _secure_sum(server, exchange, "req", r, live, {"requested": (p,)}, 1.0, tally)
+            union, live, why = _session(server, exchange, "req", live, {"requested": (p,)}, 1.0, tally)
             if union is None:
                 skipped = why
                 rows = torch.zeros(0, dtype=torch.int64)
@@ -354,7 +394,7 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
             seed = derive_seed(cfg.seed, "client", r, c)
             down = form.download(state, c, r, seed, rows)
             ctl = [
-                weights.get(c, -1.0),
+                cap,
                 dpc.clip if (dpc is not None and secure) else 0.0,
                 client_std,
                 0.0 if secure else 1.0,
@@ -386,9 +426,14 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
             if len(live) < 2:
                 skipped = "secure aggregation needs at least 2 clients in the round"
             else:
-                sums, live, why = _secure_sum(server, exchange, "upd", r, live, layout, bound, tally)
-                tally.contributed.update(live)  # their masked updates reached the server
+                codec = RingCodec(priv.bits, len(live), bound)  # the session's
+                sums, live, why = _session(server, exchange, "upd", live, layout, bound, tally)
+                tally.contributed.update(live)  # their masked updates are in the sum
                 skipped = why if sums is None else ""
+                if sums is not None and weighted:  # the weights inside the sum, checked against their range
+                    error = codec.error_bound(len(live))
+                    skipped = check_weight_sums(sums, len(live), cap, error)
+                    sums = None if skipped else sums
                 if sums is not None and honest and len(live) < honest + colluders:
                     # more than t dropped: the honest survivors' shares fall short of the calibrated noise
                     sums = None
@@ -439,6 +484,7 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
         tally.down + tally.secagg_down,
         tally.up + tally.secagg_up,
         skipped=skipped,
+        faults=sorted(tally.faults.items()),
         contributed=sorted(tally.contributed),
     )
     rec.privacy = info
@@ -446,61 +492,49 @@ def private_round(server: PrivateRun, exchange: Exchange) -> RoundRecord:
     return rec
 
 
-def _secure_sum(
+def _session(
     server: PrivateRun,
     exchange: Exchange,
     name: str,
-    round: int,
     live: list[int],
     layout: dict[str, tuple[int, ...]],
     bound: float,
-    tally: _Tally,
+    tally: Tally,
 ) -> tuple[dict[str, torch.Tensor] | None, list[int], str]:
-    """One SecAgg+ session over ``live`` summing vectors of ``layout``. Returns the decoded sums (or None
-    and why), the clients whose vectors are in them, and records dropouts in ``tally``."""
+    """:func:`~.session.secure_sum` of the round's session ``name`` over ``live``."""
     priv, cfg = server.privacy, server.config
-    length = sum(math.prod(s) for s in layout.values())
-    try:
-        params = SecAggParams(
-            tuple(live),
-            length,
-            priv.bits,
-            priv.dropouts_for(len(live)),
-            derive_seed(cfg.seed, "secagg-graph", round, name),
-            f"{cfg.seed}/{round}/{name}".encode(),
-            priv.degree,
-        )
-        codec = RingCodec(priv.bits, len(live), bound)
-        codec.frac  # noqa: B018  (raises if the ring cannot hold this many clients at this bound)
-    except ValueError as e:
-        return None, live, f"secure aggregation ({name}) cannot run: {e}"
-    sa = SecAggServer(params)
-    header = session_header(params, bound)
-    raw = pl.encode(header)
-    steps: list[tuple[str, Callable[[], dict[int, pl.Payload]], Callable[[int, pl.Payload], None]]] = [
-        ("advertise", lambda: {c: header for c in live}, sa.take_advertise),
-        ("share", sa.share_messages, sa.take_shares),
-        ("masked", sa.masked_messages, sa.take_masked),
-        ("unmask", sa.unmask_messages, sa.take_unmask),
-    ]
-    for stage, messages, take in steps:
-        msgs = {c: (raw if stage == "advertise" else pl.encode(m)) for c, m in messages().items()}
-        limit = sa.spec(stage, live[0]).byte_limit()  # the same for every client of the session
-        answers = exchange(f"{name}/{stage}", round, msgs, limit)
-        for c, m in msgs.items():
-            tally.secagg_down += len(m)
-            ans = answers.get(c, TimeoutError("timed out (no reply)"))
-            if isinstance(ans, BaseException) or not ans:
-                err = ans if isinstance(ans, BaseException) else ValueError("sent nothing")
-                tally.failed.setdefault(c, f"dropped in secure aggregation ({name}, {stage}): {failure_reason(err)}")
-                continue
-            tally.secagg_up += len(ans)
-            try:
-                take(c, pl.decode(ans, sa.spec(stage, c)))
-            except ValueError as e:
-                tally.failed.setdefault(c, f"dropped in secure aggregation ({name}, {stage}): {failure_reason(e)}")
-    try:
-        total = sa.result()
-    except SecAggError as e:
-        return None, sa.survivors, f"secure aggregation ({name}) failed: {e}"
-    return unflatten(codec.decode(total), layout), sa.survivors, ""
+    return secure_sum(priv.graph_for, exchange, name, cfg.seed, server.round, live, layout, priv.bits, bound, tally)
+
+
+def evaluate_privately(
+    server: PrivateRun,
+    exchange: Exchange,
+    num_classes: int,
+    ks: tuple[int, ...] | None,
+    inv_propensity: torch.Tensor | None,
+    round: int | None,
+) -> tuple[dict[str, float], dict[int, str]]:
+    """Federated evaluation of the global model summed by SecAgg+ (:mod:`.evaluation`): the clients
+    :func:`fedkernels.fl.evaluation.evaluation_clients` picks after ``round``; the metrics and the
+    clients left out (a sum that cannot be had leaves every client out, with the reason)."""
+    cfg, priv = server.config, server.privacy
+    ks = ev.evaluation_ks(ks or cfg.eval_k, num_classes)
+    per_round = cfg.eval_clients if round is not None else None
+    clients = ev.evaluation_clients(cfg.seed, round or 0, server.num_clients, per_round)
+    download = ev.evaluation_payload(server.state, inv_propensity)
+    cap = 1.0 if cfg.client_weighting == "uniform" else priv.weight_cap
+    metrics, failed, why = private_evaluation(
+        download,
+        clients,
+        ks,
+        inv_propensity is not None,
+        exchange,
+        priv.graph_for,
+        cfg.seed,
+        round or 0,
+        priv.bits,
+        cap,
+    )
+    if why:
+        failed = {**dict.fromkeys(clients, f"federated evaluation under secure aggregation: {why}"), **failed}
+    return metrics, failed

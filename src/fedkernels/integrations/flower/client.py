@@ -10,6 +10,7 @@ memory of a worker stays bounded whatever the number of nodes.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -241,7 +242,10 @@ def client_app(
         h = header(message)
         strategy, _ = local(context, h)
         cid, train = partition_id(context), train_config(h)
-        raw = answer_private(h, download(message), context, cid, strategy, data(context), train, dp_noise_seed)
+        held_out = functools.partial(data, context, held_out=True) if load_eval_data is not None else None
+        raw = answer_private(
+            h, download(message), context, cid, strategy, data(context), train, dp_noise_seed, held_out
+        )
         return reply(message, context, raw)
 
     @app.evaluate()

@@ -13,6 +13,8 @@ Requires the extra ``fedkernels[privacy]`` on the node (imported only when a pri
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from flwr.app import ConfigRecord, Context
 
 from ...fl.privacy.client import PrivateClient
@@ -33,6 +35,7 @@ def answer_private(
     data: ClientData,
     train: TrainConfig,
     noise_seed: int | None,
+    held_out: Callable[[], ClientData] | None = None,
 ) -> bytes:
     """This node's reply to one private message (bytes of the payload in, bytes out).
 
@@ -43,13 +46,15 @@ def answer_private(
         client_id, strategy, data, train: this node's client, its strategy (initialised as the
             server's), its data and the local-training settings of the header.
         noise_seed: None (distributed DP noise from OS randomness) or a seed (reproducible experiments).
+        held_out: this node's held-out data for a federated evaluation under secure aggregation
+            (read only when an ``eval`` message comes), or None.
 
     Raises:
         PayloadError: a header field is missing or mistyped. ValueError (from PrivateClient): an
             unknown kind or a message that does not fit the round's state.
     """
     kind = pr.str_field(header, "kind")
-    client = PrivateClient(client_id, strategy, form_of(strategy), data, train, noise_seed)
+    client = PrivateClient(client_id, strategy, form_of(strategy), data, train, noise_seed, held_out)
     saved = context.state.config_records.get(STATE)
     if saved is not None and isinstance(saved.get("state"), bytes):
         client.restore(saved["state"])  # type: ignore[arg-type]

@@ -4,7 +4,7 @@ strategy that :class:`fedkernels.fl.privacy.PrivateServer` runs in-process, thro
 :class:`PrivateFlowerStrategy` is :class:`~.server.FlowerStrategy` whose training rounds are
 :func:`fedkernels.fl.privacy.server.private_round`, the same function the in-process
 ``PrivateServer`` runs, over a transport of Flower messages: every message of the round (the
-example-count query, the download, each SecAgg+ stage) is a :data:`~.protocol.PRIVATE` query whose
+download, each SecAgg+ stage) is a :data:`~.protocol.PRIVATE` query whose
 header names its ``kind`` and whose payload is the message's tensors as an ArrayRecord
 (:mod:`.records`); the SuperNode answers it with ``PrivateClient.handle`` (:mod:`.private_client`).
 So selection, seeds, sessions, checks, failure handling and byte counts are the in-process round's,
@@ -13,8 +13,10 @@ noise seeds), within the stated fixed-point error of the plain run.
 
 Dropouts are real: before each exchange the SuperLink's online nodes are read, a client whose node
 has left fails at once ("gone (node left)"), one that does not answer fails at the deadline, and
-SecAgg+ recovers the sum of the clients that uploaded their masked input while at most ``t`` drop
-(more may refuse the round, with the reason in ``history[r].skipped``; the state is then unchanged).
+SecAgg+ recovers the sum of the clients that uploaded their masked input while each keeps
+``threshold`` answering neighbours (beyond, the round is refused with the reason in
+``history[r].skipped``; the state is then unchanged). Under secure aggregation a federated
+evaluation is summed by SecAgg+ too (:meth:`PrivateFlowerStrategy.aggregate_evaluate`).
 
 Requires the extras ``fedkernels[flower]`` and ``fedkernels[privacy]``.
 """
@@ -25,19 +27,21 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 from flwr.serverapp import Grid
 
 from ...fl import payload as pl
+from ...fl.evaluation import MAX_EXAMPLES
 from ...fl.privacy import dp
 from ...fl.privacy.accounting import RunAccountant, make_accountant
 from ...fl.privacy.client import COUNT, NUM_EXAMPLES
 from ...fl.privacy.mechanism import published_record
 from ...fl.privacy.server import (
-    COUNT_SPEC,
     PrivacyConfig,
     calibrated_sigma,
     check_private,
+    evaluate_privately,
     privacy_entries,
     private_round,
     unrunnable_chance,
@@ -52,8 +56,11 @@ from .nodes import GONE
 from .records import ArrayCache, payload_to_record
 from .server import FlowerStrategy
 
-AfterExchange = Callable[[str, int], None]
 EMPTY = pl.encode({})  # a count message carries no tensors
+# the reply to a count message: one client's example count (DP-SGD's accounting asks for it)
+COUNT_SPEC = pl.PayloadSpec({NUM_EXAMPLES: pl.TensorSpec(torch.int64, (1,), min_value=0, max_value=MAX_EXAMPLES)})
+
+AfterExchange = Callable[[str, int], None]
 
 
 class PrivateFlowerStrategy(FlowerStrategy):
@@ -82,7 +89,7 @@ class PrivateFlowerStrategy(FlowerStrategy):
         after_exchange: AfterExchange | None = None,
         **flower: Any,
     ) -> None:
-        self.form = check_private(strategy, privacy)
+        self.form = check_private(strategy, privacy, min(config.clients_per_round, num_clients))
         self.privacy = privacy
         self._counts: dict[int, tuple[int, int]] = {}  # client -> (the node that reported it, its count)
         super().__init__(strategy, num_features, num_classes, num_clients, config, **flower)
@@ -142,10 +149,37 @@ class PrivateFlowerStrategy(FlowerStrategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         raise NotImplementedError("a private round is several exchanges: run it with start() (train_round)")
 
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Plain federated evaluation (reports in the clear) without secure aggregation; under it,
+        nothing here: :meth:`aggregate_evaluate` runs the evaluation as SecAgg+ exchanges."""
+        if not self.privacy.secagg:
+            return super().configure_evaluate(server_round, arrays, config, grid)
+        self._outbox = {}
+        return []
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """Under secure aggregation, the federated evaluation summed by an ``evl`` SecAgg+ session
+        (:func:`~fedkernels.fl.privacy.server.evaluate_privately`): the weighted means of the reports,
+        never one client's report or held-out count; else the plain aggregation."""
+        if not self.privacy.secagg:
+            return super().aggregate_evaluate(server_round, replies)
+        if not self.federated_evaluation or server_round % self.config.eval_every != 0 or self._grid is None:
+            return None
+        grid = self._grid
+        metrics, _ = evaluate_privately(
+            self, functools.partial(self.exchange_private, grid), self.dims[1], None, None, server_round - 1
+        )
+        if self.history:
+            self.history[-1].metrics.update({f"fed-{k}": v for k, v in metrics.items()})
+        return MetricRecord(dict(metrics)) if metrics else None
+
     def example_counts(self, clients: list[int]) -> dict[int, int | BaseException]:
-        """The clients' example counts (their weights' numerators): asked with a ``count`` message the
-        first time a client is chosen and again when another node serves it, else remembered (a
-        client whose node left keeps its count: it fails at its first message, as in-process)."""
+        """The clients' example counts, for DP-SGD's sample-level accounting only (each client's batch
+        rate is batch / its count; weights never need them: clients weigh themselves): asked with a
+        ``count`` message the first time a client is chosen and again when another node serves it, else
+        remembered."""
         node_of = self.nodes.node_of
         need = [c for c in clients if c not in self._counts or node_of.get(c) not in (None, self._counts[c][0])]
         out: dict[int, int | BaseException] = {}
@@ -199,13 +233,16 @@ class PrivateFlowerStrategy(FlowerStrategy):
 
 def privacy_config_from(context: Context) -> PrivacyConfig | None:
     """A :class:`PrivacyConfig` from Flower's ``run_config`` (None when nothing is protected), through
-    the validator the CLI uses (:func:`fedkernels.fl.privacy.settings.privacy_settings`). Keys (each
-    optional): ``secagg`` (bool), ``secagg-dropouts`` (-1: the default t), ``secagg-bits``,
-    ``secagg-bound``, ``secagg-degree`` (0: the default), ``l1diff-segments``, ``dp-clip`` (0: no
-    client-level DP), ``dp-noise`` (the noise multiplier; 0: unset) or ``target-epsilon`` (0: unset),
-    ``dp-delta``, as the CLI's ``--secagg``, ``--dp-clip``, ... (docs/api/privacy.md). Flower declares
-    a default for every key, so exactly 0 (-1 for the dropouts) means unset; any other value, NaN and
-    negatives included, is checked as the CLI checks it.
+    the validator the CLI uses (:func:`fedkernels.fl.privacy_settings.privacy_settings`). Keys (each
+    optional): ``secagg`` (bool), ``secagg-corrupt-fraction`` and ``secagg-dropout-fraction`` (the
+    threat model), ``secagg-dropouts`` (-1: from the threat model), ``secagg-bits``, ``secagg-bound``,
+    ``secagg-degree`` (0: from the threat model), ``secagg-weight-cap``, ``l1diff-segments``,
+    ``dp-clip`` (0: no client-level DP), ``dp-noise`` (the noise multiplier; 0: unset) or
+    ``target-epsilon`` (0: unset), ``dp-delta``, as the CLI's ``--secagg``, ``--dp-clip``, ...
+    (docs/api/privacy.md). Flower declares a default for every key, so exactly 0 (-1 for the
+    dropouts) means unset; any other value, NaN and negatives included, is checked as the CLI checks
+    it. With secure aggregation and ``clients-per-round``, settings no SecAgg+ graph makes secure and
+    correct for that many clients are refused here, before any round.
 
     Raises:
         ValueError: an invalid value or combination (the message names the key).
@@ -216,6 +253,12 @@ def privacy_config_from(context: Context) -> PrivacyConfig | None:
             f"run config sets {removed}: server-side embedding DP was removed (it noised only the rows some "
             "chosen client touched, so it was no DP mechanism); client-level DP (dp-clip) covers every row"
         )
+    c = context.run_config
+    per_round = None
+    if "clients-per-round" in c:
+        per_round = int(c["clients-per-round"])
+        if "num-clients" in c:
+            per_round = min(per_round, int(c["num-clients"]))
     names = [n for n in SETTINGS if not n.startswith("dp_sample")]  # DP-SGD's are local training's (app.py)
-    seed = int(context.run_config.get("seed", 0))
-    return privacy_settings(run_config_settings(context, names), flower_spelling, seed=seed).privacy
+    seed = int(c.get("seed", 0))
+    return privacy_settings(run_config_settings(context, names), flower_spelling, per_round, seed=seed).privacy
