@@ -52,7 +52,7 @@ demo: install
 
 # --dist loadgroup: tests marked xdist_group share a worker (the Flower deployment is started once).
 test: install $(VENV)/.test-deps
-	$(PY) -m pytest -q -n 2 --dist loadgroup python_tests --ignore=python_tests/fuzz
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 python_tests --ignore=python_tests/fuzz
 
 # The fuzzers of every untrusted decoder (python_tests/fuzz, docs/api/hardening.md "Fuzzing in CI"):
 # fixed, derandomized budgets, about a minute on 2 cores; CI runs them as their own step.

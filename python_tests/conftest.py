@@ -31,6 +31,28 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default"))
 
+# In an xdist worker, every test but the op tests runs torch on one thread, and so does every process a
+# test starts: -n N workers on N cores then never oversubscribe them, and OpenMP's idle threads, which
+# spin, stop costing more CPU than the loop's small tensors need. The op tests keep torch's threads:
+# their kernels' parallel paths are under test. Tests of thread-count behaviour set their counts.
+OP_TEST_DIRS = ("ops", "metrics", "emu")
+_DEFAULT_THREADS = torch.get_num_threads()
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"  # read by the processes tests start (this one's pool exists)
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread_outside_op_tests(request: pytest.FixtureRequest) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    path = Path(str(request.node.fspath)).resolve()
+    here = Path(__file__).resolve().parent
+    op_test = path.is_relative_to(here) and path.relative_to(here).parts[0] in OP_TEST_DIRS
+    want = _DEFAULT_THREADS if op_test else 1
+    if torch.get_num_threads() != want:
+        torch.set_num_threads(want)
+
+
 # Every op test runs on CPU, and on CUDA automatically wherever a GPU exists.
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
