@@ -28,7 +28,7 @@ MYPY ?= $(VENV)/bin/mypy
 CLANG_FORMAT ?= $(VENV)/bin/clang-format
 CSRC_FILES = git ls-files -z 'csrc/*.cpp' 'csrc/*.h' 'csrc/*.cu' 'csrc/*.cuh' 'emu/*.cpp' 'emu/*.h' 'emu/*.cu' 'emu/*.cuh'
 
-.PHONY: demo test fuzz test-cuda-emu install bench bench-peers docs gpu-check inplace clean lint format
+.PHONY: demo test test-deployment fuzz test-cuda-emu install bench bench-peers docs gpu-check inplace clean lint format
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,8 +51,13 @@ demo: install
 	$(VENV)/bin/fedkernels run --demo --threads 1 $(DEMO_ARGS)
 
 # --dist loadgroup: tests marked xdist_group share a worker (the Flower deployment is started once).
+# The Flower deployment scenarios (marked deployment: minutes of CPU, a process per message) are their
+# own target, which CI runs as its own step; make test keeps one deployment run.
 test: install $(VENV)/.test-deps
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 python_tests --ignore=python_tests/fuzz
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 -m "not deployment" python_tests --ignore=python_tests/fuzz
+
+test-deployment: install $(VENV)/.test-deps
+	$(PY) -m pytest -q -m deployment --durations=10 python_tests
 
 # The fuzzers of every untrusted decoder (python_tests/fuzz, docs/api/hardening.md "Fuzzing in CI"):
 # fixed, derandomized budgets, about a minute on 2 cores; CI runs them as their own step.

@@ -95,6 +95,10 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "deployment: a Flower deployment scenario (a process per message): `make test-deployment`, not `make test`",
+    )
+    config.addinivalue_line(
+        "markers",
         "cpu_path(reason): checks a CPU-only code path (a CPU kernel's path choice, scratch or stores) or "
         "no op at all, so it launches no CUDA kernel of its own; the emulated runs skip it",
     )

@@ -1,14 +1,18 @@
-"""Flower for real: a SuperLink and three SuperNodes (separate processes) on 127.0.0.1 run each
-fedkernels strategy (FedAvg, FedMLH, FedSS, PartialExchange, L1Diff, and FedALC with its label-set
-setup exchange and federated evaluation) for three rounds through ``fedkernels.integrations.flower``,
-with a crash and a garbage upload injected; the final global state is bit-identical to the in-process
-Server's with the same seed, the same faults and the same data, and FedALC's federated P@k/nDCG@k
-equal the in-process Server's."""
+"""Flower for real: a SuperLink and SuperNodes (separate processes, TLS, SuperNode authentication) on
+127.0.0.1 run the test app (python_tests/support/flower_app) through ``fedkernels.integrations.flower``.
+
+- ``make test``: FedAvg for three rounds with a crash and a garbage upload injected ends bit-identical
+  to the in-process Server with the same seed, faults and data. Every strategy runs the same app over
+  Flower messages in one process (integrations/test_flower_strategies.py): what this test adds is the
+  deployment (a process per message, TLS, registered keys), which one strategy proves.
+- ``make test-deployment`` (marked ``deployment``; CI runs it as its own step): the same for FedALC
+  (its label-set setup exchange and federated evaluation over the wire), nodes that come and go, a
+  killed ServerApp that resumes, SecAgg+ surviving killed SuperNodes. A Flower process per message
+  (each importing torch) makes these minutes of CPU, and processes are what they test."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import signal
@@ -27,11 +31,16 @@ import torch  # noqa: E402  (after importorskip: skipped without flwr)
 from fedkernels.fl import Server  # noqa: E402
 from fedkernels.fl.checkpoint import load_checkpoint  # noqa: E402
 from python_tests.support.flower_runs import (  # noqa: E402
+    DRILL,
+    FED_EVAL,
     NUM_CLASSES,
+    NUM_CLIENTS,
     NUM_FEATURES,
+    PER_ROUND,
+    ROUNDS,
+    SEED,
+    assert_matches_reference,
     client_data,
-    drill_wrapper,
-    held_out_data,
     make_strategy,
     run_config,
 )
@@ -40,8 +49,6 @@ from python_tests.support.paths import ROOT  # noqa: E402
 
 APP = ROOT / "python_tests" / "support" / "flower_app"
 BIN = Path(sys.executable).parent
-NUM_CLIENTS, ROUNDS, PER_ROUND, SEED = 3, 3, 2, 7
-DRILL = "crash:2:0,garbage:0:1"  # client 2 crashes in round 0, client 0 sends garbage in round 1
 DEADLINE = 900  # seconds for the whole deployment (process start-up dominates on a busy machine)
 pytestmark = pytest.mark.xdist_group("flower-deployment")  # one deployment for the module's tests
 
@@ -283,22 +290,6 @@ def write_node_key(tmp: Path, stem: str) -> Path:
     return path
 
 
-def in_process_reference(strategy: str) -> Server:
-    clients = [client_data(i, NUM_CLIENTS, strategy) for i in range(NUM_CLIENTS)]
-    s = Server(
-        make_strategy(strategy),
-        clients,
-        NUM_FEATURES,
-        NUM_CLASSES,
-        run_config(ROUNDS, PER_ROUND, SEED),
-        client_wrapper=drill_wrapper(DRILL),
-    )
-    s.run(
-        held_out=[held_out_data(i, NUM_CLIENTS, strategy) for i in range(NUM_CLIENTS)] if strategy in FED_EVAL else None
-    )
-    return s
-
-
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     dep = Deployment(tmp_path_factory.mktemp("flower"))
@@ -309,47 +300,15 @@ def deployment(tmp_path_factory):
     assert not any(p.poll() is None for p in dep.procs)  # everything torn down
 
 
-# The strategies the issue names (FedMLH, FedSS, partial exchange, l1-difference) plus FedAvg; the
-# adapter is generic, so any registered strategy runs the same way. One test, so one deployment even
-# under pytest-xdist.
-STRATEGIES = ["fedavg", "fedmlh", "fedss", "partialexchange", "l1diff", "fedalc"]
-FED_EVAL = ("fedalc",)  # runs federated evaluation too (Flower's evaluate messages)
-
-
-def test_flower_matches_in_process(deployment):
-    for strategy in STRATEGIES:
-        check_strategy(deployment, strategy)
-
-
-def check_strategy(deployment: Deployment, strategy: str) -> None:
+# FedAvg, the fewest messages, in make test; FedALC, every message kind of the protocol (identify, the
+# label-set setup, train, evaluate), in the deployment step. The strategies differ only in payloads,
+# which the in-process twin (integrations/test_flower_strategies.py) checks for every one.
+@pytest.mark.parametrize("strategy", ["fedavg", pytest.param("fedalc", marks=pytest.mark.deployment)])
+def test_flower_matches_in_process(deployment, strategy):
     ckpt, result = deployment.tmp / f"{strategy}.ckpt", deployment.tmp / f"{strategy}.json"
     done = deployment.run(strategy, ckpt, **{"result-file": f"'{result}'"})
     assert done.returncode == 0 and ckpt.exists(), done.stdout[-3000:] + done.stderr[-3000:] + deployment.tail()
-    events = json.loads(result.read_text())["events"]
-    refused = [e for e in events if e["kind"] == "refused"]  # the second node claiming client 1: never fatal
-    assert len(refused) == 1 and refused[0]["client"] == 1 and "duplicate claim of client 1" in refused[0]["reason"]
-    assert sorted(e["client"] for e in events if e["kind"] == "joined") == list(range(NUM_CLIENTS))
-    ref = in_process_reference(strategy)
-    state, meta = load_checkpoint(ckpt, ref.state)
-    assert meta["round"] == ROUNDS and meta["strategy"] == ref.strategy.name
-    assert all(state[k].dtype == ref.state[k].dtype and (state[k] == ref.state[k]).all() for k in ref.state)
-    for got, want in zip(meta["history"], ref.history, strict=True):
-        assert got["clients"] == want.clients and got["bytes_up"] == want.bytes_up
-        assert got["bytes_down"] == want.bytes_down
-        assert got["metrics"] == want.metrics  # FedALC: the federated P@k/nDCG@k, bit for bit
-        assert [c for c, _ in got["failed"]] == [c for c, _ in want.failed]
-        for (_, g), (_, w) in zip(got["failed"], want.failed, strict=True):
-            assert g.split(":")[0] == w.split(":")[0], (g, w)  # same kind: crashed / rejected
-    assert [len(h.failed) for h in ref.history] == [1, 1, 0]  # the drill really failed clients
-    # An in-process Server resumes from the Flower checkpoint (same format).
-    again = Server(
-        make_strategy(strategy),
-        [client_data(i, NUM_CLIENTS, strategy) for i in range(NUM_CLIENTS)],
-        NUM_FEATURES,
-        NUM_CLASSES,
-        dataclasses.replace(run_config(ROUNDS, PER_ROUND, SEED), checkpoint=str(ckpt)),
-    )
-    assert again.round == ROUNDS and all(torch.equal(again.state[k], ref.state[k]) for k in ref.state)
+    assert_matches_reference(strategy, ckpt, json.loads(result.read_text())["events"])
 
 
 def wait_file(path: Path, deployment: Deployment, timeout: float = DEADLINE) -> None:
@@ -372,6 +331,7 @@ class GoneInRound:
         return None if round == self.round else self.inner.update(download, round, seed)
 
 
+@pytest.mark.deployment
 def test_nodes_come_and_go_and_a_killed_serverapp_resumes(deployment):
     """Over TLS with SuperNode authentication and clients tied to keys: the node holding client 1's
     claim under another key is refused (recorded, the run goes on); client 2's node stops after
@@ -449,6 +409,7 @@ class LeaveAt:
         return self.inner.handle(kind, round, seed, message)
 
 
+@pytest.mark.deployment
 def test_secure_aggregation_survives_killed_supernodes(deployment):
     """SecAgg+ over the authenticated deployment, every client every round (5 clients: two more
     nodes with freshly registered keys serve clients 3 and 4). Round 0 (5 participants: every other

@@ -78,6 +78,7 @@ class MemoryGrid:
         return replies
 
 
-def context(node: int, partition: int, run_config=None) -> Context:
-    """A node's Context: ``partition-id`` in its node config."""
-    return Context(1, node, {"partition-id": partition}, RecordDict(), dict(run_config or {}))
+def context(node: int, partition: int, run_config=None, run_id: int = 1) -> Context:
+    """A node's Context: ``partition-id`` in its node config. A client app caches what a node loaded per
+    run and node, so runs of different apps or settings in one process take different ``run_id``s."""
+    return Context(run_id, node, {"partition-id": partition}, RecordDict(), dict(run_config or {}))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import torch
 
-from fedkernels.fl import ClientData, RunConfig, Strategy, TrainConfig
+from fedkernels.fl import ClientData, RunConfig, Server, Strategy, TrainConfig
 from fedkernels.fl.registry import make_strategy as registered
 from python_tests.support.fl_data import one_label_clients, tiny_clients
 
@@ -116,3 +119,61 @@ def drill_wrapper(spec: str):
         kind, cid, rnd = item.split(":")
         plan.setdefault(int(cid), {})[int(rnd)] = kind
     return lambda cid, inner: Drill(inner, plan[cid]) if cid in plan else inner
+
+
+# The Flower test app's run (python_tests/support/flower_app): the deployment test and its in-process
+# twin over Flower messages run every strategy this way, against the in-process Server below.
+NUM_CLIENTS, ROUNDS, PER_ROUND, SEED = 3, 3, 2, 7
+DRILL = "crash:2:0,garbage:0:1"  # client 2 crashes in round 0, client 0 sends garbage in round 1
+# The strategies the issue named (FedMLH, FedSS, partial exchange, l1-difference) plus FedAvg and FedALC
+# (its label-set setup exchange and federated evaluation); the adapter is generic.
+STRATEGIES = ["fedavg", "fedmlh", "fedss", "partialexchange", "l1diff", "fedalc"]
+FED_EVAL = ("fedalc",)  # runs federated evaluation too (Flower's evaluate messages)
+
+
+def in_process_reference(strategy: str) -> Server:
+    """The test app's run of ``strategy`` in one process: the same data, seed, drill and evaluation."""
+    clients = [client_data(i, NUM_CLIENTS, strategy) for i in range(NUM_CLIENTS)]
+    s = Server(
+        make_strategy(strategy),
+        clients,
+        NUM_FEATURES,
+        NUM_CLASSES,
+        run_config(ROUNDS, PER_ROUND, SEED),
+        client_wrapper=drill_wrapper(DRILL),
+    )
+    held_out = [held_out_data(i, NUM_CLIENTS, strategy) for i in range(NUM_CLIENTS)] if strategy in FED_EVAL else None
+    s.run(held_out=held_out)
+    return s
+
+
+def assert_matches_reference(strategy: str, checkpoint: Path, events: list[dict]) -> None:
+    """A Flower run of the test app (its checkpoint and its node events, as dicts): the second node
+    claiming client 1 was refused and every client joined; the final state is bit-identical to the
+    in-process Server's, and so is every round's record (clients, bytes, metrics, failures and their
+    kinds: the drill really failed clients); an in-process Server resumes from the checkpoint."""
+    from fedkernels.fl.checkpoint import load_checkpoint
+
+    refused = [e for e in events if e["kind"] == "refused"]  # the second node claiming client 1: never fatal
+    assert len(refused) == 1 and refused[0]["client"] == 1 and "duplicate claim of client 1" in refused[0]["reason"]
+    assert sorted(e["client"] for e in events if e["kind"] == "joined") == list(range(NUM_CLIENTS))
+    ref = in_process_reference(strategy)
+    state, meta = load_checkpoint(checkpoint, ref.state)
+    assert meta["round"] == ROUNDS and meta["strategy"] == ref.strategy.name
+    assert all(state[k].dtype == ref.state[k].dtype and (state[k] == ref.state[k]).all() for k in ref.state)
+    for got, want in zip(meta["history"], ref.history, strict=True):
+        assert got["clients"] == want.clients and got["bytes_up"] == want.bytes_up
+        assert got["bytes_down"] == want.bytes_down
+        assert got["metrics"] == want.metrics  # FedALC: the federated P@k/nDCG@k, bit for bit
+        assert [c for c, _ in got["failed"]] == [c for c, _ in want.failed]
+        for (_, g), (_, w) in zip(got["failed"], want.failed, strict=True):
+            assert g.split(":")[0] == w.split(":")[0], (g, w)  # same kind: crashed / rejected
+    assert [len(h.failed) for h in ref.history] == [1, 1, 0]  # the drill really failed clients
+    again = Server(  # an in-process Server resumes from the Flower checkpoint (same format)
+        make_strategy(strategy),
+        [client_data(i, NUM_CLIENTS, strategy) for i in range(NUM_CLIENTS)],
+        NUM_FEATURES,
+        NUM_CLASSES,
+        dataclasses.replace(run_config(ROUNDS, PER_ROUND, SEED), checkpoint=str(checkpoint)),
+    )
+    assert again.round == ROUNDS and all(torch.equal(again.state[k], ref.state[k]) for k in ref.state)
