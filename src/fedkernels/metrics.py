@@ -186,8 +186,9 @@ def inverse_propensity(label_counts: torch.Tensor, num_samples: int, a: float = 
     Args:
         label_counts: ``[L]`` training samples per label (finite, >= 0).
         num_samples: N (>= 1).
-        a, b: the model's A and B, finite and > 0 (the fitted values lie in [0.5, 0.6] and [0.4, 2.6];
-            ``B <= 0`` puts the log of a non-positive number in every unseen label's weight).
+        a: the model's A, finite and > 0 (the fitted values lie in [0.5, 0.6]).
+        b: the model's B, finite and > 0 (the fitted values lie in [0.4, 2.6]; ``B <= 0`` puts the log
+            of a non-positive number in every unseen label's weight).
 
     Returns:
         float64 ``[L]``, every value finite and >= 1 (for N >= 3).
