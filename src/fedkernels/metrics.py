@@ -23,6 +23,7 @@ import torch
 from ._validate import INT64_MAX, as_csr, as_int64, check_int, check_label_csr
 
 __all__ = [  # the functions (the PROPENSITY table is a module attribute)
+    "check_propensity",
     "communication_summary",
     "filter_predictions",
     "inverse_propensity",
