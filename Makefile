@@ -51,8 +51,8 @@ demo: install
 	$(VENV)/bin/fedkernels run --demo --threads 1 $(DEMO_ARGS)
 
 # --dist loadgroup: tests marked xdist_group share a worker (the Flower deployment is started once).
-# The Flower deployment scenarios (marked deployment: minutes of CPU, a process per message) are their
-# own target, which CI runs as its own step; make test keeps one deployment run.
+# Two Flower deployment scenarios (marked deployment: minutes of CPU, a process per message) are their
+# own target, run by hand (not in CI: each has an in-process twin in make test).
 test: install $(VENV)/.test-deps
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 -m "not deployment" python_tests --ignore=python_tests/fuzz
 

@@ -2,13 +2,15 @@
 127.0.0.1 run the test app (python_tests/support/flower_app) through ``fedkernels.integrations.flower``.
 
 - ``make test``: FedAvg for three rounds with a crash and a garbage upload injected ends bit-identical
-  to the in-process Server with the same seed, faults and data. Every strategy runs the same app over
-  Flower messages in one process (integrations/test_flower_strategies.py): what this test adds is the
+  to the in-process Server with the same seed, faults and data, and SecAgg+ survives killed SuperNodes
+  (a privacy claim: it runs wherever the tests run). Every strategy runs the same app over Flower
+  messages in one process (integrations/test_flower_strategies.py): what this test adds is the
   deployment (a process per message, TLS, registered keys), which one strategy proves.
-- ``make test-deployment`` (marked ``deployment``; CI runs it as its own step): the same for FedALC
-  (its label-set setup exchange and federated evaluation over the wire), nodes that come and go, a
-  killed ServerApp that resumes, SecAgg+ surviving killed SuperNodes. A Flower process per message
-  (each importing torch) makes these minutes of CPU, and processes are what they test."""
+- ``make test-deployment`` (marked ``deployment``; run by hand, not in CI, for CI's time): the same for
+  FedALC (its label-set setup exchange and federated evaluation over the wire; its in-process twin runs
+  in make test), nodes that come and go and a killed ServerApp that resumes (the resume's in-process
+  twin: integrations/test_flower_protocol.py). A Flower process per message (each importing torch)
+  makes these minutes of CPU, and processes are what they test."""
 
 from __future__ import annotations
 
@@ -409,7 +411,6 @@ class LeaveAt:
         return self.inner.handle(kind, round, seed, message)
 
 
-@pytest.mark.deployment
 def test_secure_aggregation_survives_killed_supernodes(deployment):
     """SecAgg+ over the authenticated deployment, every client every round (5 clients: two more
     nodes with freshly registered keys serve clients 3 and 4). Round 0 (5 participants: every other
