@@ -60,21 +60,26 @@ def session_cost(
     server_s = dict.fromkeys(STAGES, 0.0)
     dropped = set(range(drop))
 
+    client_cpu = dict.fromkeys(STAGES, 0.0)
+    server_cpu = dict.fromkeys(STAGES, 0.0)
+
+    def timed(fn, wall: dict, cpu: dict, name: str):
+        # CPU seconds beside wall seconds: on a shared machine the wall clock measures the load too.
+        t0, c0 = time.perf_counter(), time.thread_time()
+        out = fn()
+        wall[name] += time.perf_counter() - t0
+        cpu[name] += time.thread_time() - c0
+        return out
+
     def stage(name, messages, answer, take):
-        t0 = time.perf_counter()
-        msgs = {c: pl.encode(m) for c, m in messages().items()}
-        server_s[name] += time.perf_counter() - t0
+        msgs = timed(lambda: {c: pl.encode(m) for c, m in messages().items()}, server_s, server_cpu, name)
         for c, raw in msgs.items():
             if name in ("masked", "unmask") and c in dropped:
                 continue
             down[name] += len(raw)
-            t0 = time.perf_counter()
-            reply = pl.encode(answer(c, pl.decode(raw)))
-            client_s[name] += time.perf_counter() - t0
+            reply = timed(lambda: pl.encode(answer(c, pl.decode(raw))), client_s, client_cpu, name)
             up[name] += len(reply)
-            t0 = time.perf_counter()
-            take(c, pl.decode(reply, srv.spec(name, c)))
-            server_s[name] += time.perf_counter() - t0
+            timed(lambda: take(c, pl.decode(reply, srv.spec(name, c))), server_s, server_cpu, name)
 
     header = session_header(params, 4.0)  # the session's parameters, as a private round sends them
     stage("advertise", lambda: dict.fromkeys(range(n), header), lambda c, m: clients[c].advertise(), srv.take_advertise)
@@ -83,9 +88,8 @@ def session_cost(
     stage("seeds", srv.seeds_messages, lambda c, m: clients[c].seeds(m), srv.take_seeds)
     stage("unmask", srv.unmask_messages, lambda c, m: clients[c].unmask(m), srv.take_unmask)
     stage("repair", srv.repair_messages, lambda c, m: clients[c].seeds(m), srv.take_seeds)
-    t0 = time.perf_counter()
-    srv.result()
-    server_s["result"] = time.perf_counter() - t0
+    server_s["result"] = server_cpu["result"] = 0.0
+    timed(srv.result, server_s, server_cpu, "result")
     # the plain sum: every client sends its float32 vector, the server adds them
     plain_msg = pl.encode({"x": torch.randn(length)})
     t0 = time.perf_counter()
@@ -109,11 +113,15 @@ def session_cost(
         "client_seconds": {s: v / (live if s in ("masked", "unmask") else n) for s, v in client_s.items()},
         "server_seconds": server_s,
         "server_seconds_total": sum(server_s.values()),
+        "client_cpu_seconds": {s: v / (live if s in ("masked", "unmask") else n) for s, v in client_cpu.items()},
+        "server_cpu_seconds": server_cpu,
+        "server_cpu_seconds_total": sum(server_cpu.values()),
         "plain_server_seconds": plain_server,
     }
 
 
 def cmd_cost(args) -> None:
+    torch.set_num_threads(1)  # thread_time then counts all of a stage's CPU work
     rows = []
     for n, degree in [(n, d) for n in args.clients for d in (args.degree or [None])]:
         r = session_cost(
@@ -128,7 +136,8 @@ def cmd_cost(args) -> None:
             f"{r['client_bytes_up'] / 1e3:8.1f} kB (plain {r['plain_client_bytes_up'] / 1e3:.1f}) down "
             f"{r['client_bytes_down'] / 1e3:8.1f} kB | client {cs:.3f} s (masking {r['client_seconds']['masked']:.3f}) "
             f"| server {r['server_seconds_total']:.2f} s (unmasking {rebuild:.2f}; plain sum "
-            f"{r['plain_server_seconds']:.4f}) | load {os.getloadavg()[0]:.1f}",
+            f"{r['plain_server_seconds']:.4f}) | server CPU {r['server_cpu_seconds_total']:.2f} s "
+            f"| load {os.getloadavg()[0]:.1f}",
             flush=True,
         )
         out = {"load_average": os.getloadavg(), "length": args.length, "rows": rows}
