@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 # with nvcc present the build would compile the CUDA kernels too). TORCH_INDEX=https://download.pytorch.org/whl/cu130
 # picks a CUDA build; TORCH_INDEX= leaves pip's configuration alone. A pip already pointed at its own
 # wheels (PIP_FIND_LINKS or PIP_INDEX_URL set, as on the offline CI machines) is left alone by default:
-# an unreachable extra index costs pip about 10 s of retries for every package.
+# an unreachable extra index costs pip a round of retries for every package.
 TORCH_INDEX ?= $(if $(PIP_FIND_LINKS)$(PIP_INDEX_URL),,https://download.pytorch.org/whl/cpu)
 PY := $(VENV)/bin/python
 # The lint tools are pinned: another ruff or clang-format version formats some lines differently.
@@ -70,7 +70,7 @@ fuzz: install $(VENV)/.test-deps
 # the coverage check, then a random order under AddressSanitizer over EMU_RANDOM_TESTS: every kernel
 # against its CPU op on hypothesis-drawn inputs, plus the op files of the three kernels that file does
 # not launch (lce_backward_chunk, topk_merge, tv1d_backward), with the same coverage check. (The whole
-# op suite a second time in random order cost ~8 min of CI's 60.)
+# op suite a second time in random order would not fit CI's time budget.)
 # FK_EMU_SEED picks the random order (default: from the clock, printed).
 EMU_SEED ?= $(or $(FK_EMU_SEED),$(shell date +%s))
 EMU_RANDOM_TESTS := python_tests/emu/test_vs_cpu.py python_tests/ops/sampled/test_lce.py \

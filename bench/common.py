@@ -256,8 +256,8 @@ def load_note(load: tuple[float, float, float] | None = None) -> str:
     """How busy the machine was when a bench ended (``load``: its 1 / 5 / 15-minute load average, read
     now if not given, so a bench that also stores the numbers reads them once), for the JSON's note.
 
-    On this project's 2-core machine a bench alone keeps the 5-minute average below about 2.5; above
-    that something else ran beside it and absolute times are inflated.
+    On this project's 2-core machine a bench alone keeps the 5-minute average below the threshold of 2.5
+    used here; above it something else ran beside it and absolute times are inflated.
     """
     load = load or os.getloadavg()
     state = "quiet (only this bench running)" if load[1] < 2.5 else "loaded: absolute times are noisy"

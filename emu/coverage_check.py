@@ -13,9 +13,13 @@ import json
 import sys
 from pathlib import Path
 
+# rewrite.py sits beside this file: a sibling when run by path, emu.rewrite when imported.
+if __package__:
+    from .rewrite import global_kernels
+else:
+    from rewrite import global_kernels
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the repo root: emu is a package there
-from emu.rewrite import global_kernels  # noqa: E402  (after the path it needs)
 
 
 def project_kernels(root: Path = ROOT) -> set[str]:

@@ -133,8 +133,11 @@ def main(argv: list[str]) -> int:
     if a.checks == "asan":
         # One process per shard, so a report aborts it (and fails the run); fd 2 not captured.
         # Shards (FK_TEST_SHARDS, default: three per core) run one per core: one process left a core idle.
-        sys.path.insert(0, str(ROOT))  # tools is a package at the repo root
-        from tools.ci import test_shards
+        # The sharded runner sits beside this file: a sibling when run by path, emu.test_shards when imported.
+        if __package__:
+            from . import test_shards
+        else:
+            import test_shards
 
         args += ["--capture=sys", "-p", "no:xdist"]
         return test_shards.run(args, targets, test_shards.default_shards(), env=env, cwd=ROOT)

@@ -167,7 +167,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     from emu import cuda_emulator
 
-    # one file per process: an xdist worker's, or a tools/ci/test_shards.py shard's
+    # one file per process: an xdist worker's, or an emu/test_shards.py shard's
     shard = os.environ.get("FK_TEST_SHARD")
     worker = os.environ.get("PYTEST_XDIST_WORKER") or (f"shard{shard}" if shard else None)
     out = Path(f"{path}.{worker}" if worker else path)

@@ -1,7 +1,8 @@
 """Imports in src/fedkernels point one way: down the layers of docs/developing.md; and the wings
 beside the package stay apart: bench/ never imports python_tests/ nor the other way round, and
-neither edits ``sys.path`` (a script finds its siblings because Python puts its folder on the path;
-a test loads a script by file with python_tests/support/scripts.py).
+neither (nor emu/) edits ``sys.path`` (a script finds its siblings because Python puts its folder on the
+path; a test loads a script by file with python_tests/support/scripts.py). The checkout-only wings emu/,
+bench/ and tools/ import one way: down :data:`WING_ORDER`.
 
 Every module's imports are read with ``ast`` (module-level, inside functions, and under
 ``TYPE_CHECKING`` alike) and resolved to the fedkernels module they name; an import of a module in a
@@ -275,9 +276,12 @@ def cross_wing_imports(root: Path) -> list[str]:
 
 
 def test_no_wing_edits_sys_path() -> None:
-    """Benches run as modules of the repo root (``python -m bench.ops.x``) and tests load scripts through
-    python_tests/support/scripts.py: neither edits ``sys.path``."""
-    bad = [e for wing in ("python_tests", "bench") for path in wing_files(ROOT, wing) for e in sys_path_edits(path)]
+    """Benches run as modules of the repo root (``python -m bench.ops.x``), tests load scripts through
+    python_tests/support/scripts.py, and emu/'s scripts import their siblings bare when run by path (relatively
+    when imported as ``emu.x``): none edits ``sys.path``. (tools/gpu/ still puts the repo root on it.)"""
+    bad = [
+        e for wing in ("python_tests", "bench", "emu") for path in wing_files(ROOT, wing) for e in sys_path_edits(path)
+    ]
     assert not bad, (
         "sys.path edits (run a bench with python -m; load a script with python_tests/support/scripts.py):\n"
         + "\n".join(bad)
@@ -355,3 +359,68 @@ def test_a_cross_wing_import_is_caught(tmp_path, wing: str, source: str) -> None
     (tmp_path / "bench" / "common.py").write_text("")
     (tmp_path / wing / "x.py").write_text(source)
     assert len(cross_wing_imports(tmp_path)) == 1
+
+
+# ---- the checkout-only wings emu/, bench/ and tools/ import one way: down this list, never up it
+
+# From the bottom: emu/ (the CUDA emulator and its launch model) imports no other wing; bench/ may import
+# emu/ (bench/ops/gpu_model.py runs the model); tools/ may import both (gpu-check runs the benches and the
+# emulator's op test list). Nothing imports tools/. A helper two wings share lives in the lower one.
+WING_ORDER = ("emu", "bench", "tools")
+
+
+def imported_top_names(path: Path) -> list[tuple[int, str]]:
+    """``(line, first name)`` of every absolute import of the file, module-level or inside a function, and of
+    every ``importlib.import_module("a.b")`` / ``__import__("a.b")`` with a constant name."""
+    out = top_level_imports(path)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                out.append((node.lineno, node.args[0].value.split(".")[0]))
+    return out
+
+
+def upward_wing_imports(root: Path) -> list[str]:
+    """``file:line: ...`` for every import of a wing by a wing below it in :data:`WING_ORDER`."""
+    rank = {w: i for i, w in enumerate(WING_ORDER)}
+    bad = []
+    for wing in WING_ORDER:
+        for path in wing_files(root, wing):
+            for line, name in imported_top_names(path):
+                if rank.get(name, -1) > rank[wing]:
+                    bad.append(f"{path.relative_to(root)}:{line}: {wing}/ imports {name}/ (above it)")
+    return bad
+
+
+def test_wings_import_one_way() -> None:
+    bad = upward_wing_imports(ROOT)
+    assert not bad, (
+        f"imports that run up the wings {' < '.join(WING_ORDER)} (move the shared code to the lower wing):\n"
+        + "\n".join(bad)
+    )
+
+
+@pytest.mark.parametrize(
+    ("wing", "source", "caught"),
+    [
+        # the imports of the layout before issue 46, one of each kind
+        ("emu", "from bench import common as bench_common\n", True),
+        ("emu", "from bench.ops.select_shapes import resnet50_shapes\n", True),
+        ("emu", "def main():\n    from tools.ci import test_shards\n", True),
+        ("bench", "def f():\n    import tools.gpu.gpu_probe\n", True),
+        ("emu", "import importlib\nm = importlib.import_module('bench.common')\n", True),
+        ("bench", "m = __import__('tools')\n", True),
+        # downward and same-wing imports are fine
+        ("bench", "from emu.gpu_model.common import SMS\n", False),
+        ("tools", "from emu.emulate import op_test_files\nfrom bench.common import copy_bandwidth_gbs\n", False),
+        ("tools", "from tools.gpu import gpu_check_report\n", False),
+        ("emu", "from . import test_shards\nimport rewrite\n", False),
+    ],
+)
+def test_an_upward_wing_import_is_caught(tmp_path, wing: str, source: str, caught: bool) -> None:
+    for w in WING_ORDER:
+        (tmp_path / w / "sub").mkdir(parents=True)
+    (tmp_path / wing / "sub" / "x.py").write_text(source)
+    assert len(upward_wing_imports(tmp_path)) == int(caught)

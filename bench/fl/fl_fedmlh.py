@@ -31,8 +31,8 @@ from fedkernels.experiments.report import plot_accuracy, summary_rows
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
 # Per dataset: FedMLH's hash family (R tables of B buckets, R * B < p), the frequent-class count
-# (10% of the labels), and the rounds of the published run (what fit in ~20 minutes on the shared,
-# heavily loaded 2-core machine: Delicious's FedMLH split copies most samples to several clients).
+# (10% of the labels), and the rounds of the published run (what fit the time the shared, heavily
+# loaded 2-core machine could give it: Delicious's FedMLH split copies most samples to several clients).
 SETTINGS = {
     "delicious": {"num_tables": 4, "num_buckets": 100, "num_frequent": 98, "rounds": 2},
     "bibtex": {"num_tables": 4, "num_buckets": 20, "num_frequent": 16, "rounds": 10},

@@ -5,7 +5,7 @@
                                   [--quick] [--out FILE]
 
 The data: :func:`fedkernels.data.synthetic_multilabel` with ``--classes`` power-law labels and 64
-features, drawn once (about 100 s at p = 312330) and written as the scipy ``.npz`` folder layout
+features, drawn once (the draw is slow at p = 312330) and written as the scipy ``.npz`` folder layout
 ``fedkernels run --dataset`` reads (train_X/Y.npz, test_X/Y.npz; ``--max-test`` test rows). Each
 algorithm then runs as its own ``fedkernels run --config <json>`` process on that folder: one federated
 round (2 of 4 clients, one local epoch, small models, one thread: the point is the label dimension),

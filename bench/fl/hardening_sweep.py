@@ -295,7 +295,7 @@ def limit_memory() -> None:
     after the one-off imports a case would otherwise pay inside its window."""
     vm = _kib("VmSize") * 1024
     resource.setrlimit(resource.RLIMIT_AS, (vm + (2 << 30), resource.getrlimit(resource.RLIMIT_AS)[1]))
-    # the optimizers' first use imports torch._dynamo (seconds, ~100 MiB): before the window, not in a row
+    # the optimizers' first use imports torch._dynamo (slow, and a large allocation): before the window, not in a row
     from fedkernels.fl.local import make_optimizer
     from fedkernels.fl.types import TrainConfig
 

@@ -30,8 +30,8 @@ import sys
 import time
 
 # Output buffers on transparent huge pages, as numpy (prox-tv's outputs) does for large arrays: with
-# torch's default 4 KiB pages an 80 MB output costs ~30 ms of page faults per call at d = 1e7
-# (measured: empty_like + fill 34 ms vs np.zeros + fill 5.5 ms), which would time the allocator, not
+# torch's default 4 KiB pages an 80 MB output at d = 1e7 pays a page fault per page on every call
+# (empty_like + fill then costs several times np.zeros + fill), which would time the allocator, not
 # the solvers. Read by torch's CPU allocator, so it must be set before the first allocation.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
@@ -43,8 +43,8 @@ from bench.common import DATA, multi_hot, read_xc
 from fedkernels.comm import decode_runs, encode_runs, quantize_runs
 
 # glibc's own policy for the 8 MB outputs at d = 1e6 is bimodal across processes: mmap'd fresh each
-# call (page faults: empty_like + fill 4-6 ms) or reused from the heap (0.05 ms), depending on its
-# dynamic mmap threshold and heap trimming (numpy's 8 MB output takes 0.14 ms either way).
+# call (paying page faults) or reused from the heap (nearly free), depending on its dynamic mmap
+# threshold and heap trimming (numpy's 8 MB output costs the same either way).
 # Pin what glibc's dynamic thresholds move toward in a long-running process, for both contenders:
 # blocks up to 32 MiB from the heap, freed pages kept. Read by glibc at start, so the bench re-executes
 # itself once with them set (a user's own values win; see the end of this file).
@@ -83,7 +83,7 @@ def cycler(rows) -> callable:
     """Returns a function giving the next row of ``rows`` on each call, round robin.
 
     Timing one vector over and over lets the CPU's branch predictor learn its branch pattern when
-    d <= ~1e4 (3-5x faster for branchy solvers like Condat's, unlike any real call, where the
+    d <= 1e4 or so (several times faster for branchy solvers like Condat's, unlike any real call, where the
     gradient is new each time), so each timed call gets the next of POOL / d distinct rows.
     """
     state = {"i": 0}

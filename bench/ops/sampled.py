@@ -276,7 +276,7 @@ def scatter_rows(device: str, configs: list[tuple[int, int]], d: int = 256) -> l
         t_ref = timeit(composition, device)
         peers = scatter_peers(out, idx, src, w, n, device) if device == "cpu" else {}
         # what must move: every source row and its id and weight read, every named output row written
-        # The VM's copy speed jumps between about 40 and 75 GB/s: measure it on both sides of the
+        # The VM's copy speed jumps between two levels: measure it on both sides of the
         # timing and compare against the faster one (the stricter fraction).
         bw = max(bw_before, copy_bandwidth_now(device))
         nbytes = t_count * (d * 4 + 8 + 4) + unique_rows * d * 4
@@ -334,7 +334,7 @@ def main() -> None:
         # 64 KiB must be its own mmap, so freed blocks leave the process instead of being reused
         # silently (which would read as 0 extra). That child process writes its rows first. The
         # scatter part is timed here, under the allocator users run: with the 64 KiB threshold every
-        # scratch array of every call is a fresh mmap paying page faults (30-80% of the op's time).
+        # scratch array of every call is a fresh mmap paying page faults (a large share of the op's time).
         subprocess.run(
             [*rerun_argv(), "--parts", "lce"],
             check=True,

@@ -219,7 +219,7 @@ def timed(methods: dict, device: str) -> dict[str, float]:
     """Seconds per call of each method: on the CPU calls alternated, minimum of 21 (peers.alternating_min).
 
     21, not 7: this VM's memory bandwidth moves between runs and within one (a BERT-base delta_norms
-    call measured 18-45 ms across runs, minimum of 7), and each call here is a few ms of streaming.
+    call's minimum of 7 varied widely across runs), and each call here is short streaming.
     """
     if device != "cpu":
         return {name: timeit(fn, device, repeat=5) for name, fn in methods.items()}

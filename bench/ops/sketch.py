@@ -471,8 +471,8 @@ def goals(rows: list[dict], thread_rows: list[dict]) -> list[dict]:
 # assumes every gather of logp hits on chip: true where the row is staged in shared memory (R B <= 8192
 # floats); at the two large configurations the row (64 KB, 160 KB) exceeds the 48 KB of static shared
 # memory and the N p R gathers (0.54 G and 2.56 G) go through L1/L2, so those will sit above the floor.
-# The table is read once per row too: N p R 4 bytes from L2 (65 MB, 0.51 GB, 2.1 GB, 10.2 GB at the four
-# configurations), which at an L2 rate of about 5.5 TB/s is ~12, 92, 390 and 1860 us: more than the HBM
+# The table is read once per row too: N p R 4 bytes from L2 (from tens of MB to GBs across the four
+# configurations), which even at the L2's rate, a small multiple of HBM's, takes longer than the HBM
 # floor everywhere. Sharing each table read among several rows of a block (G rows per block: table
 # traffic / G) is the next step; it needs per-row lists per thread (registers) or dynamic shared memory,
 # which the emulator does not model yet.

@@ -1,7 +1,7 @@
 // Host-only: ask Linux to back a large, freshly allocated output with 2 MiB pages. A big CPU
-// tensor comes straight from mmap, so filling it costs one page fault per 4 KiB page (about 10k
-// faults and 10-20 ms for 40 MB, more than the fill itself); with transparent huge pages in
-// "madvise" mode the same fill takes about 20 faults. A hint only: pages already touched keep
+// tensor comes straight from mmap, so filling it costs one page fault per 4 KiB page (for a large
+// output that costs more than the fill itself); with transparent huge pages in "madvise" mode the
+// same fill takes one fault per 2 MiB. A hint only: pages already touched keep
 // their size, and the call does nothing where THP is off or unsupported.
 #pragma once
 

@@ -14,7 +14,7 @@
 namespace fedkernels {
 
 // The direct scan per dtype and CPU level (common/cpu_isa.h), as plain functions: the avx2 build of
-// the scalar loop runs ~15% faster with VEX encoding. Scalar IEEE operations in the same order and
+// the scalar loop runs faster with VEX encoding. Scalar IEEE operations in the same order and
 // no FMA, so both levels give the same bits. flatten inlines the template body into each.
 #define FK_TV_DIRECT(ATTR, NAME, T)                                                                          \
   ATTR __attribute__((flatten)) static TvStatus NAME(const T* z, T* u, int64_t n, double lam, bool anchored, \

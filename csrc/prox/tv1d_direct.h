@@ -28,14 +28,14 @@ enum class TvStatus : int { kOk = 0, kNonFinite = 1, kBudget = 2 };
 // Samples per scan chunk, and the narrowing events per step (1 / 2^kTvRareShift) below which the next
 // chunk tests them with branches instead of selects (see TvScan::run). The next chunk runs the
 // one-sample-piece loop after each bend when more than 3 in 4 of this chunk's pieces were one sample
-// long: it gains where it then takes several pieces per entry (lam 0.2 on N(0, 1): 77% one-sample
-// pieces, even; lam 0.1: 89%, 20% faster) and loses where it exits at once (lam 0.25: 72%, 5% slower).
+// long: it gains where it then takes several pieces per entry (small lam on N(0, 1)) and loses a little
+// where it exits at once (larger lam, fewer one-sample pieces).
 constexpr int64_t kTvChunk = 2048;
 constexpr int kTvRareShift = 4;
 
 // Host builds test the samples for NaN/inf a chunk at a time, after the scan has read them (in cache
-// then), in a vectorised pass: a bit test per sample in the scan loop was ~10% of its time at large
-// lam, where samples are read about twice; a pass ahead of the scan paid for the memory reads the scan
+// then), in a vectorised pass: a bit test per sample in the scan loop cost a visible share of its time
+// at large lam, where samples are read about twice; a pass ahead of the scan paid for the memory reads the scan
 // overlaps. A CUDA thread, scanning its row from global memory, tests each sample as it reads it.
 #if defined(__CUDA_ARCH__)
 constexpr bool kTvChunkCheck = false;
@@ -100,7 +100,7 @@ struct TvScan {
 
   // Rescans past the total budget, or past 4 per sample read so far (plus slack for short rows). Per
   // sample read, not per sample fixed: at large lam a piece can be found only thousands of samples
-  // after it ends (on N(0, 1) at lam 100, 1 row in 8 went to the funnel, 4x slower, that way).
+  // after it ends (on N(0, 1) at large lam, rows then went to the slower funnel that way).
   FK_HOST_DEVICE FK_INLINE bool over_budget() const { return rescans > budget || rescans > 4 * kmax + 4096; }
 
   // run()'s bookkeeping: steps are counted through k, which grows by one per step between bends; the
@@ -131,7 +131,7 @@ struct TvScan {
 
   // A bend found by run() at the current k: the stretch's steps are spent, then bend(), the one-sample
   // pieces that follow, and the next stretch. False when over budget. (Called from two sites, down
-  // and up: one `if (down || up)` site ran 10% slower at large lam.)
+  // and up: one `if (down || up)` site ran slower at large lam.)
   template <bool kShort>
   FK_HOST_DEVICE FK_INLINE bool bend_in_run(int64_t x, double num, double den, bool down, Stretch& st) {
     st.left -= k - st.from;
@@ -164,7 +164,7 @@ struct TvScan {
   // chain; where they are dense they are coin flips, and selects win.
   // kFirst: x0 == 0 at the start (x0 never decreases), so s0 is kept up to date.
   // kShort: run the one-sample-piece loop after each bend. A template flag, not a test: compiled into
-  // every chunk, its registers cost the other loops 5-10% on float rows at lam 0.5-1.
+  // every chunk, its registers slow the other loops on float rows at moderate lam.
   template <bool kBranchy, bool kFirst, bool kShort>
   FK_HOST_DEVICE FK_INLINE bool run(int64_t steps) {
     int64_t ev = 0;  // locals: members would be stored to memory on every count
@@ -262,7 +262,7 @@ FK_HOST_DEVICE TvStatus tv1d_direct_row(const T* z, T* u, int64_t n, double lam,
     if (s.x0 == 0) {
       // One piece so far: S_n summed in order (s0, kept by the scan while x0 == 0); lo and hi lose it
       // to rounding where lam >> |S_n|, and the free end's value is S_n / n. The scan keeps s0 because
-      // summing the row again here would be a serial pass of ~0.8 ns per sample (30% of such a row).
+      // summing the row again here would be a serial pass over it (a large share of such a row's time).
       e = s.s0;
       elo = e - lam;
       ehi = e + lam;

@@ -1,6 +1,6 @@
 // The one-sample-piece loop of the direct scan (tv1d_direct.h). At small lam almost every piece of
 // the solution is a single sample, and on noisy input whether the string then steps down or up is a
-// coin flip: as a branch it mispredicts every other sample (~4 ns each, most of Condat's time there).
+// coin flip: as a branch it mispredicts every other sample (most of Condat's time there).
 // This loop computes the direction with selects, so its one branch (does the piece end at the next
 // sample?) is taken almost always where such pieces dominate, and predicts.
 #pragma once

@@ -16,7 +16,7 @@
 namespace fedkernels {
 
 // float -> double packed from a zeroed register: the scalar cvtss2sd merges into its destination, a
-// false dependency that chains loop iterations (measured: float rows 1.5x slower at large lam).
+// false dependency that chains loop iterations (float rows ran slower at large lam).
 FK_INLINE double tv_load_sse2(const float* z, int64_t i) { return _mm_cvtsd_f64(_mm_cvtps_pd(_mm_load_ss(z + i))); }
 
 // double -> float packed (cvtpd2ps writes the whole register), for the same reason.

@@ -24,7 +24,7 @@ constexpr int kSelectLanes = 16;
 enum class ElemType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kFloat64 = 3 };
 
 // Loads widened to the accumulation type. float16 on the host uses a branchless bit conversion
-// that the compiler vectorises (c10::Half's scalar path is ~15x slower there); it is exact, so
+// that the compiler vectorises (c10::Half's scalar path is far slower there); it is exact, so
 // both devices see the same values.
 FK_HOST_DEVICE FK_INLINE float widen(float x) { return x; }
 FK_HOST_DEVICE FK_INLINE double widen(double x) { return x; }

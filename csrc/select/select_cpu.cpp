@@ -16,11 +16,11 @@ namespace fedkernels {
 
 static_assert(sizeof(void*) == sizeof(int64_t), "plans pack pointers into int64");
 
-// Chunks are ~8K elements (tens of microseconds), so a few per task keeps scheduling cheap.
+// Chunks are short (kSelectChunk elements, select.h), so a few per task keeps scheduling cheap.
 constexpr int64_t kChunksPerTask = 4;
 
 // The partial of chunk c. float16 chunks are widened into float32 buffers first where the level
-// converts in vectors (widen_half.h: F16C at avx2; c10::Half's scalar conversion costs ~20 ns per
+// converts in vectors (widen_half.h: F16C at avx2; c10::Half's scalar conversion is slow per
 // value), then run through the float32 instance of the same item math: lanes, order and the
 // (exact) converted values match the direct path, so every level gives the same bits.
 static double norm_chunk_partial_cpu(CpuIsa isa, const int64_t* packed, int64_t num_tensors, int64_t c, float* buf_a,

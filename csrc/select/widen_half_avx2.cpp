@@ -1,6 +1,6 @@
 // float16 -> float32 of n values with F16C, eight at a time (the avx2 level; select_cpu.cpp
 // dispatches here through cpu_isa()). The conversion is exact, so the values equal the scalar
-// c10::Half conversion's (~20 ns per value there).
+// c10::Half conversion's (which is slow per value).
 #include "select/widen_half.h"
 
 #if FK_X86_LEVELS

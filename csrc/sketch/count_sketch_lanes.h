@@ -21,9 +21,9 @@ void sketch_lanes_table(CpuIsa isa, const double* xt, int64_t nc, const int32_t*
                         double* acc);
 
 // The same float pass with one 64-byte add per bucket at the avx512 level (same bits; other levels
-// run sketch_lanes_table). A/B per call on a Zen-class VM: ~5-8% faster at (p, R, B) = (30938, 4, 1000),
-// ~3% at (312330, 8, 5000), equal elsewhere in 250..5000; slower per RMW for B <= 16 (store-forwarding
-// chains) and at B = 16000 (1 MB of acc per table), hence the range below.
+// run sketch_lanes_table). A/B per call on a Zen-class VM: faster at some bench configurations in
+// 250..5000 buckets and equal at the others; slower per RMW for B <= 16 (store-forwarding chains) and
+// at B = 16000 (the accumulator leaves L2), hence the range below.
 void sketch_lanes_table_wide(CpuIsa isa, const float* xt, int64_t nc, const int32_t* tcol, const int8_t* scol,
                              int64_t r, float* acc);
 

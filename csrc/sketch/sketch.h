@@ -80,8 +80,8 @@ FK_HOST_DEVICE FK_INLINE typename OrderKeyInt<acc_t>::type order_key(acc_t x) {
 // Median of v[0..r). NaN propagates as in torch.median (the first NaN is returned); an even
 // count gives the mean of the two middle values. The values picked are those a stable ascending
 // sort puts at positions m - 1 and m (ties rank by index), found with branch-free ranks: a sort
-// of random values mispredicts about half its comparisons (5x slower at R = 4).
-// kR > 0 fixes r at compile time so the rank loops unroll (3x faster for small R); 0 reads r.
+// of random values mispredicts about half its comparisons (much slower at small R).
+// kR > 0 fixes r at compile time so the rank loops unroll (faster for small R); 0 reads r.
 template <int64_t kR, typename acc_t>
 FK_HOST_DEVICE FK_INLINE acc_t median_of(const acc_t* v, int64_t r_runtime) {
   using I = typename OrderKeyInt<acc_t>::type;

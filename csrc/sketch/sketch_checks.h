@@ -94,7 +94,7 @@ inline void check_merge_backward_args(const at::Tensor& grad, const at::Tensor& 
 
 // Every int8 is +1 or -1: (v + 1) is 0 or 2 exactly then, so OR-ing (v + 1) & ~2 over all of them
 // stays 0. One vectorisable pass over the bytes; the tensor-op form (abs, ne, any) made three
-// passes and two temporaries, about 1 ms at p = 312330, R = 8 (longer than the sketch itself).
+// passes and two temporaries (at the largest bench size, longer than the sketch itself).
 inline bool cpu_all_plus_minus_one(const at::Tensor& signs) {
   const auto* v = reinterpret_cast<const uint8_t*>(signs.const_data_ptr<int8_t>());
   return at::parallel_reduce(

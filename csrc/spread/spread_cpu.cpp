@@ -45,8 +45,8 @@ constexpr int64_t kGroups = 16;  // block groups: 16 rounds of 8 tasks
 constexpr int64_t kWholeCopy = int64_t{1} << 22;
 constexpr int64_t kWholeBlock = 128;  // rows per block of the whole-matrix path
 // C up to which the whole-matrix path runs (16 blocks). Above it the rounds' grouped tasks keep a
-// packed column block in L2 across row blocks, which is faster on one thread there (8-18% at
-// C = 4096 and 20000), and the barriers cost little against the work.
+// packed column block in L2 across row blocks, which is faster on one thread there (at C = 4096
+// and 20000), and the barriers cost little against the work.
 constexpr int64_t kWholeMaxRows = 2048;
 
 // Float64 norms of every row (cosine needs them for the exact recompute and the keys), in parallel;

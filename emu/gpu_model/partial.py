@@ -7,7 +7,6 @@ import math
 import torch
 
 import fedkernels
-from bench.ops.select_shapes import bert_base_shapes, resnet50_shapes
 
 from .common import B, OpModel, launch_stats, record
 from .configs import PARTIAL_CLIENTS, PARTIAL_FRACTION
@@ -50,11 +49,12 @@ def torch_masked_average(elems_by_contributors):
     return sum(4 * (5 * c + 3) * n for c, n in elems_by_contributors)
 
 
-MODELS = {"resnet50": resnet50_shapes, "bert-base": bert_base_shapes}
+Shape = tuple[int, ...]
 
 
-def partial_models(model: str, dtypes: list[torch.dtype]) -> list[OpModel]:
-    shapes = MODELS[model]()
+def partial_models(model: str, shapes: list[Shape], dtypes: list[torch.dtype]) -> list[OpModel]:
+    """delta_norms and select_topk_tensors per dtype, and masked_weighted_average, on a network named ``model``
+    whose parameter tensors have ``shapes``."""
     out = []
     for dtype in dtypes:
         es = torch.empty((), dtype=dtype).element_size()

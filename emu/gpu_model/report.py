@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from .common import FEW_WARPS_PER_SM, FP32_FLOPS, OpModel, bound_us, grouped, launch_stats
 from .configs import full_configs, quick_configs
-from .partial import partial_models
+from .partial import Shape, partial_models
 from .prox import prox_models
 from .sampled import lce_models, sampler_models, scatter_models
 from .sketch import fedmlh_models
@@ -15,7 +15,14 @@ from .spread import spread_models
 from .topk import topk_models
 
 
-def build_models(quick: bool, log: Callable[[str], None] = print, exact_lce: bool = False) -> list[OpModel]:
+def build_models(
+    quick: bool,
+    model_shapes: Mapping[str, Callable[[], list[Shape]]],
+    log: Callable[[str], None] = print,
+    exact_lce: bool = False,
+) -> list[OpModel]:
+    """Every op's model; ``model_shapes`` gives the parameter shapes of each network the configurations
+    name for the partial exchange (the caller's: bench/ops/select_shapes.py)."""
     cfg = quick_configs() if quick else full_configs()
     models: list[OpModel] = []
 
@@ -33,7 +40,8 @@ def build_models(quick: bool, log: Callable[[str], None] = print, exact_lce: boo
     for n, t in cfg["scatter"]:
         step(f"scatter_rows_mean n={n} T={t}", lambda n=n, t=t: scatter_models(n, t, cfg["scatter_d"]))
     for model in cfg["models"]:
-        step(f"partial exchange {model}", lambda model=model: partial_models(model, cfg["dtypes"]))
+        shapes = model_shapes[model]()
+        step(f"partial exchange {model}", lambda m=model, s=shapes: partial_models(m, s, cfg["dtypes"]))
     for d, bs in cfg["prox"]:
         step(f"prox d={d} block={bs}", lambda d=d, bs=bs: prox_models(d, bs))
     for i, (c, d) in enumerate(cfg["spread"]):

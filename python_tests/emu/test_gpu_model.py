@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from python_tests.support.paths import ROOT
+from python_tests.support.scripts import load_script
 
 pytestmark = [
     pytest.mark.emu_direct,  # the model installs its own routing around each recorded call
@@ -60,15 +61,16 @@ def gpu_model():
 
 
 @pytest.fixture(scope="module")
-def quick_run(gpu_model, tmp_path_factory):
-    """One --quick run: (its JSON, its stdout)."""
+def quick_run(tmp_path_factory):
+    """One --quick run of the command, bench/ops/gpu_model.py: (its JSON, its stdout)."""
+    command = load_script(ROOT / "bench" / "ops" / "gpu_model.py")
     out = tmp_path_factory.mktemp("gpu_model") / "gpu_model-quick.json"
     import contextlib
     import io
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        assert gpu_model.main(["--quick", "--out", str(out)]) == 0
+        assert command.main(["--quick", "--out", str(out)]) == 0
     return json.loads(out.read_text()), buf.getvalue()
 
 

@@ -5,7 +5,7 @@ evaluation ends bit-identical to the in-process run in which the faulty clients 
 the protocol scales with the clients per round: each node is asked who it is once, and only the
 round's clients and the evaluation sample get messages.
 
-One simulation (Ray start-up dominates: about 30 s of CPU on the 2-core CI machine), so one test.
+One simulation (Ray start-up dominates, and it is slow on the 2-core CI machine), so one test.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""tools/ci/test_shards.py: the sharded runner of the AddressSanitizer test runs (CI steps 1b and 1c)."""
+"""emu/test_shards.py (the sharded runner of the AddressSanitizer test runs, CI steps 1b and 1c); tested here, not
+in python_tests/emu/, so the emulated and sanitized op runs do not run it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tools.ci import test_shards
+from emu import test_shards
 
 ECHO = [sys.executable, "-c", "import sys; print('ARGS', *sys.argv[1:]); sys.exit(int('fail' in sys.argv[1:]))"]
 

@@ -88,7 +88,7 @@ INCLUDE = re.compile(r'#\s*include\s*[<"]([^>"]+)[>"]')
 
 def uses_torch(src: Path, seen: set[Path] | None = None) -> bool:
     """Whether src includes an ATen or torch header, itself or through csrc/ headers: only those units
-    load the precompiled torch headers (loading them costs a unit that needs none about 2 s)."""
+    load the precompiled torch headers (loading them costs a unit that needs none more than its own compile)."""
     seen = set() if seen is None else seen
     if src in seen:
         return False

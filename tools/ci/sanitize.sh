@@ -66,7 +66,7 @@ echo "sanitize: running under ASan+UBSan with $SO"
 # -p no:cacheprovider: nothing written into the checkout; one process per shard so a report aborts
 # it (and fails the run); --capture=sys: pytest must not capture fd 2, or a report would vanish with
 # the aborted process. The test files are split into FK_TEST_SHARDS shards (default: three per core)
-# that run one per core (tools/ci/test_shards.py).
-"$PY" "$ROOT/tools/ci/test_shards.py" -- "$PY" -c "$BOOT
+# that run one per core (emu/test_shards.py).
+"$PY" "$ROOT/emu/test_shards.py" -- "$PY" -c "$BOOT
 import pytest; sys.exit(pytest.main(['-q', '--capture=sys', '-p', 'no:cacheprovider', '-p', 'no:xdist', *sys.argv[1:]]))" -- "$@"
 echo "sanitize: no ASan/UBSan reports"

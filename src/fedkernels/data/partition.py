@@ -229,8 +229,8 @@ def split_statistics(shards: list[Shard], num_classes: int) -> dict[str, float]:
     disjoint label sets). Clients without labels are left out of the TV mean."""
     rows = np.concatenate([s.rows for s in shards]) if shards else np.zeros(0, np.int64)
     distinct = np.unique(rows).size
-    # Sparse per-client label distributions: a dense [clients, p] histogram was 25 GB at p = 312330
-    # with one client per label, and the pairwise loop O(clients^2 p).
+    # Sparse per-client label distributions: a dense [clients, p] histogram is clients * p entries (tens of
+    # GB at p = 312330 with one client per label), and the pairwise loop O(clients^2 p).
     labels_per_client, cls_parts, q_parts = [], [], []
     for s in shards:
         cls, counts = np.unique(np.asarray(s.indices, dtype=np.int64), return_counts=True)

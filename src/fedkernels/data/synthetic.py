@@ -70,7 +70,7 @@ def synthetic_multilabel(
     log_w[rng.permutation(num_classes)] = -exponent * np.log(np.arange(num_classes) + 1.0)
     counts = np.minimum(1 + rng.poisson(labels_per_sample - 1.0, size=num_samples), num_classes)
     # Weighted sampling without replacement: the k largest of log w + Gumbel noise, in chunks of rows
-    # holding at most CHUNK_VALUES keys (64 MiB: at p = 312330 a fixed 2048 rows took 4.8 GiB). The
+    # holding at most CHUNK_VALUES keys (a fixed row count would hold rows x p keys, gigabytes at large p). The
     # draws come out of one stream row after row, so the chunking does not change the data.
     kmax = int(counts.max()) if num_samples else 0
     chunk = max(1, min(2048, CHUNK_VALUES // num_classes))

@@ -78,8 +78,8 @@ class ExperimentConfig:
     synthetic: dict[str, Any] = field(default_factory=_copy_of("synthetic"))
     feature_dim: int | None = RUN_DEFAULTS["feature_dim"]
     # unit-norm feature rows (file datasets). False keeps raw values: the FedAwS/FedALC presets on
-    # Bibtex need the raw bag of words (unit rows shrink the first layer's steps ~68x: P@1 0.175
-    # against 0.309 after 60 rounds, docs/api/fl.md "Reproducing the papers").
+    # Bibtex need the raw bag of words (unit rows shrink the first layer's steps and the 60-round P@1
+    # with them: docs/api/fl.md "Reproducing the papers").
     l2_normalize: bool = RUN_DEFAULTS["l2_normalize"]
     # keep a file dataset's features as torch.sparse_csr from file to model (partition, local
     # training, evaluation): memory ~ nonzeros, not N x F. The synthetic default is always dense.
@@ -107,7 +107,7 @@ class ExperimentConfig:
     output: str = RUN_DEFAULTS["output"]
     # torch intra-op threads for the run (None: torch's default). On a machine busy with other
     # work, 1 is far faster for these small models: with more, every op waits at a barrier for a
-    # descheduled worker (Bibtex, 3 hidden layers: 0.45 s a round with 1 thread, 7-18 s with 2).
+    # descheduled worker (Bibtex with 3 hidden layers ran many times slower a round with 2 threads).
     threads: int | None = RUN_DEFAULTS["threads"]
     # a folder of per-algorithm checkpoints written after every round (resumed with resume=True)
     checkpoint: str | None = RUN_DEFAULTS["checkpoint"]

@@ -2,7 +2,7 @@
 
 A checkpoint holds it in its run identity, so resuming on other data with the same shapes (another
 dataset, another split or partition, other preprocessing) is refused instead of silently mixing two
-runs. It costs one pass over the data (about 1.5 GB/s), once per server, and only when a checkpoint
+runs. It costs one hashing pass over the data, once per server, and only when a checkpoint
 is written or read.
 """
 

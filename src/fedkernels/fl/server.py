@@ -65,9 +65,10 @@ class RunConfig:
     checkpoint: str | None = None  # file written after every round of run(), resumed from if present
     max_upload_bytes: int | None = None  # tighter bound than the strategy's spec on any client's bytes
     # True: train a round's honest in-process clients in one batched pass where the strategy allows it
-    # (fedkernels.fl.batched: FedAvg, FedAwS/FedALC, partial exchange; ~4.8x a Bibtex round on the CPU,
-    # bench/fl/fl_batched.py). It equals the sequential loop only up to float rounding, so it is opt-in:
-    # the default one-by-one loop is what Flower runs and what the committed result rows used.
+    # (fedkernels.fl.batched: FedAvg, FedAwS/FedALC, partial exchange; several times faster a Bibtex round
+    # on the CPU, bench/fl/fl_batched.py measures it). It equals the sequential loop only up to float
+    # rounding, so it is opt-in: the default one-by-one loop is what Flower runs and what the committed
+    # result rows used.
     # Off the CPU the sequential loop runs (the batched pass trains on the host).
     batch_clients: bool = False
     # aggregation weight of a client: "samples" (its example count, FedAvg's n_k / n) or "uniform"
@@ -441,7 +442,7 @@ def _encoded(report: pl.Payload | None) -> bytes | None:
 
 
 def record_to_json(rec: RoundRecord) -> dict:
-    """A record as JSON values (``dataclasses.asdict`` without its deep copies: 10x faster)."""
+    """A record as JSON values (``dataclasses.asdict`` without its deep copies, which cost more than the rest)."""
     return {
         "round": rec.round,
         "clients": list(rec.clients),

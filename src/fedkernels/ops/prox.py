@@ -8,8 +8,8 @@ import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
 
-# float lam -> its 0-d float64 tensor per device, so repeated calls skip making one (1.3 us, which
-# shows on 1000-sample rows). Never handed to the caller and never written, so sharing is safe.
+# float lam -> its 0-d float64 tensor per device, so repeated calls skip making one (a cost that
+# shows on short rows). Never handed to the caller and never written, so sharing is safe.
 _LAM_TENSORS: dict[tuple[float, torch.device], torch.Tensor] = {}
 _LAM_TENSORS_MAX = 64
 
@@ -32,9 +32,9 @@ def _cached_lam_tensor(lam: float | torch.Tensor, z: torch.Tensor) -> torch.Tens
 def _needs_autograd_layer(z: torch.Tensor, lam: torch.Tensor) -> bool:
     """False when the autograd kernel would only redispatch (no input needs a gradient).
 
-    The Python autograd kernel that ``register_autograd`` installs costs 7-20 us per call even when
+    The Python autograd kernel that ``register_autograd`` installs costs microseconds per call even when
     it just redispatches (dataclass, trampoline; more with cold caches), which is as long as the whole
-    solve of a 1000-entry row. Skipping it is what that kernel does itself in that case; under
+    solve of a short row. Skipping it is what that kernel does itself in that case; under
     functorch transforms the call always takes the registered path.
     """
     return (torch.is_grad_enabled() and torch._C._any_requires_grad(z, lam)) or (

@@ -201,8 +201,8 @@ class FedAwS(Strategy):
         margin: the spreadout regulariser's margin (on unit-norm embeddings). With
             ``metric="l2"`` random unit rows in d dimensions sit near distance sqrt(2), so a margin
             well below that (e.g. 1.0 for d = 64) leaves almost no pair inside it: the regulariser
-            and FedALC's pair weights then do nothing (measured on Bibtex: 0-0.5% of the k-NN pairs
-            active with margin 1.0, all of them with 1.414).
+            and FedALC's pair weights then do nothing (on Bibtex almost no k-NN pair is active with margin
+            1.0, all of them are with 1.414).
         k: neighbours per class in the spreadout regulariser.
         metric: ``"l2"`` or ``"cosine"``, the regulariser's distance.
         spread_lr: the server's spreadout step size. The papers' regulariser weight lambda multiplies

@@ -6,7 +6,7 @@ CI machine that leaves a core idle for minutes. Shards keep both properties (eac
 process; a report aborts it and fails the whole run) and use every core. More shards than cores
 (default: three per core, largest first) keep the cores busy to the end.
 
-    python tools/ci/test_shards.py [--shards N] [--jobs J] -- CMD ARGS... -- TESTS_AND_PYTEST_ARGS...
+    python emu/test_shards.py [--shards N] [--jobs J] -- CMD ARGS... -- TESTS_AND_PYTEST_ARGS...
 
 Arguments after the second ``--`` that name test files (``*.py``, ``file::test``) or directories are
 split between the shards; the others (``-k expr``, ``-x``, ...) go to every shard. Each shard's output
