@@ -47,6 +47,7 @@ QUICK: dict[str, list[str]] = {
     "topk": ["--quick"],
     "fma_peak": ["--quick"],
     "fl_batched": ["--quick"],
+    "threads": ["--quick"],
     "oracle_sleec": ["--quick"],
 }
 # scripts that need an environment variable: skipped, with the reason, when it is unset
