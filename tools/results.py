@@ -8,8 +8,9 @@ metrics. What leaves the tree: the per-round list of client ids (``history[].cli
 communication list (``comm.per_round``, the same numbers as ``rounds.csv``) and ``accuracy.png`` (a
 plot of ``rounds.csv``). A raw folder (``docs/gpu-runs``: logs of GPU sessions) leaves the tree whole.
 
-``full-files.json`` in each slimmed folder names every full file by its git blob id, sha256, size and
-the commit that held it when it was slimmed, and the commit that last changed the folder (``committed_in``). ``fetch``
+``full-files.json`` in each slimmed folder names every full file by its git blob id, sha256, size and a
+commit that holds it: the last commit that changed the folder before it was slimmed (``committed_in``,
+the commit that recorded the measurement). ``fetch``
 reads the blobs back from the clone's history (a shallow clone needs ``git fetch --unshallow``) and
 writes them only after every hash matched.
 
@@ -123,6 +124,7 @@ def slim_folder(root: Path, folder: Path, kind: str) -> bool:
     else:
         names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
     head: dict[str, str] | None = None
+    commit = ""
     new_entries = False
     writes: dict[str, bytes | None] = {}  # name -> slim bytes, or None to remove
     for name in names:
@@ -137,7 +139,9 @@ def slim_folder(root: Path, folder: Path, kind: str) -> bool:
             head = _head_blobs(root, folder) if head is None else head
             if head.get(name) != blob_id(data):
                 raise ResultsError(f"{path.relative_to(root)} differs from HEAD: commit the full files, then slim")
-            commit = _git(root, "rev-parse", "HEAD").decode().strip()
+            # the last commit that changed the folder holds HEAD's files and survives a rebase of later commits
+            rel = folder.relative_to(root).as_posix()
+            commit = _git(root, "log", "-1", "--format=%H", "HEAD", "--", rel).decode().strip()
             entries[name] = {"blob": blob_id(data), "sha256": sha256(data), "bytes": len(data), "commit": commit}
             new_entries = True
         slim = slim_results_json(data) if kind == "run" and name == "results.json" else None
@@ -151,7 +155,7 @@ def slim_folder(root: Path, folder: Path, kind: str) -> bool:
         manifest = {
             "about": f"The full files of this folder are in git history: `python -m tools.results fetch {rel}`",
             "kind": kind,
-            "committed_in": _git(root, "log", "-1", "--format=%H", "HEAD", "--", rel).decode().strip(),
+            "committed_in": commit,
             "files": dict(sorted(entries.items())),
         }
         (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")

@@ -70,8 +70,10 @@ def committed(repo: Path, path: str, rev: str = "HEAD") -> bytes:
 
 
 def test_slim_keeps_the_summary_and_drops_the_detail(repo: Path) -> None:
+    measured = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "README.md").write_text("a later commit that leaves the results alone\n")
+    git(repo, "commit", "-qam", "later")
     before = tree(repo)
-    head = git(repo, "rev-parse", "HEAD").strip()
     assert results.slim_folder(repo, repo / RUN, "run")
     after = tree(repo)
     changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
@@ -87,10 +89,10 @@ def test_slim_keeps_the_summary_and_drops_the_detail(repo: Path) -> None:
     assert set(manifest["files"]) == {"results.json", "accuracy.png"}
     for name, entry in manifest["files"].items():
         data = committed(repo, f"{RUN}/{name}")
-        assert entry["commit"] == head and entry["bytes"] == len(data)
+        assert entry["commit"] == measured and entry["bytes"] == len(data)
         assert entry["sha256"] == hashlib.sha256(data).hexdigest()
-        assert entry["blob"] == git(repo, "rev-parse", f"HEAD:{RUN}/{name}").strip()
-    assert manifest["committed_in"] == head
+        assert entry["blob"] == git(repo, "rev-parse", f"{entry['commit']}:{RUN}/{name}").strip()
+    assert manifest["committed_in"] == measured
 
 
 def test_fetch_restores_byte_identical_files_after_the_slim_commit(repo: Path) -> None:
