@@ -1,12 +1,13 @@
 """Committed measurements, slim in the tree and whole in git history.
 
 A run folder as ``fedkernels run`` writes it (``results.json`` beside ``rounds.csv``) keeps what a reader
-needs to check a row: ``results.md`` (the summary), ``rounds.csv`` (the per-round curve), ``seeds.*``
-one level up, and a slim ``results.json``: the config (every option of the command), dataset, split,
-build, and per algorithm the final, late and best values, diagnostics and each round's bytes, seconds and
-metrics. What leaves the tree: the per-round list of client ids (``history[].clients``), the per-round
-communication list (``comm.per_round``, the same numbers as ``rounds.csv``) and ``accuracy.png`` (a
-plot of ``rounds.csv``). A raw folder (``docs/gpu-runs``: logs of GPU sessions) leaves the tree whole.
+needs to check a row: ``results.md`` (the summary), ``rounds.csv`` (the per-round curve: bytes, seconds,
+privacy and metrics of every round), ``seeds.*`` one level up, and a slim ``results.json``: the config
+(every option of the command), dataset, split, build, and per algorithm the final, late and best values,
+the byte totals, diagnostics and privacy summary. What leaves the tree: each algorithm's ``history`` (the
+per-round records: the clients drawn, failed and skipped, and the numbers ``rounds.csv`` holds),
+``comm.per_round`` (``rounds.csv``'s bytes again) and ``accuracy.png`` (a plot of ``rounds.csv``). A raw
+folder (``docs/gpu-runs``: logs of GPU sessions) leaves the tree whole.
 
 ``full-files.json`` in each slimmed folder names every full file by its git blob id, sha256, size and a
 commit that holds it: the last commit that changed the folder before it was slimmed (``committed_in``,
@@ -36,6 +37,7 @@ from typing import Any
 MANIFEST = "full-files.json"
 RUN_MARKERS = ("results.json", "rounds.csv")  # a folder holding both is a `fedkernels run` output
 RUN_REMOVED = ("accuracy.png",)
+FETCH_HINT = f"`python -m tools.results fetch` (or make results-full) restores the full files ({MANIFEST})"
 DEFAULT_RUNS = ("bench/results",)  # searched for run folders
 DEFAULT_RAW = ("docs/gpu-runs",)  # moved out whole
 
@@ -61,18 +63,15 @@ def sha256(data: bytes) -> str:
 
 
 def slim_results_json(data: bytes) -> bytes:
-    """``results.json`` without ``history[].clients`` and ``comm.per_round``, indented as the CLI writes it."""
+    """``results.json`` without each result's ``history`` and ``comm.per_round``, indented as the CLI writes it."""
     doc = json.loads(data)
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ResultsError("results.json has no 'results' list: not a `fedkernels run` output")
     for r in doc["results"]:
-        for h in r.get("history", []):
-            h.pop("clients", None)
+        r.pop("history", None)
         if isinstance(r.get("comm"), dict):
             r["comm"].pop("per_round", None)
-    doc["slim"] = (
-        f"history[].clients and comm.per_round left out: `python -m tools.results fetch` restores them ({MANIFEST})"
-    )
+    doc["slim"] = f"results[].history and comm.per_round left out (rounds.csv has the curves); {FETCH_HINT}"
     return json.dumps(doc, indent=2, default=str).encode()
 
 
