@@ -174,3 +174,20 @@ def test_cli_slims_the_default_folders_and_fetches_them(repo: Path, monkeypatch:
     assert (repo / RAW / "run.sh").read_bytes() == full[f"{RAW}/run.sh"]
     assert results.main(["slim", "."]) == 2  # docs/ holds no run folder and no manifest
     assert "no run folder" in capsys.readouterr().err
+
+
+def test_committed_results_are_slim() -> None:
+    # A run folder committed whole is slimmed in the next commit (docs/adding-an-algorithm.md): the tree
+    # holds each run's slim results.json, named with its full form in the folder's manifest.
+    from python_tests.support.paths import ROOT
+
+    runs = results.find_run_folders(ROOT, ROOT / "bench" / "results")
+    assert runs, "no run folder under bench/results"
+    for folder in runs:
+        assert (folder / results.MANIFEST).is_file(), f"{folder}: not slimmed (python -m tools.results slim)"
+        manifest = json.loads((folder / results.MANIFEST).read_text())
+        entry = manifest["files"]["results.json"]
+        digest = hashlib.sha256((folder / "results.json").read_bytes()).hexdigest()
+        assert digest in (entry["slim_sha256"], entry["sha256"]), folder  # slim, or fetched (make results-full)
+        assert not (folder / "accuracy.png").exists() or "accuracy.png" in manifest["files"], folder
+        assert all(len(e["blob"]) == 40 and len(e["sha256"]) == 64 for e in manifest["files"].values())
