@@ -28,7 +28,7 @@ MYPY ?= $(VENV)/bin/mypy
 CLANG_FORMAT ?= $(VENV)/bin/clang-format
 CSRC_FILES = git ls-files -z 'csrc/*.cpp' 'csrc/*.h' 'csrc/*.cu' 'csrc/*.cuh' 'emu/*.cpp' 'emu/*.h' 'emu/*.cu' 'emu/*.cuh'
 
-.PHONY: demo test test-deployment fuzz test-cuda-emu install bench bench-peers docs gpu-check inplace clean lint format
+.PHONY: demo test test-deployment fuzz test-cuda-emu install bench bench-peers docs gpu-check results-full inplace clean lint format
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -104,6 +104,12 @@ bench-peers: install
 # Options through GPU_CHECK_ARGS, e.g. GPU_CHECK_ARGS="--venv ~/venvs/cu130 --full".
 gpu-check:
 	$(PYTHON) tools/gpu/gpu_check.py $(GPU_CHECK_ARGS)
+
+# The committed runs' full files (per-round client lists, accuracy.png, the GPU sessions' raw logs) from git
+# history into their folders (tools/results.py; RESULTS_ARGS="--to DIR" writes them under DIR instead).
+# `python -m tools.results slim` puts the slim files back.
+results-full:
+	$(PYTHON) -m tools.results fetch $(RESULTS_ARGS)
 
 # Lint and format (docs/developing.md "Lint and format"); no build needed (mypy reads src/fedkernels/_C.pyi).
 # Other tools: make lint RUFF=... MYPY=... CLANG_FORMAT=... (e.g. a dev venv's).

@@ -7,7 +7,7 @@ at run time. Writes build/bench-results/fl_fedaws.json unless ``--out PATH`` say
 table is bench/results/fl/fl_fedaws.json: never overwritten by a probe). ``--quick``: 2 rounds, tiny models,
 every algorithm (a smoke run of the whole path, seconds).
 
-    # the committed table (docs/api/fl.md, "Reproducing the papers"), merged from two processes:
+    # the committed table (docs/experiments.md, "Reproducing the papers"), merged from two processes:
     PYTHONPATH=src python -m bench.fl.fl_fedaws --algorithms FedAwS FedALC --seeds 0 1 2 --eval-every 50
     PYTHONPATH=src python -m bench.fl.fl_fedaws --algorithms FedAvg --rounds 60 --seeds 0 1 2
     PYTHONPATH=src python -m bench.fl.fl_fedaws --rounds 60 --pull 0 --algorithms FedAvg FedAwS FedALC FedALC-fixed

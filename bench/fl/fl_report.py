@@ -1,5 +1,5 @@
 """Markdown tables of the federated experiments, printed from bench/results/fl/fl_*.json (the numbers
-in README.md and docs/api/fl.md come from here, not typed by hand).
+in README.md and docs/experiments.md come from here, not typed by hand).
 
     python -m bench.fl.fl_report [partial] [fedmlh] [sampled] [fedaws]
 """

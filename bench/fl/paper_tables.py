@@ -1,4 +1,4 @@
-"""Tables of the committed paper runs (bench/results/fl/paper/<preset>/<variant>/, as ``fedkernels run`` wrote them).
+"""Tables of the committed paper runs (bench/results/fl/paper/<preset>/<variant>/, slimmed by tools/results.py).
 
 For every variant folder: one row per algorithm with the seeds, the final, late-window and best value
 of the table's metric (per-client ``client-P@1`` where the run evaluated clients on their own held-out
@@ -43,8 +43,9 @@ def variant_rows(folder: Path, metric: str | None = None) -> tuple[list[dict], d
         fin = [r["final"][metric] for r in group if metric in r["final"]]
         late = [r["late"][metric] for r in group if metric in r.get("late", {})]
         best = [r["best"][metric] for r in group if metric in r.get("best", {})]
-        up = [sum(h["bytes_up"] for h in r["history"]) / 1e6 for r in group]
-        down = [sum(h["bytes_down"] for h in r["history"]) / 1e6 for r in group]
+        # comm's totals are the sums over the rounds; the committed (slim) results.json has no per-round history
+        up = [r["comm"]["total_up"] / 1e6 for r in group]
+        down = [r["comm"]["total_down"] / 1e6 for r in group]
         # the table's other columns on the same footing as its metric (per client where it is per client)
         prefix = "client-" if metric.startswith("client-") else ""
         extra = {

@@ -79,7 +79,7 @@ class ExperimentConfig:
     feature_dim: int | None = RUN_DEFAULTS["feature_dim"]
     # unit-norm feature rows (file datasets). False keeps raw values: the FedAwS/FedALC presets on
     # Bibtex need the raw bag of words (unit rows shrink the first layer's steps and the 60-round P@1
-    # with them: docs/api/fl.md "Reproducing the papers").
+    # with them: docs/experiments.md "Reproducing the papers").
     l2_normalize: bool = RUN_DEFAULTS["l2_normalize"]
     # keep a file dataset's features as torch.sparse_csr from file to model (partition, local
     # training, evaluation): memory ~ nonzeros, not N x F. The synthetic default is always dense.
