@@ -534,7 +534,6 @@ def run_algorithm(
     resumed_at = server.round
     server.run(on_round=on_round, after_round=lambda rec: _after_round(server, rec, cfg, data))
     evaluated = [r for r in server.history if r.metrics]
-    diagnostics = getattr(strategy, "diagnostics", None)
     privacy = server.history[-1].privacy if server.history else {}
     return {
         "privacy": privacy,
@@ -543,7 +542,7 @@ def run_algorithm(
         "final": evaluated[-1].metrics if evaluated else {},
         "late": late_window_means(server.history, cfg.late_window, cfg.rounds),
         "best": best_values(server.history),
-        "diagnostics": diagnostics(server.state) if diagnostics is not None else {},
+        "diagnostics": strategy.diagnostics(server.state),
         "model_bytes": strategy.model_bytes(server.state),
         "seconds": time.perf_counter() - t0,
         "resumed_at_round": resumed_at,
@@ -580,11 +579,9 @@ def _after_round(server: Server, rec: RoundRecord, cfg: ExperimentConfig, data: 
         )
         if data.held_out is not None:
             rec.metrics.update({f"client-{k}": v for k, v in evaluate_held_out(server, data.held_out, cfg).items()})
-        embed = getattr(server.strategy, "embed", None)
-        if cfg.retrieval and embed is not None:
-            rec.metrics["MAP@R"] = map_at_r(
-                embed(server.state, data.test.x.to(server.device)).cpu(), data.test.indptr, data.test.indices
-            )
+        embedded = server.strategy.embed(server.state, data.test.x.to(server.device)) if cfg.retrieval else None
+        if embedded is not None:
+            rec.metrics["MAP@R"] = map_at_r(embedded.cpu(), data.test.indptr, data.test.indices)
 
 
 def evaluate_held_out(server: Server, held_out: list[ClientData], cfg: ExperimentConfig) -> dict[str, float]:

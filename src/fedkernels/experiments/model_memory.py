@@ -31,6 +31,7 @@ from ..fl.payload import DEFAULT_MAX_BYTES
 from ..fl.strategy import Strategy
 
 if TYPE_CHECKING:
+    from ..fl.algorithms import FedAwS
     from .experiment import ExperimentConfig
 
 EXCHANGE_MARGIN = 1 << 20
@@ -85,10 +86,10 @@ def mlp_parameters(in_features: int, out_features: int, hidden: Sequence[int]) -
     return sum(a * b + b for a, b in pairwise([in_features, *hidden, out_features]))
 
 
-def _extractor(strategy: Any, d: int, out: int) -> tuple[int, int]:
+def _extractor(strategy: FedAwS, d: int, out: int) -> tuple[int, int]:
     """(parameters, summed layer widths) of an MLP ``d -> hidden -> out``, or of FedAwS's ``model="embed"``."""
     hidden = [int(h) for h in strategy.hidden]
-    if getattr(strategy, "model", "mlp") == "embed":
+    if strategy.model == "embed":
         e = int(strategy.embed_dim)
         return d * e + mlp_parameters(e, out, hidden), e + sum(hidden) + out
     return mlp_parameters(d, out, hidden), sum(hidden) + out
@@ -101,7 +102,8 @@ def footprint(strategy: Strategy, shape: DataShape) -> Footprint | None:
     from ..fl.algorithms import FedAvg, FedAwS, FedMLH, FedSS, FullSoftmax, L1DiffNetwork, LabelPrior
 
     d, p = shape.num_features, shape.num_classes
-    hidden = [int(h) for h in getattr(strategy, "hidden", ())]
+    if isinstance(strategy, (FedAvg, FedMLH, FedSS, L1DiffNetwork)):
+        hidden = [int(h) for h in strategy.hidden]
     if isinstance(strategy, FedAvg):  # L1Diff and PartialExchange too
         if strategy.model == "resmlp":
             w, blocks = hidden[0], strategy.blocks

@@ -33,10 +33,10 @@ def check_against_data(strategies: list[Strategy], num_classes: int) -> None:
         ValueError: naming the strategy and the options to lower.
     """
     for strategy in strategies:
-        hash_size = getattr(strategy, "hash_size", None)
-        if hash_size is None:
+        size = strategy.hash_size(num_classes)
+        if size is None:
             continue
-        r, b = hash_size(num_classes)
+        r, b = size
         if r * b >= num_classes:
             raise ValueError(
                 f"{strategy.name}: num_tables * num_buckets = {r} * {b} = {r * b} >= p = {num_classes} classes, "

@@ -342,7 +342,6 @@ class Server:
         ks = ev.evaluation_ks(ks or self.config.eval_k, held_out[0].num_classes)
         names = ev.metric_names(ks)
         sums, total = [0.0] * len(names), 0
-        personal = getattr(self.strategy, "predict_topk_client", None)
         for c, data in enumerate(held_out):
             if not len(data) or not ks:
                 continue
@@ -352,10 +351,9 @@ class Server:
                 memory = self.local_clients[c].memory
                 view = self.strategy.client_view(download, None if memory is None else to_device(memory, self.device))
                 topk = self.strategy.predict_topk(view, data.x, max(ks))
-            elif personal is not None:
-                topk = personal(self.state, c, data.x, max(ks))
             else:
-                topk = self.strategy.predict_topk(self.state, data.x, max(ks))
+                personal = self.strategy.predict_topk_client(self.state, c, data.x, max(ks))
+                topk = personal if personal is not None else self.strategy.predict_topk(self.state, data.x, max(ks))
             got = ranking_metrics(topk, data.indptr, data.indices, ks)
             total += len(data)
             sums = [s + len(data) * got[n] for s, n in zip(sums, names, strict=True)]
