@@ -269,6 +269,39 @@ class ExperimentConfig:
             dp_sample_seeded=self.dp_seeded,
         )
 
+    def run_config(
+        self,
+        *,
+        clients_per_round: int | None = None,
+        checkpoint: str | None = None,
+        client_timeout: float | None = None,
+        max_upload_bytes: int | None = None,
+        eval_clients: int | None = None,
+        weight_decay: float = 0.0,
+    ) -> RunConfig:
+        """The federated loop's :class:`~fedkernels.fl.RunConfig` for this run: the one place a
+        ``RunConfig`` is built (``python_tests/experiments/test_run_description.py`` checks it). The
+        arguments are what a run knows beyond this config: the clients a round really draws (fewer when
+        the partition made fewer clients), the checkpoint file, and the Flower-only settings (a client's
+        timeout in seconds, a tighter upload bound in bytes, the clients of a federated evaluation, local
+        training's weight decay)."""
+        return RunConfig(
+            rounds=self.rounds,
+            clients_per_round=self.clients_per_round if clients_per_round is None else clients_per_round,
+            train=replace(self.train_config(), weight_decay=weight_decay),
+            seed=self.seed,
+            eval_every=self.eval_every,
+            eval_k=tuple(self.ks),
+            client_weighting=self.client_weighting,
+            device=self.device,
+            batch_clients=self.batch_clients,
+            sample_delta=self.dp_delta,
+            checkpoint=checkpoint,
+            client_timeout=client_timeout,
+            max_upload_bytes=max_upload_bytes,
+            eval_clients=eval_clients,
+        )
+
     def options_for(self, name: str) -> dict[str, Any]:
         """The constructor options of algorithm ``name`` (any case): :data:`DEFAULT_OPTIONS` under the
         config's own."""
@@ -505,19 +538,8 @@ def run_algorithm(
     resuming = ckpt is not None and ckpt.exists()
     if resuming and not cfg.resume:
         raise ValueError(f"checkpoint {ckpt} exists: pass --resume to continue that run, or choose another folder")
-    run_cfg = RunConfig(
-        rounds=cfg.rounds,
-        clients_per_round=per_round,
-        train=cfg.train_config(),
-        seed=cfg.seed,
-        eval_every=cfg.eval_every,
-        eval_k=tuple(cfg.ks),
-        client_weighting=cfg.client_weighting,
-        device=cfg.device,
-        batch_clients=cfg.batch_clients,
-        sample_delta=cfg.dp_delta,
-        checkpoint=None if ckpt is None else str(ckpt),  # the server resumes from it and saves every round
-    )
+    # the server resumes from the checkpoint and saves every round
+    run_cfg = cfg.run_config(clients_per_round=per_round, checkpoint=None if ckpt is None else str(ckpt))
     t0 = time.perf_counter()
     if ckpt is not None:
         ckpt.parent.mkdir(parents=True, exist_ok=True)
