@@ -34,6 +34,7 @@ from ..data import (
     iid_partition,
     label_counts,
     load_dataset,
+    load_xc_dataset,
     make_clients,
     one_label_per_client,
     primary_label_partition,
@@ -161,6 +162,23 @@ class ExperimentConfig:
     dp_sample_clip: float | None = RUN_DEFAULTS["dp_sample_clip"]
     dp_sample_noise: float = RUN_DEFAULTS["dp_sample_noise"]
 
+    def __post_init__(self) -> None:
+        # Algorithm names are resolved here, once, for the CLI and the Python API alike: every layer
+        # below keys by the registered spelling (a name of another type is left for validate to refuse).
+        if isinstance(self.algorithms, list):
+            self.algorithms = [canonical_name(a) if isinstance(a, str) else a for a in self.algorithms]
+        if isinstance(self.centralized, list):
+            self.centralized = [canonical_name(a) if isinstance(a, str) else a for a in self.centralized]
+        if isinstance(self.algorithm_options, dict):
+            merged: dict[str, Any] = {}
+            for key, opts in self.algorithm_options.items():
+                canon = canonical_name(key) if isinstance(key, str) else key
+                if isinstance(opts, dict) and isinstance(merged.get(canon), dict):
+                    merged[canon] = {**merged[canon], **opts}
+                else:
+                    merged[canon] = opts
+            self.algorithm_options = merged
+
     def validate(self) -> dict[str, Strategy]:
         """Raise ``ValueError`` naming the first bad field (before any data is loaded): every field's
         type and range (:func:`~fedkernels.experiments.limits.check_fields`), then their relations.
@@ -230,24 +248,23 @@ class ExperimentConfig:
         except ValueError as e:
             raise ValueError(f"optimizer: {e}") from None
         seen: set[str] = set()
-        for name in self.algorithms:
-            canon = canonical_name(name)
-            if canon in seen:
-                raise ValueError(f"algorithms lists {canon} twice")
-            seen.add(canon)
+        for name in self.algorithms:  # registered spellings since __post_init__
+            if name in seen:
+                raise ValueError(f"algorithms lists {name} twice")
+            seen.add(name)
         built: dict[str, Strategy] = {}
         for name in self.centralized:
-            built[canonical_name(name)] = make_strategy(name, **self.options_for(name))  # an unknown name fails here
+            built[name] = make_strategy(name, **self.options_for(name))  # an unknown name fails here
         seen |= set(built)
         for name in self.algorithm_options:
-            if canonical_name(name) not in seen:
+            if name not in seen:
                 raise ValueError(
                     f"algorithm_options has options for {name}, which is not among the algorithms "
                     f"{self.algorithms} (add it to --algorithms or drop its options)"
                 )
         for name in self.algorithms:  # unknown names and option keys fail here, before any data is loaded
             check_option_types(name, self.options_for(name))
-            built[canonical_name(name)] = make_strategy(name, **self.options_for(name))
+            built[name] = make_strategy(name, **self.options_for(name))
         check_privacy(self, built)
         check_run_memory(self, built.values())  # the models against the machine, from the declared sizes
         return built
@@ -303,14 +320,11 @@ class ExperimentConfig:
         )
 
     def options_for(self, name: str) -> dict[str, Any]:
-        """The constructor options of algorithm ``name`` (any case): :data:`DEFAULT_OPTIONS` under the
-        config's own."""
-        canon = canonical_name(name)
-        own: dict[str, Any] = {}
-        for key, opts in self.algorithm_options.items():
-            if canonical_name(key) == canon:
-                own.update(opts)
-        return {**DEFAULT_OPTIONS.get(canon, {}), **own}
+        """The constructor options of algorithm ``name`` (any case; the config keys them by registered
+        name): :data:`DEFAULT_OPTIONS` under the config's own."""
+        folded = name.casefold()
+        defaults = next((v for k, v in DEFAULT_OPTIONS.items() if k.casefold() == folded), {})
+        return {**defaults, **next((v for k, v in self.algorithm_options.items() if k.casefold() == folded), {})}
 
 
 def check_option_types(name: str, options: dict[str, Any]) -> None:
@@ -408,31 +422,26 @@ def auto_feature_dim(message: str, cap: int = 1 << 14) -> int | None:
     return dense_width(int(m.group(1)), cap)
 
 
+def _load(cfg: ExperimentConfig, feature_dim: int | None) -> Dataset:
+    """The dataset of a resolved config: synthetic, or the located path read as it is (never looked up)."""
+    if cfg.dataset == "synthetic":
+        return load_dataset("synthetic", seed=cfg.seed, test_fraction=cfg.test_fraction, **cfg.synthetic)
+    return load_xc_dataset(
+        Path(cfg.dataset), feature_dim, cfg.seed, cfg.test_fraction, l2_normalize=cfg.l2_normalize, sparse=cfg.sparse
+    )
+
+
 def prepare_data(cfg: ExperimentConfig) -> PreparedData:
-    """Load the dataset and partition its training part as the config says."""
+    """Load the dataset and partition its training part as the config says. ``cfg.dataset`` is
+    ``"synthetic"`` or a located path (:func:`~fedkernels.experiments.resolve.resolve_run`)."""
     try:
-        ds = load_dataset(
-            cfg.dataset,
-            seed=cfg.seed,
-            feature_dim=cfg.feature_dim,
-            test_fraction=cfg.test_fraction,
-            l2_normalize=cfg.l2_normalize,
-            sparse=cfg.sparse,
-            **cfg.synthetic,
-        )
+        ds = _load(cfg, cfg.feature_dim)
     except ValueError as e:
         dim = auto_feature_dim(str(e)) if cfg.feature_dim is None else None
         if dim is None:
             raise
         print(f"note: {e}; hashing the features to {dim} columns (set --feature-dim to choose)", flush=True)
-        ds = load_dataset(
-            cfg.dataset,
-            seed=cfg.seed,
-            feature_dim=dim,
-            test_fraction=cfg.test_fraction,
-            l2_normalize=cfg.l2_normalize,
-            sparse=cfg.sparse,
-        )
+        ds = _load(cfg, dim)
         ds.notes["feature_dim"] = f"{dim} (hashed automatically: too many features to keep dense)"
     tr, p = ds.train, ds.num_classes
     num_frequent = cfg.num_frequent if cfg.num_frequent is not None else max(1, p // 10)
@@ -726,12 +735,12 @@ def check_privacy(cfg: ExperimentConfig, built: dict[str, Strategy]) -> None:
     settings = privacy_settings(values, clients_per_round=_session_size(cfg), seed=cfg.seed)
     for strategy in built.values():  # the centralised bounds run with the same privacy
         check_strategy_dp(strategy, cfg.dp_clip is not None, cfg.dp_sample_clip is not None)
-    if cfg.l1diff_segments and not any(canonical_name(n) == "L1Diff" for n in cfg.algorithms):
+    if cfg.l1diff_segments and "L1Diff" not in cfg.algorithms:
         raise ValueError("l1diff_segments applies to L1Diff, which the run does not have")
     if settings.privacy is not None:
         for name in cfg.algorithms:
             # L1DiffNetwork is refused here, and SecAgg+ settings no graph makes secure and correct
-            check_private(built[canonical_name(name)], settings.privacy, _session_size(cfg))
+            check_private(built[name], settings.privacy, _session_size(cfg))
 
 
 def _session_size(cfg: ExperimentConfig) -> int:

@@ -23,6 +23,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._memory import available_memory
@@ -233,10 +234,10 @@ def config_shape(cfg: ExperimentConfig) -> DataShape | None:
         total, test, f, p = int(args["num_samples"]), None, int(args["num_features"]), int(args["num_classes"])
         source = "synthetic"
     else:
-        from ..data import declared_shape, resolve_dataset
+        from ..data import declared_shape
 
+        path = Path(cfg.dataset)  # located by resolve_run; a name not yet located declares nothing
         try:
-            path = resolve_dataset(cfg.dataset, verify=False)  # the load verifies the files
             declared = declared_shape(path)
         except (OSError, ValueError):
             return None  # loading the data reports it

@@ -166,8 +166,7 @@ def resolve_preset_dataset(dataset: str, data_dir: str | Path | None = None) -> 
     Raises:
         FileNotFoundError: not found (the message lists where it looked).
     """
-    if dataset == "synthetic":
-        return dataset
-    from ..data.datasets import resolve_dataset
+    from .resolve import locate_dataset
 
-    return str(resolve_dataset(dataset, data_dir))
+    path = locate_dataset(dataset, data_dir)
+    return "synthetic" if path is None else str(path)

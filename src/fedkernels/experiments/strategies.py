@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from ..fl.registry import make_strategy
 from ..fl.strategy import Strategy
 from .checkpoints import run_options
-from .names import canonical_name
 
 if TYPE_CHECKING:
     from .experiment import ExperimentConfig
@@ -21,7 +20,7 @@ def run_strategy(name: str, cfg: ExperimentConfig, built: dict[str, Strategy]) -
     built here once. Strategies keep no state between runs, so one object serves every seed."""
     options = run_options(name, cfg)
     if options == cfg.options_for(name):
-        return built[canonical_name(name)]
+        return built[name]
     return make_strategy(name, **options)
 
 
