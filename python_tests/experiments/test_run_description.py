@@ -15,7 +15,7 @@ from fedkernels.integrations.flower import run_config_from
 from fedkernels.testing.flower_sim import Settings
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "fedkernels"
-BUILDER = ("experiments/experiment.py", "ExperimentConfig.run_config")
+BUILDER = ("experiments/configuration.py", "ExperimentConfig.run_config")
 
 
 def calls_of(tree: ast.AST, name: str) -> list[tuple[int, str]]:

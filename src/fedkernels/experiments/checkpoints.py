@@ -13,7 +13,7 @@ from ..fl.registry import strategies
 from .limits import check_writable_folder
 
 if TYPE_CHECKING:
-    from .experiment import ExperimentConfig
+    from .configuration import ExperimentConfig
 
 
 def default_checkpoint_folder(output: str) -> str:

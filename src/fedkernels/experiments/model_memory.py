@@ -33,7 +33,7 @@ from ..fl.strategy import Strategy
 
 if TYPE_CHECKING:
     from ..fl.algorithms import FedAwS
-    from .experiment import ExperimentConfig
+    from .configuration import ExperimentConfig
 
 EXCHANGE_MARGIN = 1 << 20
 """Room left under the payload limit for a payload's header (names, dtypes, shapes, offsets)."""

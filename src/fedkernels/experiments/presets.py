@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .._suggest import did_you_mean
-from .experiment import config_keys, parse_toml
+from .configuration import config_keys, parse_toml
 
 PAPER_KEYS = {"source", "dataset_note", "p_at_1", "sweep"}
 SWEEP_KEYS = {"option", "values", "p_at_1"}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..fl.strategy import Strategy
-from .experiment import ExperimentConfig
+from .configuration import ExperimentConfig
 from .model_memory import DataShape, check_run_memory, config_shape
 
 

@@ -20,7 +20,7 @@ from .report import TABLE_COLUMNS, results_table
 from .strategies import check_against_data, run_strategy
 
 if TYPE_CHECKING:
-    from .experiment import ExperimentConfig
+    from .configuration import ExperimentConfig
 
 
 def run_experiment(

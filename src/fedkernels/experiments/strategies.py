@@ -10,7 +10,7 @@ from ..fl.strategy import Strategy
 from .checkpoints import run_options
 
 if TYPE_CHECKING:
-    from .experiment import ExperimentConfig
+    from .configuration import ExperimentConfig
 
 
 def run_strategy(name: str, cfg: ExperimentConfig, built: dict[str, Strategy]) -> Strategy:

@@ -28,7 +28,7 @@ from flwr.app import Context
 from flwr.clientapp import ClientApp
 from flwr.serverapp import ServerApp
 
-from ..experiments.experiment import ExperimentConfig
+from ..experiments.configuration import ExperimentConfig
 from ..fl import ClientData, RunConfig, Server, Strategy
 from ..fl.registry import make_strategy as registered
 from ..fl.seeding import generator

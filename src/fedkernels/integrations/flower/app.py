@@ -13,7 +13,7 @@ from typing import Any
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
-from ...experiments.experiment import ExperimentConfig, parse_toml
+from ...experiments.configuration import ExperimentConfig, parse_toml
 from ...fl.privacy_settings import check_dp_sgd
 from ...fl.server import RunConfig
 from ...fl.strategy import State, Strategy
