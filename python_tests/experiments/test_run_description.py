@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 from flwr.app import Context, RecordDict
 
 from fedkernels.experiments.experiment import ExperimentConfig
@@ -92,3 +93,32 @@ def test_flower_sim_run_config():
         checkpoint="x.pt",
         eval_clients=2,
     )
+
+
+@pytest.mark.parametrize(
+    "path,cls",
+    [
+        ("experiments/configuration.py", "ExperimentConfig"),
+        ("fl/server.py", "RunConfig"),
+        ("experiments/resolve.py", "ResolvedRun"),
+    ],
+)
+def test_every_field_has_an_attribute_docstring(path, cls):
+    """The API reference (mkdocstrings) shows a field's docstring, the string right after it; a ``#``
+    comment it never shows."""
+    tree = ast.parse((SRC / path).read_text())
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls).body
+    bare = [
+        node.target.id
+        for i, node in enumerate(body)
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and not (
+            i + 1 < len(body)
+            and isinstance(body[i + 1], ast.Expr)
+            and isinstance(body[i + 1].value, ast.Constant)
+            and isinstance(body[i + 1].value.value, str)
+            and body[i + 1].value.value.strip()
+        )
+    ]
+    assert not bare, f"{cls} fields without a docstring: {bare}"

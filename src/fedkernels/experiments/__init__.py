@@ -15,6 +15,7 @@ from .configuration import ExperimentConfig, load_config
 from .experiment import AllClientsFailed, add_common_target, run_algorithm
 from .preparation import PreparedData, prepare_data
 from .presets import Preset, Sweep, list_presets, load_preset, preset_names
+from .resolve import ResolvedRun, resolve_run
 from .runner import run_experiment
 from .seeds import seed_summary
 
@@ -24,6 +25,7 @@ __all__ = [
     "ExperimentConfig",
     "PreparedData",
     "Preset",
+    "ResolvedRun",
     "Sweep",
     "add_common_target",
     "list_presets",
@@ -31,6 +33,7 @@ __all__ = [
     "load_preset",
     "prepare_data",
     "preset_names",
+    "resolve_run",
     "run_algorithm",
     "run_experiment",
     "seed_summary",

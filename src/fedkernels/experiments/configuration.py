@@ -51,93 +51,134 @@ class ExperimentConfig:
     are :data:`fedkernels_cli.defaults.RUN_DEFAULTS` (which the CLI's help shows)."""
 
     algorithms: list[str] = field(default_factory=_copy_of("algorithms"))
+    """The algorithms to run, by registered name (any case here: the config spells them as registered)."""
     algorithm_options: dict[str, dict[str, Any]] = field(default_factory=_copy_of("algorithm_options"))
+    """Constructor options by algorithm (over :data:`fedkernels_cli.defaults.DEFAULT_OPTIONS`)."""
     dataset: str = RUN_DEFAULTS["dataset"]
+    """``"synthetic"``, a file or folder (XC, libsvm, ``.npz``), or a dataset name looked up in the data
+    folders; a resolved config (:func:`~fedkernels.experiments.resolve.resolve_run`) holds the located path."""
     synthetic: dict[str, Any] = field(default_factory=_copy_of("synthetic"))
+    """Arguments of :func:`fedkernels.data.synthetic_multilabel` for the synthetic dataset."""
     feature_dim: int | None = RUN_DEFAULTS["feature_dim"]
-    # unit-norm feature rows (file datasets). False keeps raw values: the FedAwS/FedALC presets on
-    # Bibtex need the raw bag of words (unit rows shrink the first layer's steps ~68x: P@1 0.175
-    # against 0.309 after 60 rounds, docs/api/fl.md "Reproducing the papers").
+    """Hash a file dataset's features to this many columns (unset: keep them, hashed automatically when too
+    wide to keep dense)."""
     l2_normalize: bool = RUN_DEFAULTS["l2_normalize"]
-    # keep a file dataset's features as torch.sparse_csr from file to model (partition, local
-    # training, evaluation): memory ~ nonzeros, not N x F. The synthetic default is always dense.
+    """Unit-norm feature rows (file datasets). False keeps raw values: the FedAwS/FedALC presets on Bibtex
+    need the raw bag of words (unit rows shrink the first layer's steps, docs/api/fl.md "Reproducing the
+    papers")."""
     sparse: bool = RUN_DEFAULTS["sparse"]
+    """Keep a file dataset's features as ``torch.sparse_csr`` from file to model (partition, local training,
+    evaluation): memory grows with the nonzeros, not N x F. The synthetic default is always dense."""
     test_fraction: float = RUN_DEFAULTS["test_fraction"]
+    """The share of the samples held out as the test set (datasets without an official test split)."""
     partition: str = RUN_DEFAULTS["partition"]
+    """How the training set is dealt to clients: fedmlh, fedmlh_single, dirichlet, iid, one_label or
+    primary_label."""
     num_frequent: int | None = RUN_DEFAULTS["num_frequent"]
+    """The frequent classes (FedMLH's split, the freq/infreq metrics); unset: 10% of the classes."""
     beta: float = RUN_DEFAULTS["beta"]
+    """Dirichlet concentration (partition ``dirichlet``)."""
     clients: int = RUN_DEFAULTS["clients"]
+    """Number of clients."""
     clients_per_round: int = RUN_DEFAULTS["clients_per_round"]
+    """Clients sampled per round."""
     rounds: int = RUN_DEFAULTS["rounds"]
+    """Federated rounds."""
     local_epochs: int = RUN_DEFAULTS["local_epochs"]
+    """Local epochs per round."""
     batch_size: int = RUN_DEFAULTS["batch_size"]
+    """Local minibatch size."""
     lr: float = RUN_DEFAULTS["lr"]
+    """Local learning rate."""
     optimizer: str = RUN_DEFAULTS["optimizer"]
+    """Local optimizer: ``"sgd"`` or ``"adam"``."""
     seed: int = RUN_DEFAULTS["seed"]
+    """The run's one seed: data, partition, client sampling and training derive from it."""
     eval_every: int = RUN_DEFAULTS["eval_every"]
+    """Evaluate every this many rounds (and after the last)."""
     ks: list[int] = field(default_factory=_copy_of("ks"))
-    # the metric families the results table shows at every k (all are computed and saved)
+    """The k of P@k and the other ranking metrics."""
     metrics: list[str] = field(default_factory=_copy_of("metrics"))
-    # [A, B] of Jain et al.'s propensity model for PSP@k / PSnDCG@k; unset: the dataset's own
-    # (fedkernels.metrics.PROPENSITY), 0.55 / 1.5 for datasets not in that table
+    """The metric families the results table shows at every k (all are computed and saved)."""
     propensity: list[float] | None = RUN_DEFAULTS["propensity"]
+    """``[A, B]`` of Jain et al.'s propensity model for PSP@k / PSnDCG@k; unset: the dataset's own
+    (:data:`fedkernels.metrics.PROPENSITY`), 0.55 / 1.5 for datasets not in that table."""
     max_test: int | None = RUN_DEFAULTS["max_test"]
+    """Evaluate on at most this many test samples (unset: all)."""
     output: str = RUN_DEFAULTS["output"]
-    # torch intra-op threads for the run (None: torch's default). On a machine busy with other
-    # work, 1 is far faster for these small models: with more, every op waits at a barrier for a
-    # descheduled worker (Bibtex, 3 hidden layers: 0.45 s a round with 1 thread, 7-18 s with 2).
+    """The output folder (JSON, CSV, PNG)."""
     threads: int | None = RUN_DEFAULTS["threads"]
-    # a folder of per-algorithm checkpoints written after every round (resumed with resume=True)
+    """Torch intra-op threads for the run (unset: torch's default). On a machine busy with other work, 1 is
+    far faster for these small models: with more, every op waits at a barrier for a descheduled worker."""
     checkpoint: str | None = RUN_DEFAULTS["checkpoint"]
+    """A folder of per-algorithm checkpoints written after every round (resumed with ``resume``)."""
     resume: bool = RUN_DEFAULTS["resume"]
-    # aggregation weight of a client: "samples" (n_k / n, FedAvg's) or "uniform" (1/S over the round's
-    # S clients holding data, as the FedMLH paper averages)
+    """Continue the run checkpointed in ``checkpoint``."""
     client_weighting: str = RUN_DEFAULTS["client_weighting"]
-    # train a round's in-process clients in one batched pass where the algorithm allows it
-    # (RunConfig.batch_clients: faster on the CPU, equal to the one-by-one loop up to float rounding)
+    """Aggregation weight of a client: ``"samples"`` (n_k / n, FedAvg's) or ``"uniform"`` (1/S over the
+    round's S clients holding data, as the FedMLH paper averages)."""
     batch_clients: bool = RUN_DEFAULTS["batch_clients"]
-    # the late-window mean: each metric averaged over the evaluations in the last late_window share of
-    # the rounds (single evaluations swing with the clients a round happens to draw)
+    """Train a round's in-process clients in one batched pass where the algorithm allows it
+    (:attr:`RunConfig.batch_clients <fedkernels.fl.RunConfig.batch_clients>`: faster on the CPU, equal to
+    the one-by-one loop up to float rounding)."""
     late_window: float = RUN_DEFAULTS["late_window"]
-    # algorithms also run centralised, as the upper bound beside the table: one client holding the whole
-    # training set (its original labels, whatever the partition), the same rounds, epochs and options
+    """The late-window mean: each metric averaged over the evaluations in the last ``late_window`` share of
+    the rounds (single evaluations swing with the clients a round happens to draw)."""
     centralized: list[str] = field(default_factory=_copy_of("centralized"))
-    # > 0: each client keeps this share of its data out of training as its own test set, and every
-    # evaluation also ranks each client's held-out rows with the model that client would use
-    # (metrics "client-P@k", example-weighted over the clients; see Server.evaluate_clients)
+    """Algorithms also run centralised, as the upper bound beside the table: one client holding the whole
+    training set (its original labels, whatever the partition), the same rounds, epochs and options."""
     client_test_fraction: float = RUN_DEFAULTS["client_test_fraction"]
-    # partition "primary_label": samples grouped by their primary label, cut into clients of this many
+    """> 0: each client keeps this share of its data out of training as its own test set, and every
+    evaluation also ranks each client's held-out rows with the model that client would use (metrics
+    ``client-P@k``, example-weighted over the clients; see :meth:`fedkernels.fl.Server.evaluate_clients`)."""
     client_size: int = RUN_DEFAULTS["client_size"]
-    # also evaluate retrieval MAP@R of the strategy's representations (``embed``) on the test set
+    """Partition ``primary_label``: samples grouped by their primary label, cut into clients of this many."""
     retrieval: bool = RUN_DEFAULTS["retrieval"]
-    # where training, the server's state and evaluation run: "cpu", "cuda" or "cuda:N" (fedkernels.fl.device)
+    """Also evaluate retrieval MAP@R of the strategy's representations (``Strategy.embed``) on the test set."""
     device: str = RUN_DEFAULTS["device"]
-    # mixed precision of local training's forward pass: "off" or "bf16" (fedkernels.fl.local.autocast)
+    """Where training, the server's state and evaluation run: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``
+    (:mod:`fedkernels.fl.device`)."""
     autocast: str = RUN_DEFAULTS["autocast"]
-    # privacy (fedkernels.fl.privacy, docs/api/privacy.md): SecAgg+ secure aggregation, client-level DP
-    # (clip + noise multiplier, or a target epsilon at dp_delta),
-    # sample-level DP-SGD in local training
+    """Mixed precision of local training's forward pass: ``"off"`` or ``"bf16"`` (state and aggregation stay
+    float32)."""
     secagg: bool = RUN_DEFAULTS["secagg"]
+    """Sum the clients' updates with SecAgg+ secure aggregation (docs/api/privacy.md): the server sees only
+    sums."""
     secagg_dropouts: int | None = RUN_DEFAULTS["secagg_dropouts"]
+    """SecAgg+: an explicit k - threshold (unset: the smallest safe threshold for the threat model), checked."""
     secagg_bits: int = RUN_DEFAULTS["secagg_bits"]
+    """SecAgg+: the ring is Z_2^bits."""
     secagg_bound: float = RUN_DEFAULTS["secagg_bound"]
+    """SecAgg+ without DP: each contributed value is clamped to ``[-bound, bound]``."""
     secagg_degree: int | None = RUN_DEFAULTS["secagg_degree"]
-    # the SecAgg+ threat model (docs/api/privacy.md): colluding and dropping-out shares of a round's
-    # clients, from which the graph is chosen; a client's weight cap in weighted secure rounds
+    """SecAgg+: an explicit neighbour count k (unset: the smallest safe one for the threat model), checked."""
     secagg_corrupt_fraction: float = RUN_DEFAULTS["secagg_corrupt_fraction"]
+    """SecAgg+ threat model: the share of a round's clients that may collude with the server."""
     secagg_dropout_fraction: float = RUN_DEFAULTS["secagg_dropout_fraction"]
+    """SecAgg+ threat model: the share of a round's clients that may drop out with the sum still recovered."""
     secagg_weight_cap: float = RUN_DEFAULTS["secagg_weight_cap"]
-    # L1Diff in private rounds: every K-th round dense, the K - 1 between one value per public segment
+    """SecAgg+ without DP: a client weighs itself by ``min(examples, cap) / cap``, masked."""
     l1diff_segments: int = RUN_DEFAULTS["l1diff_segments"]
+    """L1Diff in private rounds: every K-th round dense, the K - 1 between one value per public segment
+    (0: every round dense)."""
     dp_clip: float | None = RUN_DEFAULTS["dp_clip"]
+    """Client-level DP: L2 clip of each client's update (needs ``dp_noise`` or ``target_epsilon``)."""
     dp_noise: float | None = RUN_DEFAULTS["dp_noise"]
+    """Client-level DP: noise multiplier sigma (noise std = sigma * clip)."""
     target_epsilon: float | None = RUN_DEFAULTS["target_epsilon"]
+    """Client-level DP: pick sigma so the run ends at this epsilon (at ``dp_delta``)."""
     dp_delta: float = RUN_DEFAULTS["dp_delta"]
+    """DP delta of the reported epsilon."""
     dp_mechanism: str = RUN_DEFAULTS["dp_mechanism"]
-    # DP noise, the DP sample and DP-SGD's batches from the run seed: a reproducible simulation, not private
+    """Client-level DP: ``"poisson"`` (DP-FedAvg: a secret Poisson sample each round) or ``"tree"`` (DP-FTRL:
+    public participation, each client once an epoch, no sampling assumed)."""
     dp_seeded: bool = RUN_DEFAULTS["dp_seeded"]
+    """DP noise, the DP sample and DP-SGD's batches from the run seed: a reproducible simulation, not
+    private."""
     dp_sample_clip: float | None = RUN_DEFAULTS["dp_sample_clip"]
+    """Sample-level DP-SGD in local training: per-example L2 clip (unset: no DP-SGD)."""
     dp_sample_noise: float = RUN_DEFAULTS["dp_sample_noise"]
+    """Sample-level DP-SGD: noise multiplier."""
 
     def __post_init__(self) -> None:
         # Algorithm names are resolved here, once, for the CLI and the Python API alike: every layer
