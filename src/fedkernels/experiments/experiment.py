@@ -34,6 +34,7 @@ from .configuration import (
     parse_toml,
     privacy_config,
 )
+from .names import canonical_name
 from .preparation import (
     PreparedData,
     auto_feature_dim,
@@ -52,6 +53,7 @@ __all__ = [
     "add_common_target",
     "auto_feature_dim",
     "best_values",
+    "canonical_name",
     "check_option_types",
     "check_privacy",
     "concat_clients",
