@@ -12,7 +12,8 @@ from ..experiments.checkpoints import default_checkpoint_folder
 from ..experiments.experiment import ExperimentConfig, config_keys, load_config
 from ..experiments.limits import field_checks
 from ..experiments.names import canonical_name
-from ..experiments.presets import load_preset, resolve_preset_dataset
+from ..experiments.presets import load_preset
+from ..experiments.resolve import resolve_run
 from ..fl.strategy import Strategy
 
 
@@ -84,7 +85,7 @@ def configure(args: argparse.Namespace) -> tuple[ExperimentConfig, dict[str, Str
     if args.preset:
         preset = load_preset(args.preset)
         merged.update(preset.config)
-        merged["dataset"] = resolve_preset_dataset(merged.get("dataset", "synthetic"), args.data_dir)
+        merged.setdefault("dataset", "synthetic")  # located with the rest by resolve_run
         merged.setdefault("output", f"fedkernels-out/{preset.name}")
     if args.config:
         merged.update(load_config(args.config))
@@ -138,7 +139,5 @@ def configure(args: argparse.Namespace) -> tuple[ExperimentConfig, dict[str, Str
         options.setdefault(canon, {})[key] = value
     merged["algorithm_options"] = options
     cfg = ExperimentConfig(**{k: v for k, v in merged.items() if k in config_keys()})
-    strategies = cfg.validate()
-    if args.dataset is not None:  # a bare name finds a shipped dataset as a preset's does
-        cfg.dataset = resolve_preset_dataset(args.dataset, args.data_dir)
-    return cfg, strategies
+    run = resolve_run(cfg, args.data_dir)  # a bare name finds a shipped dataset, once every field is checked
+    return run.config, run.strategies

@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..fl.registry import strategies
 from .limits import check_writable_folder
-from .names import canonical_name
 
 if TYPE_CHECKING:
-    from .experiment import ExperimentConfig
+    from .configuration import ExperimentConfig
 
 
 def default_checkpoint_folder(output: str) -> str:
@@ -24,7 +23,7 @@ def default_checkpoint_folder(output: str) -> str:
 
 def checkpoint_path(cfg: ExperimentConfig, name: str) -> Path | None:
     """Where algorithm ``name`` checkpoints in ``cfg.checkpoint`` (``None``: no checkpoints)."""
-    return None if cfg.checkpoint is None else Path(cfg.checkpoint) / f"{canonical_name(name)}.ckpt"
+    return None if cfg.checkpoint is None else Path(cfg.checkpoint) / f"{name}.ckpt"
 
 
 def saved_checkpoints(cfg: ExperimentConfig) -> list[Path]:
@@ -33,7 +32,7 @@ def saved_checkpoints(cfg: ExperimentConfig) -> list[Path]:
     if cfg.checkpoint is None:
         return []
     folder = Path(cfg.checkpoint)
-    names = {f"{canonical_name(a)}.ckpt" for a in cfg.algorithms}
+    names = {f"{a}.ckpt" for a in cfg.algorithms}
     found = sorted(p for p in folder.glob("*.ckpt") if p.name in names)
     return found + sorted(p for p in folder.glob("seed*/*.ckpt") if p.name in names)
 

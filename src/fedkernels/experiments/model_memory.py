@@ -23,6 +23,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._memory import available_memory
@@ -31,7 +32,8 @@ from ..fl.payload import DEFAULT_MAX_BYTES
 from ..fl.strategy import Strategy
 
 if TYPE_CHECKING:
-    from .experiment import ExperimentConfig
+    from ..fl.algorithms import FedAwS
+    from .configuration import ExperimentConfig
 
 EXCHANGE_MARGIN = 1 << 20
 """Room left under the payload limit for a payload's header (names, dtypes, shapes, offsets)."""
@@ -85,10 +87,10 @@ def mlp_parameters(in_features: int, out_features: int, hidden: Sequence[int]) -
     return sum(a * b + b for a, b in pairwise([in_features, *hidden, out_features]))
 
 
-def _extractor(strategy: Any, d: int, out: int) -> tuple[int, int]:
+def _extractor(strategy: FedAwS, d: int, out: int) -> tuple[int, int]:
     """(parameters, summed layer widths) of an MLP ``d -> hidden -> out``, or of FedAwS's ``model="embed"``."""
     hidden = [int(h) for h in strategy.hidden]
-    if getattr(strategy, "model", "mlp") == "embed":
+    if strategy.model == "embed":
         e = int(strategy.embed_dim)
         return d * e + mlp_parameters(e, out, hidden), e + sum(hidden) + out
     return mlp_parameters(d, out, hidden), sum(hidden) + out
@@ -101,7 +103,8 @@ def footprint(strategy: Strategy, shape: DataShape) -> Footprint | None:
     from ..fl.algorithms import FedAvg, FedAwS, FedMLH, FedSS, FullSoftmax, L1DiffNetwork, LabelPrior
 
     d, p = shape.num_features, shape.num_classes
-    hidden = [int(h) for h in getattr(strategy, "hidden", ())]
+    if isinstance(strategy, (FedAvg, FedMLH, FedSS, L1DiffNetwork)):
+        hidden = [int(h) for h in strategy.hidden]
     if isinstance(strategy, FedAvg):  # L1Diff and PartialExchange too
         if strategy.model == "resmlp":
             w, blocks = hidden[0], strategy.blocks
@@ -231,10 +234,10 @@ def config_shape(cfg: ExperimentConfig) -> DataShape | None:
         total, test, f, p = int(args["num_samples"]), None, int(args["num_features"]), int(args["num_classes"])
         source = "synthetic"
     else:
-        from ..data import declared_shape, resolve_dataset
+        from ..data import declared_shape
 
+        path = Path(cfg.dataset)  # located by resolve_run; a name not yet located declares nothing
         try:
-            path = resolve_dataset(cfg.dataset, verify=False)  # the load verifies the files
             declared = declared_shape(path)
         except (OSError, ValueError):
             return None  # loading the data reports it

@@ -12,7 +12,8 @@ from .limits import check_output_files, check_writable_folder
 from .report import plot_accuracy, write_csv, write_json
 
 if TYPE_CHECKING:
-    from .experiment import ExperimentConfig, PreparedData
+    from .configuration import ExperimentConfig
+    from .preparation import PreparedData
 
 RESULT_FILES = ("results.json", "results.md", "rounds.csv", "accuracy.png", "seeds.md", "seeds.json")
 

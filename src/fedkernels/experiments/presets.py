@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .._suggest import did_you_mean
-from .experiment import config_keys, parse_toml
+from .configuration import config_keys, parse_toml
 
 PAPER_KEYS = {"source", "dataset_note", "p_at_1", "sweep"}
 SWEEP_KEYS = {"option", "values", "p_at_1"}
@@ -166,8 +166,7 @@ def resolve_preset_dataset(dataset: str, data_dir: str | Path | None = None) -> 
     Raises:
         FileNotFoundError: not found (the message lists where it looked).
     """
-    if dataset == "synthetic":
-        return dataset
-    from ..data.datasets import resolve_dataset
+    from .resolve import locate_dataset
 
-    return str(resolve_dataset(dataset, data_dir))
+    path = locate_dataset(dataset, data_dir)
+    return "synthetic" if path is None else str(path)

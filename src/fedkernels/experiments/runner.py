@@ -20,7 +20,7 @@ from .report import TABLE_COLUMNS, results_table
 from .strategies import check_against_data, run_strategy
 
 if TYPE_CHECKING:
-    from .experiment import ExperimentConfig
+    from .configuration import ExperimentConfig
 
 
 def run_experiment(
@@ -36,15 +36,19 @@ def run_experiment(
 
     Args:
         cfg: the run's config (its ``checkpoint`` folder decided).
-        strategies: what ``cfg.validate()`` returned (default: validated here).
+        strategies: with ``cfg``, what :func:`~fedkernels.experiments.resolve.resolve_run` gave (the CLI
+            resolved it); default: ``cfg`` is resolved here.
         seeds: run seeds ``cfg.seed .. cfg.seed + seeds - 1`` into ``<output>/seed<k>/`` and report
             mean ± std; with 1 and no ``preset``, the one run writes into ``cfg.output`` itself.
         preset: the preset name the config came from (its paper P@1 goes beside the summary).
         progress: show a progress bar per algorithm.
         remove_checkpoints_after: delete the checkpoints once the results are written.
     """
-    if strategies is None:
-        strategies = cfg.validate()
+    if strategies is None:  # the Python API: resolve here what the CLI resolved before the call
+        from .resolve import resolve_run
+
+        run = resolve_run(cfg)
+        cfg, strategies = run.config, run.strategies
     check_outputs(cfg)  # both before any data is read: results are never lost to a late error
     check_checkpoints(cfg)
     if cfg.resume and not saved_checkpoints(cfg):

@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING
 from ..fl.registry import make_strategy
 from ..fl.strategy import Strategy
 from .checkpoints import run_options
-from .names import canonical_name
 
 if TYPE_CHECKING:
-    from .experiment import ExperimentConfig
+    from .configuration import ExperimentConfig
 
 
 def run_strategy(name: str, cfg: ExperimentConfig, built: dict[str, Strategy]) -> Strategy:
@@ -21,7 +20,7 @@ def run_strategy(name: str, cfg: ExperimentConfig, built: dict[str, Strategy]) -
     built here once. Strategies keep no state between runs, so one object serves every seed."""
     options = run_options(name, cfg)
     if options == cfg.options_for(name):
-        return built[canonical_name(name)]
+        return built[name]
     return make_strategy(name, **options)
 
 
@@ -33,10 +32,10 @@ def check_against_data(strategies: list[Strategy], num_classes: int) -> None:
         ValueError: naming the strategy and the options to lower.
     """
     for strategy in strategies:
-        hash_size = getattr(strategy, "hash_size", None)
-        if hash_size is None:
+        size = strategy.hash_size(num_classes)
+        if size is None:
             continue
-        r, b = hash_size(num_classes)
+        r, b = size
         if r * b >= num_classes:
             raise ValueError(
                 f"{strategy.name}: num_tables * num_buckets = {r} * {b} = {r * b} >= p = {num_classes} classes, "

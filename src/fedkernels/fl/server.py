@@ -56,33 +56,44 @@ class RunConfig:
     """How a federated run goes: rounds, clients per round, local training, seed, evaluation."""
 
     rounds: int = 10
+    """Federated rounds :meth:`Server.run` runs."""
     clients_per_round: int = 4
+    """Clients sampled per round (all of them when there are fewer)."""
     train: TrainConfig = field(default_factory=TrainConfig)
+    """The clients' local training settings."""
     seed: int = 0
+    """The run's seed: client sampling and every client's training derive from it."""
     eval_every: int = 1
+    """Evaluate every this many rounds."""
     eval_k: tuple[int, ...] = (1, 3, 5)
-    client_timeout: float | None = None  # seconds per client call; None waits forever
-    checkpoint: str | None = None  # file written after every round of run(), resumed from if present
-    max_upload_bytes: int | None = None  # tighter bound than the strategy's spec on any client's bytes
-    # True: train a round's honest in-process clients in one batched pass where the strategy allows it
-    # (fedkernels.fl.batched: FedAvg, FedAwS/FedALC, partial exchange; several times faster a Bibtex round
-    # on the CPU, bench/fl/fl_batched.py measures it). It equals the sequential loop only up to float
-    # rounding, so it is opt-in: the default one-by-one loop is what Flower runs and what the committed
-    # result rows used.
-    # Off the CPU the sequential loop runs (the batched pass trains on the host).
+    """The k of the ranking metrics."""
+    client_timeout: float | None = None
+    """Seconds per client call; None waits forever."""
+    checkpoint: str | None = None
+    """File written after every round of :meth:`Server.run`, resumed from if present."""
+    max_upload_bytes: int | None = None
+    """A tighter bound than the strategy's spec on any client's upload bytes."""
     batch_clients: bool = False
-    # aggregation weight of a client: "samples" (its example count, FedAvg's n_k / n) or "uniform"
-    # (1 for every client holding data: the plain 1/S mean over the S clients of a round)
+    """True: train a round's honest in-process clients in one batched pass where the strategy allows it
+    (:mod:`fedkernels.fl.batched`: FedAvg, FedAwS/FedALC, partial exchange; bench/fl/fl_batched.py measures
+    it). It equals the sequential loop only up to float rounding, so it is opt-in: the default one-by-one
+    loop is what Flower runs and what the committed result rows used. Off the CPU the sequential loop runs
+    (the batched pass trains on the host)."""
     client_weighting: str = "samples"
-    # where the state, local training and evaluation run: "cpu", "cuda" or "cuda:N" (fedkernels.fl.device).
-    # Not part of a checkpoint's run identity: a run checkpointed on one device resumes on another.
+    """Aggregation weight of a client: ``"samples"`` (its example count, FedAvg's n_k / n) or ``"uniform"``
+    (1 for every client holding data: the plain 1/S mean over the S clients of a round)."""
     device: str = "cpu"
-    eval_clients: int | None = None  # clients per federated evaluation (a seeded sample); None: all
-    # names the clients' data in a checkpoint's run identity; None: the in-process server hashes the
-    # clients' data (fl.data_identity), a Flower server (which never holds it) records none
+    """Where the state, local training and evaluation run: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``
+    (:mod:`fedkernels.fl.device`). Not part of a checkpoint's run identity: a run checkpointed on one
+    device resumes on another."""
+    eval_clients: int | None = None
+    """Clients per federated evaluation (a seeded sample); None: all."""
     data_id: str | None = None
-    # the delta of DP-SGD's sample-level epsilon (train.dp_sample_clip; client-level DP has its DPConfig's)
+    """Names the clients' data in a checkpoint's run identity; None: the in-process server hashes the
+    clients' data (``fl.data_identity``), a Flower server (which never holds it) records none."""
     sample_delta: float = 1e-5
+    """The delta of DP-SGD's sample-level epsilon (``train.dp_sample_clip``; client-level DP has its
+    DPConfig's)."""
 
 
 class Server:
@@ -343,7 +354,6 @@ class Server:
         ks = ev.evaluation_ks(ks or self.config.eval_k, held_out[0].num_classes)
         names = ev.metric_names(ks)
         sums, total = [0.0] * len(names), 0
-        personal = getattr(self.strategy, "predict_topk_client", None)
         for c, data in enumerate(held_out):
             if not len(data) or not ks:
                 continue
@@ -353,10 +363,9 @@ class Server:
                 memory = self.local_clients[c].memory
                 view = self.strategy.client_view(download, None if memory is None else to_device(memory, self.device))
                 topk = self.strategy.predict_topk(view, data.x, max(ks))
-            elif personal is not None:
-                topk = personal(self.state, c, data.x, max(ks))
             else:
-                topk = self.strategy.predict_topk(self.state, data.x, max(ks))
+                personal = self.strategy.predict_topk_client(self.state, c, data.x, max(ks))
+                topk = personal if personal is not None else self.strategy.predict_topk(self.state, data.x, max(ks))
             got = ranking_metrics(topk, data.indptr, data.indices, ks)
             total += len(data)
             sums = [s + len(data) * got[n] for s, n in zip(sums, names, strict=True)]

@@ -183,6 +183,29 @@ class Strategy(ABC):
     def predict_topk(self, state: State, x: torch.Tensor, k: int) -> torch.Tensor:
         """Top-k class ids ``[N, k]`` for features ``x [N, F]`` under the global model."""
 
+    def predict_topk_client(self, state: State, client_id: int, x: torch.Tensor, k: int) -> torch.Tensor | None:
+        """Top-k class ids ``[N, k]`` for features ``x [N, F]`` under client ``client_id``'s personalised
+        model (e.g. L1DiffNetwork's per-client heads), which per-client evaluation ranks a client's own
+        rows with. Default: ``None``, no personalised model (the global model's :meth:`predict_topk`
+        serves)."""
+        return None
+
+    def embed(self, state: State, x: torch.Tensor) -> torch.Tensor | None:
+        """The representation ``[N, d]`` of features ``x [N, F]`` under the global model, for retrieval
+        metrics (MAP@R). Default: ``None``, the strategy has no embedding to retrieve with."""
+        return None
+
+    def diagnostics(self, state: State) -> dict[str, float]:
+        """Named numbers about ``state`` that a run's result reports beside its metrics (e.g. how far
+        FedALC's pair weights move it from FedAwS). Default: none."""
+        return {}
+
+    def hash_size(self, num_classes: int) -> tuple[int, int] | None:
+        """The ``(R, B)`` of the hashed output layer this strategy builds for ``num_classes`` labels
+        (FedMLH), which a run checks against the data (``R * B`` must stay below ``num_classes``).
+        Default: ``None``, no hashed output layer."""
+        return None
+
     def options(self) -> dict:
         """The strategy's configuration as JSON values: every ``__init__`` argument (of any class in
         the MRO) that the instance keeps under the same public name. A checkpoint's run identity holds

@@ -28,7 +28,8 @@ from flwr.app import Context
 from flwr.clientapp import ClientApp
 from flwr.serverapp import ServerApp
 
-from ..fl import ClientData, RunConfig, Server, Strategy, TrainConfig
+from ..experiments.configuration import ExperimentConfig
+from ..fl import ClientData, RunConfig, Server, Strategy
 from ..fl.registry import make_strategy as registered
 from ..fl.seeding import generator
 from ..fl.types import RoundRecord
@@ -68,14 +69,28 @@ class Settings:
     result: str = ""
 
     def run_config(self) -> RunConfig:
-        return RunConfig(
+        """The loop's settings: this run's, and otherwise RunConfig's and TrainConfig's defaults."""
+        cfg = ExperimentConfig(
             rounds=self.rounds,
             clients_per_round=self.clients_per_round,
             seed=self.seed,
-            train=TrainConfig(epochs=self.epochs, batch_size=16, lr=0.3),
-            client_timeout=self.timeout,
-            checkpoint=self.checkpoint or None,
-            eval_clients=self.eval_clients or None,
+            local_epochs=self.epochs,
+            batch_size=16,
+            lr=0.3,
+            optimizer="sgd",
+            autocast="off",
+            eval_every=1,
+            ks=[1, 3, 5],
+            device="cpu",
+            client_weighting="samples",
+            batch_clients=False,
+            dp_delta=1e-5,
+            dp_sample_clip=None,
+            dp_sample_noise=0.0,
+            dp_seeded=False,
+        )
+        return cfg.run_config(
+            client_timeout=self.timeout, checkpoint=self.checkpoint or None, eval_clients=self.eval_clients or None
         )
 
 

@@ -206,7 +206,8 @@ class L1DiffForm(DenseForm):
         """``a_k d_k`` per tensor, or in a segmented round ``a_k`` times its segment means."""
         a = 1.0 if weight is None else weight
         shapes = {n: download[n].shape for n in self.names(download)}
-        dirs = decode_upload(upload, shapes, getattr(self.strategy, "value_dtype", None))
+        assert isinstance(self.strategy, L1Diff)
+        dirs = decode_upload(upload, shapes, self.strategy.value_dtype)
         out = {}
         for n, shape in shapes.items():
             x = a * dirs[n].double()

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
-from ...experiments.experiment import parse_toml
+from ...experiments.configuration import ExperimentConfig, parse_toml
 from ...fl.privacy_settings import check_dp_sgd
 from ...fl.server import RunConfig
 from ...fl.strategy import State, Strategy
@@ -111,44 +112,66 @@ def run_config_from(context: Context, **defaults: object) -> RunConfig:
     each node takes its own from its node config, see :func:`~fedkernels.integrations.flower.client.node_device`),
     ``dp-sample-clip`` (DP-SGD's per-example clip; 0: no DP-SGD) and ``dp-sample-noise``."""
     c = context.run_config
-    base = RunConfig(**defaults)  # type: ignore[arg-type]
-    t = base.train
+    base = _loop_defaults(defaults)
+    t: TrainConfig = base["train"]
 
     def get(key: str, default: object) -> object:
         return c.get(key, default)
 
-    timeout = float(get("timeout", base.client_timeout or 0))  # type: ignore[arg-type]
-    max_up = int(get("max-upload-bytes", base.max_upload_bytes or 0))  # type: ignore[call-overload]
-    eval_clients = int(get("eval-clients", base.eval_clients or 0))  # type: ignore[call-overload]
-    ks = get("eval-k", ",".join(str(k) for k in base.eval_k))
+    timeout = float(get("timeout", base["client_timeout"] or 0))  # type: ignore[arg-type]
+    max_up = int(get("max-upload-bytes", base["max_upload_bytes"] or 0))  # type: ignore[call-overload]
+    eval_clients = int(get("eval-clients", base["eval_clients"] or 0))  # type: ignore[call-overload]
+    ks = get("eval-k", ",".join(str(k) for k in base["eval_k"]))
     dp_sgd = {"dp_sample_clip": t.dp_sample_clip, "dp_sample_noise": t.dp_sample_noise, "dp_seeded": False}
     dp_sgd.update(run_config_settings(context, dp_sgd))  # type: ignore[arg-type]
     check_dp_sgd(dp_sgd["dp_sample_clip"], dp_sgd["dp_sample_noise"], flower_spelling)
     if not isinstance(dp_sgd["dp_seeded"], bool):
         raise ValueError(f"dp-seeded must be true or false, got {dp_sgd['dp_seeded']!r}")
-    return RunConfig(
-        rounds=int(get("rounds", base.rounds)),
-        clients_per_round=int(get("clients-per-round", base.clients_per_round)),
-        seed=int(get("seed", base.seed)),
-        client_timeout=timeout or None,
-        checkpoint=str(get("checkpoint", base.checkpoint or "")) or None,
-        max_upload_bytes=max_up or None,
-        eval_every=int(get("eval-every", base.eval_every)),
-        eval_k=tuple(int(k) for k in str(ks).split(",") if k.strip()),
-        eval_clients=eval_clients or None,
-        device=str(get("device", base.device)),
-        train=TrainConfig(
-            epochs=int(get("epochs", t.epochs)),
-            batch_size=int(get("batch-size", t.batch_size)),
-            lr=float(get("lr", t.lr)),
-            optimizer=str(get("optimizer", t.optimizer)),
-            weight_decay=float(get("weight-decay", t.weight_decay)),
-            autocast=str(get("autocast", t.autocast)),
-            dp_sample_clip=None if dp_sgd["dp_sample_clip"] is None else float(dp_sgd["dp_sample_clip"]),
-            dp_sample_noise=float(dp_sgd["dp_sample_noise"]),
-            dp_sample_seeded=bool(dp_sgd["dp_seeded"]) and dp_sgd["dp_sample_clip"] is not None,
-        ),
+    # the run's description first (as the CLI's), then its RunConfig from the one place that builds one;
+    # what run_config never read from ``defaults`` keeps RunConfig's defaults
+    loop = _loop_defaults({})
+    cfg = ExperimentConfig(
+        rounds=int(get("rounds", base["rounds"])),
+        clients_per_round=int(get("clients-per-round", base["clients_per_round"])),
+        seed=int(get("seed", base["seed"])),
+        eval_every=int(get("eval-every", base["eval_every"])),
+        ks=[int(k) for k in str(ks).split(",") if k.strip()],
+        device=str(get("device", base["device"])),
+        client_weighting=loop["client_weighting"],
+        batch_clients=loop["batch_clients"],
+        dp_delta=loop["sample_delta"],
+        local_epochs=int(get("epochs", t.epochs)),
+        batch_size=int(get("batch-size", t.batch_size)),
+        lr=float(get("lr", t.lr)),
+        optimizer=str(get("optimizer", t.optimizer)),
+        autocast=str(get("autocast", t.autocast)),
+        dp_sample_clip=None if dp_sgd["dp_sample_clip"] is None else float(dp_sgd["dp_sample_clip"]),
+        dp_sample_noise=float(dp_sgd["dp_sample_noise"]),
+        dp_seeded=bool(dp_sgd["dp_seeded"]) and dp_sgd["dp_sample_clip"] is not None,
     )
+    return cfg.run_config(
+        client_timeout=timeout or None,
+        checkpoint=str(get("checkpoint", base["checkpoint"] or "")) or None,
+        max_upload_bytes=max_up or None,
+        eval_clients=eval_clients or None,
+        weight_decay=float(get("weight-decay", t.weight_decay)),
+    )
+
+
+def _loop_defaults(defaults: dict[str, object]) -> dict[str, Any]:
+    """RunConfig's field defaults, by field name, under ``defaults`` (without building a RunConfig).
+
+    Raises:
+        TypeError: a name in ``defaults`` that is no RunConfig field.
+    """
+    out: dict[str, Any] = {
+        f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[operator]
+        for f in dataclasses.fields(RunConfig)
+    }
+    unknown = sorted(set(defaults) - set(out))
+    if unknown:
+        raise TypeError(f"run_config_from: RunConfig has no field(s) {unknown}")
+    return {**out, **defaults}
 
 
 def read_partition_keys(path: str | Path) -> dict[int, bytes]:
