@@ -64,7 +64,7 @@ class ExperimentConfig:
     wide to keep dense)."""
     l2_normalize: bool = RUN_DEFAULTS["l2_normalize"]
     """Unit-norm feature rows (file datasets). False keeps raw values: the FedAwS/FedALC presets on Bibtex
-    need the raw bag of words (unit rows shrink the first layer's steps, docs/api/fl.md "Reproducing the
+    need the raw bag of words (unit rows shrink the first layer's steps, docs/experiments.md "Reproducing the
     papers")."""
     sparse: bool = RUN_DEFAULTS["sparse"]
     """Keep a file dataset's features as ``torch.sparse_csr`` from file to model (partition, local training,
