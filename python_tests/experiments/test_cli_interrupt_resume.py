@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from fedkernels.cli import main
+from fedkernels_cli import main
 
 CONFIG = """
 algorithms = ["FedAvg"]

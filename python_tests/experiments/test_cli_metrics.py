@@ -10,9 +10,9 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from fedkernels.cli import main
 from fedkernels.experiments.experiment import ExperimentConfig, prepare_data
 from fedkernels.metrics import inverse_propensity
+from fedkernels_cli import main
 
 TINY = ["--rounds", "1", "--clients", "2", "--clients-per-round", "2", "--batch-size", "32", "--no-progress"]
 TINY += ["--algorithms", "FedAvg", "--option", "FedAvg.hidden=[8]", "--ks", "1", "3"]

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from fedkernels.cli import build_config, main, parser
 from fedkernels.experiments.experiment import DEFAULT_OPTIONS, ExperimentConfig
+from fedkernels_cli import main, parser
+from fedkernels_cli.config import build_config
 
 TINY_SYNTH = {"num_samples": 200, "num_features": 8, "num_classes": 20}
 TINY = ["--rounds", "2", "--clients", "3", "--clients-per-round", "2", "--batch-size", "32", "--no-progress"]

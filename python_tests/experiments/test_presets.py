@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fedkernels.cli import main
 from fedkernels.experiments import ExperimentConfig, list_presets, load_preset, preset_names, seed_summary
 from fedkernels.experiments.presets import parse_preset, resolve_preset_dataset
+from fedkernels_cli import main
 from python_tests.support.paths import ROOT
 from python_tests.support.scripts import load_script
 
@@ -99,8 +99,9 @@ def test_unknown_preset_lists_the_shipped_ones(capsys):
 
 def test_list_presets_one_line_each(capsys):
     assert main(["run", "--list-presets"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == len(preset_names()) and all(line.split()[0] in preset_names() for line in lines)
+    table = capsys.readouterr().out.split("\n\n")[0].splitlines()  # a header, then one line each; a note below
+    assert table[0].split()[:3] == ["preset", "data", "rounds"]
+    assert [line.split()[0] for line in table[1:]] == preset_names()
 
 
 def test_dataset_names_resolve_under_data_dir(tmp_path):

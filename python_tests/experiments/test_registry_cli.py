@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from fedkernels.cli import build_config, main, parser
 from fedkernels.experiments.experiment import ExperimentConfig, load_config
 from fedkernels.fl import FedAvg
 from fedkernels.fl.registry import is_registered, make_strategy, strategies
+from fedkernels_cli import main, parser
+from fedkernels_cli.config import build_config
 
 TINY = [
     "--rounds",
@@ -119,7 +120,7 @@ def test_info_and_bench(capsys):
 
 
 def test_demo_compares_fedavg_fedmlh_fedss():
-    from fedkernels.cli import demo_config
+    from fedkernels_cli.config import demo_config
 
     algos = demo_config()["algorithms"]
     assert algos == ["FedAvg", "FedMLH", "FedSS"] and all(is_registered(a) for a in algos)

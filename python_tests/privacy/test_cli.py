@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("cryptography", reason="needs the extra fedkernels[privacy]")
 pytest.importorskip("dp_accounting", reason="needs the extra fedkernels[privacy]")
 
-from fedkernels.cli import main
+from fedkernels_cli import main
 
 MISSING = "/nonexistent/dataset/never/read"
 

@@ -1,10 +1,15 @@
 """``fedkernels data list | info NAME | get NAME | verify [NAME]``: the registered public datasets
-and the data folder (the parser: :func:`fedkernels_cli.parser.add_data_parser`)."""
+and the data folder (the parser: :func:`fedkernels_cli.parser.add_data_parser`). ``list`` reads the
+registry without importing fedkernels (and so torch): :mod:`fedkernels_cli.standalone`."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from .standalone import load
+
+MARKER = "fedkernels-complete.json"  # fedkernels.data.fetcher.MARKER, which test_cli_entry.py compares
 
 
 def _num(x: int | None) -> str:
@@ -13,27 +18,12 @@ def _num(x: int | None) -> str:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """Dispatch ``fedkernels data <action>``."""
-    from ..data import fetcher as fetch_mod
-    from ..data.locations import DEPRECATED_ENV_VAR, ENV_VAR
-    from ..data.remote import get_remote, remote_datasets
+    if args.action == "list" or (args.action == "get" and not args.name):
+        return cmd_data_list(args)
+    from fedkernels.data import fetcher as fetch_mod
+    from fedkernels.data.remote import get_remote
 
     root = Path(args.data_dir).expanduser() if args.data_dir else fetch_mod.cache_dir()
-    if args.action == "list" or (args.action == "get" and not args.name):
-        print(f"{'name':<16} {'train':>10} {'test':>9} {'features':>10} {'labels':>10}  status")
-        for ds in remote_datasets():
-            status = (
-                "downloaded"
-                if fetch_mod.is_fetched(ds.name, root)
-                else "not downloaded"
-                if all(f.url for f in ds.files)
-                else "manual download"
-            )
-            print(
-                f"{ds.name:<16} {_num(ds.num_train):>10} {_num(ds.num_test):>9} {_num(ds.num_features):>10} "
-                f"{_num(ds.num_labels):>10}  {status}"
-            )
-        print(f"\ndata folder: {root} (set ${ENV_VAR} or --data-dir to move it; ${DEPRECATED_ENV_VAR} is deprecated)")
-        return 0
     if args.action == "verify":
         report = fetch_mod.verify(args.name, root)
         if not report:
@@ -66,4 +56,28 @@ def cmd_data(args: argparse.Namespace) -> int:
         return 0
     folder = fetch_mod.fetch(ds.name, url=args.url, force=args.force, progress=not args.no_progress, root=root)
     print(f"{ds.name}: {folder}  (use it as `fedkernels run --dataset {ds.name}`)")
+    return 0
+
+
+def cmd_data_list(args: argparse.Namespace) -> int:
+    """``fedkernels data list``: every registered dataset, its shape and whether it is in the data folder."""
+    locations, remote = load("data/locations.py"), load("data/remote.py")
+    root = Path(args.data_dir).expanduser() if args.data_dir else locations.data_dir()
+    print(f"{'name':<16} {'train':>10} {'test':>9} {'features':>10} {'labels':>10}  status")
+    for ds in remote.remote_datasets():
+        status = (
+            "downloaded"
+            if (root / ds.name / MARKER).is_file()
+            else "not downloaded"
+            if all(f.url for f in ds.files)
+            else "manual download"
+        )
+        print(
+            f"{ds.name:<16} {_num(ds.num_train):>10} {_num(ds.num_test):>9} {_num(ds.num_features):>10} "
+            f"{_num(ds.num_labels):>10}  {status}"
+        )
+    print(
+        f"\ndata folder: {root} (set ${locations.ENV_VAR} or --data-dir to move it; "
+        f"${locations.DEPRECATED_ENV_VAR} is deprecated)"
+    )
     return 0

@@ -7,8 +7,8 @@ import argparse
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Print the build facts and the registered algorithms."""
-    from .._info import info
-    from ..fl.registry import strategies
+    from fedkernels._info import info
+    from fedkernels.fl.registry import strategies
 
     print(info())
     print("algorithms: " + ", ".join(c.name for c in strategies().values()))
