@@ -89,9 +89,8 @@ def run_seeds(
         runs.append(run_once(one, strategies, Path(one.output), progress))
     rows = seed_summary(runs, loaded.p_at_1 if loaded else None)
     table = seed_table(rows)
-    print(
-        f"\nmean ± std over {seeds} seeds (sample std), final round" + (f"; paper: {loaded.source}" if loaded else "")
-    )
+    spread = f"mean ± std over {seeds} seeds (sample std)" if seeds > 1 else "one seed (--seeds N for mean ± std)"
+    print(f"\n{spread}, final round" + (f"; paper: {loaded.source}" if loaded else ""))
     print(table)
     if loaded is not None:
         print(f"\n{loaded.dataset_note}")
@@ -163,7 +162,7 @@ class _Progress:
         from tqdm import tqdm
 
         self.bar = tqdm(total=rounds, desc=f"{label:>8}", unit="round", disable=not show, file=sys.stderr)
-        self.mb = 0
+        self.label, self.rounds, self.mb = label, rounds, 0
 
     def __enter__(self) -> _Progress:
         return self
@@ -185,7 +184,12 @@ class _Progress:
         self.bar.update(1)
 
     def on_resume(self, history: list[RoundRecord]) -> None:
-        """Start where a resumed run stopped: its rounds and bytes so far."""
+        """Start where a resumed run stopped: say so (with or without a bar), then count its rounds and bytes."""
+        done = len(history)
+        where = f"round {done + 1} of {self.rounds}" if done < self.rounds else f"its end ({self.rounds} rounds done)"
+        self.bar.write(
+            f"{self.label}: resumed from its checkpoint after {done} rounds; continuing at {where}", sys.stdout
+        )
         self.mb = sum(r.bytes_up + r.bytes_down for r in history)
         self.bar.update(len(history))
         self.bar.set_postfix({"MB": f"{self.mb / 1e6:.1f}"})
