@@ -16,7 +16,7 @@ from . import experiment
 from .checkpoints import check_checkpoints, remove_checkpoints, saved_checkpoints
 from .model_memory import check_run_memory, loaded_shape
 from .outputs import check_outputs, write_run_outputs, write_seed_outputs
-from .report import TABLE_COLUMNS, results_table
+from .report import TABLE_COLUMNS, results_table, terminal_table
 from .strategies import check_against_data, run_strategy
 
 if TYPE_CHECKING:
@@ -122,9 +122,10 @@ def run_once(cfg: ExperimentConfig, strategies: dict[str, Strategy], out: Path, 
     target = experiment.add_common_target(results)
     # the chosen metric families at every k, then the communication columns
     rest = [c for c in TABLE_COLUMNS[1:] if "@" not in c or c.startswith("best") or c.endswith("freq")]
-    table = results_table(results, ["algorithm", *experiment.metric_columns(cfg.metrics, cfg.ks), *rest])
+    columns = ["algorithm", *experiment.metric_columns(cfg.metrics, cfg.ks), *rest]
+    table = results_table(results, columns)  # every column, for results.md
     print()
-    print(table)
+    print(terminal_table(results, columns))
     if target is not None:
         print(f"\nMB to target: communication until test P@1 >= {target:.4f} (the lowest best P@1 of the algorithms).")
     _print_privacy(cfg, results)
