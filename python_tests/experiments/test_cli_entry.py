@@ -163,3 +163,23 @@ def test_standalone_copy_without_the_package(tmp_path: Path) -> None:
     env["PYTHONPATH"] = str(Path(fedkernels_cli.__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
     assert got.stdout.split() == ["fedkernels_cli.standalone.data_locations", str(tmp_path), "False"]
+
+
+def test_info_prints_the_torch_free_facts_before_loading_torch(tmp_path: Path, capsys, monkeypatch) -> None:
+    code = (
+        "import sys\nfrom fedkernels_cli.info import fast_facts\n"
+        "lines = fast_facts()\nprint(len(lines), 'torch' in sys.modules, 'fedkernels' in sys.modules)\n"
+    )
+    env = dict(os.environ, FEDKERNELS_DATA_DIR=str(tmp_path))
+    env["PYTHONPATH"] = str(Path(fedkernels_cli.__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
+    assert got.stdout.split() == ["3", "False", "False"]
+    monkeypatch.setenv("FEDKERNELS_DATA_DIR", str(tmp_path))
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    import torch
+
+    assert out[0] == f"package: {standalone.package_dir()}"
+    assert out[1].endswith(f"torch {torch.__version__} installed")  # the distribution is the module imported
+    assert out[2] == f"data folder: {tmp_path}"
+    assert out[3].startswith("fedkernels ") and out[-1].startswith("algorithms: FedAvg")
