@@ -18,12 +18,29 @@ def _num(x: int | None) -> str:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """Dispatch ``fedkernels data <action>``."""
+    locations, remote = load("data/locations.py"), load("data/remote.py")  # no torch: `list` needs no more
+    DEPRECATED_ENV_VAR, ENV_VAR = locations.DEPRECATED_ENV_VAR, locations.ENV_VAR
+
+    root = Path(args.data_dir).expanduser() if args.data_dir else locations.data_dir()
     if args.action == "list" or (args.action == "get" and not args.name):
-        return cmd_data_list(args)
+        print(f"{'name':<16} {'train':>10} {'test':>9} {'features':>10} {'labels':>10}  status")
+        for ds in remote.remote_datasets():
+            status = (
+                "downloaded"
+                if (root / ds.name / MARKER).is_file()
+                else "not downloaded"
+                if all(f.url for f in ds.files)
+                else "manual download"
+            )
+            print(
+                f"{ds.name:<16} {_num(ds.num_train):>10} {_num(ds.num_test):>9} {_num(ds.num_features):>10} "
+                f"{_num(ds.num_labels):>10}  {status}"
+            )
+        print(f"\ndata folder: {root} (set ${ENV_VAR} or --data-dir to move it; ${DEPRECATED_ENV_VAR} is deprecated)")
+        return 0
     from fedkernels.data import fetcher as fetch_mod
     from fedkernels.data.remote import get_remote
 
-    root = Path(args.data_dir).expanduser() if args.data_dir else fetch_mod.cache_dir()
     if args.action == "verify":
         report = fetch_mod.verify(args.name, root)
         if not report:
@@ -56,28 +73,4 @@ def cmd_data(args: argparse.Namespace) -> int:
         return 0
     folder = fetch_mod.fetch(ds.name, url=args.url, force=args.force, progress=not args.no_progress, root=root)
     print(f"{ds.name}: {folder}  (use it as `fedkernels run --dataset {ds.name}`)")
-    return 0
-
-
-def cmd_data_list(args: argparse.Namespace) -> int:
-    """``fedkernels data list``: every registered dataset, its shape and whether it is in the data folder."""
-    locations, remote = load("data/locations.py"), load("data/remote.py")
-    root = Path(args.data_dir).expanduser() if args.data_dir else locations.data_dir()
-    print(f"{'name':<16} {'train':>10} {'test':>9} {'features':>10} {'labels':>10}  status")
-    for ds in remote.remote_datasets():
-        status = (
-            "downloaded"
-            if (root / ds.name / MARKER).is_file()
-            else "not downloaded"
-            if all(f.url for f in ds.files)
-            else "manual download"
-        )
-        print(
-            f"{ds.name:<16} {_num(ds.num_train):>10} {_num(ds.num_test):>9} {_num(ds.num_features):>10} "
-            f"{_num(ds.num_labels):>10}  {status}"
-        )
-    print(
-        f"\ndata folder: {root} (set ${locations.ENV_VAR} or --data-dir to move it; "
-        f"${locations.DEPRECATED_ENV_VAR} is deprecated)"
-    )
     return 0
