@@ -179,7 +179,7 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="sum the clients' updates with SecAgg+ secure aggregation: the server sees only sums "
-        "(docs/api/privacy.md)",
+        "(the privacy guide of the documentation)",
     )
     r.add_argument(
         "--dp-seeded",
