@@ -123,6 +123,25 @@ def test_every_module_has_a_layer() -> None:
         layer_of(module_name(path))  # asserts
 
 
+def test_the_package_imports_only_the_clis_defaults() -> None:
+    """src/fedkernels_cli (the one CLI package) sits above fedkernels; the package reads only its
+    torch-free run defaults (``ExperimentConfig``'s field defaults are the parser's)."""
+    bad = []
+    for path in all_modules():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            for name in names:
+                if name.split(".")[0] == "fedkernels_cli" and name != "fedkernels_cli.defaults":
+                    bad.append(f"{path.relative_to(SRC.parent)}:{node.lineno}: imports {name}")
+    assert not bad, "\n".join(bad)
+
+
 @pytest.mark.parametrize(
     ("source", "expected"),
     [

@@ -27,3 +27,12 @@ def test_ships_type_hints_and_licence():
 def test_gitignore_covers_run_outputs():
     ignored = (ROOT / ".gitignore").read_text().split()
     assert "fedkernels-demo/" in ignored and "fedkernels-out/" in ignored
+
+
+def test_one_cli_package_behind_the_script():
+    """The ``fedkernels`` script and ``python -m fedkernels_cli`` are the one CLI package, shipped in the wheel."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["scripts"] == {"fedkernels": "fedkernels_cli.main:main"}
+    assert set(project["tool"]["scikit-build"]["wheel"]["packages"]) == {"src/fedkernels", "src/fedkernels_cli"}
+    assert (ROOT / "src" / "fedkernels_cli" / "__main__.py").is_file()
+    assert not (ROOT / "src" / "fedkernels" / "cli").exists()

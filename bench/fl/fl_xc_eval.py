@@ -40,8 +40,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from bench.common import markdown_table, results_path, write_results
-from fedkernels.cli.config import parse_option
 from fedkernels.data import synthetic_multilabel
+from fedkernels_cli.config import parse_option
 
 # Small models everywhere (the class dimension is the subject); options each algorithm needs.
 HIDDEN = [16]

@@ -32,7 +32,6 @@ import torch
 
 from bench.common import markdown_table, results_path, write_results
 from fedkernels import HashFamily
-from fedkernels.cli import main as cli_main
 from fedkernels.data import RemoteDataset, RemoteFile, fetch, read_npz, read_xc, register, unregister
 from fedkernels.fl import FedAvg, RunConfig, Server
 from fedkernels.fl import labelsets as ls
@@ -41,6 +40,7 @@ from fedkernels.fl.algorithms.fedaws import FedALC
 from fedkernels.fl.round import failure_reason, setup_exchange
 from fedkernels.fl.types import RoundRecord
 from fedkernels.ops.sketch import label_hash
+from fedkernels_cli import main as cli_main
 
 
 def _kib(field: str) -> int:

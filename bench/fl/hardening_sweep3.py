@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from fedkernels.cli import main as cli_main
 from fedkernels.data import read_filter, read_sparse_text, read_xc
 from fedkernels.fl import ClientData, FedAvg, RunConfig, Server
 from fedkernels.metrics import precision_at_k
+from fedkernels_cli import main as cli_main
 
 
 class _Recording(FedAvg):

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from fedkernels.cli import main
 from fedkernels.data import (
     DownloadError,
     RemoteDataset,
@@ -29,6 +28,7 @@ from fedkernels.data import (
     unregister,
 )
 from fedkernels.data.fetcher import MARKER, download
+from fedkernels_cli import main
 from python_tests.support.paths import ROOT
 
 SHARED = ROOT.parent / "shared" / "data"

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from fedkernels.cli import build_config, main, parser
 from fedkernels.data import (
     DownloadError,
     RemoteDataset,
@@ -31,6 +30,8 @@ from fedkernels.data import (
 )
 from fedkernels.data.fetcher import MARKER, TRUST, cache_dir
 from fedkernels.data.remote import get_remote
+from fedkernels_cli import main, parser
+from fedkernels_cli.config import build_config
 from python_tests.support.paths import ROOT
 
 SHARED = ROOT.parent / "shared" / "data"

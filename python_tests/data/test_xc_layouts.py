@@ -14,10 +14,10 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from fedkernels.cli import main
 from fedkernels.data import load_dataset, remote_datasets
 from fedkernels.data.xc_layouts import find_layout, read_filter, read_sparse_text
 from fedkernels.metrics import filter_predictions
+from fedkernels_cli import main
 
 
 def sparse_text(m: sp.csr_matrix) -> str:

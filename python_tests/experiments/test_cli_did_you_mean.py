@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fedkernels._suggest import did_you_mean
-from fedkernels.cli import main
+from fedkernels_cli import main
 
 
 def test_nothing_close_suggests_nothing():

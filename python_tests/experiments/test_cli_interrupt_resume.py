@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from fedkernels.cli import main
+from fedkernels_cli import main
 
 CONFIG = """
 algorithms = ["FedAvg"]
@@ -69,6 +69,7 @@ def test_an_interrupted_run_resumes_from_the_default_checkpoint_which_goes_at_th
     assert main([*base, "--rounds", "2"]) == 2
     assert "pass --resume" in capsys.readouterr().err
     assert main([*base, "--rounds", "2", "--resume"]) == 0
+    assert "FedAvg: resumed from its checkpoint after 1 rounds; continuing at round 2 of 2" in capsys.readouterr().out
     resumed = json.loads((out / "results.json").read_text())["results"][0]
     assert resumed["resumed_at_round"] == 1 and resumed["final"] == full["final"]
     assert not (out / "checkpoints").exists()

@@ -10,21 +10,24 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from fedkernels.cli import main
 from fedkernels.experiments.experiment import ExperimentConfig, prepare_data
 from fedkernels.metrics import inverse_propensity
+from fedkernels_cli import main
 
 TINY = ["--rounds", "1", "--clients", "2", "--clients-per-round", "2", "--batch-size", "32", "--no-progress"]
 TINY += ["--algorithms", "FedAvg", "--option", "FedAvg.hidden=[8]", "--ks", "1", "3"]
 
 
-def test_run_reports_the_chosen_metric_families(tmp_path, capsys):
+def test_run_reports_the_chosen_metric_families(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")  # a terminal wide enough for every column
     cfg = tmp_path / "exp.json"
     cfg.write_text(json.dumps({"synthetic": {"num_samples": 200, "num_features": 8, "num_classes": 30}}))
     out_dir = tmp_path / "out"
     argv = ["run", "--config", str(cfg), *TINY, "--metrics", "PSnDCG", "R", "--propensity", "0.6", "2.6"]
     assert main([*argv, "--output", str(out_dir)]) == 0
-    head = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| algorithm"))
+    shown = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("algorithm "))
+    assert shown.split()[1:5] == ["PSnDCG@1", "PSnDCG@3", "R@1", "R@3"]  # the terminal's table
+    head = next(line for line in (out_dir / "results.md").read_text().splitlines() if line.startswith("| algorithm"))
     assert "PSnDCG@1 | PSnDCG@3 | R@1 | R@3" in head and "| P@1 |" not in head
     res = json.loads((out_dir / "results.json").read_text())
     final = res["results"][0]["final"]

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fedkernels.cli import build_config, main, parser
 from fedkernels.experiments.experiment import ExperimentConfig, prepare_data
 from fedkernels.experiments.presets import resolve_preset_dataset
+from fedkernels_cli import main, parser
+from fedkernels_cli.config import build_config
 
 BIBTEX = Path(resolve_preset_dataset("bibtex", None))
 needs_bibtex = pytest.mark.skipif(not (BIBTEX / "train.txt").is_file(), reason="bibtex not in the shared data")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from fedkernels.cli import main
 from fedkernels.experiments import ExperimentConfig, list_presets, load_preset, preset_names, seed_summary
 from fedkernels.experiments.presets import parse_preset, resolve_preset_dataset
+from fedkernels.experiments.seeds import seed_table
+from fedkernels_cli import main
 from python_tests.support.paths import ROOT
 from python_tests.support.scripts import load_script
 
@@ -99,8 +100,9 @@ def test_unknown_preset_lists_the_shipped_ones(capsys):
 
 def test_list_presets_one_line_each(capsys):
     assert main(["run", "--list-presets"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == len(preset_names()) and all(line.split()[0] in preset_names() for line in lines)
+    table = capsys.readouterr().out.split("\n\n")[0].splitlines()  # a header, then one line each; a note below
+    assert table[0].split()[:3] == ["preset", "data", "rounds"]
+    assert [line.split()[0] for line in table[1:]] == preset_names()
 
 
 def test_dataset_names_resolve_under_data_dir(tmp_path):
@@ -126,7 +128,9 @@ def test_seed_summary_mean_and_sample_std():
     assert avg["paper P@1"] is None and mlh["paper P@1"] == pytest.approx(0.47)
     assert avg["failed clients"] == 3 and avg["model MB"] == pytest.approx(2.0)
     one = seed_summary([[_result("FedAvg", 0.4)]])
-    assert one[0]["P@1 std"] == 0.0
+    assert one[0]["P@1 std"] is None and one[0]["P@1 mean"] == 0.4  # one seed has no spread
+    assert "±" not in seed_table(one) and "| 0.4000 |" in seed_table(one)
+    assert "| 0.4500 ± 0.0707 |" in seed_table(seed_summary([[_result("FedAvg", 0.4)], [_result("FedAvg", 0.5)]]))
 
 
 def test_run_preset_over_seeds(tmp_path, capsys):
@@ -146,6 +150,17 @@ def test_run_preset_over_seeds(tmp_path, capsys):
     # a preset with --algorithms: the preset's options for the other algorithms drop out
     assert main(["run", "--preset", str(preset), "--seeds", "1", "--algorithms", "fedmlh", "--no-progress",
                  "--output", str(tmp_path / "o2")]) == 0  # fmt: skip
+    text = capsys.readouterr().out.split("== seed 0 (1/1) ==")[1]
+    summary = text[text.index("one seed (--seeds N for mean ± std), final round; paper: a test") :]
+    assert "±" not in summary.split("\n", 1)[1]  # one seed: values alone, no spread of 0
+    assert summary.splitlines()[-3] == "synthetic"  # the preset's note under the table
+    row = json.loads((tmp_path / "o2" / "seeds.json").read_text())["rows"][0]
+    assert row["seeds"] == 1 and row["P@1 std"] is None
+
+
+def test_a_preset_whose_rows_are_equal_says_why():
+    note = load_preset("fedss-bibtex").dataset_note  # printed under the table of every run of the preset
+    assert "two rows are equal" in note and "every row" in note
 
 
 def test_resume_continues_a_checkpointed_run(tmp_path, capsys):

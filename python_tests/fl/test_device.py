@@ -129,7 +129,7 @@ def test_bf16_autocast_trains_in_mixed_precision_and_keeps_float32_state(name: s
 def test_cli_refuses_a_missing_gpu_before_reading_any_data(tmp_path, monkeypatch, capsys) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    from fedkernels import cli
+    import fedkernels_cli as cli
     from fedkernels.experiments import experiment
 
     def no_reading(*args, **kwargs):
@@ -144,7 +144,7 @@ def test_cli_refuses_a_missing_gpu_before_reading_any_data(tmp_path, monkeypatch
 
 
 def test_cli_refuses_an_unknown_autocast(tmp_path, capsys) -> None:
-    from fedkernels import cli
+    import fedkernels_cli as cli
 
     rc = cli.main(["run", "--demo", "--autocast", "fp8", "--output", str(tmp_path / "out")])
     assert rc == 2 and "--autocast" in capsys.readouterr().err

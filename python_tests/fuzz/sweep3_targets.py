@@ -160,8 +160,9 @@ def check_propensity(data: bytes) -> None:
 
 def check_model_shape(data: bytes) -> None:
     from fedkernels._memory import available_memory
-    from fedkernels.cli import configure, parser
     from fedkernels.experiments.model_memory import bytes_needed, config_shape, footprint
+    from fedkernels_cli import parser
+    from fedkernels_cli.config import configure
 
     text = data.decode("utf-8")
     if "client_secret_file" in text or "dataset" in text:

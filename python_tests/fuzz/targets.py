@@ -359,7 +359,8 @@ def check_config(data: bytes) -> None:
     every field has its type (bools are not numbers), numbers are finite and in range."""
     import math
 
-    from fedkernels.cli import build_config, parser
+    from fedkernels_cli import parser
+    from fedkernels_cli.config import build_config
 
     text = data.decode("utf-8")
     if "client_secret_file" in text:

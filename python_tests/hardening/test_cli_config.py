@@ -11,9 +11,9 @@ import stat
 
 import pytest
 
-from fedkernels.cli import main
 from fedkernels.experiments import experiment
 from fedkernels.experiments.limits import max_clients, usable_cores
+from fedkernels_cli import main
 
 TINY_SYNTH = {"num_samples": 200, "num_features": 8, "num_classes": 20}
 TINY = ["--rounds", "1", "--clients", "3", "--clients-per-round", "2", "--batch-size", "32", "--no-progress"]

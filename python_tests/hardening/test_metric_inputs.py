@@ -9,7 +9,6 @@ import math
 import pytest
 import torch
 
-from fedkernels.cli import main
 from fedkernels.metrics import (
     MAX_INV_PROPENSITY,
     check_propensity,
@@ -21,6 +20,7 @@ from fedkernels.metrics import (
     psp_at_k,
     ranking_metrics,
 )
+from fedkernels_cli import main
 from python_tests.support.helpers import csr_from_lists
 
 

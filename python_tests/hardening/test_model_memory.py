@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedkernels.cli import main
 from fedkernels.experiments import experiment
 from fedkernels.experiments.experiment import ExperimentConfig
 from fedkernels.experiments.model_memory import (
@@ -21,6 +20,7 @@ from fedkernels.experiments.model_memory import (
     footprint,
 )
 from fedkernels.fl.registry import make_strategy, strategies
+from fedkernels_cli import main
 from python_tests.fuzz.targets import OPTIONS
 
 # each registered strategy with wider options than the fuzzers' (two hidden layers, other sizes)

@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("cryptography", reason="needs the extra fedkernels[privacy]")
 pytest.importorskip("dp_accounting", reason="needs the extra fedkernels[privacy]")
 
-from fedkernels.cli import main
 from fedkernels.fl import RunConfig, TrainConfig
 from fedkernels.fl.privacy import DPConfig, PrivacyConfig, PrivateServer
+from fedkernels_cli import main
 from python_tests.support.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy
 
 

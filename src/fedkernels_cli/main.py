@@ -1,4 +1,4 @@
-"""Entry point of the ``fedkernels`` script: parse without torch, then run the command in fedkernels."""
+"""Entry point of the ``fedkernels`` script: parse without torch, then run the command."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from .parser import parser
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run its command; returns the exit status.
 
-    ``--help`` and usage errors exit here, before ``fedkernels`` (and so torch) is imported."""
+    ``--help`` and usage errors exit here; a command imports ``fedkernels`` (and so torch) only if it
+    needs it (:mod:`fedkernels_cli.dispatch`)."""
     args = parser().parse_args(argv)
-    from fedkernels.cli.dispatch import run_command
+    from .dispatch import run_command
 
     return run_command(args)

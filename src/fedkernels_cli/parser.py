@@ -6,18 +6,20 @@ import argparse
 
 from .defaults import DEFAULT_OPTIONS, RUN_DEFAULTS
 
-DESCRIPTION = """The ``fedkernels`` command: ``info``, ``bench <name>``, ``run`` (the main job).
+DESCRIPTION = """Federated learning with huge label spaces, on compiled CPU/CUDA kernels.
 
-fedkernels info
-fedkernels bench                         # lists the benches of a checkout
-fedkernels bench sketch                  # runs bench/ops/sketch.py of a checkout
-fedkernels run --list-presets            # named paper reproductions
-fedkernels run --preset fedmlh-bibtex    # 3 seeds, mean ± std beside the paper's P@1
-fedkernels run --demo                    # FedAvg vs FedMLH vs FedSS on synthetic data
-fedkernels run --config exp.toml --rounds 30
-fedkernels run --dataset ../shared/data/bibtex --algorithms FedAvg FedMLH --option FedMLH.num_buckets=40
-fedkernels data list                     # public datasets; `data get NAME` downloads one
-fedkernels run --dataset EURLex-4K       # a dataset fetched by `fedkernels data get`
+examples:
+  fedkernels run --demo                    # FedAvg vs FedMLH vs FedSS on synthetic data
+  fedkernels run --list-presets            # named paper reproductions: rounds, seeds, measured time
+  fedkernels run --preset fedmlh-bibtex    # 3 seeds, mean ± std beside the paper's P@1
+  fedkernels run --config exp.toml --rounds 30
+  fedkernels data list                     # public datasets; `fedkernels data get NAME` downloads one
+  fedkernels data get bibtex
+  fedkernels run --dataset bibtex --algorithms FedAvg FedMLH --option FedMLH.num_buckets=40
+  fedkernels info                          # build facts and registered algorithms
+  fedkernels bench                         # the benchmarks of a checkout; `fedkernels bench NAME` runs one
+
+`fedkernels COMMAND --help` describes a command's options.
 """
 
 # Flags map one to one onto ExperimentConfig fields (dashes for underscores).
@@ -128,7 +130,8 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument(
         "--data-dir",
         default=None,
-        help="a folder holding datasets by name, searched first (then $FEDKERNELS_DATA_DIR, ./data, ../shared/data)",
+        help="a folder holding datasets by name, searched first (then the data folder of `fedkernels data list`, "
+        "and ./data)",
     )
     r.add_argument("--config", help="a JSON or TOML file of run settings (flags override it)")
     r.add_argument(
@@ -176,7 +179,7 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="sum the clients' updates with SecAgg+ secure aggregation: the server sees only sums "
-        "(docs/api/privacy.md)",
+        "(the privacy guide of the documentation)",
     )
     r.add_argument(
         "--dp-seeded",

@@ -52,7 +52,7 @@ def preset_runs(rounds: int) -> list[tuple[str, list[str]]]:
 
 def run_once(args: list[str], device: str, data_dir: str, out: Path) -> dict:
     """One ``fedkernels run`` on ``device``; per algorithm its final P@1 and seconds per round."""
-    from fedkernels.cli import main
+    from fedkernels_cli import main
 
     t0 = time.perf_counter()
     log = io.StringIO()

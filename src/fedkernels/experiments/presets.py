@@ -18,6 +18,11 @@ reproduces (schema in docs/api/fl.md, "Presets")::
     option = "FedMLH.num_buckets"
     values = [10, 20, 40]
     p_at_1 = [40.0, 45.0, 46.0]         # optional, one per value
+    [measured]                          # optional: tools/dev/preset_times.py writes it
+    seconds_per_seed = 186              # one seed's time in the committed runs (median)
+    seeds = 3
+    runs = "bench/results/fl/paper/fedmlh-bibtex/seed*/results.json"
+    machine = "CPU, 1 thread(s), avx2 kernels, torch 2.13.0+cpu"
 
 The files ship inside the package (``importlib.resources``), so an installed wheel has them.
 """
@@ -34,6 +39,7 @@ from .configuration import config_keys, parse_toml
 
 PAPER_KEYS = {"source", "dataset_note", "p_at_1", "sweep"}
 SWEEP_KEYS = {"option", "values", "p_at_1"}
+MEASURED_KEYS = {"seconds_per_seed", "seeds", "runs", "machine"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,8 @@ class Preset:
         dataset_note: how our data and protocol relate to the paper's.
         p_at_1: algorithm -> the paper's P@1 in percent (empty if the paper has no number here).
         sweep: the sweep the paper reports, if any.
+        measured: the time one seed took in the committed runs (``seconds_per_seed``, over ``seeds``
+            seeds, from ``runs`` on ``machine``); empty if none are committed.
     """
 
     name: str
@@ -64,6 +72,7 @@ class Preset:
     dataset_note: str
     p_at_1: dict[str, float] = field(default_factory=dict)
     sweep: Sweep | None = None
+    measured: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> str:
         """One line for ``--list-presets``."""
@@ -106,6 +115,7 @@ def parse_preset(name: str, text: str, where: str) -> Preset:
     """A preset from its TOML text; ``where`` names it in errors."""
     data = parse_toml(text)
     paper = data.pop("paper", None)
+    measured = _measured(data.pop("measured", {}), where)
     if not isinstance(paper, dict):
         raise ValueError(f"{where}: a preset needs a [paper] table (source, dataset_note, [paper.p_at_1])")
     unknown = sorted(set(data) - config_keys())
@@ -130,7 +140,22 @@ def parse_preset(name: str, text: str, where: str) -> Preset:
         paper["dataset_note"].strip(),
         {k: float(v) for k, v in p_at_1.items()},
         _sweep(paper.get("sweep"), where),
+        measured,
     )
+
+
+def _measured(raw: Any, where: str) -> dict[str, Any]:
+    if not isinstance(raw, dict) or (raw and set(raw) != MEASURED_KEYS):
+        raise ValueError(f"{where}: [measured] must be a table of exactly {sorted(MEASURED_KEYS)}")
+    if raw:
+        seconds, seeds = raw["seconds_per_seed"], raw["seeds"]
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+            raise ValueError(f"{where}: measured.seconds_per_seed must be a positive number, got {seconds!r}")
+        if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+            raise ValueError(f"{where}: measured.seeds must be a positive integer, got {seeds!r}")
+        if not all(isinstance(raw[k], str) and raw[k].strip() for k in ("runs", "machine")):
+            raise ValueError(f"{where}: measured.runs and measured.machine must be non-empty strings")
+    return dict(raw)
 
 
 def _sweep(raw: Any, where: str) -> Sweep | None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+import shutil
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +79,68 @@ def results_table(results: list[dict[str, Any]], columns: list[str] | None = Non
     cols = [c for c in (columns or TABLE_COLUMNS) if any(row.get(c) is not None for row in rows)]
     head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
     return head + "\n".join("| " + " | ".join(_fmt(row.get(c)) for c in cols) + " |" for row in rows)
+
+
+# What the terminal table keeps when the terminal is narrow, first to last; the other columns follow
+# in table order. Every column stays in results.md.
+TERMINAL_FIRST = [
+    "algorithm",
+    "P@1",
+    "failed clients",
+    "ε",
+    "MB up",
+    "MB down",
+    "P@3",
+    "P@5",
+    "best P@1",
+    "MB to target",
+]
+
+
+def _column_cells(col: str, values: list[Any]) -> list[str]:
+    """One format per column: metrics at 4 decimals, counts as integers, sizes and seconds at 3
+    significant digits of the column's largest value."""
+    if col == "ε":
+        return ["-" if v is None else f"{v:.3g}" for v in values]
+    if "@" in col:
+        return ["-" if v is None else f"{v:.4f}" for v in values]
+    if all(v is None or isinstance(v, (int, str)) for v in values):  # names and counts
+        return ["-" if v is None else str(v) for v in values]
+    top = max((abs(v) for v in values if v is not None), default=0.0)
+    decimals = 0 if top == 0 else min(4, max(0, 2 - math.floor(math.log10(top))))
+    return ["-" if v is None else f"{v:,.{decimals}f}" for v in values]
+
+
+def terminal_table(results: list[dict[str, Any]], columns: list[str] | None = None, width: int | None = None) -> str:
+    """The results as an aligned text table at most ``width`` characters wide (default: the terminal's):
+    the columns of :data:`TERMINAL_FIRST` first, then the others in ``columns`` order while they fit;
+    a last line names the columns left out (all of them are in results.md). A column that is ``-``
+    everywhere, or 0 failed clients everywhere, is left out."""
+    width = width or shutil.get_terminal_size().columns
+    rows = summary_rows(results)
+    cols = [c for c in (columns or TABLE_COLUMNS) if any(row.get(c) is not None for row in rows)]
+    if "failed clients" in cols and not any(row.get("failed clients") for row in rows):
+        cols.remove("failed clients")
+    cells = {c: _column_cells(c, [row.get(c) for row in rows]) for c in cols}
+    widths = {c: max(len(c), *(len(x) for x in cells[c])) for c in cols}
+    order = [c for c in TERMINAL_FIRST if c in cols] + [c for c in cols if c not in TERMINAL_FIRST]
+    chosen, used = set(), -2
+    for c in order:
+        if c == "algorithm" or used + 2 + widths[c] <= width:
+            chosen.add(c)
+            used += 2 + widths[c]
+    shown = [c for c in cols if c in chosen]
+
+    def line(values: list[str]) -> str:
+        pairs = zip(shown, values, strict=True)
+        return "  ".join(v.ljust(widths[c]) if c == "algorithm" else v.rjust(widths[c]) for c, v in pairs)
+
+    lines = [line(shown)] + [line([cells[c][i] for c in shown]) for i in range(len(rows))]
+    left = [c for c in cols if c not in chosen]
+    if left:
+        note = f"({len(left)} more columns in results.md: {', '.join(left)})"
+        lines += textwrap.wrap(note, width=max(width, 40))
+    return "\n".join(lines)
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> Path:

@@ -16,7 +16,7 @@ from . import experiment
 from .checkpoints import check_checkpoints, remove_checkpoints, saved_checkpoints
 from .model_memory import check_run_memory, loaded_shape
 from .outputs import check_outputs, write_run_outputs, write_seed_outputs
-from .report import TABLE_COLUMNS, results_table
+from .report import TABLE_COLUMNS, results_table, terminal_table
 from .strategies import check_against_data, run_strategy
 
 if TYPE_CHECKING:
@@ -93,9 +93,8 @@ def run_seeds(
         runs.append(run_once(one, strategies, Path(one.output), progress))
     rows = seed_summary(runs, loaded.p_at_1 if loaded else None)
     table = seed_table(rows)
-    print(
-        f"\nmean ± std over {seeds} seeds (sample std), final round" + (f"; paper: {loaded.source}" if loaded else "")
-    )
+    spread = f"mean ± std over {seeds} seeds (sample std)" if seeds > 1 else "one seed (--seeds N for mean ± std)"
+    print(f"\n{spread}, final round" + (f"; paper: {loaded.source}" if loaded else ""))
     print(table)
     if loaded is not None:
         print(f"\n{loaded.dataset_note}")
@@ -127,9 +126,10 @@ def run_once(cfg: ExperimentConfig, strategies: dict[str, Strategy], out: Path, 
     target = experiment.add_common_target(results)
     # the chosen metric families at every k, then the communication columns
     rest = [c for c in TABLE_COLUMNS[1:] if "@" not in c or c.startswith("best") or c.endswith("freq")]
-    table = results_table(results, ["algorithm", *experiment.metric_columns(cfg.metrics, cfg.ks), *rest])
+    columns = ["algorithm", *experiment.metric_columns(cfg.metrics, cfg.ks), *rest]
+    table = results_table(results, columns)  # every column, for results.md
     print()
-    print(table)
+    print(terminal_table(results, columns))
     if target is not None:
         print(f"\nMB to target: communication until test P@1 >= {target:.4f} (the lowest best P@1 of the algorithms).")
     _print_privacy(cfg, results)
@@ -167,7 +167,7 @@ class _Progress:
         from tqdm import tqdm
 
         self.bar = tqdm(total=rounds, desc=f"{label:>8}", unit="round", disable=not show, file=sys.stderr)
-        self.mb = 0
+        self.label, self.rounds, self.mb = label, rounds, 0
 
     def __enter__(self) -> _Progress:
         return self
@@ -189,7 +189,12 @@ class _Progress:
         self.bar.update(1)
 
     def on_resume(self, history: list[RoundRecord]) -> None:
-        """Start where a resumed run stopped: its rounds and bytes so far."""
+        """Start where a resumed run stopped: say so (with or without a bar), then count its rounds and bytes."""
+        done = len(history)
+        where = f"round {done + 1} of {self.rounds}" if done < self.rounds else f"its end ({self.rounds} rounds done)"
+        self.bar.write(
+            f"{self.label}: resumed from its checkpoint after {done} rounds; continuing at {where}", sys.stdout
+        )
         self.mb = sum(r.bytes_up + r.bytes_down for r in history)
         self.bar.update(len(history))
         self.bar.set_postfix({"MB": f"{self.mb / 1e6:.1f}"})

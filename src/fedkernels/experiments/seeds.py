@@ -22,8 +22,8 @@ def seed_summary(
 
     Returns:
         rows with ``algorithm``, ``seeds``, ``<metric> mean`` and ``<metric> std`` (sample standard
-        deviation; 0.0 for one seed), ``model MB``, ``failed clients`` and ``paper P@1`` (a fraction,
-        ``None`` where the paper has no number). Algorithms appear in first-seen order.
+        deviation; ``None`` for one seed, which has no spread), ``model MB``, ``failed clients`` and
+        ``paper P@1`` (a fraction, ``None`` where the paper has no number). Algorithms appear in first-seen order.
     """
     if metrics is None:
         per_client = any("client-P@1" in r["final"] for results in runs for r in results)
@@ -43,13 +43,13 @@ def seed_summary(
         for m in metrics:
             values = [float(r["final"][m]) for r in group if m in r["final"] and not math.isnan(r["final"][m])]
             row[f"{m} mean"] = statistics.mean(values) if values else None
-            row[f"{m} std"] = (statistics.stdev(values) if len(values) > 1 else 0.0) if values else None
+            row[f"{m} std"] = statistics.stdev(values) if len(values) > 1 else None
         # the first metric's late-window mean and best value (rounds-level noise), and the per-seed values
         first = metrics[0] if metrics else "P@1"
         for kind in ("late", "best"):
             values = [float(r[kind][first]) for r in group if first in r.get(kind, {})]
             row[f"{kind} {first} mean"] = statistics.mean(values) if values else None
-            row[f"{kind} {first} std"] = (statistics.stdev(values) if len(values) > 1 else 0.0) if values else None
+            row[f"{kind} {first} std"] = statistics.stdev(values) if len(values) > 1 else None
         row[f"{first} per seed"] = [r["final"].get(first) for r in group]
         row[f"late {first} per seed"] = [r.get("late", {}).get(first) for r in group]
         row["model MB"] = group[0]["model_bytes"] / 1e6
@@ -61,7 +61,8 @@ def seed_summary(
 
 
 def seed_table(rows: list[dict[str, Any]]) -> str:
-    """A markdown table of :func:`seed_summary` rows: ``mean ± std`` per metric, ours beside the paper's."""
+    """A markdown table of :func:`seed_summary` rows: ``mean ± std`` per metric (the value alone where a
+    row has one seed), ours beside the paper's."""
     keys = [k for k in rows[0] if k.endswith(" mean")] if rows else []
     metrics = [k[: -len(" mean")] for k in keys if any(r.get(k) is not None for r in rows)]
     head = ["algorithm", "seeds", *metrics, "paper P@1", "model MB", "failed clients"]
@@ -70,7 +71,7 @@ def seed_table(rows: list[dict[str, Any]]) -> str:
         cells = [r["algorithm"], str(r["seeds"])]
         for m in metrics:
             mean, std = r.get(f"{m} mean"), r.get(f"{m} std")
-            cells.append("-" if mean is None else f"{mean:.4f} ± {std:.4f}")
+            cells.append("-" if mean is None else f"{mean:.4f}" if std is None else f"{mean:.4f} ± {std:.4f}")
         cells.append("n/a" if r["paper P@1"] is None else f"{r['paper P@1']:.4f}")
         cells.append(f"{r['model MB']:.4f}")
         cells.append(str(r["failed clients"]))

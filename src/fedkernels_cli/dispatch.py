@@ -1,40 +1,49 @@
-"""Run a parsed ``fedkernels`` command and turn its failures into one line and an exit status."""
+"""Run a parsed ``fedkernels`` command and turn its failures into one line and an exit status.
+
+Each command's module is imported only when that command runs, so the commands that need no torch
+(``bench``, ``data list``, ``run --list-presets``) answer without loading it."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import shlex
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from ..data.fetcher import DownloadError
-from ..experiments.experiment import AllClientsFailed
-from .bench import cmd_bench
-from .data import cmd_data
-from .info import cmd_info
-from .run import cmd_run
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "run": cmd_run,
-    "data": cmd_data,
-    "bench": cmd_bench,
-    "info": cmd_info,
+# command -> (module of this package, function): imported when the command runs
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "cmd_run"),
+    "data": ("data", "cmd_data"),
+    "bench": ("bench", "cmd_bench"),
+    "info": ("info", "cmd_info"),
 }
+
+
+def _loaded(module: str, name: str) -> tuple[type[BaseException], ...]:
+    """``(module.name,)`` if ``module`` is already imported, else ``()`` (an ``except`` that catches nothing):
+    an error class of fedkernels can only have been raised once its module ran."""
+    mod = sys.modules.get(module)
+    return (getattr(mod, name),) if mod is not None else ()
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Run ``args.command`` (parsed by :func:`fedkernels_cli.parser.parser`); returns the exit status:
     0 done, 1 the run failed, 2 a bad input or file, 130 interrupted."""
+    module, function = COMMANDS[args.command]
     try:
-        return int(COMMANDS[args.command](args) or 0)
+        command = getattr(importlib.import_module(f"{__package__}.{module}"), function)
+        return int(command(args) or 0)
     except KeyboardInterrupt:  # one line, no traceback: what was saved and how to go on
         print(f"\nfedkernels {args.command}: interrupted. {resume_hint(args)}", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, DownloadError) as e:
+    except (ValueError, FileNotFoundError) as e:
         print(f"fedkernels {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except AllClientsFailed as e:
+    except _loaded("fedkernels.data.fetcher", "DownloadError") as e:
+        print(f"fedkernels {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except _loaded("fedkernels.experiments.experiment", "AllClientsFailed") as e:
         print(f"fedkernels {args.command}: run failed: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # a disk or permission failure: one line naming the file, not a traceback

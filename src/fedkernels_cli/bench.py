@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-# src/fedkernels/cli/bench.py: the folders this package may have been built from, nearest first
-_CHECKOUTS = Path(__file__).resolve().parents[1:4]
-_SRC = Path(__file__).resolve().parents[2]  # the folder holding the fedkernels package
+# src/fedkernels_cli/bench.py: the folders this package may have been built from, nearest first
+_CHECKOUTS = Path(__file__).resolve().parents[1:3]
+_SRC = Path(__file__).resolve().parents[1]  # the folder holding the fedkernels package (and this one)
 # bench/ops: the op microbenchmarks; bench/fl: the federated experiments. Script names are unique across both.
 BENCH_FOLDERS = ("ops", "fl")
 

@@ -6,15 +6,15 @@ import argparse
 import ast
 from typing import Any
 
-from fedkernels_cli.parser import RUN_FLAGS
+from fedkernels.experiments.checkpoints import default_checkpoint_folder
+from fedkernels.experiments.experiment import ExperimentConfig, config_keys, load_config
+from fedkernels.experiments.limits import field_checks
+from fedkernels.experiments.names import canonical_name
+from fedkernels.experiments.presets import load_preset
+from fedkernels.experiments.resolve import resolve_run
+from fedkernels.fl.strategy import Strategy
 
-from ..experiments.checkpoints import default_checkpoint_folder
-from ..experiments.experiment import ExperimentConfig, config_keys, load_config
-from ..experiments.limits import field_checks
-from ..experiments.names import canonical_name
-from ..experiments.presets import load_preset
-from ..experiments.resolve import resolve_run
-from ..fl.strategy import Strategy
+from .parser import RUN_FLAGS
 
 
 def demo_config() -> dict[str, Any]:

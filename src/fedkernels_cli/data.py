@@ -1,10 +1,15 @@
 """``fedkernels data list | info NAME | get NAME | verify [NAME]``: the registered public datasets
-and the data folder (the parser: :func:`fedkernels_cli.parser.add_data_parser`)."""
+and the data folder (the parser: :func:`fedkernels_cli.parser.add_data_parser`). ``list`` reads the
+registry without importing fedkernels (and so torch): :mod:`fedkernels_cli.standalone`."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from .standalone import load
+
+MARKER = "fedkernels-complete.json"  # fedkernels.data.fetcher.MARKER, which test_cli_entry.py compares
 
 
 def _num(x: int | None) -> str:
@@ -13,17 +18,16 @@ def _num(x: int | None) -> str:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """Dispatch ``fedkernels data <action>``."""
-    from ..data import fetcher as fetch_mod
-    from ..data.locations import DEPRECATED_ENV_VAR, ENV_VAR
-    from ..data.remote import get_remote, remote_datasets
+    locations, remote = load("data/locations.py"), load("data/remote.py")  # no torch: `list` needs no more
+    DEPRECATED_ENV_VAR, ENV_VAR = locations.DEPRECATED_ENV_VAR, locations.ENV_VAR
 
-    root = Path(args.data_dir).expanduser() if args.data_dir else fetch_mod.cache_dir()
+    root = Path(args.data_dir).expanduser() if args.data_dir else locations.data_dir()
     if args.action == "list" or (args.action == "get" and not args.name):
         print(f"{'name':<16} {'train':>10} {'test':>9} {'features':>10} {'labels':>10}  status")
-        for ds in remote_datasets():
+        for ds in remote.remote_datasets():
             status = (
                 "downloaded"
-                if fetch_mod.is_fetched(ds.name, root)
+                if (root / ds.name / MARKER).is_file()
                 else "not downloaded"
                 if all(f.url for f in ds.files)
                 else "manual download"
@@ -34,6 +38,9 @@ def cmd_data(args: argparse.Namespace) -> int:
             )
         print(f"\ndata folder: {root} (set ${ENV_VAR} or --data-dir to move it; ${DEPRECATED_ENV_VAR} is deprecated)")
         return 0
+    from fedkernels.data import fetcher as fetch_mod
+    from fedkernels.data.remote import get_remote
+
     if args.action == "verify":
         report = fetch_mod.verify(args.name, root)
         if not report:
