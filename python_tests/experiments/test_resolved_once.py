@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fedkernels.cli import main
+from fedkernels_cli import main
 
 # where names and paths may be resolved: the CLI's config, the resolution module, and the config's
 # construction (ExperimentConfig.__post_init__ spells the algorithm names as registered)
-RESOLVERS = ("fedkernels.cli.config", "fedkernels.experiments.resolve", "ExperimentConfig.__post_init__")
+RESOLVERS = ("fedkernels_cli.config", "fedkernels.experiments.resolve", "ExperimentConfig.__post_init__")
 
 
 def allowed(caller: str) -> bool:
