@@ -85,6 +85,15 @@ def test_offline_get_bibtex_says_what_to_do_and_leaves_nothing(isolated, offline
     assert "`fedkernels data get Bibtex --url file:///path/to/that/folder/`" in err
     assert "FEDKERNELS_DATA_DIR" in err and str(isolated / "Bibtex") in err
     assert not isolated.exists()  # the data folder this get made is gone again, lock file and all
+    assert "A copy is already at" not in err
+
+
+def test_offline_get_says_where_a_run_already_finds_a_copy(isolated, offline, capsys):
+    mine = _hand_copy(isolated, "bibtex")
+    assert main(["data", "get", "Bibtex", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"A copy is already at {mine}, which `fedkernels run --dataset Bibtex` reads as it is." in err
+    assert sorted(p.name for p in isolated.iterdir()) == ["bibtex"]  # an existing data folder keeps only that
 
 
 def test_every_network_failure_carries_the_advice_and_no_lock_stays(isolated, registered, tmp_path):

@@ -48,7 +48,7 @@ from typing import IO
 
 from tqdm import tqdm
 
-from .locations import DEPRECATED_ENV_VAR, ENV_VAR, MARKER, data_dir
+from .locations import DEPRECATED_ENV_VAR, ENV_VAR, MARKER, data_dir, find_dataset
 from .remote import RemoteDataset, RemoteFile, get_remote
 from .xc_layouts import find_layout, place_layout
 
@@ -361,7 +361,8 @@ def _files_from(ds: RemoteDataset, url: str) -> list[RemoteFile]:
 
 def offline_help(ds: RemoteDataset, root: Path) -> str:
     """What to do when ``ds`` cannot be downloaded from here (offline, a firewall, a host that is down):
-    fetch its files elsewhere and pass them with ``--url file://...``, or place a copy by hand."""
+    fetch its files elsewhere and pass them with ``--url file://...``, or place a copy by hand; first,
+    where a run already finds one (:func:`~fedkernels.data.locations.find_dataset`), if it does."""
     names = [f.name for f in ds.files]
     urls = [f.url for f in ds.files if f.url]
     where = " and ".join(urls) if urls else f"the files from {ds.page}"
@@ -372,7 +373,13 @@ def offline_help(ds: RemoteDataset, root: Path) -> str:
             f"put {' and '.join(names)} in one folder and run "
             f"`fedkernels data get {ds.name} --url file:///path/to/that/folder/`"
         )
-    return (
+    found = find_dataset(ds.name, root)
+    have = (
+        f"A copy is already at {found.path}, which `fedkernels run --dataset {ds.name}` reads as it is. "
+        if found is not None
+        else ""
+    )
+    return have + (
         f"To get it without this network: download {where} where you can, then {get} (checksums are still "
         f"checked); or place a copy already holding train.txt and test.txt (XC text) at {root / ds.name}, or "
         f"set ${ENV_VAR} (or --data-dir) to a folder that holds one named {ds.name} (any case), which "
