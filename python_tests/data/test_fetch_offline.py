@@ -266,6 +266,8 @@ def test_data_list_reports_the_copy_run_reads(isolated, capsys, tmp_path):
         assert rows[ds.name].startswith(("found", "downloaded")) == (path is not None), ds.name
     assert main(["data", "info", "bibtex"]) == 0
     assert f"status: found: {mine}" in capsys.readouterr().out
+    assert main(["data", "verify", "bibtex"]) == 1  # nothing to check it against, said so
+    assert f"placed by hand, no checksums recorded to check: {mine}" in capsys.readouterr().out
 
 
 def test_a_fetched_copy_is_downloaded_and_another_folder_first_wins(isolated, capsys, tmp_path):

@@ -616,10 +616,18 @@ def folder_status(folder: Path) -> dict[str, str]:
 
 
 def verify(name: str | None = None, root: str | Path | None = None) -> dict[str, dict[str, str]]:
-    """The status of every fetched dataset's files (or of ``name``'s): ``{dataset: {file: status}}``."""
+    """The status of every fetched dataset's files (or of ``name``'s): ``{dataset: {file: status}}``.
+    ``name`` is looked up as a run looks it up (:func:`~fedkernels.data.locations.find_dataset`, ``root``
+    first): a copy placed by hand is reported as such, with its path (it has no checksums to check)."""
     base = Path(root) if root else data_dir()
     if name is not None:
-        folders = [base / get_remote(name).name]
+        ds = get_remote(name)
+        found = find_dataset(ds.name, root)
+        if found is None:
+            return {ds.name: {"": "not downloaded"}}
+        if not found.fetched:
+            return {ds.name: {"": f"placed by hand, no checksums recorded to check: {found.path}"}}
+        folders = [found.path]
     else:
         folders = sorted(p.parent for p in base.glob(f"*/{MARKER}")) if base.is_dir() else []
     return {f.name: (folder_status(f) if (f / MARKER).is_file() else {"": "not downloaded"}) for f in folders}
