@@ -225,6 +225,12 @@ def test_a_missing_registered_dataset_says_how_to_get_it_not_its_own_name(isolat
     )
 
 
+def test_the_get_command_offered_honours_data_dir(isolated, capsys, tmp_path):
+    mine = tmp_path / "mine"
+    assert main(["run", "--dataset", "bibtex", "--data-dir", str(mine), "--output", str(tmp_path / "o")]) == 2
+    assert f"`fedkernels data get Bibtex --data-dir {mine}` downloads it into {mine}" in capsys.readouterr().err
+
+
 def test_eurlex_alias_is_not_suggested_for_itself(isolated, capsys, tmp_path):
     assert main(["run", "--dataset", "eurlex", "--no-progress", "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err

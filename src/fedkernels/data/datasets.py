@@ -284,9 +284,10 @@ def resolve_dataset(spec: str | Path, data_dir: str | Path | None = None, verify
     else:
         looked = str(path)
     if remote is not None:
+        get = f"fedkernels data get {remote.name}" + (f" --data-dir {data_dir}" if data_dir else "")
         hint = (
-            f"; {remote.name} is a registered dataset, not downloaded yet: `fedkernels data get {remote.name}` "
-            f"downloads it into {data_dir or default_data_dir()}"
+            f"; {remote.name} is a registered dataset, not downloaded yet: `{get}` downloads it into "
+            f"{data_dir or default_data_dir()}"
         )
     else:
         hint = " (pass a file or folder, set --data-dir or $FEDKERNELS_DATA_DIR, or see `fedkernels data list`)"
