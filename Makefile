@@ -28,7 +28,7 @@ MYPY ?= $(VENV)/bin/mypy
 CLANG_FORMAT ?= $(VENV)/bin/clang-format
 CSRC_FILES = git ls-files -z 'csrc/*.cpp' 'csrc/*.h' 'csrc/*.cu' 'csrc/*.cuh' 'emu/*.cpp' 'emu/*.h' 'emu/*.cu' 'emu/*.cuh'
 
-.PHONY: demo test test-deployment fuzz test-cuda-emu install bench bench-peers docs gpu-check results-full inplace clean lint format
+.PHONY: demo test test-deployment fuzz test-cuda-emu install reinstall bench bench-peers docs gpu-check results-full inplace clean lint format
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,9 +43,22 @@ $(VENV)/.lint-deps: | $(PY)
 	$(PY) -m pip install -q $(LINT_DEPS)
 	touch $@
 
+# The editable install (the C++ build), redone only when what it is built from changed: the build files,
+# csrc/, or the venv's torch. Python edits need none (the install points at src/). A stamp in the venv
+# records the last install; `make reinstall` forces one (e.g. with another FK_CUDA or compiler).
 # -v shows the C++ build's progress (ninja's [n/N] lines): the first build takes minutes.
-install: $(PY)
+INSTALL_STAMP := $(VENV)/.fedkernels-install
+BUILD_INPUTS := pyproject.toml CMakeLists.txt $(wildcard cmake/*.cmake) $(shell find csrc -type f 2>/dev/null) \
+	$(wildcard $(VENV)/lib/python*/site-packages/torch/version.py)
+install: $(INSTALL_STAMP)
+
+$(INSTALL_STAMP): $(BUILD_INPUTS) | $(PY)
 	$(PY) -m pip install -v --no-build-isolation -e .
+	touch $@
+
+reinstall:
+	rm -f $(INSTALL_STAMP)
+	$(MAKE) install
 
 demo: install
 	$(VENV)/bin/fedkernels run --demo --threads 1 $(DEMO_ARGS)

@@ -215,7 +215,7 @@ def test_zip_archive_is_unpacked_and_placed(serve, cache, registered, tmp_path):
 
 
 def test_not_downloaded_and_manual_entries_are_clear(cache, capsys):
-    with pytest.raises(FileNotFoundError, match="EURLex-4K is a registered dataset: `fedkernels data get EURLex-4K`"):
+    with pytest.raises(FileNotFoundError, match="EURLex-4K is a registered dataset, not downloaded yet: `fedkernels"):
         load_dataset("eurlex-4k")
     assert main(["data", "get", "mediamill"]) == 2
     assert "no direct download link recorded" in capsys.readouterr().err

@@ -7,7 +7,7 @@ import difflib
 from collections.abc import Iterable
 
 
-def did_you_mean(name: str, choices: Iterable[str], n: int = 2) -> str:
+def did_you_mean(name: str, choices: Iterable[str], n: int = 2, exclude: Iterable[str] = ()) -> str:
     """``" (did you mean 'x'?)"`` (or ``'x' or 'y'``) for the known names closest to ``name``, compared
     without case; ``""`` when none is close (difflib ratio below 0.6).
 
@@ -15,10 +15,14 @@ def did_you_mean(name: str, choices: Iterable[str], n: int = 2) -> str:
         name: what the user typed.
         choices: the known names, as they should be shown.
         n: at most this many suggestions.
+        exclude: names never to suggest, compared without case: those a lookup that ignores case has
+            already tried (suggesting ``'Bibtex'`` for ``bibtex`` would send the user in a circle).
     """
+    skip = {e.lower() for e in exclude}
     by_lower: dict[str, str] = {}
     for c in choices:
-        by_lower.setdefault(c.lower(), c)
+        if c.lower() not in skip:
+            by_lower.setdefault(c.lower(), c)
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=n)
     if not close:
         return ""

@@ -25,13 +25,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     if args.action == "list" or (args.action == "get" and not args.name):
         print(f"{'name':<16} {'train':>10} {'test':>9} {'features':>10} {'labels':>10}  status")
         for ds in remote.remote_datasets():
-            status = (
-                "downloaded"
-                if (root / ds.name / MARKER).is_file()
-                else "not downloaded"
-                if all(f.url for f in ds.files)
-                else "manual download"
-            )
+            status = locations.dataset_status(ds.name, args.data_dir)  # where `run --dataset NAME` finds it
             print(
                 f"{ds.name:<16} {_num(ds.num_train):>10} {_num(ds.num_test):>9} {_num(ds.num_features):>10} "
                 f"{_num(ds.num_labels):>10}  {status}"
@@ -69,7 +63,8 @@ def cmd_data(args: argparse.Namespace) -> int:
         if ds.notes:
             print(f"notes: {ds.notes}")
         folder = fetch_mod.dataset_dir(ds.name, root)
-        print(f"folder: {folder} ({'downloaded' if fetch_mod.is_fetched(ds.name, root) else 'not downloaded'})")
+        print(f"folder: {folder} (where `get` puts it)")
+        print(f"status: {locations.dataset_status(ds.name, args.data_dir)}")
         return 0
     folder = fetch_mod.fetch(ds.name, url=args.url, force=args.force, progress=not args.no_progress, root=root)
     print(f"{ds.name}: {folder}  (use it as `fedkernels run --dataset {ds.name}`)")

@@ -261,9 +261,9 @@ def resolve_dataset(spec: str | Path, data_dir: str | Path | None = None, verify
             dataset, the ``fedkernels data get`` command that fetches it.
         ValueError: a fetched copy whose files changed since they were fetched.
     """
-    from .fetcher import MARKER, verify_folder
+    from .fetcher import verify_folder
     from .locations import data_dir as default_data_dir
-    from .locations import data_roots, find_in, is_bare_name
+    from .locations import data_roots, dataset_names, find_dataset, is_bare_name
     from .remote import find_remote, remote_datasets
 
     path = Path(spec).expanduser()
@@ -273,20 +273,20 @@ def resolve_dataset(spec: str | Path, data_dir: str | Path | None = None, verify
     remote = find_remote(name)
     roots = data_roots(data_dir)
     if is_bare_name(name):
-        names = [name, *([remote.name, *remote.aliases] if remote else [])]
-        for root in roots:
-            hit = find_in(root, names)
-            if hit is not None:
-                if verify and (hit / MARKER).is_file():
-                    verify_folder(hit)
-                return hit
+        found = find_dataset(name, data_dir)
+        if found is not None:
+            if verify and found.fetched:
+                verify_folder(found.path)
+            return found.path
         looked = ", ".join(str(r / name) for r in roots)
-        looked += did_you_mean(name, _known_names(roots, remote_datasets()))
+        # the lookup ignores case, so a name equal to this one but for case is no suggestion
+        looked += did_you_mean(name, _known_names(roots, remote_datasets()), exclude=dataset_names(name))
     else:
         looked = str(path)
     if remote is not None:
+        get = f"fedkernels data get {remote.name}" + (f" --data-dir {data_dir}" if data_dir else "")
         hint = (
-            f"; {remote.name} is a registered dataset: `fedkernels data get {remote.name}` downloads it into "
+            f"; {remote.name} is a registered dataset, not downloaded yet: `{get}` downloads it into "
             f"{data_dir or default_data_dir()}"
         )
     else:

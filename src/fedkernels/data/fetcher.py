@@ -39,6 +39,7 @@ import shutil
 import socket
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Iterator
@@ -47,7 +48,7 @@ from typing import IO
 
 from tqdm import tqdm
 
-from .locations import DEPRECATED_ENV_VAR, ENV_VAR, data_dir
+from .locations import DEPRECATED_ENV_VAR, ENV_VAR, MARKER, data_dir, find_dataset
 from .remote import RemoteDataset, RemoteFile, get_remote
 from .xc_layouts import find_layout, place_layout
 
@@ -67,7 +68,6 @@ __all__ = [
     "verify_folder",
 ]
 
-MARKER = "fedkernels-complete.json"
 TRUST = ".fedkernels-trust.json"
 MAX_ARCHIVE_RATIO = 100
 """The most an archive's members may claim to unpack to, as a multiple of the archive's size (text
@@ -77,6 +77,10 @@ _CHUNK = 1 << 20
 
 class DownloadError(RuntimeError):
     """A dataset could not be fetched; the message says why and from where."""
+
+
+class _DiskError(DownloadError):
+    """The download arrived but could not be written (no offline advice helps)."""
 
 
 def cache_dir() -> Path:
@@ -144,7 +148,7 @@ def download(
         os.replace(part, dest)
         return digest
     except OSError as e:  # the disk: full, read-only, permissions
-        raise DownloadError(f"cannot write {e.filename or dest}: {e.strerror or e}") from None
+        raise _DiskError(f"cannot write {e.filename or dest}: {e.strerror or e}") from None
     finally:
         with contextlib.suppress(OSError):
             part.unlink(missing_ok=True)
@@ -227,17 +231,35 @@ def _reason(reason: object) -> str:
 
 @contextlib.contextmanager
 def _dataset_lock(root: Path, name: str, log: IO[str]) -> Iterator[None]:
-    """Hold ``<root>/.<name>.lock`` (``flock``, released when the process dies) for a whole get."""
+    """Hold ``<root>/.<name>.lock`` (``flock``, released when the process dies) for a whole get, and
+    delete it when done, whatever happened. The holder deletes it while it still holds the lock, so a
+    get that was waiting on it finds, once it has the lock, that the path names no file or another one,
+    and locks afresh: two gets never hold the lock at once."""
     lock = root / f".{name}.lock"
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"{name}: waiting for another `fedkernels data get {name}` to finish (lock {lock})", file=log)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"{name}: waiting for another `fedkernels data get {name}` to finish (lock {lock})", file=log)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.stat(lock)
+            except FileNotFoundError:
+                current = None
+            mine = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
+            break
+        os.close(fd)  # the previous holder deleted this lock file: lock the current one
+    try:
         yield
     finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()
         os.close(fd)
 
 
@@ -286,33 +308,83 @@ def fetch(
         return folder
     files = list(ds.files)
     if url is not None:
-        if len(files) != 1:
-            raise ValueError(f"--url works for datasets published as one file; {ds.name} has {len(files)}")
-        f0 = files[0]
-        files = [RemoteFile(url, f0.name, f0.sha256, f0.extract)]
+        files = _files_from(ds, url)
     if any(f.url is None for f in files):
         raise ValueError(f"{ds.name}: {ds.notes or 'no download URL recorded'} (page: {ds.page})")
     if ds.train == ds.test and not (ds.train_split and ds.test_split):
         raise ValueError(f"{ds.name}: train and test are one file but no split files are recorded")
+    created = not root.exists()
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise DownloadError(f"cannot create the data folder {root}: {e.strerror or e}") from None
-    with _dataset_lock(root, ds.name, log):
-        if (folder / MARKER).is_file() and not force:
-            return folder  # another get finished it while this one waited
-        _remove_leftovers(root, ds.name)
-        staging = root / f".{ds.name}.staging-{os.getpid()}-{secrets.token_hex(4)}"
-        try:
-            staging.mkdir()
-            marker = _fill(ds, files, staging, root, progress, log)
-            (staging / MARKER).write_text(json.dumps(marker, indent=1))
-            _swap_in(staging, folder)
-        except OSError as e:
-            raise DownloadError(f"cannot write {e.filename or staging}: {e.strerror or e}") from None
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)  # nothing half-fetched stays
+    try:
+        with _dataset_lock(root, ds.name, log):
+            if (folder / MARKER).is_file() and not force:
+                return folder  # another get finished it while this one waited
+            _remove_leftovers(root, ds.name)
+            staging = root / f".{ds.name}.staging-{os.getpid()}-{secrets.token_hex(4)}"
+            try:
+                staging.mkdir()
+                marker = _fill(ds, files, staging, root, progress, log)
+                (staging / MARKER).write_text(json.dumps(marker, indent=1))
+                _swap_in(staging, folder)
+            except OSError as e:
+                raise DownloadError(f"cannot write {e.filename or staging}: {e.strerror or e}") from None
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)  # nothing half-fetched stays
+    except BaseException:
+        if created:  # a data folder this get made and filled with nothing goes too
+            with contextlib.suppress(OSError):
+                root.rmdir()
+        raise
     return folder
+
+
+def _files_from(ds: RemoteDataset, url: str) -> list[RemoteFile]:
+    """``ds``'s files fetched from ``url`` (``--url``): a folder URL (ending in ``/``, or a ``file://``
+    folder) holding every file under its registered name, or, for a dataset of one file, that file."""
+    is_folder = url.endswith("/")
+    if not is_folder and url.startswith("file:"):
+        is_folder = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)).is_dir()
+    if is_folder:
+        base = url if url.endswith("/") else url + "/"
+        return [RemoteFile(base + urllib.parse.quote(f.name), f.name, f.sha256, f.extract) for f in ds.files]
+    if len(ds.files) != 1:
+        raise ValueError(
+            f"{ds.name} is published as {len(ds.files)} files ({', '.join(f.name for f in ds.files)}): pass --url "
+            "a folder that holds them all under those names (file:///path/to/folder/), not one file"
+        )
+    f0 = ds.files[0]
+    return [RemoteFile(url, f0.name, f0.sha256, f0.extract)]
+
+
+def offline_help(ds: RemoteDataset, root: Path) -> str:
+    """What to do when ``ds`` cannot be downloaded from here (offline, a firewall, a host that is down):
+    fetch its files elsewhere and pass them with ``--url file://...``, or place a copy by hand; first,
+    where a run already finds one (:func:`~fedkernels.data.locations.find_dataset`), if it does."""
+    names = [f.name for f in ds.files]
+    urls = [f.url for f in ds.files if f.url]
+    where = " and ".join(urls) if urls else f"the files from {ds.page}"
+    if len(names) == 1:
+        get = f"`fedkernels data get {ds.name} --url file:///path/to/{names[0]}`"
+    else:
+        get = (
+            f"put {' and '.join(names)} in one folder and run "
+            f"`fedkernels data get {ds.name} --url file:///path/to/that/folder/`"
+        )
+    found = find_dataset(ds.name, root)
+    have = (
+        f"A copy is already at {found.path}, which `fedkernels run --dataset {ds.name}` reads as it is. "
+        if found is not None
+        else ""
+    )
+    return have + (
+        f"To get it without this network: download {where} where you can, then {get} (checksums are still "
+        f"checked); or place a copy already holding train.txt and test.txt (XC text) at {root / ds.name}, or "
+        f"set ${ENV_VAR} (or --data-dir) to a folder that holds one named {ds.name} (any case), which "
+        f"`fedkernels run --dataset {ds.name}` then reads as it is"
+    )
 
 
 def _remove_leftovers(root: Path, name: str) -> None:
@@ -339,8 +411,16 @@ def _swap_in(staging: Path, folder: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _fill(ds: RemoteDataset, files: list[RemoteFile], staging: Path, root: Path, progress: bool, log: IO[str]) -> dict:
-    """Download, verify, unpack and place every file of ``ds`` into ``staging``; the marker's content."""
+def _fill(
+    ds: RemoteDataset,
+    files: list[RemoteFile],
+    staging: Path,
+    root: Path,
+    progress: bool,
+    log: IO[str],
+) -> dict:
+    """Download, verify, unpack and place every file of ``ds`` into ``staging``; the marker's content.
+    A failed download's error ends with :func:`offline_help` (unless the disk or a local file failed)."""
     bound = ds.size_bound()
     trust = _read_trust(root)
     trusted = trust.get(ds.name, {}) if isinstance(trust.get(ds.name), dict) else {}
@@ -360,7 +440,10 @@ def _fill(ds: RemoteDataset, files: list[RemoteFile], staging: Path, root: Path,
                     f"(recorded in {_trust_file(root)}): if the publisher really changed {f.name}, delete the "
                     f"{ds.name!r} entry there to trust the new file"
                 ) from None
-            raise
+            if isinstance(e, _DiskError) or f.url.startswith("file:"):
+                raise  # the disk's fault, or a local file that is not there: the message names it
+            end = " " if str(e).endswith(("?", ".")) else ". "
+            raise DownloadError(f"{e}{end}{offline_help(ds, root)}") from None
         if f.sha256 is None and expected is None:
             first_use.append(f.name)
             print(
@@ -533,10 +616,18 @@ def folder_status(folder: Path) -> dict[str, str]:
 
 
 def verify(name: str | None = None, root: str | Path | None = None) -> dict[str, dict[str, str]]:
-    """The status of every fetched dataset's files (or of ``name``'s): ``{dataset: {file: status}}``."""
+    """The status of every fetched dataset's files (or of ``name``'s): ``{dataset: {file: status}}``.
+    ``name`` is looked up as a run looks it up (:func:`~fedkernels.data.locations.find_dataset`, ``root``
+    first): a copy placed by hand is reported as such, with its path (it has no checksums to check)."""
     base = Path(root) if root else data_dir()
     if name is not None:
-        folders = [base / get_remote(name).name]
+        ds = get_remote(name)
+        found = find_dataset(ds.name, root)
+        if found is None:
+            return {ds.name: {"": "not downloaded"}}
+        if not found.fetched:
+            return {ds.name: {"": f"placed by hand, no checksums recorded to check: {found.path}"}}
+        folders = [found.path]
     else:
         folders = sorted(p.parent for p in base.glob(f"*/{MARKER}")) if base.is_dir() else []
     return {f.name: (folder_status(f) if (f / MARKER).is_file() else {"": "not downloaded"}) for f in folders}
