@@ -29,8 +29,8 @@ def package_dir() -> Path:
 def load(relpath: str) -> ModuleType:
     """The module ``fedkernels/<relpath>`` (one of :data:`STANDALONE`): the package's own if it is already
     imported (so what was registered at run time, e.g. with :func:`fedkernels.data.register`, shows),
-    else run from its file under a private name (``fedkernels_cli.standalone.<stem>``) so the package
-    itself stays unimported.
+    else run from its file under a private stand-in package (:data:`STAND_IN`) so the package itself
+    stays unimported.
 
     Raises:
         ValueError: ``relpath`` is not in :data:`STANDALONE`.
@@ -40,19 +40,27 @@ def load(relpath: str) -> ModuleType:
     dotted = relpath.removesuffix(".py").replace("/", ".")
     if f"fedkernels.{dotted}" in sys.modules:
         return sys.modules[f"fedkernels.{dotted}"]
-    name = f"{__name__}.{dotted.replace('.', '_')}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, package_dir() / relpath)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the body runs
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+    _stand_ins(dotted)
+    return importlib.import_module(f"{STAND_IN}.{dotted}")
+
+
+# A private stand-in for the package: the standalone modules run under it, so their relative imports
+# (``from .remote import ...``) resolve to the sibling files without running any ``__init__.py``.
+STAND_IN = f"{__name__}_fedkernels"
+
+
+def _stand_ins(dotted: str) -> None:
+    """Empty package modules for the stand-in and each folder above ``dotted``, pointing at the files."""
+    folder, name = package_dir(), STAND_IN
+    parts = dotted.split(".")[:-1]
+    for part in [None, *parts]:
+        if part is not None:
+            folder, name = folder / part, f"{name}.{part}"
+        if name not in sys.modules:
+            module = ModuleType(name)
+            module.__path__ = [str(folder)]
+            module.__package__ = name
+            sys.modules[name] = module
 
 
 def preset_files() -> list[Path]:
