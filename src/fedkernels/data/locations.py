@@ -5,6 +5,8 @@ The data folder is ``$FEDKERNELS_DATA_DIR``, else ``$XDG_CACHE_HOME/fedkernels/d
 (``bibtex``) given to ``--dataset``, a config file or a preset is looked up there and in the other
 roots of :func:`data_roots`, in any case. ``FEDKERNELS_DATA`` (which once named only the folder of
 datasets by name) is read as a deprecated alias when ``FEDKERNELS_DATA_DIR`` is unset.
+``FEDKERNELS_DATA_NO_FALLBACK=1`` leaves ``./data`` and ``../shared/data`` out of that search, so a
+bare name is found only where it was put on purpose (the test suite sets it).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 ENV_VAR = "FEDKERNELS_DATA_DIR"
 DEPRECATED_ENV_VAR = "FEDKERNELS_DATA"
+NO_FALLBACK_ENV_VAR = "FEDKERNELS_DATA_NO_FALLBACK"
 
 
 def data_dir() -> Path:
@@ -36,10 +39,12 @@ def data_dir() -> Path:
 
 def data_roots(data_dir_arg: str | Path | None = None) -> list[Path]:
     """Folders searched for a bare dataset name, in order: ``data_dir_arg`` (``--data-dir``), the data
-    folder (:func:`data_dir`), ``./data`` and ``../shared/data`` (a checkout's sibling folder of data)."""
+    folder (:func:`data_dir`), ``./data`` and ``../shared/data`` (a checkout's sibling folder of data);
+    the last two not when ``$FEDKERNELS_DATA_NO_FALLBACK`` is ``1``."""
     roots = [Path(data_dir_arg).expanduser()] if data_dir_arg else []
     roots.append(data_dir())
-    roots += [Path("data"), Path("..") / "shared" / "data"]
+    if os.environ.get(NO_FALLBACK_ENV_VAR) != "1":
+        roots += [Path("data"), Path("..") / "shared" / "data"]
     out: list[Path] = []
     for r in roots:
         if r not in out:
