@@ -60,7 +60,8 @@ def missing_reason(names: tuple[str, ...]) -> str | None:
         if remote is not None:
             how = f"`fedkernels data get {remote.name}` downloads it into {ROOTS[-1]}"
         else:
-            how = f"{name} is not in `fedkernels data list`: put its folder (XC text format) in one of them"
+            where = "there" if len(ROOTS) == 1 else "in one of them"
+            how = f"{name} is not in `fedkernels data list`: put its folder (XC text format) {where}"
         return (
             f"needs the real dataset {name!r}, not found in {looked}; {how}, "
             f"or set {ENV_VAR} to the folder that holds it"
