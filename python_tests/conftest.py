@@ -56,12 +56,12 @@ def _one_torch_thread_outside_op_tests(request: pytest.FixtureRequest) -> None:
 # Every op test runs on CPU, and on CUDA automatically wherever a GPU exists.
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
-# The real datasets live beside the checkout (../shared/data); tests that need them skip without.
-DATA_DIR = Path(
-    os.environ.get("FEDKERNELS_DATA_DIR")
-    or os.environ.get("FEDKERNELS_DATA")  # the deprecated name
-    or Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-)
+# Real datasets: a test that needs one is marked real_data("name", ...) and skips, saying how to get
+# it, where it is absent (python_tests/support/real_data.py: $FEDKERNELS_DATA_DIR, else ../shared/data
+# and the download folder). No other test may find one by a bare name: the library's own fallbacks
+# (./data, ../shared/data beside the working directory) are off here, in this process and the ones
+# tests start, so the suite runs the same beside ../shared as in a user's fresh clone.
+os.environ["FEDKERNELS_DATA_NO_FALLBACK"] = "1"
 
 
 # ---- the CUDA execution emulator (docs/emulator.md): `pytest --emulate-cuda` runs every fedkernels op
@@ -99,6 +99,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "real_data(*names): reads these real datasets (python_tests/support/real_data.py); skips, saying how to "
+        "get them, where they are absent",
+    )
+    config.addinivalue_line(
+        "markers",
         "cpu_path(reason): checks a CPU-only code path (a CPU kernel's path choice, scratch or stores) or "
         "no op at all, so it launches no CUDA kernel of its own; the emulated runs skip it",
     )
@@ -114,7 +119,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under --emulate-cuda, skip the tests marked cpu_path: routed to the CUDA kernels they would only
     repeat inputs the op's other tests give the kernel (emu/coverage_check.py still checks every
     kernel is launched), at minutes of emulated time. A test parametrized over CPU levels (`level`)
-    runs once there, at this process's level: the CUDA kernels do not depend on it."""
+    runs once there, at this process's level: the CUDA kernels do not depend on it. A test marked
+    real_data skips where a dataset it names is absent."""
+    _skip_without_real_data(items)
     if not EMULATING:
         return
     from python_tests.support.cpu_levels import process_level
@@ -179,8 +186,15 @@ def device(request) -> str:
     return request.param
 
 
-@pytest.fixture
-def data_dir() -> Path:
-    if not DATA_DIR.is_dir():
-        pytest.skip(f"real datasets not found at {DATA_DIR} (set FEDKERNELS_DATA_DIR)")
-    return DATA_DIR
+def _skip_without_real_data(items: list[pytest.Item]) -> None:
+    from python_tests.support.real_data import missing_reason
+
+    reasons: dict[tuple[str, ...], str | None] = {}
+    for item in items:
+        names = tuple(name for mark in item.iter_markers("real_data") for name in mark.args)
+        if not names:
+            continue
+        if names not in reasons:
+            reasons[names] = missing_reason(names)
+        if reasons[names] is not None:
+            item.add_marker(pytest.mark.skip(reason=f"real_data: {reasons[names]}"))

@@ -12,14 +12,11 @@ from pathlib import Path
 import pytest
 
 import fedkernels
+from python_tests.support.real_data import dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-BIBTEX = ROOT.parent / "shared" / "data" / "bibtex"
-needs_bibtex = pytest.mark.skipif(
-    not (BIBTEX / "train.txt").is_file(),
-    reason="../shared/data/bibtex (the real Bibtex data) is absent on this machine",
-)
+BIBTEX = dataset("bibtex")
 
 
 def run_example(tmp_path: Path, script: str, *args: str, timeout: float = 240) -> str:
@@ -48,7 +45,7 @@ def test_every_example_is_tested():
     assert {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*.py")} == tested
 
 
-@needs_bibtex
+@pytest.mark.real_data("bibtex")
 def test_bibtex_heads(tmp_path):
     out = run_example(tmp_path, "bibtex_heads.py", "--data", str(BIBTEX))
     rows = re.findall(r"head=(\w+)\s+loss ([\d.]+) -> ([\d.]+)\s+test P@1 ([\d.]+)\s+\(label prior P@1 ([\d.]+)\)", out)

@@ -29,9 +29,8 @@ from fedkernels.data import (
 )
 from fedkernels.data.fetcher import MARKER, download
 from fedkernels_cli import main
-from python_tests.support.paths import ROOT
+from python_tests.support.xc_folder import write_xc_folder
 
-SHARED = ROOT.parent / "shared" / "data"
 XC_SMALL = "3 4 2\n0 0:1 2:1\n1 1:1\n0,1 3:2\n"
 
 
@@ -128,41 +127,42 @@ def test_cache_dir_env(monkeypatch, tmp_path):
     assert cache_dir() == tmp_path / "xdg" / "fedkernels" / "data"
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data (the real datasets) is absent on this machine")
-def test_get_bibtex_from_loopback_and_run_it(serve, cache, registered, capsys, tmp_path):
-    base = serve(SHARED)
-    sha = hashlib.sha256((SHARED / "bibtex" / "train.txt").read_bytes()).hexdigest()
+def test_get_xc_from_loopback_and_run_it(serve, cache, registered, capsys, tmp_path):
+    site = tmp_path / "site"
+    source = write_xc_folder(site / "xc", num_train=300, num_test=100, num_features=256, num_labels=30)
+    base = serve(site)
+    sha = hashlib.sha256((source / "train.txt").read_bytes()).hexdigest()
     registered(
         RemoteDataset(
-            "bibtex-loopback",
-            (RemoteFile(f"{base}/bibtex/train.txt", "tr.txt", sha), RemoteFile(f"{base}/bibtex/test.txt", "te.txt")),
+            "xc-loopback",
+            (RemoteFile(f"{base}/xc/train.txt", "tr.txt", sha), RemoteFile(f"{base}/xc/test.txt", "te.txt")),
             "tr.txt",
             "te.txt",
             "xc",
-            1836,
-            159,
-            4880,
-            2515,
+            256,
+            30,
+            300,
+            100,
         )
     )
-    assert main(["data", "get", "bibtex-loopback", "--no-progress"]) == 0
+    assert main(["data", "get", "xc-loopback", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    te_sha = hashlib.sha256((SHARED / "bibtex" / "test.txt").read_bytes()).hexdigest()
+    te_sha = hashlib.sha256((source / "test.txt").read_bytes()).hexdigest()
     assert f"te.txt: SHA-256 {te_sha} (no checksum recorded" in out  # printed, not invented
     assert "tr.txt: SHA-256" not in out  # recorded, so verified silently
-    folder = cache / "bibtex-loopback"
-    assert (folder / "train.txt").read_bytes() == (SHARED / "bibtex" / "train.txt").read_bytes()
-    assert (folder / MARKER).is_file() and is_fetched("BIBTEX-loopback")
-    ds = load_dataset("bibtex-loopback")
-    assert (len(ds.train), len(ds.test), ds.num_features, ds.num_classes) == (4880, 2515, 1836, 159)
-    assert main(["data", "list"]) == 0 and "bibtex-loopback" in capsys.readouterr().out
+    folder = cache / "xc-loopback"
+    assert (folder / "train.txt").read_bytes() == (source / "train.txt").read_bytes()
+    assert (folder / MARKER).is_file() and is_fetched("XC-loopback")
+    ds = load_dataset("xc-loopback")
+    assert (len(ds.train), len(ds.test), ds.num_features, ds.num_classes) == (300, 100, 256, 30)
+    assert main(["data", "list"]) == 0 and "xc-loopback" in capsys.readouterr().out
     # `fedkernels run --dataset NAME` reads it from the cache
     assert (
         main(
             [
                 "run",
                 "--dataset",
-                "bibtex-loopback",
+                "xc-loopback",
                 "--rounds",
                 "1",
                 "--clients",

@@ -32,9 +32,9 @@ from fedkernels.data.fetcher import MARKER, TRUST, cache_dir
 from fedkernels.data.remote import get_remote
 from fedkernels_cli import main, parser
 from fedkernels_cli.config import build_config
-from python_tests.support.paths import ROOT
+from python_tests.support.real_data import dataset
 
-SHARED = ROOT.parent / "shared" / "data"
+BIBTEX = dataset("bibtex")
 XC_SMALL = "3 4 2\n0 0:1 2:1\n1 1:1\n0,1 3:2\n"
 
 
@@ -265,7 +265,7 @@ def _mulan_arff(xc_path: Path, num_labels: int) -> str:
     return "\n".join(out) + "\n"
 
 
-@pytest.mark.skipif(not (SHARED / "bibtex").is_dir(), reason="../shared/data/bibtex is absent")
+@pytest.mark.real_data("bibtex")
 def test_get_bibtex_arff_from_a_local_server_gives_the_xc_files(tmp_path, cache, serve, registered):
     """The registry's Bibtex entry downloads Mulan's ARFF files and converts them. The real URLs
     (raw.githubusercontent.com at a pinned commit) cannot be reached here: the same entry is served
@@ -275,7 +275,7 @@ def test_get_bibtex_arff_from_a_local_server_gives_the_xc_files(tmp_path, cache,
     real = get_remote("bibtex")
     files = []
     for part, rf in zip(("train", "test"), real.files, strict=True):
-        text = _mulan_arff(SHARED / "bibtex" / f"{part}.txt", 159)
+        text = _mulan_arff(BIBTEX / f"{part}.txt", 159)
         (site / rf.name).write_text(text)
         files.append(RemoteFile(None, rf.name, hashlib.sha256(text.encode()).hexdigest()))
     base, _ = serve(site)
@@ -295,7 +295,7 @@ def test_get_bibtex_arff_from_a_local_server_gives_the_xc_files(tmp_path, cache,
     from fedkernels.data import read_xc
 
     for part in ("train", "test"):
-        got, want = read_xc(folder / f"{part}.txt"), read_xc(SHARED / "bibtex" / f"{part}.txt")
+        got, want = read_xc(folder / f"{part}.txt"), read_xc(BIBTEX / f"{part}.txt")
         assert (got.features != want.features).nnz == 0 and (got.labels != want.labels).nnz == 0
     assert sorted(p.name for p in folder.iterdir()) == [MARKER, "test.txt", "train.txt"]
 
@@ -341,10 +341,21 @@ def test_bare_name_found_in_the_data_folder(tmp_path, cache):
 
 def test_missing_dataset_says_where_it_looked(tmp_path, cache, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FEDKERNELS_DATA_NO_FALLBACK")  # the suite's setting (conftest.py): a user's default
     assert main(["run", "--dataset", "nosuchset", "--data-dir", str(tmp_path / "dd"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "dataset 'nosuchset' not found, looked in: " in err
-    for place in (tmp_path / "dd" / "nosuchset", cache / "nosuchset", Path("data") / "nosuchset"):
+    fallbacks = (Path("data") / "nosuchset", Path("..") / "shared" / "data" / "nosuchset")
+    for place in (tmp_path / "dd" / "nosuchset", cache / "nosuchset", *fallbacks):
         assert str(place) in err
+    # FEDKERNELS_DATA_NO_FALLBACK=1: only --data-dir and the data folder, even where ./data has the name
+    _tiny_xc_folder(tmp_path / "data", "nosuchset")
+    assert Path(build_config(parser().parse_args(["run", "--dataset", "nosuchset"])).dataset).resolve() == (
+        tmp_path / "data" / "nosuchset"
+    )
+    monkeypatch.setenv("FEDKERNELS_DATA_NO_FALLBACK", "1")
+    assert main(["run", "--dataset", "nosuchset", "--data-dir", str(tmp_path / "dd"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"looked in: {tmp_path / 'dd' / 'nosuchset'}, {cache / 'nosuchset'} (" in err, err
     assert main(["run", "--dataset", "./no/such/path", "--no-progress"]) == 2
     assert "not found, looked in: no/such/path" in capsys.readouterr().err

@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 from fedkernels import HashFamily
 from fedkernels.data import hash_features, idf_weights, load_dataset, read_xc, train_test_split
 from python_tests.reference import data_ref
+from python_tests.support.real_data import dataset
+
+BIBTEX, STACKEX_CS = dataset("bibtex"), dataset("stackex_cs")
 
 HANDMADE = """5 6 4
 0,2 0:1 3:0.5
@@ -121,20 +124,16 @@ def test_split_reproducible_and_disjoint():
         train_test_split(10, 1.5)
 
 
-def test_bibtex_header_counts(data_dir):
-    path = data_dir / "bibtex" / "train.txt"
-    if not path.is_file():
-        pytest.skip(f"{path} absent")
-    d = read_xc(path)
+@pytest.mark.real_data("bibtex")
+def test_bibtex_header_counts():
+    d = read_xc(BIBTEX / "train.txt")
     assert (d.num_samples, d.num_features, d.num_labels) == (4880, 1836, 159)
     assert 2.0 < d.labels.nnz / d.num_samples < 3.0  # README: 2.4 labels per sample
 
 
-def test_load_all_txt_split(data_dir):
-    path = data_dir / "stackex_cs"
-    if not (path / "all.txt").is_file():
-        pytest.skip(f"{path}/all.txt absent")
-    ds = load_dataset(path, seed=3, test_fraction=0.25, feature_dim=64)
+@pytest.mark.real_data("stackex_cs")
+def test_load_all_txt_split():
+    ds = load_dataset(STACKEX_CS, seed=3, test_fraction=0.25, feature_dim=64)
     assert len(ds.train) + len(ds.test) == 9270 and len(ds.test) == round(0.25 * 9270)
     assert ds.num_features == 64 and ds.num_classes == 274
     norms = ds.train.x.norm(dim=1)

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,8 +22,9 @@ from fedkernels.fl.algorithms import FedAvg, FedMLH, FedSS
 from fedkernels.fl.types import ClientData
 from fedkernels.sparse_rows import csr_from_scipy, is_sparse_csr, select_rows, slice_rows
 from python_tests.support.paths import ROOT
+from python_tests.support.real_data import dataset
 
-DATA = Path("/work/shared/data")
+RCV1SUB1 = dataset("rcv1sub1")
 
 
 def _random_csr(n: int, f: int, density: float, seed: int) -> sp.csr_matrix:
@@ -101,7 +101,7 @@ def test_load_sparse_equals_dense(tmp_path):
         assert s.num_features == 25
 
 
-@pytest.mark.skipif(not (DATA / "rcv1sub1" / "all.txt").is_file(), reason="rcv1sub1 not in /work/shared/data")
+@pytest.mark.real_data("rcv1sub1")
 def test_rcv1sub1_sparse_load_memory_bound():
     """Loading rcv1sub1 (6.8 MB, 6000 x 47236) sparse raises a fresh process's peak RSS by under
     256 MiB (dense, its training features alone are 4800 x 47236 x 4 B = 865 MiB, 4.7 GB at peak)."""
@@ -110,7 +110,7 @@ def test_rcv1sub1_sparse_load_memory_bound():
         import json, resource, torch
         from fedkernels.data import load_xc_dataset
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        ds = load_xc_dataset({str(DATA / "rcv1sub1")!r}, sparse=True)
+        ds = load_xc_dataset({str(RCV1SUB1)!r}, sparse=True)
         after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         print(json.dumps({{"kib": after - before, "sparse": ds.train.x.layout == torch.sparse_csr,
                           "shape": list(ds.train.x.shape), "n_test": len(ds.test)}}))

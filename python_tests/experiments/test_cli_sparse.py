@@ -1,5 +1,6 @@
 """``fedkernels run --sparse`` (config key ``sparse``): a file dataset's features stay ``torch.sparse_csr``
-from file to model, and one round gives the dense run's result for the same seed."""
+from file to model, and one round gives the dense run's result for the same seed (on a small synthetic
+dataset folder: what is under test is the path from file to model, not the data)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,13 @@ from pathlib import Path
 import pytest
 
 from fedkernels.experiments.experiment import ExperimentConfig, prepare_data
-from fedkernels.experiments.presets import resolve_preset_dataset
 from fedkernels_cli import main, parser
 from fedkernels_cli.config import build_config
+from python_tests.support.xc_folder import write_xc_folder
 
-BIBTEX = Path(resolve_preset_dataset("bibtex", None))
-needs_bibtex = pytest.mark.skipif(not (BIBTEX / "train.txt").is_file(), reason="bibtex not in the shared data")
 MAX_TEST = 400
 # one round, two clients of three, one local epoch: seconds on one thread
 ONE_ROUND = [
-    "--dataset",
-    "bibtex",
     "--algorithms",
     "FedAvg",
     "FedMLH",
@@ -44,10 +41,16 @@ def _finals(out: Path) -> dict[str, dict[str, float]]:
     return {r["algorithm"]: r["final"] for r in res["results"]}
 
 
-@needs_bibtex
-def test_sparse_and_dense_give_the_same_round(tmp_path):
-    assert main(["run", *ONE_ROUND, "--sparse", "--output", str(tmp_path / "sparse")]) == 0
-    assert main(["run", *ONE_ROUND, "--output", str(tmp_path / "dense")]) == 0
+@pytest.fixture(scope="module")
+def xc_folder(tmp_path_factory) -> Path:
+    """A file dataset: 900 training and 400 test rows, 512 features, 40 labels."""
+    return write_xc_folder(tmp_path_factory.mktemp("xc"), 900, MAX_TEST, num_features=512, num_labels=40)
+
+
+def test_sparse_and_dense_give_the_same_round(tmp_path, xc_folder):
+    one_round = ["--dataset", str(xc_folder), *ONE_ROUND]
+    assert main(["run", *one_round, "--sparse", "--output", str(tmp_path / "sparse")]) == 0
+    assert main(["run", *one_round, "--output", str(tmp_path / "dense")]) == 0
     sparse, dense = _finals(tmp_path / "sparse"), _finals(tmp_path / "dense")
     assert sparse.keys() == dense.keys() == {"FedAvg", "FedMLH"}
     # sparse and dense matmuls sum in different orders: a test row whose top scores tie to float
@@ -61,13 +64,12 @@ def test_sparse_and_dense_give_the_same_round(tmp_path):
     assert json.loads((tmp_path / "dense" / "results.json").read_text())["config"]["sparse"] is False
 
 
-@needs_bibtex
-def test_sparse_features_reach_the_clients_as_csr():
-    cfg = ExperimentConfig(dataset=str(BIBTEX), sparse=True, clients=3, clients_per_round=2)
+def test_sparse_features_reach_the_clients_as_csr(xc_folder):
+    cfg = ExperimentConfig(dataset=str(xc_folder), sparse=True, clients=3, clients_per_round=2)
     data = prepare_data(cfg)
     assert all(c.x.layout.__repr__() == "torch.sparse_csr" for c in data.clients)
     assert data.test.x.layout.__repr__() == "torch.sparse_csr"
-    dense = prepare_data(ExperimentConfig(dataset=str(BIBTEX), clients=3, clients_per_round=2))
+    dense = prepare_data(ExperimentConfig(dataset=str(xc_folder), clients=3, clients_per_round=2))
     assert all(c.x.layout.__repr__() == "torch.strided" for c in dense.clients)
     # the same rows in the same order, the same values
     for s, d in zip(data.clients, dense.clients, strict=True):

@@ -189,10 +189,12 @@ def test_a_required_option_left_out_is_named(synth, capsys):
     assert "L1DiffNetwork needs option(s) ['num_clients']" in err and "Traceback" not in err, err
 
 
-def test_choosing_algorithms_keeps_the_centralised_bound_s_options():
+def test_choosing_algorithms_keeps_the_centralised_bound_s_options(tmp_path):
     """--algorithms PartialExchange on a preset whose bound is a centralised FedAvg: the bound keeps the
-    preset's FedAvg options (its 52-tensor resmlp), not the default MLP, so it bounds the same model."""
-    preset_args = ["run", "--preset", "partial-rcv1-beta1", "--data-dir", "/nonexistent"]
+    preset's FedAvg options (its 52-tensor resmlp), not the default MLP, so it bounds the same model.
+    The preset's dataset is found by name in --data-dir; building the config reads none of it."""
+    (tmp_path / "rcv1sub1").mkdir()
+    preset_args = ["run", "--preset", "partial-rcv1-beta1", "--data-dir", str(tmp_path)]
     full = build_config(parser().parse_args(preset_args))
     chosen = build_config(parser().parse_args([*preset_args, "--algorithms", "PartialExchange"]))
     assert chosen.centralized == ["FedAvg"]

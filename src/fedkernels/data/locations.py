@@ -8,6 +8,8 @@ datasets by name) is read as a deprecated alias when ``FEDKERNELS_DATA_DIR`` is 
 
 :func:`find_dataset` is the one answer to "where is dataset NAME?": ``fedkernels run --dataset NAME``
 reads what it finds and ``fedkernels data list`` / ``info`` report it (:func:`dataset_status`).
+``FEDKERNELS_DATA_NO_FALLBACK=1`` leaves ``./data`` and ``../shared/data`` out of that search, so a
+bare name is found only where it was put on purpose (the test suite sets it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ DEPRECATED_ENV_VAR = "FEDKERNELS_DATA"
 MARKER = "fedkernels-complete.json"
 """Written last into a dataset's folder by ``fedkernels data get``: the folder is complete, with the SHA-256
 of every file it placed."""
+NO_FALLBACK_ENV_VAR = "FEDKERNELS_DATA_NO_FALLBACK"
 
 
 def data_dir() -> Path:
@@ -45,10 +48,12 @@ def data_dir() -> Path:
 
 def data_roots(data_dir_arg: str | Path | None = None) -> list[Path]:
     """Folders searched for a bare dataset name, in order: ``data_dir_arg`` (``--data-dir``), the data
-    folder (:func:`data_dir`), ``./data`` and ``../shared/data`` (a checkout's sibling folder of data)."""
+    folder (:func:`data_dir`), ``./data`` and ``../shared/data`` (a checkout's sibling folder of data);
+    the last two not when ``$FEDKERNELS_DATA_NO_FALLBACK`` is ``1``."""
     roots = [Path(data_dir_arg).expanduser()] if data_dir_arg else []
     roots.append(data_dir())
-    roots += [Path("data"), Path("..") / "shared" / "data"]
+    if os.environ.get(NO_FALLBACK_ENV_VAR) != "1":
+        roots += [Path("data"), Path("..") / "shared" / "data"]
     out: list[Path] = []
     for r in roots:
         if r not in out:
