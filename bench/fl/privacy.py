@@ -77,9 +77,9 @@ def session_cost(
             if name in ("masked", "unmask") and c in dropped:
                 continue
             down[name] += len(raw)
-            reply = timed(lambda: pl.encode(answer(c, pl.decode(raw))), client_s, client_cpu, name)
+            reply = timed(lambda c=c, raw=raw: pl.encode(answer(c, pl.decode(raw))), client_s, client_cpu, name)
             up[name] += len(reply)
-            timed(lambda: take(c, pl.decode(reply, srv.spec(name, c))), server_s, server_cpu, name)
+            timed(lambda c=c, reply=reply: take(c, pl.decode(reply, srv.spec(name, c))), server_s, server_cpu, name)
 
     header = session_header(params, 4.0)  # the session's parameters, as a private round sends them
     stage("advertise", lambda: dict.fromkeys(range(n), header), lambda c, m: clients[c].advertise(), srv.take_advertise)

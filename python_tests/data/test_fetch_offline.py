@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from fedkernels._suggest import did_you_mean
-from fedkernels.cli import main
 from fedkernels.data import DownloadError, RemoteDataset, RemoteFile, fetch, register, resolve_dataset, unregister
 from fedkernels.data import fetcher as fetcher_mod
 from fedkernels.data.locations import MARKER, dataset_status, find_dataset
 from fedkernels.data.remote import get_remote, remote_datasets
+from fedkernels_cli import main
 
 XC_SMALL = "3 4 2\n0 0:1 2:1\n1 1:1\n0,1 3:2\n"
 SHA = hashlib.sha256(XC_SMALL.encode()).hexdigest()
