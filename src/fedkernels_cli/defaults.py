@@ -48,7 +48,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "propensity": None,
     "max_test": None,
     "output": "fedkernels-out",
-    "threads": None,
+    "threads": 1,
     "checkpoint": None,
     "resume": False,
     "client_weighting": "samples",

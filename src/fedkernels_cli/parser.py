@@ -44,7 +44,10 @@ RUN_FLAGS: dict[str, tuple[type, str]] = {
     "eval_every": (int, "evaluate every this many rounds"),
     "max_test": (int, "evaluate on at most this many test samples"),
     "output": (str, "output folder (JSON, CSV, PNG)"),
-    "threads": (int, "torch threads (default: torch's; 1 is much faster on a busy machine)"),
+    "threads": (
+        int,
+        "torch threads (default 1: not slowed by other work on the machine; more can pay for large models when idle)",
+    ),
     "device": (str, "where training, aggregation and evaluation run: cpu | cuda | cuda:N"),
     "autocast": (str, "mixed precision of local training: off | bf16 (state and aggregation stay float32)"),
     # privacy (docs/api/privacy.md); --secagg is a switch, below

@@ -108,8 +108,11 @@ class ExperimentConfig:
     output: str = RUN_DEFAULTS["output"]
     """The output folder (JSON, CSV, PNG)."""
     threads: int | None = RUN_DEFAULTS["threads"]
-    """Torch intra-op threads for the run (unset: torch's default). On a machine busy with other work, 1 is
-    far faster for these small models: with more, every op waits at a barrier for a descheduled worker."""
+    """Torch intra-op threads for the run (None: torch's default, one per core). The default is 1: the
+    loop's ops are small, and on a machine busy with other work more threads spend their time waiting at
+    each op's barrier for a descheduled partner; one thread also gives the same results on every
+    machine (more may change the rounding of torch's own reductions). More can pay for large models on
+    an idle machine (docs/install.md, "Threads")."""
     checkpoint: str | None = RUN_DEFAULTS["checkpoint"]
     """A folder of per-algorithm checkpoints written after every round (resumed with ``resume``)."""
     resume: bool = RUN_DEFAULTS["resume"]
