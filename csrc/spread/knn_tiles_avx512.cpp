@@ -41,7 +41,7 @@ namespace {
 // one masked expand per vector moves the entries from it on up a lane and puts the new one in its
 // place (the lanes past a row's size are never read). Same list, overflow flag and gate as offer().
 template <bool kTwo>
-__attribute__((target("avx512f"))) inline void offer_vector(Candidates<float>& cand, int64_t i, float key, int64_t j) {
+FK_TARGET_AVX512 inline void offer_vector(Candidates<float>& cand, int64_t i, float key, int64_t j) {
   if (!(key <= cand.gates[i]) || j == i) return;
   const int64_t cap = cand.cap, size = cand.sizes[i];
   float* kr = cand.keys.data() + i * cand.ld;
@@ -99,8 +99,8 @@ __attribute__((target("avx512f"))) inline void offer_vector(Candidates<float>& c
 
 // Offers the set bits of mask (lane t = column col + t of keys) to list `row` (as_rows) or the
 // lists of those columns, each offered `other` (!as_rows).
-__attribute__((target("avx512f"))) inline void offer_bits(Candidates<float>& cand, uint32_t mask, const float* keys,
-                                                          int64_t base, int64_t other, bool as_rows) {
+FK_TARGET_AVX512 inline void offer_bits(Candidates<float>& cand, uint32_t mask, const float* keys, int64_t base,
+                                        int64_t other, bool as_rows) {
   while (mask) {
     const int t = __builtin_ctz(mask);
     mask &= mask - 1;
@@ -116,8 +116,7 @@ __attribute__((target("avx512f"))) inline void offer_bits(Candidates<float>& can
 
 // g[r][t] = row r . column t for the 8 x 32 micro-tile: rows a (row-major, stride d; rows past nrow
 // repeat the last one, their products unused) times two packed panels b (b + q * 16, b + 16 d + q * 16).
-__attribute__((target("avx512f"))) inline void dot_micro_tile(const float* a0, int64_t nrow, const float* b, int64_t d,
-                                                              float (*g)[kNr]) {
+FK_TARGET_AVX512 inline void dot_micro_tile(const float* a0, int64_t nrow, const float* b, int64_t d, float (*g)[kNr]) {
   const float* a[kMr];
 #pragma GCC unroll 8
   for (int r = 0; r < kMr; ++r) a[r] = a0 + std::min<int64_t>(r, nrow - 1) * d;
@@ -143,8 +142,8 @@ __attribute__((target("avx512f"))) inline void dot_micro_tile(const float* a0, i
 
 // Two disjoint blocks: each key goes to the row's list and the column's.
 template <int kMetric>
-__attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0, int64_t na, const float* pb,
-                                                  int64_t col0, int64_t nb, int64_t d, Candidates<float>& cand) {
+FK_TARGET_AVX512 void tile_pair(const float* wa, int64_t row0, int64_t na, const float* pb, int64_t col0, int64_t nb,
+                                int64_t d, Candidates<float>& cand) {
   const __m512 nan = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const float* ct = cand.col_term;
@@ -219,8 +218,7 @@ __attribute__((target("avx512f"))) void tile_pair(const float* wa, int64_t row0,
 // next one is above the gate (the k-th plus the band) or the list is full (then a near-tie is dropped:
 // overflow). The same list offer() would build from these keys in any order, without the about
 // k (1 + ln(n / k)) one-at-a-time insertions. keys: 16-float vectors, nv of them.
-__attribute__((target("avx512f"))) void select_into_empty(Candidates<float>& cand, int64_t i, float* keys, int64_t nv,
-                                                          int64_t col0) {
+FK_TARGET_AVX512 void select_into_empty(Candidates<float>& cand, int64_t i, float* keys, int64_t nv, int64_t col0) {
   const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   float* kr = cand.keys.data() + i * cand.ld;
   int64_t* ir = cand.ids.data() + i * cand.ld;
@@ -258,8 +256,8 @@ __attribute__((target("avx512f"))) void select_into_empty(Candidates<float>& can
 // by select_into_empty; any other row, or one with a key that is not finite, offers each key that passes
 // its gate, as tile_pair does. Costs the scratch's writes over tile_pair's diagonal case.
 template <int kMetric>
-__attribute__((target("avx512f"))) void diagonal_block(const float* wa, int64_t row0, int64_t n, const float* pb,
-                                                       int64_t d, Candidates<float>& cand) {
+FK_TARGET_AVX512 void diagonal_block(const float* wa, int64_t row0, int64_t n, const float* pb, int64_t d,
+                                     Candidates<float>& cand) {
   const int64_t ldg = padded_rows(n);
   thread_local std::vector<float> scratch;
   scratch.resize(static_cast<size_t>(ldg * ldg + ldg + 16));
@@ -311,8 +309,7 @@ __attribute__((target("avx512f"))) void diagonal_block(const float* wa, int64_t 
 
 // dst[q * 16 + r] = rows[r][q0 + q] for q < nq (<= 16): a 16 x 16 transpose in registers (two
 // in-lane shuffle stages, two 128-bit lane stages); rows past `live` read as zero.
-__attribute__((target("avx512f"))) void transpose_16x16(const float* src, int64_t ld, int64_t live, int64_t nq,
-                                                        float* dst) {
+FK_TARGET_AVX512 void transpose_16x16(const float* src, int64_t ld, int64_t live, int64_t nq, float* dst) {
   const __mmask16 qm = static_cast<__mmask16>(nq >= 16 ? 0xFFFF : (1u << nq) - 1);
   __m512 r[16], t[16];
   for (int i = 0; i < 16; ++i) r[i] = i < live ? _mm512_maskz_loadu_ps(qm, src + i * ld) : _mm512_setzero_ps();

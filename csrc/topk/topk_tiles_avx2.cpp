@@ -2,26 +2,22 @@
 // 8-float accumulators, one fused multiply-add per (row, class) and step q, as the portable level does.
 // The finished tile is scaled, biased (a multiply, then an add: never fused), and compared with each
 // row's threshold in registers; a row whose 16 scores all fall below it costs one compare and one mask.
+#include "common/cpu_isa.h"
 #include "topk/topk_cpu_tiles.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if FK_X86_LEVELS
 #include <immintrin.h>
-#define FK_TOPK_HAVE_AVX2 1
-#else
-#define FK_TOPK_HAVE_AVX2 0
 #endif
 
 namespace fedkernels {
 namespace topk_cpu {
 
-#if FK_TOPK_HAVE_AVX2
-
-#define FK_AVX2_FMA __attribute__((target("avx2,fma")))
+#if FK_X86_LEVELS
 
 namespace {
 
 // Offer row n the scores of one register-tile row whose threshold test passed (mask bit c: class c).
-FK_AVX2_FMA void offer_masked(RowTopk& top, int64_t n, __m256 v0, __m256 v1, unsigned mask, int64_t id0) {
+FK_TARGET_AVX2 void offer_masked(RowTopk& top, int64_t n, __m256 v0, __m256 v1, unsigned mask, int64_t id0) {
   alignas(32) float s[kCols];
   _mm256_store_ps(s, v0);
   _mm256_store_ps(s + 8, v1);
@@ -32,8 +28,8 @@ FK_AVX2_FMA void offer_masked(RowTopk& top, int64_t n, __m256 v0, __m256 v1, uns
   }
 }
 
-FK_AVX2_FMA void scan_panel(const float* hp, const float* wp, int64_t d, int64_t n0, int64_t rows, int64_t id0,
-                            unsigned col_mask, float scale, const float* bias, RowTopk& top) {
+FK_TARGET_AVX2 void scan_panel(const float* hp, const float* wp, int64_t d, int64_t n0, int64_t rows, int64_t id0,
+                               unsigned col_mask, float scale, const float* bias, RowTopk& top) {
   __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps(), a10 = _mm256_setzero_ps(), a11 = _mm256_setzero_ps();
   __m256 a20 = _mm256_setzero_ps(), a21 = _mm256_setzero_ps(), a30 = _mm256_setzero_ps(), a31 = _mm256_setzero_ps();
   __m256 a40 = _mm256_setzero_ps(), a41 = _mm256_setzero_ps(), a50 = _mm256_setzero_ps(), a51 = _mm256_setzero_ps();
@@ -82,7 +78,7 @@ FK_AVX2_FMA void scan_panel(const float* hp, const float* wp, int64_t d, int64_t
 }
 
 // dst[q * kCols + c] = a[c * lda + q] for an 8 x 8 block (c, q < 8): rows of W in, q-major panel out.
-FK_AVX2_FMA inline void transpose8x8(const float* a, int64_t lda, float* dst) {
+FK_TARGET_AVX2 inline void transpose8x8(const float* a, int64_t lda, float* dst) {
   __m256 r0 = _mm256_loadu_ps(a), r1 = _mm256_loadu_ps(a + lda), r2 = _mm256_loadu_ps(a + 2 * lda);
   __m256 r3 = _mm256_loadu_ps(a + 3 * lda), r4 = _mm256_loadu_ps(a + 4 * lda), r5 = _mm256_loadu_ps(a + 5 * lda);
   __m256 r6 = _mm256_loadu_ps(a + 6 * lda), r7 = _mm256_loadu_ps(a + 7 * lda);
@@ -106,7 +102,7 @@ FK_AVX2_FMA inline void transpose8x8(const float* a, int64_t lda, float* dst) {
 
 }  // namespace
 
-FK_AVX2_FMA void pack_w_panels_avx2(const float* w, int64_t ld, int64_t cols, int64_t d, float* dst) {
+FK_TARGET_AVX2 void pack_w_panels_avx2(const float* w, int64_t ld, int64_t cols, int64_t d, float* dst) {
   const int64_t panels = (cols + kCols - 1) / kCols, q8 = d / 8 * 8;
   for (int64_t t = 0; t < panels; ++t) {
     float* pd = dst + t * kCols * d;
@@ -125,7 +121,7 @@ FK_AVX2_FMA void pack_w_panels_avx2(const float* w, int64_t ld, int64_t cols, in
   }
 }
 
-FK_AVX2_FMA void scan_tile_avx2(const TileJob& job, RowTopk& top) {
+FK_TARGET_AVX2 void scan_tile_avx2(const TileJob& job, RowTopk& top) {
   const int64_t d = job.d, panels = (job.cols + kCols - 1) / kCols;
   for (int64_t b = job.block0; b < job.block1; ++b) {
     const float* hp = job.hpack + b * kRows * d;
