@@ -99,6 +99,33 @@ struct avx2 {
   FK_SIMD_AVX2 static F32 f32_mul(F32 a, F32 b) { return _mm256_mul_ps(a, b); }
   FK_SIMD_AVX2 static F32 f32_fmadd(F32 a, F32 b, F32 c) { return _mm256_fmadd_ps(a, b, c); }  // one rounding
   FK_SIMD_AVX2 static F32 f32_min(F32 a, F32 b) { return _mm256_min_ps(a, b); }
+  FK_SIMD_AVX2 static F32 f32_max(F32 a, F32 b) { return _mm256_max_ps(a, b); }  // b where either is NaN
+  FK_SIMD_AVX2 static F32 f32_fnmadd(F32 a, F32 b, F32 c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a b
+  FK_SIMD_AVX2 static F32 f32_round_nearest(F32 a) {
+    return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  // p * 2^n (n integral, in [-150, 128]) rounded once, as AVX-512's scalef: 2^n = 2^n1 * 2^n2 with
+  // n1 = floor(n / 2) and n2 = n - n1 both normal; for p in [0.5, 2) p * 2^n1 is exact and the second
+  // multiply rounds (into the subnormals, or to inf). A NaN p stays NaN, whatever n converts to.
+  FK_SIMD_AVX2 static F32 f32_scale_pow2(F32 p, F32 n) {
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+  }
+  // Lanes [0, n) of v to p; nothing at p + n or past it is written.
+  FK_SIMD_AVX2 static void f32_store_first(float* p, F32 v, int64_t n) {
+    if (n >= kF32)
+      _mm256_storeu_ps(p, v);
+    else
+      _mm256_maskstore_ps(p, _mm256_castps_si256(f32_first_lanes(n)), v);
+  }
+  // `fresh` in lanes [0, n), `old` above.
+  FK_SIMD_AVX2 static F32 f32_blend_first(F32 old, F32 fresh, int64_t n) {
+    return n >= kF32 ? fresh : _mm256_blendv_ps(old, fresh, f32_first_lanes(n));
+  }
   // The smallest lane (for lanes that are not NaN, in any order: min does not round).
   FK_SIMD_AVX2 static float f32_reduce_min(F32 v) {
     __m128 h = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -171,6 +198,18 @@ struct avx512 : avx2 {
   FK_SIMD_AVX512 static F32 f32_mul(F32 a, F32 b) { return _mm512_mul_ps(a, b); }
   FK_SIMD_AVX512 static F32 f32_fmadd(F32 a, F32 b, F32 c) { return _mm512_fmadd_ps(a, b, c); }
   FK_SIMD_AVX512 static F32 f32_min(F32 a, F32 b) { return _mm512_min_ps(a, b); }
+  FK_SIMD_AVX512 static F32 f32_max(F32 a, F32 b) { return _mm512_max_ps(a, b); }
+  FK_SIMD_AVX512 static F32 f32_fnmadd(F32 a, F32 b, F32 c) { return _mm512_fnmadd_ps(a, b, c); }
+  FK_SIMD_AVX512 static F32 f32_round_nearest(F32 a) {
+    return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  FK_SIMD_AVX512 static F32 f32_scale_pow2(F32 p, F32 n) { return _mm512_scalef_ps(p, n); }
+  FK_SIMD_AVX512 static void f32_store_first(float* p, F32 v, int64_t n) {
+    _mm512_mask_storeu_ps(p, f32_first_mask(n), v);
+  }
+  FK_SIMD_AVX512 static F32 f32_blend_first(F32 old, F32 fresh, int64_t n) {
+    return _mm512_mask_mov_ps(old, f32_first_mask(n), fresh);
+  }
   FK_SIMD_AVX512 static float f32_reduce_min(F32 v) { return _mm512_reduce_min_ps(v); }
   FK_SIMD_AVX512 static uint32_t f32_le_bits(F32 a, F32 b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ); }
   FK_SIMD_AVX512 static uint32_t f32_eq_bits(F32 a, F32 b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
