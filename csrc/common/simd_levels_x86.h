@@ -137,6 +137,9 @@ struct avx2 {
   FK_SIMD_AVX2 static uint32_t f32_le_bits(F32 a, F32 b) {
     return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_LE_OQ)));
   }
+  FK_SIMD_AVX2 static uint32_t f32_nlt_bits(F32 a, F32 b) {  // not (a < b): true where either is NaN
+    return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_NLT_UQ)));
+  }
   FK_SIMD_AVX2 static uint32_t f32_eq_bits(F32 a, F32 b) {
     return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ)));
   }
@@ -212,6 +215,7 @@ struct avx512 : avx2 {
   }
   FK_SIMD_AVX512 static float f32_reduce_min(F32 v) { return _mm512_reduce_min_ps(v); }
   FK_SIMD_AVX512 static uint32_t f32_le_bits(F32 a, F32 b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ); }
+  FK_SIMD_AVX512 static uint32_t f32_nlt_bits(F32 a, F32 b) { return _mm512_cmp_ps_mask(a, b, _CMP_NLT_UQ); }
   FK_SIMD_AVX512 static uint32_t f32_eq_bits(F32 a, F32 b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
   FK_SIMD_AVX512 static uint32_t f32_finite_bits(F32 a) {
     return _mm512_cmp_ps_mask(_mm512_abs_ps(a), _mm512_set1_ps(__builtin_inff()), _CMP_LT_OQ);
