@@ -24,10 +24,11 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #define FK_LCE_NS_CAT(level) lce_##level
-#define FK_LCE_NS(level) FK_LCE_NS_CAT(level)
+#define FK_LCE_NS_OF(level) FK_LCE_NS_CAT(level)
+#define FK_LCE_NS FK_LCE_NS_OF(FK_LEVEL)  // lce_avx2 / lce_avx512 (lce_rows.h)
 
 namespace fedkernels {
-namespace FK_LCE_NS(FK_LEVEL) {
+namespace FK_LCE_NS {
 
 namespace {
 
@@ -124,6 +125,6 @@ FK_LEVEL_TARGET void add_row(float* acc, const float* x, int64_t cols) {
   }
 }
 
-}  // namespace FK_LCE_NS(FK_LEVEL)
+}  // namespace FK_LCE_NS
 }  // namespace fedkernels
 #endif
