@@ -6,13 +6,18 @@
 #pragma once
 
 // FK_X86_LEVELS: this build has the avx2 and avx512 versions (x86-64, GCC or Clang, host code).
-// FK_TARGET_AVX2 / FK_TARGET_AVX512 build one function for that level; only a dispatch on
-// cpu_isa() may call it. The build uses -ffp-contract=off, so enabling FMA here never contracts
-// a * b + c behind the code's back: only explicit FMA intrinsics fuse.
+// FK_TARGET_AVX2 / FK_TARGET_AVX512 build one function for the CpuIsa level of that name: they
+// enable exactly the features cpu_isa_host() checks for it (FK_ISA_FEATURES_*), no fewer (a
+// function must not miss an instruction its level has) and no more (nor use one it lacks). They
+// are the only target attributes in csrc/ (python_tests/ops/test_cpu_isa.py); only a dispatch on
+// cpu_isa() may call such a function. The build uses -ffp-contract=off, so enabling FMA here never
+// contracts a * b + c behind the code's back: only explicit FMA intrinsics fuse.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
 #define FK_X86_LEVELS 1
-#define FK_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define FK_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
+#define FK_ISA_FEATURES_AVX2 "avx2,fma,f16c"
+#define FK_ISA_FEATURES_AVX512 FK_ISA_FEATURES_AVX2 ",avx512f,avx512vl"
+#define FK_TARGET_AVX2 __attribute__((target(FK_ISA_FEATURES_AVX2)))
+#define FK_TARGET_AVX512 __attribute__((target(FK_ISA_FEATURES_AVX512)))
 #else
 #define FK_X86_LEVELS 0
 #endif

@@ -1,6 +1,7 @@
 // Row kernels of the CPU linear_cross_entropy for float accumulation, one version per CPU level
 // (common/cpu_isa.h): lce_rows_avx512.cpp (16 lanes), lce_rows_avx2.cpp (the same 16 lanes as two
-// 8-lane halves, bit-identical to avx512), and the scalar FK_HOST_DEVICE math of sampled.h at the
+// 8-lane halves, bit-identical to avx512; both instantiate lce_rows_body_x86.h), and the scalar
+// FK_HOST_DEVICE math of sampled.h at the
 // generic level (also float64's and the CUDA kernels' math). Each fuses the logits' finishing step
 // (scale * z + bias) with the pass that reads them, so a row chunk is read from cache once per pass
 // instead of three times, and the vector levels evaluate exp 16 lanes at a time.

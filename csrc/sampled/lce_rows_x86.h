@@ -1,6 +1,6 @@
-// Pieces shared by the avx512 and avx2 row kernels of linear_cross_entropy (lce_rows_avx512.cpp,
-// lce_rows_avx2.cpp), so that both levels give the same bits: the exp's constants and the order in
-// which the 16 lane sums are added. Included only by those two files (x86-64).
+// Pieces of the row kernels of linear_cross_entropy (lce_rows_body_x86.h) that fix their bits at
+// every level: the exp's constants and the order in which the 16 lane sums are added. Included only
+// by that body (x86-64).
 #pragma once
 
 #include "common/cpu_isa.h"

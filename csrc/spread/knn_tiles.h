@@ -1,6 +1,7 @@
 // Host-only: the fused tile path of the CPU knn_classes, one version per CPU level
-// (knn_tiles_avx512.cpp + knn_exact_avx512.cpp, knn_tiles_avx2.cpp + knn_exact_avx2.cpp). The generic
-// level has none: it takes the BLAS tile path and the scalar final pass (spread_cpu.cpp).
+// (knn_tiles_avx512.cpp + knn_exact_avx512.cpp, knn_tiles_avx2.cpp + knn_exact_avx2.cpp: each the
+// level's instance of knn_tiles_body_x86.h / knn_exact_body_x86.h). The generic level has none: it
+// takes the BLAS tile path and the scalar final pass (spread_cpu.cpp).
 #pragma once
 
 #include <cstdint>

@@ -106,9 +106,7 @@ def source_rule_violations(path: str, text: str) -> list[str]:
             out.append(f"{path}:{i + 1}: target_clones dispatches behind cpu_isa()'s back")
         if "__builtin_cpu_supports" in code and not path.endswith("common/cpu_isa.cpp"):
             out.append(f"{path}:{i + 1}: CPU feature test outside csrc/common/cpu_isa.cpp")
-        if re.search(r"__attribute__\s*\(\(\s*target\s*\(", code) and not (
-            LEVEL_FILE.search(path) or path.endswith("common/cpu_isa.h")
-        ):
+        if re.search(r"__attribute__\s*\(\(\s*target\s*\(", code) and not path.endswith("common/cpu_isa.h"):
             out.append(f"{path}:{i + 1}: raw target attribute: use FK_TARGET_AVX2 / _AVX512 under FK_X86_LEVELS")
     return out
 
@@ -131,6 +129,31 @@ def test_source_rules_catch_each_kind_of_violation():
     assert source_rule_violations("csrc/x/a.cpp", '__attribute__((target_clones("avx2", "default"))) void f();\n')
     assert source_rule_violations("csrc/x/a.cpp", 'static bool b = __builtin_cpu_supports("avx2");\n')
     assert source_rule_violations("csrc/x/a.cpp", '__attribute__((target("avx2"))) void f();\n')
+    # a level file too: its level's feature list is spelled once, in cpu_isa.h
+    assert source_rule_violations("csrc/x/a_avx512.cpp", '__attribute__((target("avx512f"))) void f();\n')
+
+
+def _isa_features(level: str) -> set[str]:
+    """The features FK_TARGET_<LEVEL> enables, from cpu_isa.h's FK_ISA_FEATURES_* (which may nest)."""
+    text = (CSRC / "common" / "cpu_isa.h").read_text()
+    defs = dict(re.findall(r"#define (FK_ISA_FEATURES_\w+) (.+)", text))
+
+    def expand(name: str) -> str:
+        return "".join(expand(tok) if tok in defs else tok.strip('"') for tok in defs[name].split())
+
+    return set(expand(f"FK_ISA_FEATURES_{level.upper()}").split(","))
+
+
+def test_each_level_target_enables_what_its_host_check_tests():
+    # FK_TARGET_<LEVEL> must enable exactly the features cpu_isa_host() requires for that level
+    checks = (CSRC / "common" / "cpu_isa.cpp").read_text()
+    required = {}
+    for level in ("avx2", "avx512"):
+        line = next(x for x in checks.splitlines() if re.match(rf"\s*const bool {level} =", x))
+        below = {f for lower in required if re.search(rf"\b{lower}\s*&&", line) for f in required[lower]}
+        required[level] = below | set(re.findall(r'__builtin_cpu_supports\("(\w+)"\)', line))
+        assert _isa_features(level) == required[level], level
+    assert "FK_TARGET_AVX2 __attribute__((target(FK_ISA_FEATURES_AVX2)))" in (CSRC / "common" / "cpu_isa.h").read_text()
 
 
 def test_the_emulator_is_the_x86_64_only_exception():
