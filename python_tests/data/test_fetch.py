@@ -23,9 +23,7 @@ from fedkernels.data import (
     get_remote,
     is_fetched,
     load_dataset,
-    register,
     remote_datasets,
-    unregister,
 )
 from fedkernels.data.fetcher import MARKER, download
 from fedkernels_cli import main
@@ -83,19 +81,6 @@ def cache(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "cache"
     monkeypatch.setenv("FEDKERNELS_DATA_DIR", str(root))
     return root
-
-
-@pytest.fixture
-def registered():
-    names = []
-
-    def add(ds: RemoteDataset) -> RemoteDataset:
-        names.append(ds.name)
-        return register(ds, replace=True)
-
-    yield add
-    for n in names:
-        unregister(n)
 
 
 def free_port() -> int:

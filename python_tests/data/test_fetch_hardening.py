@@ -25,8 +25,6 @@ from fedkernels.data import (
     fetch,
     is_fetched,
     load_dataset,
-    register,
-    unregister,
 )
 from fedkernels.data.fetcher import MARKER, TRUST, cache_dir
 from fedkernels.data.remote import get_remote
@@ -87,19 +85,6 @@ def cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("FEDKERNELS_DATA_DIR", str(root))
     monkeypatch.delenv("FEDKERNELS_DATA", raising=False)
     return root
-
-
-@pytest.fixture
-def registered():
-    names = []
-
-    def add(ds: RemoteDataset) -> RemoteDataset:
-        names.append(ds.name)
-        return register(ds, replace=True)
-
-    yield add
-    for n in names:
-        unregister(n)
 
 
 def _site(tmp_path) -> Path:

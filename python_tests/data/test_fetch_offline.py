@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fedkernels._suggest import did_you_mean
-from fedkernels.data import DownloadError, RemoteDataset, RemoteFile, fetch, register, resolve_dataset, unregister
+from fedkernels.data import DownloadError, RemoteDataset, RemoteFile, fetch, resolve_dataset
 from fedkernels.data import fetcher as fetcher_mod
 from fedkernels.data.locations import MARKER, dataset_status, find_dataset
 from fedkernels.data.remote import get_remote, remote_datasets
@@ -37,19 +37,6 @@ def isolated(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "dd"
     monkeypatch.setenv("FEDKERNELS_DATA_DIR", str(root))
     return root
-
-
-@pytest.fixture
-def registered():
-    names = []
-
-    def add(ds: RemoteDataset) -> RemoteDataset:
-        names.append(ds.name)
-        return register(ds, replace=True)
-
-    yield add
-    for n in names:
-        unregister(n)
 
 
 @pytest.fixture
