@@ -130,12 +130,12 @@ def test_cli_refuses_a_missing_gpu_before_reading_any_data(tmp_path, monkeypatch
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     import fedkernels_cli as cli
-    from fedkernels.experiments import experiment
+    from fedkernels.experiments import preparation
 
     def no_reading(*args, **kwargs):
         raise AssertionError("data was read before the device was checked")
 
-    monkeypatch.setattr(experiment, "load_dataset", no_reading)
+    monkeypatch.setattr(preparation, "load_dataset", no_reading)
     rc = cli.main(["run", "--dataset", "synthetic", "--device", "cuda:1", "--output", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert rc == 2, err
