@@ -116,7 +116,7 @@ bench-peers: install
 # and every op benchmark on cuda, writes gpu-check/gpu-check.json. Without a GPU it says so and exits 2.
 # Options through GPU_CHECK_ARGS, e.g. GPU_CHECK_ARGS="--venv ~/venvs/cu130 --full".
 gpu-check:
-	$(PYTHON) tools/gpu/gpu_check.py $(GPU_CHECK_ARGS)
+	$(PYTHON) -m tools.gpu.gpu_check $(GPU_CHECK_ARGS)
 
 # The committed runs' full files (per-round client lists, accuracy.png, the GPU sessions' raw logs) from git
 # history into their folders (tools/results.py; RESULTS_ARGS="--to DIR" writes them under DIR instead).

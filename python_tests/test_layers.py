@@ -1,8 +1,9 @@
 """Imports in src/fedkernels point one way: down the layers of docs/developing.md; and the wings
-beside the package stay apart: bench/ never imports python_tests/ nor the other way round, and
-neither (nor emu/) edits ``sys.path`` (a script finds its siblings because Python puts its folder on the
-path; a test loads a script by file with python_tests/support/scripts.py). The checkout-only wings emu/,
-bench/ and tools/ import one way: down :data:`WING_ORDER`.
+beside the package stay apart: bench/ never imports python_tests/ nor the other way round, and no
+wing (python_tests/, bench/, emu/, tools/) edits ``sys.path`` (a script finds its siblings because
+Python puts its folder on the path, a bench or a tool that imports the root's packages runs with
+``python -m`` from the root; a test loads a script by file with python_tests/support/scripts.py). The
+checkout-only wings emu/, bench/ and tools/ import one way: down :data:`WING_ORDER`.
 
 Every module's imports are read with ``ast`` (module-level, inside functions, and under
 ``TYPE_CHECKING`` alike) and resolved to the fedkernels module they name; an import of a module in a
@@ -295,14 +296,13 @@ def cross_wing_imports(root: Path) -> list[str]:
 
 
 def test_no_wing_edits_sys_path() -> None:
-    """Benches run as modules of the repo root (``python -m bench.ops.x``), tests load scripts through
-    python_tests/support/scripts.py, and emu/'s scripts import their siblings bare when run by path (relatively
-    when imported as ``emu.x``): none edits ``sys.path``. (tools/gpu/ still puts the repo root on it.)"""
-    bad = [
-        e for wing in ("python_tests", "bench", "emu") for path in wing_files(ROOT, wing) for e in sys_path_edits(path)
-    ]
+    """Benches and the tools that import the root's packages run as modules of the repo root
+    (``python -m bench.ops.x``, ``python -m tools.gpu.gpu_check``), tests load scripts through
+    python_tests/support/scripts.py, and emu/'s scripts import their siblings bare when run by path
+    (relatively when imported as ``emu.x``): none edits ``sys.path``, no file excepted."""
+    bad = [e for wing in (*WINGS, "emu", "tools") for path in wing_files(ROOT, wing) for e in sys_path_edits(path)]
     assert not bad, (
-        "sys.path edits (run a bench with python -m; load a script with python_tests/support/scripts.py):\n"
+        "sys.path edits (run a bench or a tool with python -m; load a script with python_tests/support/scripts.py):\n"
         + "\n".join(bad)
     )
 

@@ -22,7 +22,7 @@ import torch
 from fedkernels.data.partition import Shard, split_statistics
 from fedkernels.experiments.experiment import ExperimentConfig, prepare_data
 from fedkernels.experiments.presets import load_preset, resolve_preset_dataset
-from fedkernels.experiments.strategies import make_strategy
+from fedkernels.fl.registry import make_strategy
 
 
 def hashed_split_tv(shards: list[Shard], table: torch.Tensor, num_buckets: int) -> list[float]:

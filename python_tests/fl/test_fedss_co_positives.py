@@ -9,9 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedkernels.experiments.strategies import make_strategy
 from fedkernels.fl import ClientData, TrainConfig
 from fedkernels.fl.algorithms.fedss import _co_positive_pairs, _pairs
+from fedkernels.fl.registry import make_strategy
 from python_tests.reference import sampled_ref
 from python_tests.support.fl_data import tiny_dataset
 

@@ -168,7 +168,8 @@ def check_model_shape(data: bytes) -> None:
     if "client_secret_file" in text or "dataset" in text:
         raise ValueError("not a test document (a secret file would be made, or a dataset read)")
     with _temp(text.encode(), ".toml") as path:
-        cfg, built = configure(parser().parse_args(["run", "--config", str(Path(path))]))
+        run = configure(parser().parse_args(["run", "--config", str(Path(path))]))
+    cfg, built = run.config, run.strategies
     shape = config_shape(cfg)
     assert shape is not None  # synthetic: always declared
     for s in built.values():

@@ -49,8 +49,14 @@ def _env(path: str, **extra: str) -> dict[str, str]:
 
 
 def _run_tool(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``python -m tools.gpu.gpu_check`` with the checkout importable from ``cwd`` (as from its root)."""
     return subprocess.run(
-        [sys.executable, str(TOOL), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "tools.gpu.gpu_check", *args],
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -70,6 +76,13 @@ def test_no_nvidia_smi_exits_2_and_creates_nothing(tmp_path, explicit_paths):
     assert list(cwd.iterdir()) == []
     assert not (tmp_path / "venv").exists() and not (tmp_path / "out").exists()
     assert [p.exists() for p in ROOT_OUTPUTS] == before
+
+
+def test_run_by_its_path_names_the_module_form(tmp_path):
+    res = subprocess.run(
+        [sys.executable, str(TOOL)], cwd=ROOT, env=_env(str(tmp_path)), capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 1 and "python3 -m tools.gpu.gpu_check" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_nvidia_smi_without_driver_exits_2(tmp_path):

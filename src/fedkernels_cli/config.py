@@ -1,4 +1,5 @@
-"""``fedkernels run``'s flags merged into one validated :class:`~fedkernels.experiments.ExperimentConfig`."""
+"""``fedkernels run``'s flags merged into one validated :class:`~fedkernels.experiments.ExperimentConfig`,
+resolved once (:func:`~fedkernels.experiments.resolve.resolve_run`) into the run every layer below takes."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from fedkernels.experiments.experiment import ExperimentConfig, config_keys, loa
 from fedkernels.experiments.limits import field_checks
 from fedkernels.experiments.names import canonical_name
 from fedkernels.experiments.presets import load_preset
-from fedkernels.experiments.resolve import resolve_run
-from fedkernels.fl.strategy import Strategy
+from fedkernels.experiments.resolve import ResolvedRun, resolve_run
 
 from .parser import RUN_FLAGS
 
@@ -66,19 +66,24 @@ def parse_option(text: str) -> tuple[str, str, Any]:
 
 def build_config(args: argparse.Namespace) -> ExperimentConfig:
     """The validated config of ``fedkernels run``'s parsed ``args`` (see :func:`configure`)."""
-    return configure(args)[0]
+    return configure(args).config
 
 
-def configure(args: argparse.Namespace) -> tuple[ExperimentConfig, dict[str, Strategy]]:
+def configure(args: argparse.Namespace) -> ResolvedRun:
     """Defaults < ``--demo`` < ``--preset`` < ``--config`` file < flags given on the command line.
 
     Algorithm names match case-insensitively (options are keyed by the registered spelling). An
     ``--option`` for an algorithm that is not selected is an error; options a preset or config file
-    holds for algorithms that ``--algorithms`` left out are dropped.
+    holds for algorithms that ``--algorithms`` left out are dropped. The checkpoint folder is decided
+    here too (``<output>/checkpoints`` unless ``--no-checkpoint`` or one is given), so the resolved run
+    is the whole run.
 
     Returns:
-        the validated config and the strategies its validation built (the run uses these).
+        the resolved run: the validated config, the strategies its validation built (the run uses
+        these), the located dataset and its shape.
     """
+    if getattr(args, "no_checkpoint", False) and (args.resume or args.checkpoint is not None):
+        raise ValueError("--no-checkpoint goes with neither --checkpoint nor --resume")
     merged: dict[str, Any] = {}
     if args.demo:
         merged.update(demo_config())
@@ -138,6 +143,9 @@ def configure(args: argparse.Namespace) -> tuple[ExperimentConfig, dict[str, Str
             )
         options.setdefault(canon, {})[key] = value
     merged["algorithm_options"] = options
+    output = merged.get("output", ExperimentConfig.output)  # not text: validation below names it
+    if not getattr(args, "no_checkpoint", False) and merged.get("checkpoint") is None and isinstance(output, str):
+        # an interrupted run can always be resumed; this folder goes once the run ends (fedkernels_cli/run.py)
+        merged["checkpoint"] = default_checkpoint_folder(output)
     cfg = ExperimentConfig(**{k: v for k, v in merged.items() if k in config_keys()})
-    run = resolve_run(cfg, args.data_dir)  # a bare name finds a shipped dataset, once every field is checked
-    return run.config, run.strategies
+    return resolve_run(cfg, args.data_dir)  # a bare name finds a shipped dataset, once every field is checked

@@ -17,20 +17,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from .config import configure
 
-    cfg, strategies = configure(args)
-    if args.no_checkpoint and (args.resume or args.checkpoint is not None):
-        raise ValueError("--no-checkpoint goes with neither --checkpoint nor --resume")
-    default_folder = default_checkpoint_folder(cfg.output)  # --resume without --checkpoint looks there too
-    auto_checkpoint = not args.no_checkpoint and cfg.checkpoint in (None, default_folder)
-    if auto_checkpoint:  # an interrupted run can always be resumed; the folder goes once the run ends
-        cfg.checkpoint = default_folder
+    run = configure(args)  # resolved once, its checkpoint folder decided: everything below takes it
+    cfg = run.config
+    # the default folder (given or not) is the CLI's own: it goes once the run's results are written
+    auto_checkpoint = not args.no_checkpoint and cfg.checkpoint == default_checkpoint_folder(cfg.output)
     args.effective_checkpoint = cfg.checkpoint  # a config file or preset may set it: the Ctrl-C hint reads this
     seeds = args.seeds if args.seeds is not None else (PRESET_SEEDS if args.preset else 1)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     return run_experiment(
-        cfg,
-        strategies,
+        run,
         seeds=seeds,
         preset=args.preset,
         progress=not args.no_progress,

@@ -1,7 +1,9 @@
 """`make gpu-check`: verify the CUDA kernels on this machine's NVIDIA GPU with one command.
 
-    python3 tools/gpu/gpu_check.py [--venv .venv-cuda] [--out gpu-check/gpu-check.json] [--full] [--workers N]
-                               [--tests all|ops|cuda]
+    python3 -m tools.gpu.gpu_check [--venv .venv-cuda] [--out gpu-check/gpu-check.json] [--full] [--workers N]
+                                   [--tests all|ops|cuda]
+
+Run it from the checkout root, as a module (``make gpu-check`` does): tools and emu are packages there.
 
 1. Finds a GPU: nvidia-smi must list one, and torch in the venv must see it. Without one it prints
    why and exits 2 having done nothing (no venv, no build, no output folder).
@@ -41,7 +43,9 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: tools and emu are packages there
+if __name__ == "__main__" and not __package__:  # run by its path: the root's packages are not importable
+    sys.exit("gpu-check: run it as a module from the checkout root: python3 -m tools.gpu.gpu_check (or make gpu-check)")
+
 from emu.emulate import op_test_files
 from tools.gpu import gpu_check_report as report
 from tools.gpu.gpu_probe import NEEDED
@@ -116,17 +120,18 @@ def child_env(venv: Path, nvcc: Path, **extra: str) -> dict[str, str]:
 
 
 def probe(python: Path, copy_bandwidth: bool = False) -> dict:
-    """tools/gpu/gpu_probe.py's facts as seen by ``python``; Stop(3) if it cannot run."""
-    cmd = [str(python), str(ROOT / "tools" / "gpu" / "gpu_probe.py")] + (["--copy-bandwidth"] if copy_bandwidth else [])
+    """tools/gpu/gpu_probe.py's facts as seen by ``python`` (run as a module of the checkout root, its
+    working folder); Stop(3) if it cannot run."""
+    cmd = [str(python), "-m", "tools.gpu.gpu_probe"] + (["--copy-bandwidth"] if copy_bandwidth else [])
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise Stop(f"could not run {python} tools/gpu/gpu_probe.py: {e}", EXIT_PREREQ) from e
+        raise Stop(f"could not run {python} -m tools.gpu.gpu_probe: {e}", EXIT_PREREQ) from e
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError) as e:
-        raise Stop(f"could not run {python} tools/gpu/gpu_probe.py: {res.stderr.strip()[-500:]}", EXIT_PREREQ) from e
+        raise Stop(f"could not run {python} -m tools.gpu.gpu_probe: {res.stderr.strip()[-500:]}", EXIT_PREREQ) from e
 
 
 def check_torch(facts: dict, venv: Path, gpus: list[dict[str, str]]) -> None:
@@ -295,7 +300,7 @@ def run_mainjob(venv: Path, nvcc: Path, out_dir: Path, args: argparse.Namespace)
     if not (args.data_dir / "bibtex").is_dir():
         print(f"== main job skipped: no datasets in {args.data_dir} (pass --data-dir)", flush=True)
         return {"status": "skipped", "why": f"no datasets in {args.data_dir}"}
-    cmd = [str(venv / "bin" / "python"), str(ROOT / "tools" / "gpu" / "gpu_mainjob.py"), "--devices", "cuda,cpu"]
+    cmd = [str(venv / "bin" / "python"), "-m", "tools.gpu.gpu_mainjob", "--devices", "cuda,cpu"]  # in ROOT
     cmd += ["--rounds", str(args.mainjob_rounds), "--data-dir", str(args.data_dir), "--out", str(js)]
     cmd += ["--only", args.mainjob_only] if args.mainjob_only else []
     print(f"== main job on cuda and cpu, {args.mainjob_rounds} rounds per preset (log: {log})", flush=True)

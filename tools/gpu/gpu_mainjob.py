@@ -1,6 +1,6 @@
 """The main job on each device, for `make gpu-check`: every preset, shortened, through `fedkernels run`.
 
-    python tools/gpu/gpu_mainjob.py [--devices cpu,cuda] [--rounds 3] [--data-dir DIR] [--out mainjob.json]
+    python -m tools.gpu.gpu_mainjob [--devices cpu,cuda] [--rounds 3] [--data-dir DIR] [--out mainjob.json]
 
 For every shipped preset (one seed, ``--rounds`` rounds, every algorithm it runs, plus the registered
 algorithms no preset runs, on the dataset of the preset that runs their family) it calls

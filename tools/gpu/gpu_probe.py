@@ -1,8 +1,8 @@
 """Print what the running interpreter's torch sees, as one JSON line (tools/gpu/gpu_check.py runs it
-inside the environment it will build and test with).
+inside the environment it will build and test with). Run it from the checkout root, as a module:
 
-    python tools/gpu/gpu_probe.py                    # torch version and CUDA build, GPUs, missing packages
-    python tools/gpu/gpu_probe.py --copy-bandwidth   # plus the GPU's copy bandwidth (a 1 GiB copy_, GB/s)
+    python -m tools.gpu.gpu_probe                    # torch version and CUDA build, GPUs, missing packages
+    python -m tools.gpu.gpu_probe --copy-bandwidth   # plus the GPU's copy bandwidth (a 1 GiB copy_, GB/s)
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import argparse
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 # import name -> pip name of what the build, the tests and the benchmarks need besides torch
 NEEDED = {
@@ -51,8 +50,7 @@ def probe(copy_bandwidth: bool = False) -> dict:
         memory_gib=round(props.total_memory / 2**30, 1),
     )
     if copy_bandwidth:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench is a package there
-        from bench.common import copy_bandwidth_gbs
+        from bench.common import copy_bandwidth_gbs  # a package of the checkout root, which -m puts on the path
 
         facts["copy_bandwidth_gbs"] = copy_bandwidth_gbs("cuda", nbytes=COPY_BYTES)
         facts["copy_bytes"] = COPY_BYTES

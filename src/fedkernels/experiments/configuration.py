@@ -26,7 +26,7 @@ else:  # Python 3.10: the same parser, as the tomli package (a dependency there)
 
 from ..fl.device import resolve_device
 from ..fl.local import AUTOCAST, make_optimizer
-from ..fl.registry import make_strategy, strategies
+from ..fl.registry import build_strategy, strategy_class
 from ..fl.server import RunConfig
 from ..fl.strategy import Strategy
 from ..fl.types import TrainConfig
@@ -274,8 +274,8 @@ class ExperimentConfig:
                 raise ValueError(f"algorithms lists {name} twice")
             seen.add(name)
         built: dict[str, Strategy] = {}
-        for name in self.centralized:
-            built[name] = make_strategy(name, **self.options_for(name))  # an unknown name fails here
+        for name in self.centralized:  # an unknown name fails here
+            built[name] = build_strategy(strategy_class(name), **self.options_for(name))
         seen |= set(built)
         for name in self.algorithm_options:
             if name not in seen:
@@ -284,8 +284,9 @@ class ExperimentConfig:
                     f"{self.algorithms} (add it to --algorithms or drop its options)"
                 )
         for name in self.algorithms:  # unknown names and option keys fail here, before any data is loaded
-            check_option_types(name, self.options_for(name))
-            built[name] = make_strategy(name, **self.options_for(name))
+            cls = strategy_class(name)  # the one lookup of the name's class: a run below uses the object built
+            check_option_types(cls, self.options_for(name))
+            built[name] = build_strategy(cls, **self.options_for(name))
         check_privacy(self, built)
         check_run_memory(self, built.values())  # the models against the machine, from the declared sizes
         return built
@@ -348,9 +349,9 @@ class ExperimentConfig:
         return {**defaults, **next((v for k, v in self.algorithm_options.items() if k.casefold() == folded), {})}
 
 
-def check_option_types(name: str, options: dict[str, Any]) -> None:
-    """Each option of algorithm ``name`` against its constructor default's type: an int option takes
-    an int, a float option a finite number, a sequence of ints (layer widths such as ``hidden``)
+def check_option_types(cls: type[Strategy], options: dict[str, Any]) -> None:
+    """Each option of strategy class ``cls`` against its constructor default's type: an int option
+    takes an int, a float option a finite number, a sequence of ints (layer widths such as ``hidden``)
     a list of ints >= 1, a bool option true or false.
 
     Raises:
@@ -358,9 +359,6 @@ def check_option_types(name: str, options: dict[str, Any]) -> None:
     """
     import inspect
 
-    cls = strategies().get(name.lower())
-    if cls is None:
-        return  # make_strategy names the unknown algorithm
     defaults: dict[str, Any] = {}
     takes_text: set[str] = set()  # options annotated to take a string too (L1DiffNetwork.p = "inf")
     for klass in cls.__mro__:

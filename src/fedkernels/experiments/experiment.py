@@ -2,7 +2,8 @@
 
 This is what ``fedkernels run`` executes once the config is resolved
 (:func:`~fedkernels.experiments.resolve.resolve_run`) and the data prepared
-(:func:`~fedkernels.experiments.preparation.prepare_data`). Everything (data, partition, client
+(:func:`~fedkernels.experiments.preparation.prepare_data`): both functions take the
+:class:`~fedkernels.experiments.resolve.ResolvedRun` and look no name up. Everything (data, partition, client
 sampling, training) derives from ``ExperimentConfig.seed``, so a config reproduces its numbers. The
 configuration and the preparation live in :mod:`.configuration` and :mod:`.preparation`; their names
 are re-exported here.
@@ -13,12 +14,11 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
 from fedkernels_cli.defaults import DEFAULT_OPTIONS
 
-from ..fl.registry import make_strategy
 from ..fl.server import Server, record_from_json
 from ..fl.strategy import Strategy
 from ..fl.types import ClientData, RoundRecord
@@ -42,6 +42,8 @@ from .preparation import (
     hold_out_per_client,
     prepare_data,
 )
+from .resolve import ResolvedRun, as_resolved
+from .strategies import run_strategy
 
 # this module's names and, re-exported, the configuration's and the preparation's (their import paths
 # from before the split)
@@ -92,30 +94,41 @@ def redact_secrets(options: dict[str, Any]) -> dict[str, Any]:
 
 def run_algorithm(
     name: str,
-    cfg: ExperimentConfig,
+    run: ResolvedRun | ExperimentConfig,
     data: PreparedData,
     on_round: Callable[[RoundRecord], None] | None = None,
     on_resume: Callable[[list[RoundRecord]], None] | None = None,
     strategy: Strategy | None = None,
 ) -> dict[str, Any]:
-    """Run one algorithm for ``cfg.rounds`` rounds; returns its history, final metrics and bytes.
+    """Run one algorithm for the config's rounds; returns its history, final metrics and bytes.
 
-    With ``cfg.checkpoint`` the server checkpoints after every round (evaluation included) and, with
-    ``cfg.resume``, continues from the checkpoint it finds there; ``on_resume`` then gets the rounds
-    the checkpoint holds (a progress display starts from them), ``on_round`` each new round.
-    ``strategy`` is the algorithm's object (default: built here from
-    :func:`~fedkernels.experiments.checkpoints.run_options`).
+    With a checkpoint folder the server checkpoints after every round (evaluation included) and, with
+    ``resume``, continues from the checkpoint it finds there; ``on_resume`` then gets the rounds the
+    checkpoint holds (a progress display starts from them), ``on_round`` each new round.
+
+    Args:
+        name: the algorithm, as registered (one of the run's; any case with a plain config).
+        run: the resolved run (:func:`~fedkernels.experiments.resolve.resolve_run`); an
+            :class:`ExperimentConfig` is resolved here first, ``name`` with it (the Python API).
+        data: :func:`~fedkernels.experiments.preparation.prepare_data` of the run.
+        on_round: called with each new round's record.
+        on_resume: called with the rounds a resumed checkpoint holds.
+        strategy: the algorithm's object (default:
+            :func:`~fedkernels.experiments.strategies.run_strategy`, the one the resolution built).
 
     Raises:
         AllClientsFailed: every client of some round failed (their reasons in the message).
-        ValueError: ``cfg.checkpoint`` already holds this algorithm's checkpoint and ``cfg.resume``
-            is not set (a run never overwrites one).
+        ValueError: ``name`` is not one of the run's algorithms; or the checkpoint folder already holds
+            this algorithm's checkpoint and ``resume`` is not set (a run never overwrites one).
     """
-    options = run_options(name, cfg)
+    if not isinstance(run, ResolvedRun):  # the Python API's top: the name is resolved with the config
+        run, name = as_resolved(run), canonical_name(name)
+    cfg = run.config
     if strategy is None:
-        strategy = make_strategy(name, **options)
+        strategy = run_strategy(name, run)
+    options = run_options(name, run)
     per_round = min(cfg.clients_per_round, len(data.clients))
-    ckpt = checkpoint_path(cfg, name)
+    ckpt = checkpoint_path(run, name)
     if ckpt is not None and strategy.stateful_clients:
         # what its clients kept is in no checkpoint, so a resumed run would differ: never resumed, never
         # saved (the CLI checkpoints every run by default; this algorithm then runs without)
@@ -245,13 +258,14 @@ def best_values(history: list[RoundRecord]) -> dict[str, float]:
 
 def run_centralized(
     name: str,
-    cfg: ExperimentConfig,
+    run: ResolvedRun | ExperimentConfig,
     data: PreparedData,
     on_round: Callable[[RoundRecord], None] | None = None,
     strategy: Strategy | None = None,
 ) -> dict[str, Any]:
     """The centralised upper bound of algorithm ``name``: one client holding the whole training set
-    with its original labels, every round, with ``cfg``'s rounds, epochs and the algorithm's options.
+    with its original labels, every round, with the run's rounds, epochs and the algorithm's options,
+    and no checkpoint (an :class:`ExperimentConfig` is resolved first, as :func:`run_algorithm` does).
     The result's ``algorithm`` is ``"<name> (centralized)"``."""
     tr = data.dataset.train
     pooled = ClientData(tr.x, tr.indptr, tr.indices, data.dataset.num_classes)
@@ -268,7 +282,9 @@ def run_centralized(
         data.split,
         data.test_filter,
     )
-    solo = replace(cfg, clients_per_round=1, checkpoint=None)
+    if not isinstance(run, ResolvedRun):  # the Python API's top, as in run_algorithm
+        run, name = as_resolved(run), canonical_name(name)
+    solo = run.replaced(clients_per_round=1, checkpoint=None)
     result = run_algorithm(name, solo, one, on_round, strategy=strategy)
     result["algorithm"] = f"{result['algorithm']} (centralized)"
     return result

@@ -1,4 +1,4 @@
-"""The result files a run writes, and the check, before any data is read, that it can write them."""
+"""The result files a resolved run writes, and the check, before any data is read, that it can write them."""
 
 from __future__ import annotations
 
@@ -12,26 +12,26 @@ from .limits import check_output_files, check_writable_folder
 from .report import plot_accuracy, write_csv, write_json
 
 if TYPE_CHECKING:
-    from .configuration import ExperimentConfig
     from .preparation import PreparedData
+    from .resolve import ResolvedRun
 
 RESULT_FILES = ("results.json", "results.md", "rounds.csv", "accuracy.png", "seeds.md", "seeds.json")
 
 
-def check_outputs(cfg: ExperimentConfig) -> None:
+def check_outputs(run: ResolvedRun) -> None:
     """The output folder takes files and none of the result files is in the way, checked before any
     data is read: a run never fails after training with its results lost.
 
     Raises:
         ValueError: naming the output path and what is wrong.
     """
-    folder = check_writable_folder(cfg.output, "output")
+    folder = check_writable_folder(run.config.output, "output")
     check_output_files(folder, RESULT_FILES)
 
 
 def write_run_outputs(
     out: Path,
-    cfg: ExperimentConfig,
+    run: ResolvedRun,
     data: PreparedData,
     results: list[dict[str, Any]],
     target: float | None,
@@ -42,7 +42,7 @@ def write_run_outputs(
     plot was written (it needs matplotlib)."""
     from .experiment import redact_secrets
 
-    ds = data.dataset
+    cfg, ds = run.config, data.dataset
     out.mkdir(parents=True, exist_ok=True)
     write_json(
         out / "results.json",

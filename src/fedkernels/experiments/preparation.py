@@ -1,5 +1,6 @@
-"""A run's preparation: the resolved config's dataset read from its located path and dealt to clients
-(:func:`prepare_data`), with what the metrics need from the training labels.
+"""A run's preparation: the resolved run's dataset read from its located path and dealt to clients
+(:func:`prepare_data`), with what the metrics need from the training labels. Nothing here looks a
+dataset up: the path is the one :func:`~fedkernels.experiments.resolve.resolve_run` located.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..fl.types import ClientData
 from ..metrics import inverse_propensity, propensity_params
 from ..seeding import numpy_rng
 from .configuration import ExperimentConfig
+from .resolve import ResolvedRun, as_resolved
 
 
 @dataclass
@@ -68,9 +70,15 @@ def _load(cfg: ExperimentConfig, feature_dim: int | None) -> Dataset:
     )
 
 
-def prepare_data(cfg: ExperimentConfig) -> PreparedData:
-    """Load the dataset and partition its training part as the config says. ``cfg.dataset`` is
-    ``"synthetic"`` or a located path (:func:`~fedkernels.experiments.resolve.resolve_run`)."""
+def prepare_data(run: ResolvedRun | ExperimentConfig) -> PreparedData:
+    """Load the run's dataset from its located path (or make the synthetic one) and partition its
+    training part as the config says.
+
+    Args:
+        run: the resolved run (:func:`~fedkernels.experiments.resolve.resolve_run`); an
+            :class:`ExperimentConfig` is resolved here first (the Python API).
+    """
+    cfg = as_resolved(run).config
     try:
         ds = _load(cfg, cfg.feature_dim)
     except ValueError as e:

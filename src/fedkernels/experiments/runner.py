@@ -1,22 +1,23 @@
-"""What ``fedkernels run`` executes once its flags are parsed and its config validated: every
-algorithm over one or more seeds, with progress, the results table and the result files."""
+"""What ``fedkernels run`` executes once its flags are parsed and its run resolved: every algorithm
+over one or more seeds, with progress, the results table and the result files. Every function here
+takes the :class:`~fedkernels.experiments.resolve.ResolvedRun`; only :func:`run_experiment`, the
+Python API's entry, resolves a plain config (once)."""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..fl.strategy import Strategy
 from ..fl.types import RoundRecord
 from . import experiment
 from .checkpoints import check_checkpoints, remove_checkpoints, saved_checkpoints
 from .model_memory import check_run_memory, loaded_shape
 from .outputs import check_outputs, write_run_outputs, write_seed_outputs
 from .report import TABLE_COLUMNS, results_table, terminal_table
+from .resolve import ResolvedRun, as_resolved
 from .strategies import check_against_data, run_strategy
 
 if TYPE_CHECKING:
@@ -24,34 +25,29 @@ if TYPE_CHECKING:
 
 
 def run_experiment(
-    cfg: ExperimentConfig,
-    strategies: dict[str, Strategy] | None = None,
+    run: ResolvedRun | ExperimentConfig,
     *,
     seeds: int = 1,
     preset: str | None = None,
     progress: bool = True,
     remove_checkpoints_after: bool = False,
 ) -> int:
-    """Run ``cfg`` and write its results; returns the exit status (0).
+    """Run a resolved run and write its results; returns the exit status (0).
 
     Args:
-        cfg: the run's config (its ``checkpoint`` folder decided).
-        strategies: with ``cfg``, what :func:`~fedkernels.experiments.resolve.resolve_run` gave (the CLI
-            resolved it); default: ``cfg`` is resolved here.
-        seeds: run seeds ``cfg.seed .. cfg.seed + seeds - 1`` into ``<output>/seed<k>/`` and report
-            mean ± std; with 1 and no ``preset``, the one run writes into ``cfg.output`` itself.
+        run: what :func:`~fedkernels.experiments.resolve.resolve_run` gave (the CLI resolved it, its
+            checkpoint folder decided); an :class:`ExperimentConfig` is resolved here, once.
+        seeds: run seeds ``seed .. seed + seeds - 1`` into ``<output>/seed<k>/`` and report
+            mean ± std; with 1 and no ``preset``, the one run writes into the config's output itself.
         preset: the preset name the config came from (its paper P@1 goes beside the summary).
         progress: show a progress bar per algorithm.
         remove_checkpoints_after: delete the checkpoints once the results are written.
     """
-    if strategies is None:  # the Python API: resolve here what the CLI resolved before the call
-        from .resolve import resolve_run
-
-        run = resolve_run(cfg)
-        cfg, strategies = run.config, run.strategies
-    check_outputs(cfg)  # both before any data is read: results are never lost to a late error
-    check_checkpoints(cfg)
-    if cfg.resume and not saved_checkpoints(cfg):
+    run = as_resolved(run)
+    cfg = run.config
+    check_outputs(run)  # both before any data is read: results are never lost to a late error
+    check_checkpoints(run)
+    if cfg.resume and not saved_checkpoints(run):
         print(
             f"fedkernels run: --resume: no checkpoint to resume in {cfg.checkpoint}; starting at round 0",
             file=sys.stderr,
@@ -61,36 +57,34 @@ def run_experiment(
         torch.set_num_threads(cfg.threads)
     try:
         if seeds == 1 and preset is None:
-            run_once(cfg, strategies, Path(cfg.output), progress)
+            run_once(run, Path(cfg.output), progress)
         else:
-            run_seeds(cfg, strategies, seeds, preset, progress)
+            run_seeds(run, seeds, preset, progress)
     finally:  # in-process callers (tests, notebooks) keep their own setting
         torch.set_num_threads(before)
     if remove_checkpoints_after:
-        remove_checkpoints(cfg)
+        remove_checkpoints(run)
     return 0
 
 
-def run_seeds(
-    cfg: ExperimentConfig, strategies: dict[str, Strategy], seeds: int, preset: str | None, progress: bool
-) -> None:
-    """The run at seeds ``cfg.seed .. cfg.seed + seeds - 1``; mean ± std per algorithm, beside the paper's P@1."""
+def run_seeds(run: ResolvedRun, seeds: int, preset: str | None, progress: bool) -> None:
+    """The run at seeds ``seed .. seed + seeds - 1``; mean ± std per algorithm, beside the paper's P@1."""
     from .presets import load_preset
     from .seeds import seed_summary, seed_table
 
+    cfg = run.config
     loaded = load_preset(preset) if preset else None
     out = Path(cfg.output)
     runs = []
     for i in range(seeds):
         seed = cfg.seed + i
         print(f"\n== seed {seed} ({i + 1}/{seeds}) ==", flush=True)
-        one = replace(
-            cfg,
+        one = run.replaced(
             seed=seed,
             output=str(out / f"seed{seed}"),
             checkpoint=None if cfg.checkpoint is None else str(Path(cfg.checkpoint) / f"seed{seed}"),
         )
-        runs.append(run_once(one, strategies, Path(one.output), progress))
+        runs.append(run_once(one, Path(one.config.output), progress))
     rows = seed_summary(runs, loaded.p_at_1 if loaded else None)
     table = seed_table(rows)
     spread = f"mean ± std over {seeds} seeds (sample std)" if seeds > 1 else "one seed (--seeds N for mean ± std)"
@@ -102,12 +96,13 @@ def run_seeds(
     print(f"\nwrote {out}/seeds.md, seeds.json")
 
 
-def run_once(cfg: ExperimentConfig, strategies: dict[str, Strategy], out: Path, progress: bool) -> list[dict[str, Any]]:
+def run_once(run: ResolvedRun, out: Path, progress: bool) -> list[dict[str, Any]]:
     """One seed: read and partition the data, run every algorithm (then the centralised bounds), print
     the results table and write the result files into ``out``. Returns each algorithm's result."""
-    data = experiment.prepare_data(cfg)
+    cfg = run.config
+    data = experiment.prepare_data(run)
     ds = data.dataset
-    mine = {name: run_strategy(name, cfg, strategies) for name in cfg.algorithms}
+    mine = {name: run_strategy(name, run) for name in cfg.algorithms}
     check_against_data(list(mine.values()), ds.num_classes)
     check_run_memory(cfg, mine.values(), loaded_shape(data.clients, len(data.test), ds.num_features, ds.num_classes))
     print(
@@ -118,11 +113,11 @@ def run_once(cfg: ExperimentConfig, strategies: dict[str, Strategy], out: Path, 
     results = []
     for name in cfg.algorithms:
         with _Progress(name, cfg.rounds, progress) as bar:
-            results.append(experiment.run_algorithm(name, cfg, data, bar.on_round, bar.on_resume, strategy=mine[name]))
+            results.append(experiment.run_algorithm(name, run, data, bar.on_round, bar.on_resume, strategy=mine[name]))
     for name in cfg.centralized:  # the centralised run keeps no checkpoint, so it never resumes
         with _Progress(f"{name} (centralized)", cfg.rounds, progress) as bar:
-            strategy = run_strategy(name, replace(cfg, checkpoint=None), strategies)
-            results.append(experiment.run_centralized(name, cfg, data, bar.on_round, strategy=strategy))
+            strategy = run_strategy(name, run.replaced(checkpoint=None))
+            results.append(experiment.run_centralized(name, run, data, bar.on_round, strategy=strategy))
     target = experiment.add_common_target(results)
     # the chosen metric families at every k, then the communication columns
     rest = [c for c in TABLE_COLUMNS[1:] if "@" not in c or c.startswith("best") or c.endswith("freq")]
@@ -136,7 +131,7 @@ def run_once(cfg: ExperimentConfig, strategies: dict[str, Strategy], out: Path, 
     failed = sum(r["failed_clients"] for r in results)
     if failed:
         print(f"\nwarning: {failed} client updates failed and were left out (reasons per round in results.json)")
-    png = write_run_outputs(out, cfg, data, results, target, table)
+    png = write_run_outputs(out, run, data, results, target, table)
     print(
         f"\nwrote {out}/results.json, results.md, rounds.csv"
         + (", accuracy.png" if png else " (install matplotlib for accuracy.png)")

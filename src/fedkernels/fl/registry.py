@@ -27,18 +27,38 @@ def is_registered(name: str) -> bool:
     return name.lower() in strategies()
 
 
-def make_strategy(name: str, **options: Any) -> Strategy:
-    """Build the strategy ``name`` with constructor ``options``.
+def strategy_class(name: str) -> type[Strategy]:
+    """The registered strategy class called ``name`` (any case): where a name is resolved.
 
     Raises:
-        ValueError: an unknown name (the message lists the known ones), an option the strategy's
-            constructor does not take, or a required one (``L1DiffNetwork.num_clients``) not given.
+        ValueError: an unknown name (the message lists the known ones).
     """
     known = strategies()
     cls = known.get(name.lower())
     if cls is None:
         names = [c.name for c in known.values()]
         raise ValueError(f"unknown algorithm {name!r}{did_you_mean(name, names)}; registered: {', '.join(names)}")
+    return cls
+
+
+def make_strategy(name: str, **options: Any) -> Strategy:
+    """Build the strategy ``name`` (any case) with constructor ``options``: :func:`build_strategy` of
+    :func:`strategy_class`.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones), an option the strategy's
+            constructor does not take, or a required one (``L1DiffNetwork.num_clients``) not given.
+    """
+    return build_strategy(strategy_class(name), **options)
+
+
+def build_strategy(cls: type[Strategy], **options: Any) -> Strategy:
+    """Build strategy class ``cls`` with constructor ``options``, looking no name up (a run below its
+    resolution rebuilds a strategy this way).
+
+    Raises:
+        ValueError: an option the strategy's constructor does not take, or a required one not given.
+    """
     params = inspect.signature(cls.__init__).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     bad = sorted(set(options) - set(params) - {"self"})
