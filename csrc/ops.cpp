@@ -49,6 +49,14 @@ pybind11::dict build_info() {
   d["cuda_kernels"] = false;
   d["cuda_archs"] = "";
 #endif
+  // The compilers and CPU levels of this build, as cmake/build_info.cmake records them beside the module.
+  d["compiler"] = FK_COMPILER;
+  d["cuda_compiler"] = FK_CUDA_COMPILER;
+#if FK_X86_LEVELS
+  d["cpu_levels"] = std::vector<std::string>{"generic", "avx2", "avx512"};
+#else
+  d["cpu_levels"] = std::vector<std::string>{"generic"};
+#endif
   d["parallel_backend"] = at::get_parallel_info();
   d["cpu_isa"] = fedkernels::cpu_isa_name(fedkernels::cpu_isa());
   d["cpu_isa_host"] = fedkernels::cpu_isa_name(fedkernels::cpu_isa_host());

@@ -21,7 +21,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "fedkernels"
 
 # From the bottom. A module belongs to the layer of its longest matching prefix (dotted, under fedkernels).
 LAYERS: list[tuple[str, ...]] = [
-    ("_C", "_validate", "_info", "_files", "_suggest", "_memory"),  # the compiled extension and its helpers
+    # the compiled extension and its helpers
+    ("_C", "_validate", "_info", "_build_facts", "_files", "_suggest", "_memory"),
     (
         "ops",
         "hashing",

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from bench.common import machine, markdown_table, results_path, write_results
+from fedkernels.data.locations import data_roots, find_dataset
 from fedkernels.experiments.experiment import ExperimentConfig, add_common_target, prepare_data, run_algorithm
 from fedkernels.experiments.report import plot_accuracy, summary_rows
 
@@ -62,7 +63,7 @@ COLUMNS = [
 
 def run_dataset(
     name: str,
-    data_dir: Path,
+    folder: Path,
     rounds: int | None,
     seed: int,
     plot: Path | None = None,
@@ -77,7 +78,7 @@ def run_dataset(
             "FedAvg": {"hidden": []},
             "FedMLH": {"num_tables": s["num_tables"], "num_buckets": s["num_buckets"], "hidden": []},
         },
-        dataset=str(data_dir / name),
+        dataset=str(folder),
         partition="fedmlh",
         num_frequent=s["num_frequent"],
         clients=10,
@@ -156,7 +157,13 @@ def main() -> None:
         default=[0],
         help="one run per seed; with several, rows carry the seed and a mean +- std table is added",
     )
-    ap.add_argument("--data-dir", type=Path, default=DATA)
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DATA if DATA.is_dir() else None,
+        help="a folder of datasets by name, searched first (default: the checkout's ../shared/data where it "
+        "exists); then where `fedkernels run --dataset NAME` looks (the data folder of `fedkernels data get`)",
+    )
     ap.add_argument("--datasets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     ap.add_argument("--append", action="store_true", help="keep the other datasets' results already in the JSON")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: no barrier waits on a busy machine)")
@@ -183,12 +190,14 @@ def main() -> None:
         full = {k: v for k, v in prev.get("runs", {}).items() if k.split("/")[0] not in args.datasets}
     t0 = time.perf_counter()
     for name in args.datasets:
-        if not (args.data_dir / name).is_dir():
-            print(f"skip {name}: {args.data_dir / name} not found")
+        found = find_dataset(name, args.data_dir)
+        if found is None:
+            where = " or ".join(str(r) for r in data_roots(args.data_dir))
+            print(f"skip {name}: not found in {where} (`fedkernels data get {name}` downloads it)")
             continue
         for seed in args.seeds:
             png = out.with_name(f"{out.stem}_{name}.png") if seed == args.seeds[0] else None
-            r, f = run_dataset(name, args.data_dir, args.rounds, seed, plot=png, local_epochs=args.local_epochs)
+            r, f = run_dataset(name, found.path, args.rounds, seed, plot=png, local_epochs=args.local_epochs)
             rows += [{**row, "seed": seed} for row in r]
             full[name if seed == args.seeds[0] else f"{name}/seed{seed}"] = f
             print(

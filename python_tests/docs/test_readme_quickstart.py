@@ -77,12 +77,14 @@ def test_quickstart_lines_are_what_the_makefile_and_cli_provide():
             pytest.fail(f"README quick start line {line!r} is not one this test can check")
 
 
-def walk_script(lines: list[str]) -> str:
-    """The block as one bash script, with the substitutions of the module docstring."""
+def walk_script(lines: list[str], demo_args: str | None = None) -> str:
+    """The block as one bash script, with the substitutions of the module docstring (``demo_args``: the
+    shorter demo the page names, default the README's)."""
+    demo_args = short_demo_args() if demo_args is None else demo_args
     out = ["set -euo pipefail"]
     for line in lines:
         if line.startswith("make demo"):
-            out.append(f'{line.replace("make demo", "make -o install demo", 1)} DEMO_ARGS="{short_demo_args()}"')
+            out.append(f'{line.replace("make demo", "make -o install demo", 1)} DEMO_ARGS="{demo_args}"')
         elif line.startswith("make test"):
             out.append(line.replace("make test", "make -n test", 1))
         else:
@@ -92,7 +94,9 @@ def walk_script(lines: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def test_quickstart_walks_in_a_fresh_clone(tmp_path):
+def walk_in_clone(tmp_path: Path, lines: list[str], demo_args: str | None = None) -> subprocess.CompletedProcess:
+    """Walk ``lines`` (:func:`walk_script`) in a ``git clone`` of this checkout under ``tmp_path``, whose
+    venv is the one running the tests; skips where that cannot be set up. Asserts the walk succeeded."""
     venv = Path(sys.prefix)
     if venv == Path(sys.base_prefix) or not (venv / "bin" / "fedkernels").exists():
         pytest.skip("needs the tests to run in a venv with fedkernels installed (make test's .venv)")
@@ -103,7 +107,7 @@ def test_quickstart_walks_in_a_fresh_clone(tmp_path):
     (clone / makefile_venv()).symlink_to(venv, target_is_directory=True)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     proc = subprocess.run(
-        ["bash", "-c", walk_script(quickstart_lines())],
+        ["bash", "-c", walk_script(lines, demo_args)],
         cwd=clone,
         env=env,
         capture_output=True,
@@ -113,3 +117,8 @@ def test_quickstart_walks_in_a_fresh_clone(tmp_path):
     assert proc.returncode == 0, f"quick start failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert (clone / "fedkernels-demo").is_dir(), "make demo wrote no fedkernels-demo/"
     assert "pytest" in proc.stdout  # make -n test printed the test command
+    return proc
+
+
+def test_quickstart_walks_in_a_fresh_clone(tmp_path):
+    walk_in_clone(tmp_path, quickstart_lines())

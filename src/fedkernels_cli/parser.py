@@ -16,7 +16,7 @@ examples:
   fedkernels data list                     # public datasets; `fedkernels data get NAME` downloads one
   fedkernels data get bibtex
   fedkernels run --dataset bibtex --algorithms FedAvg FedMLH --option FedMLH.num_buckets=40
-  fedkernels info                          # build facts and registered algorithms
+  fedkernels info                          # build facts and registered algorithms (--runtime: GPU, threads)
   fedkernels bench                         # the benchmarks of a checkout; `fedkernels bench NAME` runs one
 
 `fedkernels COMMAND --help` describes a command's options.
@@ -103,7 +103,18 @@ def parser() -> argparse.ArgumentParser:
         prog="fedkernels", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
     )
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="build facts and registered algorithms")
+    i = sub.add_parser(
+        "info",
+        help="build facts and registered algorithms",
+        description="Build facts (version, torch, CUDA kernels, CPU level, compiler) and registered algorithms, "
+        "read without loading torch.",
+    )
+    i.add_argument(
+        "--runtime",
+        action="store_true",
+        help="also load torch and the compiled module: the torch in use, whether a GPU is usable now, the "
+        "thread count, and the build facts as the module itself reports them (seconds)",
+    )
     b = sub.add_parser("bench", help="run bench/<name>.py of a checkout (no name: list them)")
     b.add_argument("name", nargs="?", default=None)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)

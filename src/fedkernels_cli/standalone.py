@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 # modules of fedkernels (paths below the package folder) that import only the standard library
-STANDALONE = ("data/remote.py", "data/locations.py")
+STANDALONE = ("data/remote.py", "data/locations.py", "_build_facts.py")
 
 
 def package_dir() -> Path:
@@ -24,6 +24,21 @@ def package_dir() -> Path:
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError("the fedkernels package is not installed")
     return Path(spec.origin).parent
+
+
+def compiled_module() -> Path | None:
+    """The file ``import fedkernels._C`` would load, or ``None`` if there is none. Found the way the import
+    system finds it (each finder asked with the package's search path: an editable install's redirect
+    included) without running the package."""
+    spec = importlib.util.find_spec("fedkernels")
+    if spec is None or spec.submodule_search_locations is None:
+        return None
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        found = find("fedkernels._C", spec.submodule_search_locations) if find is not None else None
+        if found is not None and found.origin:
+            return Path(found.origin)
+    return None
 
 
 def load(relpath: str) -> ModuleType:

@@ -1,4 +1,5 @@
-"""Build fedkernels._C into src/fedkernels for development (import with PYTHONPATH=src).
+"""Build fedkernels._C into src/fedkernels for development (import with PYTHONPATH=src), with the build
+record `fedkernels info` reads beside it (src/fedkernels/_build_info.json, cmake/build_info.cmake).
 
 Uses the running interpreter's torch. Set FK_CUDA=ON|OFF|AUTO and TORCH_CUDA_ARCH_LIST as for pip.
 Build files go to build/inplace-<cpu|cuda>, so repeated builds are incremental.
