@@ -199,9 +199,10 @@ def dirichlet_sample_partition(
     times with one. Client c's draws come from its own stream (seed, c): a client's rows do not depend
     on how many clients there are.
 
+    The labels come as CSR, ``indptr`` int64 ``[N + 1]`` and ``indices`` int64 ``[nnz]`` in ``[0, p)``.
+
     Args:
-        indptr, indices: the labels, CSR ``[N + 1]``, ``[nnz]``.
-        num_classes: p (labels lie in ``[0, p)``).
+        num_classes: p.
         num_clients: how many clients to draw (>= 1).
         beta: the Dirichlet concentration (> 0).
         fraction: the share of N each client draws, in ``(0, 1]`` (the authors' config: 0.75).
