@@ -1,8 +1,9 @@
 """Tables of the committed paper runs (bench/results/fl/paper/<preset>/<variant>/, slimmed by tools/results.py).
 
 For every variant folder: one row per algorithm with the seeds, the final, late-window and best value
-of the table's metric (per-client ``client-P@1`` where the run evaluated clients on their own held-out
-rows, else ``P@1``) as mean ± sample std, the per-seed final values, MB up / down per seed, and the
+of the table's metric (``client-shared-P@1``, every client's model on the shared test set, where the run
+reported it; else per-client ``client-P@1`` where the run evaluated clients on their own held-out rows;
+else ``P@1``) as mean ± sample std, the per-seed final values, MB up / down per seed, and the
 split statistics and strategy diagnostics of the first seed. docs/experiments.md quotes these tables.
 
     python -m bench.fl.paper_tables                       # every preset
@@ -32,8 +33,10 @@ def variant_rows(folder: Path, metric: str | None = None) -> tuple[list[dict], d
     runs = [json.loads(p.read_text()) for p in seeds]
     if not runs:
         return [], {}
-    per_client = any("client-P@1" in r["final"] for run in runs for r in run["results"])
-    metric = metric or ("client-P@1" if per_client else "P@1")
+    finals = [r["final"] for run in runs for r in run["results"]]
+    shared = any("client-shared-P@1" in f for f in finals)
+    per_client = any("client-P@1" in f for f in finals)
+    metric = metric or ("client-shared-P@1" if shared else "client-P@1" if per_client else "P@1")
     by_alg: dict[str, list[dict]] = {}
     for run in runs:
         for r in run["results"]:
@@ -47,9 +50,12 @@ def variant_rows(folder: Path, metric: str | None = None) -> tuple[list[dict], d
         up = [r["comm"]["total_up"] / 1e6 for r in group]
         down = [r["comm"]["total_down"] / 1e6 for r in group]
         # the table's other columns on the same footing as its metric (per client where it is per client)
-        prefix = "client-" if metric.startswith("client-") else ""
+        prefix = metric[: -len("P@1")] if metric.endswith("P@1") else ""
+        # beside a per-client metric: the other per-client form and the global model's P@1
+        others = ("client-P@1", "P@1") if prefix == "client-shared-" else ("client-shared-P@1", "P@1") if prefix else ()
         extra = {
-            k: _ms([r["final"][k] for r in group if k in r["final"]]) for k in (f"{prefix}P@3", f"{prefix}P@5", "MAP@R")
+            k: _ms([r["final"][k] for r in group if k in r["final"]])
+            for k in (f"{prefix}P@3", f"{prefix}P@5", *others, "MAP@R")
         }
         rows.append(
             {
@@ -82,7 +88,18 @@ def print_preset(preset: Path) -> None:
         split = {k: round(v, 3) for k, v in info["split"].items()}
         print(f"\n### {folder.name if folder != preset else '(preset)'}  split {split}")
         cols = ["algorithm", "seeds", "metric", "final", "late", "best", "per seed", "MB up", "MB down"]
-        extras = ("P@3", "P@5", "client-P@3", "client-P@5", "MAP@R")
+        extras = (
+            "P@3",
+            "P@5",
+            "client-P@3",
+            "client-P@5",
+            "client-shared-P@3",
+            "client-shared-P@5",
+            "client-shared-P@1",
+            "client-P@1",
+            "P@1",
+            "MAP@R",
+        )
         cols += [k for k in extras if any(k in r for r in rows)]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for r in rows:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from fedkernels.data import (
     dirichlet_partition,
+    dirichlet_sample_partition,
     fedmlh_partition,
     frequent_classes,
     iid_partition,
@@ -18,6 +19,7 @@ from fedkernels.data import (
     one_label_per_client,
     synthetic_multilabel,
 )
+from python_tests.reference.data_ref import dirichlet_sample_ref
 from python_tests.support.helpers import csr_from_lists
 
 
@@ -159,3 +161,49 @@ def test_synthetic_power_law_and_learnable():
     with pytest.raises(ValueError, match="labels_per_sample"):
         synthetic_multilabel(10, 4, 10, labels_per_sample=0.5)
     assert len(synthetic_multilabel(0, 4, 10)) == 0
+
+
+@given(
+    label_sets,
+    st.integers(1, 5),
+    st.sampled_from([0.1, 1.0, 100.0]),
+    st.sampled_from([0.3, 0.75, 1.0]),
+    st.integers(0, 2**32),
+)
+def test_dirichlet_sample_matches_the_reference(lp, num_clients, beta, fraction, seed):
+    p, labels = lp
+    indptr, indices = csr_from_lists(labels)
+    n = int(fraction * len(labels))
+    if n < 1:
+        with pytest.raises(ValueError, match="no sample"):
+            dirichlet_sample_partition(indptr, indices, p, num_clients, beta, fraction, seed)
+        return
+    shards = dirichlet_sample_partition(indptr, indices, p, num_clients, beta, fraction, seed)
+    want = dirichlet_sample_ref(labels, num_clients, beta, fraction, seed)
+    assert [s.rows.tolist() for s in shards] == want
+    for s in shards:
+        assert len(s) == n  # every client draws exactly floor(fraction * N) rows, repeats included
+        assert all(sorted(_labels_of(s, i)) == sorted(labels[r]) for i, r in enumerate(s.rows.tolist()))
+
+
+def test_dirichlet_sample_overlaps_and_skews():
+    d = synthetic_multilabel(num_samples=600, num_features=8, num_classes=20, seed=0)
+    wide = dirichlet_sample_partition(d.indptr, d.indices, 20, 5, 100.0, 0.75, seed=1)
+    skew = dirichlet_sample_partition(d.indptr, d.indices, 20, 5, 0.1, 0.75, seed=1)
+    from fedkernels.data import split_statistics
+
+    assert split_statistics(wide, 20)["copies_per_sample"] > 1.5  # 5 clients x 75%: samples are shared
+    assert split_statistics(skew, 20)["mean_pairwise_tv"] > split_statistics(wide, 20)["mean_pairwise_tv"] + 0.2
+    # a client's rows come from its own stream: more clients leave the first ones unchanged
+    fewer = dirichlet_sample_partition(d.indptr, d.indices, 20, 3, 0.1, 0.75, seed=1)
+    assert all(np.array_equal(a.rows, b.rows) for a, b in zip(fewer, skew, strict=False))
+
+
+def test_dirichlet_sample_errors():
+    indptr, indices = csr_from_lists([[0], [1], [0, 1]])
+    for kw, match in (({"beta": 0.0}, "beta"), ({"fraction": 0.0}, "fraction"), ({"fraction": 1.5}, "fraction")):
+        args = {"beta": 1.0, "fraction": 0.75, **kw}
+        with pytest.raises(ValueError, match=match):
+            dirichlet_sample_partition(indptr, indices, 2, 2, args["beta"], args["fraction"])
+    with pytest.raises(ValueError, match="num_clients"):
+        dirichlet_sample_partition(indptr, indices, 2, 0, 1.0)

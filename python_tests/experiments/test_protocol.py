@@ -95,6 +95,29 @@ def test_client_holdout_and_per_client_metrics():
     res = run_algorithm("FedAvg", cfg, data)
     assert "client-P@1" in res["final"] and "P@1" in res["late"] and "P@1" in res["best"]
     assert data.split["clients"] == 4 and data.split["copies_per_sample"] == 1.0
+    # every FedAvg client uses the global model: on the shared test set it scores the global P@k
+    for k in (1, 3, 5):
+        assert res["final"][f"client-shared-P@{k}"] == pytest.approx(res["final"][f"P@{k}"], abs=1e-7)
+
+
+def test_partial_exchange_reports_the_papers_evaluation_beside_the_others():
+    cfg = _cfg(client_test_fraction=0.25, algorithms=["PartialExchange"], ks=[1])
+    data = prepare_data(cfg)
+    res = run_algorithm("PartialExchange", cfg, data)
+    assert {"P@1", "client-P@1", "client-shared-P@1", "client-shared-nDCG@1"} <= set(res["final"])
+    rows = [r for r in res["history"] if r["metrics"]]
+    assert all("client-shared-P@1" in r["metrics"] for r in rows)
+
+
+def test_dirichlet_sample_partition_from_the_config():
+    cfg = _cfg(partition="dirichlet_sample", sample_fraction=0.5, beta=0.3)
+    data = prepare_data(cfg)
+    n = len(data.dataset.train)
+    assert [len(c) for c in data.clients] == [int(0.5 * n)] * 4
+    assert data.split["copies_per_sample"] > 1.0  # clients overlap
+    for bad in (0.0, 1.5, "0.5"):
+        with pytest.raises(ValueError, match="sample_fraction"):
+            _cfg(partition="dirichlet_sample", sample_fraction=bad).validate()
 
 
 def test_centralized_upper_bound_trains_on_the_pooled_original_labels():

@@ -141,14 +141,14 @@ def _reference_run(rounds: int, fraction: float, how: str = "norm", threshold: f
         fresh = {n for _, up in uploads for n in up}
         synced |= {c for c, _ in uploads}
         downs.append(down_bytes)
-    return s, glob, models, downs
+    return s, glob, models, downs, fresh, synced
 
 
 @pytest.mark.parametrize(
     "fraction, how, threshold", [(0.25, "norm", None), (0.5, "numel", None), (1.0, "rms", 0.05), (0.5, "norm", 1e9)]
 )
 def test_keep_unreceived_matches_the_hand_simulation(fraction, how, threshold):
-    s, glob, models, downs = _reference_run(3, fraction, how, threshold)
+    s, glob, models, downs, _, _ = _reference_run(3, fraction, how, threshold)
     s.run()
     for n, t in glob.items():
         torch.testing.assert_close(s.state[n], t, rtol=1e-5, atol=1e-6)
@@ -200,3 +200,24 @@ def test_resmlp_has_52_tensors():
     assert len([n for n in state if not n.startswith("server.")]) == 52
     with pytest.raises(ValueError, match="resmlp"):
         FedAvg(model="resmlp", hidden=(8, 8))
+
+
+@pytest.mark.parametrize("fraction, how", [(0.25, "numel"), (0.5, "norm")])
+def test_clients_on_the_shared_test_set_match_the_hand_simulation(fraction, how):
+    """The paper's evaluation: every client's model (its kept tensors with the fresh ones the server would
+    send over them; the whole global model for a client that never trained) ranks the same test rows."""
+    from python_tests.reference.fl_ref import clients_on_shared_test
+    from python_tests.support.fl_data import tiny_dataset
+
+    s, glob, models, _, fresh, synced = _reference_run(3, fraction, how)
+    s.run()
+    test = tiny_dataset(30, seed=99)
+    views = [{**models[c], **{n: glob[n] for n in fresh}} if c in synced else dict(glob) for c in range(4)]
+    with torch.no_grad():
+        scores = [s.strategy._model({n: t.float() for n, t in v.items()})(test.x) for v in views]
+    labels = [set(test.indices[test.indptr[i] : test.indptr[i + 1]].tolist()) for i in range(len(test))]
+    for k in (1, 3):
+        got = s.evaluate_clients_on(test, (k,), batch=7)  # several batches
+        want = clients_on_shared_test(scores, labels, k)
+        assert got[f"P@{k}"] == pytest.approx(want[f"P@{k}"], abs=1e-6)
+        assert got[f"nDCG@{k}"] == pytest.approx(want[f"nDCG@{k}"], abs=1e-6)

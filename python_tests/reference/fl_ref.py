@@ -30,6 +30,20 @@ def select(before: dict, after: dict, fraction: float, how: str = "norm", thresh
     return [names[i] for i in sorted(ranked)]
 
 
+def clients_on_shared_test(scores: list[torch.Tensor], labels: list[set[int]], k: int) -> dict[str, float]:
+    """The partial-exchange paper's evaluation, slowly: each client's class scores ``[N, p]`` of the same
+    test rows ranked (descending, ties to the smaller class), P@k and nDCG@k per client by the textbook
+    formulas, then the plain mean over the clients."""
+    from python_tests.reference.metrics_ref import ndcg_at_k, precision_at_k
+
+    out = {f"P@{k}": 0.0, f"nDCG@{k}": 0.0}
+    for sc in scores:
+        topk = [sorted(range(row.numel()), key=lambda c, row=row: (-float(row[c]), c))[:k] for row in sc]
+        out[f"P@{k}"] += precision_at_k(topk, labels, k) / len(scores)
+        out[f"nDCG@{k}"] += ndcg_at_k(topk, labels, k) / len(scores)
+    return out
+
+
 def weighted_mean(tensors: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
     total = sum(weights)
     return sum(w * t.double() for w, t in zip(weights, tensors, strict=True)) / total

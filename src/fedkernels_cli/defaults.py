@@ -8,7 +8,7 @@ from typing import Any
 
 METRIC_FAMILIES = ("P", "nDCG", "PSP", "PSnDCG", "R")  # as ``<family>@<k>`` in the reports
 
-PARTITIONS = ("fedmlh", "fedmlh_single", "dirichlet", "iid", "one_label", "primary_label")
+PARTITIONS = ("fedmlh", "fedmlh_single", "dirichlet", "dirichlet_sample", "iid", "one_label", "primary_label")
 
 # Per-algorithm options a run uses unless the config or --option says otherwise: linear models.
 # On the shipped data a hidden layer trained a few local epochs per round learns far slower than a
@@ -34,6 +34,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "partition": "fedmlh",
     "num_frequent": None,
     "beta": 0.5,
+    "sample_fraction": 0.75,
     "clients": 10,
     "clients_per_round": 4,
     "rounds": 20,

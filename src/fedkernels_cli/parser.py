@@ -29,7 +29,7 @@ RUN_FLAGS: dict[str, tuple[type, str]] = {
         "'synthetic', a file/folder (XC, libsvm, .npz), a shipped name (bibtex; see --data-dir) "
         "or one from `fedkernels data list`",
     ),
-    "partition": (str, "fedmlh | fedmlh_single | dirichlet | iid | one_label | primary_label"),
+    "partition": (str, "fedmlh | fedmlh_single | dirichlet | dirichlet_sample | iid | one_label | primary_label"),
     "rounds": (int, "federated rounds"),
     "clients": (int, "number of clients"),
     "clients_per_round": (int, "clients sampled per round"),
@@ -40,7 +40,7 @@ RUN_FLAGS: dict[str, tuple[type, str]] = {
     "seed": (int, "the run's one seed"),
     "feature_dim": (int, "hash features to this many buckets (XC data)"),
     "num_frequent": (int, "frequent classes (FedMLH split, freq/infreq metrics); default 10%% of classes"),
-    "beta": (float, "Dirichlet concentration (partition=dirichlet)"),
+    "beta": (float, "Dirichlet concentration (partition=dirichlet or dirichlet_sample)"),
     "eval_every": (int, "evaluate every this many rounds"),
     "max_test": (int, "evaluate on at most this many test samples"),
     "output": (str, "output folder (JSON, CSV, PNG)"),

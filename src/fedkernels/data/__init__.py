@@ -12,6 +12,7 @@ from .locations import data_dir, data_roots
 from .partition import (
     Shard,
     dirichlet_partition,
+    dirichlet_sample_partition,
     fedmlh_partition,
     frequent_classes,
     iid_partition,
@@ -46,6 +47,7 @@ __all__ = [
     "dataset_dir",
     "declared_shape",
     "dirichlet_partition",
+    "dirichlet_sample_partition",
     "fedmlh_partition",
     "fetch",
     "find_layout",

@@ -179,6 +179,60 @@ def dirichlet_partition(
     )
 
 
+def dirichlet_sample_partition(
+    indptr,
+    indices,
+    num_classes: int,
+    num_clients: int,
+    beta: float,
+    fraction: float = 0.75,
+    seed: int = 0,
+) -> list[Shard]:
+    """Label skew by sampling with replacement, as the partial-exchange authors' code deals data
+    (FL4Health's ``DirichletLabelBasedSampler``): clients overlap, unlike :func:`dirichlet_partition`.
+
+    Each client independently draws class shares ``q ~ Dirichlet(beta)`` over the primary-label groups
+    (a sample's most frequent label; samples without labels form one more group), then takes
+    ``ceil(q_g * n)`` samples of each group g, uniformly with replacement, where
+    ``n = floor(fraction * N)``; the draws, in group order, are cut to the first n. So every client
+    holds exactly n rows (repeats included), and a sample may sit with several clients or several
+    times with one. Client c's draws come from its own stream (seed, c): a client's rows do not depend
+    on how many clients there are.
+
+    The labels come as CSR, ``indptr`` int64 ``[N + 1]`` and ``indices`` int64 ``[nnz]`` in ``[0, p)``.
+
+    Args:
+        num_classes: p.
+        num_clients: how many clients to draw (>= 1).
+        beta: the Dirichlet concentration (> 0).
+        fraction: the share of N each client draws, in ``(0, 1]`` (the authors' config: 0.75).
+        seed: the seed of every client's stream.
+
+    Returns:
+        one :class:`Shard` per client; its ``rows`` ascending with repeats.
+    """
+    ip, ix = _csr(indptr, indices)
+    _check_clients(num_clients)
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
+    n_all = ip.size - 1
+    n = int(fraction * n_all)
+    if n < 1:
+        raise ValueError(f"fraction * N = {fraction} * {n_all} leaves a client no sample")
+    primary = _primary_labels(ip, ix, num_classes)
+    groups = [np.flatnonzero(primary == g) for g in np.unique(primary)]
+    shards = []
+    for c in range(int(num_clients)):
+        rng = numpy_rng(seed, "dirichlet-sample", c)
+        q = rng.dirichlet(np.full(len(groups), float(beta)))
+        take = [rng.integers(0, g.size, size=int(np.ceil(share * n))) for g, share in zip(groups, q, strict=True)]
+        rows = np.concatenate([g[t] for g, t in zip(groups, take, strict=True)])[:n]
+        shards.append(_full_shard(np.sort(rows), ip, ix))
+    return shards
+
+
 def primary_label_partition(indptr, indices, num_classes: int, client_size: int, seed: int = 0) -> list[Shard]:
     """Many small clients with few labels each (the FedSS paper's regime: each user holds a handful of
     classes): every sample goes to the group of its primary label (its most frequent label, ties to

@@ -72,12 +72,16 @@ class ExperimentConfig:
     test_fraction: float = RUN_DEFAULTS["test_fraction"]
     """The share of the samples held out as the test set (datasets without an official test split)."""
     partition: str = RUN_DEFAULTS["partition"]
-    """How the training set is dealt to clients: fedmlh, fedmlh_single, dirichlet, iid, one_label or
-    primary_label."""
+    """How the training set is dealt to clients: fedmlh, fedmlh_single, dirichlet, dirichlet_sample (each
+    client samples with replacement, so clients overlap: :func:`fedkernels.data.dirichlet_sample_partition`),
+    iid, one_label or primary_label."""
     num_frequent: int | None = RUN_DEFAULTS["num_frequent"]
     """The frequent classes (FedMLH's split, the freq/infreq metrics); unset: 10% of the classes."""
     beta: float = RUN_DEFAULTS["beta"]
-    """Dirichlet concentration (partition ``dirichlet``)."""
+    """Dirichlet concentration (partitions ``dirichlet`` and ``dirichlet_sample``)."""
+    sample_fraction: float = RUN_DEFAULTS["sample_fraction"]
+    """Partition ``dirichlet_sample``: the share of the training set each client draws (with replacement;
+    0.75 as in the partial-exchange authors' config)."""
     clients: int = RUN_DEFAULTS["clients"]
     """Number of clients."""
     clients_per_round: int = RUN_DEFAULTS["clients_per_round"]
@@ -232,6 +236,8 @@ class ExperimentConfig:
             raise ValueError(f"test_fraction must lie in (0, 1), got {self.test_fraction!r}")
         if not self.beta > 0:
             raise ValueError(f"beta must be > 0, got {self.beta!r}")
+        if not 0 < self.sample_fraction <= 1:
+            raise ValueError(f"sample_fraction must lie in (0, 1], got {self.sample_fraction!r}")
         for name in ("feature_dim", "num_frequent", "max_test", "threads"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

@@ -61,6 +61,7 @@ __all__ = [
     "concat_clients",
     "config_keys",
     "evaluate_held_out",
+    "evaluate_shared_test",
     "hold_out_per_client",
     "late_window_means",
     "load_config",
@@ -73,6 +74,10 @@ __all__ = [
     "run_algorithm",
     "run_centralized",
 ]
+
+
+SHARED = "client-shared-"
+"""The prefix of the metrics of every client's model on the shared test set (:func:`evaluate_shared_test`)."""
 
 
 class AllClientsFailed(RuntimeError):
@@ -205,6 +210,7 @@ def _after_round(server: Server, rec: RoundRecord, cfg: ExperimentConfig, data: 
         )
         if data.held_out is not None:
             rec.metrics.update({f"client-{k}": v for k, v in evaluate_held_out(server, data.held_out, cfg).items()})
+            rec.metrics.update({f"{SHARED}{k}": v for k, v in evaluate_shared_test(server, data.test, cfg).items()})
         embedded = server.strategy.embed(server.state, data.test.x.to(server.device)) if cfg.retrieval else None
         if embedded is not None:
             rec.metrics["MAP@R"] = map_at_r(embedded.cpu(), data.test.indptr, data.test.indices)
@@ -230,6 +236,15 @@ def evaluate_held_out(server: Server, held_out: list[ClientData], cfg: Experimen
         for k, v in got.items():
             sums[k] = sums.get(k, 0.0) + len(data) * v
     return {k: v / total for k, v in sums.items()} if total else {}
+
+
+def evaluate_shared_test(server: Server, test: ClientData, cfg: ExperimentConfig) -> dict[str, float]:
+    """Every client's model on the shared test set, the mean over the clients
+    (:meth:`~fedkernels.fl.Server.evaluate_clients_on`; reported as ``client-shared-P@k``). Under secure
+    aggregation the server never sees a client's model, so nothing is reported."""
+    if getattr(getattr(server, "privacy", None), "secagg", False):
+        return {}
+    return server.evaluate_clients_on(test, tuple(cfg.ks))
 
 
 def late_window_means(history: list[RoundRecord], window: float, rounds: int) -> dict[str, float]:

@@ -151,6 +151,7 @@ def field_checks() -> dict[str, Callable[[object], None]]:
         "partition": _text("partition"),
         "num_frequent": _int_in("num_frequent", 1, MAX_DIM, optional=True),
         "beta": _positive_real("beta"),
+        "sample_fraction": _positive_real("sample_fraction"),
         "clients": _int_in("clients", 1, max_clients()),
         "clients_per_round": _int_in("clients_per_round", 1, MAX_ROUNDS),
         "rounds": _int_in("rounds", 1, MAX_ROUNDS),

@@ -14,6 +14,7 @@ import torch
 from ..data import (
     Dataset,
     dirichlet_partition,
+    dirichlet_sample_partition,
     fedmlh_partition,
     frequent_classes,
     iid_partition,
@@ -95,6 +96,10 @@ def prepare_data(run: ResolvedRun | ExperimentConfig) -> PreparedData:
         shards = fedmlh_partition(tr.indptr, tr.indices, p, cfg.clients, num_frequent, cfg.seed, single)
     elif cfg.partition == "dirichlet":
         shards = dirichlet_partition(tr.indptr, tr.indices, p, cfg.clients, cfg.beta, cfg.seed)
+    elif cfg.partition == "dirichlet_sample":
+        shards = dirichlet_sample_partition(
+            tr.indptr, tr.indices, p, cfg.clients, cfg.beta, cfg.sample_fraction, cfg.seed
+        )
     elif cfg.partition == "primary_label":
         shards = primary_label_partition(tr.indptr, tr.indices, p, cfg.client_size, cfg.seed)
     elif cfg.partition == "iid":

@@ -9,6 +9,19 @@ from typing import Any
 SEED_METRICS = ("P@1", "P@3", "P@5")
 
 
+def default_metrics(runs: list[list[dict[str, Any]]]) -> tuple[str, ...]:
+    """The metrics a seed table shows: P@1, P@3, P@5; where the runs evaluated each client on its own
+    held-out rows, their per-client forms ``client-P@k`` instead, led by every client's model on the
+    shared test set (``client-shared-P@k``, where reported) and followed by the global model's P@1."""
+    finals = [r["final"] for results in runs for r in results]
+    if not any("client-P@1" in f for f in finals):
+        return SEED_METRICS
+    per_client = tuple(f"client-{m}" for m in SEED_METRICS)
+    if not any("client-shared-P@1" in f for f in finals):
+        return per_client
+    return (*(f"client-shared-{m}" for m in SEED_METRICS), *per_client, "P@1")
+
+
 def seed_summary(
     runs: list[list[dict[str, Any]]], paper: dict[str, float] | None = None, metrics: tuple[str, ...] | None = None
 ) -> list[dict[str, Any]]:
@@ -17,8 +30,7 @@ def seed_summary(
     Args:
         runs: one list of :func:`~fedkernels.experiments.run_algorithm` results per seed.
         paper: algorithm -> the paper's P@1 in percent (a preset's ``p_at_1``), shown beside ours.
-        metrics: the final metrics to aggregate (default: P@1, P@3, P@5, or their per-client forms
-            ``client-P@k`` where the runs evaluated each client on its own held-out rows).
+        metrics: the final metrics to aggregate (default: :func:`default_metrics`).
 
     Returns:
         rows with ``algorithm``, ``seeds``, ``<metric> mean`` and ``<metric> std`` (sample standard
@@ -26,8 +38,7 @@ def seed_summary(
         ``paper P@1`` (a fraction, ``None`` where the paper has no number). Algorithms appear in first-seen order.
     """
     if metrics is None:
-        per_client = any("client-P@1" in r["final"] for results in runs for r in results)
-        metrics = tuple(f"client-{m}" for m in SEED_METRICS) if per_client else SEED_METRICS
+        metrics = default_metrics(runs)
     order: list[str] = []
     by_alg: dict[str, list[dict[str, Any]]] = {}
     for results in runs:

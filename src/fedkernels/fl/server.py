@@ -343,12 +343,23 @@ class Server:
         metrics, failed, _ = ev.aggregate_evaluation(reports, ks, inv_propensity is not None)
         return metrics, failed
 
+    def client_topk(self, client: int, x: torch.Tensor, k: int) -> torch.Tensor:
+        """The top ``k`` classes (int64 ``[N, k]``) of rows ``x`` (on the run's device) under the model client
+        ``client`` would use now: its personalised model (a strategy's ``predict_topk_client``), the tensors
+        it kept merged with what the server would send it (stateful clients: ``client_view``), else the
+        global model."""
+        if self.strategy.stateful_clients:
+            download = self.strategy.client_payload(self.state, client, None, self.round, 0)
+            memory = self.local_clients[client].memory
+            view = self.strategy.client_view(download, None if memory is None else to_device(memory, self.device))
+            return self.strategy.predict_topk(view, x, k)
+        personal = self.strategy.predict_topk_client(self.state, client, x, k)
+        return personal if personal is not None else self.strategy.predict_topk(self.state, x, k)
+
     def evaluate_clients(self, held_out: list[ClientData], ks: tuple[int, ...] | None = None) -> dict[str, float]:
         """Per-client evaluation in this process: client c ranks its own ``held_out[c]`` with the model it
-        would use now: its personalised model (a strategy's ``predict_topk_client``), the tensors it kept
-        merged with what the server would send it (stateful clients: ``client_view``), else the global
-        model. Returns P@k and nDCG@k as example-weighted means over the clients (empty when no client
-        holds a test row)."""
+        would use now (:meth:`client_topk`). Returns P@k and nDCG@k as example-weighted means over the
+        clients (empty when no client holds a test row)."""
         if len(held_out) != len(self.clients):
             raise ValueError(f"held_out must hold one set per client ({len(self.clients)}), got {len(held_out)}")
         ks = ev.evaluation_ks(ks or self.config.eval_k, held_out[0].num_classes)
@@ -358,18 +369,42 @@ class Server:
             if not len(data) or not ks:
                 continue
             data = data.to(self.device)
-            if self.strategy.stateful_clients:
-                download = self.strategy.client_payload(self.state, c, None, self.round, 0)
-                memory = self.local_clients[c].memory
-                view = self.strategy.client_view(download, None if memory is None else to_device(memory, self.device))
-                topk = self.strategy.predict_topk(view, data.x, max(ks))
-            else:
-                personal = self.strategy.predict_topk_client(self.state, c, data.x, max(ks))
-                topk = personal if personal is not None else self.strategy.predict_topk(self.state, data.x, max(ks))
-            got = ranking_metrics(topk, data.indptr, data.indices, ks)
+            got = ranking_metrics(self.client_topk(c, data.x, max(ks)), data.indptr, data.indices, ks)
             total += len(data)
             sums = [s + len(data) * got[n] for s, n in zip(sums, names, strict=True)]
         return {n: v / total for n, v in zip(names, sums, strict=True)} if total else {}
+
+    def evaluate_clients_on(
+        self, test: ClientData, ks: tuple[int, ...] | None = None, batch: int = 4096
+    ) -> dict[str, float]:
+        """Every client's model on one shared ``test`` set (the partial-exchange paper's evaluation: "every
+        client is evaluated on the test set"): client c ranks all of ``test`` with the model it would use
+        now (:meth:`client_topk`), in batches of ``batch`` rows. Returns P@k, nDCG@k and R@k as the mean
+        over the clients (each ranks the same rows); empty when ``test`` has no rows. A batch that a
+        client ranks with the global model is ranked once for all such clients."""
+        ks = ev.evaluation_ks(ks or self.config.eval_k, test.num_classes)
+        names = ev.metric_names(ks)
+        if not len(test) or not ks or not self.clients:
+            return {}
+        k, bounds = max(ks), [(i, min(i + batch, len(test))) for i in range(0, len(test), batch)]
+        xs = [slice_rows(test.x, i, j) for i, j in bounds]
+        glob: dict[int, torch.Tensor] = {}
+        sums = [0.0] * len(names)
+        for c in range(len(self.clients)):
+            parts = []
+            for b, rows in enumerate(xs):
+                x = rows.to(self.device)
+                personal = (
+                    self.client_topk(c, x, k)
+                    if self.strategy.stateful_clients
+                    else self.strategy.predict_topk_client(self.state, c, x, k)
+                )
+                if personal is None and b not in glob:
+                    glob[b] = self.strategy.predict_topk(self.state, x, k)
+                parts.append((glob[b] if personal is None else personal).cpu())
+            got = ranking_metrics(torch.cat(parts), test.indptr, test.indices, ks)
+            sums = [s + got[n] for s, n in zip(sums, names, strict=True)]
+        return {n: v / len(self.clients) for n, v in zip(names, sums, strict=True)}
 
     def run(
         self,
