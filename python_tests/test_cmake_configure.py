@@ -1,10 +1,12 @@
 """CMakeLists.txt configures without warnings against the running interpreter's torch (docs/install.md):
 torch's CMake files no longer warn that kineto is missing, and _C has no build-tree RPATH, so CMake no
-longer warns that torch/lib's libgomp.so.1 may hide the system one. Configure only (seconds): nothing
-is compiled."""
+longer warns that torch/lib's libgomp.so.1 may hide the system one. The torch headers are precompiled
+for exactly the units that include them (cmake/torch_pch.cmake). Configure only (seconds, once):
+nothing is compiled."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from python_tests.support.paths import ROOT
+from tools.ci import cross_compile_aarch64 as cross
 
 BIN = str(Path(sys.executable).parent)
 CMAKE = shutil.which("cmake", path=BIN) or shutil.which("cmake")
@@ -23,8 +26,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def test_configure_prints_no_cmake_warning_and_sets_no_build_rpath(tmp_path):
-    build = tmp_path / "build"
+@pytest.fixture(scope="module")
+def configured(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+    """The project configured as make and pip do, into a fresh build dir: (the configure run, the build dir)."""
+    build = tmp_path_factory.mktemp("cmake") / "build"
     proc = subprocess.run(
         [
             str(CMAKE),
@@ -43,10 +48,57 @@ def test_configure_prints_no_cmake_warning_and_sets_no_build_rpath(tmp_path):
         text=True,
         timeout=300,
     )
+    return proc, build
+
+
+def test_configure_prints_no_cmake_warning_and_sets_no_build_rpath(configured):
+    proc, build = configured
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "CMake Warning" not in out, out
     assert "Found Torch" in out  # the warnings came from find_package(Torch) and the module's link
-    link = [line for line in (build / "build.ninja").read_text().splitlines() if "LINK_LIBRARIES" in line]
-    assert link and not any("-rpath" in line for line in link), link
+    link = link_libraries(build, "_C")
+    assert link and "-rpath" not in link, link
     assert "kineto" not in (build / "CMakeCache.txt").read_text()  # no path of this venv cached for it
+
+
+def link_libraries(build: Path, target: str) -> str:
+    """The LINK_LIBRARIES line of `target`'s link step in build.ninja ("" if there is none)."""
+    rule = False
+    for line in (build / "build.ninja").read_text().splitlines():
+        if line.startswith("build "):
+            rule = re.search(rf"_LINKER__{target}_(Release|Debug|RelWithDebInfo|MinSizeRel)\b", line) is not None
+        elif rule and line.startswith("  LINK_LIBRARIES = "):
+            return line
+    return ""
+
+
+def compile_flags(build: Path, target: str) -> dict[str, str]:
+    """Each C++ unit of `target` (its source path, as build.ninja names it) -> its FLAGS line."""
+    flags: dict[str, str] = {}
+    source = None
+    for line in (build / "build.ninja").read_text().splitlines():
+        m = re.match(rf"build CMakeFiles/{target}\.dir/\S+\.o: CXX_COMPILER__{target}_\w+ (\S+)", line)
+        if m:
+            source = m.group(1)
+        elif source and line.startswith("  FLAGS = "):
+            flags[source] = line
+            source = None
+        elif not line.startswith("  "):
+            source = None
+    return flags
+
+
+def test_exactly_the_units_that_include_torch_load_its_precompiled_headers(configured):
+    proc, build = configured
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    flags = compile_flags(build, "_C")
+    assert sorted(flags) == sorted(str(src) for src in cross.sources())
+    # the rule of the aarch64 check (which precompiles the same headers): a unit that includes no
+    # torch header, itself or through csrc/, would only pay for loading them
+    uses = {str(src): cross.uses_torch(src) for src in cross.sources()}
+    assert any(uses.values()) and not all(uses.values())
+    wrong = [src for src, line in flags.items() if ("cmake_pch.hxx" in line) != uses[src]]
+    assert not wrong, wrong
+    pch = (build / "CMakeFiles" / "_C.dir" / "cmake_pch.hxx").read_text()
+    assert all(f"#include <{header}>" in pch for header in cross.PCH_HEADERS), pch

@@ -10,29 +10,22 @@
 #include "common/cpu_isa.h"
 #include "prox/prox.h"
 #include "prox/prox_checks.h"
+#include "prox/tv1d_direct_levels.h"
 
 namespace fedkernels {
 
-// The direct scan per dtype and CPU level (common/cpu_isa.h), as plain functions: the avx2 build of
-// the scalar loop runs faster with VEX encoding. Scalar IEEE operations in the same order and
-// no FMA, so both levels give the same bits. flatten inlines the template body into each.
-#define FK_TV_DIRECT(ATTR, NAME, T)                                                                          \
-  ATTR __attribute__((flatten)) static TvStatus NAME(const T* z, T* u, int64_t n, double lam, bool anchored, \
-                                                     TvResume& resume) {                                     \
-    return tv1d_direct_row(z, u, n, lam, anchored, tv_direct_budget(n), resume);                             \
-  }
-FK_TV_DIRECT(, tv_direct_generic, float)
-FK_TV_DIRECT(, tv_direct_generic, double)
-#if FK_X86_LEVELS
-FK_TV_DIRECT(FK_TARGET_AVX2, tv_direct_avx2, float)
-FK_TV_DIRECT(FK_TARGET_AVX2, tv_direct_avx2, double)
-#endif
-#undef FK_TV_DIRECT
+// The direct scan per CPU level (common/cpu_isa.h): the x86 levels' build is tv1d_direct_body_x86.h's
+// instance (tv1d_direct_levels.h), the generic one is here; flatten inlines the template body into it.
+template <typename T>
+__attribute__((flatten)) static TvStatus tv_direct_generic(const T* z, T* u, int64_t n, double lam, bool anchored,
+                                                           TvResume& resume) {
+  return tv1d_direct_row(z, u, n, lam, anchored, tv_direct_budget(n), resume);
+}
 
 template <typename T>
 static TvStatus tv_direct(CpuIsa isa, const T* z, T* u, int64_t n, double lam, bool anchored, TvResume& resume) {
 #if FK_X86_LEVELS
-  if (isa >= CpuIsa::avx2) return tv_direct_avx2(z, u, n, lam, anchored, resume);
+  if (isa >= CpuIsa::avx2) return prox_cpu::avx2::direct_row(z, u, n, lam, anchored, resume);
 #endif
   return tv_direct_generic(z, u, n, lam, anchored, resume);
 }

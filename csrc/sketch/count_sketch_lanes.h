@@ -37,4 +37,20 @@ void sketch_lanes_transpose_in(const float* x, int64_t p, int64_t nc, float* xt)
 // 0.
 void sketch_lanes_transpose_out(float* acc, int64_t nb, float div, float* dst, int64_t dst_stride);
 
+#if FK_X86_LEVELS
+// The vector levels' table pass (count_sketch_lanes_avx2.cpp, count_sketch_lanes_avx512.cpp: each the
+// level's instance of count_sketch_lanes_body_x86.h), sketch_lanes_table's contract: floats in adds
+// of the level's width (avx512's is the wide pass), doubles four at a time.
+namespace sketch_lanes {
+namespace avx2 {
+void table(const float* xt, int64_t nc, const int32_t* tcol, const int8_t* scol, int64_t r, float* acc);
+void table(const double* xt, int64_t nc, const int32_t* tcol, const int8_t* scol, int64_t r, double* acc);
+}  // namespace avx2
+namespace avx512 {
+void table(const float* xt, int64_t nc, const int32_t* tcol, const int8_t* scol, int64_t r, float* acc);
+void table(const double* xt, int64_t nc, const int32_t* tcol, const int8_t* scol, int64_t r, double* acc);
+}  // namespace avx512
+}  // namespace sketch_lanes
+#endif
+
 }  // namespace fedkernels
