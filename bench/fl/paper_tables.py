@@ -49,7 +49,8 @@ def variant_rows(folder: Path, metric: str | None = None) -> tuple[list[dict], d
         # the table's other columns on the same footing as its metric (per client where it is per client)
         prefix = "client-" if metric.startswith("client-") else ""
         extra = {
-            k: _ms([r["final"][k] for r in group if k in r["final"]]) for k in (f"{prefix}P@3", f"{prefix}P@5", "MAP@R")
+            k: _ms([r["final"][k] for r in group if k in r["final"]])
+            for k in (f"{prefix}P@3", f"{prefix}P@5", "MAP@R", "rMAP@10")
         }
         rows.append(
             {
@@ -82,7 +83,7 @@ def print_preset(preset: Path) -> None:
         split = {k: round(v, 3) for k, v in info["split"].items()}
         print(f"\n### {folder.name if folder != preset else '(preset)'}  split {split}")
         cols = ["algorithm", "seeds", "metric", "final", "late", "best", "per seed", "MB up", "MB down"]
-        extras = ("P@3", "P@5", "client-P@3", "client-P@5", "MAP@R")
+        extras = ("P@3", "P@5", "client-P@3", "client-P@5", "MAP@R", "rMAP@10")
         cols += [k for k in extras if any(k in r for r in rows)]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for r in rows:

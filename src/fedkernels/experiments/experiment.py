@@ -22,7 +22,7 @@ from ..fl.registry import make_strategy
 from ..fl.server import Server, record_from_json
 from ..fl.strategy import Strategy
 from ..fl.types import ClientData, RoundRecord
-from ..metrics import communication_summary, map_at_r
+from ..metrics import communication_summary, retrieval_map
 from .checkpoints import checkpoint_path, run_options
 from .configuration import (
     ExperimentConfig,
@@ -43,10 +43,15 @@ from .preparation import (
     prepare_data,
 )
 
+RETRIEVAL_CUTOFF = 10
+"""The fixed cutoff of the retrieval metric reported beside MAP@R (``rMAP@10``: the FedSS paper's
+"MAP@R with R = 10", :func:`~fedkernels.metrics.retrieval_map_at_k`)."""
+
 # this module's names and, re-exported, the configuration's and the preparation's (their import paths
 # from before the split)
 __all__ = [
     "DEFAULT_OPTIONS",
+    "RETRIEVAL_CUTOFF",
     "AllClientsFailed",
     "ExperimentConfig",
     "PreparedData",
@@ -194,7 +199,9 @@ def _after_round(server: Server, rec: RoundRecord, cfg: ExperimentConfig, data: 
             rec.metrics.update({f"client-{k}": v for k, v in evaluate_held_out(server, data.held_out, cfg).items()})
         embedded = server.strategy.embed(server.state, data.test.x.to(server.device)) if cfg.retrieval else None
         if embedded is not None:
-            rec.metrics["MAP@R"] = map_at_r(embedded.cpu(), data.test.indptr, data.test.indices)
+            got = retrieval_map(embedded.cpu(), data.test.indptr, data.test.indices, (RETRIEVAL_CUTOFF,))
+            rec.metrics["MAP@R"] = got["MAP@R"]
+            rec.metrics[f"rMAP@{RETRIEVAL_CUTOFF}"] = got[f"MAP@{RETRIEVAL_CUTOFF}"]
 
 
 def evaluate_held_out(server: Server, held_out: list[ClientData], cfg: ExperimentConfig) -> dict[str, float]:
