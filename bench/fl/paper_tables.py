@@ -55,7 +55,7 @@ def variant_rows(folder: Path, metric: str | None = None) -> tuple[list[dict], d
         others = ("client-P@1", "P@1") if prefix == "client-shared-" else ("client-shared-P@1", "P@1") if prefix else ()
         extra = {
             k: _ms([r["final"][k] for r in group if k in r["final"]])
-            for k in (f"{prefix}P@3", f"{prefix}P@5", *others, "MAP@R")
+            for k in (f"{prefix}P@3", f"{prefix}P@5", *others, "MAP@R", "rMAP@10")
         }
         rows.append(
             {
@@ -99,6 +99,7 @@ def print_preset(preset: Path) -> None:
             "client-P@1",
             "P@1",
             "MAP@R",
+            "rMAP@10",
         )
         cols += [k for k in extras if any(k in r for r in rows)]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))

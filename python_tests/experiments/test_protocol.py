@@ -1,5 +1,6 @@
 """The papers' protocol knobs: uniform 1/S averaging, late-window means, split statistics, per-client
-held-out evaluation, the centralised upper bound, the label prior and gamma relative to the run's g0."""
+held-out evaluation, the centralised upper bound, the label prior, gamma relative to the run's g0 and
+the retrieval metrics (MAP@R and the fixed-cutoff MAP@10)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from fedkernels.data import Shard, split_statistics
 from fedkernels.experiments.experiment import (
+    RETRIEVAL_CUTOFF,
     ExperimentConfig,
     late_window_means,
     prepare_data,
@@ -199,3 +201,14 @@ def test_split_statistics_at_a_huge_label_space_is_sparse() -> None:
     ]
     st_ = split_statistics(shards, 312330)
     assert st_["mean_pairwise_tv"] == pytest.approx(1.0) and st_["clients"] == 10000
+
+
+def test_retrieval_reports_map_at_r_and_map_at_10_of_the_final_model():
+    cfg = _cfg(algorithms=["FedSS"], retrieval=True, eval_every=1)
+    data = prepare_data(cfg)
+    res = run_algorithm("FedSS", cfg, data)
+    for key in ("MAP@R", f"rMAP@{RETRIEVAL_CUTOFF}"):
+        assert 0.0 <= res["final"][key] <= 1.0 and key in res["late"] and key in res["best"]
+    assert RETRIEVAL_CUTOFF == 10  # the FedSS paper's cutoff
+    plain = run_algorithm("FedSS", _cfg(algorithms=["FedSS"]), prepare_data(_cfg(algorithms=["FedSS"])))
+    assert "MAP@R" not in plain["final"] and "rMAP@10" not in plain["final"]

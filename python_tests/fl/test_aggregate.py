@@ -1,4 +1,5 @@
-"""Server aggregation on the compiled ops, against the float64 loops of reference/aggregate_ref.py."""
+"""Server aggregation on the compiled ops, against the float64 loops of reference/aggregate_ref.py
+(FedSS's Algorithm 1 row update against the paper's line 12 written out)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedkernels.fl.aggregate import weighted_average, weighted_rows_mean
+from fedkernels.fl.aggregate import weighted_average, weighted_rows_mean, weighted_rows_update
 from fedkernels.fl.algorithms.fedavg import weighted_average as fedavg_weighted_average
 from python_tests.reference import aggregate_ref
 
@@ -99,3 +100,67 @@ def test_weighted_rows_mean_matches_reference(seed, n, d, counts, weights):
 def test_weighted_rows_mean_bad_input():
     with pytest.raises(ValueError, match="one entry per client"):
         weighted_rows_mean(torch.zeros(2, 2), [torch.tensor([0])], [], [1.0])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    n=st.integers(1, 12),
+    d=st.integers(1, 5),
+    counts=st.lists(st.integers(0, 6), min_size=1, max_size=5),
+    weights=st.lists(st.sampled_from([0.0, 1.0, 3.0, 10.0]), min_size=5, max_size=5),
+    distinct=st.booleans(),
+)
+def test_weighted_rows_update_is_algorithm_1(seed, n, d, counts, weights, distinct):
+    g = torch.Generator().manual_seed(seed)
+    table = torch.randn(n, d, generator=g)
+    if distinct:  # what honest FedSS clients send (their requests are unique)
+        ids = [torch.randperm(n, generator=g)[: min(c, n)] for c in counts]
+    else:
+        ids = [torch.randint(0, n, (c,), generator=g) for c in counts]
+    rows = [torch.randn(i.numel(), d, generator=g) for i in ids]
+    w = weights[: len(counts)]
+    got = weighted_rows_update(table, ids, rows, w)
+    want = aggregate_ref.weighted_rows_update(table, ids, rows, w)
+    assert got.dtype == table.dtype and got.shape == table.shape
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    sent = {r for i, wk in zip(ids, w, strict=True) if wk > 0 for r in i.tolist()}
+    untouched = [r for r in range(n) if r not in sent]
+    assert torch.equal(got[untouched], table[untouched])  # same bits
+
+
+def test_weighted_rows_update_against_the_senders_mean():
+    # row 0 sent by both clients, row 1 by the first (weight 1 of 4), row 2 by nobody
+    table = torch.zeros(3, 2)
+    ids = [torch.tensor([0, 1]), torch.tensor([0])]
+    rows = [torch.tensor([[4.0, 4.0], [8.0, 8.0]]), torch.tensor([[0.0, 0.0]])]
+    got = weighted_rows_update(table, ids, rows, [1.0, 3.0])
+    torch.testing.assert_close(got, torch.tensor([[1.0, 1.0], [2.0, 2.0], [0.0, 0.0]]))
+    mean = weighted_rows_mean(table, ids, rows, [1.0, 3.0])  # the senders' rule moves row 1 all the way
+    torch.testing.assert_close(mean, torch.tensor([[1.0, 1.0], [8.0, 8.0], [0.0, 0.0]]))
+    # every client sends every row: the two rules agree
+    full = [torch.tensor([0, 1, 2]), torch.tensor([2, 0, 1])]
+    src = [torch.randn(3, 2, generator=torch.Generator().manual_seed(s)) for s in (1, 2)]
+    torch.testing.assert_close(
+        weighted_rows_update(table, full, src, [1.0, 3.0]), weighted_rows_mean(table, full, src, [1.0, 3.0])
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        (([torch.tensor([0])], [], [1.0]), ValueError, "one entry per client"),
+        (([torch.tensor([0])], [torch.ones(1, 2)], [-1.0]), ValueError, "weights"),
+        (([torch.tensor([0])], [torch.ones(1, 2)], [float("inf")]), ValueError, "weights"),
+        (([torch.tensor([5])], [torch.ones(1, 2)], [1.0]), IndexError, "must lie in"),
+    ],
+)
+def test_weighted_rows_update_bad_input(args, error, match):
+    with pytest.raises(error, match=match):
+        weighted_rows_update(torch.zeros(2, 2), *args)
+
+
+def test_weighted_rows_update_no_weight_moves_nothing():
+    table = torch.randn(4, 3)
+    got = weighted_rows_update(table, [torch.tensor([1, 2])], [torch.ones(2, 3)], [0.0])
+    assert torch.equal(got, table)

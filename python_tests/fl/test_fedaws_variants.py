@@ -1,13 +1,14 @@
 """FedAwS / FedALC variants of the papers: the unhinged -d^2 regulariser, the unnormalised count - cooc
-weights, the papers' FedAvg and FedAvg-fixed baselines and the kNN-alpha diagnostics."""
+weights, the papers' FedAvg and FedAvg-fixed baselines, the kNN-alpha diagnostics and FedALC's
+correlation-placed initial embeddings (the ablation of its cause)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from fedkernels.fl import FedALC, FedAvgFixed, FedAvgPositive, FedAwS, RunConfig, Server, TrainConfig
-from fedkernels.fl.algorithms.fedaws import ROW_SCALE, class_pair_weights, pair_weights_of
+from fedkernels.fl import ClientData, FedALC, FedAvgFixed, FedAvgPositive, FedAwS, RunConfig, Server, TrainConfig
+from fedkernels.fl.algorithms.fedaws import INIT_W, ROW_SCALE, FedALCFixed, class_pair_weights, pair_weights_of
 from fedkernels.nn.spreadout import spreadout_objective
 from fedkernels.ops.spread import PairWeights
 from python_tests.reference.fl_ref import spread_objective
@@ -97,3 +98,52 @@ def test_str_secret_is_its_utf8_bytes():
         torch.testing.assert_close(a.state[name], b.state[name], rtol=0, atol=0)
     with pytest.raises((TypeError, ValueError)):
         FedALC(client_secret=123)  # type: ignore[arg-type]
+
+
+def _correlated_clients():
+    # clients 0 and 1 hold the same 20 instances (labels 0 and 1 always together); 2, 3, 4 their own
+    clients = one_label_clients(5)
+    clients[1] = ClientData(clients[0].x.clone(), clients[1].indptr, clients[1].indices, clients[1].num_classes)
+    return clients
+
+
+def _init_server(init: str) -> Server:
+    cfg = RunConfig(rounds=2, clients_per_round=5, train=TrainConfig(epochs=1, batch_size=8, lr=0.1), seed=0)
+    strategy = FedALC(dim=4, hidden=(8,), k=2, margin=1.414, client_secret=SECRET, init=init)
+    return Server(strategy, _correlated_clients(), 16, 8, cfg)
+
+
+def test_cooc_init_starts_round_0_from_correlation_placed_embeddings():
+    s, plain = _init_server("cooc"), _init_server("random")
+    rows = s.strategy._permutation(8)[0]
+    init = s.state[INIT_W]
+    assert init.shape == (8, 4) and pair_weights_of(s.state).nnz > 0
+    torch.testing.assert_close(init.norm(dim=1), torch.ones(8))
+    dist = torch.cdist(init, init)
+    r0, r1 = int(rows[0]), int(rows[1])
+    others = [int(rows[c]) for c in range(2, 8)]
+    assert dist[r0, r1] < dist[r0, others].min()  # the co-occurring pair sits closest
+    assert s.strategy.diagnostics(s.state)["knn_pairs_alpha_below_0.9"] > 0  # its weights act from round 0
+    # clients download their rows of the initial embeddings
+    req = s.strategy.client_request(s.clients[0], 0, 0)
+    torch.testing.assert_close(s.strategy.client_payload(s.state, 0, req, 0, 0)["w"], init[r0])
+    # round 0 is the random-init strategy's round from W = the initial embeddings; then they are dropped
+    ups = [s.run_client(c, 0)[0] for c in s.select_clients(0)]
+    want = plain.strategy.aggregate({**s.state, "W": init.clone(), INIT_W: init[:0]}, ups, 0)
+    got = s.strategy.aggregate(s.state, ups, 0)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=0)
+    assert got[INIT_W].numel() == 0
+    s.run()
+    assert s.state[INIT_W].numel() == 0 and not torch.equal(s.state["W"], plain.state["W"])
+
+
+def test_init_option_is_checked():
+    assert FedALC(client_secret=SECRET).options()["init"] == "random"
+    assert FedALC(client_secret=SECRET, init="cooc").options()["init"] == "cooc"
+    with pytest.raises(ValueError, match="init"):
+        FedALC(client_secret=SECRET, init="kmeans")
+    with pytest.raises(ValueError, match="fixed"):
+        FedALCFixed(client_secret=SECRET, init="cooc")
+    with pytest.raises(ValueError, match="private"):
+        FedALC(client_secret=SECRET, init="cooc").private_form()

@@ -65,9 +65,7 @@ def test_same_seed_bit_identical(cls):
     assert_seed_reproducible(functools.partial(_server, cls))
 
 
-def test_aggregation_matches_hand_computed():
-    s = _server(FedSS)
-    state = s.state
+def _hand_uploads(state):
     _, d = state["classes"].shape
     body = [k for k in state if k != "classes"]
     g = torch.Generator().manual_seed(0)
@@ -80,18 +78,47 @@ def test_aggregation_matches_hand_computed():
 
     ups = [upload([1, 4, 6]), upload([4, 2]), upload([6, 4, 7])]
     counts = [10, 30, 20]
-    results = [ClientResult(i, u, n, 0) for i, (u, n) in enumerate(zip(ups, counts, strict=True))]
+    return body, ups, counts, [ClientResult(i, u, n, 0) for i, (u, n) in enumerate(zip(ups, counts, strict=True))]
+
+
+@pytest.mark.parametrize("rule", ["algorithm1", "senders"])
+def test_aggregation_matches_hand_computed(rule):
+    s = _server(FedSS, row_aggregation=rule)
+    state = s.state
+    body, ups, counts, results = _hand_uploads(state)
     new = s.strategy.aggregate(state, results, 0)
-    want = state["classes"].clone()
-    want[1] = ups[0]["rows"][0]
-    want[2] = ups[1]["rows"][1]
-    want[4] = (10 * ups[0]["rows"][1] + 30 * ups[1]["rows"][0] + 20 * ups[2]["rows"][1]) / 60
-    want[6] = (10 * ups[0]["rows"][2] + 20 * ups[2]["rows"][0]) / 30
-    want[7] = ups[2]["rows"][2]
+    old, want = state["classes"], state["classes"].clone()
+    if rule == "algorithm1":  # each client's update over the round's 60 examples (the paper's line 12)
+        want[1] = old[1] + 10 * (ups[0]["rows"][0] - old[1]) / 60
+        want[2] = old[2] + 30 * (ups[1]["rows"][1] - old[2]) / 60
+        want[4] = (
+            old[4]
+            + (
+                10 * (ups[0]["rows"][1] - old[4])
+                + 30 * (ups[1]["rows"][0] - old[4])
+                + 20 * (ups[2]["rows"][1] - old[4])
+            )
+            / 60
+        )
+        want[6] = old[6] + (10 * (ups[0]["rows"][2] - old[6]) + 20 * (ups[2]["rows"][0] - old[6])) / 60
+        want[7] = old[7] + 20 * (ups[2]["rows"][2] - old[7]) / 60
+    else:  # each row over its senders' examples
+        want[1] = ups[0]["rows"][0]
+        want[2] = ups[1]["rows"][1]
+        want[4] = (10 * ups[0]["rows"][1] + 30 * ups[1]["rows"][0] + 20 * ups[2]["rows"][1]) / 60
+        want[6] = (10 * ups[0]["rows"][2] + 20 * ups[2]["rows"][0]) / 30
+        want[7] = ups[2]["rows"][2]
     torch.testing.assert_close(new["classes"], want)
     assert torch.equal(new["classes"][[0, 3, 5]], state["classes"][[0, 3, 5]])  # rows nobody sent: same bits
     for k in body:
         torch.testing.assert_close(new[k], sum(n * u[k] for n, u in zip(counts, ups, strict=True)) / 60)
+
+
+def test_row_aggregation_is_an_option_and_the_default_is_algorithm_1():
+    assert FedSS().row_aggregation == "algorithm1" and FedSS().options()["row_aggregation"] == "algorithm1"
+    assert FullSoftmax(row_aggregation="senders").options()["row_aggregation"] == "senders"
+    with pytest.raises(ValueError, match="row_aggregation"):
+        FedSS(row_aggregation="mean")
 
 
 def test_hot_paths_use_the_compiled_ops(monkeypatch):

@@ -33,3 +33,20 @@ def weighted_rows_mean(
     for r in num:
         out[r] = num[r] / den[r]
     return out
+
+
+def weighted_rows_update(
+    table: torch.Tensor, ids: list[torch.Tensor], rows: list[torch.Tensor], weights: list[float]
+) -> torch.Tensor:
+    """The FedSS paper's Algorithm 1, line 12, as written, in float64: each client's update is its
+    returned rows minus the table's, zero-padded to the whole table, scaled by ``w_k / sum_j w_j`` (the
+    sum over every client); the table moves by the sum of the scaled updates."""
+    total = sum(float(w) for w in weights)
+    old = table.double()
+    step = torch.zeros_like(old)
+    for idx, src, w in zip(ids, rows, weights, strict=True):
+        padded = torch.zeros_like(old)
+        for t, r in enumerate(idx.tolist()):
+            padded[r] += src[t].double() - old[r]
+        step += (float(w) / total) * padded if total > 0 else 0.0 * padded
+    return old + step

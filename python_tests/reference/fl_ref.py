@@ -130,3 +130,25 @@ def map_at_r(emb: np.ndarray, labels: list[set[int]]) -> float:
                 total += hits / pos
         scores.append(total / len(rel))
     return float(np.mean(scores)) if scores else 0.0
+
+
+def retrieval_map_at_k(emb: np.ndarray, labels: list[set[int]], k: int) -> float:
+    """Retrieval MAP@k by its definition: each sample with a relevant other sample (one sharing a
+    label) ranks the others by cosine (ties to the smaller index) and scores
+    ``sum_{j <= k} P@j rel_j / min(k, R)``; the mean over those samples."""
+    e = np.asarray(emb, np.float64)
+    e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-300)
+    n, scores = len(labels), []
+    for i in range(n):
+        others = [j for j in range(n) if j != i]
+        rel = {j for j in others if labels[i] & labels[j]}
+        if not rel:
+            continue
+        ranked = sorted(others, key=lambda j: (-float(e[i] @ e[j]), j))[:k]
+        hits, total = 0, 0.0
+        for pos, j in enumerate(ranked, start=1):
+            if j in rel:
+                hits += 1
+                total += hits / pos
+        scores.append(total / min(k, len(rel)))
+    return float(np.mean(scores)) if scores else 0.0

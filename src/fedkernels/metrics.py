@@ -36,6 +36,8 @@ __all__ = [  # the functions (the PROPENSITY table is a module attribute)
     "psp_at_k",
     "ranking_metrics",
     "recall_at_k",
+    "retrieval_map",
+    "retrieval_map_at_k",
     "split_precision_at_k",
     "top1_accuracy",
 ]
@@ -466,13 +468,64 @@ def map_at_r(embeddings: torch.Tensor, indptr: torch.Tensor, indices: torch.Tens
     Returns:
         MAP@R in [0, 1] (0.0 when no sample has a relevant other sample).
     """
+    return retrieval_map(embeddings, indptr, indices, (), block)["MAP@R"]
+
+
+def retrieval_map_at_k(
+    embeddings: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, k: int, block: int = 1024
+) -> float:
+    """Retrieval MAP@k with a fixed cutoff: :func:`map_at_r`'s queries, relevance and ranking, each
+    query's average precision over its top ``k`` alone,
+    ``AP@k = sum_{j <= k} P@j * rel_j / min(k, R)``, averaged over the samples with ``R >= 1``.
+
+    The FedSS paper's "MAP@R with R = 10" is ``k = 10``. Unlike :func:`map_at_r`, whose cutoff is
+    each query's own ``R`` (hundreds on data where a label is shared by many samples), it scores
+    only the first ``k`` retrieved, as a user of the retrieval would see them.
+
+    Args:
+        embeddings: float ``[N, d]``.
+        indptr: int64 ``[N + 1]``, the CSR row pointers of the samples' label sets.
+        indices: int64 ``[nnz]``, their label ids.
+        k: the cutoff, ``>= 1``.
+        block: queries per block (memory ``block x N``).
+
+    Returns:
+        MAP@k in [0, 1] (0.0 when no sample has a relevant other sample).
+    """
+    return retrieval_map(embeddings, indptr, indices, (k,), block)[f"MAP@{k}"]
+
+
+def retrieval_map(
+    embeddings: torch.Tensor,
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    ks: Sequence[int] = (),
+    block: int = 1024,
+) -> dict[str, float]:
+    """:func:`map_at_r` and :func:`retrieval_map_at_k` for every cutoff in ``ks``, from one ranking
+    of every query: ``{"MAP@R": ..., "MAP@<k>": ...}``.
+
+    Args:
+        embeddings: float ``[N, d]``.
+        indptr: int64 ``[N + 1]``, the CSR row pointers of the samples' label sets.
+        indices: int64 ``[nnz]``, their label ids.
+        ks: fixed cutoffs, each ``>= 1``.
+        block: queries per block (memory ``block x N``).
+
+    Raises:
+        ValueError: embeddings not 2-D, a cutoff below 1, or a bad label CSR.
+    """
     if embeddings.dim() != 2:
         raise ValueError(f"embeddings must be [N, d], got shape {tuple(embeddings.shape)}")
+    ks = tuple(ks)
+    for k in ks:
+        check_int("k", k, 1)
     n = embeddings.shape[0]
     indptr, indices = as_csr(indptr, indices, num_rows=n)
     check_label_csr(indptr, indices)
+    names = ["MAP@R", *(f"MAP@{k}" for k in ks)]
     if n < 2:
-        return 0.0
+        return dict.fromkeys(names, 0.0)
     # columns for the distinct labels only: [N, nnz] at most, whatever ids the labels carry
     distinct, column = torch.unique(indices, return_inverse=True)
     y = torch.zeros(n, max(1, distinct.numel()))
@@ -482,7 +535,8 @@ def map_at_r(embeddings: torch.Tensor, indptr: torch.Tensor, indices: torch.Tens
     # differently (edge tiles), so two identical embeddings got cosines one ulp apart and the tie went
     # to the larger index. Memory: at most SIM_VALUES products per block.
     block = max(1, min(block, SIM_VALUES // max(1, n * e.shape[1])))
-    total, counted = 0.0, 0
+    totals, counted = dict.fromkeys(names, 0.0), 0
+    ranks = torch.arange(1, n + 1, dtype=torch.float64)
     for start in range(0, n, block):
         q = torch.arange(start, min(n, start + block))
         rel = (y[q] @ y.T) > 0  # [b, N]
@@ -492,14 +546,14 @@ def map_at_r(embeddings: torch.Tensor, indptr: torch.Tensor, indices: torch.Tens
         sim[torch.arange(q.numel()), q] = -torch.inf  # never retrieve itself
         order = torch.sort(-sim, dim=1, stable=True).indices
         hits = torch.gather(rel, 1, order).double()
-        ranks = torch.arange(1, n + 1, dtype=torch.float64)
-        prec = torch.cumsum(hits, 1) / ranks
-        within = ranks[None, :] <= r[:, None]
-        ap = (prec * hits * within).sum(1) / r.clamp_min(1)
+        prec_hits = torch.cumsum(hits, 1) / ranks * hits
         keep = r > 0
-        total += float(ap[keep].sum())
+        cutoffs = [("MAP@R", r, r)] + [(f"MAP@{k}", torch.full_like(r, k), r.clamp_max(k)) for k in ks]
+        for name, cut, denom in cutoffs:
+            ap = (prec_hits * (ranks[None, :] <= cut[:, None])).sum(1) / denom.clamp_min(1)
+            totals[name] += float(ap[keep].sum())
         counted += int(keep.sum())
-    return total / counted if counted else 0.0
+    return {name: (total / counted if counted else 0.0) for name, total in totals.items()}
 
 
 def ranking_metrics(

@@ -141,7 +141,8 @@ class ExperimentConfig:
     client_size: int = RUN_DEFAULTS["client_size"]
     """Partition ``primary_label``: samples grouped by their primary label, cut into clients of this many."""
     retrieval: bool = RUN_DEFAULTS["retrieval"]
-    """Also evaluate retrieval MAP@R of the strategy's representations (``Strategy.embed``) on the test set."""
+    """Also evaluate retrieval MAP@R and MAP@10 (``rMAP@10``, the fixed cutoff) of the strategy's
+    representations (``Strategy.embed``) on the test set."""
     device: str = RUN_DEFAULTS["device"]
     """Where training, the server's state and evaluation run: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``
     (:mod:`fedkernels.fl.device`)."""

@@ -22,7 +22,7 @@ from fedkernels_cli.defaults import DEFAULT_OPTIONS
 from ..fl.server import Server, record_from_json
 from ..fl.strategy import Strategy
 from ..fl.types import ClientData, RoundRecord
-from ..metrics import communication_summary, map_at_r
+from ..metrics import communication_summary, retrieval_map
 from .checkpoints import checkpoint_path, run_options
 from .configuration import (
     ExperimentConfig,
@@ -45,10 +45,15 @@ from .preparation import (
 from .resolve import ResolvedRun, as_resolved
 from .strategies import run_strategy
 
+RETRIEVAL_CUTOFF = 10
+"""The fixed cutoff of the retrieval metric reported beside MAP@R (``rMAP@10``: the FedSS paper's
+"MAP@R with R = 10", :func:`~fedkernels.metrics.retrieval_map_at_k`)."""
+
 # this module's names and, re-exported, the configuration's and the preparation's (their import paths
 # from before the split)
 __all__ = [
     "DEFAULT_OPTIONS",
+    "RETRIEVAL_CUTOFF",
     "AllClientsFailed",
     "ExperimentConfig",
     "PreparedData",
@@ -213,7 +218,9 @@ def _after_round(server: Server, rec: RoundRecord, cfg: ExperimentConfig, data: 
             rec.metrics.update({f"{SHARED}{k}": v for k, v in evaluate_shared_test(server, data.test, cfg).items()})
         embedded = server.strategy.embed(server.state, data.test.x.to(server.device)) if cfg.retrieval else None
         if embedded is not None:
-            rec.metrics["MAP@R"] = map_at_r(embedded.cpu(), data.test.indptr, data.test.indices)
+            got = retrieval_map(embedded.cpu(), data.test.indptr, data.test.indices, (RETRIEVAL_CUTOFF,))
+            rec.metrics["MAP@R"] = got["MAP@R"]
+            rec.metrics[f"rMAP@{RETRIEVAL_CUTOFF}"] = got[f"MAP@{RETRIEVAL_CUTOFF}"]
 
 
 def evaluate_held_out(server: Server, held_out: list[ClientData], cfg: ExperimentConfig) -> dict[str, float]:

@@ -2,7 +2,9 @@
 
 ``weighted_average`` is the FedAvg reduction of whole states, one ``masked_weighted_average`` call
 over every tensor of every client (each client "sends" all of them); ``weighted_rows_mean`` is the
-row-wise mean of sparse row uploads through ``scatter_rows_mean``.
+row-wise mean of sparse row uploads through ``scatter_rows_mean``; ``weighted_rows_update`` moves each
+row by its senders' updates over the round's total weight (the FedSS paper's Algorithm 1), from the
+same mean.
 """
 
 from __future__ import annotations
@@ -90,3 +92,58 @@ def weighted_rows_mean(
         [torch.full((ids[k].numel(),), float(weights[k]), dtype=torch.float32, device=table.device) for k in keep]
     )
     return scatter_rows_mean(out, idx, src, w)
+
+
+def weighted_rows_update(
+    table: torch.Tensor, ids: Sequence[torch.Tensor], rows: Sequence[torch.Tensor], weights: Sequence[float]
+) -> torch.Tensor:
+    """A copy of ``table`` moved by the clients' row updates over the round's total weight (the FedSS
+    paper's Algorithm 1, line 12: each client's zero-padded update scaled by ``w_k / sum_j w_j``).
+
+    Row r moves by ``sum_{k sent r} w_k (rows_k[r] - table[r]) / W``, ``W = sum_k w_k`` over every
+    client, whether it sent r or not; so a row few clients sent moves by their share of the round,
+    where :func:`weighted_rows_mean` moves it all the way to their mean. Built on the same
+    ``scatter_rows_mean``: the update is ``(m_r / W) (mean_r - table[r])`` with ``m_r`` the weight of
+    r's senders (summed in float64, client order) and ``mean_r`` :func:`weighted_rows_mean`'s row.
+
+    Args:
+        table: ``[n, d]`` the current rows.
+        ids: per client, int64 ``[t_k]`` row ids it sent (a repeated id counts once per time sent).
+        rows: per client, ``[t_k, d]`` the rows.
+        weights: per client, a weight ``>= 0``; clients of weight 0 move no row.
+
+    Returns:
+        ``[n, d]`` in ``table``'s dtype; rows nobody sent equal ``table``'s.
+
+    Raises:
+        ValueError: the three lists differ in length, or a weight is negative or not finite.
+
+    Example:
+        >>> t = torch.zeros(3, 1)
+        >>> weighted_rows_update(t, [torch.tensor([0]), torch.tensor([1])], [torch.ones(1, 1)] * 2, [1.0, 3.0])
+        tensor([[0.2500], [0.7500], [0.0000]])
+    """
+    if not (len(ids) == len(rows) == len(weights)):
+        raise ValueError(
+            f"ids, rows and weights must have one entry per client, got {len(ids)}, {len(rows)}, {len(weights)}"
+        )
+    w = [float(x) for x in weights]
+    if any(not (x >= 0.0 and x < float("inf")) for x in w):
+        raise ValueError(f"weights must be finite and >= 0, got {w}")
+    total = sum(w)
+    mean = weighted_rows_mean(table, ids, rows, w)
+    if total <= 0:
+        return mean
+    # the senders' weight per row, client by client in float64: each client's ids made distinct (with
+    # their counts), so no step adds twice into one row and no atomics decide the order
+    share = torch.zeros(table.shape[0], dtype=torch.float64, device=table.device)
+    for k, wk in enumerate(w):
+        if wk > 0 and ids[k].numel():
+            u, count = torch.unique(ids[k].reshape(-1).to(device=table.device, dtype=torch.int64), return_counts=True)
+            share[u] += wk * count.double()
+    share /= total
+    sent = share > 0
+    old = table[sent].double()
+    out = table.clone()
+    out[sent] = (old + share[sent, None] * (mean[sent].double() - old)).to(table.dtype)
+    return out

@@ -52,6 +52,10 @@ _G = "g."  # prefix of the feature extractor's tensors in the state
 PW_INDPTR, PW_INDICES, PW_VALUES = SERVER + "pair_indptr", SERVER + "pair_indices", SERVER + "pair_values"
 FIXED_W = SERVER + "fixed_W"
 ROW_SCALE = SERVER + "row_scale"  # float32 [C]: FedALC weights="counts": count(c) per server row
+# FedALC init="cooc": the correlation-placed embeddings round 0 starts from, emptied ([0, d]) once
+# round 0 has folded them into W (the setup may add state entries, never replace W)
+INIT_W = SERVER + "init_W"
+INITS = ("random", "cooc")
 
 
 def client_class(data: ClientData) -> int:
@@ -437,6 +441,12 @@ class FedALC(FedAwS):
             how ``fedkernels run --checkpoint`` keeps it for ``--resume`` without writing it anywhere else.
         max_report_pairs: the most (instance, label) pairs a client's setup report may hold (one per
             sample it holds; default 2**16, a 4 MiB report): longer reports are refused on their length.
+        init: the class embeddings round 0 starts from. ``"random"``: FedAwS's random unit rows.
+            ``"cooc"`` (an ablation): the embeddings FedALC-fixed learns once from the collected label
+            sets (:func:`fedkernels.nn.learn_fixed_class_embeddings`: co-occurring labels pulled
+            together, the nearest others pushed apart), then trained and spread as usual; so the k
+            nearest classes start as correlated labels and the pair weights act on them from round 0.
+            Not for private rounds.
     """
 
     name = "FedALC"
@@ -451,9 +461,15 @@ class FedALC(FedAwS):
         weights: str = "ratio",
         max_report_pairs: int = MAX_REPORT_PAIRS,
         client_secret_file: str | None = None,
+        init: str = "random",
         **kw,
     ) -> None:
         super().__init__(*args, **kw)
+        if init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {init!r}")
+        if init != "random" and self.fixed_embeddings:
+            raise ValueError(f"init={init!r} is for trained embeddings, not {self.name}'s fixed ones")
+        self.init = init
         if isinstance(client_secret, str):  # a config file's secret (TOML has no bytes): its UTF-8 bytes
             client_secret = client_secret.encode("utf-8")
         if weights not in ("ratio", "counts"):
@@ -512,12 +528,37 @@ class FedALC(FedAwS):
 
     def setup_from_reports(self, state: State, reports: list[Payload], seed: int) -> State:
         """Server side: the pair weights from the clients' checked label reports, as state entries
-        (with ``weights="counts"`` also each row's count, the regulariser's row scale)."""
+        (with ``weights="counts"`` also each row's count, the regulariser's row scale; with
+        ``init="cooc"`` the embeddings round 0 starts from, learned from the weights)."""
         pw, counts = label_statistics_from_reports(reports, state["W"].shape[0])
         out = {PW_INDPTR: pw.indptr, PW_INDICES: pw.indices, PW_VALUES: pw.values}
         if self.weights == "counts":
             out[ROW_SCALE] = counts
+        if self.init == "cooc":
+            out[INIT_W] = learn_fixed_class_embeddings(
+                pw,
+                self.dim,
+                margin=self.margin,
+                k=self.k,
+                metric=self.metric,
+                seed=derive_seed(seed, "init-embeddings"),
+            )
         return out
+
+    def private_form(self, segments_every: int = 0):
+        if self.init != "random":
+            raise ValueError(f"{self.name} with init={self.init!r} has no private form; run it without --secagg/--dp-*")
+        return super().private_form(segments_every)
+
+    def _embeddings(self, state: State) -> torch.Tensor:
+        if INIT_W in state and state[INIT_W].numel():  # init="cooc" before round 0's aggregate
+            return state[INIT_W]
+        return super()._embeddings(state)
+
+    def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
+        if INIT_W in state and state[INIT_W].numel():  # round 0 moves the initial embeddings, then drops them
+            state = {**state, "W": state[INIT_W].clone(), INIT_W: state[INIT_W][:0].clone()}
+        return super().aggregate(state, results, round)
 
     def diagnostics(self, state: State) -> dict[str, float]:
         """How far the pair weights move FedALC from FedAwS on ``state``'s embeddings: the fraction of

@@ -10,9 +10,12 @@ The model is an MLP body ``F -> hidden... -> d`` (the representation) and a clas
    samples contributing one term per (sample, label) pair;
 3. sends back the body and the updated rows with their ids.
 
-The server averages the bodies (weighted by sample counts) and folds the row updates into ``W`` with
-``fedkernels.scatter_rows_mean`` (each row: the weighted mean of the clients that sent it; rows
-nobody sent keep their value).
+The server averages the bodies (weighted by sample counts) and folds the row updates into ``W`` as
+the paper's Algorithm 1 does (line 12): each client's update to a row, weighted by its sample count,
+over the total count of the round's clients, so a row few clients sent moves by their share of the
+round (``fl.aggregate.weighted_rows_update``; rows nobody sent keep their value). The option
+``row_aggregation="senders"`` moves each sent row to the weighted mean of the clients that sent it
+instead (``fl.aggregate.weighted_rows_mean`` on ``fedkernels.scatter_rows_mean``).
 
 Variants change only which rows are requested and which classes compete in the loss:
 ``FedSS`` (positives + negatives), ``NegOnly`` (the example's target + negatives), ``PosOnly``
@@ -28,7 +31,7 @@ import torch
 from ...nn.sampled_softmax import SampledSoftmaxHead
 from ...ops.sampled import sample_negatives
 from ...ops.spread import spreadout_loss
-from ..aggregate import weighted_average, weighted_rows_mean
+from ..aggregate import weighted_average, weighted_rows_mean, weighted_rows_update
 from ..local import train_local
 from ..models import load_state, mlp, state_of, topk_ids
 from ..payload import Payload, PayloadError, PayloadSpec, TensorSpec, state_spec
@@ -38,6 +41,7 @@ from ..types import ClientData, ClientResult, TrainConfig
 
 CLASSES = "classes"  # the state's class matrix W [p, d]; every other state entry is the body
 MOMENTUM = SERVER + "momentum."  # server_momentum's velocity per model tensor (server-side only)
+ROW_AGGREGATIONS = ("algorithm1", "senders")
 
 
 def _pairs(batch: ClientData) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,6 +76,12 @@ class FedSS(Strategy):
             so a multi-label sample's own tags do not push each other down (the paper's data is
             single-label, where this changes nothing). Not for NegOnly, which already leaves every
             other positive out.
+        row_aggregation: how the server folds the class rows in. ``"algorithm1"`` (the paper's
+            Algorithm 1, line 12): row r moves by ``sum_{k sent r} n_k (w_k,r - w_r) / sum_k n_k``,
+            the sum in the denominator over every client of the round. ``"senders"``: row r becomes
+            the ``n_k``-weighted mean of the rows its senders returned (the denominator over those
+            clients alone: a row one client of the round sent moves all the way to that client's row).
+            The body is FedAvg's weighted mean either way.
     """
 
     dp_sgd_training = True  # its client_update trains with train_local (DP-SGD applies)
@@ -88,7 +98,10 @@ class FedSS(Strategy):
         cosine: bool = False,
         server_momentum: float = 0.0,
         exclude_co_positives: bool = False,
+        row_aggregation: str = "algorithm1",
     ) -> None:
+        if row_aggregation not in ROW_AGGREGATIONS:
+            raise ValueError(f"row_aggregation must be one of {ROW_AGGREGATIONS}, got {row_aggregation!r}")
         if exclude_co_positives and self.variant == "negonly":
             raise ValueError("exclude_co_positives is not for NegOnly: it already leaves every other positive out")
         if num_negatives < 0:
@@ -100,6 +113,7 @@ class FedSS(Strategy):
         self.num_negatives, self.embed_dim, self.hidden, self.scale = num_negatives, embed_dim, tuple(hidden), scale
         self.cosine, self.server_momentum = bool(cosine), float(server_momentum)
         self.exclude_co_positives = bool(exclude_co_positives)
+        self.row_aggregation = row_aggregation
 
     # ---- global state: body parameters plus the class matrix
 
@@ -108,7 +122,13 @@ class FedSS(Strategy):
         from ..privacy.forms import RowsForm
 
         self.check_private_form(segments_every)
-        return RowsForm(self, fedss=True, key=CLASSES, requestless=self.variant == "full")
+        return RowsForm(
+            self,
+            fedss=True,
+            key=CLASSES,
+            requestless=self.variant == "full",
+            rows_over_round=self.row_aggregation == "algorithm1",
+        )
 
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         state = state_of(mlp(num_features, self.embed_dim, self.hidden, seed))
@@ -214,7 +234,7 @@ class FedSS(Strategy):
         spec["rows"] = TensorSpec(state[CLASSES].dtype, (s, d))
         return PayloadSpec(spec)
 
-    # ---- server side: body average, row-wise weighted mean of the class rows
+    # ---- server side: body average, the class rows by row_aggregation
 
     def aggregate(self, state: State, results: list[ClientResult], round: int) -> State:
         weights = [float(r.num_examples) for r in results]
@@ -222,7 +242,8 @@ class FedSS(Strategy):
         new = weighted_average([{k: r.payload[k] for k in body_names} for r in results], weights)
         # a client without data (weight 0) moves no row
         ids = [r.payload["class_ids"] for r in results]
-        new[CLASSES] = weighted_rows_mean(state[CLASSES], ids, [r.payload["rows"] for r in results], weights)
+        fold = weighted_rows_update if self.row_aggregation == "algorithm1" else weighted_rows_mean
+        new[CLASSES] = fold(state[CLASSES], ids, [r.payload["rows"] for r in results], weights)
         if self.server_momentum > 0:  # FedAvgM: the averaged update, with momentum, from the old state
             for k in self._model_names(state):
                 v = self.server_momentum * state[MOMENTUM + k] + (new[k] - state[k])

@@ -297,6 +297,9 @@ class RowsForm(DenseForm):
         uploads_rows: whether clients train and upload their rows (False: fixed embeddings).
         requestless: every client uses every row anyway (FullSoftmax): no private request union.
         after_rows: FedAwS/FedALC: ``(state, W) -> W``, the server's step after the rows moved (spreadout).
+        rows_over_round: FedSS's ``row_aggregation="algorithm1"``: a weighted round divides each row's
+            summed update by the round's total weight, not by its senders' (as the plain
+            ``FedSS.aggregate`` does).
     """
 
     has_rows = True
@@ -312,8 +315,10 @@ class RowsForm(DenseForm):
         uploads_rows: bool = True,
         requestless: bool = False,
         after_rows: Callable[[State, torch.Tensor], torch.Tensor] | None = None,
+        rows_over_round: bool = False,
     ) -> None:
         super().__init__(strategy)
+        self.rows_over_round = rows_over_round
         self.fedss, self.key, self.body_prefix, self.table_key = fedss, key, body_prefix, table_key
         self.uploads_rows, self._requestless, self.after_rows = uploads_rows, requestless, after_rows
 
@@ -430,8 +435,8 @@ class RowsForm(DenseForm):
             if self.uploads_rows and rows is not None and rows.numel():
                 per = (
                     sums[ROW_COUNT]
-                    if denominator is None
-                    else torch.full((rows.numel(),), denominator, dtype=torch.float64)
+                    if denominator is None and not self.rows_over_round
+                    else torch.full((rows.numel(),), den, dtype=torch.float64)
                 )
                 keep = per > 0
                 step = sums[ROWS][keep] / per[keep].unsqueeze(1)
