@@ -114,6 +114,7 @@ def compile_flags() -> list[str]:
     flags = ["-std=gnu++20", "-O1", "-fPIC", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wno-unused-parameter"]
     flags += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_EXTENSION_NAME=_C", '-DFK_VERSION="cross"']
     flags += [f'-DFK_TORCH_VERSION="{torch.__version__}"', '-DFK_CUDA_ARCHS=""']
+    flags += ['-DFK_COMPILER="cross"', '-DFK_CUDA_COMPILER=""']  # cmake/build_info.cmake's, for ops.cpp
     flags += [f"-I{ROOT / 'csrc'}"]
     for inc in [*include_paths(), pybind11.get_include(), sysconfig.get_paths()["include"]]:
         flags += ["-isystem", inc]
