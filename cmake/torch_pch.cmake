@@ -7,7 +7,7 @@
 
 # What the PCH holds: the torch headers of the CPU sources (tools/ci/cross_compile_aarch64.py's
 # PCH_HEADERS, the same list for its compile-only check).
-set(FK_TORCH_PCH_HEADERS "ATen/ATen.h" "ATen/Parallel.h" "torch/library.h")
+set(FK_TORCH_PCH_HEADERS "ATen/core/Tensor.h" "ATen/Parallel.h" "torch/library.h")
 
 # out = TRUE when `src` includes an ATen/ or torch/ header, itself or through headers under csrc/
 # (cross_compile_aarch64.py's uses_torch). Only those units load the PCH: loading it costs a unit

@@ -53,7 +53,7 @@ target_include_directories(_C_emu BEFORE PRIVATE "${FK_EMU_GEN}" emu/runtime/inc
 # csrc for the kernels' own headers; the repo root for the runtime's ("emu/runtime/runtime.h")
 target_include_directories(_C_emu PRIVATE csrc "${CMAKE_CURRENT_SOURCE_DIR}" ${TORCH_INCLUDE_DIRS})
 target_link_libraries(_C_emu PRIVATE ${TORCH_LIBRARIES})
-target_compile_definitions(_C_emu PRIVATE TORCH_EXTENSION_NAME=_C_emu FK_CUDA_EMU=1
+target_compile_definitions(_C_emu PRIVATE TORCH_ASSERT_ONLY_METHOD_OPERATORS TORCH_EXTENSION_NAME=_C_emu FK_CUDA_EMU=1
                            FK_EMU_CHECKS="${FK_CUDA_EMU_CHECKS}")
 # Same rounding rules as the real builds (no contraction into FMA), hidden symbols so nothing of
 # this module can interpose on _C's.

@@ -2,7 +2,8 @@
 // raises ValueError, TORCH_CHECK_INDEX IndexError, TORCH_CHECK RuntimeError.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/aminmax.h>
 
 #include <string>
 

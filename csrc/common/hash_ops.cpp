@@ -1,6 +1,7 @@
 // hash_buckets: buckets and signs of arbitrary int64 ids under a HashFamily's parameters (CPU).
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
 
 #include "common/hash_checks.h"
 #include "common/hash_family.h"

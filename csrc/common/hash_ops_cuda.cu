@@ -1,7 +1,9 @@
 // hash_buckets on CUDA: one thread per (id, table), the same hash_family.h arithmetic as the CPU.
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
 
 #include "common/hash_checks.h"
 #include "common/hash_family.h"
@@ -29,7 +31,7 @@ static std::tuple<at::Tensor, at::Tensor> hash_buckets_cuda(const at::Tensor& id
   if (n == 0) return {buckets, signs};
   const int threads = 256;
   const int64_t blocks = (n * r + threads - 1) / threads;
-  hash_buckets_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  hash_buckets_kernel<<<blocks, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       ids_c.data_ptr<int64_t>(), reinterpret_cast<const TableParams*>(params_c.data_ptr<int64_t>()), n, r,
       static_cast<uint64_t>(num_buckets), buckets.data_ptr<int32_t>(), signs.data_ptr<int8_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -2,6 +2,10 @@
 #pragma once
 
 #include <ATen/ExpandUtils.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <cmath>

@@ -1,9 +1,13 @@
 // CUDA launchers of prox_tv1d and its backward: one thread per item (row or block), running the
 // same sequential FK_HOST_DEVICE solver as the CPU. Chain scratch lives in a global workspace.
 #include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 
 #include <tuple>
 
@@ -61,7 +65,7 @@ static at::Tensor prox_tv1d_cuda(const at::Tensor& z_in, const at::Tensor& lam, 
       at::empty({l.items() * 2 * (l.block + 1) * static_cast<int64_t>(sizeof(TvPoint))}, z.options().dtype(at::kByte));
   auto bad = at::empty({l.items()}, z.options().dtype(at::kByte));
   AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "prox_tv1d_cuda", [&] {
-    tv1d_kernel<scalar_t><<<grid_for(l.items()), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+    tv1d_kernel<scalar_t><<<grid_for(l.items()), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
         z.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(), lam_rows.data_ptr<double>(),
         reinterpret_cast<TvPoint*>(scratch.data_ptr<uint8_t>()), bad.data_ptr<uint8_t>(), l, anchored);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -82,7 +86,7 @@ static std::tuple<at::Tensor, at::Tensor> prox_tv1d_backward_cuda(const at::Tens
   auto glam_items = at::zeros({l.items()}, u.options().dtype(at::kDouble));
   if (l.items() > 0) {
     AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "prox_tv1d_backward_cuda", [&] {
-      tv1d_backward_kernel<scalar_t><<<grid_for(l.items()), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+      tv1d_backward_kernel<scalar_t><<<grid_for(l.items()), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
           g.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(), gz.data_ptr<scalar_t>(), lam_rows.data_ptr<double>(),
           glam_items.data_ptr<double>(), l, anchored);
       C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -3,7 +3,7 @@
 // accumulation dtype.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <cstdint>

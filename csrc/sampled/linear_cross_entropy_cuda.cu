@@ -1,10 +1,17 @@
 // CUDA launcher of linear_cross_entropy: for each class chunk, a cuBLAS GEMM builds the [N, chunk]
 // logit block, and a small kernel (one warp per row) folds it into the online log-sum-exp
 // (forward) or turns it into d/dlogits (backward). The per-row math is sampled.h's, as on the CPU.
+#include <ATen/TensorOperators.h>
 #include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
 #include <tuple>
 
@@ -89,7 +96,7 @@ static std::tuple<at::Tensor, at::Tensor> linear_cross_entropy_cuda(const at::Te
   auto loss = at::empty({n}, hh.options());
   auto lse = at::empty({n}, hh.options());
   if (n > 0) {
-    const auto stream = at::cuda::getCurrentCUDAStream();
+    const auto stream = c10::cuda::getCurrentCUDAStream();
     AT_DISPATCH_FLOATING_TYPES(acc, "linear_cross_entropy_cuda", [&] {
       for (int64_t c = 0; c < plan.num_chunks; ++c) {
         const int64_t c0 = plan.chunk_begin(c), cols = plan.chunk_cols(c, s);
@@ -131,7 +138,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_cross_entropy_backw
   auto grad_W = at::zeros_like(ww);
   auto grad_bias = at::zeros({bias.has_value() ? s : 0}, hh.options());
   if (n > 0) {
-    const auto stream = at::cuda::getCurrentCUDAStream();
+    const auto stream = c10::cuda::getCurrentCUDAStream();
     AT_DISPATCH_FLOATING_TYPES(acc, "linear_cross_entropy_backward_cuda", [&] {
       for (int64_t c = 0; c < plan.num_chunks; ++c) {
         const int64_t c0 = plan.chunk_begin(c), cols = plan.chunk_cols(c, s);

@@ -4,9 +4,11 @@
 // CPU kernel's contract: reduced loss, lse, and the gradients for an upstream gradient of 1, in the
 // accumulation dtype. It launches no kernel itself; it is a .cu so that, like every CUDA launcher,
 // it is built by CUDA builds and the emulated module only (the CPU twin: linear_cross_entropy_cpu.cpp).
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
+#include <ATen/ops/zeros_like.h>
 
 #include <optional>
 #include <string>

@@ -1,6 +1,8 @@
 // CPU launchers of the sampler: at::parallel_for over clients (scatter_rows_mean_cpu.cpp has the row scatter).
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
 
 #include <algorithm>
 #include <vector>

@@ -1,7 +1,11 @@
 // CUDA launchers of the sampler (one thread per client).
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/sort.h>
+#include <ATen/ops/tensor.h>
 
 #include "sampled/sampled.h"
 #include "sampled/sampled_checks.h"
@@ -29,7 +33,7 @@ static at::Tensor sample_rows_cuda(const at::Tensor& indptr, const at::Tensor& i
   auto slots = at::empty({c, static_cast<int64_t>(capacity)}, indices.options());
   const int threads = 128;
   const auto blocks = static_cast<unsigned>((c + threads - 1) / threads);
-  sample_rows_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  sample_rows_kernel<<<blocks, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       index.uptr.data_ptr<int64_t>(), index.shifted.data_ptr<int64_t>(), c, num_classes, m, seed, per_client_seed,
       slots.data_ptr<int64_t>(), capacity, out.data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();

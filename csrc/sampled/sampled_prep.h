@@ -2,7 +2,15 @@
 // either device: distinct sorted positives per client, and the row segments of scatter_rows_mean.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/bincount.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/repeat_interleave.h>
+#include <ATen/ops/sort.h>
+#include <ATen/ops/unique_consecutive.h>
+#include <ATen/ops/zeros.h>
 
 #include "common/checks.h"
 

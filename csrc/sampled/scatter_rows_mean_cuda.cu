@@ -3,9 +3,11 @@
 // scatter_rows_mean_cpu.cpp).
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
 
 #include "common/dispatch.h"
 #include "sampled/sampled.h"
@@ -57,7 +59,7 @@ static void scatter_rows_mean_cuda(at::Tensor& out, const at::Tensor& idx, const
   const auto segs = build_row_segments(idx.contiguous());
   const auto source = src.contiguous();
   const int64_t d = out.size(1), num_rows = segs.rows.numel();
-  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto stream = c10::cuda::getCurrentCUDAStream();
   FK_DISPATCH_FLOAT_HALF_BF16(out.scalar_type(), "scatter_rows_mean_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const auto w_acc = weight.to(c10::CppTypeToScalarType<acc_t>::value).contiguous();

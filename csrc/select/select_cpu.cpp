@@ -2,6 +2,7 @@
 // (tensor, chunk) work items; per-tensor results are then reduced in a fixed chunk order.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <numeric>

@@ -3,9 +3,11 @@
 // then one launch covers every chunk of every tensor (one block per chunk). Norms reduce each
 // block with cub::BlockReduce (a fixed tree) and then each tensor's chunk partials in chunk order,
 // so no floating-point atomics are involved and results are deterministic.
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
 
 #include <cub/block/block_reduce.cuh>
 
@@ -79,7 +81,7 @@ static at::Tensor delta_norms_cuda(at::TensorList new_, at::TensorList old, bool
   if (plan.num_tensors == 0) return out;
   const auto packed = to_device(plan.packed, at::kLong, device);
   auto partials = at::empty({std::max<int64_t>(plan.total_chunks, 1)}, out.options().dtype(at::kDouble));
-  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto stream = c10::cuda::getCurrentCUDAStream();
   if (plan.total_chunks > 0) {
     norm_partials_kernel<<<blocks_for(plan.total_chunks), kThreads, 0, stream>>>(
         packed.data_ptr<int64_t>(), plan.num_tensors, partials.data_ptr<double>());
@@ -98,7 +100,7 @@ static at::Tensor select_topk_tensors_cuda(at::TensorList new_, at::TensorList o
   const int64_t m = norms.numel(), k = num_selected(m, fraction);
   auto out = at::empty({k}, norms.options().dtype(at::kLong));
   if (m == 0) return out;
-  topk_rank_kernel<<<blocks_for((m + kThreads - 1) / kThreads), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  topk_rank_kernel<<<blocks_for((m + kThreads - 1) / kThreads), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       norms.data_ptr<float>(), m, k, out.data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
@@ -115,7 +117,7 @@ static void masked_weighted_average_cuda(at::TensorList dst, at::TensorList sent
   const c10::cuda::CUDAGuard guard(device);
   const auto packed = to_device(plan.packed, at::kLong, device);
   const auto mw = to_device(plan.member_weight, at::kDouble, device);
-  masked_kernel<<<blocks_for(plan.total_chunks), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  masked_kernel<<<blocks_for(plan.total_chunks), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       packed.data_ptr<int64_t>(), mw.data_ptr<double>(), plan.num_groups, plan.num_members);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   for (const auto& [work, original] : plan.write_back) original.copy_(work);

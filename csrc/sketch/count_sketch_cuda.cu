@@ -1,7 +1,8 @@
 // CUDA launchers of count_sketch (one thread per output bucket, gathering its classes from the
 // inverse table in ascending order: no atomics; the row gather bucket_merge's backward shares,
 // count_sketch_rows.h) and of count_sketch_query (one thread per (row, class)).
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -51,7 +52,7 @@ void count_sketch_rows_cuda(const at::Tensor& x2d, const at::Tensor& table, cons
   FK_DISPATCH_FLOAT_HALF_BF16(x2d.scalar_type(), "count_sketch", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     bucket_gather_kernel<scalar_t>
-        <<<sketch_blocks(rows * r * nb), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        <<<sketch_blocks(rows * r * nb), kSketchThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
             x2d.const_data_ptr<scalar_t>(), rows, p, r, nb, inv.offsets.const_data_ptr<int64_t>(),
             inv.members.const_data_ptr<int32_t>(), out_row_stride, out_table_stride, static_cast<acc_t>(divisor),
             out.data_ptr<scalar_t>());
@@ -76,7 +77,7 @@ static at::Tensor count_sketch_query_cuda(const at::Tensor& sketch, const at::Te
   if (a.out.numel() == 0) return a.out;
   FK_DISPATCH_FLOAT_HALF_BF16(a.m2d.scalar_type(), "count_sketch_query", [&] {
     count_sketch_query_kernel<scalar_t>
-        <<<sketch_blocks(a.rows * a.p), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        <<<sketch_blocks(a.rows * a.p), kSketchThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
             a.m2d.const_data_ptr<scalar_t>(), a.table.const_data_ptr<int32_t>(), a.signs.const_data_ptr<int8_t>(),
             a.rows, a.p, a.r, a.nb, a.reduce, a.out.data_ptr<scalar_t>());
   });

@@ -3,6 +3,7 @@
 // with every sign +1, divided by R). bucket_merge_topk's launcher is merge_topk_cpu.cpp.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 

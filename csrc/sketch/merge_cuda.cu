@@ -1,9 +1,11 @@
 // CUDA launchers of bucket_merge (one thread per (row, class)), over the same sketch.h math as the
 // CPU, and of its backward (count_sketch's row gather with every sign +1, divided by R).
 // bucket_merge_topk's launcher is merge_topk_cuda.cu.
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
 
 #include "common/dispatch.h"
 #include "sketch/count_sketch_rows.h"
@@ -32,7 +34,7 @@ static at::Tensor bucket_merge_cuda(const at::Tensor& logp, const at::Tensor& ta
   auto out = at::empty({n_rows, p}, lp.options());
   if (out.numel() == 0) return out;
   FK_DISPATCH_FLOAT_HALF_BF16(lp.scalar_type(), "bucket_merge", [&] {
-    bucket_merge_kernel<scalar_t><<<sketch_blocks(out.numel()), kSketchThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+    bucket_merge_kernel<scalar_t><<<sketch_blocks(out.numel()), kSketchThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
         lp.const_data_ptr<scalar_t>(), tb.const_data_ptr<int32_t>(), n_rows, nb, p, r, reduce,
         out.data_ptr<scalar_t>());
   });

@@ -17,9 +17,11 @@
 // writes the classes above it and the smallest ids at it into the output row, and a bitonic sort
 // in global memory puts them in output order. No atomics anywhere; every result is the unique top k
 // of a strict total order, so it is identical to the CPU's whatever the block or thread order.
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -345,7 +347,7 @@ static TopkLaunch topk_launch(int64_t n_rows, int64_t p, int64_t r, int64_t nb) 
 
 template <typename scalar_t, int KCAP>
 static void launch_fast(const MergeArgs& a, int64_t k, scalar_t* vals, int64_t* ids) {
-  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto stream = c10::cuda::getCurrentCUDAStream();
   const TopkLaunch L = topk_launch(a.n_rows, a.p, a.r, a.nb);
   const scalar_t* lp = a.logp.const_data_ptr<scalar_t>();
   const int32_t* tb = a.table.const_data_ptr<int32_t>();
@@ -393,7 +395,7 @@ static std::tuple<at::Tensor, at::Tensor> bucket_merge_topk_cuda(const at::Tenso
         return;
       }
     }
-    topk_general_kernel<scalar_t><<<grid_for(a.n_rows), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+    topk_general_kernel<scalar_t><<<grid_for(a.n_rows), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
         a.logp.const_data_ptr<scalar_t>(), a.table.const_data_ptr<int32_t>(), a.n_rows, a.nb, a.p, a.r, a.reduce, k,
         vals, ids);
     C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <c10/util/string_view.h>
+#include <ATen/ops/abs.h>
 
 #include "common/checks.h"
 #include "sketch/sketch.h"

@@ -1,6 +1,7 @@
 // CPU launchers of the sketching family: at::parallel_for over samples / rows.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <cstring>

@@ -1,7 +1,9 @@
 // CUDA launchers of the sketching family: one block per sample, threads over its buckets/labels.
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
 
 #include "sketch/sketch.h"
 #include "sketch/sketch_checks.h"
@@ -24,7 +26,7 @@ static void label_hash_launch(const at::Tensor& ip, const at::Tensor& ix, const 
   const int64_t n_samples = ip.numel() - 1, r = tb.size(1);
   if (n_samples == 0) return;
   TORCH_CHECK(n_samples <= INT32_MAX, "label_hash: at most 2^31 - 1 samples per call on CUDA");
-  label_hash_kernel<<<static_cast<unsigned>(n_samples), 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+  label_hash_kernel<<<static_cast<unsigned>(n_samples), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
       out.data_ptr<uint8_t>(), ip.data_ptr<int64_t>(), ix.data_ptr<int64_t>(), tb.data_ptr<int32_t>(), n_samples, r,
       num_buckets);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

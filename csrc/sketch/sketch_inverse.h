@@ -3,7 +3,13 @@
 // Built with ATen ops on the table's device, so it needs no host round trip of the table.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/bincount.h>
+#include <ATen/ops/sort.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
 
 #include <optional>
 

@@ -2,7 +2,8 @@
 // allocate the output. The launchers then only run their kernels.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 

@@ -1,6 +1,12 @@
 // Argument checks of the spreadout ops, shared by the CPU and CUDA launchers.
 #pragma once
 
+#include <ATen/ops/arange.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/searchsorted.h>
+#include <ATen/ops/sort.h>
+
 #include <algorithm>
 #include <string>
 

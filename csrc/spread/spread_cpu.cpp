@@ -12,9 +12,11 @@
 // thread one packed [kBlock, d] block and a diagonal block's [n, n] products (fused path) or two
 // [kBlock, kBlock] key tiles (BLAS path); the whole-matrix path adds a packed copy of W and, for
 // cosine, float64 unit rows.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
 
 #include <atomic>
 #include <cstdlib>

@@ -20,10 +20,16 @@
 // more rows take the exact rescan). Each row's list receives every key of every tile and keeps the
 // cap smallest by (key, id) whatever the order; a drop within band of the k-th key flags the row.
 // The finalize then depends on the kept ids only, so the output is bit-identical to the CPU op.
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/Context.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 #include <torch/version.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/zeros.h>
 
 #include <cstdlib>
 #include <limits>
@@ -256,7 +262,7 @@ std::tuple<at::Tensor, at::Tensor> knn_classes_cuda(const at::Tensor& W_in, int6
   const auto [row_tile, col_tile] = knn_tiles(is_double ? 8 : 4);
   const int64_t tr = std::min(row_tile, c), tc = std::min(col_tile, c);
   at::Tensor g_buf = at::empty({tr * tc}, W.options().dtype(acc_type));
-  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(acc_type, "knn_classes_cuda_merge", [&] {
     using acc_t = scalar_t;
     for (int64_t r0 = 0; r0 < c; r0 += tr) {

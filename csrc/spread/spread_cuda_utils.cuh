@@ -1,8 +1,10 @@
 // Small CUDA helpers shared by the spreadout launchers.
 #pragma once
 
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+#include <ATen/ops/empty.h>
 
 #include "common/dispatch.h"
 #include "spread/spread.h"
@@ -72,7 +74,7 @@ inline at::Tensor row_norms(const at::Tensor& W) {
   at::Tensor norms = at::empty({c}, W.options().dtype(at::kDouble));
   if (c == 0) return norms;
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spread_row_norms", [&] {
-    row_norms_kernel<scalar_t><<<blocks_for(c, kNormRows), kNormRows, 0, at::cuda::getCurrentCUDAStream()>>>(
+    row_norms_kernel<scalar_t><<<blocks_for(c, kNormRows), kNormRows, 0, c10::cuda::getCurrentCUDAStream()>>>(
         W.data_ptr<scalar_t>(), c, d, norms.data_ptr<double>());
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -3,9 +3,12 @@
 // stable sort by target (no atomics). Pair distances and the cosine projection are summed over dims in
 // warp order (spread.h: lane_distance, cosine_projection) and the row sums in the CUDA launcher's
 // two-pass tree (ordered_sum below), so the CPU's loss and gradient are bit-identical to the CUDA kernels'.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/zeros_like.h>
 
 #include <algorithm>
 #include <vector>

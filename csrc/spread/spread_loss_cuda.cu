@@ -9,9 +9,13 @@
 //    is one more warp reduction.
 // Every sum has the same order as the CPU launcher's (spread.h: lane_distance, cosine_projection,
 // block_tree_sum), so loss and gradient are bit-identical to the CPU op and deterministic.
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
 #include "spread/spread.h"
 #include "spread/spread_checks.h"
@@ -106,7 +110,7 @@ at::Tensor pair_weight_gather_cuda(const at::Tensor& indptr, const at::Tensor& i
   const auto ip = indptr.contiguous(), ix = indices.contiguous(), vv = values.contiguous(), idx = idx_in.contiguous();
   at::Tensor out = at::empty({c, k}, values.options());
   if (c * k == 0) return out;
-  pair_weight_gather_kernel<<<blocks_for(c * k), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  pair_weight_gather_kernel<<<blocks_for(c * k), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       ip.data_ptr<int64_t>(), ix.data_ptr<int64_t>(), vv.data_ptr<float>(), idx.data_ptr<int64_t>(), c, k,
       out.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -118,7 +122,7 @@ void launch_pair_terms(const at::Tensor& W, const at::Tensor& idx, const at::Ten
   const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spread_pair_terms_cuda", [&] {
     pair_terms_kernel<scalar_t>
-        <<<spread_cuda::warp_blocks_for(c), spread_cuda::kWarpThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        <<<spread_cuda::warp_blocks_for(c), spread_cuda::kWarpThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
             W.data_ptr<scalar_t>(), idx.data_ptr<int64_t>(), weight.data_ptr<float>(), norms.data_ptr<double>(), c, d,
             k, metric, margin, coef_scale, row_sums, coefs);
   });
@@ -141,7 +145,7 @@ at::Tensor spreadout_pair_loss_cuda(const at::Tensor& W_in, const at::Tensor& id
     const int64_t chunks = (c + spread::kSumChunk - 1) / spread::kSumChunk;
     TORCH_CHECK(chunks <= INT32_MAX, "spreadout_pair_loss: too many classes for one CUDA grid");
     at::Tensor partial = at::empty({chunks}, W.options().dtype(at::kDouble));
-    const auto stream = at::cuda::getCurrentCUDAStream();
+    const auto stream = c10::cuda::getCurrentCUDAStream();
     ordered_sum_kernel<<<static_cast<unsigned>(chunks), spread::kSumThreads, 0, stream>>>(
         rows.data_ptr<double>(), c, spread::kSumChunk, partial.data_ptr<double>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -168,7 +172,7 @@ at::Tensor spreadout_pair_loss_backward_cuda(const at::Tensor& grad, const at::T
   const auto [order, bounds] = reverse_pairs(idx);
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spreadout_pair_loss_backward_cuda", [&] {
     pair_grad_kernel<scalar_t>
-        <<<spread_cuda::warp_blocks_for(c), spread_cuda::kWarpThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        <<<spread_cuda::warp_blocks_for(c), spread_cuda::kWarpThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
             W.data_ptr<scalar_t>(), norms.data_ptr<double>(), idx.data_ptr<int64_t>(), coefs.data_ptr<double>(),
             order.data_ptr<int64_t>(), bounds.data_ptr<int64_t>(), c, d, k, metric, gw.data_ptr<scalar_t>());
   });

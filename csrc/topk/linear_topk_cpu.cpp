@@ -10,9 +10,10 @@
 // row and class, the output is bit-identical for any thread count (and on every dispatch level).
 // Extra memory: packed h (N x d floats), per chunk one packed tile and its bias, and the heaps
 // (chunks x N x k composites).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <functional>

@@ -10,10 +10,14 @@
 // the set of the largest composites offered, so the result does not depend on block or thread order.
 // Extra memory: Z (N x tile floats, at most 128 MiB), a float32 copy of a bfloat16 tile of W, and two
 // lists of k composites per item.
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/mm.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -212,7 +216,7 @@ std::tuple<at::Tensor, at::Tensor> linear_topk_cuda(const at::Tensor& h, const a
   at::Tensor zbuf = at::empty({n * tile}, h.options().dtype(at::kFloat));
   auto* best_p = reinterpret_cast<uint64_t*>(best.data_ptr<int64_t>());
   auto* scratch_p = reinterpret_cast<uint64_t*>(scratch.data_ptr<int64_t>());
-  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto stream = c10::cuda::getCurrentCUDAStream();
   for (int64_t j0 = 0; j0 < p; j0 += tile) {
     const int64_t cols = std::min(tile, p - j0);
     at::Tensor z = zbuf.narrow(0, 0, n * cols).view({n, cols});

@@ -1,16 +1,42 @@
 // Forced include (-include) of every emulated CUDA translation unit (a .cu source compiled as C++).
 // First the torch headers, compiled for the host as everywhere else (their include guards keep the
-// .cu's own includes of them from seeing the CUDA macros); then the macros that make the
+// .cu's own includes of them from seeing the CUDA macros; python_tests/emu/test_prelude.py checks that
+// every torch header csrc/ includes is here); then the macros that make the
 // FK_HOST_DEVICE headers compile their device branches; then CUDA's language (runtime.h).
 #pragma once
 
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/aminmax.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/bincount.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/repeat_interleave.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/searchsorted.h>
+#include <ATen/ops/sort.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/unique_consecutive.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
 #include <c10/util/Half.h>
+#include <c10/util/string_view.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>

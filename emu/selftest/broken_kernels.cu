@@ -2,7 +2,9 @@
 // emulator models, and deliberately broken kernels, each of which one detector must catch
 // (python_tests/emu/test_selftest.py). Compiled only into the emulated module, never into a
 // real CUDA build; registered as torch.ops.fk_emu_selftest.*.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include "sketch/sketch.h"

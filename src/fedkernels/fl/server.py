@@ -343,17 +343,25 @@ class Server:
         metrics, failed, _ = ev.aggregate_evaluation(reports, ks, inv_propensity is not None)
         return metrics, failed
 
+    def client_model(self, client: int) -> Callable[[torch.Tensor, int], torch.Tensor | None]:
+        """The ranking of the model client ``client`` would use now, built once: ``rank(x [N, F], k)`` gives
+        its top ``k`` classes (int64 ``[N, k]``), or ``None`` where that model is the global one (shared by
+        every client without a model of its own). Stateful clients rank with the tensors they kept merged
+        with what the server would send them (``client_view``); others with their personalised model (a
+        strategy's ``predict_topk_client``), when they have one."""
+        strategy = self.strategy
+        if strategy.stateful_clients:
+            download = strategy.client_payload(self.state, client, None, self.round, 0)
+            memory = self.local_clients[client].memory
+            view = strategy.client_view(download, None if memory is None else to_device(memory, self.device))
+            return lambda x, k: strategy.predict_topk(view, x, k)
+        state = self.state
+        return lambda x, k: strategy.predict_topk_client(state, client, x, k)
+
     def client_topk(self, client: int, x: torch.Tensor, k: int) -> torch.Tensor:
         """The top ``k`` classes (int64 ``[N, k]``) of rows ``x`` (on the run's device) under the model client
-        ``client`` would use now: its personalised model (a strategy's ``predict_topk_client``), the tensors
-        it kept merged with what the server would send it (stateful clients: ``client_view``), else the
-        global model."""
-        if self.strategy.stateful_clients:
-            download = self.strategy.client_payload(self.state, client, None, self.round, 0)
-            memory = self.local_clients[client].memory
-            view = self.strategy.client_view(download, None if memory is None else to_device(memory, self.device))
-            return self.strategy.predict_topk(view, x, k)
-        personal = self.strategy.predict_topk_client(self.state, client, x, k)
+        ``client`` would use now (:meth:`client_model`), else the global model."""
+        personal = self.client_model(client)(x, k)
         return personal if personal is not None else self.strategy.predict_topk(self.state, x, k)
 
     def evaluate_clients(self, held_out: list[ClientData], ks: tuple[int, ...] | None = None) -> dict[str, float]:
@@ -379,7 +387,7 @@ class Server:
     ) -> dict[str, float]:
         """Every client's model on one shared ``test`` set (the partial-exchange paper's evaluation: "every
         client is evaluated on the test set"): client c ranks all of ``test`` with the model it would use
-        now (:meth:`client_topk`), in batches of ``batch`` rows. Returns P@k, nDCG@k and R@k as the mean
+        now (:meth:`client_model`, built once per client), in batches of ``batch`` rows. Returns P@k, nDCG@k and R@k as the mean
         over the clients (each ranks the same rows); empty when ``test`` has no rows. A batch that a
         client ranks with the global model is ranked once for all such clients."""
         ks = ev.evaluation_ks(ks or self.config.eval_k, test.num_classes)
@@ -391,14 +399,10 @@ class Server:
         glob: dict[int, torch.Tensor] = {}
         sums = [0.0] * len(names)
         for c in range(len(self.clients)):
-            parts = []
+            parts, rank = [], self.client_model(c)
             for b, rows in enumerate(xs):
                 x = rows.to(self.device)
-                personal = (
-                    self.client_topk(c, x, k)
-                    if self.strategy.stateful_clients
-                    else self.strategy.predict_topk_client(self.state, c, x, k)
-                )
+                personal = rank(x, k)
                 if personal is None and b not in glob:
                     glob[b] = self.strategy.predict_topk(self.state, x, k)
                 parts.append((glob[b] if personal is None else personal).cpu())

@@ -1,12 +1,11 @@
-// Emulator stand-in for ATen/cuda/CUDAContext.h: the current stream is a null handle.
+// Emulator stand-in for c10/cuda/CUDAStream.h: the current stream is a null handle.
 #pragma once
 
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
+#include <c10/core/Device.h>
 
 #include "emu/runtime/runtime.h"
 
-namespace at::cuda {
+namespace c10::cuda {
 
 struct CUDAStream {
   operator cudaStream_t() const { return nullptr; }
@@ -15,4 +14,4 @@ struct CUDAStream {
 
 inline CUDAStream getCurrentCUDAStream(c10::DeviceIndex = -1) { return {}; }
 
-}  // namespace at::cuda
+}  // namespace c10::cuda
