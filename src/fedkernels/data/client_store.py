@@ -445,7 +445,7 @@ def _read_index(path: Path) -> dict:
         raise ValueError(f"ClientStore {path}: no readable {INDEX} ({e.strerror}): not a client store") from None
     if len(raw) > MAX_INDEX_BYTES:
         raise ValueError(
-            f"ClientStore {path}: {INDEX} is larger than {MAX_INDEX_BYTES} bytes: not a client store index"
+            f"ClientStore {path}: {INDEX} is larger than {MAX_INDEX_BYTES} bytes (not a client store index)"
         )
     try:
         meta = json.loads(raw)
