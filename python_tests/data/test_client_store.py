@@ -167,7 +167,7 @@ def test_corrupt_index_is_refused(tmp_path, fields, match):
 
 
 def test_unreadable_index_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="no readable index.json"):
+    with pytest.raises(ValueError, match=r"no readable index\.json"):
         ClientStore(tmp_path)
     path = _written(tmp_path)
     (path / "index.json").write_bytes(b"{" * 10)
@@ -182,10 +182,10 @@ def test_truncated_or_missing_file_is_refused(tmp_path):
     path = _written(tmp_path)
     raw = (path / "x_values.bin").read_bytes()
     (path / "x_values.bin").write_bytes(raw[:-4])
-    with pytest.raises(ValueError, match="x_values.bin holds"):
+    with pytest.raises(ValueError, match=r"x_values\.bin holds"):
         ClientStore(path)
     (path / "x_values.bin").unlink()
-    with pytest.raises(ValueError, match="x_values.bin is missing"):
+    with pytest.raises(ValueError, match=r"x_values\.bin is missing"):
         ClientStore(path)
 
 
@@ -198,7 +198,7 @@ def _poke(path: Path, name: str, dtype, pos: int, value: int) -> None:
 def test_corrupt_pointers_and_ids_are_refused_per_client(tmp_path):
     path = _written(tmp_path)
     _poke(path, "clients.bin", np.int64, 1, 7)  # offsets go 0, 7, 5: decreasing
-    with pytest.raises(ValueError, match="clients.bin's row offsets"):
+    with pytest.raises(ValueError, match=r"clients\.bin's row offsets"):
         ClientStore(path)
     _poke(path, "clients.bin", np.int64, 1, 3)  # restored
     _poke(path, "y_indptr.bin", np.int64, 4, -5)  # inside client 1's rows
