@@ -42,7 +42,7 @@ def test_a_block_does_not_depend_on_the_population_size(tmp_path):
     assert h_short.hexdigest() == h_long.hexdigest()
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(
     num_clients=st.integers(1, 40),
     min_examples=st.integers(0, 2),
@@ -77,7 +77,7 @@ def test_clients_are_well_formed(tmp_path_factory, num_clients, min_examples, me
         assert (nnz >= 1).all() and (nnz <= features).all()
         if len(d):
             norms = torch.sqrt(torch.zeros(len(d)).index_add_(0, _rows(d.x), d.x.values() ** 2))
-            torch.testing.assert_close(norms, torch.ones(len(d)))
+            assert torch.allclose(norms, torch.ones(len(d)))
         if one_label and len(d):
             client_class(d)  # raises unless every row holds exactly the client's one class
 
