@@ -4,8 +4,9 @@ Each population is written once by :func:`fedkernels.data.xc_population.write_xc
 (power-law labels at p = 10^5, one label per client so FedAwS applies; clients of ``1 + Poisson(7)``
 examples, 16 feature draws each over ``--features`` columns) into a store under ``--work``, then every
 (population, clients a round) pair runs in its own process (so its peak RSS is its own): the in-process
-server over the store, a warm-up round and ``--rounds`` measured rounds of FedAwS (MLP ``F -> 32 -> 32``, no server spreadout step:
-``spread_steps=0`` keeps the server's side out of the per-client time), 1 epoch of SGD, batch 32,
+server over the store, a warm-up round and ``--rounds`` measured rounds of FedAwS (MLP ``F -> 32 -> 32``,
+no server spreadout step: ``spread_steps=0`` keeps the server's side out of the per-client time), 1 epoch
+of SGD, batch 32,
 ``batch_clients=True`` (the batched pass). Per row: seconds to write the store, the server's setup, the
 median measured round and its clients' part (``InProcessTransport.updates``) per client, peak RSS (VmHWM) and the
 RSS after setup, the resident clients at the end (``StoreClients.num_resident``) and how many clients
