@@ -47,6 +47,7 @@ QUICK: dict[str, list[str]] = {
     "topk": ["--quick"],
     "fma_peak": ["--quick"],
     "fl_batched": ["--quick"],
+    "fl_population": ["--quick"],
     "threads": ["--quick"],
     "oracle_sleec": ["--quick"],
 }
