@@ -31,6 +31,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -101,7 +102,7 @@ class ClientStoreWriter:
         self.layout: str | None = None  # "dense" | "csr", fixed by the first client
         self.x_dtype: np.dtype | None = None
         self.index_dtype: np.dtype | None = None
-        self._files: dict[str, object] = {}
+        self._files: dict[str, BinaryIO] = {}
         self._hash = new_fingerprint(self.num_clients)
         self.clients_written, self.rows, self.x_nnz, self.y_nnz = 0, 0, 0, 0
         self._write("clients", np.zeros(1, np.int64))
@@ -112,7 +113,7 @@ class ClientStoreWriter:
         f = self._files.get(name)
         if f is None:
             f = self._files[name] = open(self.path / f"{name}.bin", "wb")  # noqa: SIM115 (closed in close())
-        f.write(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes())  # type: ignore[attr-defined]
+        f.write(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
 
     def _fix_layout(self, layout: str, x_dtype: np.dtype, index_dtype: np.dtype | None) -> None:
         if self.layout is None:
@@ -219,7 +220,7 @@ class ClientStoreWriter:
             self._write(name, np.zeros(0, self.x_dtype if name != "x_indices" else self.index_dtype))
         self._write("y_indices", np.zeros(0, np.int64))
         for f in self._files.values():
-            f.close()  # type: ignore[attr-defined]
+            f.close()
         assert self.x_dtype is not None
         index = {
             "format": FORMAT,
@@ -247,7 +248,7 @@ class ClientStoreWriter:
             self.close()
         else:
             for f in self._files.values():
-                f.close()  # type: ignore[attr-defined]
+                f.close()
 
 
 def _check_ptr(name: str, ptr: np.ndarray, rows: int, nnz: int) -> None:
@@ -335,8 +336,8 @@ class ClientStore(Sequence[ClientData]):
 
     def _map(self, name: str, dtype: type | np.dtype, count: int) -> None:
         file = self.path / f"{name}.bin"
-        dtype = np.dtype(dtype).newbyteorder("<")
-        want = count * dtype.itemsize
+        dt = np.dtype(dtype).newbyteorder("<")
+        want = count * dt.itemsize
         try:
             have = file.stat().st_size
         except OSError as e:
@@ -344,10 +345,10 @@ class ClientStore(Sequence[ClientData]):
         if have != want:
             raise ValueError(
                 f"ClientStore {self.path}: {file.name} holds {have} bytes, the index says {count} x "
-                f"{dtype.name} = {want}: a truncated or foreign file"
+                f"{dt.name} = {want}: a truncated or foreign file"
             )
         # an empty file cannot be mapped; its array is empty
-        self._arrays[name] = np.memmap(file, dtype=dtype, mode="r") if count else np.zeros(0, dtype)
+        self._arrays[name] = np.memmap(file, dtype=dt, mode="r") if count else np.zeros(0, dt)
 
     def __len__(self) -> int:
         return self.num_clients
@@ -362,7 +363,7 @@ class ClientStore(Sequence[ClientData]):
             raise IndexError(f"client {c} out of range for a store of {self.num_clients} clients")
         return c
 
-    def __getitem__(self, c):  # type: ignore[override]
+    def __getitem__(self, c):
         """Client ``c`` (kept among the ``max_resident`` most recently used); a slice gives a list."""
         if isinstance(c, slice):
             return [self[i] for i in range(*c.indices(self.num_clients))]

@@ -543,7 +543,7 @@ class InProcessTransport:
         batch: allow the batched pass.
     """
 
-    def __init__(self, endpoints: list[ClientEndpoint], timeout: float | None, batch: bool = False) -> None:
+    def __init__(self, endpoints: Sequence[ClientEndpoint], timeout: float | None, batch: bool = False) -> None:
         self.endpoints, self.timeout, self.batch = endpoints, timeout, batch
 
     def _call(self, fn: Callable[[], bytes | None]) -> Answer:

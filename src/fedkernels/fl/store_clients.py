@@ -49,7 +49,7 @@ class StoreClients(Sequence[LocalClient]):
     def __len__(self) -> int:
         return len(self.store)
 
-    def __getitem__(self, c):  # type: ignore[override]
+    def __getitem__(self, c):
         if isinstance(c, slice):
             return [self[i] for i in range(*c.indices(len(self)))]
         c = int(c) + (len(self) if int(c) < 0 else 0)
@@ -87,7 +87,7 @@ class Endpoints(Sequence[ClientEndpoint]):
     def __len__(self) -> int:
         return len(self.clients)
 
-    def __getitem__(self, c):  # type: ignore[override]
+    def __getitem__(self, c):
         if isinstance(c, slice):
             return [self[i] for i in range(*c.indices(len(self)))]
         c = int(c) + (len(self) if int(c) < 0 else 0)
