@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import pickle
 import weakref
 from collections import OrderedDict
 from pathlib import Path
@@ -216,6 +217,17 @@ def test_corrupt_pointers_and_ids_are_refused_per_client(tmp_path):
     _poke(path, "x_indices.bin", np.int64, len(cols) - 1, 1 << 40)
     with pytest.raises(ValueError, match=r"column ids outside \[0, 6\)"):
         ClientStore(path).load(2)
+
+
+def test_pickles_as_its_path(tmp_path):
+    clients = _population([2, 3])
+    write_client_store(tmp_path / "s", clients)
+    store = ClientStore(tmp_path / "s", max_resident=1)
+    store[0]
+    raw = pickle.dumps(store)
+    assert len(raw) < 500  # the path and the bound, not the mapped arrays
+    back = pickle.loads(raw)
+    assert back.max_resident == 1 and back.resident == 0 and _same(back[1], clients[1])
 
 
 def test_index_type_checks(tmp_path):

@@ -353,6 +353,10 @@ class ClientStore(Sequence[ClientData]):
     def __len__(self) -> int:
         return self.num_clients
 
+    def __reduce__(self) -> tuple:
+        # pickled as its path (another process, e.g. a Flower node, maps the files itself), not its arrays
+        return (ClientStore, (str(self.path), self.max_resident))
+
     def _index(self, c: int) -> int:
         if isinstance(c, bool) or not isinstance(c, int | np.integer):
             raise TypeError(f"client index must be an int, got {type(c).__name__}")
