@@ -128,3 +128,15 @@ def test_memory_grows_with_the_cohort_not_the_population(tmp_path):
     assert peak < population / 10
     assert isinstance(s.num_examples[399], int) and s.num_examples[399] == 50
     assert np.array_equal(store.num_examples, np.full(400, 50))
+
+
+def test_federated_evaluation_reads_only_the_sampled_held_out_sets(tmp_path):
+    clients, held = tiny_clients(8, per_client=10), tiny_clients(8, per_client=6, seed=3)
+    write_client_store(tmp_path / "held", held)
+    store = ClientStore(tmp_path / "held", max_resident=1)
+    s = Server(FedAvg(hidden=(8,)), clients, 16, 8, _config(rounds=1, eval_clients=2))
+    s.run()
+    want, _ = s.evaluate_federated(held, round=0)
+    got, _ = s.evaluate_federated(store, round=0)
+    assert got == want and got
+    assert store.loads <= 3  # client 0 (for its class count) and the round's 2 sampled clients
