@@ -6,12 +6,13 @@ examples, 16 feature draws each over ``--features`` columns) into a store under 
 (population, clients a round) pair runs in its own process (so its peak RSS is its own): the in-process
 server over the store, a warm-up round and ``--rounds`` measured rounds of FedAwS (MLP ``F -> 32 -> 32``,
 no server spreadout step: ``spread_steps=0`` keeps the server's side out of the per-client time), 1 epoch
-of SGD, batch 32,
-``batch_clients=True`` (the batched pass). Per row: seconds to write the store, the server's setup, the
-median measured round and its clients' part (``InProcessTransport.updates``) per client, peak RSS (VmHWM) and the
-RSS after setup, the resident clients at the end (``StoreClients.num_resident``) and how many clients
-were ever materialised. ``--eager`` adds rows that first read the whole population into a list (the
-loop's old way) for the memory it costs.
+of SGD, batch 32, ``batch_clients=True`` (the batched pass).
+
+Per row: seconds to write the store and for the server's setup; the median measured round and its
+clients' part (``InProcessTransport.updates``) per client; peak RSS (VmHWM) and the RSS after setup; the
+resident clients at the end (``StoreClients.num_resident``) and how many clients were ever
+materialised; the median time to read one client from the store. ``--eager`` adds rows that first read
+the whole population into a list (the loop's old way) for the memory it costs.
 
 ``--stackex``: stackex_cooking's real clients (the fedss-stackex preset's partition: primary label,
 clients of 4 questions, about 2,200 clients) written to a store, FedAvg MLP 577-256-400 (FedSS, the
@@ -115,7 +116,15 @@ def run_one(args: argparse.Namespace) -> dict:
     finally:
         InProcessTransport.updates = real
     lc = server.local_clients
+    # what serving a client from the store costs (read, checks, tensors): seeded random clients, median
+    ids = torch.randint(0, len(store), (200,), generator=torch.Generator().manual_seed(0)).tolist()
+    loads = []
+    for c in ids:
+        w = time.perf_counter()
+        store.load(c)
+        loads.append(time.perf_counter() - w)
     return {
+        "store_load_ms_per_client": 1e3 * statistics.median(loads),
         "setup_s": setup_s,
         "round_s_median": statistics.median(rounds[1:]),
         "round_s_warmup": rounds[0],
