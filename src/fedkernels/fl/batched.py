@@ -343,7 +343,9 @@ class _Stack:
             for j in range(active):
                 rows = len(self.data[j])
                 rate = min(1.0, cfg.batch_size / rows)
-                drawn = (torch.rand(rows, generator=gens[j][0], device="cpu") < rate).nonzero().reshape(-1)  # on the host
+                drawn = (
+                    (torch.rand(rows, generator=gens[j][0], device="cpu") < rate).nonzero().reshape(-1)
+                )  # on the host
                 chosen.append(drawn.to(self.device))
             width = max(1, max(c.numel() for c in chosen))
             step = max(1, MAX_PER_EXAMPLE_VALUES // max(1, width * size))
@@ -379,7 +381,9 @@ class _Stack:
             for j in range(active):
                 denom = min(1.0, cfg.batch_size / len(self.data[j])) * len(self.data[j])
                 for n in names:  # the sequential loop's order of noise draws
-                    z = torch.randn(sums[n][j].shape, generator=gens[j][1], dtype=torch.float64, device="cpu")  # host draw
+                    z = torch.randn(
+                        sums[n][j].shape, generator=gens[j][1], dtype=torch.float64, device="cpu"
+                    )  # host draw
                     z = z.to(device=self.device, dtype=sums[n].dtype)
                     sums[n][j] = (sums[n][j] + z * (noise * clip)) / denom
             opt.step(sums, active)

@@ -72,7 +72,9 @@ def train_dp_sgd(
         optimizer.zero_grad(set_to_none=True)
         for p, acc in zip(params, total, strict=True):
             # drawn on the host generator (the same noise on every device), then moved to the parameter
-            z = torch.randn(p.shape, generator=noise_gen, dtype=torch.float64, device="cpu").to(p.device, p.dtype) * (noise * clip)
+            z = torch.randn(p.shape, generator=noise_gen, dtype=torch.float64, device="cpu").to(p.device, p.dtype) * (
+                noise * clip
+            )
             p.grad = (acc + z) / (q * n)
         optimizer.step()
         steps += 1
