@@ -19,16 +19,16 @@ import pytest
 pytest.importorskip("cryptography", reason="needs the extra fedkernels[privacy]")
 pytest.importorskip("dp_accounting", reason="needs the extra fedkernels[privacy]")
 
-import dataclasses  # noqa: E402
+import dataclasses
 
-import torch  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from fedkernels.fl import TrainConfig, batched  # noqa: E402
-from fedkernels.fl.privacy import DPConfig, PrivacyConfig  # noqa: E402
-from fedkernels.fl.privacy.client import TRAIN, PrivateClient, train_together  # noqa: E402
-from python_tests.support.private_runs import config, private_server  # noqa: E402
+from fedkernels.fl import TrainConfig, batched
+from fedkernels.fl.privacy import DPConfig, PrivacyConfig
+from fedkernels.fl.privacy.client import TRAIN, PrivateClient, train_together
+from python_tests.support.private_runs import config, private_server
 
 FP32 = 1e-4
 RUN_ATOL = 2e-5
