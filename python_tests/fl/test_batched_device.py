@@ -216,6 +216,24 @@ def test_batched_dp_sgd_places_every_tensor():
             assert torch.equal(p[n], q[n]), n
 
 
+@pytest.mark.cpu_path("the loop's tensor placement")
+def test_sequential_dp_sgd_places_every_tensor():
+    """The sequential DP-SGD, which the batched one must equal on a GPU: its draws are made on the host
+    generators and its noise moved to the parameters' device (a host tensor added to a device one fails)."""
+    strategy = FedAvg(hidden=(8,))
+    clients = _clients()[:2]
+    train = TrainConfig(epochs=1, batch_size=6, lr=0.05, dp_sample_clip=0.3, dp_sample_noise=0.7, dp_sample_seeded=True)
+    state = strategy.init_state(16, 8, 0)
+    plain = [strategy.client_update(state, d, train, 0, 11 + c) for c, d in enumerate(clients)]
+    recorder = _Placement()
+    with torch.device("meta"), recorder:
+        placed = [strategy.client_update(state, d, train, 0, 11 + c) for c, d in enumerate(clients)]
+    assert recorder.misplaced == []
+    for p, q in zip(placed, plain, strict=True):
+        for n in q:
+            assert torch.equal(p[n], q[n]), n
+
+
 # ---- autocast ------------------------------------------------------------------------------------
 
 
