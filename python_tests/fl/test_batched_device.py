@@ -5,8 +5,11 @@ fl/test_device_emulated.py): (1) with torch's *default* device set to ``meta`` w
 ``cpu``, every tensor the batched pass makes must be placed explicitly (a tensor that follows the
 default lands on ``meta`` and the run fails), and the run must equal the plain batched run bit for bit;
 (2) under ``pytest --emulate-cuda`` every fedkernels op of a batched run runs its CUDA kernel, and the
-run equals the CPU-kernel batched run and, within float rounding, the sequential loop. The transport's
-choice (which rounds take the pass, on which device) is checked directly on its clients.
+run equals the CPU-kernel batched run and, within float rounding, the sequential loop; (3) the pass runs
+with every tensor on ``meta``, a device that is not the host: a host tensor it made itself (a hard-coded
+``cpu`` buffer, a host draw not moved) meets a device tensor and fails, as it would on a GPU (main's pass
+failed so in the Gram form and DP-SGD). The transport's choice (which rounds take the pass, on which
+device) is checked directly on its clients.
 
 Autocast runs for real on the CPU (bfloat16 autocast exists there too): the pass's matrix products
 run in bfloat16 and its uploads equal the sequential loop's within bfloat16 rounding (``BF16_TOL``).
@@ -214,6 +217,81 @@ def test_batched_dp_sgd_places_every_tensor():
     for p, q in zip(placed, plain, strict=True):
         for n in q:
             assert torch.equal(p[n], q[n]), n
+
+
+def _on(device: str, problem, data):
+    """A problem and its client's data with every tensor on ``device`` (the problem built on the host)."""
+    import dataclasses
+
+    move = {n: t.to(device) for n, t in problem.params.items()}
+    consts = {n: t.to(device) for n, t in problem.consts.items()}
+    p = dataclasses.replace(
+        problem,
+        params=move,
+        consts=consts,
+        targets=problem.targets.to(device),
+        row_weight=problem.row_weight.to(device),
+    )
+    return p, data.to(device)
+
+
+ON_META = {
+    "fedavg-sgd-gram": (lambda: FedAvg(hidden=(8,)), False, TrainConfig(epochs=2, batch_size=6, lr=0.3)),
+    "fedaws-sgd-gram": (lambda: FedAwS(dim=4, hidden=(8,), k=2), True, TrainConfig(epochs=2, batch_size=6, lr=0.2)),
+    "fedavg-adam": (
+        lambda: FedAvg(hidden=(8,), loss="softmax"),
+        False,
+        TrainConfig(epochs=2, batch_size=6, lr=0.01, optimizer="adam"),
+    ),
+    "fedaws-adam-wd": (
+        lambda: FedAwS(dim=4, hidden=(8,), k=2),
+        True,
+        TrainConfig(epochs=1, batch_size=6, lr=0.01, optimizer="adam", weight_decay=0.1),
+    ),
+    "fedavg-dp-sgd": (
+        lambda: FedAvg(hidden=(8,)),
+        False,
+        TrainConfig(epochs=1, batch_size=6, lr=0.05, dp_sample_clip=0.3, dp_sample_noise=0.7, dp_sample_seeded=True),
+    ),
+}
+
+
+def _meta_features(x: torch.Tensor):
+    """The Gram-form view of host features ``x`` with its tensors moved to ``meta`` (made on the host:
+    it reads the features' nonzero count, which ``meta`` has no values for)."""
+    feats = batched._GramFeatures(x)
+    for name in ("dense", "dense_t", "x", "x_t"):
+        setattr(feats, name, getattr(feats, name).to("meta"))
+    return feats
+
+
+@pytest.mark.cpu_path("the pass's tensor placement")
+@pytest.mark.parametrize("name", list(ON_META))
+def test_the_pass_trains_on_a_device_that_is_not_the_host(name, monkeypatch):
+    """The pass on ``meta``, a device that is not the host and has no values: any host tensor the pass
+    made (a hard-coded ``cpu``, a host draw not moved) would meet a device tensor and fail, as on a GPU.
+    The host's part (the shuffles and Poisson draws on the clients' generators) still runs; the uploads
+    come back on the device, in the host run's shapes."""
+    make, one_label, train = ON_META[name]
+    strategy, clients = make(), _clients(one_label)
+    state = strategy.init_state(16, 8, 0)
+    downloads = [
+        strategy.client_payload(state, c, strategy.client_request(d, 0, 0) if one_label else None, 0, 0)
+        for c, d in enumerate(clients)
+    ]
+    problems = [
+        strategy.local_problem(p, d, train, 0, 11 + c) for c, (p, d) in enumerate(zip(downloads, clients, strict=True))
+    ]
+    host = batched.train_batched(problems, clients, train)
+    moved = [_on("meta", p, d) for p, d in zip(problems, clients, strict=True)]
+    feats = {id(m.x): _meta_features(d.x) for (_, m), d in zip(moved, clients, strict=True)}
+    gram = []
+    monkeypatch.setattr(batched, "gram_features", lambda x: gram.append(1) or feats[id(x)])
+    got = batched.train_batched([p for p, _ in moved], [d for _, d in moved], train)
+    assert bool(gram) == name.endswith("gram")  # the Gram form ran where it applies
+    for g, h in zip(got, host, strict=True):
+        assert sorted(g) == sorted(h)
+        assert all(g[n].device.type == "meta" and g[n].shape == h[n].shape for n in h)
 
 
 @pytest.mark.cpu_path("the loop's tensor placement")
