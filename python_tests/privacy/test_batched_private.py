@@ -168,3 +168,50 @@ def test_a_client_that_already_trained_this_round_is_left_to_refuse_on_its_own()
     clients = [s.private_clients[c] for c in sorted(log)]
     round, seeds = next(iter(log.values()))[0], {c: log[c][1] for c in log}
     assert train_together(clients, round, seeds, {c: log[c][2] for c in sorted(log)}) is None
+
+
+def test_private_clients_train_on_the_run_device_and_dp_sgd_batches_off_the_host(monkeypatch):
+    """The private clients get the run's device; DP-SGD rounds take the pass there (not on the host,
+    where the loop's per-example backward passes cost less). No GPU here: the server's device is set
+    after it is built, and the pass is stopped where it starts."""
+    from fedkernels.fl.privacy import server as private_server_module
+
+    started = []
+    monkeypatch.setattr(private_server_module, "train_together", lambda ends, *a: started.append(len(ends)))
+    train = TrainConfig(epochs=1, batch_size=16, lr=0.3, dp_sample_clip=1.0, dp_sample_noise=1.0)
+    cfg = dataclasses.replace(config(1), batch_clients=True, train=train)
+    s = private_server("fedavg", PrivacyConfig(secagg=True), cfg)
+    assert all(c.device == s.device == torch.device("cpu") for c in s.private_clients)
+    messages = {0: b"", 1: b""}
+    assert s._train_batched(0, messages) is None and started == []  # on the host: one by one
+    s.device = torch.device("cuda")
+    s._train_batched(0, messages)
+    assert started == [2]
+
+
+def test_train_together_moves_the_clients_data_and_downloads_to_their_device():
+    """The batched pass gets each client's data and download on the clients' device (here ``meta``,
+    stopped at the first problem: meta tensors have no values); clients on two devices answer alone."""
+    log: dict = {}
+    s = private_server("fedavg", PrivacyConfig(secagg=True), wrapper=lambda c, e: _Recorder(e, log))
+    s.run_round()
+    seen = []
+
+    def stop(down, data, config, round, seed):
+        seen.append({data.x.device.type, *(t.device.type for t in down.values())})
+        raise StopIteration
+
+    strategy = s.strategy
+    strategy.local_problem = stop  # type: ignore[method-assign]
+    ids = sorted(log)
+    round, seeds, messages = log[ids[0]][0], {c: log[c][1] for c in ids}, {c: log[c][2] for c in ids}
+
+    def fresh(device):
+        return [PrivateClient(c, strategy, s.form, s.clients[c], s.config.train, device=device) for c in ids]
+
+    with pytest.raises(StopIteration):
+        train_together(fresh("meta"), round, seeds, messages)
+    assert seen == [{"meta"}]
+    mixed = fresh("cpu")
+    mixed[0].device = torch.device("meta")
+    assert train_together(mixed, round, seeds, messages) is None

@@ -29,6 +29,7 @@ import torch
 
 from .. import evaluation as ev
 from .. import payload as pl
+from ..device import to_device
 from ..seeding import derive_seed
 from ..strategy import Strategy
 from ..types import ClientData, TrainConfig
@@ -88,6 +89,9 @@ class PrivateClient:
             reproducible experiments.
         held_out: this client's held-out data for federated evaluation (a callable, read only when
             an ``eval`` message comes), or None (an ``eval`` message is then refused).
+        device: where it trains (:class:`~fedkernels.fl.client.LocalClient`'s): its data and download go
+            there for local training; the upload comes back to the host, where the contribution, its clip,
+            weight, noise and masking are made whatever the device.
     """
 
     def __init__(
@@ -99,8 +103,10 @@ class PrivateClient:
         train: TrainConfig,
         noise_seed: int | None = None,
         held_out: Callable[[], ClientData] | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.id, self.strategy, self.form, self.data, self.train = client_id, strategy, form, data, train
+        self.device = torch.device(device)
         self.noise_seed, self.held_out = noise_seed, held_out
         self._round = -1
         self._request: pl.Payload | None = None
@@ -179,9 +185,9 @@ class PrivateClient:
         return vec
 
     def _train(self, msg: pl.Payload, round: int, seed: int) -> bytes:
-        local = self._local_payload(msg, round, seed)
-        upload = self.strategy.client_update(local, self.data, self.train, round, seed)
-        return self._contribute(msg, upload, round, seed)
+        local = to_device(self._local_payload(msg, round, seed), self.device)
+        upload = self.strategy.client_update(local, self.data.to(self.device), self.train, round, seed)
+        return self._contribute(msg, to_device(upload, torch.device("cpu")), round, seed)
 
     def _local_payload(self, msg: pl.Payload, round: int, seed: int) -> pl.Payload:
         """What local training starts from (the round's control entry stays in ``msg`` for :meth:`_contribute`)."""
@@ -289,7 +295,8 @@ def train_together(
     Only local training is batched: each client's contribution, clipping, weight and noise share stay its
     own (:meth:`PrivateClient._contribute`, with its own noise generator), as when it answers alone, so each
     reply equals its :meth:`~PrivateClient.handle` reply up to the pass's float rounding. The clients must
-    be honest in-process clients of one strategy and training config, keyed by their ids.
+    be honest in-process clients of one strategy, training config and device, keyed by their ids; the
+    pass trains on that device.
     """
     from ..batched import batched_client_updates
 
@@ -297,7 +304,7 @@ def train_together(
     if set(by_id) != set(messages) or len(by_id) < 2:
         return None
     first = clients[0]
-    if any(c.strategy is not first.strategy or c.train != first.train for c in clients):
+    if any(c.strategy is not first.strategy or c.train != first.train or c.device != first.device for c in clients):
         return None
     started = {c: by_id[c].train_message(round, seeds[c], m) for c, m in messages.items()}
     if any(v is None for v in started.values()):
@@ -305,12 +312,13 @@ def train_together(
     msgs = {c: v[0] for c, v in started.items() if v is not None}
     local = {c: v[1] for c, v in started.items() if v is not None}
     data = {c: by_id[c].data for c in messages}
-    uploads = batched_client_updates(first.strategy, data, first.train, local, round, dict(seeds))
+    uploads = batched_client_updates(first.strategy, data, first.train, local, round, dict(seeds), first.device)
     if uploads is None:
         return None
+    host = torch.device("cpu")
     out = {}
     for c in messages:
         client = by_id[c]
         client._once(TRAIN)
-        out[c] = client._contribute(msgs[c], uploads[c], round, seeds[c])
+        out[c] = client._contribute(msgs[c], to_device(uploads[c], host), round, seeds[c])
     return out

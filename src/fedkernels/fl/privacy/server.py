@@ -270,7 +270,7 @@ class PrivateServer(Server):
         self.sigma = calibrated_sigma(privacy, config, len(clients))
         self.unrunnable = unrunnable_chance(privacy, config, len(clients))
         self.private_clients = [
-            PrivateClient(c, strategy, self.form, data, config.train, privacy.noise_seed)
+            PrivateClient(c, strategy, self.form, data, config.train, privacy.noise_seed, device=self.device)
             for c, data in enumerate(clients)
         ]
         self.private_endpoints: list[Any] = [  # PrivateClient or a wrapper with its handle()
@@ -333,13 +333,13 @@ class PrivateServer(Server):
     def _train_batched(self, round: int, messages: Mapping[int, bytes]) -> dict[int, bytes] | None:
         """The train replies of :func:`~.client.train_together` (local training in one batched pass; each
         client's clip, weight and noise share its own), or ``None`` where the round's clients answer one
-        by one: batching off, a deadline, fewer than 2 clients, a wrapped endpoint, DP-SGD (private
-        clients train on the host, where the sequential DP-SGD costs less: :class:`InProcessTransport`),
-        or a strategy without a batched form."""
+        by one: batching off, a deadline, fewer than 2 clients, a wrapped endpoint, DP-SGD on the host
+        (where the sequential DP-SGD costs less, as in :class:`~fedkernels.fl.server.InProcessTransport`),
+        or a strategy without a batched form. The clients train on the run's device."""
         cfg = self.config
         if not cfg.batch_clients or cfg.client_timeout is not None or len(messages) < 2:
             return None
-        if cfg.train.dp_sample_clip is not None:
+        if cfg.train.dp_sample_clip is not None and self.device.type == "cpu":
             return None
         ends = [self.private_endpoints[c] for c in messages]
         if any(type(e) is not PrivateClient for e in ends):  # a wrapper (a test's dropout) answers itself
