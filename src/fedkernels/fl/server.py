@@ -79,8 +79,9 @@ class RunConfig:
     """True: train a round's honest in-process clients in one batched pass where the strategy allows it
     (:mod:`fedkernels.fl.batched`: FedAvg, FedAwS/FedALC, partial exchange; bench/fl/fl_batched.py measures
     it). It equals the sequential loop only up to float rounding, so it is opt-in: the default one-by-one
-    loop is what Flower runs and what the committed result rows used. Off the CPU the sequential loop runs
-    (the batched pass trains on the host)."""
+    loop is what Flower runs and what the committed result rows used. The pass trains on ``device`` under
+    ``train.autocast``; with DP-SGD (``train.dp_sample_clip``) it runs off the host only (on the CPU the
+    sequential loop's per-example backward passes cost less)."""
     client_weighting: str = "samples"
     """Aggregation weight of a client: ``"samples"`` (its example count, FedAvg's n_k / n) or ``"uniform"``
     (1 for every client holding data: the plain 1/S mean over the S clients of a round)."""
@@ -577,8 +578,8 @@ class InProcessTransport:
     def batchable(self, clients: list[int]) -> bool:
         """Whether a round of ``clients`` may take the batched pass: batching on, no deadline, two or
         more clients, all honest :class:`~fedkernels.fl.client.LocalClient` objects of one strategy
-        (with a local problem) and one training config, training on the CPU without autocast or DP-SGD
-        (the batched pass trains on the host in the state's dtype; anything else runs the sequential loop)."""
+        (with a local problem), one training config and one device. The pass trains on that device (the
+        host or a GPU), under the config's autocast; DP-SGD rounds take it off the host only."""
         if not self.batch or self.timeout is not None or len(clients) < 2:
             return False
         ends = [self.endpoints[c] for c in clients]
@@ -586,11 +587,10 @@ class InProcessTransport:
             return False
         local = [e for e in ends if isinstance(e, LocalClient)]  # all of them (narrows the type)
         first = local[0]
-        if first.device.type != "cpu" or first.train.autocast != "off":
-            return False
-        if first.train.dp_sample_clip is not None:
+        if first.train.dp_sample_clip is not None and first.device.type == "cpu":
             # train_batched takes DP-SGD's steps exactly, but materialising every example's gradient
-            # costs more on the CPU than the loop's one backward pass per example (bench/fl/fl_batched.py)
+            # costs more on the CPU than the loop's one backward pass per example (bench/fl/fl_batched.py);
+            # on a GPU one vmap over the clients' examples replaces thousands of tiny backward passes
             return False
         return has_local_problem(first.strategy) and all(
             e.strategy is first.strategy and e.train == first.train and e.device == first.device for e in local
@@ -607,4 +607,4 @@ class InProcessTransport:
         first = local[0]
         assert isinstance(first, LocalClient)
         data = {c: e.data for c, e in zip(downloads, local, strict=True) if isinstance(e, LocalClient)}
-        return batched_client_updates(first.strategy, data, first.train, downloads, round, seeds)
+        return batched_client_updates(first.strategy, data, first.train, downloads, round, seeds, first.device)
