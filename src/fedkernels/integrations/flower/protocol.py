@@ -41,6 +41,9 @@ IDENTIFY = f"{MessageType.QUERY}.fedkernels_identify"
 SETUP = f"{MessageType.QUERY}.fedkernels_setup"
 REQUEST = f"{MessageType.QUERY}.fedkernels_request"
 PRIVATE = f"{MessageType.QUERY}.fedkernels_private"
+# cohort nodes (.cohort_server): a round's requests of a node's sampled clients in one query
+COHORT_REQUEST = f"{MessageType.QUERY}.fedkernels_cohort_request"
+COHORT = "cohort"  # the identify reply's "mode" of a cohort node
 MAX_IDENTITY_CHARS = 1 << 16  # a longer identity in a reply is refused unread
 
 
