@@ -297,3 +297,19 @@ def test_dp_sgd_runs_per_client_on_a_cohort_node():
     assert_same_run(fk, ref)
     eps = [h.privacy["sample_epsilon"] for h in fk.history]
     assert eps == [h.privacy["sample_epsilon"] for h in ref.history] and eps[-1] > 0
+
+
+def test_a_node_refuses_clients_outside_its_shard():
+    """A node whose shard changed since it was identified (here: its node config) refuses a message
+    naming clients outside its shard; those clients fail the round with the node's reason."""
+    s = Settings(num_clients=12, clients_per_round=6, rounds=1, seed=2)
+    grid = cohort_grid(s, 2)
+    app, ctx = grid.apps[10]
+    moved = Context(ctx.run_id, ctx.node_id, {"shard": "6:12"}, RecordDict(), {})
+    grid.apps[10] = (lambda m, c: app(m, moved if m.metadata.message_type == "train" else c), ctx)
+    fk = CohortFlowerStrategy(make_strategy(s), 16, 8, 12, s.run_config(), startup_grace=0.0)
+    fk.start(grid)
+    rec = fk.history[0]
+    mine = [c for c in rec.clients if c < 6]
+    assert [c for c, _ in rec.failed] == mine and mine
+    assert all("not in this node's shard [6, 12)" in why for _, why in rec.failed)
