@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
@@ -143,7 +144,7 @@ def cohort_client_app(
 
     def reply(message: Message, answers: Mapping[int, object], examples: Mapping[int, int] | None) -> Message:
         """Each client's answer (bytes, a carried payload, None or its exception) as the reply."""
-        head: dict = {"clients": [], "round-tags": [], "failed": [], "failed-reasons": []}
+        head: dict[str, Any] = {"clients": [], "round-tags": [], "failed": [], "failed-reasons": []}
         if examples is not None:
             head["num-examples"] = []
         records: dict = {}
@@ -170,7 +171,7 @@ def cohort_client_app(
         """This node's shard, fedkernels version and run identity: no data is loaded."""
         node = cohort(context)
         start, stop = node_shard(context.node_config, pr.int_field(header(message), "num-clients"))
-        head = {"mode": pr.COHORT, "shard-start": start, "shard-stop": stop}
+        head: dict[str, Any] = {"mode": pr.COHORT, "shard-start": start, "shard-stop": stop}
         head.update(identity=node.identity, version=pr.fedkernels_version())
         return Message(RecordDict({pr.KEY: ConfigRecord(head)}), reply_to=message)
 
@@ -179,7 +180,7 @@ def cohort_client_app(
         h = header(message)
         node, seeds = local(context, h)
         ends, _ = endpoints(context, node, h, list(seeds))
-        transport = InProcessTransport(ends, None)  # type: ignore[arg-type]  (endpoints by client id)
+        transport = InProcessTransport(_by_id(ends), None)
         return reply(message, transport.requests(pr.int_field(h, "round"), seeds), None)
 
     @app.train()
@@ -197,9 +198,15 @@ def cohort_client_app(
             downloads[i] = record_to_payload(record)
         ends, examples = endpoints(context, node, h, list(seeds))
         # the in-process transport: the batched pass where the in-process loop takes it, else one by one
-        transport = InProcessTransport(ends, None, bool(pr.int_field(h, "batch-clients")))  # type: ignore[arg-type]
+        transport = InProcessTransport(_by_id(ends), None, bool(pr.int_field(h, "batch-clients")))
         carried = {c: Carried(downloads[i], 0) for c, i in zip(seeds, which, strict=True)}
-        answers = transport.updates(pr.int_field(h, "round"), carried, seeds)  # type: ignore[arg-type]
+        answers = transport.updates(pr.int_field(h, "round"), dict(carried), seeds)
         return reply(message, answers, examples)
 
     return app
+
+
+def _by_id(endpoints: dict[int, ClientEndpoint]) -> list[ClientEndpoint]:
+    """``endpoints`` for :class:`~fedkernels.fl.server.InProcessTransport`, which only indexes its
+    endpoints by client id (a dict of the cohort's clients does that without a list of the shard)."""
+    return cast("list[ClientEndpoint]", endpoints)

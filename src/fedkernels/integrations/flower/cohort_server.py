@@ -101,7 +101,7 @@ class CohortFlowerStrategy(FlowerStrategy):
             strategy, num_features, num_classes, num_clients, config, startup_grace=startup_grace,
             max_in_flight=max_in_flight,
         )  # fmt: skip
-        self.nodes = ShardRegistry(num_clients)  # type: ignore[assignment]
+        self.nodes: ShardRegistry = ShardRegistry(num_clients)  # type: ignore[assignment]
         self._sent: dict[int, tuple[Message, list[int]]] = {}  # node -> (its message, its clients)
 
     # ---- one round -----------------------------------------------------------------------------
@@ -331,7 +331,7 @@ def _split_reply(
     counts: dict[int, int] = {}
     for c, why in zip(failed, reasons, strict=True):
         out[c] = ClientFailed(f"crashed: {why}"[:MAX_REASON])
-    for c, tag, n in zip(named, tags, examples, strict=True):
+    for c, tag, n in zip(named, [str(t) for t in tags], examples, strict=True):
         if weighted and not 0 <= n <= ev.MAX_EXAMPLES:
             out[c] = pl.PayloadError(f"message field 'num-examples' must be in [0, {ev.MAX_EXAMPLES}], got {n}")
             continue
@@ -398,5 +398,5 @@ def _asks_privacy(context: Context) -> bool:
     try:
         from .private_server import privacy_config_from
     except ModuleNotFoundError:  # without the privacy extra: the two switches themselves
-        return bool(c.get("secagg", False)) or float(c.get("dp-clip", 0) or 0) != 0  # type: ignore[arg-type]
+        return bool(c.get("secagg", False)) or float(c.get("dp-clip", 0) or 0) != 0
     return privacy_config_from(context) is not None

@@ -94,8 +94,9 @@ class ShardRegistry:
         """Record node ``node``'s answer to the identify query: the shard ``[start, stop)`` it claims
         and ``refusal`` (why its version or options do not fit, or ``None``)."""
         self.seen.add(node)
-        ok = type(start) is int and type(stop) is int
-        shard = (start, stop) if ok else None
+        shard = (start, stop) if isinstance(start, int) and isinstance(stop, int) else None
+        if type(start) is bool or type(stop) is bool:
+            shard = None
         if refusal is None and (shard is None or not 0 <= shard[0] < shard[1] <= self.num_clients):
             refusal = f"claims shard [{start!r}, {stop!r}), not a non-empty range within [0, {self.num_clients})"
         if refusal is not None:
