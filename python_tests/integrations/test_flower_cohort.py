@@ -313,3 +313,23 @@ def test_a_node_refuses_clients_outside_its_shard():
     mine = [c for c in rec.clients if c < 6]
     assert [c for c, _ in rec.failed] == mine and mine
     assert all("not in this node's shard [6, 12)" in why for _, why in rec.failed)
+
+
+def test_a_node_loads_only_its_sampled_clients_and_keeps_a_bounded_cache():
+    s = Settings(num_clients=40, clients_per_round=8, rounds=3, seed=6)
+    loads: list[int] = []
+
+    def load(ctx, c):
+        loads.append(c)
+        return shard(c, s)
+
+    app = cohort_client_app(lambda ctx: make_strategy(s), load, cache_clients=2)
+    run = next(RUNS)
+    grid = MemoryGrid({1: (app, Context(run, 1, {"shard": "0:40"}, RecordDict(), {}))})
+    fk = CohortFlowerStrategy(make_strategy(s), 16, 8, 40, s.run_config(), startup_grace=0.0)
+    fk.start(grid)
+    sampled = [h.clients for h in fk.history]
+    assert set(loads) == {c for r in sampled for c in r}  # never the other 30-odd clients of the shard
+    # two clients kept between rounds: a client sampled again is loaded again unless it was among them
+    assert len(loads) >= sum(map(len, sampled)) - 2 * (len(sampled) - 1)
+    assert_same_run(fk, in_process_run(s, threads=None))

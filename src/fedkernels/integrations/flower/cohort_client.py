@@ -36,6 +36,7 @@ from .records import bytes_to_record, payload_to_record, record_to_payload
 from .shards import node_shard
 
 DEFAULT_CACHE_CLIENTS = 256
+MAX_NODES = 16  # cohort nodes (of any runs) one process keeps, least recently used out first
 MAX_REASON = 300  # characters of a client's failure reason a reply carries
 DOWNLOAD = pr.PAYLOAD + ".down."  # + index: one distinct download of a cohort train message
 
@@ -80,13 +81,17 @@ def cohort_client_app(
     if cache_clients < 1:
         raise ValueError(f"cache_clients must be >= 1, got {cache_clients}")
     app = ClientApp(mods=list(mods) if mods else None)
-    nodes: dict[tuple[int, int], _Cohort] = {}  # (run, node) -> its cohort state, in this process
+    # (run, node) -> its cohort state, in this process (a simulation worker serves several nodes)
+    nodes: OrderedDict[tuple[int, int], _Cohort] = OrderedDict()
 
     def cohort(context: Context) -> _Cohort:
         key = (context.run_id, context.node_id)
         if key not in nodes:
             strategy = make_strategy(context)
             nodes[key] = _Cohort(strategy, pr.run_identity(strategy))
+            while len(nodes) > MAX_NODES:
+                nodes.popitem(last=False)
+        nodes.move_to_end(key)
         return nodes[key]
 
     def data(context: Context, node: _Cohort, client: int) -> ClientData:
