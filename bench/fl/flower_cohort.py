@@ -8,6 +8,8 @@ each node generates only the shards of the clients it trains), so its rows (one 
 
     PYTHONPATH=src:. python -m bench.fl.flower_cohort --nodes 2 4
     PYTHONPATH=src:. python -m bench.fl.flower_cohort --quick            # 40 clients, 2 nodes, 2 rounds
+    PYTHONPATH=src:. python -m bench.fl.flower_cohort --nodes 2 --clients 100000 --examples 16 \
+        --features 16 --classes 8 --hidden 8 --epochs 1          # 10^5 clients, a tiny model
 
 Columns: nodes, discovery (seconds before round 1: Ray's workers start, one identify per node), round 1,
 per client (the fastest round after the first / clients per round) for the cohort run and the in-process
