@@ -333,3 +333,21 @@ def test_a_node_loads_only_its_sampled_clients_and_keeps_a_bounded_cache():
     # two clients kept between rounds: a client sampled again is loaded again unless it was among them
     assert len(loads) >= sum(map(len, sampled)) - 2 * (len(sampled) - 1)
     assert_same_run(fk, in_process_run(s, threads=None))
+
+
+def test_an_oversized_upload_in_a_reply_is_refused_for_its_client_only():
+    """Each upload in a reply keeps its client's byte bound, checked before a tensor is built."""
+    import numpy as np
+    from flwr.app import Array
+
+    s = Settings(num_clients=8, clients_per_round=4, rounds=1, seed=3)
+
+    def bloat_first(node, message, reply):
+        c = reply.content[pr.KEY]["clients"][0]
+        reply.content[client_key(c)] = ArrayRecord({"w": Array(np.zeros(1 << 22, dtype=np.float32))})
+
+    fk = run_cohort(s, 1, tamper=bloat_first)
+    rec = fk.history[0]
+    first = rec.clients[0]
+    assert [c for c, _ in rec.failed] == [first] and "exceeds the limit" in rec.failed[0][1]
+    assert rec.contributed == rec.clients[1:]  # refused before it was read, as from a one-client node
