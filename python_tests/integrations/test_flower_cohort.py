@@ -351,3 +351,44 @@ def test_an_oversized_upload_in_a_reply_is_refused_for_its_client_only():
     first = rec.clients[0]
     assert [c for c, _ in rec.failed] == [first] and "exceeds the limit" in rec.failed[0][1]
     assert rec.contributed == rec.clients[1:]  # refused before it was read, as from a one-client node
+
+
+class Crash:
+    """A client whose update raises in ``round`` (its node trains the others)."""
+
+    def __init__(self, inner, round: int) -> None:
+        self.inner, self.round = inner, round
+
+    def request(self, round: int, seed: int):
+        return self.inner.request(round, seed)
+
+    def update(self, download: bytes, round: int, seed: int):
+        if round == self.round:
+            raise RuntimeError("boom")
+        return self.inner.update(download, round, seed)
+
+
+def test_a_client_that_crashes_on_its_node_fails_alone_as_in_process():
+    from fedkernels.fl import Server
+
+    # the sequential loop on both sides (a wrapped client keeps its round off the batched pass in process,
+    # where it would keep only its own node's cohort off it here)
+    s = Settings(num_clients=12, clients_per_round=6, rounds=2, seed=7)
+    crash = 0
+    app = cohort_client_app(
+        lambda ctx: make_strategy(s),
+        lambda ctx, c: shard(c, s),
+        wrap=lambda ctx, c, e: Crash(e, 0) if c == crash else e,
+    )
+    run = next(RUNS)
+    grid = MemoryGrid({1 + i: (app, Context(run, 1 + i, {"partition-id": i, "num-partitions": 2}, RecordDict(), {}))
+                       for i in range(2)})  # fmt: skip
+    cfg = dataclasses.replace(s.run_config(), client_timeout=None)
+    fk = CohortFlowerStrategy(make_strategy(s), 16, 8, 12, cfg, startup_grace=0.0)
+    fk.start(grid)
+    clients = [shard(c, s) for c in range(12)]
+    ref = Server(make_strategy(s), clients, 16, 8, cfg, client_wrapper=lambda c, e: Crash(e, 0) if c == crash else e)
+    ref.run()
+    assert crash in fk.history[0].clients  # sampled in round 0 with this seed
+    assert fk.history[0].failed == [(crash, "crashed: RuntimeError: boom")] == ref.history[0].failed
+    assert_same_run(fk, ref)
