@@ -12,6 +12,12 @@ Two ways to run it:
 - :func:`apps` builds the two apps with fixed :class:`Settings` for Flower's Python entry point
   ``flwr.simulation.run_simulation`` (no config file, one process tree), as the CI test does.
 
+With ``cohort`` (run_config ``cohort = true``) the ServerApp is a
+:class:`~fedkernels.integrations.flower.CohortFlowerStrategy` and the nodes are cohort nodes (the
+ClientApp ``:cohort_client``, or :func:`apps` with bound settings): each serves block ``partition-id`` of
+``num-partitions`` of the clients and generates only its sampled clients' shards; ``batch_clients``
+trains them (and the in-process twin's rounds) with the batched pass.
+
 A run writes its outcome to ``settings.result`` (JSON): the checkpoint path, per-round seconds,
 discovery seconds, node events.
 """
