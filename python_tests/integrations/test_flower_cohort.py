@@ -26,7 +26,6 @@ from fedkernels.integrations.flower import (
     node_shard,
 )
 from fedkernels.integrations.flower import protocol as pr
-from fedkernels.integrations.flower.cohort_client import client_key
 from fedkernels.integrations.flower.cohort_server import MISSING
 from fedkernels.testing.flower_sim import Settings, in_process_run, make_strategy, shard
 from python_tests.support.flower_grid import MemoryGrid, task_identity
@@ -126,7 +125,7 @@ def drop_first(node, message, reply):
     c = head["clients"][0]
     for field in ("clients", "round-tags", "num-examples"):
         head[field] = head[field][1:]
-    del reply.content[client_key(c)]
+    del reply.content[pr.cohort_key(c)]
 
 
 def name_a_stranger(node, message, reply):
@@ -344,7 +343,7 @@ def test_an_oversized_upload_in_a_reply_is_refused_for_its_client_only():
 
     def bloat_first(node, message, reply):
         c = reply.content[pr.KEY]["clients"][0]
-        reply.content[client_key(c)] = ArrayRecord({"w": Array(np.zeros(1 << 22, dtype=np.float32))})
+        reply.content[pr.cohort_key(c)] = ArrayRecord({"w": Array(np.zeros(1 << 22, dtype=np.float32))})
 
     fk = run_cohort(s, 1, tamper=bloat_first)
     rec = fk.history[0]

@@ -37,13 +37,6 @@ from .shards import node_shard
 
 DEFAULT_CACHE_CLIENTS = 256
 MAX_NODES = 16  # cohort nodes (of any runs) one process keeps, least recently used out first
-MAX_REASON = 300  # characters of a client's failure reason a reply carries
-DOWNLOAD = pr.PAYLOAD + ".down."  # + index: one distinct download of a cohort train message
-
-
-def client_key(client: int) -> str:
-    """The record key of client ``client``'s payload (upload or request) in a cohort reply."""
-    return f"{pr.PAYLOAD}.{client}"
 
 
 @dataclass
@@ -156,15 +149,15 @@ def cohort_client_app(
         for c, answer in answers.items():
             if isinstance(answer, BaseException):
                 head["failed"].append(c)
-                head["failed-reasons"].append(f"{type(answer).__name__}: {answer}"[:MAX_REASON])
+                head["failed-reasons"].append(f"{type(answer).__name__}: {answer}"[: pr.MAX_REASON_CHARS])
                 continue
             head["clients"].append(c)
             tag = ""
             if isinstance(answer, Carried):
-                records[client_key(c)] = payload_to_record(answer.payload)
+                records[pr.cohort_key(c)] = payload_to_record(answer.payload)
                 tag = answer.metadata.get(ROUND_TAG, "")
             elif isinstance(answer, bytes) and answer:
-                records[client_key(c)] = bytes_to_record(answer)
+                records[pr.cohort_key(c)] = bytes_to_record(answer)
                 tag = pl.read_metadata(answer).get(ROUND_TAG, "")
             head["round-tags"].append(tag)
             if examples is not None:
@@ -197,7 +190,7 @@ def cohort_client_app(
             raise pl.PayloadError("message field 'download-of' must name one download per client")
         downloads: dict[int, pl.Payload] = {}
         for i in sorted(set(which)):
-            record = message.content.array_records.get(f"{DOWNLOAD}{i}")
+            record = message.content.array_records.get(f"{pr.COHORT_DOWNLOAD}{i}")
             if not isinstance(record, ArrayRecord):
                 raise pl.PayloadError(f"message carries no download {i}")
             downloads[i] = record_to_payload(record)

@@ -47,7 +47,6 @@ from ...fl.server import RunConfig
 from ...fl.strategy import Strategy
 from . import protocol as pr
 from .app import PRIVACY_KEYS, REMOVED_PRIVACY_KEYS, run_config_from
-from .cohort_client import DOWNLOAD, MAX_REASON, client_key
 from .exchange import exchange
 from .nodes import GONE
 from .records import ArrayCache, payload_to_record, record_to_bytes
@@ -135,8 +134,8 @@ class CohortFlowerStrategy(FlowerStrategy):
             for c in clients:
                 key = tuple((name, *tensor_identity(t)) for name, t in sorted(downloads[c].items()))
                 i = distinct.setdefault(key, len(distinct))
-                if f"{DOWNLOAD}{i}" not in records:
-                    records[f"{DOWNLOAD}{i}"] = payload_to_record(downloads[c], cache)
+                if f"{pr.COHORT_DOWNLOAD}{i}" not in records:
+                    records[f"{pr.COHORT_DOWNLOAD}{i}"] = payload_to_record(downloads[c], cache)
                 which.append(i)
             head = self._cohort_header(r, clients, seeds, **{"download-of": which})
             msg = Message(
@@ -230,7 +229,7 @@ class CohortFlowerStrategy(FlowerStrategy):
             elif reply is None:
                 why = ClientFailed(TIMED_OUT)
             else:
-                why = ClientFailed(f"crashed: {reply.error.reason}"[:MAX_REASON])
+                why = ClientFailed(f"crashed: {reply.error.reason}"[: pr.MAX_REASON_CHARS])
             return dict.fromkeys(clients, why), {}
         try:
             return _split_reply(reply, clients, limit, weighted)
@@ -324,18 +323,18 @@ def _split_reply(
         raise pl.PayloadError(f"reply names client(s) {strangers[:8]} not sent to its node")
     if len(set(everyone)) != len(everyone):
         raise pl.PayloadError("reply names a client more than once")
-    extra = sorted(set(arrays) - {client_key(c) for c in named})
+    extra = sorted(set(arrays) - {pr.cohort_key(c) for c in named})
     if extra:
         raise pl.PayloadError(f"reply carries record(s) {extra[:4]!r:.120} that name no answering client")
     out: dict[int, Answer] = {}
     counts: dict[int, int] = {}
     for c, why in zip(failed, reasons, strict=True):
-        out[c] = ClientFailed(f"crashed: {why}"[:MAX_REASON])
+        out[c] = ClientFailed(f"crashed: {why}"[: pr.MAX_REASON_CHARS])
     for c, tag, n in zip(named, [str(t) for t in tags], examples, strict=True):
         if weighted and not 0 <= n <= ev.MAX_EXAMPLES:
             out[c] = pl.PayloadError(f"message field 'num-examples' must be in [0, {ev.MAX_EXAMPLES}], got {n}")
             continue
-        key = client_key(c)
+        key = pr.cohort_key(c)
         if key not in arrays:
             out[c] = None  # the client sent nothing
         else:
