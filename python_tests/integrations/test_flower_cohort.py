@@ -26,7 +26,7 @@ from fedkernels.integrations.flower import (
     node_shard,
 )
 from fedkernels.integrations.flower import protocol as pr
-from fedkernels.integrations.flower.cohort_server import MISSING
+from fedkernels.integrations.flower.cohort_replies import MISSING
 from fedkernels.testing.flower_sim import Settings, in_process_run, make_strategy, shard
 from python_tests.support.flower_grid import MemoryGrid, task_identity
 

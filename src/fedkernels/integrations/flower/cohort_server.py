@@ -11,13 +11,13 @@ count and round tag. The server splits the reply and checks each upload as a one
 per-client byte bound before any tensor is built, spec, strategy check, round tag, then the round
 protocol's aggregation, so a cohort run ends as the in-process run with the same seed.
 
-A reply is checked as a whole before any upload in it is read: it may name only clients sent to that
-node, each once, and carry no more uploads than it was sent clients; otherwise every client of that
-node fails the round with the reason ("rejected: ..."). A sampled client the reply leaves out fails
-alone ("sent no upload: missing from its node's reply").
+A reply is checked as a whole before any upload in it is read (:mod:`.cohort_replies`): it may name
+only clients sent to that node, each once, and carry no more uploads than it was sent clients;
+otherwise every client of that node fails the round with the reason ("rejected: ..."). A sampled
+client the reply leaves out fails alone ("sent no upload: missing from its node's reply").
 
-Not in this mode (refused when asked for): secure aggregation and client-level DP (a node would see,
-and have to mask, several clients' updates; run one node per client for those), federated
+Not in this mode (refused when asked for): secure aggregation and client-level DP (the masking would
+have to stay per client, on each node; not implemented: run one node per client for those), federated
 evaluation, strategies with a setup exchange, and SuperNode keys tied to clients.
 """
 
@@ -31,13 +31,10 @@ from typing import Any
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
-from ...fl import evaluation as ev
 from ...fl import payload as pl
-from ...fl.client import ROUND_TAG
 from ...fl.round import (
     Answer,
     ClientFailed,
-    ClientSentNothing,
     Round,
     has_setup_exchange,
     select_clients,
@@ -47,13 +44,12 @@ from ...fl.server import RunConfig
 from ...fl.strategy import Strategy
 from . import protocol as pr
 from .app import PRIVACY_KEYS, REMOVED_PRIVACY_KEYS, run_config_from
+from .cohort_replies import split_reply
 from .exchange import exchange
 from .nodes import GONE
-from .records import ArrayCache, payload_to_record, record_to_bytes
+from .records import ArrayCache, payload_to_record
 from .server import DEFAULT_STARTUP_GRACE, MAX_IDENTIFY_TRIES, TIMED_OUT, FlowerStrategy
 from .shards import ShardRegistry
-
-MISSING = "sent no upload: missing from its node's reply"
 
 
 class CohortFlowerStrategy(FlowerStrategy):
@@ -232,7 +228,7 @@ class CohortFlowerStrategy(FlowerStrategy):
                 why = ClientFailed(f"crashed: {reply.error.reason}"[: pr.MAX_REASON_CHARS])
             return dict.fromkeys(clients, why), {}
         try:
-            return _split_reply(reply, clients, limit, weighted)
+            return split_reply(reply, clients, limit, weighted)
         except pl.PayloadError as e:  # the reply as a whole is malformed: every client of the node fails
             return dict.fromkeys(clients, e), {}
 
@@ -288,67 +284,6 @@ class CohortFlowerStrategy(FlowerStrategy):
             if refusal is None and info.get("mode") != pr.COHORT:
                 refusal = f"not a cohort node (it claims client {info.get('client-id')!r}; start cohort_client_app)"
             self.nodes.claim(r, node, info.get("shard-start"), info.get("shard-stop"), refusal)
-
-
-def _split_reply(
-    reply: Message, clients: list[int], limit: Callable[[int], int], weighted: bool
-) -> tuple[dict[int, Answer], dict[int, int]]:
-    """A well-formed reply's per-client answers and example counts.
-
-    Raises:
-        PayloadError: the reply as a whole is malformed: no header, a client named that was not sent
-            to the node or named twice, more uploads than clients sent, fields of unequal length.
-    """
-    head = reply.content.config_records.get(pr.KEY)
-    if head is None:
-        raise pl.PayloadError(f"reply carries no {pr.KEY!r} record")
-    arrays = reply.content.array_records
-    if len(arrays) > len(clients):  # before any of them is read
-        raise pl.PayloadError(f"reply carries {len(arrays)} uploads, its node was sent {len(clients)} clients")
-    named, failed = pr.int_list_field(head, "clients"), pr.int_list_field(head, "failed")
-    tags, reasons = head.get("round-tags"), head.get("failed-reasons")
-    if not (isinstance(tags, list) and all(isinstance(t, str) and len(t) <= pr.MAX_ROUND_TAG for t in tags)):
-        raise pl.PayloadError("message field 'round-tags' must be a list of short strings")
-    if not (isinstance(reasons, list) and all(isinstance(t, str) for t in reasons)):
-        raise pl.PayloadError("message field 'failed-reasons' must be a list of strings")
-    examples = pr.int_list_field(head, "num-examples") if weighted else [0] * len(named)
-    if not len(named) == len(tags) == len(examples) or len(failed) != len(reasons):
-        raise pl.PayloadError(
-            "reply fields 'clients', 'round-tags', 'num-examples' (and 'failed', 'failed-reasons') differ in length"
-        )
-    sent = set(clients)
-    everyone = named + failed
-    strangers = sorted(set(everyone) - sent)
-    if strangers:
-        raise pl.PayloadError(f"reply names client(s) {strangers[:8]} not sent to its node")
-    if len(set(everyone)) != len(everyone):
-        raise pl.PayloadError("reply names a client more than once")
-    extra = sorted(set(arrays) - {pr.cohort_key(c) for c in named})
-    if extra:
-        raise pl.PayloadError(f"reply carries record(s) {extra[:4]!r:.120} that name no answering client")
-    out: dict[int, Answer] = {}
-    counts: dict[int, int] = {}
-    for c, why in zip(failed, reasons, strict=True):
-        out[c] = ClientFailed(f"crashed: {why}"[: pr.MAX_REASON_CHARS])
-    for c, tag, n in zip(named, [str(t) for t in tags], examples, strict=True):
-        if weighted and not 0 <= n <= ev.MAX_EXAMPLES:
-            out[c] = pl.PayloadError(f"message field 'num-examples' must be in [0, {ev.MAX_EXAMPLES}], got {n}")
-            continue
-        key = pr.cohort_key(c)
-        if key not in arrays:
-            out[c] = None  # the client sent nothing
-        else:
-            try:
-                out[c] = record_to_bytes(arrays[key], limit(c), {ROUND_TAG: tag} if tag else None)
-            except pl.PayloadError as e:
-                out[c] = e
-                continue
-        if weighted:
-            counts[c] = n
-    for c in clients:
-        if c not in out:
-            out[c] = ClientSentNothing(MISSING)
-    return out, counts
 
 
 def cohort_strategy_from(
