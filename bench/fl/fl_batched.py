@@ -13,13 +13,20 @@ of the partial-exchange preset shape under Adam (the dense ``vmap`` pass, 10 Dir
 in the per-client loop, one ``vmap`` over clients and rows in the batched pass; 20 Dirichlet clients,
 MLP 1836-64-159, 1 epoch SGD, batch 32, clip 1, noise 1).
 
+``--device cuda`` runs the loop on a GPU (the batched pass trains there too) and ``--autocast bf16``
+both modes under bfloat16 autocast. The in-process transport takes the batched pass for DP-SGD rounds
+off the host only (on the CPU the loop's per-example backward passes cost less), so ``fedavg-dpsgd``
+compares the two modes with ``--device cuda``; on the CPU both of its rows are the sequential loop.
+
     PYTHONPATH=src python -m bench.fl.fl_batched --out bench/results/fl/fl_batched.json
     PYTHONPATH=src python -m bench.fl.fl_batched --quick          # one round each, smoke
+    PYTHONPATH=src python -m bench.fl.fl_batched --device cuda --cases fedaws fedavg-dpsgd
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -34,7 +41,7 @@ from fedkernels.fl.server import InProcessTransport
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "bibtex"
 
 
-def case(name: str) -> tuple[Server, str]:
+def case(name: str, device: str = "cpu", autocast: str = "off") -> tuple[Server, str]:
     if name == "fedaws":
         cfg = ExperimentConfig(dataset=str(DATA), partition="one_label", l2_normalize=False)
         data = prepare_data(cfg)
@@ -56,7 +63,8 @@ def case(name: str) -> tuple[Server, str]:
         train = TrainConfig(epochs=2, batch_size=64, lr=0.001, optimizer="adam")
         per_round = 10
         what = "FedAvg, Bibtex Dirichlet(0.5), 10 of 10 clients, MLP 1836-256-256-256-159, 2 epochs Adam, batch 64"
-    run = RunConfig(rounds=10**6, clients_per_round=per_round, train=train)
+    train = dataclasses.replace(train, autocast=autocast)
+    run = RunConfig(rounds=10**6, clients_per_round=per_round, train=train, device=device)
     ds = data.dataset
     return Server(strategy, data.clients, ds.num_features, ds.num_classes, run), what
 
@@ -71,6 +79,8 @@ def measure(server: Server, rounds: int) -> dict[bool, dict[str, float]]:
         try:
             return real(self, *a, **k)
         finally:
+            if torch.cuda.is_available():  # the clients' kernels finished, not just queued
+                torch.cuda.synchronize()
             clients["wall"] += time.perf_counter() - w
             clients["cpu"] += time.process_time() - c
 
@@ -103,18 +113,22 @@ def main() -> None:
     ap.add_argument("--cases", nargs="+", default=["fedaws", "fedavg-adam"])
     ap.add_argument("--rounds", type=int, default=3, help="rounds per mode (alternating); the fastest is kept")
     ap.add_argument("--quick", action="store_true", help="one round per mode")
+    ap.add_argument("--device", default="cpu", help="the loop's device (RunConfig.device): cpu, cuda, cuda:N")
+    ap.add_argument("--autocast", default="off", choices=["off", "bf16"], help="TrainConfig.autocast of both modes")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
     rows = []
     for name in args.cases:
-        server, what = case(name)
+        server, what = case(name, args.device, args.autocast)
         best = measure(server, 1 if args.quick else args.rounds)
         b, s = best[True], best[False]
         rows.append(
             {
                 "case": name,
                 "setting": what,
+                "device": args.device,
+                "autocast": args.autocast,
                 **{f"batched_{k}": v for k, v in b.items()},
                 **{f"sequential_{k}": v for k, v in s.items()},
                 "round_speedup_wall": s["round_wall_s"] / b["round_wall_s"],

@@ -190,25 +190,6 @@ def test_carried_uploads_answer_to_the_round_tag():
     assert "tagged for round '2'" in rnd.failed[1] and "no round tag" in rnd.failed[2]
 
 
-def test_bf16_autocast_and_other_devices_keep_the_sequential_loop(monkeypatch):
-    # the batched pass trains on the host in the state's dtype: autocast or another device runs one by one
-    monkeypatch.setattr("fedkernels.fl.batched.train_batched", lambda *a, **k: pytest.fail("batched"))
-    cfg = RunConfig(
-        rounds=1, clients_per_round=4, seed=5, train=TrainConfig(epochs=1, batch_size=8, lr=0.2, autocast="bf16")
-    )
-    s = Server(FedAvg(hidden=(8,)), tiny_clients(5), 16, 8, cfg)
-    s.run()
-    assert not s.history[0].failed
-    from fedkernels.fl.client import LocalClient
-
-    clients, train = tiny_clients(2), TrainConfig()
-    strategy = FedAvg(hidden=(8,))
-    on_host = [LocalClient(strategy, d, train) for d in clients]
-    assert InProcessTransport(list(on_host), None, batch=True).batchable([0, 1])
-    elsewhere = [LocalClient(strategy, d, train, device="meta") for d in clients]
-    assert not InProcessTransport(list(elsewhere), None, batch=True).batchable([0, 1])
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_encoded_size_is_the_serialised_length(seed):
     g = torch.Generator().manual_seed(seed)

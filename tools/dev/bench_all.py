@@ -40,6 +40,7 @@ QUICK: dict[str, list[str]] = {
     "fl_xc_scale": ["--quick"],
     "flower_load": ["--quick"],
     "flower_sim": ["--quick"],
+    "flower_cohort": ["--quick"],
     "hardening": ["--quick"],
     "hardening_sweep": ["--quick"],
     "sketch_ceiling": ["--quick"],
@@ -47,6 +48,7 @@ QUICK: dict[str, list[str]] = {
     "topk": ["--quick"],
     "fma_peak": ["--quick"],
     "fl_batched": ["--quick"],
+    "fl_population": ["--quick"],
     "threads": ["--quick"],
     "oracle_sleec": ["--quick"],
 }

@@ -2,6 +2,7 @@
 public datasets (``fedkernels data``), feature hashing, splits, partitioners and the synthetic default."""
 
 from .arff import read_mulan_arff
+from .client_store import ClientStore, ClientStoreWriter, write_client_store
 from .datasets import Dataset, load_dataset, load_xc_dataset, resolve_dataset, to_client_data
 from .declared import DeclaredShape, declared_shape
 from .feature_hashing import hash_features, idf_weights
@@ -28,14 +29,18 @@ from .synthetic import synthetic_multilabel
 from .types import ClientData
 from .xc_format import XCData, read_xc
 from .xc_layouts import Layout, find_layout, read_filter, read_layout, read_sparse_text, read_split
+from .xc_population import PopulationSpec, write_xc_population
 from .xc_synthetic import XCSpec, iter_synthetic_xc, synthetic_xc
 
 __all__ = [
     "ClientData",
+    "ClientStore",
+    "ClientStoreWriter",
     "Dataset",
     "DeclaredShape",
     "DownloadError",
     "Layout",
+    "PopulationSpec",
     "RemoteDataset",
     "RemoteFile",
     "Shard",
@@ -87,5 +92,7 @@ __all__ = [
     "train_test_split",
     "unregister",
     "verify",
+    "write_client_store",
     "write_xc",
+    "write_xc_population",
 ]

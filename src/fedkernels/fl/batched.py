@@ -13,6 +13,15 @@ Clients are sorted by their step count, longest first, so the clients still trai
 prefix of the stack: a step works on views of that prefix and never copies or pads whole clients
 (a short last batch is padded with masked rows).
 
+The pass runs where the problems' tensors are (:func:`pass_device`: the host or a GPU; the in-process
+loop moves the round's clients' data to its device first). Seeded draws (shuffles, DP-SGD's Poisson
+batches and noise) come from the clients' host generators, as in the sequential loop, so a client draws
+the same on every device. With ``TrainConfig.autocast`` the loss and its gradients run under the same
+autocast as the sequential forward pass (:func:`fedkernels.fl.local.autocast`), in the dense pass (the
+Gram form regroups the input layer's products, which mixed precision would round differently from the
+sequential loop, so autocast turns it off). DP-SGD's steps take no autocast, as
+:func:`~fedkernels.fl.dpsgd.train_dp_sgd` takes none.
+
 A strategy opts in with :meth:`~fedkernels.fl.strategy.Strategy.local_problem`; clients whose problems do
 not share one structure (or a strategy without one) go through the sequential loop.
 """
@@ -30,7 +39,9 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from ..sparse_rows import select_rows
+from .device import to_device
 from .dpsgd import dp_sgd_generators, dp_steps_per_epoch
+from .local import autocast
 from .payload import Payload
 from .types import ClientData, TrainConfig
 
@@ -156,8 +167,12 @@ def train_batched(problems: Sequence[LocalProblem], data: Sequence[ClientData], 
     per-example gradients from ``vmap`` over the rows, each clipped, summed, noised, as
     :func:`~fedkernels.fl.dpsgd.train_dp_sgd` takes them one client at a time.
 
+    The pass trains on the device of the problems' tensors (:func:`pass_device`); with
+    ``config.autocast`` its dense steps run under that device's autocast.
+
     Raises:
-        ValueError: the problems do not share one structure, or a bad ``config``.
+        ValueError: the problems do not share one structure, their tensors or the clients' data are not
+            all on one device, or a bad ``config``.
     """
     if not problems:
         return []
@@ -168,6 +183,7 @@ def train_batched(problems: Sequence[LocalProblem], data: Sequence[ClientData], 
     first = structure(problems[0])
     if any(structure(p) != first for p in problems[1:]):
         raise ValueError("the clients' local problems differ in structure; train them sequentially")
+    pass_device(problems, data)
     if config.dp_sample_clip is not None:
         return _train_dp_sgd(problems, data, config)
     orders = [batch_orders(len(d), config, p.generator) for d, p in zip(data, problems, strict=True)]
@@ -180,6 +196,24 @@ def train_batched(problems: Sequence[LocalProblem], data: Sequence[ClientData], 
     for j, i in enumerate(rank):
         out[i] = problems[i].finish({n: t[j].contiguous() for n, t in trained.items()})
     return out
+
+
+def pass_device(problems: Sequence[LocalProblem], data: Sequence[ClientData]) -> torch.device:
+    """The one device of every problem's tensors (parameters, constants, targets, row weights) and of
+    every client's data: where the batched pass trains.
+
+    Raises:
+        ValueError: they are not all on one device (the message names the first tensor that is not).
+    """
+    first = problems[0]
+    device = next(iter(first.params.values())).device if first.params else first.targets.device
+    for k, (p, d) in enumerate(zip(problems, data, strict=True)):
+        named = [*p.params.items(), *p.consts.items(), ("targets", p.targets), ("row_weight", p.row_weight)]
+        named += [("data.x", d.x), ("data.indptr", d.indptr)]
+        for name, t in named:
+            if t.device != device:
+                raise ValueError(f"problems[{k}].{name} is on {t.device}, the pass on {device}: move them together")
+    return device
 
 
 def _train_dp_sgd(problems: Sequence[LocalProblem], data: Sequence[ClientData], config: TrainConfig) -> list[Payload]:
@@ -210,11 +244,11 @@ def gram_input_layer(
 ) -> tuple[str, str | None] | None:
     """``(weight, bias)`` names of the input layer the Gram-form pass may take over, or ``None``.
 
-    It applies to plain SGD (no weight decay) on an ``nn.Sequential`` whose first layer is an
+    It applies to plain SGD (no weight decay, no autocast) on an ``nn.Sequential`` whose first layer is an
     ``nn.Linear`` that the problem trains, for clients of at most :data:`MAX_GRAM_ROWS` rows.
     """
     m = problem.module
-    if config.optimizer != "sgd" or config.weight_decay != 0:
+    if config.optimizer != "sgd" or config.weight_decay != 0 or config.autocast != "off":
         return None
     if not isinstance(m, nn.Sequential) or len(m) < 2 or not isinstance(m[0], nn.Linear):
         return None
@@ -234,7 +268,10 @@ class _Stack:
         orders: list[list[torch.Tensor]],
         config: TrainConfig,
     ) -> None:
-        self.problems, self.data, self.orders, self.config = problems, data, orders, config
+        self.problems, self.data, self.config = problems, data, config
+        self.device = pass_device(problems, data)
+        # the shuffles were drawn on host generators; the indices go to the pass's device once
+        self.orders = [[o.to(self.device) for o in order] for order in orders]
         self.steps = [len(o) for o in orders]
         self.module, self.row_loss = problems[0].module, problems[0].row_loss
         self.consts = {n: torch.stack([p.consts[n].detach() for p in problems]) for n in problems[0].consts}
@@ -270,14 +307,15 @@ class _Stack:
                 x = _dense(select_rows(self.data[j].x, idx))
                 xs.append(torch.nn.functional.pad(x, (0, 0, 0, bs - idx.numel())))
             target, weight = self.targets(t, active)
-            grads = step_grad(
-                {n: p[:active] for n, p in params.items()},
-                {n: c[:active] for n, c in self.consts.items()},
-                torch.stack(xs),
-                target,
-                weight,
-            )
-            opt.step(grads, active)
+            with autocast(self.config, self.device):  # the sequential loop's forward pass (and here its gradients)
+                grads = step_grad(
+                    {n: p[:active] for n, p in params.items()},
+                    {n: c[:active] for n, c in self.consts.items()},
+                    torch.stack(xs),
+                    target,
+                    weight,
+                )
+            opt.step({n: g.to(params[n].dtype) for n, g in grads.items()}, active)
         return {n: p for n, p in params.items()}
 
     def train_dp_sgd(self) -> dict[str, torch.Tensor]:
@@ -305,7 +343,10 @@ class _Stack:
             for j in range(active):
                 rows = len(self.data[j])
                 rate = min(1.0, cfg.batch_size / rows)
-                chosen.append((torch.rand(rows, generator=gens[j][0]) < rate).nonzero().reshape(-1))
+                drawn = (
+                    (torch.rand(rows, generator=gens[j][0], device="cpu") < rate).nonzero().reshape(-1)
+                )  # on the host
+                chosen.append(drawn.to(self.device))
             width = max(1, max(c.numel() for c in chosen))
             step = max(1, MAX_PER_EXAMPLE_VALUES // max(1, width * size))
             sums = {n: torch.zeros_like(p[:active]) for n, p in params.items()}
@@ -340,8 +381,11 @@ class _Stack:
             for j in range(active):
                 denom = min(1.0, cfg.batch_size / len(self.data[j])) * len(self.data[j])
                 for n in names:  # the sequential loop's order of noise draws
-                    z = torch.randn(sums[n][j].shape, generator=gens[j][1], dtype=torch.float64)
-                    sums[n][j] = (sums[n][j] + z.to(sums[n].dtype) * (noise * clip)) / denom
+                    z = torch.randn(
+                        sums[n][j].shape, generator=gens[j][1], dtype=torch.float64, device="cpu"
+                    )  # host draw
+                    z = z.to(device=self.device, dtype=sums[n].dtype)
+                    sums[n][j] = (sums[n][j] + z * (noise * clip)) / denom
             opt.step(sums, active)
         return dict(params)
 
@@ -368,12 +412,12 @@ class _Stack:
         b0 = [p.params[bias].detach() for p in self.problems] if bias is not None else None
         proj = [f.times(wt) for f, wt in zip(feats, _transposed(w0), strict=True)]  # P = X W_0^T: [n, H]
         gram = [f.gram() for f in feats]  # K = X X^T: [n, n]
-        hidden, dtype = w0[0].shape[0], w0[0].dtype
-        acc = [torch.zeros(f.rows, hidden, dtype=dtype, device="cpu") for f in feats]  # G
-        bias_acc = [torch.zeros(hidden, dtype=dtype, device="cpu") for _ in feats]  # the column sums of G
+        hidden, dtype, device = w0[0].shape[0], w0[0].dtype, self.device
+        acc = [torch.zeros(f.rows, hidden, dtype=dtype, device=device) for f in feats]  # G
+        bias_acc = [torch.zeros(hidden, dtype=dtype, device=device) for _ in feats]  # the column sums of G
         for t in range(self.steps[0] if self.steps else 0):
             active = self.active(t)
-            h = torch.zeros(active, bs, hidden, dtype=dtype, device="cpu")
+            h = torch.zeros(active, bs, hidden, dtype=dtype, device=device)
             for j in range(active):
                 idx = self.orders[j][t]
                 rows = h[j, : idx.numel()]
@@ -510,13 +554,22 @@ def batched_client_updates(
     downloads: dict[int, Payload],
     round: int,
     seeds: dict[int, int],
+    device: torch.device | None = None,
 ) -> dict[int, Payload] | None:
     """The honest clients' uploads in answer to ``downloads`` (each as its ``client_update`` would give
-    it, up to float rounding, DP-SGD's steps included), trained in one batched pass; ``None`` when the
-    strategy has no :meth:`~fedkernels.fl.strategy.Strategy.local_problem` for some client or the
-    problems cannot be stacked (the caller then runs the sequential loop)."""
+    it, up to float rounding, DP-SGD's steps and autocast included), trained in one batched pass; ``None``
+    when the strategy has no :meth:`~fedkernels.fl.strategy.Strategy.local_problem` for some client or the
+    problems cannot be stacked (the caller then runs the sequential loop).
+
+    ``device``: where the clients train (a :class:`~fedkernels.fl.client.LocalClient`'s ``device``): their
+    data and downloads go there first, as each client's own call moves them (None: where they are). The
+    uploads stay on it.
+    """
     if not has_local_problem(strategy):
         return None
+    if device is not None:  # the round's clients' data on the device at once: the pass trains them together
+        data = {c: data[c].to(device, non_blocking=True) for c in downloads}
+        downloads = {c: to_device(down, device, non_blocking=True) for c, down in downloads.items()}
     problems = {}
     for c, down in downloads.items():
         problem = strategy.local_problem(down, data[c], config, round, seeds[c])

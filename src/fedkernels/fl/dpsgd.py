@@ -59,10 +59,10 @@ def train_dp_sgd(
     generator, noise_gen = dp_sgd_generators(generator, config.dp_sample_seeded)
     steps = 0
     for _ in range(config.epochs * dp_steps_per_epoch(n, config.batch_size)):
-        chosen = (torch.rand(n, generator=generator) < q).nonzero().reshape(-1)
+        chosen = (torch.rand(n, generator=generator, device="cpu") < q).nonzero().reshape(-1)
         total = [torch.zeros_like(p) for p in params]
         for i in chosen.tolist():
-            loss = loss_fn(data.rows(torch.tensor([i])))
+            loss = loss_fn(data.rows(torch.tensor([i], device="cpu")))
             raw = torch.autograd.grad(loss, params, allow_unused=True)
             grads = [torch.zeros_like(p) if g is None else g for g, p in zip(raw, params, strict=True)]
             norm = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))
@@ -71,7 +71,10 @@ def train_dp_sgd(
                 acc.add_(g, alpha=scale)
         optimizer.zero_grad(set_to_none=True)
         for p, acc in zip(params, total, strict=True):
-            z = torch.randn(p.shape, generator=noise_gen, dtype=torch.float64).to(p.dtype) * (noise * clip)
+            # drawn on the host generator (the same noise on every device), then moved to the parameter
+            z = torch.randn(p.shape, generator=noise_gen, dtype=torch.float64, device="cpu").to(p.device, p.dtype) * (
+                noise * clip
+            )
             p.grad = (acc + z) / (q * n)
         optimizer.step()
         steps += 1

@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from .._validate import as_csr
+from ..data.client_store import ClientStore
 from ..metrics import filter_predictions, ranking_metrics
 from ..sparse_rows import slice_rows
 from . import evaluation as ev
@@ -45,6 +46,7 @@ from .round import (  # noqa: F401  (re-exported: the names the loop has always 
     with_entries,
 )
 from .seeding import derive_seed
+from .store_clients import Endpoints, ExampleCounts, StoreClients, example_counts
 from .strategy import State, Strategy
 from .types import ClientData, ClientResult, RoundRecord, TrainConfig
 
@@ -77,8 +79,9 @@ class RunConfig:
     """True: train a round's honest in-process clients in one batched pass where the strategy allows it
     (:mod:`fedkernels.fl.batched`: FedAvg, FedAwS/FedALC, partial exchange; bench/fl/fl_batched.py measures
     it). It equals the sequential loop only up to float rounding, so it is opt-in: the default one-by-one
-    loop is what Flower runs and what the committed result rows used. Off the CPU the sequential loop runs
-    (the batched pass trains on the host)."""
+    loop is what Flower runs and what the committed result rows used. The pass trains on ``device`` under
+    ``train.autocast``; with DP-SGD (``train.dp_sample_clip``) it runs off the host only (on the CPU the
+    sequential loop's per-example backward passes cost less)."""
     client_weighting: str = "samples"
     """Aggregation weight of a client: ``"samples"`` (its example count, FedAvg's n_k / n) or ``"uniform"``
     (1 for every client holding data: the plain 1/S mean over the S clients of a round)."""
@@ -101,7 +104,10 @@ class Server:
 
     Args:
         strategy: the algorithm.
-        clients: each client's local data.
+        clients: each client's local data: a list, or a
+            :class:`~fedkernels.data.client_store.ClientStore`, whose clients are read when a round (or
+            an evaluation) asks for them and of which at most ``max(store.max_resident,
+            config.clients_per_round)`` are kept materialised (:mod:`fedkernels.fl.store_clients`).
         num_features: the model's input width.
         num_classes: the number of labels.
         config: the run's settings. If ``config.checkpoint`` names an existing file, the run
@@ -113,7 +119,7 @@ class Server:
     def __init__(
         self,
         strategy: Strategy,
-        clients: list[ClientData],
+        clients: Sequence[ClientData],
         num_features: int,
         num_classes: int,
         config: RunConfig,
@@ -142,6 +148,7 @@ class Server:
         self.strategy = strategy
         self.clients = clients
         self.config = config
+        self._counts = example_counts(clients)  # a store's from its index: no client read
         # built on the host (seeded host generators: the same initial state on every device), then moved
         init = strategy.init_state(num_features, num_classes, derive_seed(config.seed, "init"))
         self.state: State = to_device(init, self.device)
@@ -161,11 +168,20 @@ class Server:
         self._data_id: str | None = None
         self._log: HistoryLog | None = None  # the saved records' JSON, kept between saves
         self._log_json: list[dict] = []
-        # the honest clients
-        self.local_clients = [LocalClient(strategy, d, config.train, self.device) for d in clients]
-        self.endpoints: list[ClientEndpoint] = list(self.local_clients)
-        if client_wrapper is not None:
-            self.endpoints = [client_wrapper(i, e) for i, e in enumerate(self.endpoints)]
+        # the honest clients: over a store made on demand, a bounded number kept
+        self.local_clients: Sequence[LocalClient]
+        self.endpoints: Sequence[ClientEndpoint]
+        if isinstance(clients, ClientStore):
+            resident = max(clients.max_resident, config.clients_per_round)
+            self.local_clients = StoreClients(strategy, clients, config.train, self.device, resident)
+            self.endpoints = self.local_clients
+            if client_wrapper is not None:
+                self.endpoints = Endpoints(self.local_clients, client_wrapper)
+        else:
+            self.local_clients = [LocalClient(strategy, d, config.train, self.device) for d in clients]
+            self.endpoints = list(self.local_clients)
+            if client_wrapper is not None:
+                self.endpoints = [client_wrapper(i, e) for i, e in enumerate(self.endpoints)]
         if config.checkpoint is not None:
             clean_stale_temps(config.checkpoint)  # an earlier save killed before its rename
             if Path(config.checkpoint).exists():
@@ -205,12 +221,10 @@ class Server:
         return results[0], rnd.bytes_down(client_id)
 
     @property
-    def num_examples(self) -> dict[int, int]:
+    def num_examples(self) -> Mapping[int, int]:
         """Each client's aggregation weight: its example count, or with ``client_weighting="uniform"``
         1 for every client holding data (0 for an empty one, which has nothing to average)."""
-        if self.config.client_weighting == "uniform":
-            return {c: int(len(d) > 0) for c, d in enumerate(self.clients)}
-        return {c: len(d) for c, d in enumerate(self.clients)}
+        return ExampleCounts(self._counts, self.config.client_weighting == "uniform")
 
     def run_round(self) -> RoundRecord:
         """Select, train, check and aggregate one round (:class:`fedkernels.fl.round.Round`). A
@@ -242,7 +256,7 @@ class Server:
                 "pip install 'fedkernels[privacy]'"
             ) from e
 
-        return make_accountant(self.config.train, None, self.config.sample_delta, lambda c: len(self.clients[c]))
+        return make_accountant(self.config.train, None, self.config.sample_delta, lambda c: int(self._counts[c]))
 
     def save_checkpoint(self, path: str | Path) -> None:
         """Write the state, round counter, history and run identity to ``path`` atomically. Records
@@ -534,7 +548,7 @@ class InProcessTransport:
         batch: allow the batched pass.
     """
 
-    def __init__(self, endpoints: list[ClientEndpoint], timeout: float | None, batch: bool = False) -> None:
+    def __init__(self, endpoints: Sequence[ClientEndpoint], timeout: float | None, batch: bool = False) -> None:
         self.endpoints, self.timeout, self.batch = endpoints, timeout, batch
 
     def _call(self, fn: Callable[[], bytes | None]) -> Answer:
@@ -568,8 +582,8 @@ class InProcessTransport:
     def batchable(self, clients: list[int]) -> bool:
         """Whether a round of ``clients`` may take the batched pass: batching on, no deadline, two or
         more clients, all honest :class:`~fedkernels.fl.client.LocalClient` objects of one strategy
-        (with a local problem) and one training config, training on the CPU without autocast or DP-SGD
-        (the batched pass trains on the host in the state's dtype; anything else runs the sequential loop)."""
+        (with a local problem), one training config and one device. The pass trains on that device (the
+        host or a GPU), under the config's autocast; DP-SGD rounds take it off the host only."""
         if not self.batch or self.timeout is not None or len(clients) < 2:
             return False
         ends = [self.endpoints[c] for c in clients]
@@ -577,11 +591,10 @@ class InProcessTransport:
             return False
         local = [e for e in ends if isinstance(e, LocalClient)]  # all of them (narrows the type)
         first = local[0]
-        if first.device.type != "cpu" or first.train.autocast != "off":
-            return False
-        if first.train.dp_sample_clip is not None:
+        if first.train.dp_sample_clip is not None and first.device.type == "cpu":
             # train_batched takes DP-SGD's steps exactly, but materialising every example's gradient
-            # costs more on the CPU than the loop's one backward pass per example (bench/fl/fl_batched.py)
+            # costs more on the CPU than the loop's one backward pass per example (bench/fl/fl_batched.py);
+            # on a GPU one vmap over the clients' examples replaces thousands of tiny backward passes
             return False
         return has_local_problem(first.strategy) and all(
             e.strategy is first.strategy and e.train == first.train and e.device == first.device for e in local
@@ -598,4 +611,4 @@ class InProcessTransport:
         first = local[0]
         assert isinstance(first, LocalClient)
         data = {c: e.data for c, e in zip(downloads, local, strict=True) if isinstance(e, LocalClient)}
-        return batched_client_updates(first.strategy, data, first.train, downloads, round, seeds)
+        return batched_client_updates(first.strategy, data, first.train, downloads, round, seeds, first.device)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -98,7 +99,7 @@ class Strategy(ABC):
     def init_state(self, num_features: int, num_classes: int, seed: int) -> State:
         """The initial global state (model parameters and any server-side buffers)."""
 
-    def setup(self, clients: list[ClientData], seed: int) -> State:
+    def setup(self, clients: Sequence[ClientData], seed: int) -> State:
         """One-off preparation before round 0 that needs the clients' data in the server's hands
         (in-process only: a Flower server never has it). Prefer the setup exchange below, which
         both transports run. Returns state entries to add to the run's state (so they are

@@ -12,6 +12,12 @@ Two ways to run it:
 - :func:`apps` builds the two apps with fixed :class:`Settings` for Flower's Python entry point
   ``flwr.simulation.run_simulation`` (no config file, one process tree), as the CI test does.
 
+With ``cohort`` (run_config ``cohort = true``) the ServerApp is a
+:class:`~fedkernels.integrations.flower.CohortFlowerStrategy` and the nodes are cohort nodes (the
+ClientApp ``:cohort_client``, or :func:`apps` with bound settings): each serves block ``partition-id`` of
+``num-partitions`` of the clients and generates only its sampled clients' shards; ``batch_clients``
+trains them (and the in-process twin's rounds) with the batched pass.
+
 A run writes its outcome to ``settings.result`` (JSON): the checkpoint path, per-round seconds,
 discovery seconds, node events.
 """
@@ -33,7 +39,14 @@ from ..fl import ClientData, RunConfig, Server, Strategy
 from ..fl.registry import make_strategy as registered
 from ..fl.seeding import generator
 from ..fl.types import RoundRecord
-from ..integrations.flower import FlowerStrategy, client_app, partition_id, server_app
+from ..integrations.flower import (
+    CohortFlowerStrategy,
+    FlowerStrategy,
+    client_app,
+    cohort_client_app,
+    partition_id,
+    server_app,
+)
 from .flower_faults import hostile_mod, silent_where_faulty
 
 # Small options per strategy for the small data; a registered strategy not listed runs with its defaults.
@@ -67,6 +80,8 @@ class Settings:
     startup_grace: float = 600.0  # seconds to wait for every node before round 1 (ends when all answered)
     checkpoint: str = ""
     result: str = ""
+    cohort: bool = False  # cohort nodes: each node serves a shard of the clients (run with few nodes)
+    batch_clients: bool = False  # the batched pass (in process, and on cohort nodes)
 
     def run_config(self) -> RunConfig:
         """The loop's settings: this run's, and otherwise RunConfig's and TrainConfig's defaults."""
@@ -83,7 +98,7 @@ class Settings:
             ks=[1, 3, 5],
             device="cpu",
             client_weighting="samples",
-            batch_clients=False,
+            batch_clients=self.batch_clients,
             dp_delta=1e-5,
             dp_sample_clip=None,
             dp_sample_noise=0.0,
@@ -138,6 +153,8 @@ def in_process_run(s: Settings, threads: int | None = 1) -> Server:
     try:
         clients = [shard(c, s) for c in range(s.num_clients)]
         cfg = dataclasses.replace(s.run_config(), checkpoint=None)
+        if s.batch_clients:  # the in-process batched pass runs only without a per-call deadline
+            cfg = dataclasses.replace(cfg, client_timeout=None)
         wrapper = silent_where_faulty(s.seed, s.fault_rate) if s.fault_rate else None
         server = Server(make_strategy(s), clients, s.num_features, s.num_classes, cfg, client_wrapper=wrapper)
         held = [shard(c, s, held_out=True) for c in range(s.num_clients)] if s.eval_clients else None
@@ -186,6 +203,16 @@ def apps(s: Settings | None = None) -> tuple[ServerApp, ClientApp]:
     def flower_strategy(ctx: Context) -> FlowerStrategy:
         st = settings(ctx)
         outcomes[id(ctx)] = _Outcome(st)
+        if st.cohort:
+            return CohortFlowerStrategy(
+                make_strategy(st),
+                st.num_features,
+                st.num_classes,
+                st.num_clients,
+                st.run_config(),
+                startup_grace=st.startup_grace,
+                max_in_flight=st.max_in_flight or None,
+            )
         return FlowerStrategy(
             make_strategy(st),
             st.num_features,
@@ -202,6 +229,8 @@ def apps(s: Settings | None = None) -> tuple[ServerApp, ClientApp]:
         on_round=lambda ctx, fk, rec: outcomes[id(ctx)].round(fk, rec),
         on_done=lambda ctx, fk: outcomes[id(ctx)].write(fk, done=True),
     )
+    if s is not None and s.cohort:  # bound settings: the node's shard from its partition-id
+        return server, cohort_client_app(lambda ctx: make_strategy(s), lambda ctx, c: shard(c, s))
     mods = None
     if s is not None and s.fault_rate:  # a mod is fixed when the app is built: only with bound settings
         mods = [hostile_mod(s.seed, s.fault_rate, l1diff=s.strategy.lower() == "l1diff")]
@@ -215,3 +244,7 @@ def apps(s: Settings | None = None) -> tuple[ServerApp, ClientApp]:
 
 
 server, client = apps()
+# the cohort ClientApp of ``flwr run`` (its settings from run_config; the server reads ``cohort = true``)
+cohort_client = cohort_client_app(
+    lambda ctx: make_strategy(settings_from(ctx)), lambda ctx, c: shard(c, settings_from(ctx))
+)

@@ -127,7 +127,7 @@ class L1DiffNetwork(Strategy):
     def _model_names(state: Payload) -> list[str]:
         return l1diff_model_names(state)
 
-    def setup(self, clients: list[ClientData], seed: int) -> State:
+    def setup(self, clients: Sequence[ClientData], seed: int) -> State:
         if len(clients) != self.num_clients:
             raise ValueError(f"num_clients is {self.num_clients} but {len(clients)} clients were given")
         if self.graph == "features":

@@ -90,7 +90,7 @@ class PartialExchange(FedAvg):
     def setup_needs_client_data(self) -> bool:
         return self.keep_unreceived  # only the per-client SYNCED flags need the client count
 
-    def setup(self, clients: list[ClientData], seed: int) -> State:
+    def setup(self, clients: Sequence[ClientData], seed: int) -> State:
         if not self.keep_unreceived:
             return {}
         return {SYNCED: torch.zeros(len(clients), dtype=torch.uint8, device="cpu")}

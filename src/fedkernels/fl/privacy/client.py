@@ -22,13 +22,14 @@ its DP noise, its evaluation report, its secret keys and mask seeds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from .. import evaluation as ev
 from .. import payload as pl
+from ..device import to_device
 from ..seeding import derive_seed
 from ..strategy import Strategy
 from ..types import ClientData, TrainConfig
@@ -88,6 +89,9 @@ class PrivateClient:
             reproducible experiments.
         held_out: this client's held-out data for federated evaluation (a callable, read only when
             an ``eval`` message comes), or None (an ``eval`` message is then refused).
+        device: where it trains (:class:`~fedkernels.fl.client.LocalClient`'s): its data and download go
+            there for local training; the upload comes back to the host, where the contribution, its clip,
+            weight, noise and masking are made whatever the device.
     """
 
     def __init__(
@@ -99,8 +103,10 @@ class PrivateClient:
         train: TrainConfig,
         noise_seed: int | None = None,
         held_out: Callable[[], ClientData] | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.id, self.strategy, self.form, self.data, self.train = client_id, strategy, form, data, train
+        self.device = torch.device(device)
         self.noise_seed, self.held_out = noise_seed, held_out
         self._round = -1
         self._request: pl.Payload | None = None
@@ -179,11 +185,21 @@ class PrivateClient:
         return vec
 
     def _train(self, msg: pl.Payload, round: int, seed: int) -> bytes:
+        local = to_device(self._local_payload(msg, round, seed), self.device)
+        upload = self.strategy.client_update(local, self.data.to(self.device), self.train, round, seed)
+        return self._contribute(msg, to_device(upload, torch.device("cpu")), round, seed)
+
+    def _local_payload(self, msg: pl.Payload, round: int, seed: int) -> pl.Payload:
+        """What local training starts from (the round's control entry stays in ``msg`` for :meth:`_contribute`)."""
+        request = self._request_of(round, seed) if isinstance(self.form, RowsForm) else None
+        return self.form.local_payload({n: t for n, t in msg.items() if n != CTL}, request)
+
+    def _contribute(self, msg: pl.Payload, upload: pl.Payload, round: int, seed: int) -> bytes:
+        """The reply to a train message once local training gave ``upload``: this client's contribution,
+        clipped to its bound and with its own noise share (its own generator), acknowledged or sent."""
         cap, clip_bound, noise_std, central = msg.pop(CTL).double().tolist()
         weight = None if cap < 0 else client_weight(len(self.data), cap)
         request = self._request_of(round, seed) if isinstance(self.form, RowsForm) else None
-        local = self.form.local_payload(msg, request)
-        upload = self.strategy.client_update(local, self.data, self.train, round, seed)
         x = self.form.contribution(msg, upload, weight, request)
         if clip_bound > 0:
             x = dp.clip(x, clip_bound)
@@ -194,6 +210,22 @@ class PrivateClient:
             return pl.encode({n: t.float() for n, t in x.items()})
         self._vector = flatten(x, {n: tuple(x[n].shape) for n in sorted(x)})  # the server's layout order
         return pl.encode({ACK: torch.ones(1, dtype=torch.uint8)})
+
+    def train_message(self, round: int, seed: int, message: bytes) -> tuple[pl.Payload, pl.Payload] | None:
+        """A train message decoded and its local training's start (``(message, local payload)``), without
+        answering it: for :func:`train_together`. ``None`` where this client would refuse it (a second
+        train message this round, an older round, a message it cannot read): it then answers on its own
+        (:meth:`handle`), which says why."""
+        if round < self._round or (round == self._round and TRAIN in self._done):
+            return None
+        try:
+            self._at(round)
+            msg = pl.decode(message)
+            if CTL not in msg:
+                return None
+            return msg, self._local_payload(msg, round, seed)
+        except Exception:  # handle() reports it as this client's failure
+            return None
 
     def _evaluate(self, msg: pl.Payload) -> bytes:
         if self.held_out is None:
@@ -251,3 +283,42 @@ class PrivateClient:
                 if x is None:
                     raise ValueError(f"saved state of round {self._round} has a {name} session without its vector")
                 self._sessions[name] = _Session(sa, codec, x, advert)
+
+
+def train_together(
+    clients: Sequence[PrivateClient], round: int, seeds: Mapping[int, int], messages: Mapping[int, bytes]
+) -> dict[int, bytes] | None:
+    """Train messages of one round answered with their local training in one batched pass
+    (:func:`fedkernels.fl.batched.batched_client_updates`); ``None`` where the pass does not apply (the
+    caller then calls each client's :meth:`PrivateClient.handle`).
+
+    Only local training is batched: each client's contribution, clipping, weight and noise share stay its
+    own (:meth:`PrivateClient._contribute`, with its own noise generator), as when it answers alone, so each
+    reply equals its :meth:`~PrivateClient.handle` reply up to the pass's float rounding. The clients must
+    be honest in-process clients of one strategy, training config and device, keyed by their ids; the
+    pass trains on that device.
+    """
+    from ..batched import batched_client_updates
+
+    by_id = {c.id: c for c in clients}
+    if set(by_id) != set(messages) or len(by_id) < 2:
+        return None
+    first = clients[0]
+    if any(c.strategy is not first.strategy or c.train != first.train or c.device != first.device for c in clients):
+        return None
+    started = {c: by_id[c].train_message(round, seeds[c], m) for c, m in messages.items()}
+    if any(v is None for v in started.values()):
+        return None
+    msgs = {c: v[0] for c, v in started.items() if v is not None}
+    local = {c: v[1] for c, v in started.items() if v is not None}
+    data = {c: by_id[c].data for c in messages}
+    uploads = batched_client_updates(first.strategy, data, first.train, local, round, dict(seeds), first.device)
+    if uploads is None:
+        return None
+    host = torch.device("cpu")
+    out = {}
+    for c in messages:
+        client = by_id[c]
+        client._once(TRAIN)
+        out[c] = client._contribute(msgs[c], to_device(uploads[c], host), round, seeds[c])
+    return out

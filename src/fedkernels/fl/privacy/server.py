@@ -47,7 +47,7 @@ from . import accounting as acct
 from . import dp, ftrl
 from . import mechanism as mech
 from .accounting import RunAccountant, make_accountant
-from .client import CTL, TRAIN, PrivateClient
+from .client import CTL, TRAIN, PrivateClient, train_together
 from .evaluation import ACK_SPEC, private_evaluation
 from .forms import DenseForm, RowsForm, form_of
 from .ring import RingCodec
@@ -270,7 +270,7 @@ class PrivateServer(Server):
         self.sigma = calibrated_sigma(privacy, config, len(clients))
         self.unrunnable = unrunnable_chance(privacy, config, len(clients))
         self.private_clients = [
-            PrivateClient(c, strategy, self.form, data, config.train, privacy.noise_seed)
+            PrivateClient(c, strategy, self.form, data, config.train, privacy.noise_seed, device=self.device)
             for c, data in enumerate(clients)
         ]
         self.private_endpoints: list[Any] = [  # PrivateClient or a wrapper with its handle()
@@ -310,7 +310,14 @@ class PrivateServer(Server):
         self, kind: str, round: int, messages: Mapping[int, bytes], reply_limit: int = pl.DEFAULT_MAX_BYTES
     ) -> dict[int, Answer]:
         """In-process transport: each client's ``handle`` under the deadline (its failure as the answer).
-        ``reply_limit`` is not needed here: the round decodes every reply against its spec."""
+        ``reply_limit`` is not needed here: the round decodes every reply against its spec.
+
+        With ``config.batch_clients`` a train message to honest clients trains them in one batched pass
+        (:meth:`_train_batched`)."""
+        if kind == TRAIN:
+            fast = self._train_batched(round, messages)
+            if fast is not None:
+                return dict(fast)
         out: dict[int, Answer] = {}
         for c, msg in messages.items():
             seed = derive_seed(self.config.seed, "client", round, c)
@@ -322,6 +329,23 @@ class PrivateServer(Server):
             except Exception as e:  # this client's failure only
                 out[c] = e
         return out
+
+    def _train_batched(self, round: int, messages: Mapping[int, bytes]) -> dict[int, bytes] | None:
+        """The train replies of :func:`~.client.train_together` (local training in one batched pass; each
+        client's clip, weight and noise share its own), or ``None`` where the round's clients answer one
+        by one: batching off, a deadline, fewer than 2 clients, a wrapped endpoint, DP-SGD on the host
+        (where the sequential DP-SGD costs less, as in :class:`~fedkernels.fl.server.InProcessTransport`),
+        or a strategy without a batched form. The clients train on the run's device."""
+        cfg = self.config
+        if not cfg.batch_clients or cfg.client_timeout is not None or len(messages) < 2:
+            return None
+        if cfg.train.dp_sample_clip is not None and self.device.type == "cpu":
+            return None
+        ends = [self.private_endpoints[c] for c in messages]
+        if any(type(e) is not PrivateClient for e in ends):  # a wrapper (a test's dropout) answers itself
+            return None
+        seeds = {c: derive_seed(cfg.seed, "client", round, c) for c in messages}
+        return train_together(ends, round, seeds, messages)
 
     # ---- one round ---------------------------------------------------------------------------------
     def run_round(self) -> RoundRecord:

@@ -14,6 +14,10 @@ queueing (:mod:`.exchange`). Messages and the version/run-identity handshake: :m
 Secure aggregation and DP over Flower: :mod:`.private_server` (``PrivateFlowerStrategy``, imported
 from there: it needs the extra ``fedkernels[privacy]``) and :mod:`.private_client`.
 
+Cohort nodes (:mod:`.cohort_server`, :mod:`.cohort_client`, :mod:`.shards`): each SuperNode serves a
+shard of the clients and gets one message per round for its sampled clients, so the number of
+Flower nodes is the number of machines or workers, not of clients.
+
 Requires the optional extra ``fedkernels[flower]``.
 """
 
@@ -27,10 +31,13 @@ from .app import (
     server_app,
 )
 from .client import client_app, partition_id
+from .cohort_client import cohort_client_app
+from .cohort_server import CohortFlowerStrategy, cohort_strategy_from
 from .nodes import NodeEvent, NodeRegistry
 from .protocol import IDENTIFY, KEY, PAYLOAD, PRIVATE, REQUEST, SETUP, fedkernels_version, run_identity
 from .records import ArrayCache, payload_to_record, record_to_bytes, record_to_payload
 from .server import FlowerStrategy
+from .shards import ShardRegistry, node_shard
 
 __all__ = [
     "FLOWER_KEYS",
@@ -43,12 +50,17 @@ __all__ = [
     "RUN_CONFIG_KEYS",
     "SETUP",
     "ArrayCache",
+    "CohortFlowerStrategy",
     "FlowerStrategy",
     "NodeEvent",
     "NodeRegistry",
+    "ShardRegistry",
     "client_app",
+    "cohort_client_app",
+    "cohort_strategy_from",
     "fedkernels_version",
     "flower_strategy_from",
+    "node_shard",
     "partition_id",
     "payload_to_record",
     "read_partition_keys",

@@ -41,7 +41,17 @@ IDENTIFY = f"{MessageType.QUERY}.fedkernels_identify"
 SETUP = f"{MessageType.QUERY}.fedkernels_setup"
 REQUEST = f"{MessageType.QUERY}.fedkernels_request"
 PRIVATE = f"{MessageType.QUERY}.fedkernels_private"
+# cohort nodes (.cohort_server): a round's requests of a node's sampled clients in one query
+COHORT_REQUEST = f"{MessageType.QUERY}.fedkernels_cohort_request"
+COHORT = "cohort"  # the identify reply's "mode" of a cohort node
+COHORT_DOWNLOAD = PAYLOAD + ".down."  # + index: one distinct download of a cohort train message
+MAX_REASON_CHARS = 300  # a cohort reply's failure reason of one client, at most
 MAX_IDENTITY_CHARS = 1 << 16  # a longer identity in a reply is refused unread
+
+
+def cohort_key(client: int) -> str:
+    """The record key of client ``client``'s payload (upload or request) in a cohort node's reply."""
+    return f"{PAYLOAD}.{client}"
 
 
 def fedkernels_version() -> str:
