@@ -43,6 +43,8 @@ REQUEST = f"{MessageType.QUERY}.fedkernels_request"
 PRIVATE = f"{MessageType.QUERY}.fedkernels_private"
 # cohort nodes (.cohort_server): a round's requests of a node's sampled clients in one query
 COHORT_REQUEST = f"{MessageType.QUERY}.fedkernels_cohort_request"
+# cohort nodes' private rounds (.cohort_private_server): one stage's messages of a node's clients
+COHORT_PRIVATE = f"{MessageType.QUERY}.fedkernels_cohort_private"
 COHORT = "cohort"  # the identify reply's "mode" of a cohort node
 COHORT_DOWNLOAD = PAYLOAD + ".down."  # + index: one distinct download of a cohort train message
 MAX_REASON_CHARS = 300  # a cohort reply's failure reason of one client, at most
