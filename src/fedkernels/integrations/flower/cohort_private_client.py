@@ -82,9 +82,9 @@ def answer_cohort_private(
     out: dict[int, bytes | BaseException] = {}
     batched = None
     # the in-process PrivateServer's choice: batch unless off, < 2 clients, or DP-SGD on the host
-    if kind == TRAIN and pr.int_field(header, "batch-clients") and len(clients) >= 2:
-        if train.dp_sample_clip is None or device.type != "cpu":
-            batched = train_together(list(clients.values()), rnd, dict(seeds), msgs)
+    host_dp_sgd = train.dp_sample_clip is not None and device.type == "cpu"
+    if kind == TRAIN and pr.int_field(header, "batch-clients") and len(clients) >= 2 and not host_dp_sgd:
+        batched = train_together(list(clients.values()), rnd, dict(seeds), msgs)
     if batched is not None:
         out.update(batched)
     else:

@@ -25,10 +25,11 @@ cohorts of the round must be within the colluders the threat model allows
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from flwr.app import Message, RecordDict
+from flwr.app import Context, Message, RecordDict
 from flwr.serverapp import Grid
 
 from ...fl import payload as pl
@@ -38,9 +39,10 @@ from ...fl.server import RunConfig
 from ...fl.strategy import Strategy
 from ...fl.types import RoundRecord
 from . import protocol as pr
+from .app import run_config_from
 from .cohort_server import CohortFlowerStrategy
 from .nodes import GONE
-from .private_server import AfterExchange, PrivateFlowerStrategy
+from .private_server import AfterExchange, PrivateFlowerStrategy, privacy_config_from
 from .records import ArrayCache, payload_to_record
 from .server import DEFAULT_STARTUP_GRACE
 from .shards import ShardRegistry
@@ -179,3 +181,41 @@ class CohortPrivateFlowerStrategy(PrivateFlowerStrategy):
             cohorts[node] = cohorts.get(node, 0) + 1
         cohorts.pop(None, None)  # clients without a node fail anyway; they hold no one's secrets
         return collusion_refusal(self.privacy, len(clients), list(cohorts.values()), self.colluding_nodes)
+
+
+def cohort_private_strategy_from(
+    context: Context,
+    strategy: Strategy,
+    num_features: int,
+    num_classes: int,
+    num_clients: int,
+    **defaults: object,
+) -> CohortPrivateFlowerStrategy:
+    """A :class:`CohortPrivateFlowerStrategy` from ``run_config``: the keys of
+    :func:`~.cohort_server.cohort_strategy_from`, the privacy keys of
+    :func:`~.private_server.privacy_config_from`, and ``colluding-nodes`` (default 1).
+
+    Raises:
+        ValueError: an invalid or absent privacy setting, or ``colluding-nodes`` < 0 (the key named).
+    """
+    c = context.run_config
+    privacy = privacy_config_from(context)
+    if privacy is None:
+        raise ValueError("run config asks for no secure aggregation or client-level DP (secagg, dp-clip)")
+    config = run_config_from(context, **defaults)
+    if "batch-clients" in c:
+        config = dataclasses.replace(config, batch_clients=bool(c["batch-clients"]))
+    colluding = c.get("colluding-nodes", 1)
+    if isinstance(colluding, bool) or not isinstance(colluding, int) or colluding < 0:
+        raise ValueError(f"run config key 'colluding-nodes' must be an int >= 0, got {colluding!r}")
+    return CohortPrivateFlowerStrategy(
+        strategy,
+        num_features,
+        num_classes,
+        num_clients,
+        config,
+        privacy,
+        colluding_nodes=colluding,
+        startup_grace=float(c.get("startup-grace", DEFAULT_STARTUP_GRACE)),
+        max_in_flight=int(c.get("max-in-flight", 0)) or None,
+    )

@@ -293,22 +293,21 @@ def cohort_strategy_from(
     num_classes: int,
     num_clients: int | None = None,
     **defaults: object,
-) -> CohortFlowerStrategy:
+) -> FlowerStrategy:
     """A :class:`CohortFlowerStrategy` from ``run_config`` (the keys of
-    :func:`~.app.flower_strategy_from`, less ``federated-eval`` and ``partition-keys``).
+    :func:`~.app.flower_strategy_from`, less ``federated-eval`` and ``partition-keys``); when it asks
+    for secure aggregation or client-level DP, a
+    :class:`~.cohort_private_server.CohortPrivateFlowerStrategy` (key ``colluding-nodes`` too).
 
     Raises:
-        ValueError: a secure-aggregation or DP key (:data:`~.app.PRIVACY_KEYS`) is set: cohort nodes
-            do not run private rounds.
+        ValueError: an invalid privacy setting (the message names the key).
     """
     c = context.run_config
-    if _asks_privacy(context):
-        raise ValueError(
-            "cohort nodes do not run secure aggregation or client-level DP (the run config asks for them): a "
-            "cohort node sees its clients' updates, and SecAgg+ masks per client; run one node per client "
-            "(flower_strategy_from, PrivateFlowerStrategy) for private rounds"
-        )
     n = int(c["num-clients"]) if num_clients is None else num_clients
+    if _asks_privacy(context):  # private rounds: each client its own SecAgg+ participant
+        from .cohort_private_server import cohort_private_strategy_from
+
+        return cohort_private_strategy_from(context, strategy, num_features, num_classes, n, **defaults)
     config = run_config_from(context, **defaults)
     if "batch-clients" in c:
         config = dataclasses.replace(config, batch_clients=bool(c["batch-clients"]))
