@@ -4,7 +4,8 @@ real Flower Messages over the in-memory grid. 12 clients on 4 nodes of 3; every 
 SecAgg+ participant, each node gets one message per stage. Runs end bit-identical to the in-process
 PrivateServer of the same seed (same sessions, survivors, bytes, epsilon); a node leaving after its
 clients' masked upload drops all 3 and is recovered, too many leaving is refused with the state kept;
-rounds whose colluding cohorts exceed the threat model's colluders are refused."""
+rounds whose colluding cohorts exceed the threat model's colluders are refused, and the secrets a
+colluding node really holds rebuild no other client's mask key within the limit (they do beyond it)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ import torch
 from flwr.app import Context, RecordDict
 
 from fedkernels.fl import RunConfig, TrainConfig
-from fedkernels.fl.privacy import DPConfig, PrivacyConfig, PrivateServer
+from fedkernels.fl import payload as pl
+from fedkernels.fl.privacy import DPConfig, PrivacyConfig, PrivateServer, crypto
+from fedkernels.fl.privacy.secagg import SecAggClient, mask_key, neighbours_of
+from fedkernels.fl.privacy.session import session_params
 from fedkernels.integrations.flower import cohort_client_app
 from fedkernels.integrations.flower import protocol as pr
 from fedkernels.integrations.flower.cohort_private_client import state_key
@@ -192,3 +196,59 @@ def test_colluding_nodes_is_checked():
             CohortPrivateFlowerStrategy(
                 make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES, NUM_CLIENTS, config(), SECAGG, colluding_nodes=bad
             )
+
+
+def _mask_key_shares(g: MemoryGrid, nodes: list[int]) -> tuple[dict[int, dict[int, bytes]], dict[int, bytes], object]:
+    """What ``nodes`` hold after an ``upd`` session (their clients' saved states): honest client ->
+    {holder index: its mask-key-seed share}, honest client -> its mask public key, and the session's
+    parameters."""
+    shares: dict[int, dict[int, bytes]] = {}
+    public: dict[int, bytes] = {}
+    params = None
+    for node in nodes:
+        ctx = g.apps[node][1]
+        for key, rec in ctx.state.config_records.items():
+            saved = pl.decode(rec["state"])
+            params, _ = session_params(
+                {k[len("upd/advertise/") :]: t for k, t in saved.items() if k.startswith("upd/advertise/")}
+            )
+            sa = SecAggClient.restore(
+                int(key.rsplit(".", 1)[1]),
+                params,
+                {k[len("upd/secagg/") :]: t for k, t in saved.items() if k.startswith("upd/secagg/")},
+            )
+            for u, (_, s_open) in sa.held.items():
+                shares.setdefault(u, {})[neighbours_of(params, u).index(sa.id) + 1] = s_open[: crypto.SHARE_BYTES]
+                public[u] = sa.peer_s_pk[u]
+    return shares, public, params
+
+
+def test_colluding_nodes_within_the_limit_cannot_rebuild_an_honest_clients_mask_key():
+    """The attack the colluder check stops, run on the secrets the nodes really hold after a round.
+    The server learns each summed client's self-mask seed at unmask (by design); what keeps one
+    client's input hidden is its mask key (its pairwise masks with honest neighbours), shared
+    threshold-of-k among its neighbours. Within the limit (one node of 3 clients colluding, T = 3,
+    threshold 4) the colluders hold fewer than threshold shares of every other client's mask key:
+    it cannot be rebuilt. Beyond it (two nodes, 6 clients: a configuration the check refuses, run here
+    with colluding_nodes=0) the colluders rebuild an honest client's mask key from their shares."""
+    g = grid("fedavg")
+    fk = cohort_run("fedavg", SECAGG, config(), g)
+    assert fk.history[0].privacy["survivors"] == NUM_CLIENTS
+    shares, public, params = _mask_key_shares(g, [13])  # node 13: clients 9-11
+    honest = list(range(9))
+    held = [len(shares.get(u, {})) for u in honest]
+    assert params.threshold == 4 and max(held) == 3  # as many as T allows, one short of the threshold
+    for u in honest:
+        with pytest.raises(crypto.CryptoError):
+            crypto.combine_shares(shares.get(u, {}), params.threshold)
+
+    g = grid("fedavg")
+    cohort_run("fedavg", SECAGG, config(), g, colluding_nodes=0)
+    shares, public, params = _mask_key_shares(g, [12, 13])  # clients 6-11
+    rebuilt = [
+        u
+        for u in range(6)
+        if len(shares.get(u, {})) >= params.threshold
+        and crypto.public_key(mask_key(params, crypto.combine_shares(shares[u], params.threshold))) == public[u]
+    ]
+    assert rebuilt  # beyond the limit an honest client's pairwise masks are open to the coalition
