@@ -140,8 +140,13 @@ def test_a_node_leaving_after_the_masked_upload_is_recovered_too_many_refused():
     ref = in_process(name, SECAGG, cfg, lambda c, e: DropAt(e, "upd/unmask", gone[c]) if c in gone else e)
     h0, h1 = fk.history
     assert h0.failed == [] and h0.privacy["survivors"] == NUM_CLIENTS and not h0.skipped
-    assert h1.skipped.startswith("secure aggregation (upd) failed") and h1.privacy["survivors"] == 0
-    assert same_state(fk.state, ref.state) and records(fk) == records(ref)
+    assert h1.skipped.startswith("secure aggregation (upd) failed: cannot unmask") and h1.privacy["survivors"] == 0
+    # which client's shares fall short first depends on the session's random neighbour graph
+    assert ref.history[1].skipped.startswith("secure aggregation (upd) failed: cannot unmask")
+    short = [(*r[:4], r[4].split(": client")[0], r[5]) for r in records(fk)]
+    assert same_state(fk.state, ref.state) and short == [
+        (*r[:4], r[4].split(": client")[0], r[5]) for r in records(ref)
+    ]
 
 
 @pytest.mark.parametrize(("secagg", "batch"), [(False, False), (True, False), (False, True), (True, True)])
