@@ -34,7 +34,7 @@ from flwr.serverapp import Grid
 
 from ...fl import payload as pl
 from ...fl.privacy.server import PrivacyConfig
-from ...fl.round import Answer, ClientFailed, client_seed, has_setup_exchange
+from ...fl.round import Answer, ClientFailed, client_seed
 from ...fl.server import RunConfig
 from ...fl.strategy import Strategy
 from ...fl.types import RoundRecord
@@ -45,7 +45,6 @@ from .nodes import GONE
 from .private_server import AfterExchange, PrivateFlowerStrategy, privacy_config_from
 from .records import ArrayCache, payload_to_record
 from .server import DEFAULT_STARTUP_GRACE
-from .shards import ShardRegistry
 
 
 def collusion_refusal(privacy: PrivacyConfig, n: int, cohorts: list[int], colluding_nodes: int) -> str:
@@ -64,7 +63,7 @@ def collusion_refusal(privacy: PrivacyConfig, n: int, cohorts: list[int], collud
     )
 
 
-class CohortPrivateFlowerStrategy(PrivateFlowerStrategy):
+class CohortPrivateFlowerStrategy(PrivateFlowerStrategy, CohortFlowerStrategy):
     """A fedkernels strategy over Flower with cohort nodes and private rounds.
 
     Args:
@@ -75,18 +74,13 @@ class CohortPrivateFlowerStrategy(PrivateFlowerStrategy):
             colluders (see the module docstring). 0 trusts every node (not recommended).
         startup_grace, max_in_flight: as for :class:`~.server.FlowerStrategy`.
 
+    The round is :class:`~.private_server.PrivateFlowerStrategy`'s; the shard map, one message per
+    node and the reply checks are :class:`~.cohort_server.CohortFlowerStrategy`'s.
+
     Raises:
         NotImplementedError: a strategy with a setup exchange (as cohort nodes).
         ValueError: ``colluding_nodes`` < 0; the checks of ``PrivateFlowerStrategy``.
     """
-
-    # the cohort protocol of CohortFlowerStrategy: shard map, one message per node, reply checks
-    _refresh = CohortFlowerStrategy._refresh
-    _by_node = CohortFlowerStrategy._by_node
-    _cohort_header = CohortFlowerStrategy._cohort_header
-    _push = CohortFlowerStrategy._push
-    _match = CohortFlowerStrategy._match
-    _split = CohortFlowerStrategy._split
 
     def __init__(
         self,
@@ -101,19 +95,13 @@ class CohortPrivateFlowerStrategy(PrivateFlowerStrategy):
         startup_grace: float = DEFAULT_STARTUP_GRACE,
         max_in_flight: int | None = None,
     ) -> None:
-        if has_setup_exchange(strategy):
-            raise NotImplementedError(
-                f"cohort nodes: strategy {strategy.name} has a setup exchange, which cohort nodes do not carry"
-            )
         if isinstance(colluding_nodes, bool) or not isinstance(colluding_nodes, int) or colluding_nodes < 0:
             raise ValueError(f"colluding_nodes must be an int >= 0, got {colluding_nodes!r}")
         super().__init__(
             strategy, num_features, num_classes, num_clients, config, privacy, after_exchange,
             startup_grace=startup_grace, max_in_flight=max_in_flight,
         )  # fmt: skip
-        self.nodes: ShardRegistry = ShardRegistry(num_clients)  # type: ignore[assignment]
         self.colluding_nodes = colluding_nodes
-        self._sent: dict[int, tuple[Message, list[int]]] = {}
         self._checked: dict[int, str] = {}  # round -> its collusion refusal ("" : it may run)
 
     def record(self, rec: RoundRecord) -> None:

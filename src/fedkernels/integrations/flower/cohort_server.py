@@ -16,9 +16,9 @@ only clients sent to that node, each once, and carry no more uploads than it was
 otherwise every client of that node fails the round with the reason ("rejected: ..."). A sampled
 client the reply leaves out fails alone ("sent no upload: missing from its node's reply").
 
-Not in this mode (refused when asked for): secure aggregation and client-level DP (the masking would
-have to stay per client, on each node; not implemented: run one node per client for those), federated
-evaluation, strategies with a setup exchange, and SuperNode keys tied to clients.
+Secure aggregation and client-level DP, with the masking per client: :mod:`.cohort_private_server`.
+Not in this mode (refused when asked for): federated evaluation, strategies with a setup exchange, and
+SuperNode keys tied to clients.
 """
 
 from __future__ import annotations
@@ -293,11 +293,11 @@ def cohort_strategy_from(
     num_classes: int,
     num_clients: int | None = None,
     **defaults: object,
-) -> FlowerStrategy:
+) -> CohortFlowerStrategy:
     """A :class:`CohortFlowerStrategy` from ``run_config`` (the keys of
     :func:`~.app.flower_strategy_from`, less ``federated-eval`` and ``partition-keys``); when it asks
     for secure aggregation or client-level DP, a
-    :class:`~.cohort_private_server.CohortPrivateFlowerStrategy` (key ``colluding-nodes`` too).
+    :class:`~.cohort_private_server.CohortPrivateFlowerStrategy`, a subclass (key ``colluding-nodes`` too).
 
     Raises:
         ValueError: an invalid privacy setting (the message names the key).
