@@ -88,15 +88,16 @@ def same_state(a, b) -> bool:
 
 @pytest.mark.parametrize(("name", "batch"), [("fedavg", False), ("fedavg", True), ("fedss", False)])
 def test_cohort_secagg_equals_in_process(name, batch):
-    """Two rounds, 12 of 12 clients (fedss with its private request union too), SecAgg+ over
+    """12 of 12 clients (two rounds client by client, one batched, one FedSS with its private request
+    union), SecAgg+ over
     cohort nodes: bit-identical to the in-process PrivateServer of the same seed (state, survivors,
     SecAgg+ bytes, failures), with batch_clients the train stage batched per node as in process. One
     message per node per stage, never one per client; each client's secrets under its own key."""
-    cfg = config(rounds=2, batch=batch)
+    cfg = config(rounds=2 if (name, batch) == ("fedavg", False) else 1, batch=batch)
     g = grid(name)
     fk = cohort_run(name, SECAGG, cfg, g)
     ref = in_process(name, SECAGG, cfg)
-    assert [h.failed for h in fk.history] == [[], []] and not any(h.skipped for h in fk.history)
+    assert all(h.failed == [] and not h.skipped for h in fk.history)
     assert same_state(fk.state, ref.state) and records(fk) == records(ref)
     private = [m for m in g.sent if m.metadata.message_type == pr.COHORT_PRIVATE]
     per_stage: dict[str, set[int]] = {}
