@@ -258,3 +258,23 @@ def test_colluding_nodes_within_the_limit_cannot_rebuild_an_honest_clients_mask_
         and crypto.public_key(mask_key(params, crypto.combine_shares(shares[u], params.threshold))) == public[u]
     ]
     assert rebuilt  # beyond the limit an honest client's pairwise masks are open to the coalition
+
+
+def test_dp_sgd_under_secagg_asks_example_counts_per_node():
+    """DP-SGD in local training under SecAgg+: the sample-level accountant's example counts come in
+    one ``count`` message per node (each client answers its own), and the run, its sample-level
+    epsilon included, equals the in-process run."""
+    train = TrainConfig(epochs=1, batch_size=8, lr=0.1, dp_sample_clip=1.5, dp_sample_noise=1.1, dp_sample_seeded=True)
+    cfg = replace(config(), train=train)
+    g = grid("fedavg")
+    fk = cohort_run("fedavg", SECAGG, cfg, g)
+    ref = in_process("fedavg", SECAGG, cfg)
+    assert same_state(fk.state, ref.state)
+    # a Flower run's record keeps each contributor's example count too (the in-process run has the data)
+    shown = [(*r[:5], {k: v for k, v in r[5].items() if not k.startswith("examples.")}) for r in records(fk)]
+    assert shown == records(ref) and fk.history[0].privacy["sample_epsilon"] > 0
+    assert [fk.history[0].privacy[f"examples.{c}"] for c in range(NUM_CLIENTS)] == [
+        len(client_data(c, NUM_CLIENTS)) for c in range(NUM_CLIENTS)
+    ]
+    counts = [m for m in g.sent if m.metadata.group_id == "count-1"]
+    assert len(counts) == NODES and len({m.metadata.dst_node_id for m in counts}) == NODES
