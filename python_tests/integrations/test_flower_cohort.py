@@ -2,7 +2,8 @@
 the clients and get one message per round. Fast, without processes: the real CohortFlowerStrategy and
 cohort_client_app talk through real Flower Messages and ArrayRecords on the in-memory grid
 (support/flower_grid.py). Runs end bit-identical to the in-process Server of the same seed; malformed
-replies and shard claims are refused with the reason; private rounds are refused."""
+replies and shard claims are refused with the reason; a run config asking for private rounds gets the
+private cohort strategy (python_tests/privacy/test_flower_cohort_private.py)."""
 
 from __future__ import annotations
 
@@ -262,10 +263,17 @@ def test_a_per_client_node_is_refused_by_a_cohort_run():
 
 
 # ---- what cohort nodes do not run ---------------------------------------------------------------------
-def test_private_rounds_are_refused():
-    ctx = Context(1, 0, {}, RecordDict(), {"num-clients": 10, "clients-per-round": 4, "secagg": True})
-    with pytest.raises(ValueError, match="cohort nodes do not run secure aggregation"):
-        cohort_strategy_from(ctx, make_strategy(Settings()), 16, 8)
+def test_private_rounds_get_the_private_cohort_strategy():
+    pytest.importorskip("cryptography", reason="needs the extra fedkernels[privacy]")
+    from fedkernels.integrations.flower.cohort_private_server import CohortPrivateFlowerStrategy
+
+    run = {"num-clients": 10, "clients-per-round": 10, "secagg": True, "secagg-corrupt-fraction": 0.2}
+    ctx = Context(1, 0, {}, RecordDict(), run)
+    fk = cohort_strategy_from(ctx, make_strategy(Settings()), 16, 8)
+    assert isinstance(fk, CohortPrivateFlowerStrategy) and fk.privacy.secagg and fk.colluding_nodes == 1
+    bad = Context(1, 0, {}, RecordDict(), {**run, "colluding-nodes": -1})
+    with pytest.raises(ValueError, match="colluding-nodes"):
+        cohort_strategy_from(bad, make_strategy(Settings()), 16, 8)
     quiet = Context(1, 0, {}, RecordDict(), {"num-clients": 10, "clients-per-round": 4, "secagg": False})
     assert isinstance(cohort_strategy_from(quiet, make_strategy(Settings()), 16, 8), CohortFlowerStrategy)
 

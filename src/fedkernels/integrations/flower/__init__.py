@@ -16,7 +16,9 @@ from there: it needs the extra ``fedkernels[privacy]``) and :mod:`.private_clien
 
 Cohort nodes (:mod:`.cohort_server`, :mod:`.cohort_client`, :mod:`.shards`): each SuperNode serves a
 shard of the clients and gets one message per round for its sampled clients, so the number of
-Flower nodes is the number of machines or workers, not of clients.
+Flower nodes is the number of machines or workers, not of clients. Their private rounds (SecAgg+ and
+DP, every client its own participant): :mod:`.cohort_private_server` (``CohortPrivateFlowerStrategy``,
+imported from there: it needs ``fedkernels[privacy]``) and :mod:`.cohort_private_client`.
 
 Requires the optional extra ``fedkernels[flower]``.
 """

@@ -55,6 +55,7 @@ def cohort_client_app(
     wrap: Callable[[Context, int, ClientEndpoint], ClientEndpoint] | None = None,
     mods: Sequence[Callable] | None = None,
     cache_clients: int = DEFAULT_CACHE_CLIENTS,
+    dp_noise_seed: int | None = None,
 ) -> ClientApp:
     """A Flower ClientApp for a cohort node (:mod:`.cohort_server`): it serves the shard
     :func:`~.shards.node_shard` names.
@@ -67,6 +68,8 @@ def cohort_client_app(
             wrapped client keeps its round on the sequential loop, as in process.
         mods: Flower ClientApp mods, outermost first.
         cache_clients: how many clients' data one node keeps between rounds (least recently used out).
+        dp_noise_seed: private rounds with distributed DP (:mod:`.cohort_private_client`): None draws
+            each client's noise share from OS randomness; a seed makes it reproducible (experiments).
 
     Raises:
         ValueError: ``cache_clients`` < 1.
@@ -200,6 +203,20 @@ def cohort_client_app(
         carried = {c: Carried(downloads[i], 0) for c, i in zip(seeds, which, strict=True)}
         answers = transport.updates(pr.int_field(h, "round"), dict(carried), seeds)
         return reply(message, answers, examples)
+
+    @app.query("fedkernels_cohort_private")
+    def private(message: Message, context: Context) -> Message:
+        """One stage of a private round for the named clients, each its own SecAgg+ participant
+        (:mod:`.cohort_private_client`, the privacy extra)."""
+        from .cohort_private_client import answer_cohort_private
+
+        h = header(message)
+        node, seeds = local(context, h)
+        got = {c: data(context, node, c) for c in seeds}
+        answers = answer_cohort_private(
+            h, message, context, node.strategy, got, seeds, train_config(h), node_device(context), dp_noise_seed
+        )
+        return reply(message, answers, None)
 
     return app
 

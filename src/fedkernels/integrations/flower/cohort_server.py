@@ -16,9 +16,9 @@ only clients sent to that node, each once, and carry no more uploads than it was
 otherwise every client of that node fails the round with the reason ("rejected: ..."). A sampled
 client the reply leaves out fails alone ("sent no upload: missing from its node's reply").
 
-Not in this mode (refused when asked for): secure aggregation and client-level DP (the masking would
-have to stay per client, on each node; not implemented: run one node per client for those), federated
-evaluation, strategies with a setup exchange, and SuperNode keys tied to clients.
+Secure aggregation and client-level DP, with the masking per client: :mod:`.cohort_private_server`.
+Not in this mode (refused when asked for): federated evaluation, strategies with a setup exchange, and
+SuperNode keys tied to clients.
 """
 
 from __future__ import annotations
@@ -295,20 +295,19 @@ def cohort_strategy_from(
     **defaults: object,
 ) -> CohortFlowerStrategy:
     """A :class:`CohortFlowerStrategy` from ``run_config`` (the keys of
-    :func:`~.app.flower_strategy_from`, less ``federated-eval`` and ``partition-keys``).
+    :func:`~.app.flower_strategy_from`, less ``federated-eval`` and ``partition-keys``); when it asks
+    for secure aggregation or client-level DP, a
+    :class:`~.cohort_private_server.CohortPrivateFlowerStrategy`, a subclass (key ``colluding-nodes`` too).
 
     Raises:
-        ValueError: a secure-aggregation or DP key (:data:`~.app.PRIVACY_KEYS`) is set: cohort nodes
-            do not run private rounds.
+        ValueError: an invalid privacy setting (the message names the key).
     """
     c = context.run_config
-    if _asks_privacy(context):
-        raise ValueError(
-            "cohort nodes do not run secure aggregation or client-level DP (the run config asks for them): a "
-            "cohort node sees its clients' updates, and SecAgg+ masks per client; run one node per client "
-            "(flower_strategy_from, PrivateFlowerStrategy) for private rounds"
-        )
     n = int(c["num-clients"]) if num_clients is None else num_clients
+    if _asks_privacy(context):  # private rounds: each client its own SecAgg+ participant
+        from .cohort_private_server import cohort_private_strategy_from
+
+        return cohort_private_strategy_from(context, strategy, num_features, num_classes, n, **defaults)
     config = run_config_from(context, **defaults)
     if "batch-clients" in c:
         config = dataclasses.replace(config, batch_clients=bool(c["batch-clients"]))

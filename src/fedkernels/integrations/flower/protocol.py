@@ -16,6 +16,10 @@ round + 1 in ``group_id``):
   ``kind`` (``count``, ``train``, ``<session>/<stage>``) and the message bytes as the payload; the
   reply is :meth:`fedkernels.fl.privacy.client.PrivateClient.handle`'s (:mod:`.private_client`).
 - ``evaluate``: the global state for federated evaluation; the reply is the client's report.
+- Cohort nodes (:mod:`.cohort_server`): :data:`COHORT_REQUEST` and ``train`` name a node's sampled
+  clients; :data:`COHORT_PRIVATE` (query) carries one private-round message of ``kind`` for each of
+  them (``COHORT_DOWNLOAD + i`` records, ``download-of``), answered per client
+  (:mod:`.cohort_private_client`).
 
 Every reply names the client (``client-id``) and, for train and evaluation, its example count:
 the server learns a client's weight from its replies, never from a separate hello.
@@ -43,6 +47,8 @@ REQUEST = f"{MessageType.QUERY}.fedkernels_request"
 PRIVATE = f"{MessageType.QUERY}.fedkernels_private"
 # cohort nodes (.cohort_server): a round's requests of a node's sampled clients in one query
 COHORT_REQUEST = f"{MessageType.QUERY}.fedkernels_cohort_request"
+# cohort nodes' private rounds (.cohort_private_server): one stage's messages of a node's clients
+COHORT_PRIVATE = f"{MessageType.QUERY}.fedkernels_cohort_private"
 COHORT = "cohort"  # the identify reply's "mode" of a cohort node
 COHORT_DOWNLOAD = PAYLOAD + ".down."  # + index: one distinct download of a cohort train message
 MAX_REASON_CHARS = 300  # a cohort reply's failure reason of one client, at most
