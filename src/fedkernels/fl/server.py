@@ -401,9 +401,9 @@ class Server:
     ) -> dict[str, float]:
         """Every client's model on one shared ``test`` set (the partial-exchange paper's evaluation: "every
         client is evaluated on the test set"): client c ranks all of ``test`` with the model it would use
-        now (:meth:`client_model`, built once per client), in batches of ``batch`` rows. Returns P@k, nDCG@k and R@k as the mean
-        over the clients (each ranks the same rows); empty when ``test`` has no rows. A batch that a
-        client ranks with the global model is ranked once for all such clients."""
+        now (:meth:`client_model`, built once per client), in batches of ``batch`` rows. Returns P@k, nDCG@k
+        and R@k as the mean over the clients (each ranks the same rows); empty when ``test`` has no rows. A
+        batch that a client ranks with the global model is ranked once for all such clients."""
         ks = ev.evaluation_ks(ks or self.config.eval_k, test.num_classes)
         names = ev.metric_names(ks)
         if not len(test) or not ks or not self.clients:
