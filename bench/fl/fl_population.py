@@ -240,7 +240,10 @@ def run_flower_one(args: argparse.Namespace) -> dict:
         "max_abs_diff": diff,
         "node_process_peak_rss_mib": max(wk["vmhwm_mib"] for wk in workers),
         "node_processes": sorted(
-            ({"nodes": wk["nodes"], "peak_rss_mib": wk["vmhwm_mib"], "clients_read": wk["clients_read"]} for wk in workers),
+            (
+                {"nodes": wk["nodes"], "peak_rss_mib": wk["vmhwm_mib"], "clients_read": wk["clients_read"]}
+                for wk in workers
+            ),
             key=lambda wk: wk["nodes"],
         ),
         "server_process_peak_rss_mib": info["server_vmhwm_mib"],
@@ -249,7 +252,9 @@ def run_flower_one(args: argparse.Namespace) -> dict:
     }
 
 
-def _child(store: Path, kind: str, per_round: int, rounds: int, eager: bool, mode: str, nodes: int, workers: int) -> dict:
+def _child(
+    store: Path, kind: str, per_round: int, rounds: int, eager: bool, mode: str, nodes: int, workers: int
+) -> dict:
     cmd = [sys.executable, "-m", "bench.fl.fl_population", "--one", str(store), "--kind", kind, "--mode", mode]
     cmd += ["--per-round-one", str(per_round), "--rounds", str(rounds)] + (["--eager-one"] if eager else [])
     cmd += ["--nodes-one", str(nodes), "--workers", str(workers)]
@@ -329,7 +334,10 @@ def main() -> None:
                 }
                 row.update(_child(path, kind, k, args.rounds, eager, args.mode, nodes, args.workers))
                 rows.append(row)
-                print(markdown_table(rows[-1:], [c for c in rows[-1] if c not in ("node_processes", "messages")]), flush=True)
+                print(
+                    markdown_table(rows[-1:], [c for c in rows[-1] if c not in ("node_processes", "messages")]),
+                    flush=True,
+                )
                 # written after every row: a long sweep keeps what it measured
                 extra["note"] = load_note(os.getloadavg())
                 write_results("fl_population", rows, extra, path_out)
