@@ -155,16 +155,20 @@ def _strategy_and_train(kind: str):
 
 
 def _node_memory_mod(out_dir: str, loader):
-    """A ClientApp mod writing this worker process's peak and current RSS, the nodes it served and the
-    clients its loader read, after every message (one file per process)."""
-    served: set[int] = set()
+    """A ClientApp mod writing this worker process's peak and current RSS, the nodes it served, the
+    messages and the clients read for them, after every message (one file per process, accumulated:
+    Flower's Ray backend may rebuild the ClientApp, and so the loader, for each message)."""
 
     def mod(message, context, call_next):
+        before = loader.loads
         reply = call_next(message, context)
-        served.add(int(context.node_id))
-        info = {"pid": os.getpid(), "nodes": sorted(served), "clients_read": loader.loads}
+        path = Path(out_dir, f"{os.getpid()}.json")
+        info = json.loads(path.read_text()) if path.exists() else {"pid": os.getpid(), "nodes": [], "messages": 0}
+        info["nodes"] = sorted({*info["nodes"], int(context.node_id)})
+        info["messages"] += 1
+        info["clients_read"] = info.get("clients_read", 0) + loader.loads - before
         info.update(vmhwm_mib=_rss_kib("VmHWM") / 1024, vmrss_mib=_rss_kib("VmRSS") / 1024)
-        Path(out_dir, f"{os.getpid()}.json").write_text(json.dumps(info))
+        path.write_text(json.dumps(info))
         return reply
 
     return mod
