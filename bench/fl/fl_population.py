@@ -252,7 +252,12 @@ def run_flower_one(args: argparse.Namespace) -> dict:
         "node_process_peak_rss_mib": max(wk["vmhwm_mib"] for wk in workers),
         "node_processes": sorted(
             (
-                {"nodes": wk["nodes"], "peak_rss_mib": wk["vmhwm_mib"], "clients_read": wk["clients_read"]}
+                {
+                    "nodes": wk["nodes"],
+                    "messages": wk["messages"],
+                    "peak_rss_mib": wk["vmhwm_mib"],
+                    "clients_read": wk["clients_read"],
+                }
                 for wk in workers
             ),
             key=lambda wk: wk["nodes"],
