@@ -18,12 +18,21 @@ the whole population into a list (the loop's old way) for the memory it costs.
 clients of 4 questions, about 2,200 clients) written to a store, FedAvg MLP 577-256-400 (FedSS, the
 preset's algorithm, has no batched pass), 50 and 100 clients a round.
 
-``--mode``: how the rounds run. ``inprocess`` (the only one so far): the embedded server. A Flower
-cohort-node mode (one SuperNode per shard of the population) belongs here as another value, with the
-same rows so the two compare directly.
+``--mode``: how the rounds run. ``inprocess``: the embedded server. ``flower-cohort``: Flower's
+simulation engine (Ray, ``--workers`` workers of one CPU) with ``--nodes`` cohort nodes, each serving a
+block of the population from the same store (``cohort_client_app`` over a
+:class:`fedkernels.integrations.flower.StoreLoader`, its cache bounded at the round's clients), the same
+rows; each row also runs the in-process batched loop over the same store and seed in the same child
+(one torch thread, as each Ray worker) and reports both per-client times (the fastest measured round
+over its clients: the least disturbed by other work on a shared machine; medians and every round's
+seconds are kept too), their ratio and whether the final states are equal (bit-identical, else the max
+abs difference). Peak memory per node process: each Ray worker's VmHWM after every message it served
+(read in the ClientApp by a mod), the largest of them, and the ServerApp process's.
 
     PYTHONPATH=src python -m bench.fl.fl_population --out bench/results/fl/fl_population.json
     PYTHONPATH=src python -m bench.fl.fl_population --quick     # 10^3 clients, 2 rounds: a smoke run
+    PYTHONPATH=src python -m bench.fl.fl_population --mode flower-cohort --nodes 2 4 \
+        --out bench/results/fl/fl_population_flower.json --append   # rows added to the file
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ from bench.common import load_note, markdown_table, results_path, write_results
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKEX = ROOT / ".." / "shared" / "data" / "stackex_cooking"
-MODES = ("inprocess",)
+MODES = ("inprocess", "flower-cohort")
 
 
 def _rss_kib(field: str) -> int:
@@ -138,9 +147,133 @@ def run_one(args: argparse.Namespace) -> dict:
     }
 
 
-def _child(store: Path, kind: str, per_round: int, rounds: int, eager: bool) -> dict:
-    cmd = [sys.executable, "-m", "bench.fl.fl_population", "--one", str(store), "--kind", kind]
+def _strategy_and_train(kind: str):
+    from fedkernels.fl import FedAvg, FedAwS, TrainConfig
+
+    strategy = FedAvg(hidden=(256,), loss="bce") if kind == "stackex" else FedAwS(dim=32, hidden=(32,), spread_steps=0)
+    return strategy, TrainConfig(epochs=1, batch_size=32, lr=0.1, optimizer="sgd")
+
+
+def _node_memory_mod(out_dir: str, loader):
+    """A ClientApp mod writing this worker process's peak and current RSS, the nodes it served, the
+    messages and the clients read for them, after every message (one file per process, accumulated:
+    Flower's Ray backend may rebuild the ClientApp, and so the loader, for each message)."""
+
+    def mod(message, context, call_next):
+        before = loader.loads
+        reply = call_next(message, context)
+        path = Path(out_dir, f"{os.getpid()}.json")
+        info = json.loads(path.read_text()) if path.exists() else {"pid": os.getpid(), "nodes": [], "messages": 0}
+        info["nodes"] = sorted({*info["nodes"], int(context.node_id)})
+        info["messages"] += 1
+        info["clients_read"] = info.get("clients_read", 0) + loader.loads - before
+        info.update(vmhwm_mib=_rss_kib("VmHWM") / 1024, vmrss_mib=_rss_kib("VmRSS") / 1024)
+        path.write_text(json.dumps(info))
+        return reply
+
+    return mod
+
+
+def run_flower_one(args: argparse.Namespace) -> dict:
+    """One row on Flower's simulation engine with cohort nodes over the store, and the in-process
+    batched loop over the same store and seed (for time and equality), in this process."""
+    import dataclasses
+    import logging
+    import tempfile
+
+    from flwr.simulation import run_simulation
+
+    from bench.fl.flower_sim import backend
+    from fedkernels.data.client_store import ClientStore
+    from fedkernels.fl import RunConfig, Server
+    from fedkernels.integrations.flower import CohortFlowerStrategy, StoreLoader, cohort_client_app, server_app
+
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    torch.set_num_threads(1)
+    store = ClientStore(args.store, max_resident=0)
+    F, C, N, k = store.num_features, store.num_classes, len(store), args.per_round
+    _, train = _strategy_and_train(args.kind)
+    n_rounds = args.rounds + 1  # the first is a warm-up, reported apart
+    cfg = RunConfig(rounds=n_rounds, clients_per_round=k, train=train, batch_clients=True, client_timeout=600.0)
+    with tempfile.TemporaryDirectory(prefix="fk-population-flower-") as tmp:
+        loader = StoreLoader(args.store)
+        client = cohort_client_app(
+            lambda ctx: _strategy_and_train(args.kind)[0], loader, cache_clients=k,
+            mods=[_node_memory_mod(tmp, loader)],
+        )  # fmt: skip
+        done = Path(tmp, "server.pt")
+
+        def on_done(ctx, fk) -> None:
+            rounds = [h.seconds for h in fk.history]
+            failed = sum(len(h.failed) for h in fk.history)
+            info = {"rounds": rounds, "failed": failed, "discovery_s": fk.discovery_seconds}
+            info["messages"] = dict(fk.messages_sent)
+            info["server_vmhwm_mib"] = _rss_kib("VmHWM") / 1024
+            torch.save({"state": fk.state, "info": info}, done)
+
+        server = server_app(
+            lambda ctx: CohortFlowerStrategy(_strategy_and_train(args.kind)[0], F, C, N, cfg, startup_grace=600.0),
+            on_done=on_done,
+        )
+        w = time.perf_counter()
+        run_simulation(server, client, num_supernodes=args.nodes, backend_config=backend(args.workers))
+        wall = time.perf_counter() - w
+        got = torch.load(done, weights_only=False)
+        workers = [json.loads(p.read_text()) for p in Path(tmp).glob("*.json")]
+    # the in-process batched loop over the same store and seed (no per-call deadline, as in process)
+    ref_cfg = dataclasses.replace(cfg, client_timeout=None)
+    ref = Server(_strategy_and_train(args.kind)[0], ClientStore(args.store, max_resident=k), F, C, ref_cfg)
+    ref_rounds = []
+    for _ in range(n_rounds):
+        ref_rounds.append(ref.run_round().seconds)
+    state, want = got["state"], ref.state
+    equal = all(state[n].dtype == want[n].dtype and torch.equal(state[n], want[n]) for n in want)
+    diff = max(float((state[n].double() - want[n].double()).abs().max()) if want[n].numel() else 0.0 for n in want)
+    info = got["info"]
+    # the fastest measured round of each (the least disturbed by other work on the shared machine)
+    flower_s, ref_s = min(info["rounds"][1:]), min(ref_rounds[1:])
+    return {
+        "nodes": args.nodes,
+        "workers": args.workers,
+        "per_client_ms": 1e3 * flower_s / k,
+        "inprocess_per_client_ms": 1e3 * ref_s / k,
+        "ratio": flower_s / ref_s,
+        "round_s_min": flower_s,
+        "round_s_median": statistics.median(info["rounds"][1:]),
+        "round_s_warmup": info["rounds"][0],
+        "inprocess_round_s_min": ref_s,
+        "inprocess_round_s_median": statistics.median(ref_rounds[1:]),
+        "round_s": info["rounds"],
+        "inprocess_round_s": ref_rounds,
+        "discovery_s": info["discovery_s"],
+        "simulation_wall_s": wall,
+        "equal": "bit-identical" if equal else "differs",
+        "max_abs_diff": diff,
+        "node_process_peak_rss_mib": max(wk["vmhwm_mib"] for wk in workers),
+        "node_processes": sorted(
+            (
+                {
+                    "nodes": wk["nodes"],
+                    "messages": wk["messages"],
+                    "peak_rss_mib": wk["vmhwm_mib"],
+                    "clients_read": wk["clients_read"],
+                }
+                for wk in workers
+            ),
+            key=lambda wk: wk["nodes"],
+        ),
+        "server_process_peak_rss_mib": info["server_vmhwm_mib"],
+        "failed_clients": info["failed"],
+        "messages": info["messages"],
+    }
+
+
+def _child(
+    store: Path, kind: str, per_round: int, rounds: int, eager: bool, mode: str, nodes: int, workers: int
+) -> dict:
+    cmd = [sys.executable, "-m", "bench.fl.fl_population", "--one", str(store), "--kind", kind, "--mode", mode]
     cmd += ["--per-round-one", str(per_round), "--rounds", str(rounds)] + (["--eager-one"] if eager else [])
+    cmd += ["--nodes-one", str(nodes), "--workers", str(workers)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -148,7 +281,10 @@ def _child(store: Path, kind: str, per_round: int, rounds: int, eager: bool) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=MODES, default="inprocess")
-    ap.add_argument("--populations", type=int, nargs="+", default=[1000, 10_000, 100_000])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[2, 4], help="flower-cohort: cohort nodes")
+    ap.add_argument("--workers", type=int, default=2, help="flower-cohort: simulation workers (one CPU each)")
+    ap.add_argument("--append", action="store_true", help="add the rows to those already in --out")
+    ap.add_argument("--populations", type=int, nargs="*", default=[1000, 10_000, 100_000])
     ap.add_argument("--per-round", type=int, nargs="+", default=[100, 1000])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--features", type=int, default=2048)
@@ -168,14 +304,16 @@ def main() -> None:
     ap.add_argument("--kind", default="synthetic", help=argparse.SUPPRESS)
     ap.add_argument("--per-round-one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--eager-one", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--nodes-one", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one is not None:
-        args.store, args.per_round = args.one, args.per_round_one
-        print(json.dumps(run_one(args)))
+        args.store, args.per_round, args.nodes = args.one, args.per_round_one, args.nodes_one
+        print(json.dumps(run_flower_one(args) if args.mode == "flower-cohort" else run_one(args)))
         return
     if args.quick:
         args.populations, args.per_round, args.rounds, args.eager = [1000], [100], 2, [1000]
-    rows = []
+    path_out = results_path("fl_population", out=args.out, quick=args.quick)
+    rows = json.loads(path_out.read_text())["rows"] if args.append and path_out.exists() else []
     shutil.rmtree(args.work, ignore_errors=True)
     jobs: list[tuple[str, int, Path, float]] = []
     for n in args.populations:
@@ -189,10 +327,18 @@ def main() -> None:
         from fedkernels.data.client_store import ClientStore
 
         jobs.append(("stackex", len(ClientStore(path)), path, write_s))
+    flower = args.mode == "flower-cohort"
+    extra = {
+        "threads": 1,
+        "features": args.features,
+        "setting": "FedAwS one label per client, p = 100000, MLP F-32-32, 1 epoch SGD batch 32, batched pass; "
+        "stackex: FedAvg MLP 577-256-400",
+    }
     for kind, n, path, write_s in jobs:
         per_round = [k for k in ([50, 100] if kind == "stackex" else args.per_round) if k <= n]
         for k in per_round:
-            for eager in (False, True) if (n in args.eager and k == per_round[0]) else (False,):
+            eagers = (False, True) if (not flower and n in args.eager and k == per_round[0]) else (False,)
+            for eager, nodes in [(e, m) for e in eagers for m in (args.nodes if flower else [0])]:
                 row = {
                     "mode": args.mode,
                     "data": kind,
@@ -202,20 +348,17 @@ def main() -> None:
                     "loop": "eager list" if eager else "store",
                     "store_write_s": write_s,
                 }
-                row.update(_child(path, kind, k, args.rounds, eager))
+                row.update(_child(path, kind, k, args.rounds, eager, args.mode, nodes, args.workers))
                 rows.append(row)
-                print(markdown_table(rows[-1:], list(rows[-1])), flush=True)
-    note = load_note(os.getloadavg())
-    extra = {
-        "note": note,
-        "threads": 1,
-        "features": args.features,
-        "setting": "FedAwS one label per client, p = 100000, MLP F-32-32, 1 epoch SGD batch 32, batched pass; "
-        "stackex: FedAvg MLP 577-256-400",
-    }
-    path = write_results("fl_population", rows, extra, results_path("fl_population", out=args.out, quick=args.quick))
+                print(
+                    markdown_table(rows[-1:], [c for c in rows[-1] if c not in ("node_processes", "messages")]),
+                    flush=True,
+                )
+                # written after every row: a long sweep keeps what it measured
+                extra["note"] = load_note(os.getloadavg())
+                write_results("fl_population", rows, extra, path_out)
     shutil.rmtree(args.work, ignore_errors=True)
-    print(f"\n{note}\nwrote {path}")
+    print(f"\n{extra.get('note', '')}\nwrote {path_out}")
 
 
 if __name__ == "__main__":

@@ -16,9 +16,11 @@ from there: it needs the extra ``fedkernels[privacy]``) and :mod:`.private_clien
 
 Cohort nodes (:mod:`.cohort_server`, :mod:`.cohort_client`, :mod:`.shards`): each SuperNode serves a
 shard of the clients and gets one message per round for its sampled clients, so the number of
-Flower nodes is the number of machines or workers, not of clients. Their private rounds (SecAgg+ and
-DP, every client its own participant): :mod:`.cohort_private_server` (``CohortPrivateFlowerStrategy``,
-imported from there: it needs ``fedkernels[privacy]``) and :mod:`.cohort_private_client`.
+Flower nodes is the number of machines or workers, not of clients; :mod:`.store_nodes` serves a
+node's clients from a memory-mapped ClientStore (only the sampled ones are read). Their private rounds
+(SecAgg+ and DP, every client its own participant): :mod:`.cohort_private_server`
+(``CohortPrivateFlowerStrategy``, imported from there: it needs ``fedkernels[privacy]``) and
+:mod:`.cohort_private_client`.
 
 Requires the optional extra ``fedkernels[flower]``.
 """
@@ -40,6 +42,7 @@ from .protocol import IDENTIFY, KEY, PAYLOAD, PRIVATE, REQUEST, SETUP, fedkernel
 from .records import ArrayCache, payload_to_record, record_to_bytes, record_to_payload
 from .server import FlowerStrategy
 from .shards import ShardRegistry, node_shard
+from .store_nodes import STORE_KEY, StoreLoader, store_client_app
 
 __all__ = [
     "FLOWER_KEYS",
@@ -51,12 +54,14 @@ __all__ = [
     "REQUEST",
     "RUN_CONFIG_KEYS",
     "SETUP",
+    "STORE_KEY",
     "ArrayCache",
     "CohortFlowerStrategy",
     "FlowerStrategy",
     "NodeEvent",
     "NodeRegistry",
     "ShardRegistry",
+    "StoreLoader",
     "client_app",
     "cohort_client_app",
     "cohort_strategy_from",
@@ -71,4 +76,5 @@ __all__ = [
     "run_config_from",
     "run_identity",
     "server_app",
+    "store_client_app",
 ]
