@@ -5,6 +5,7 @@
 // FK_HOST_DEVICE headers compile their device branches; then CUDA's language (runtime.h).
 #pragma once
 
+#include <ATen/Context.h>
 #include <ATen/Dispatch.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/OpMathType.h>
