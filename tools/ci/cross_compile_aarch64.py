@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "g++-aarch64-linux-gnu"
 EM_AARCH64 = 183  # ELF e_machine of aarch64 objects
 # The torch headers most translation units include, parsed once into a precompiled header.
-PCH_HEADERS = ["ATen/ATen.h", "ATen/Parallel.h", "torch/library.h"]
+PCH_HEADERS = ["ATen/core/Tensor.h", "ATen/Parallel.h", "torch/library.h"]
 
 
 class InstallError(RuntimeError):
@@ -112,7 +112,8 @@ def compile_flags() -> list[str]:
     # -O1: code is generated (vector types lowered to NEON, always_inline honoured) at a fraction of
     # -O2's time; this is a check that the sources build, not a build of the library.
     flags = ["-std=gnu++20", "-O1", "-fPIC", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wno-unused-parameter"]
-    flags += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_EXTENSION_NAME=_C", '-DFK_VERSION="cross"']
+    flags += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_ASSERT_ONLY_METHOD_OPERATORS", "-DTORCH_EXTENSION_NAME=_C"]
+    flags += ['-DFK_VERSION="cross"']
     flags += [f'-DFK_TORCH_VERSION="{torch.__version__}"', '-DFK_CUDA_ARCHS=""']
     flags += ['-DFK_COMPILER="cross"', '-DFK_CUDA_COMPILER=""']  # cmake/build_info.cmake's, for ops.cpp
     flags += [f"-I{ROOT / 'csrc'}"]
