@@ -37,7 +37,10 @@ SIZES = (3, 17, 40, 9)  # clients of different lengths: the pass drops them one 
 # may differ by bf16 roundings; Adam turns such a difference in a near-zero gradient into up to 2 lr on
 # that entry. Hence a bound on the whole tensor's difference (Frobenius norm), relative to its norm.
 BF16_TOL = 3e-2
-FP32_TOL = 1e-4  # float32 rounding of another summation order, relative to each tensor's largest magnitude
+# float32 rounding of another summation order (the batched pass's and the loop's; torch's matmul order
+# also follows its thread count, which differs inside the full suite), carried through two rounds of
+# local training, relative to each tensor's largest magnitude. A wrong client or step is off by orders more.
+FP32_TOL = 1e-3
 
 
 def _clients(one_label: bool = False) -> list:
