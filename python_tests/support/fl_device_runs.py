@@ -69,19 +69,23 @@ def setting(name: str) -> Setting:
     return Setting(name, clients, tiny_dataset(16, num_features=6, num_classes=clients[0].num_classes, seed=7))
 
 
-def short_run(name: str, device: str = "cpu", rounds: int = 2, autocast: str = "off") -> RunResult:
+def short_run(
+    name: str, device: str = "cpu", rounds: int = 2, autocast: str = "off", optimizer: str = "adam"
+) -> RunResult:
     """``rounds`` rounds of ``name`` with every client each round, then centralised and federated evaluation."""
-    return run_setting(setting(name), device, rounds, autocast)
+    return run_setting(setting(name), device, rounds, autocast, optimizer)
 
 
-def run_setting(s: Setting, device: str = "cpu", rounds: int = 2, autocast: str = "off") -> RunResult:
-    """:func:`short_run` on the data of ``s``."""
+def run_setting(
+    s: Setting, device: str = "cpu", rounds: int = 2, autocast: str = "off", optimizer: str = "adam"
+) -> RunResult:
+    """:func:`short_run` on the data of ``s``, local training with ``optimizer``."""
     name, clients, test = s.name, s.clients, s.test
     num_classes = clients[0].num_classes
     config = RunConfig(
         rounds=rounds,
         clients_per_round=NUM_CLIENTS,
-        train=TrainConfig(epochs=1, batch_size=8, lr=0.05, optimizer="adam", autocast=autocast),
+        train=TrainConfig(epochs=1, batch_size=8, lr=0.05, optimizer=optimizer, autocast=autocast),
         seed=1,
         eval_k=(1, 3),
         device=device,
