@@ -7,7 +7,6 @@ import functools
 import hashlib
 import http.server
 import io
-import socket
 import threading
 import zipfile
 from pathlib import Path
@@ -27,6 +26,7 @@ from fedkernels.data import (
 )
 from fedkernels.data.fetcher import MARKER, download
 from fedkernels_cli import main
+from python_tests.support.local_ports import free_port
 from python_tests.support.xc_folder import write_xc_folder
 
 XC_SMALL = "3 4 2\n0 0:1 2:1\n1 1:1\n0,1 3:2\n"
@@ -81,12 +81,6 @@ def cache(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "cache"
     monkeypatch.setenv("FEDKERNELS_DATA_DIR", str(root))
     return root
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again: nothing listens there
 
 
 def test_registry_lists_the_papers_datasets():

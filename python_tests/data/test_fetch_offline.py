@@ -23,6 +23,7 @@ from fedkernels.data import fetcher as fetcher_mod
 from fedkernels.data.locations import MARKER, dataset_status, find_dataset
 from fedkernels.data.remote import get_remote, remote_datasets
 from fedkernels_cli import main
+from python_tests.support.local_ports import free_port
 
 XC_SMALL = "3 4 2\n0 0:1 2:1\n1 1:1\n0,1 3:2\n"
 SHA = hashlib.sha256(XC_SMALL.encode()).hexdigest()
@@ -50,12 +51,6 @@ def offline(monkeypatch):
 
     real = fetcher_mod.urllib.request.urlopen
     monkeypatch.setattr(fetcher_mod.urllib.request, "urlopen", urlopen)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _left_in(root: Path) -> list[str]:

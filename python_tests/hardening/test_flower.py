@@ -5,12 +5,13 @@
   to the in-process Server with the same seed, faults and data, and SecAgg+ survives killed SuperNodes
   (a privacy claim: it runs wherever the tests run). Every strategy runs the same app over Flower
   messages in one process (integrations/test_flower_strategies.py): what this test adds is the
-  deployment (a process per message, TLS, registered keys), which one strategy proves.
+  deployment (a process per message, TLS, registered keys), which one strategy proves. Each message's
+  ClientApp process is forked from a warm parent that imported torch once
+  (python_tests/support/warm_clientapp.py): a process per message without the imports per message.
 - ``make test-deployment`` (marked ``deployment``; run by hand, not in CI, for CI's time): the same for
   FedALC (its label-set setup exchange and federated evaluation over the wire; its in-process twin runs
   in make test), nodes that come and go and a killed ServerApp that resumes (the resume's in-process
-  twin: integrations/test_flower_protocol.py). A Flower process per message (each importing torch)
-  makes these minutes of CPU, and processes are what they test."""
+  twin: integrations/test_flower_protocol.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +32,7 @@ import torch  # noqa: E402  (after importorskip: skipped without flwr)
 
 from fedkernels.fl import Server  # noqa: E402
 from fedkernels.fl.checkpoint import load_checkpoint  # noqa: E402
+from python_tests.support import warm_clientapp  # noqa: E402
 from python_tests.support.flower_runs import (  # noqa: E402
     DRILL,
     FED_EVAL,
@@ -47,18 +48,13 @@ from python_tests.support.flower_runs import (  # noqa: E402
     run_config,
 )
 from python_tests.support.helpers import child_pythonpath  # noqa: E402
+from python_tests.support.local_ports import free_port, log_tails, wait_for_port  # noqa: E402
 from python_tests.support.paths import ROOT  # noqa: E402
 
 APP = ROOT / "python_tests" / "support" / "flower_app"
 BIN = Path(sys.executable).parent
 DEADLINE = 900  # seconds for the whole deployment (process start-up dominates on a busy machine)
 pytestmark = pytest.mark.xdist_group("flower-deployment")  # one deployment for the module's tests
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Deployment:
@@ -89,6 +85,8 @@ class Deployment:
             "PYTHONPATH": child_pythonpath(),
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         }
+        warm, self.env = warm_clientapp.start(tmp, self.env)  # the ClientApp processes fork from it
+        self.procs.append(warm)
 
     def spawn(self, name: str, *args: str) -> subprocess.Popen:
         with open(self.tmp / f"{name}.log", "a") as log:  # the child holds its own copy of the descriptor
@@ -120,7 +118,7 @@ class Deployment:
             str(self.port),
             "--disable-runtime-dependency-installation",
         )
-        self.wait_for_port(self.port)
+        wait_for_port(self.port, self.tail)
         for i in range(NUM_CLIENTS + 1):  # the registered keys; the last one is never registered
             self.flwr("supernode", "register", str(self.keys[i]) + ".pub", "test")
         for i in range(NUM_CLIENTS + 2):
@@ -179,16 +177,6 @@ class Deployment:
             assert time.monotonic() < end, f"{self.online()} nodes online, expected {n}:\n{self.tail()}"
             time.sleep(1)
 
-    def wait_for_port(self, port: int, timeout: float = 120.0) -> None:
-        """Block until the SuperLink accepts connections (``flwr run`` does not retry)."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    return
-            time.sleep(0.2)
-        raise RuntimeError(f"SuperLink did not listen on 127.0.0.1:{port} within {timeout} s:\n{self.tail()}")
-
     def overrides(self, strategy: str, checkpoint: Path, **extra: str) -> str:
         keys = {
             "strategy": f"'{strategy}'",
@@ -224,7 +212,7 @@ class Deployment:
                 p.wait()
 
     def tail(self) -> str:
-        return "\n".join(f"--- {f.name}\n" + f.read_text()[-3000:] for f in sorted(self.tmp.glob("*.log")))
+        return log_tails(self.tmp)
 
 
 def write_tls(tmp: Path) -> Path:

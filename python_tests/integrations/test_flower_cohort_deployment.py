@@ -2,7 +2,8 @@
 per-client deployment test, hardening/test_flower.py, covers TLS and node keys) run the cohort test app
 (python_tests/support/flower_cohort_app) with ``flwr run``. Each SuperNode serves half of 24 clients
 and gets one message per round; the run ends bit-identical to the in-process batched run of the same
-seed. Few processes: one identify and one train message per node per round."""
+seed. Few processes: one identify and one train message per node per round, each ClientApp process
+forked from a warm parent that imported torch once (python_tests/support/warm_clientapp.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,33 +23,15 @@ import torch
 
 from fedkernels.fl.checkpoint import load_checkpoint
 from fedkernels.testing.flower_sim import Settings, in_process_run
+from python_tests.support import warm_clientapp
 from python_tests.support.helpers import child_pythonpath
+from python_tests.support.local_ports import free_port, log_tails, wait_for_port
 from python_tests.support.paths import ROOT
 
 APP = ROOT / "python_tests" / "support" / "flower_cohort_app"
 BIN = Path(sys.executable).parent
 NODES, CLIENTS, PER_ROUND, ROUNDS, SEED = 2, 24, 10, 2, 6
 DEADLINE = 300  # seconds for the run (process start-up dominates on a busy machine)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, logs: Path, timeout: float = 120.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"SuperLink did not listen on 127.0.0.1:{port}:\n{tail(logs)}")
-
-
-def tail(tmp: Path) -> str:
-    return "\n".join(f"--- {f.name}\n" + f.read_text()[-3000:] for f in sorted(tmp.glob("*.log")))
 
 
 def test_two_cohort_supernodes_match_in_process(tmp_path):
@@ -66,7 +47,8 @@ def test_two_cohort_supernodes_match_in_process(tmp_path):
         "PYTHONPATH": child_pythonpath(),
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-    procs: list[subprocess.Popen] = []
+    warm, env = warm_clientapp.start(tmp_path, env)  # the ClientApp processes fork from it
+    procs: list[subprocess.Popen] = [warm]
 
     def spawn(name: str, *args: str) -> None:
         with open(tmp_path / f"{name}.log", "a") as log:
@@ -85,7 +67,7 @@ def test_two_cohort_supernodes_match_in_process(tmp_path):
     try:
         spawn("superlink", "flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(port),
               "--disable-runtime-dependency-installation")  # fmt: skip
-        wait_for_port(port, tmp_path)
+        wait_for_port(port, lambda: log_tails(tmp_path))
         for i in range(NODES):
             spawn(f"supernode{i}", "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{port}",
                   "--port", str(free_port()), "--max-retries", "3",
@@ -102,7 +84,7 @@ def test_two_cohort_supernodes_match_in_process(tmp_path):
             text=True,
             timeout=DEADLINE,
         )
-        assert done.returncode == 0 and ckpt.exists(), done.stdout[-3000:] + done.stderr[-3000:] + tail(tmp_path)
+        assert done.returncode == 0 and ckpt.exists(), done.stdout[-3000:] + done.stderr[-3000:] + log_tails(tmp_path)
     finally:
         for p in procs:
             with contextlib.suppress(ProcessLookupError):
