@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedkernels import HashFamily
@@ -102,6 +102,27 @@ def test_reader_and_hashing_match_reference(f, l, data):
     assert got.dtype == torch.float32 and got.shape == (n, dim)
     if n:
         np.testing.assert_allclose(got.numpy(), np.array(want), rtol=1e-5, atol=1e-6)
+
+
+@given(st.lists(st.integers(0, 2**40 - 1), min_size=0, max_size=12), st.integers(1, 9), st.integers(0, 2**32))
+@settings(deadline=None)
+def test_hashing_a_huge_declared_width_hashes_only_the_features_used(ids, dim, seed):
+    """A header may declare 2^40 columns: hashing costs what the rows hold, and each used id (duplicates
+    in a row add up) lands in its bucket with its sign, as the per-feature reference says."""
+    x = sp.csr_matrix(
+        (np.linspace(0.5, 2.0, len(ids)).astype(np.float32), np.array(ids, dtype=np.int64), [0, len(ids)]),
+        shape=(1, 2**40),
+    )
+    got = hash_features(x, dim, seed)
+    hf = HashFamily(1, dim, seed)
+    used = torch.tensor(sorted(set(ids)), dtype=torch.int64)
+    buckets = dict(zip(used.tolist(), hf.buckets(used)[:, 0].tolist(), strict=True)) if len(used) else {}
+    signs = dict(zip(used.tolist(), hf.sign(used)[:, 0].tolist(), strict=True)) if len(used) else {}
+    row: dict[int, float] = {}
+    for fid, v in zip(ids, x.data.tolist(), strict=True):
+        row[fid] = row.get(fid, 0.0) + v
+    want = data_ref.hash_row(row, buckets, signs, dim)  # type: ignore[arg-type]
+    np.testing.assert_allclose(got.numpy(), np.array([want]), rtol=1e-6, atol=1e-6)
 
 
 def test_hashing_errors_and_determinism():

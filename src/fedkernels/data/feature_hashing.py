@@ -55,18 +55,26 @@ def hash_features(
         raise ValueError(f"dim must be >= 1, got {dim}")
     features = sp.csr_matrix(features)
     num_features = features.shape[1]
-    hf = HashFamily(1, int(dim), int(seed))
-    ids = torch.arange(num_features, dtype=torch.int64)
-    bucket = hf.buckets(ids)[:, 0].numpy().astype(np.int64)
-    sign = hf.sign(ids)[:, 0].numpy().astype(np.float64)
     if idf is not None:
         idf = np.asarray(idf, dtype=np.float64)
         if idf.shape != (num_features,):
             raise ValueError(f"idf must have shape [{num_features}], got {list(idf.shape)}")
-        sign = sign * idf
-    # A [F, D] matrix with one signed entry per row: the hashing is one sparse product.
-    proj = sp.csr_matrix((sign, bucket, np.arange(num_features + 1)), shape=(num_features, int(dim)))
-    hashed = sp.csr_matrix(features.astype(np.float64) @ proj)
+    # Only the features that occur are hashed: a header may declare far more columns than the rows use.
+    # Renumbering them in increasing order keeps each row's entries in their order, so the sparse product
+    # below adds the same terms in the same order as over all F columns.
+    used, column = np.unique(features.indices, return_inverse=True)
+    hf = HashFamily(1, int(dim), int(seed))
+    ids = torch.from_numpy(used.astype(np.int64))
+    bucket = hf.buckets(ids)[:, 0].numpy().astype(np.int64)
+    sign = hf.sign(ids)[:, 0].numpy().astype(np.float64)
+    if idf is not None:
+        sign = sign * idf[used]
+    compact = sp.csr_matrix(
+        (features.data.astype(np.float64), column.reshape(-1), features.indptr), shape=(features.shape[0], len(used))
+    )
+    # A [U, D] matrix with one signed entry per row: the hashing is one sparse product.
+    proj = sp.csr_matrix((sign, bucket, np.arange(len(used) + 1)), shape=(len(used), int(dim)))
+    hashed = sp.csr_matrix(compact @ proj)
     if sparse:
         from ..sparse_rows import csr_from_scipy
 
