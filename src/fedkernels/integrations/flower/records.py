@@ -119,7 +119,10 @@ def payload_to_record(payload: pl.Payload, cache: ArrayCache | None = None) -> A
     """A payload (name -> tensor) as an ``ArrayRecord`` with one ``Array`` per tensor, in name
     order. With ``cache``, tensors already converted are shared, not copied."""
     convert = cache.array if cache is not None else tensor_to_array
-    return ArrayRecord({name: convert(payload[name]) for name in sorted(payload)})
+    record = ArrayRecord()  # set one by one: ArrayRecord(dict) would copy every Array object
+    for name in sorted(payload):
+        record[name] = convert(payload[name])
+    return record
 
 
 def bytes_to_record(raw: bytes) -> ArrayRecord:
