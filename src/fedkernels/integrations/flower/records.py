@@ -17,8 +17,11 @@ bytes held against the caller's limit, each array's ``stype``, and its ``.npy`` 
 loading: dtype, order, shape) against the ``Array``'s own ``dtype``/``shape`` and its byte length.
 Only then are tensors made, as views of the received bytes, and serialised to the safetensors
 bytes the round protocol checks against the strategy's spec (names, dtypes, shapes, values) and
-counts, exactly as for the in-process transport. Every rejection is a
-:class:`~fedkernels.fl.payload.PayloadError`.
+counts, exactly as for the in-process transport; or (:func:`record_to_carried`, a cohort node's
+uploads) copied out and handed over as tensors counted at those bytes' exact length, which the round
+protocol checks the same way without the serialise-and-decode round trip. A ``.npy`` header is
+parsed once per distinct header (the same bytes always declare the same), and written once per
+dtype and shape. Every rejection is a :class:`~fedkernels.fl.payload.PayloadError`.
 
 The bytes Flower itself receives are bounded by Flower's transport (its message size limit), not
 here: these checks stop anything larger than the caller's limit before a tensor or a copy is made.
