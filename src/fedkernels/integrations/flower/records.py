@@ -90,7 +90,7 @@ def tensor_to_array(t: torch.Tensor) -> Array:
             _SAVED_HEADERS.clear()
         _SAVED_HEADERS[key] = data[: len(data) - arr.nbytes]
     else:
-        data = head + arr.tobytes()
+        data = b"".join((head, arr.data))  # one copy of the values (head + arr.tobytes() makes two)
     return Array(dtype=str(arr.dtype), shape=shape, stype=NUMPY_STYPE, data=data)
 
 
