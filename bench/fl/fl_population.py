@@ -33,6 +33,9 @@ abs difference). Peak memory per node process: each Ray worker's VmHWM after eve
     PYTHONPATH=src python -m bench.fl.fl_population --quick     # 10^3 clients, 2 rounds: a smoke run
     PYTHONPATH=src python -m bench.fl.fl_population --mode flower-cohort --nodes 2 4 \
         --out bench/results/fl/fl_population_flower.json --append   # rows added to the file
+
+Every row names the code it measured (``commit``: ``git describe --always --dirty``; rows without one
+predate the field), so rows appended after a change stand apart from the rows before it.
 """
 
 from __future__ import annotations
@@ -268,6 +271,15 @@ def run_flower_one(args: argparse.Namespace) -> dict:
     }
 
 
+def _commit() -> str:
+    """The measured code: ``git describe --always --dirty`` of the checkout ("unknown" outside git)."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT)
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
 def _child(
     store: Path, kind: str, per_round: int, rounds: int, eager: bool, mode: str, nodes: int, workers: int
 ) -> dict:
@@ -313,7 +325,8 @@ def main() -> None:
     if args.quick:
         args.populations, args.per_round, args.rounds, args.eager = [1000], [100], 2, [1000]
     path_out = results_path("fl_population", out=args.out, quick=args.quick)
-    rows = json.loads(path_out.read_text())["rows"] if args.append and path_out.exists() else []
+    old = json.loads(path_out.read_text()) if args.append and path_out.exists() else {}
+    rows = old.get("rows", [])
     shutil.rmtree(args.work, ignore_errors=True)
     jobs: list[tuple[str, int, Path, float]] = []
     for n in args.populations:
@@ -328,7 +341,10 @@ def main() -> None:
 
         jobs.append(("stackex", len(ClientStore(path)), path, write_s))
     flower = args.mode == "flower-cohort"
-    extra = {
+    commit = _commit()
+    # --append keeps the file's own notes (this run's keys replace theirs)
+    extra = {k: v for k, v in old.items() if k not in ("benchmark", "machine", "rows")}
+    extra |= {
         "threads": 1,
         "features": args.features,
         "setting": "FedAwS one label per client, p = 100000, MLP F-32-32, 1 epoch SGD batch 32, batched pass; "
@@ -347,6 +363,7 @@ def main() -> None:
                     "rounds": args.rounds,
                     "loop": "eager list" if eager else "store",
                     "store_write_s": write_s,
+                    "commit": commit,
                 }
                 row.update(_child(path, kind, k, args.rounds, eager, args.mode, nodes, args.workers))
                 rows.append(row)

@@ -120,6 +120,44 @@ def test_a_node_trains_its_cohort_in_one_batched_pass(monkeypatch):
     assert all(len({fk.nodes.node_of[c] for c in call}) == 1 for call in calls)
 
 
+def test_copies_of_a_node_app_share_the_node_in_one_process():
+    """Flower's simulation engine ships the ClientApp to its worker with every message (a fresh
+    unpickled copy each time): the copies find the node's strategy and cached clients made by the
+    first, so a node builds its strategy once and loads each client once, and the run is unchanged."""
+    cloudpickle = pytest.importorskip("ray.cloudpickle", reason="ray is not installed (fedkernels[simulation])")
+    s = Settings(num_clients=12, clients_per_round=12, rounds=3, seed=2, batch_clients=True)
+    _SEEN.clear()
+
+    def make(ctx):
+        _seen("made", ctx.node_id)
+        return make_strategy(s)
+
+    def load(ctx, c):
+        _seen("loads", c)
+        return shard(c, s)
+
+    shipped = cloudpickle.dumps(cohort_client_app(make, load))
+    run = next(RUNS)
+
+    def copy_per_message(message: Message, ctx: Context) -> Message:
+        return cloudpickle.loads(shipped)(message, ctx)
+
+    grid = MemoryGrid({1: (copy_per_message, Context(run, 1, {"shard": "0:12"}, RecordDict(), {}))})
+    fk = CohortFlowerStrategy(make_strategy(s), s.num_features, s.num_classes, 12, s.run_config(), startup_grace=0.0)
+    fk.start(grid)
+    assert_same_run(fk, in_process_run(s, threads=None))
+    # the copies share one process's state, not the (empty) state pickled with each copy
+    assert _SEEN["made"] == [1] and sorted(_SEEN["loads"]) == list(range(12))
+
+
+_SEEN: dict[str, list[int]] = {}  # what the copies did, in this process
+
+
+def _seen(kind: str, value: int) -> None:
+    """Module-level, so pickled by reference: every copy of a closure calling it reaches this list."""
+    _SEEN.setdefault(kind, []).append(value)
+
+
 # ---- malformed replies: the whole reply, or one client ---------------------------------------------
 def drop_first(node, message, reply):
     head = reply.content[pr.KEY]

@@ -32,6 +32,7 @@ from fedkernels.integrations.flower import (
 )
 from fedkernels.integrations.flower.exchange import exchange
 from fedkernels.integrations.flower.protocol import identity_mismatch, run_identity
+from fedkernels.integrations.flower.records import record_to_carried, tensor_to_array
 from python_tests.support.fl_data import tiny_clients
 from python_tests.support.flower_grid import MemoryGrid, context, task_identity
 from python_tests.support.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy, run_config
@@ -67,6 +68,25 @@ def test_record_round_trip_is_the_payload_bytes(payload):
     got = record_to_payload(payload_to_record(payload))
     assert got.keys() == payload.keys()
     assert all(got[k].dtype == payload[k].dtype and torch.equal(got[k], payload[k]) for k in payload)
+
+
+@given(payloads())
+def test_arrays_are_numpys_bytes_and_carried_uploads_count_the_same_bytes(payload):
+    """tensor_to_array writes exactly what Flower's Array(ndarray) (np.save) writes, the first time
+    for a dtype and shape and after (its header remembered); record_to_carried hands over the same
+    tensors counted at the length of record_to_bytes' bytes, round tag and all."""
+    for _ in range(2):
+        for t in payload.values():
+            want = Array(t.contiguous().numpy())
+            got = tensor_to_array(t)
+            assert (got.data, got.dtype, got.shape, got.stype) == (want.data, want.dtype, want.shape, want.stype)
+    record = payload_to_record(payload)
+    for meta in (None, {"round": "3"}):
+        carried = record_to_carried(record, metadata=meta)
+        assert carried.nbytes == len(record_to_bytes(record, metadata=meta))
+        assert carried.metadata == (meta or {})
+        assert carried.payload.keys() == payload.keys()
+        assert all(torch.equal(carried.payload[k], payload[k]) for k in payload)
 
 
 def npy(shape, dtype="<f4", body=b"", fortran=False) -> bytes:
@@ -109,10 +129,21 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_hostile_records_are_refused_before_any_tensor(case):
+@pytest.mark.parametrize("convert", [record_to_bytes, record_to_carried])
+def test_hostile_records_are_refused_before_any_tensor(case, convert):
     record, match = HOSTILE[case]
     with pytest.raises(pl.PayloadError, match=match):
-        record_to_bytes(record, max_bytes=256)
+        convert(record, max_bytes=256)
+
+
+def test_a_header_seen_before_still_has_its_body_checked():
+    """A remembered .npy header skips only its parse: the claims and the body length are checked again."""
+    header = npy((4,))
+    record_to_payload(ArrayRecord({"w": Array("float32", (4,), NP, header + bytes(16))}))  # seen, fine
+    with pytest.raises(pl.PayloadError, match="needs 16"):
+        record_to_payload(ArrayRecord({"w": Array("float32", (4,), NP, header + bytes(8))}))
+    with pytest.raises(pl.PayloadError, match="claims"):
+        record_to_payload(ArrayRecord({"w": Array("float32", (2, 2), NP, header + bytes(16))}))
 
 
 def test_array_cache_shares_arrays_until_a_tensor_changes():

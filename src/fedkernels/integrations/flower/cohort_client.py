@@ -11,10 +11,16 @@ and round tag; the server checks each as it checks a one-client node's (:mod:`.c
 A node loads a client's data only when that client is sampled (``load_data(context, client_id)``) and
 keeps at most ``cache_clients`` clients' data (least recently used out first), so its memory grows
 with its cohort, not with its shard.
+
+What a node holds (its strategy, initialised once per run, and its cached clients) lives in this
+process, not in the ClientApp object: Flower's simulation engine ships the ClientApp to its Ray worker
+with every message (a fresh unpickled copy each time), so state kept in the app would be rebuilt per
+message. Each app carries a token; its copies in one process find the same nodes by it.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +42,7 @@ from .records import bytes_to_record, payload_to_record, record_to_payload
 from .shards import node_shard
 
 DEFAULT_CACHE_CLIENTS = 256
-MAX_NODES = 16  # cohort nodes (of any runs) one process keeps, least recently used out first
+MAX_NODES = 16  # cohort nodes (of any apps and runs) one process keeps, least recently used out first
 
 
 @dataclass
@@ -47,6 +53,24 @@ class _Cohort:
     identity: str
     run_key: str = ""
     data: OrderedDict[int, ClientData] = field(default_factory=OrderedDict)
+
+
+# (app token, run, node) -> its cohort state, in this process (a simulation worker serves several nodes)
+_NODES: OrderedDict[tuple[str, int, int], _Cohort] = OrderedDict()
+
+
+def _cohort_of(token: str, context: Context, make_strategy: Callable[[Context], Strategy]) -> _Cohort:
+    """The cohort state of node ``context.node_id`` of run ``context.run_id`` of the app ``token``
+    in this process, made on first use. A module-level function (pickled by reference), so the
+    app's closures reach this process's ``_NODES``, not a copy pickled with them."""
+    key = (token, context.run_id, context.node_id)
+    if key not in _NODES:
+        strategy = make_strategy(context)
+        _NODES[key] = _Cohort(strategy, pr.run_identity(strategy))
+        while len(_NODES) > MAX_NODES:
+            _NODES.popitem(last=False)
+    _NODES.move_to_end(key)
+    return _NODES[key]
 
 
 def cohort_client_app(
@@ -77,18 +101,10 @@ def cohort_client_app(
     if cache_clients < 1:
         raise ValueError(f"cache_clients must be >= 1, got {cache_clients}")
     app = ClientApp(mods=list(mods) if mods else None)
-    # (run, node) -> its cohort state, in this process (a simulation worker serves several nodes)
-    nodes: OrderedDict[tuple[int, int], _Cohort] = OrderedDict()
+    token = uuid.uuid4().hex  # pickled with the app: its copies in one process share their nodes
 
     def cohort(context: Context) -> _Cohort:
-        key = (context.run_id, context.node_id)
-        if key not in nodes:
-            strategy = make_strategy(context)
-            nodes[key] = _Cohort(strategy, pr.run_identity(strategy))
-            while len(nodes) > MAX_NODES:
-                nodes.popitem(last=False)
-        nodes.move_to_end(key)
-        return nodes[key]
+        return _cohort_of(token, context, make_strategy)
 
     def data(context: Context, node: _Cohort, client: int) -> ClientData:
         if client in node.data:
@@ -192,8 +208,9 @@ def cohort_client_app(
         if len(which) != len(seeds):
             raise pl.PayloadError("message field 'download-of' must name one download per client")
         downloads: dict[int, pl.Payload] = {}
+        records = message.content.array_records  # built anew on every access: read it once
         for i in sorted(set(which)):
-            record = message.content.array_records.get(f"{pr.COHORT_DOWNLOAD}{i}")
+            record = records.get(f"{pr.COHORT_DOWNLOAD}{i}")
             if not isinstance(record, ArrayRecord):
                 raise pl.PayloadError(f"message carries no download {i}")
             downloads[i] = record_to_payload(record)

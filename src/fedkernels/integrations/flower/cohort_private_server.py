@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from flwr.app import Context, Message, RecordDict
 from flwr.serverapp import Grid
@@ -154,7 +154,7 @@ class CohortPrivateFlowerStrategy(PrivateFlowerStrategy, CohortFlowerStrategy):
             self._sent[node] = (msg, clients)
         for node, reply in self._match(self._push(grid, [m for m, _ in self._sent.values()])).items():
             got, _ = self._split(node, reply, lambda c: reply_limit, weighted=False)
-            out.update(got)
+            out.update(cast("dict[int, Answer]", got))  # not carried: bytes, never Carried
         if self.after_exchange is not None:
             self.after_exchange(kind, round)
         return out

@@ -4,7 +4,9 @@ The reply as a whole must name only clients sent to that node, each once, carry 
 it was sent clients, and no record that names no answering client; a malformed reply fails every
 client of its node. Each upload is then bounded by its own client's byte limit before a tensor is
 built (:func:`~.records.record_to_bytes`); its round tag travels beside it for the round protocol's
-replay check, as from a one-client node.
+replay check, as from a one-client node. Uploads (``carried``) are handed to the round protocol as
+tensors (:func:`~.records.record_to_carried`: the same bounds first, counted at their safetensors
+length, the same checks after), not re-serialised to bytes only to be decoded again.
 """
 
 from __future__ import annotations
@@ -16,17 +18,18 @@ from flwr.app import Message
 from ...fl import evaluation as ev
 from ...fl import payload as pl
 from ...fl.client import ROUND_TAG
-from ...fl.round import Answer, ClientFailed, ClientSentNothing
+from ...fl.round import Answer, Carried, ClientFailed, ClientSentNothing
 from . import protocol as pr
-from .records import record_to_bytes
+from .records import record_to_bytes, record_to_carried
 
 MISSING = "sent no upload: missing from its node's reply"
 
 
 def split_reply(
-    reply: Message, clients: list[int], limit: Callable[[int], int], weighted: bool
-) -> tuple[dict[int, Answer], dict[int, int]]:
-    """A well-formed reply's per-client answers and example counts.
+    reply: Message, clients: list[int], limit: Callable[[int], int], weighted: bool, carried: bool = False
+) -> tuple[dict[int, Answer | Carried], dict[int, int]]:
+    """A well-formed reply's per-client answers and example counts (``carried``: each record as a
+    :class:`~fedkernels.fl.round.Carried` payload, else as safetensors bytes).
 
     Raises:
         PayloadError: the reply as a whole is malformed: no header, a client named that was not sent
@@ -59,7 +62,8 @@ def split_reply(
     extra = sorted(set(arrays) - {pr.cohort_key(c) for c in named})
     if extra:
         raise pl.PayloadError(f"reply carries record(s) {extra[:4]!r:.120} that name no answering client")
-    out: dict[int, Answer] = {}
+    out: dict[int, Answer | Carried] = {}
+    convert = record_to_carried if carried else record_to_bytes
     counts: dict[int, int] = {}
     for c, why in zip(failed, reasons, strict=True):
         out[c] = ClientFailed(f"crashed: {why}"[: pr.MAX_REASON_CHARS])
@@ -72,7 +76,7 @@ def split_reply(
             out[c] = None  # the client sent nothing
         else:
             try:
-                out[c] = record_to_bytes(arrays[key], limit(c), {ROUND_TAG: tag} if tag else None)
+                out[c] = convert(arrays[key], limit(c), {ROUND_TAG: tag} if tag else None)
             except pl.PayloadError as e:
                 out[c] = e
                 continue

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
@@ -36,6 +36,7 @@ from ...fl.round import (
     Answer,
     ClientFailed,
     Round,
+    Upload,
     has_setup_exchange,
     select_clients,
     tensor_identity,
@@ -50,6 +51,8 @@ from .nodes import GONE
 from .records import ArrayCache, payload_to_record
 from .server import DEFAULT_STARTUP_GRACE, MAX_IDENTIFY_TRIES, TIMED_OUT, FlowerStrategy
 from .shards import ShardRegistry
+
+COHORT_MAX_POLL = 0.05  # seconds between pulls at most while node replies are awaited
 
 
 class CohortFlowerStrategy(FlowerStrategy):
@@ -121,7 +124,8 @@ class CohortFlowerStrategy(FlowerStrategy):
                 rnd.fail(c, ClientFailed(self.nodes.failure(c)))
         asked = self._cohort_requests(grid, rnd) if rnd.wants_requests() else {}
         seeds, cache = rnd.seeds(), ArrayCache()
-        downloads = rnd.download_payloads(asked)
+        # as tensors, each counted at its serialised length without serialising it (the nodes get Arrays)
+        downloads = {c: d.payload for c, d in rnd.carried_downloads(asked).items()}
         self._sent = {}
         for node, clients in self._by_node(list(downloads)).items():
             distinct: dict[tuple, int] = {}  # a download's tensors -> its index in the message
@@ -153,10 +157,10 @@ class CohortFlowerStrategy(FlowerStrategy):
         assert rnd is not None and rnd.round == server_round - 1, "configure_train first"
         t0 = time.perf_counter()
         uniform = self.config.client_weighting == "uniform"
-        answers: dict[int, Answer] = {}
+        answers: dict[int, Upload] = {}
         weights: dict[int, int] = {}
         for node, reply in self._match(replies).items():
-            got, examples = self._split(node, reply, rnd.upload_limit, weighted=True)
+            got, examples = self._split(node, reply, rnd.upload_limit, weighted=True, carried=True)
             answers.update(got)
             for c, n in examples.items():
                 weights[c] = int(n > 0) if uniform else n
@@ -194,7 +198,8 @@ class CohortFlowerStrategy(FlowerStrategy):
     def _push(self, grid: Grid, messages: Iterable[Message]) -> list[Message]:
         batch = dict(enumerate(messages))
         self.messages_sent.update(m.metadata.message_type for m in batch.values())
-        return list(exchange(grid, batch, self.timeout, self.max_in_flight).values())
+        # a node's reply takes a whole cohort's work: poll often (few messages are out, pulls are cheap)
+        return list(exchange(grid, batch, self.timeout, self.max_in_flight, max_poll=COHORT_MAX_POLL).values())
 
     def _match(self, replies: Iterable[Message]) -> dict[int, Message | None]:
         """Each messaged node's reply (None: none came), matched by message id and source node."""
@@ -211,11 +216,11 @@ class CohortFlowerStrategy(FlowerStrategy):
         return out
 
     def _split(
-        self, node: int, reply: Message | None, limit: Callable[[int], int], weighted: bool
-    ) -> tuple[dict[int, Answer], dict[int, int]]:
-        """Node ``node``'s reply as each of its clients' answer (payload bytes checked against
-        ``limit(client)`` before any tensor is built, ``None``, or the failure to record) and, with
-        ``weighted``, each answering client's example count."""
+        self, node: int, reply: Message | None, limit: Callable[[int], int], weighted: bool, carried: bool = False
+    ) -> tuple[dict[int, Upload], dict[int, int]]:
+        """Node ``node``'s reply as each of its clients' answer (payload bytes, or with ``carried`` its
+        tensors, checked against ``limit(client)`` before any tensor is built, ``None``, or the failure
+        to record) and, with ``weighted``, each answering client's example count."""
         _, clients = self._sent[node]
         if reply is None or reply.has_error():
             if self._online is None and self._grid is not None:
@@ -228,7 +233,7 @@ class CohortFlowerStrategy(FlowerStrategy):
                 why = ClientFailed(f"crashed: {reply.error.reason}"[: pr.MAX_REASON_CHARS])
             return dict.fromkeys(clients, why), {}
         try:
-            return split_reply(reply, clients, limit, weighted)
+            return split_reply(reply, clients, limit, weighted, carried)
         except pl.PayloadError as e:  # the reply as a whole is malformed: every client of the node fails
             return dict.fromkeys(clients, e), {}
 
@@ -248,7 +253,7 @@ class CohortFlowerStrategy(FlowerStrategy):
         out: dict[int, Answer] = {}
         for node, reply in self._match(self._push(grid, [m for m, _ in self._sent.values()])).items():
             got, _ = self._split(node, reply, lambda c: limit, weighted=False)
-            out.update(got)
+            out.update(cast("dict[int, Answer]", got))  # not carried: bytes, never Carried
         return out
 
     def _refresh(self, grid: Grid, r: int, startup_wait: float | None = None) -> None:

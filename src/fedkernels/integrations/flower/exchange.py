@@ -54,6 +54,7 @@ def exchange(
     window: int | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    max_poll: float = MAX_POLL,
 ) -> dict[K, Message]:
     """Push ``messages`` (key -> message) and collect their replies under the progress deadline.
 
@@ -64,6 +65,8 @@ def exchange(
         timeout: seconds one message may take, counted from the last reply before it.
         window: the most messages out at once (``None``: all of them).
         clock, sleep: time sources (tests pass fake ones).
+        max_poll: the most seconds between pulls while waiting (the wait backs off up to it): a
+            reply is seen at most this long after it arrives.
 
     Returns:
         key -> reply for every message answered in time (a reply may carry an error). Keys missing
@@ -107,7 +110,7 @@ def exchange(
         if not pending or now - last >= timeout or now >= end:
             break
         sleep(min(poll, max(0.0, min(last + timeout, end) - now)))
-        poll = min(MAX_POLL, poll * 1.5)
+        poll = min(max_poll, poll * 1.5)
     return replies
 
 

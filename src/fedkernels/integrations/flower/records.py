@@ -17,8 +17,11 @@ bytes held against the caller's limit, each array's ``stype``, and its ``.npy`` 
 loading: dtype, order, shape) against the ``Array``'s own ``dtype``/``shape`` and its byte length.
 Only then are tensors made, as views of the received bytes, and serialised to the safetensors
 bytes the round protocol checks against the strategy's spec (names, dtypes, shapes, values) and
-counts, exactly as for the in-process transport. Every rejection is a
-:class:`~fedkernels.fl.payload.PayloadError`.
+counts, exactly as for the in-process transport; or (:func:`record_to_carried`, a cohort node's
+uploads) copied out and handed over as tensors counted at those bytes' exact length, which the round
+protocol checks the same way without the serialise-and-decode round trip. A ``.npy`` header is
+parsed once per distinct header (the same bytes always declare the same), and written once per
+dtype and shape. Every rejection is a :class:`~fedkernels.fl.payload.PayloadError`.
 
 The bytes Flower itself receives are bounded by Flower's transport (its message size limit), not
 here: these checks stop anything larger than the caller's limit before a tensor or a copy is made.
@@ -36,7 +39,7 @@ import torch
 from flwr.app import Array, ArrayRecord
 
 from ...fl import payload as pl
-from ...fl.round import tensor_identity
+from ...fl.round import Carried, tensor_identity
 
 NUMPY_STYPE = "numpy.ndarray"  # Flower's serialisation type for NumPy's .npy bytes
 MAX_ARRAYS = 4096  # a record with more arrays than this is refused before it is looked at
@@ -59,10 +62,15 @@ _DTYPES = {
     "complex64": torch.complex64,
 }
 _NAMES = {v: k for k, v in _DTYPES.items()}
+_CACHE_MAX = 1024  # .npy headers remembered (each way); a run's dtypes and shapes are few
+_SAVED_HEADERS: dict[tuple[str, tuple[int, ...]], bytes] = {}  # (dtype, shape) -> the header np.save writes
+# a received .npy header (its bytes) -> what it declares: the same bytes always parse the same way
+_READ_HEADERS: dict[bytes, tuple[str, int, tuple[int, ...], int]] = {}
 
 
 def tensor_to_array(t: torch.Tensor) -> Array:
-    """One tensor as a Flower ``Array`` (NumPy ``.npy`` bytes; CPU, C order).
+    """One tensor as a Flower ``Array`` (NumPy ``.npy`` bytes; CPU, C order): the bytes
+    ``Array(ndarray)`` (``np.save``) makes, with the ``.npy`` header made once per dtype and shape.
 
     Raises:
         PayloadError: a dtype NumPy cannot hold (e.g. bfloat16): such a payload cannot travel
@@ -70,7 +78,20 @@ def tensor_to_array(t: torch.Tensor) -> Array:
     """
     if t.dtype not in _NAMES:
         raise pl.PayloadError(f"tensor of dtype {t.dtype} cannot travel as a Flower Array (no NumPy dtype)")
-    return Array(t.detach().to("cpu").contiguous().numpy())  # (np.ascontiguousarray would make 0-d 1-d)
+    arr = t.detach().to("cpu").contiguous().numpy()  # (np.ascontiguousarray would make 0-d 1-d)
+    shape = tuple(arr.shape)
+    key = (arr.dtype.str, shape)
+    head = _SAVED_HEADERS.get(key)
+    if head is None:  # np.save itself, once: its header is what every later array of the key gets
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=False)
+        data = buf.getvalue()
+        if len(_SAVED_HEADERS) >= _CACHE_MAX:  # a run's shapes are few; bounded regardless
+            _SAVED_HEADERS.clear()
+        _SAVED_HEADERS[key] = data[: len(data) - arr.nbytes]
+    else:
+        data = b"".join((head, arr.data))  # one copy of the values (head + arr.tobytes() makes two)
+    return Array(dtype=str(arr.dtype), shape=shape, stype=NUMPY_STYPE, data=data)
 
 
 class ArrayCache:
@@ -101,7 +122,10 @@ def payload_to_record(payload: pl.Payload, cache: ArrayCache | None = None) -> A
     """A payload (name -> tensor) as an ``ArrayRecord`` with one ``Array`` per tensor, in name
     order. With ``cache``, tensors already converted are shared, not copied."""
     convert = cache.array if cache is not None else tensor_to_array
-    return ArrayRecord({name: convert(payload[name]) for name in sorted(payload)})
+    record = ArrayRecord()  # set one by one: ArrayRecord(dict) would copy every Array object
+    for name in sorted(payload):
+        record[name] = convert(payload[name])
+    return record
 
 
 def bytes_to_record(raw: bytes) -> ArrayRecord:
@@ -114,11 +138,30 @@ def bytes_to_record(raw: bytes) -> ArrayRecord:
     return payload_to_record(pl.decode(raw))
 
 
-def _npy_header(name: str, data: bytes) -> tuple[np.dtype, tuple[int, ...], int]:
-    """The dtype, shape and data offset the ``.npy`` bytes of array ``name`` declare (not loaded)."""
+def _header_end(data: bytes) -> int | None:
+    """Where the ``.npy`` header of ``data`` ends, as its length field says (``None``: a version
+    this does not know, or past :data:`NPY_HEADER_MAX` or the data; the full parse decides then)."""
+    major = data[len(_NPY_MAGIC)] if len(data) > len(_NPY_MAGIC) else None
+    if major == 1:
+        end = 10 + int.from_bytes(data[8:10], "little")
+    elif major in (2, 3):
+        end = 12 + int.from_bytes(data[8:12], "little")
+    else:
+        return None
+    return end if end <= min(NPY_HEADER_MAX, len(data)) else None
+
+
+def _npy_header(name: str, data: bytes) -> tuple[str, int, tuple[int, ...], int]:
+    """The dtype name, item size, shape and data offset the ``.npy`` bytes of array ``name``
+    declare (not loaded). A header seen before (the same bytes) is looked up, not parsed again."""
     bad = f"array {name!r}"
     if data[: len(_NPY_MAGIC)] != _NPY_MAGIC:
         raise pl.PayloadError(f"{bad} is not NumPy .npy bytes")
+    end = _header_end(data)
+    key = data[:end] if end is not None else None
+    hit = _READ_HEADERS.get(key) if key is not None else None
+    if hit is not None:
+        return hit
     fp = io.BytesIO(data[:NPY_HEADER_MAX])
     try:
         major, _minor = np.lib.format.read_magic(fp)
@@ -134,7 +177,12 @@ def _npy_header(name: str, data: bytes) -> tuple[np.dtype, tuple[int, ...], int]
         raise pl.PayloadError(f"{bad} is in Fortran order")
     if dtype.hasobject or dtype.byteorder == ">" or dtype.fields is not None:
         raise pl.PayloadError(f"{bad} has dtype {dtype.str!r}, not a little-endian number type")
-    return dtype, tuple(shape), fp.tell()
+    out = (dtype.name, dtype.itemsize, tuple(shape), fp.tell())
+    if key is not None and out[3] == len(key):  # only what parsed cleanly is remembered
+        if len(_READ_HEADERS) >= _CACHE_MAX:
+            _READ_HEADERS.clear()
+        _READ_HEADERS[key] = out
+    return out
 
 
 def _check_array(name: str, arr: object) -> tuple[torch.dtype, tuple[int, ...], int]:
@@ -146,19 +194,17 @@ def _check_array(name: str, arr: object) -> tuple[torch.dtype, tuple[int, ...], 
         raise pl.PayloadError(f"{bad} has stype {arr.stype!r}, expected {NUMPY_STYPE!r}")
     if not isinstance(arr.data, bytes):
         raise pl.PayloadError(f"{bad} holds no bytes")
-    dtype, shape, offset = _npy_header(name, arr.data)
-    want = _DTYPES.get(dtype.name)
+    dname, itemsize, shape, offset = _npy_header(name, arr.data)
+    want = _DTYPES.get(dname)
     if want is None:
-        raise pl.PayloadError(f"{bad} has unsupported dtype {dtype.name!r}")
-    if arr.dtype != dtype.name or tuple(arr.shape) != shape:
+        raise pl.PayloadError(f"{bad} has unsupported dtype {dname!r}")
+    if arr.dtype != dname or tuple(arr.shape) != shape:
         raise pl.PayloadError(
-            f"{bad} claims dtype {arr.dtype!r} shape {tuple(arr.shape)} but its .npy header says {dtype.name!r} {shape}"
+            f"{bad} claims dtype {arr.dtype!r} shape {tuple(arr.shape)} but its .npy header says {dname!r} {shape}"
         )
-    need = math.prod(shape) * dtype.itemsize
+    need = math.prod(shape) * itemsize
     if len(arr.data) - offset != need:
-        raise pl.PayloadError(
-            f"{bad}: shape {shape} of {dtype.name} needs {need} bytes, it holds {len(arr.data) - offset}"
-        )
+        raise pl.PayloadError(f"{bad}: shape {shape} of {dname} needs {need} bytes, it holds {len(arr.data) - offset}")
     return want, shape, offset
 
 
@@ -188,7 +234,7 @@ def record_to_payload(record: object, max_bytes: int = pl.DEFAULT_MAX_BYTES) -> 
     if held > max_bytes + NPY_HEADER_MAX * len(record):  # refused before a header is parsed
         raise pl.PayloadError(f"payload of {held} bytes exceeds the limit of {max_bytes}")
     checked = {name: _check_array(name, arr) for name, arr in record.items()}
-    total = sum(math.prod(s) * torch.empty((), dtype=d).element_size() for d, s, _ in checked.values())
+    total = sum(math.prod(s) * d.itemsize for d, s, _ in checked.values())
     if total > max_bytes:
         raise pl.PayloadError(f"payload of {total} bytes exceeds the limit of {max_bytes}")
     out: pl.Payload = {}
@@ -217,6 +263,22 @@ def record_to_bytes(
         PayloadError: see :func:`record_to_payload`.
     """
     return pl.encode(record_to_payload(record, max_bytes), metadata=metadata)
+
+
+def record_to_carried(
+    record: object, max_bytes: int = pl.DEFAULT_MAX_BYTES, metadata: dict[str, str] | None = None
+) -> Carried:
+    """:func:`record_to_bytes` without the byte round trip: the tensors of an untrusted ``ArrayRecord``
+    (bounded by :func:`record_to_payload` before any is made), copied out of the message, handed over
+    as a :class:`~fedkernels.fl.round.Carried` counted at the exact length of the safetensors bytes
+    :func:`record_to_bytes` would make (:func:`~fedkernels.fl.payload.encoded_size`). The round protocol
+    applies the same byte limit, spec and strategy checks and round-tag check to it as to those bytes.
+
+    Raises:
+        PayloadError: see :func:`record_to_payload`.
+    """
+    payload = {name: t.clone() for name, t in record_to_payload(record, max_bytes).items()}
+    return Carried(payload, pl.encoded_size(payload, metadata), dict(metadata or {}))
 
 
 def payload_bytes(records: Mapping[str, object], key: str, max_bytes: int) -> bytes | None:
