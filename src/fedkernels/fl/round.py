@@ -181,7 +181,6 @@ class Round:
     _requests: dict[int, pl.Payload | None] = field(default_factory=dict)
     _sent: dict[int, tuple[pl.Payload, int]] = field(default_factory=dict)  # client -> (download, its bytes)
     _bytes_up: dict[int, int] = field(default_factory=dict)
-    _sizes: dict[tuple, int] = field(default_factory=dict)  # download tensors -> their serialised size
     _encoded: dict[tuple, bytes] = field(default_factory=dict)  # download tensors -> their bytes (in-process)
     _keep: list[pl.Payload] = field(default_factory=list)
 
@@ -208,22 +207,24 @@ class Round:
         request (``None``: it made none; a missing client made none). Returns the serialised
         download of every client still live, ascending; clients whose downloads hold the same
         tensors share one ``bytes`` object (serialised once)."""
-        return {c: self._encoded[_tensors_key(down)] for c, down in self._build(requests, keep_bytes=True).items()}
+        return {c: self._encoded[_tensors_key(down)] for c, down in self._build(requests, encode=True).items()}
 
     def download_payloads(self, requests: Mapping[int, Answer]) -> dict[int, pl.Payload]:
         """As :meth:`downloads`, but the downloads as tensors, for a transport with its own wire
-        form; the bytes each takes serialised are counted (not kept) all the same."""
-        return self._build(requests, keep_bytes=False)
+        form; each is counted at its serialised length all the same
+        (:func:`~fedkernels.fl.payload.encoded_size`, nothing serialised)."""
+        return self._build(requests, encode=False)
 
     def carried_downloads(self, requests: Mapping[int, Answer]) -> dict[int, Carried]:
         """:meth:`downloads` as :class:`Carried` payloads, each counted at its encoded length
         (:func:`~fedkernels.fl.payload.encoded_size`, nothing serialised), for an in-process transport
         that hands tensors over."""
-        built = self._build(requests, keep_bytes=False, carried=True)
+        built = self._build(requests, encode=False)
         return {c: Carried(down, self._sent[c][1]) for c, down in built.items()}
 
-    def _build(self, requests: Mapping[int, Answer], keep_bytes: bool, carried: bool = False) -> dict[int, pl.Payload]:
-        """Each live client's checked request and its download (recorded with its serialised size)."""
+    def _build(self, requests: Mapping[int, Answer], encode: bool) -> dict[int, pl.Payload]:
+        """Each live client's checked request and its download, recorded with its serialised size
+        (``encode``: serialised and the bytes kept, else the length computed)."""
         spec = self.strategy.request_spec(self.state)
         out = {}
         for c, seed in self.seeds().items():
@@ -237,7 +238,7 @@ class Round:
                     request = to_device(pl.decode(raw, bounded(spec, self.max_upload_bytes)), self.device)
                 # A request that passed its spec may still be refused by the strategy: this client only.
                 down = self.strategy.client_payload(self.state, c, request, self.round, seed)
-                size = pl.encoded_size(down) if carried else self._size(down, keep_bytes)
+                size = self._encode(down) if encode else pl.encoded_size(down)
             except Exception as e:
                 self.fail(c, e)
                 continue
@@ -245,18 +246,15 @@ class Round:
             out[c] = down
         return out
 
-    def _size(self, down: pl.Payload, keep_bytes: bool) -> int:
-        """The serialised size of ``down``, serialising once per distinct set of tensors: a download
-        holding the same tensor objects (same versions) as an earlier one shares its bytes (e.g.
-        every client's copy of the global state). The bytes are kept with ``keep_bytes``."""
+    def _encode(self, down: pl.Payload) -> int:
+        """Serialise ``down`` (its bytes kept for :meth:`downloads`) and return their length, once per
+        distinct set of tensors: a download holding the same tensor objects (same versions) as an
+        earlier one shares its bytes (e.g. every client's copy of the global state)."""
         key = _tensors_key(down)
-        if key not in self._sizes:
-            raw = pl.encode(down)
-            self._sizes[key] = len(raw)
+        if key not in self._encoded:
+            self._encoded[key] = pl.encode(down)
             self._keep.append(down)  # the tensors stay alive, so their ids are not reused this round
-            if keep_bytes:
-                self._encoded[key] = raw
-        return self._sizes[key]
+        return len(self._encoded[key])
 
     def upload_limit(self, client_id: int) -> int:
         """The most bytes ``client_id``'s upload may take (its spec's bound, lowered by

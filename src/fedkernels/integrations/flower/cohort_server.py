@@ -124,8 +124,7 @@ class CohortFlowerStrategy(FlowerStrategy):
                 rnd.fail(c, ClientFailed(self.nodes.failure(c)))
         asked = self._cohort_requests(grid, rnd) if rnd.wants_requests() else {}
         seeds, cache = rnd.seeds(), ArrayCache()
-        # as tensors, each counted at its serialised length without serialising it (the nodes get Arrays)
-        downloads = {c: d.payload for c, d in rnd.carried_downloads(asked).items()}
+        downloads = rnd.download_payloads(asked)  # as tensors: the nodes get Arrays
         self._sent = {}
         for node, clients in self._by_node(list(downloads)).items():
             distinct: dict[tuple, int] = {}  # a download's tensors -> its index in the message
