@@ -106,20 +106,26 @@ def _run_child(request: dict, fds: list[int]) -> None:
 
 
 def _read_request(conn: socket.socket) -> tuple[dict, list[int]]:
-    """The shim's request line and its three standard streams (sent with the line's first bytes)."""
+    """The shim's request line and its three standard streams (sent with the line's first bytes); on a
+    broken request the descriptors received are closed before the error is raised."""
     message, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
-    while not message.endswith(b"\n"):
-        more = conn.recv(1 << 16)
-        if not more:
-            raise ConnectionError("the shim closed its connection mid-request")
-        message += more
-    return json.loads(message.decode()), list(fds)
+    try:
+        if len(fds) != 3:
+            raise ConnectionError(f"the shim sent {len(fds)} file descriptors, not its 3 standard streams")
+        while not message.endswith(b"\n"):
+            more = conn.recv(1 << 16)
+            if not more:
+                raise ConnectionError("the shim closed its connection mid-request")
+            message += more
+        return json.loads(message.decode()), list(fds)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def _serve(conn: socket.socket, listener: socket.socket, open_conns: set[socket.socket]) -> None:
     request, fds = _read_request(conn)
-    if len(fds) != 3:
-        raise ConnectionError(f"the shim sent {len(fds)} file descriptors, not its 3 standard streams")
     pid = os.fork()
     if pid == 0:
         listener.close()
