@@ -10,7 +10,8 @@
 set(FK_CUDA_EMU_CHECKS "none" CACHE STRING "Checks compiled into the emulated module: none, asan, race")
 set_property(CACHE FK_CUDA_EMU_CHECKS PROPERTY STRINGS none asan race)
 
-file(GLOB FK_EMU_KERNEL_SOURCES CONFIGURE_DEPENDS csrc/*/*.cu emu/selftest/*.cu)
+# The kernels (.cu) and their ATen launchers (_cuda.cpp, which hold no launch: the rewrite leaves them as they are)
+file(GLOB FK_EMU_KERNEL_SOURCES CONFIGURE_DEPENDS csrc/*/*.cu csrc/*/*_cuda.cpp emu/selftest/*.cu)
 file(GLOB FK_EMU_KERNEL_HEADERS CONFIGURE_DEPENDS csrc/*/*.cuh)
 set(FK_EMU_GEN "${CMAKE_CURRENT_BINARY_DIR}/emu_gen")
 set(FK_EMU_REWRITE "${CMAKE_CURRENT_SOURCE_DIR}/emu/rewrite.py")

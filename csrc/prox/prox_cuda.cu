@@ -1,18 +1,6 @@
-// CUDA launchers of prox_tv1d and its backward: one thread per item (row or block), running the
-// same sequential FK_HOST_DEVICE solver as the CPU. Chain scratch lives in a global workspace.
-#include <ATen/Dispatch.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
-#include <ATen/ops/zeros.h>
-
-#include <tuple>
-
-#include "prox/prox.h"
-#include "prox/prox_checks.h"
+// CUDA kernels of prox_tv1d and its backward: one thread per item (row or block), running the same
+// sequential FK_HOST_DEVICE solver as the CPU. No torch header: prox_cuda.cpp allocates and launches.
+#include "prox/prox_cuda_kernels.h"
 
 namespace fedkernels {
 
@@ -53,51 +41,24 @@ unsigned grid_for(int64_t items) { return static_cast<unsigned>((items + kThread
 
 }  // namespace
 
-static at::Tensor prox_tv1d_cuda(const at::Tensor& z_in, const at::Tensor& lam, bool anchored, int64_t block_size) {
-  const at::Tensor lam_rows = check_prox_tv1d_args(z_in, lam, block_size);
-  const c10::cuda::CUDAGuard guard(z_in.device());
-  const auto z = z_in.contiguous();
-  auto u = at::empty_like(z);
-  const TvLayout l = tv_layout(z, block_size);
-  if (l.items() == 0) return u;
-  // Worst case each chain holds a whole item, so the workspace is 2 (block + 1) points per item.
-  auto scratch =
-      at::empty({l.items() * 2 * (l.block + 1) * static_cast<int64_t>(sizeof(TvPoint))}, z.options().dtype(at::kByte));
-  auto bad = at::empty({l.items()}, z.options().dtype(at::kByte));
-  AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "prox_tv1d_cuda", [&] {
-    tv1d_kernel<scalar_t><<<grid_for(l.items()), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        z.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(), lam_rows.data_ptr<double>(),
-        reinterpret_cast<TvPoint*>(scratch.data_ptr<uint8_t>()), bad.data_ptr<uint8_t>(), l, anchored);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
-  check_rows_finite(bad.any().item<bool>());
-  return u;
+template <typename T>
+void launch_tv1d(const T* z, T* u, const double* lam_rows, TvPoint* scratch, uint8_t* bad, TvLayout l, bool anchored,
+                 cudaStream_t stream) {
+  tv1d_kernel<T><<<grid_for(l.items()), kThreads, 0, stream>>>(z, u, lam_rows, scratch, bad, l, anchored);
 }
 
-static std::tuple<at::Tensor, at::Tensor> prox_tv1d_backward_cuda(const at::Tensor& grad_in, const at::Tensor& u_in,
-                                                                  const at::Tensor& lam, bool anchored,
-                                                                  int64_t block_size) {
-  const at::Tensor lam_rows = check_prox_tv1d_backward_args(grad_in, u_in, lam, block_size);
-  const c10::cuda::CUDAGuard guard(u_in.device());
-  const auto g = grad_in.contiguous();
-  const auto u = u_in.contiguous();
-  auto gz = at::empty_like(u);
-  const TvLayout l = tv_layout(u, block_size);
-  auto glam_items = at::zeros({l.items()}, u.options().dtype(at::kDouble));
-  if (l.items() > 0) {
-    AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "prox_tv1d_backward_cuda", [&] {
-      tv1d_backward_kernel<scalar_t><<<grid_for(l.items()), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-          g.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(), gz.data_ptr<scalar_t>(), lam_rows.data_ptr<double>(),
-          glam_items.data_ptr<double>(), l, anchored);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
-  }
-  return {gz, reduce_lam_grad(glam_items, l, lam, u.sizes().slice(0, u.dim() - 1))};
+template <typename T>
+void launch_tv1d_backward(const T* g, const T* u, T* gz, const double* lam_rows, double* glam, TvLayout l,
+                          bool anchored, cudaStream_t stream) {
+  tv1d_backward_kernel<T><<<grid_for(l.items()), kThreads, 0, stream>>>(g, u, gz, lam_rows, glam, l, anchored);
 }
 
-TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
-  m.impl("prox_tv1d", &prox_tv1d_cuda);
-  m.impl("prox_tv1d_backward", &prox_tv1d_backward_cuda);
-}
+template void launch_tv1d<float>(const float*, float*, const double*, TvPoint*, uint8_t*, TvLayout, bool, cudaStream_t);
+template void launch_tv1d<double>(const double*, double*, const double*, TvPoint*, uint8_t*, TvLayout, bool,
+                                  cudaStream_t);
+template void launch_tv1d_backward<float>(const float*, const float*, float*, const double*, double*, TvLayout, bool,
+                                          cudaStream_t);
+template void launch_tv1d_backward<double>(const double*, const double*, double*, const double*, double*, TvLayout,
+                                           bool, cudaStream_t);
 
 }  // namespace fedkernels

@@ -79,8 +79,9 @@ def install_compiler(cxx: str) -> str:
 
 
 def sources() -> list[Path]:
-    """The _C module's CPU translation units (CMakeLists.txt's glob)."""
-    return sorted(ROOT.glob("csrc/*.cpp")) + sorted(ROOT.glob("csrc/*/*.cpp"))
+    """The _C module's CPU translation units (CMakeLists.txt's glob; the CUDA launchers, *_cuda.cpp, are not)."""
+    units = sorted(ROOT.glob("csrc/*.cpp")) + sorted(ROOT.glob("csrc/*/*.cpp"))
+    return [p for p in units if not p.name.endswith("_cuda.cpp")]
 
 
 INCLUDE = re.compile(r'#\s*include\s*[<"]([^>"]+)[>"]')
