@@ -61,16 +61,20 @@ target_compile_definitions(_C_emu PRIVATE TORCH_ASSERT_ONLY_METHOD_OPERATORS TOR
 target_compile_options(_C_emu PRIVATE ${TORCH_CXX_FLAGS} -ffp-contract=off -fvisibility=hidden
                        -fvisibility-inlines-hidden -Wall -Wno-unused-parameter -Wno-unused-variable
                        -Wno-unknown-pragmas -Wno-sign-compare)
-set_source_files_properties(${FK_EMU_GENERATED} PROPERTIES
-  COMPILE_OPTIONS "-include;${CMAKE_CURRENT_SOURCE_DIR}/emu/runtime/prelude.h")
+# The prelude is every generated unit's first include, parsed once into a precompiled header (it
+# holds the torch headers); the runtime's own sources do not include it.
+target_precompile_headers(_C_emu PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/emu/runtime/prelude.h")
+set_source_files_properties(${FK_EMU_RUNTIME} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
 
 if(FK_CUDA_EMU_CHECKS STREQUAL "asan")
   target_compile_options(_C_emu PRIVATE -fsanitize=address -fsanitize-sections=fk_emu_shared -fno-omit-frame-pointer)
   target_link_options(_C_emu PRIVATE -fsanitize=address)
 elseif(FK_CUDA_EMU_CHECKS STREQUAL "race")
-  # Instrument the kernels only: every load/store calls a __tsan_* hook of race_hooks.cpp (no TSan
-  # runtime is linked), which records __shared__ accesses between barriers.
-  set_property(SOURCE ${FK_EMU_GENERATED} APPEND PROPERTY COMPILE_OPTIONS -fsanitize=thread)
+  # Instrument the generated units only: every load/store calls a __tsan_* hook of race_hooks.cpp (no
+  # TSan runtime is linked), which records __shared__ accesses between barriers. Set on the target so
+  # the precompiled prelude is built with it too; the runtime's sources turn it off again.
+  target_compile_options(_C_emu PRIVATE -fsanitize=thread)
+  set_property(SOURCE ${FK_EMU_RUNTIME} APPEND PROPERTY COMPILE_OPTIONS -fno-sanitize=thread)
 elseif(NOT FK_CUDA_EMU_CHECKS STREQUAL "none")
   message(FATAL_ERROR "FK_CUDA_EMU_CHECKS must be none, asan or race, got '${FK_CUDA_EMU_CHECKS}'")
 endif()
