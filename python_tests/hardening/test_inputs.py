@@ -3,7 +3,8 @@ quick ValueError naming what is wrong, and a round of empty clients is skipped, 
 
 from __future__ import annotations
 
-import time
+import tracemalloc
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -47,6 +48,22 @@ def test_round_with_some_empty_clients_still_aggregates():
 
 
 # ---- the XC reader ------------------------------------------------------------------------------
+REFUSAL_PEAK_BYTES = 1 << 20
+"""What a refusal from the header may allocate (numpy registers its arrays with tracemalloc): the
+parse of a few short lines, far below one float32 row of F = 2**26 columns (256 MiB)."""
+
+
+def _peak_bytes_of_refusal(call: Callable[[], object], match: str) -> int:
+    """The traced peak bytes allocated while ``call`` raises a ``ValueError`` matching ``match``."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=match):
+            call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.mark.parametrize(
     "line, what",
     [
@@ -81,10 +98,11 @@ def test_xc_rejects_non_finite_values_and_non_ascii_ids(tmp_path, line, what):
 def test_xc_bounds_f_and_l_before_allocating(tmp_path, header, what):
     f = tmp_path / "huge.txt"
     f.write_text(f"{header}\n0 0:1.0\n", encoding="utf-8")
-    t0 = time.perf_counter()
-    with pytest.raises(ValueError, match=f"{f}: .*{what}"):
-        xc_format.read_xc(f)
-    assert time.perf_counter() - t0 < 1.0
+    assert _peak_bytes_of_refusal(lambda: xc_format.read_xc(f), f"{f}: .*{what}") < REFUSAL_PEAK_BYTES
+    # The load that would size a dense [1, F] matrix from the header: without the bound, F = 2**26 + 1
+    # densifies to over 1 GiB (float64 and float32 copies of the row). It refuses the file too (its
+    # libsvm fallback names the header line), having allocated as little.
+    assert _peak_bytes_of_refusal(lambda: load_xc_dataset(f), f"{f}") < REFUSAL_PEAK_BYTES
 
 
 def test_load_dataset_bounds_the_dense_size(tmp_path):
@@ -93,10 +111,9 @@ def test_load_dataset_bounds_the_dense_size(tmp_path):
     n = 8
     f.write_text(f"{n} {2**26} 2\n" + "0 0:1.0\n" * n, encoding="utf-8")
     assert n * 2**26 > MAX_DENSE_ELEMENTS
-    t0 = time.perf_counter()
-    with pytest.raises(ValueError, match=f"{f}: the training features would be .* above the bound"):
-        load_xc_dataset(f)
-    assert time.perf_counter() - t0 < 2.0
+    # unbounded, the [n, 2**26] float64 densify alone would take n * 512 MiB
+    want = f"{f}: the training features would be .* above the bound"
+    assert _peak_bytes_of_refusal(lambda: load_xc_dataset(f), want) < REFUSAL_PEAK_BYTES
     assert load_xc_dataset(f, feature_dim=16).train.x.shape[1] == 16  # hashing is the way round it
 
 

@@ -5,8 +5,6 @@ independent dual QP, and exact float64 arithmetic done here."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import torch
@@ -128,15 +126,16 @@ def _slow_bend_row(n: int, sag: float, lam: float) -> np.ndarray:
 
 @pytest.mark.parametrize("anchored", [False, True])
 def test_quadratic_row_still_hands_over_to_the_funnel(anchored):
-    # Without the hand-over this row costs ~n^2 / 2 = 2e10 steps (a minute or more); with it, a
-    # rescan budget of 4 per sample read and then the linear funnel: milliseconds.
+    # Without the hand-over this row costs ~n^2 / 2 = 2e10 steps; with it, a rescan budget of 4 per
+    # sample read and then the linear funnel. The op exposes no sign of which solver ran, and a time
+    # is no test (the standard: benchmarks, not timed tests), so this checks the answer the funnel
+    # gives (the whole certificate, sign conditions included); the cost shows in the test's duration.
     n = 200_000
     z = torch.tensor(_slow_bend_row(n, 1.5, 1.0))
-    t0 = time.perf_counter()
     u = fedkernels.prox_tv1d(z, 1.0, anchored)
-    assert time.perf_counter() - t0 < 5.0
     p = prox_ref.tv1d_dual(z.numpy(), u.numpy())
     assert np.abs(p).max() <= 1.0 + 1e-9 * (1.0 + np.abs(np.cumsum(z.numpy())).max())
+    _assert_exact(z.numpy(), u.numpy(), 1.0, anchored)
 
 
 @pytest.mark.parametrize("lam", [10.0, 100.0, 300.0])
