@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import numpy as np
 import pytest
@@ -30,6 +31,7 @@ from fedkernels.integrations.flower import (
     record_to_bytes,
     record_to_payload,
 )
+from fedkernels.integrations.flower import server as flower_server
 from fedkernels.integrations.flower.exchange import exchange
 from fedkernels.integrations.flower.protocol import identity_mismatch, run_identity
 from fedkernels.integrations.flower.records import record_to_carried, tensor_to_array
@@ -241,7 +243,25 @@ class Scripted(FlowerStrategy):
         return super().configure_train(server_round, arrays, config, grid)
 
 
-def test_leave_rejoin_duplicate_and_startup_grace():
+class _VirtualClock:
+    """Stands in for the Flower server module's ``time``: ``monotonic`` (used only by the start-up
+    loop) moves only by ``sleep``, so the loop's waits are counted, never measured; anything else
+    (the round's reported seconds) is the real module's."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_leave_rejoin_duplicate_and_startup_grace(monkeypatch):
     """Client 3's node is missing at start (round 0 starts after the grace, not the timeout); client
     1's node leaves before round 1 ("gone"), and a new node claiming client 1 joins before round 2
     and is used, leaves, and comes back under the same node id (asked again, used again); a node
@@ -263,6 +283,7 @@ def test_leave_rejoin_duplicate_and_startup_grace():
     fk = Scripted(
         script, make_strategy("fedavg"), NUM_FEATURES, NUM_CLASSES, 4, run_config(5, 4, 9, timeout=5), startup_grace=0.2
     )
+    monkeypatch.setattr(flower_server, "time", _VirtualClock())
     fk.start(grid, timeout=5)
     failed = [h.failed for h in fk.history]
     assert failed == [
@@ -276,7 +297,9 @@ def test_leave_rejoin_duplicate_and_startup_grace():
     assert (0, "refused", 20, 0) in kinds and (1, "left", 11, 1) in kinds and (2, "joined", 21, 1) in kinds
     assert (3, "left", 10, 0) in kinds and (3, "took over", 20, 0) in kinds and (3, "joined", 13, 3) in kinds
     assert (3, "left", 21, 1) in kinds and (4, "joined", 21, 1) in kinds
-    assert fk.discovery_seconds < 5  # the grace, not the 5 s timeout
+    # on the virtual clock: the start-up loop slept the grace, then started without client 3 (not
+    # the 5 s timeout); a slow machine changes no virtual second
+    assert fk.discovery_seconds == pytest.approx(0.2)
     silent = {0: {3}, 1: {1, 3}, 2: {3}, 3: {1}}
 
     class Silent:
