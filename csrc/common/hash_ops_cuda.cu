@@ -1,12 +1,6 @@
 // hash_buckets on CUDA: one thread per (id, table), the same hash_family.h arithmetic as the CPU.
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
-
-#include "common/hash_checks.h"
-#include "common/hash_family.h"
+// No torch header: hash_ops_cuda.cpp checks, allocates and launches.
+#include "common/hash_ops_cuda_kernels.h"
 
 namespace fedkernels {
 
@@ -19,25 +13,11 @@ __global__ void hash_buckets_kernel(const int64_t* ids, const TableParams* tp, i
   signs[k] = hash_sign(tp[j], static_cast<uint64_t>(ids[i]));
 }
 
-static std::tuple<at::Tensor, at::Tensor> hash_buckets_cuda(const at::Tensor& ids, const at::Tensor& params,
-                                                            int64_t num_buckets) {
-  check_hash_args(ids, params, num_buckets);
-  const c10::cuda::CUDAGuard guard(ids.device());
-  const auto ids_c = ids.contiguous();
-  const auto params_c = params.contiguous();
-  const int64_t n = ids_c.numel(), r = params_c.size(0);
-  auto buckets = at::empty({n, r}, ids.options().dtype(at::kInt));
-  auto signs = at::empty({n, r}, ids.options().dtype(at::kChar));
-  if (n == 0) return {buckets, signs};
+void launch_hash_buckets(const int64_t* ids, const TableParams* tp, int64_t n, int64_t r, uint64_t num_buckets,
+                         int32_t* buckets, int8_t* signs, cudaStream_t stream) {
   const int threads = 256;
   const int64_t blocks = (n * r + threads - 1) / threads;
-  hash_buckets_kernel<<<blocks, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-      ids_c.data_ptr<int64_t>(), reinterpret_cast<const TableParams*>(params_c.data_ptr<int64_t>()), n, r,
-      static_cast<uint64_t>(num_buckets), buckets.data_ptr<int32_t>(), signs.data_ptr<int8_t>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {buckets, signs};
+  hash_buckets_kernel<<<blocks, threads, 0, stream>>>(ids, tp, n, r, num_buckets, buckets, signs);
 }
-
-TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) { m.impl("hash_buckets", &hash_buckets_cuda); }
 
 }  // namespace fedkernels

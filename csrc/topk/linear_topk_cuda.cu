@@ -1,4 +1,5 @@
-// CUDA launcher of linear_topk. Per tile of classes, cuBLAS (at::mm, float32) computes the dot products
+// CUDA kernels of linear_topk (no torch header: linear_topk_cuda.cpp checks, allocates, runs the GEMMs
+// and calls the launch functions here). Per tile of classes, cuBLAS (at::mm, float32) computes the dot products
 // Z = h @ W_tile.T [N, cols] into one reused buffer, and linear_topk_tile_kernel folds the tile into a running
 // top k per (row, split): a block of 256 threads per item reads its share of the row in segments of
 // 2048 scores (coalesced), keeps the composites (topk.h) above its k-th kept one, compacts them in
@@ -10,23 +11,12 @@
 // the set of the largest composites offered, so the result does not depend on block or thread order.
 // Extra memory: Z (N x tile floats, at most 128 MiB), a float32 copy of a bfloat16 tile of W, and two
 // lists of k composites per item.
-#include <ATen/core/Tensor.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
-#include <ATen/ops/mm.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <optional>
-#include <tuple>
 
+#include "topk/linear_topk_cuda_kernels.h"
 #include "topk/topk.h"
-#include "topk/topk_checks.h"
 
 namespace fedkernels {
 
@@ -182,10 +172,14 @@ __global__ void linear_topk_finish_kernel(const uint64_t* best, int64_t n_rows, 
   }
 }
 
+unsigned grid_of(int64_t items) { return static_cast<unsigned>(std::clamp<int64_t>(items, 1, kMaxGrid)); }
+
+}  // namespace
+
 // Classes per tile: Z at most kTileFloats, whole segments, no wider than p needs.
 // FEDKERNELS_TOPK_CUDA_TILE (classes, rounded up to whole segments) sets it instead: the tests run
 // many tiles at small sizes with it.
-int64_t tile_cols(int64_t n, int64_t p) {
+int64_t linear_topk_cuda_tile_cols(int64_t n, int64_t p) {
   const int64_t p_round = (p + kSegment - 1) / kSegment * kSegment;
   const char* forced = std::getenv("FEDKERNELS_TOPK_CUDA_TILE");
   if (forced != nullptr) {
@@ -195,51 +189,26 @@ int64_t tile_cols(int64_t n, int64_t p) {
   return std::min(p_round, std::max(kMinTileCols, kTileFloats / n / kSegment * kSegment));
 }
 
-unsigned grid_of(int64_t items) { return static_cast<unsigned>(std::clamp<int64_t>(items, 1, kMaxGrid)); }
-
-std::tuple<at::Tensor, at::Tensor> linear_topk_cuda(const at::Tensor& h, const at::Tensor& W,
-                                                    const std::optional<at::Tensor>& bias, int64_t k, double scale) {
-  check_linear_topk_args(h, W, bias, k, scale);
-  const c10::cuda::CUDAGuard guard(h.device());
-  // No gradient flows through this op; its GEMM must not meet a parameter's requires_grad (mm_out refuses).
-  const at::NoGradGuard no_grad;
-  const int64_t n = h.size(0), p = W.size(0);
-  at::Tensor values = at::empty({n, k}, h.options().dtype(at::kFloat));
-  at::Tensor indices = at::empty({n, k}, h.options().dtype(at::kLong));
-  if (n == 0 || k == 0) return {values, indices};
-  const at::Tensor hf = h.to(at::kFloat);  // bfloat16 rows widened exactly; float32 as it is
-  const int64_t tile = tile_cols(n, p);
-  const int64_t splits = std::clamp<int64_t>((kTargetBlocks + n - 1) / n, 1, tile / kSegment);
-  const auto u64 = h.options().dtype(at::kLong);  // composites live in int64 storage
-  at::Tensor best = at::zeros({n, splits, k}, u64);
-  at::Tensor scratch = at::empty({n, splits, k}, u64);
-  at::Tensor zbuf = at::empty({n * tile}, h.options().dtype(at::kFloat));
-  auto* best_p = reinterpret_cast<uint64_t*>(best.data_ptr<int64_t>());
-  auto* scratch_p = reinterpret_cast<uint64_t*>(scratch.data_ptr<int64_t>());
-  const auto stream = c10::cuda::getCurrentCUDAStream();
-  for (int64_t j0 = 0; j0 < p; j0 += tile) {
-    const int64_t cols = std::min(tile, p - j0);
-    at::Tensor z = zbuf.narrow(0, 0, n * cols).view({n, cols});
-    at::mm_out(z, hf, W.narrow(0, j0, cols).to(at::kFloat).t());
-    at::Tensor bias_tile;
-    if (bias.has_value()) bias_tile = bias->narrow(0, j0, cols).to(at::kFloat).contiguous();
-    linear_topk_tile_kernel<<<grid_of(n * splits), kThreads, 0, stream>>>(
-        z.data_ptr<float>(), n, cols, j0, bias_tile.defined() ? bias_tile.data_ptr<float>() : nullptr,
-        static_cast<float>(scale), k, splits, best_p, scratch_p);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  if (splits > 1) {
-    linear_topk_merge_kernel<<<grid_of(n), kThreads, 0, stream>>>(n, k, splits, best_p, scratch_p);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  linear_topk_finish_kernel<<<grid_of((n * k + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      best_p, n, k, splits * k, values.data_ptr<float>(), indices.data_ptr<int64_t>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {values, indices};
+// Blocks per row and tile: enough items for kTargetBlocks, at most one per segment of the tile.
+int64_t linear_topk_cuda_splits(int64_t n, int64_t tile) {
+  return std::clamp<int64_t>((kTargetBlocks + n - 1) / n, 1, tile / kSegment);
 }
 
-}  // namespace
+void launch_linear_topk_tile(const float* z, int64_t n_rows, int64_t cols, int64_t col0, const float* bias, float scale,
+                             int64_t k, int64_t splits, uint64_t* best, uint64_t* scratch, cudaStream_t stream) {
+  linear_topk_tile_kernel<<<grid_of(n_rows * splits), kThreads, 0, stream>>>(z, n_rows, cols, col0, bias, scale, k,
+                                                                             splits, best, scratch);
+}
 
-TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) { m.impl("linear_topk", &linear_topk_cuda); }
+void launch_linear_topk_merge(int64_t n_rows, int64_t k, int64_t splits, uint64_t* best, uint64_t* scratch,
+                              cudaStream_t stream) {
+  linear_topk_merge_kernel<<<grid_of(n_rows), kThreads, 0, stream>>>(n_rows, k, splits, best, scratch);
+}
+
+void launch_linear_topk_finish(const uint64_t* best, int64_t n_rows, int64_t k, int64_t stride, float* values,
+                               int64_t* indices, cudaStream_t stream) {
+  linear_topk_finish_kernel<<<grid_of((n_rows * k + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      best, n_rows, k, stride, values, indices);
+}
 
 }  // namespace fedkernels
