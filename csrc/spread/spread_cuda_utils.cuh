@@ -1,12 +1,9 @@
-// Small CUDA helpers shared by the spreadout launchers.
+// Small CUDA helpers shared by the spreadout kernels (no torch header; the Tensor-level row_norms is
+// in spread_cuda_tensor.h).
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <ATen/ops/empty.h>
+#include <cstdint>
 
-#include "common/dispatch.h"
 #include "spread/spread.h"
 
 namespace fedkernels {
@@ -66,19 +63,6 @@ __global__ void row_norms_kernel(const T* w, int64_t c, int64_t d, double* norms
     __syncthreads();
   }
   if (static_cast<int>(threadIdx.x) < rows) norms[row0 + threadIdx.x] = sqrt(s);
-}
-
-// Float64 norm of every row of a contiguous [C, d] W, as a CUDA tensor [C].
-inline at::Tensor row_norms(const at::Tensor& W) {
-  const int64_t c = W.size(0), d = W.size(1);
-  at::Tensor norms = at::empty({c}, W.options().dtype(at::kDouble));
-  if (c == 0) return norms;
-  FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spread_row_norms", [&] {
-    row_norms_kernel<scalar_t><<<blocks_for(c, kNormRows), kNormRows, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        W.data_ptr<scalar_t>(), c, d, norms.data_ptr<double>());
-  });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return norms;
 }
 
 }  // namespace spread_cuda

@@ -1,4 +1,4 @@
-// CUDA launchers of the spreadout loss over selected pairs (launch table: bench/ops/spread.py).
+// CUDA kernels of the spreadout loss over selected pairs (launch table: bench/ops/spread.py).
 //  - pair_weight_gather_kernel: a thread per pair (C k threads), a binary search in the CSR row.
 //  - pair_terms_kernel: a warp per row, lanes over dims (coalesced 128-byte loads of both rows of a
 //    pair), each pair's distance summed by the lanes in order and then the xor butterfly.
@@ -9,24 +9,21 @@
 //    is one more warp reduction.
 // Every sum has the same order as the CPU launcher's (spread.h: lane_distance, cosine_projection,
 // block_tree_sum), so loss and gradient are bit-identical to the CPU op and deterministic.
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
-#include <ATen/ops/zeros_like.h>
+//
+// No torch header here: spread_loss_cuda.cpp checks, allocates and calls the launch_* below.
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cstdint>
 
 #include "spread/spread.h"
-#include "spread/spread_checks.h"
 #include "spread/spread_cuda_utils.cuh"
+#include "spread/spread_loss_cuda_kernels.h"
 
 namespace fedkernels {
 
 namespace {
 
-using spread_cuda::blocks_for;
-using spread_cuda::kThreads;
 using spread_cuda::lane_id;
 using spread_cuda::warp_item;
 using spread_cuda::warp_sum;
@@ -97,95 +94,56 @@ __global__ void pair_grad_kernel(const T* w, const double* norms, const int64_t*
   spread::pair_grad_row(w, t, d, k, metric, norms, nbr, coefs, rev, rb, re, grad, lane, 32, proj);
 }
 
-// Row norms when the metric needs them (cosine); l2 kernels never read them: an empty tensor.
-at::Tensor norms_if_cosine(const at::Tensor& W, int metric) {
-  return metric == spread::kCosine ? spread_cuda::row_norms(W) : at::empty({0}, W.options().dtype(at::kDouble));
-}
-
-at::Tensor pair_weight_gather_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& values,
-                                   const at::Tensor& idx_in) {
-  check_pair_weight_gather_args(indptr, indices, values, idx_in);
-  const int64_t c = idx_in.size(0), k = idx_in.size(1);
-  const c10::cuda::CUDAGuard guard(idx_in.device());
-  const auto ip = indptr.contiguous(), ix = indices.contiguous(), vv = values.contiguous(), idx = idx_in.contiguous();
-  at::Tensor out = at::empty({c, k}, values.options());
-  if (c * k == 0) return out;
-  pair_weight_gather_kernel<<<blocks_for(c * k), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-      ip.data_ptr<int64_t>(), ix.data_ptr<int64_t>(), vv.data_ptr<float>(), idx.data_ptr<int64_t>(), c, k,
-      out.data_ptr<float>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
-}
-
-void launch_pair_terms(const at::Tensor& W, const at::Tensor& idx, const at::Tensor& weight, const at::Tensor& norms,
-                       int metric, double margin, double coef_scale, double* row_sums, double* coefs) {
-  const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
-  FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spread_pair_terms_cuda", [&] {
-    pair_terms_kernel<scalar_t>
-        <<<spread_cuda::warp_blocks_for(c), spread_cuda::kWarpThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-            W.data_ptr<scalar_t>(), idx.data_ptr<int64_t>(), weight.data_ptr<float>(), norms.data_ptr<double>(), c, d,
-            k, metric, margin, coef_scale, row_sums, coefs);
-  });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-at::Tensor spreadout_pair_loss_cuda(const at::Tensor& W_in, const at::Tensor& idx_in, const at::Tensor& weight_in,
-                                    double margin, std::string metric_name) {
-  check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
-  const int metric = parse_metric(metric_name);
-  const c10::cuda::CUDAGuard guard(W_in.device());
-  const auto W = W_in.contiguous(), idx = idx_in.contiguous(), weight = weight_in.contiguous();
-  const int64_t c = W.size(0);
-  at::Tensor total = at::zeros({}, W.options().dtype(at::kDouble));
-  if (c > 0 && idx.size(1) > 0) {
-    at::Tensor rows = at::empty({c}, W.options().dtype(at::kDouble));
-    launch_pair_terms(W, idx, weight, norms_if_cosine(W, metric), metric, margin, 1.0, rows.data_ptr<double>(),
-                      nullptr);
-    // Two passes of fixed shape (spread.h: block_tree_sum): chunk sums, then one block over them in order.
-    const int64_t chunks = (c + spread::kSumChunk - 1) / spread::kSumChunk;
-    TORCH_CHECK(chunks <= INT32_MAX, "spreadout_pair_loss: too many classes for one CUDA grid");
-    at::Tensor partial = at::empty({chunks}, W.options().dtype(at::kDouble));
-    const auto stream = c10::cuda::getCurrentCUDAStream();
-    ordered_sum_kernel<<<static_cast<unsigned>(chunks), spread::kSumThreads, 0, stream>>>(
-        rows.data_ptr<double>(), c, spread::kSumChunk, partial.data_ptr<double>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    ordered_sum_kernel<<<1, spread::kSumThreads, 0, stream>>>(partial.data_ptr<double>(), chunks, chunks,
-                                                              total.data_ptr<double>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  return W.scalar_type() == at::kDouble ? total : total.to(at::kFloat);
-}
-
-at::Tensor spreadout_pair_loss_backward_cuda(const at::Tensor& grad, const at::Tensor& W_in, const at::Tensor& idx_in,
-                                             const at::Tensor& weight_in, double margin, std::string metric_name) {
-  check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
-  TORCH_CHECK_VALUE(grad.numel() == 1, "grad must be a scalar, got shape ", grad.sizes());
-  const int metric = parse_metric(metric_name);
-  const c10::cuda::CUDAGuard guard(W_in.device());
-  const auto W = W_in.contiguous(), idx = idx_in.contiguous(), weight = weight_in.contiguous();
-  const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
-  at::Tensor gw = at::zeros_like(W);
-  if (k == 0 || c == 0 || d == 0) return gw;
-  const at::Tensor norms = norms_if_cosine(W, metric);
-  at::Tensor coefs = at::empty({c * k}, W.options().dtype(at::kDouble));
-  launch_pair_terms(W, idx, weight, norms, metric, margin, grad.item<double>(), nullptr, coefs.data_ptr<double>());
-  const auto [order, bounds] = reverse_pairs(idx);
-  FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spreadout_pair_loss_backward_cuda", [&] {
-    pair_grad_kernel<scalar_t>
-        <<<spread_cuda::warp_blocks_for(c), spread_cuda::kWarpThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-            W.data_ptr<scalar_t>(), norms.data_ptr<double>(), idx.data_ptr<int64_t>(), coefs.data_ptr<double>(),
-            order.data_ptr<int64_t>(), bounds.data_ptr<int64_t>(), c, d, k, metric, gw.data_ptr<scalar_t>());
-  });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return gw;
-}
-
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
-  m.impl("pair_weight_gather", &pair_weight_gather_cuda);
-  m.impl("spreadout_pair_loss", &spreadout_pair_loss_cuda);
-  m.impl("spreadout_pair_loss_backward", &spreadout_pair_loss_backward_cuda);
+namespace spread_cuda {
+
+void launch_pair_weight_gather(const int64_t* indptr, const int64_t* indices, const float* values, const int64_t* idx,
+                               int64_t c, int64_t k, float* out, cudaStream_t stream) {
+  pair_weight_gather_kernel<<<blocks_for(c * k), kThreads, 0, stream>>>(indptr, indices, values, idx, c, k, out);
 }
+
+template <typename T>
+void launch_pair_terms(const T* w, const int64_t* nbr, const float* weight, const double* norms, int64_t c, int64_t d,
+                       int64_t k, int metric, double margin, double coef_scale, double* row_sums, double* coefs,
+                       cudaStream_t stream) {
+  pair_terms_kernel<T><<<warp_blocks_for(c), kWarpThreads, 0, stream>>>(w, nbr, weight, norms, c, d, k, metric, margin,
+                                                                        coef_scale, row_sums, coefs);
+}
+
+void launch_ordered_sum(const double* x, int64_t n, int64_t chunk, double* out, unsigned blocks, cudaStream_t stream) {
+  ordered_sum_kernel<<<blocks, spread::kSumThreads, 0, stream>>>(x, n, chunk, out);
+}
+
+template <typename T>
+void launch_pair_grad(const T* w, const double* norms, const int64_t* nbr, const double* coefs, const int64_t* rev,
+                      const int64_t* bounds, int64_t c, int64_t d, int64_t k, int metric, T* grad,
+                      cudaStream_t stream) {
+  pair_grad_kernel<T>
+      <<<warp_blocks_for(c), kWarpThreads, 0, stream>>>(w, norms, nbr, coefs, rev, bounds, c, d, k, metric, grad);
+}
+
+// The dtypes the launchers dispatch (FK_DISPATCH_FLOAT_HALF_BF16).
+template void launch_pair_terms<float>(const float*, const int64_t*, const float*, const double*, int64_t, int64_t,
+                                       int64_t, int, double, double, double*, double*, cudaStream_t);
+template void launch_pair_terms<double>(const double*, const int64_t*, const float*, const double*, int64_t, int64_t,
+                                        int64_t, int, double, double, double*, double*, cudaStream_t);
+template void launch_pair_terms<c10::Half>(const c10::Half*, const int64_t*, const float*, const double*, int64_t,
+                                           int64_t, int64_t, int, double, double, double*, double*, cudaStream_t);
+template void launch_pair_terms<c10::BFloat16>(const c10::BFloat16*, const int64_t*, const float*, const double*,
+                                               int64_t, int64_t, int64_t, int, double, double, double*, double*,
+                                               cudaStream_t);
+template void launch_pair_grad<float>(const float*, const double*, const int64_t*, const double*, const int64_t*,
+                                      const int64_t*, int64_t, int64_t, int64_t, int, float*, cudaStream_t);
+template void launch_pair_grad<double>(const double*, const double*, const int64_t*, const double*, const int64_t*,
+                                       const int64_t*, int64_t, int64_t, int64_t, int, double*, cudaStream_t);
+template void launch_pair_grad<c10::Half>(const c10::Half*, const double*, const int64_t*, const double*,
+                                          const int64_t*, const int64_t*, int64_t, int64_t, int64_t, int, c10::Half*,
+                                          cudaStream_t);
+template void launch_pair_grad<c10::BFloat16>(const c10::BFloat16*, const double*, const int64_t*, const double*,
+                                              const int64_t*, const int64_t*, int64_t, int64_t, int64_t, int,
+                                              c10::BFloat16*, cudaStream_t);
+
+}  // namespace spread_cuda
 
 }  // namespace fedkernels
