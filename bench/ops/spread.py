@@ -41,7 +41,7 @@ spreadout_loss forward + backward (FedAwS, l2):
 
 So knn_classes is bounded by about 31 ms at d = 64 (the GEMM plus the G round trip, 2 x 40 GB) and
 165 ms at d = 512 (the FP32 GEMM), and the loss's own kernels by about 0.5 ms / 3 ms. The GEMM stays on
-FP32 CUDA cores: TF32 tensor cores would widen the exactness band 8192-fold (csrc/spread/spread_cuda.cu).
+FP32 CUDA cores: TF32 tensor cores would widen the exactness band 8192-fold (csrc/spread/spread_cuda.cpp).
 The row tile of 10240 makes a merge launch 1.94 waves of 40 resident warps per SM (8192: 1.55 waves).
 Before this shape, knn ran one thread per row (782 x 128, 23.7 warps/SM, each thread reading its own
 row at stride d, the C^2 d multiply-adds on CUDA cores from a 32-column shared tile, the candidate list
@@ -84,7 +84,7 @@ H100_SMS = 132
 H100_HBM_BYTES_S = 3.35e12  # HBM3, SXM
 H100_FP32_FLOPS = 67e12  # CUDA cores (cuBLAS sgemm without TF32, which knn_classes needs)
 H100_FP64_FLOPS = 34e12  # CUDA cores
-KNN_ROW_TILE, KNN_COL_TILE = 10240, 8192  # csrc/spread/spread_cuda.cu: kRowTile, kColTile (float32)
+KNN_ROW_TILE, KNN_COL_TILE = 10240, 8192  # csrc/spread/spread_cuda.cpp: kRowTile, kColTile (float32)
 WARP_BLOCK = 256  # warp-per-row kernels: 8 warps per block
 
 

@@ -10,7 +10,7 @@ from .common import B, OpModel, record, why
 from .configs import PAIRS_PER_CLASS, SPREAD_K, SPREAD_MARGIN
 
 KNN_SLACK = 8  # spread.h candidate_capacity(k) = k + 8
-KNN_ROW_TILE, KNN_COL_TILE = 10240, 8192  # spread_cuda.cu kRowTile, kColTile (FEDKERNELS_KNN_CUDA_TILES unset)
+KNN_ROW_TILE, KNN_COL_TILE = 10240, 8192  # spread_cuda.cpp kRowTile, kColTile (FEDKERNELS_KNN_CUDA_TILES unset)
 
 
 def bytes_row_norms(c, d, es):
