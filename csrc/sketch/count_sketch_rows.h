@@ -14,7 +14,7 @@ namespace fedkernels {
 void count_sketch_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8_t* signs, int64_t num_buckets,
                            at::Tensor& out, int64_t out_row_stride, int64_t out_table_stride, double divisor);
 
-// count_sketch_cuda.cu: no signs means all +1.
+// count_sketch_cuda.cpp: no signs means all +1.
 void count_sketch_rows_cuda(const at::Tensor& x2d, const at::Tensor& table, const std::optional<at::Tensor>& signs,
                             int64_t nb, at::Tensor& out, int64_t out_row_stride, int64_t out_table_stride,
                             double divisor);

@@ -1,16 +1,8 @@
-// CUDA launchers of bucket_merge (one thread per (row, class)), over the same sketch.h math as the
-// CPU, and of its backward (count_sketch's row gather with every sign +1, divided by R).
-// bucket_merge_topk's launcher is merge_topk_cuda.cu.
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
-
-#include "common/dispatch.h"
-#include "sketch/count_sketch_rows.h"
+// CUDA kernel of bucket_merge (one thread per (row, class)), over the same sketch.h math as the CPU.
+// No torch header: merge_cuda.cpp checks, allocates and calls launch_bucket_merge; bucket_merge's
+// backward (count_sketch's row gather) is launched there too. bucket_merge_topk: merge_topk_cuda.cu.
+#include "sketch/merge_cuda_kernels.h"
 #include "sketch/sketch.h"
-#include "sketch/sketch_prepare.h"
 #include "sketch/sketch_cuda_launch.cuh"
 
 namespace fedkernels {
@@ -18,7 +10,7 @@ namespace fedkernels {
 template <typename scalar_t>
 __global__ void bucket_merge_kernel(const scalar_t* logp, const int32_t* table, int64_t n_rows, int64_t nb, int64_t p,
                                     int64_t r, int64_t reduce, scalar_t* out) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = sketch_acc_t<scalar_t>;
   FK_GRID_STRIDE(item, n_rows * p) {
     const int64_t n = item / p, l = item % p;
     out[item] = static_cast<scalar_t>(
@@ -26,37 +18,21 @@ __global__ void bucket_merge_kernel(const scalar_t* logp, const int32_t* table, 
   }
 }
 
-static at::Tensor bucket_merge_cuda(const at::Tensor& logp, const at::Tensor& table, c10::string_view reduce_name) {
-  const c10::cuda::CUDAGuard guard(logp.device());
-  const MergeArgs a = prepare_merge(logp, table, reduce_name);
-  const auto &lp = a.logp, &tb = a.table;
-  const int64_t r = a.r, n_rows = a.n_rows, nb = a.nb, p = a.p, reduce = a.reduce;
-  auto out = at::empty({n_rows, p}, lp.options());
-  if (out.numel() == 0) return out;
-  FK_DISPATCH_FLOAT_HALF_BF16(lp.scalar_type(), "bucket_merge", [&] {
-    bucket_merge_kernel<scalar_t><<<sketch_blocks(out.numel()), kSketchThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        lp.const_data_ptr<scalar_t>(), tb.const_data_ptr<int32_t>(), n_rows, nb, p, r, reduce,
-        out.data_ptr<scalar_t>());
-  });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
+template <typename scalar_t>
+void launch_bucket_merge(const scalar_t* logp, const int32_t* table, int64_t n_rows, int64_t nb, int64_t p, int64_t r,
+                         int64_t reduce, scalar_t* out, cudaStream_t stream) {
+  bucket_merge_kernel<scalar_t>
+      <<<sketch_blocks(n_rows * p), kSketchThreads, 0, stream>>>(logp, table, n_rows, nb, p, r, reduce, out);
 }
 
-static at::Tensor bucket_merge_backward_cuda(const at::Tensor& grad, const at::Tensor& table, int64_t num_buckets) {
-  check_merge_backward_args(grad, table, num_buckets);
-  const c10::cuda::CUDAGuard guard(grad.device());
-  const auto tb = table.contiguous();
-  const int64_t n_rows = grad.size(0), r = tb.size(1);
-  auto out = at::empty({r, n_rows, num_buckets}, grad.options());
-  if (out.numel() == 0) return out;
-  count_sketch_rows_cuda(grad.contiguous(), tb, std::nullopt, num_buckets, out, num_buckets, n_rows * num_buckets,
-                         static_cast<double>(r));
-  return out;
-}
-
-TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
-  m.impl("bucket_merge", &bucket_merge_cuda);
-  m.impl("bucket_merge_backward", &bucket_merge_backward_cuda);
-}
+// The dtypes FK_DISPATCH_FLOAT_HALF_BF16 dispatches.
+#define FK_MERGE_DTYPE(T)                                                                                         \
+  template void launch_bucket_merge<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, T*, \
+                                       cudaStream_t);
+FK_MERGE_DTYPE(float)
+FK_MERGE_DTYPE(double)
+FK_MERGE_DTYPE(c10::Half)
+FK_MERGE_DTYPE(c10::BFloat16)
+#undef FK_MERGE_DTYPE
 
 }  // namespace fedkernels

@@ -1,4 +1,4 @@
-// CUDA launcher of bucket_merge_topk: block-per-row selection over the same sketch.h math as the CPU.
+// CUDA kernels of bucket_merge_topk: block-per-row selection over the same sketch.h math as the CPU.
 //
 // Fast path (float/half/bfloat16 scores, k <= kLargeK = 32): topk_scan_kernel gives each (row, class
 // range) item a block of 256 threads. The block stages the row's R x B logp values in shared memory
@@ -17,19 +17,13 @@
 // writes the classes above it and the smallest ids at it into the output row, and a bitonic sort
 // in global memory puts them in output order. No atomics anywhere; every result is the unique top k
 // of a strict total order, so it is identical to the CPU's whatever the block or thread order.
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
-
+// No torch header here: merge_topk_cuda.cpp checks, allocates and calls the launch_topk_* below.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
-#include "common/dispatch.h"
+#include "sketch/merge_topk_cuda_kernels.h"
 #include "sketch/sketch.h"
-#include "sketch/sketch_prepare.h"
 
 namespace fedkernels {
 
@@ -38,7 +32,6 @@ namespace {
 constexpr int kThreads = 256;                   // scan and general-path blocks: 8 warps
 constexpr int kStageFloats = 8192;              // 32 KiB: a row's R x B values when R * B fits
 constexpr int64_t kMaxPruneTables = 64;         // the mean's pruning keeps R row maxima in shared memory
-constexpr int kSmallK = 8, kLargeK = 32;        // per-thread list capacities of the fast path
 constexpr int64_t kTargetBlocks = 528;          // 4 blocks (32 warps) per SM on a 132-SM H100
 constexpr int64_t kMinClassesPerThread = 8;     // a split gives every thread at least this many classes
 constexpr int64_t kMaxSplits = 256;             // split lists per row, one per merge thread
@@ -124,7 +117,7 @@ __device__ __forceinline__ void block_select(uint64_t (&lst)[KCAP], int k, uint6
 template <typename scalar_t>
 __device__ __forceinline__ scalar_t class_value(const scalar_t* row, int64_t stride, const int32_t* table, int64_t r,
                                                 int64_t reduce, int64_t l) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = sketch_acc_t<scalar_t>;
   return static_cast<scalar_t>(merge_score<scalar_t, acc_t>(row, stride, table + l * r, nullptr, r, reduce));
 }
 
@@ -136,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, KCAP <= kSmallK ? 4 : 2)
     topk_scan_kernel(const scalar_t* logp, const int32_t* table, int64_t n_rows, int64_t nb, int64_t p, int64_t r,
                      int64_t reduce, int k, int64_t splits, int64_t split_len, scalar_t* vals, int64_t* ids,
                      uint64_t* part) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = sketch_acc_t<scalar_t>;
   static_assert(std::is_same_v<acc_t, float>, "the fast path keys scores as 32-bit integers");
   __shared__ float stage[kStage ? kStageFloats : 1];
   __shared__ float row_max[kMaxPruneTables];
@@ -227,7 +220,7 @@ template <typename scalar_t>
 __global__ void __launch_bounds__(kThreads)
     topk_general_kernel(const scalar_t* logp, const int32_t* table, int64_t n_rows, int64_t nb, int64_t p, int64_t r,
                         int64_t reduce, int64_t k, scalar_t* vals, int64_t* ids) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = sketch_acc_t<scalar_t>;
   using U = typename TopkKeyInt<acc_t>::type;
   __shared__ uint64_t ubuf[2][32];
   __shared__ int64_t chunk_gt[kThreads];
@@ -327,13 +320,8 @@ unsigned grid_for(int64_t items) { return static_cast<unsigned>(std::min(items, 
 
 }  // namespace
 
-// The fast path's launch shape (host side; bench/ops/sketch.py reports it through the emulator's launch record).
-struct TopkLaunch {
-  int64_t splits, split_len;
-  bool stage;
-};
-
-static TopkLaunch topk_launch(int64_t n_rows, int64_t p, int64_t r, int64_t nb) {
+// The fast path's launch shape (bench/ops/sketch.py mirrors it; test_topk.py checks the mirror).
+TopkLaunch topk_launch(int64_t n_rows, int64_t p, int64_t r, int64_t nb) {
   int64_t splits = 1;
   if (n_rows < kTargetBlocks) {
     const int64_t by_rows = (kTargetBlocks + n_rows - 1) / n_rows;
@@ -346,63 +334,52 @@ static TopkLaunch topk_launch(int64_t n_rows, int64_t p, int64_t r, int64_t nb) 
 }
 
 template <typename scalar_t, int KCAP>
-static void launch_fast(const MergeArgs& a, int64_t k, scalar_t* vals, int64_t* ids) {
-  const auto stream = c10::cuda::getCurrentCUDAStream();
-  const TopkLaunch L = topk_launch(a.n_rows, a.p, a.r, a.nb);
-  const scalar_t* lp = a.logp.const_data_ptr<scalar_t>();
-  const int32_t* tb = a.table.const_data_ptr<int32_t>();
-  at::Tensor part;
-  uint64_t* part_ptr = nullptr;
-  if (L.splits > 1) {
-    part = at::empty({a.n_rows, L.splits, k}, a.logp.options().dtype(at::kLong));
-    part_ptr = reinterpret_cast<uint64_t*>(part.data_ptr<int64_t>());
-  }
-  const unsigned grid = grid_for(a.n_rows * L.splits);
+void launch_topk_scan(const scalar_t* lp, const int32_t* tb, int64_t n_rows, int64_t nb, int64_t p, int64_t r,
+                      int64_t reduce, int k, const TopkLaunch& L, scalar_t* vals, int64_t* ids, uint64_t* part_ptr,
+                      cudaStream_t stream) {
+  const unsigned grid = grid_for(n_rows * L.splits);
   if (L.stage) {
-    topk_scan_kernel<scalar_t, KCAP, true><<<grid, kThreads, 0, stream>>>(
-        lp, tb, a.n_rows, a.nb, a.p, a.r, a.reduce, static_cast<int>(k), L.splits, L.split_len, vals, ids, part_ptr);
+    topk_scan_kernel<scalar_t, KCAP, true><<<grid, kThreads, 0, stream>>>(lp, tb, n_rows, nb, p, r, reduce, k, L.splits,
+                                                                          L.split_len, vals, ids, part_ptr);
   } else {
-    topk_scan_kernel<scalar_t, KCAP, false><<<grid, kThreads, 0, stream>>>(
-        lp, tb, a.n_rows, a.nb, a.p, a.r, a.reduce, static_cast<int>(k), L.splits, L.split_len, vals, ids, part_ptr);
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (L.splits > 1) {
-    const unsigned threads = static_cast<unsigned>((L.splits + 31) / 32 * 32);
-    topk_merge_kernel<scalar_t, KCAP><<<grid_for(a.n_rows), threads, 0, stream>>>(
-        lp, tb, a.n_rows, a.nb, a.r, a.reduce, static_cast<int>(k), L.splits, part_ptr, vals, ids);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    topk_scan_kernel<scalar_t, KCAP, false><<<grid, kThreads, 0, stream>>>(lp, tb, n_rows, nb, p, r, reduce, k,
+                                                                           L.splits, L.split_len, vals, ids, part_ptr);
   }
 }
 
-static std::tuple<at::Tensor, at::Tensor> bucket_merge_topk_cuda(const at::Tensor& logp, const at::Tensor& table,
-                                                                 int64_t k, c10::string_view reduce_name) {
-  const c10::cuda::CUDAGuard guard(logp.device());
-  const MergeArgs a = prepare_merge(logp, table, reduce_name);
-  auto out = alloc_topk(a, k);
-  at::Tensor& values = std::get<0>(out);
-  at::Tensor& indices = std::get<1>(out);
-  if (values.numel() == 0) return out;
-  FK_DISPATCH_FLOAT_HALF_BF16(a.logp.scalar_type(), "bucket_merge_topk", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    scalar_t* vals = values.data_ptr<scalar_t>();
-    int64_t* ids = indices.data_ptr<int64_t>();
-    if constexpr (std::is_same_v<acc_t, float>) {
-      if (k <= kLargeK && a.p <= int64_t(UINT32_MAX)) {
-        if (k <= kSmallK)
-          launch_fast<scalar_t, kSmallK>(a, k, vals, ids);
-        else
-          launch_fast<scalar_t, kLargeK>(a, k, vals, ids);
-        return;
-      }
-    }
-    topk_general_kernel<scalar_t><<<grid_for(a.n_rows), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        a.logp.const_data_ptr<scalar_t>(), a.table.const_data_ptr<int32_t>(), a.n_rows, a.nb, a.p, a.r, a.reduce, k,
-        vals, ids);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
-  return out;
+template <typename scalar_t, int KCAP>
+void launch_topk_merge(const scalar_t* lp, const int32_t* tb, int64_t n_rows, int64_t nb, int64_t r, int64_t reduce,
+                       int k, const TopkLaunch& L, const uint64_t* part_ptr, scalar_t* vals, int64_t* ids,
+                       cudaStream_t stream) {
+  const unsigned threads = static_cast<unsigned>((L.splits + 31) / 32 * 32);
+  topk_merge_kernel<scalar_t, KCAP>
+      <<<grid_for(n_rows), threads, 0, stream>>>(lp, tb, n_rows, nb, r, reduce, k, L.splits, part_ptr, vals, ids);
 }
 
-TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) { m.impl("bucket_merge_topk", &bucket_merge_topk_cuda); }
+template <typename scalar_t>
+void launch_topk_general(const scalar_t* lp, const int32_t* tb, int64_t n_rows, int64_t nb, int64_t p, int64_t r,
+                         int64_t reduce, int64_t k, scalar_t* vals, int64_t* ids, cudaStream_t stream) {
+  topk_general_kernel<scalar_t>
+      <<<grid_for(n_rows), kThreads, 0, stream>>>(lp, tb, n_rows, nb, p, r, reduce, k, vals, ids);
+}
+
+// The dtypes FK_DISPATCH_FLOAT_HALF_BF16 dispatches; the fast path only for float scores.
+#define FK_TOPK_FAST(T, KCAP)                                                                                         \
+  template void launch_topk_scan<T, KCAP>(const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int, \
+                                          const TopkLaunch&, T*, int64_t*, uint64_t*, cudaStream_t);                  \
+  template void launch_topk_merge<T, KCAP>(const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, int,         \
+                                           const TopkLaunch&, const uint64_t*, T*, int64_t*, cudaStream_t);
+#define FK_TOPK_DTYPE(T)                                                                                               \
+  FK_TOPK_FAST(T, kSmallK)                                                                                             \
+  FK_TOPK_FAST(T, kLargeK)                                                                                             \
+  template void launch_topk_general<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, \
+                                       T*, int64_t*, cudaStream_t);
+FK_TOPK_DTYPE(float)
+FK_TOPK_DTYPE(c10::Half)
+FK_TOPK_DTYPE(c10::BFloat16)
+template void launch_topk_general<double>(const double*, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                          int64_t, double*, int64_t*, cudaStream_t);
+#undef FK_TOPK_DTYPE
+#undef FK_TOPK_FAST
 
 }  // namespace fedkernels

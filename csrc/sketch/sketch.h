@@ -3,7 +3,8 @@
 // (threadIdx.x, blockDim.x); the arithmetic is the same either way.
 #pragma once
 
-#include <ATen/OpMathType.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 #include <cmath>
 #include <cstdint>
@@ -12,6 +13,23 @@
 #include "common/macros.h"
 
 namespace fedkernels {
+
+// The accumulation type of scalar_t: at::opmath_type's for the dtypes the sketch ops dispatch
+// (float for half/bfloat16), defined here so the CUDA kernels compile without ATen headers.
+template <typename scalar_t>
+struct SketchAcc {
+  using type = scalar_t;
+};
+template <>
+struct SketchAcc<c10::Half> {
+  using type = float;
+};
+template <>
+struct SketchAcc<c10::BFloat16> {
+  using type = float;
+};
+template <typename scalar_t>
+using sketch_acc_t = typename SketchAcc<scalar_t>::type;
 
 // label_hash, step 1 for sample n: zero its R rows of B buckets in out [R, N, B].
 FK_HOST_DEVICE FK_INLINE void label_hash_zero(uint8_t* out, int64_t n, int64_t num_samples, int64_t num_tables,
@@ -218,7 +236,7 @@ FK_HOST_DEVICE FK_INLINE void heap_swap(scalar_t* vals, int64_t* ids, int64_t a,
 // A heap of (value, id) whose root is the entry ranked last, so it is the one a newcomer must beat.
 template <typename scalar_t>
 FK_HOST_DEVICE FK_INLINE void heap_sift_down(scalar_t* vals, int64_t* ids, int64_t size, int64_t i) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = sketch_acc_t<scalar_t>;
   while (true) {
     const int64_t l = 2 * i + 1, rr = l + 1;
     int64_t worst = i;
@@ -232,7 +250,7 @@ FK_HOST_DEVICE FK_INLINE void heap_sift_down(scalar_t* vals, int64_t* ids, int64
 
 template <typename scalar_t>
 FK_HOST_DEVICE FK_INLINE void heap_sift_up(scalar_t* vals, int64_t* ids, int64_t i) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = sketch_acc_t<scalar_t>;
   while (i > 0) {
     const int64_t parent = (i - 1) / 2;
     if (!ranks_before<acc_t>(vals[parent], ids[parent], vals[i], ids[i])) return;
@@ -245,7 +263,7 @@ FK_HOST_DEVICE FK_INLINE void heap_sift_up(scalar_t* vals, int64_t* ids, int64_t
 template <typename scalar_t>
 FK_HOST_DEVICE FK_INLINE void heap_offer(scalar_t* vals, int64_t* ids, int64_t& size, int64_t k, scalar_t v,
                                          int64_t id) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = sketch_acc_t<scalar_t>;
   if (size < k) {
     vals[size] = v;
     ids[size] = id;

@@ -1,10 +1,8 @@
 // Launch helper of the sketching CUDA kernels: a grid-stride loop over int64 items.
 #pragma once
 
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-
 #include <algorithm>
+#include <cstdint>
 
 namespace fedkernels {
 

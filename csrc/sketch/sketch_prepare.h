@@ -2,14 +2,22 @@
 // allocate the output. The launchers then only run their kernels.
 #pragma once
 
+#include <ATen/OpMathType.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "sketch/sketch_checks.h"
 
 namespace fedkernels {
+
+// The CUDA kernels accumulate in sketch_acc_t (sketch.h), the CPU launchers in at::opmath_type: the same types.
+static_assert(std::is_same_v<sketch_acc_t<float>, at::opmath_type<float>> &&
+              std::is_same_v<sketch_acc_t<double>, at::opmath_type<double>> &&
+              std::is_same_v<sketch_acc_t<c10::Half>, at::opmath_type<c10::Half>> &&
+              std::is_same_v<sketch_acc_t<c10::BFloat16>, at::opmath_type<c10::BFloat16>>);
 
 // bucket_merge / bucket_merge_topk: logp [R, N, B], table [p, R].
 struct MergeArgs {
