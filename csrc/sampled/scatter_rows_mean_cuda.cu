@@ -1,18 +1,12 @@
-// CUDA launcher of scatter_rows_mean: one block per output row and column slice, threads over
+// CUDA kernels of scatter_rows_mean: one block per output row and column slice, threads over
 // columns, sources summed in their stable order (sampled.h's per-row math, as the CPU twin
-// scatter_rows_mean_cpu.cpp).
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
+// scatter_rows_mean_cpu.cpp). No torch header: scatter_rows_mean_cuda.cpp sorts the rows into
+// segments, allocates and launches.
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
-#include "common/dispatch.h"
 #include "sampled/sampled.h"
-#include "sampled/sampled_checks.h"
-#include "sampled/sampled_prep.h"
+#include "sampled/scatter_rows_mean_cuda_kernels.h"
 
 namespace fedkernels {
 
@@ -51,40 +45,32 @@ __global__ void scatter_rows_mean_kernel(scalar_t* out, const scalar_t* src, con
   weighted_row_last(o, acc, src + last * d + c0, w[last] * sc, wsum[u], cols, threadIdx.x, blockDim.x);
 }
 
-static void scatter_rows_mean_cuda(at::Tensor& out, const at::Tensor& idx, const at::Tensor& src,
-                                   const at::Tensor& weight) {
-  check_scatter_rows_mean_args(out, idx, src, weight);
-  const c10::cuda::CUDAGuard guard(out.device());
-  if (idx.numel() == 0 || out.size(1) == 0) return;
-  const auto segs = build_row_segments(idx.contiguous());
-  const auto source = src.contiguous();
-  const int64_t d = out.size(1), num_rows = segs.rows.numel();
-  const auto stream = c10::cuda::getCurrentCUDAStream();
-  FK_DISPATCH_FLOAT_HALF_BF16(out.scalar_type(), "scatter_rows_mean_cuda", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    const auto w_acc = weight.to(c10::CppTypeToScalarType<acc_t>::value).contiguous();
-    auto wsum = at::empty({num_rows}, w_acc.options());
-    auto wscale = at::empty({num_rows}, w_acc.options());
-    segment_weight_sum_kernel<acc_t><<<static_cast<unsigned>((num_rows + 255) / 256), 256, 0, stream>>>(
-        segs.seg.data_ptr<int64_t>(), segs.perm.data_ptr<int64_t>(), w_acc.data_ptr<acc_t>(), num_rows,
-        wsum.data_ptr<acc_t>(), wscale.data_ptr<acc_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    // A zero-weight row is reported before out is touched.
-    const auto zero = wsum.le(0);
-    if (zero.any().item<bool>()) {
-      const int64_t row = segs.rows.masked_select(zero)[0].item<int64_t>();
-      TORCH_CHECK_VALUE(false, "weight of the sources of row ", row, " sums to 0: its mean is undefined");
-    }
-    TORCH_CHECK(num_rows <= INT32_MAX, "scatter_rows_mean: at most 2^31 - 1 distinct rows per call on CUDA");
-    const dim3 grid(static_cast<unsigned>(num_rows), static_cast<unsigned>((d + kScatterCols - 1) / kScatterCols));
-    scatter_rows_mean_kernel<scalar_t, acc_t>
-        <<<grid, 256, 0, stream>>>(out.data_ptr<scalar_t>(), source.data_ptr<scalar_t>(), segs.rows.data_ptr<int64_t>(),
-                                   segs.seg.data_ptr<int64_t>(), segs.perm.data_ptr<int64_t>(), w_acc.data_ptr<acc_t>(),
-                                   wsum.data_ptr<acc_t>(), wscale.data_ptr<acc_t>(), d);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+template <typename acc_t>
+void launch_segment_weight_sum(const int64_t* seg, const int64_t* perm, const acc_t* w, int64_t num_rows, acc_t* wsum,
+                               acc_t* wscale, cudaStream_t stream) {
+  segment_weight_sum_kernel<acc_t>
+      <<<static_cast<unsigned>((num_rows + 255) / 256), 256, 0, stream>>>(seg, perm, w, num_rows, wsum, wscale);
 }
 
-TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) { m.impl("scatter_rows_mean", &scatter_rows_mean_cuda); }
+template <typename scalar_t, typename acc_t>
+void launch_scatter_rows_mean(scalar_t* out, const scalar_t* src, const int64_t* rows, const int64_t* seg,
+                              const int64_t* perm, const acc_t* w, const acc_t* wsum, const acc_t* wscale,
+                              int64_t num_rows, int64_t d, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(num_rows), static_cast<unsigned>((d + kScatterCols - 1) / kScatterCols));
+  scatter_rows_mean_kernel<scalar_t, acc_t><<<grid, 256, 0, stream>>>(out, src, rows, seg, perm, w, wsum, wscale, d);
+}
+
+template void launch_segment_weight_sum<float>(const int64_t*, const int64_t*, const float*, int64_t, float*, float*,
+                                               cudaStream_t);
+template void launch_segment_weight_sum<double>(const int64_t*, const int64_t*, const double*, int64_t, double*,
+                                                double*, cudaStream_t);
+#define FK_SCATTER_INSTANTIATE(S, A)                                                                                   \
+  template void launch_scatter_rows_mean<S, A>(S*, const S*, const int64_t*, const int64_t*, const int64_t*, const A*, \
+                                               const A*, const A*, int64_t, int64_t, cudaStream_t);
+FK_SCATTER_INSTANTIATE(float, float)
+FK_SCATTER_INSTANTIATE(double, double)
+FK_SCATTER_INSTANTIATE(c10::Half, float)
+FK_SCATTER_INSTANTIATE(c10::BFloat16, float)
+#undef FK_SCATTER_INSTANTIATE
 
 }  // namespace fedkernels

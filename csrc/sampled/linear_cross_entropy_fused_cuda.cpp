@@ -2,8 +2,9 @@
 // dispatcher (on a GPU the backward's recomputed logit GEMMs are cheap, and the Python wrapper takes
 // the fused op on CPU tensors only). It keeps every fedkernels op runnable on CUDA tensors, with the
 // CPU kernel's contract: reduced loss, lse, and the gradients for an upstream gradient of 1, in the
-// accumulation dtype. It launches no kernel itself; it is a .cu so that, like every CUDA launcher,
-// it is built by CUDA builds and the emulated module only (the CPU twin: linear_cross_entropy_cpu.cpp).
+// accumulation dtype. It launches no kernel itself, so it is a host-compiled _cuda.cpp: like every
+// CUDA launcher it is built by CUDA builds and the emulated module only (the CPU twin:
+// linear_cross_entropy_cpu.cpp).
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
