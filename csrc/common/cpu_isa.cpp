@@ -1,7 +1,6 @@
 // The CPU dispatch level (see cpu_isa.h): cpuid once, FK_CPU_ISA once, a test limit as an atomic.
 #include "common/cpu_isa.h"
 
-#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <atomic>
@@ -66,7 +65,7 @@ std::atomic<int> g_limit{static_cast<int>(CpuIsa::avx512)};
 
 CpuIsa cpu_isa() {
   const Setting& s = setting();
-  TORCH_CHECK_VALUE(s.error.empty(), s.error);
+  if (!s.error.empty()) throw std::invalid_argument(s.error);  // ValueError in Python
   return static_cast<CpuIsa>(std::min(static_cast<int>(s.base), g_limit.load(std::memory_order_relaxed)));
 }
 

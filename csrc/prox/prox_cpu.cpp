@@ -1,15 +1,10 @@
-// CPU launchers of prox_tv1d and its backward: at::parallel_for over items (rows or blocks).
-#include <ATen/Dispatch.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
-#include <ATen/ops/empty_like.h>
-#include <ATen/ops/zeros.h>
-
+// CPU launchers of prox_tv1d and its backward: torch's parallel_for over items (rows or blocks).
 #include <atomic>
 #include <memory>
 #include <tuple>
 
 #include "common/cpu_isa.h"
+#include "common/stable/dispatch.h"
 #include "prox/prox.h"
 #include "prox/prox_checks.h"
 #include "prox/tv1d_direct_levels.h"
@@ -32,20 +27,20 @@ static TvStatus tv_direct(CpuIsa isa, const T* z, T* u, int64_t n, double lam, b
   return tv_direct_generic(z, u, n, lam, anchored, resume);
 }
 
-static at::Tensor prox_tv1d_cpu(const at::Tensor& z_in, const at::Tensor& lam, bool anchored, int64_t block_size) {
-  const at::Tensor lam_rows = check_prox_tv1d_args(z_in, lam, block_size);
-  const auto z = z_in.contiguous();
-  auto u = at::empty_like(z);
+static Tensor prox_tv1d_cpu(const Tensor& z_in, const Tensor& lam, bool anchored, int64_t block_size) {
+  const Tensor lam_rows = check_prox_tv1d_args(z_in, lam, block_size);
+  const Tensor z = torch::stable::contiguous(z_in);
+  Tensor u = torch::stable::empty_like(z);
   const TvLayout l = tv_layout(z, block_size);
   if (l.items() == 0) return u;
-  const double* lr = lam_rows.data_ptr<double>();
+  const double* lr = lam_rows.const_data_ptr<double>();
   std::atomic<bool> bad{false};
   const CpuIsa isa = cpu_isa();
-  AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "prox_tv1d_cpu", [&] {
-    const scalar_t* zp = z.data_ptr<scalar_t>();
-    scalar_t* up = u.data_ptr<scalar_t>();
+  FK_DISPATCH_FLOATING(z.scalar_type(), "prox_tv1d_cpu", [&] {
+    const scalar_t* zp = z.const_data_ptr<scalar_t>();
+    scalar_t* up = u.mutable_data_ptr<scalar_t>();
     const int64_t grain = std::max<int64_t>(1, 32768 / l.block);
-    at::parallel_for(0, l.items(), grain, [&](int64_t begin, int64_t end) {
+    torch::stable::parallel_for(0, l.items(), grain, [&](int64_t begin, int64_t end) {
       // Funnel scratch only when a row exhausts the direct algorithm's budget (adversarial rows).
       std::unique_ptr<TvPoint[]> lo, hi;
       for (int64_t it = begin; it < end; ++it) {
@@ -73,23 +68,22 @@ static at::Tensor prox_tv1d_cpu(const at::Tensor& z_in, const at::Tensor& lam, b
   return u;
 }
 
-static std::tuple<at::Tensor, at::Tensor> prox_tv1d_backward_cpu(const at::Tensor& grad_in, const at::Tensor& u_in,
-                                                                 const at::Tensor& lam, bool anchored,
-                                                                 int64_t block_size) {
-  const at::Tensor lam_rows = check_prox_tv1d_backward_args(grad_in, u_in, lam, block_size);
-  const auto g = grad_in.contiguous();
-  const auto u = u_in.contiguous();
-  auto gz = at::empty_like(u);
+static std::tuple<Tensor, Tensor> prox_tv1d_backward_cpu(const Tensor& grad_in, const Tensor& u_in,
+                                                         const Tensor& lam, bool anchored, int64_t block_size) {
+  const Tensor lam_rows = check_prox_tv1d_backward_args(grad_in, u_in, lam, block_size);
+  const Tensor g = torch::stable::contiguous(grad_in);
+  const Tensor u = torch::stable::contiguous(u_in);
+  Tensor gz = torch::stable::empty_like(u);
   const TvLayout l = tv_layout(u, block_size);
-  auto glam_items = at::zeros({l.items()}, at::kDouble);
+  Tensor glam_items = torch::stable::full({l.items()}, 0.0, ScalarType::Double);
   if (l.items() > 0) {
-    const double* lr = lam_rows.data_ptr<double>();
-    double* gi = glam_items.data_ptr<double>();
-    AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "prox_tv1d_backward_cpu", [&] {
-      const scalar_t* gp = g.data_ptr<scalar_t>();
-      const scalar_t* up = u.data_ptr<scalar_t>();
-      scalar_t* gzp = gz.data_ptr<scalar_t>();
-      at::parallel_for(0, l.items(), std::max<int64_t>(1, 32768 / l.block), [&](int64_t begin, int64_t end) {
+    const double* lr = lam_rows.const_data_ptr<double>();
+    double* gi = glam_items.mutable_data_ptr<double>();
+    FK_DISPATCH_FLOATING(u.scalar_type(), "prox_tv1d_backward_cpu", [&] {
+      const scalar_t* gp = g.const_data_ptr<scalar_t>();
+      const scalar_t* up = u.const_data_ptr<scalar_t>();
+      scalar_t* gzp = gz.mutable_data_ptr<scalar_t>();
+      torch::stable::parallel_for(0, l.items(), std::max<int64_t>(1, 32768 / l.block), [&](int64_t begin, int64_t end) {
         for (int64_t it = begin; it < end; ++it) {
           const int64_t off = (it / l.nblocks) * l.d + (it % l.nblocks) * l.block;
           gi[it] =
@@ -98,12 +92,12 @@ static std::tuple<at::Tensor, at::Tensor> prox_tv1d_backward_cpu(const at::Tenso
       });
     });
   }
-  return {gz, reduce_lam_grad(glam_items, l, lam, u.sizes().slice(0, u.dim() - 1))};
+  return {gz, reduce_lam_grad(glam_items, l, lam, leading_sizes(u, u.dim() - 1))};
 }
 
-TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
-  m.impl("prox_tv1d", &prox_tv1d_cpu);
-  m.impl("prox_tv1d_backward", &prox_tv1d_backward_cpu);
+STABLE_TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
+  m.impl("prox_tv1d", TORCH_BOX(&prox_tv1d_cpu));
+  m.impl("prox_tv1d_backward", TORCH_BOX(&prox_tv1d_backward_cpu));
 }
 
 }  // namespace fedkernels

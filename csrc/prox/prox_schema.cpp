@@ -1,8 +1,8 @@
-// Schemas of the prox family (proximal l1-difference, TV1D), a TORCH_LIBRARY_FRAGMENT of the
+// Schemas of the prox family (proximal l1-difference, TV1D), a STABLE_TORCH_LIBRARY_FRAGMENT of the
 // fedkernels library; the kernels register per device in prox_{cpu.cpp,cuda.cu}.
-#include <torch/library.h>
+#include <torch/csrc/stable/library.h>
 
-TORCH_LIBRARY_FRAGMENT(fedkernels, m) {
+STABLE_TORCH_LIBRARY_FRAGMENT(fedkernels, m) {
   m.def("prox_tv1d(Tensor z, Tensor lam, bool anchored=True, int block_size=0) -> Tensor");
   m.def("prox_tv1d_backward(Tensor grad, Tensor u, Tensor lam, bool anchored, int block_size) -> (Tensor, Tensor)");
 }
