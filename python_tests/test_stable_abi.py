@@ -27,9 +27,10 @@ EMULATOR_STAND_INS = {("csrc/common/stable/cuda.h", "c10/cuda/CUDAException.h")}
 
 # An undefined symbol the library may import: the shim (aoti_torch_*, torch_*), and the runtime the
 # compiler links (versioned glibc / libstdc++ / libgcc / libgomp symbols; std:: templates bound to
-# torch's copy; the sanitizers' hooks in the ASan build).
+# torch's copy; the CUDA runtime's C API in CUDA builds; the sanitizers' hooks in the ASan build).
 ALLOWED_SYMBOL = re.compile(
     r"^(aoti_torch_\w+|torch_\w+|\w+@(GLIBC|GLIBCXX|CXXABI|GCC|GOMP|OMP)_[\w.]+|_ZN?K?R?O?St\w+|_ZSt\w+"
+    r"|\w+@libcudart\.so\.\d+"
     r"|__(asan|ubsan|sanitizer|lsan)_\w+|_ITM_\w+|__gmon_start__|__cxa_finalize)$"
 )
 
@@ -95,6 +96,12 @@ def test_the_guards_see_what_they_guard() -> None:
     """The symbol rule rejects a C++ symbol of torch, the header rule an ATen include."""
     for sym in ("_ZN2at6native5emptyEv", "_ZN3c1019UndefinedTensorImpl10_singletonE", "_ZNK2at10TensorBase4sizeEl"):
         assert not ALLOWED_SYMBOL.match(sym)
-    for sym in ("aoti_torch_get_sizes", "torch_call_dispatcher", "memcpy@GLIBC_2.14", "__cxa_throw@CXXABI_1.3"):
+    for sym in (
+        "aoti_torch_get_sizes",
+        "torch_call_dispatcher",
+        "memcpy@GLIBC_2.14",
+        "__cxa_throw@CXXABI_1.3",
+        "__cudaLaunchKernel@libcudart.so.13",
+    ):
         assert ALLOWED_SYMBOL.match(sym)
     assert not "ATen/core/Tensor.h".startswith(STABLE_HEADERS)
