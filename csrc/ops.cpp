@@ -1,10 +1,8 @@
-// The pybind11 module fedkernels._C. The ops of torch.ops.fedkernels register themselves: each
-// family's schemas in csrc/<family>/<family>_schema.cpp, its kernels per device in the family's
-// *_cpu.cpp / *_cuda.cu files.
-#include <ATen/Parallel.h>
+// The pybind11 module fedkernels._C: the host-side helpers (hash parameters, the codec, build facts),
+// no torch type. The ops of torch.ops.fedkernels register themselves: each family's schemas in
+// csrc/<family>/<family>_schema.cpp, its kernels per device in the family's *_cpu.cpp / *_cuda.cpp files.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <torch/library.h>
 
 #include <optional>
 #include <string>
@@ -13,11 +11,6 @@
 #include "comm/comm.h"
 #include "common/cpu_isa.h"
 #include "common/hash_family.h"
-
-// The one TORCH_LIBRARY of the namespace: it claims `fedkernels`, so a second library defining it
-// (another copy of this module, say) fails loudly at load. The schemas themselves are declared by
-// each family beside its kernels, as TORCH_LIBRARY_FRAGMENTs: csrc/<family>/<family>_schema.cpp.
-TORCH_LIBRARY(fedkernels, m) {}
 
 namespace {
 
@@ -57,7 +50,6 @@ pybind11::dict build_info() {
 #else
   d["cpu_levels"] = std::vector<std::string>{"generic"};
 #endif
-  d["parallel_backend"] = at::get_parallel_info();
   d["cpu_isa"] = fedkernels::cpu_isa_name(fedkernels::cpu_isa());
   d["cpu_isa_host"] = fedkernels::cpu_isa_name(fedkernels::cpu_isa_host());
   d["cpu_isa_cap"] = fedkernels::cpu_isa_cap_text();

@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-import fedkernels  # noqa: F401  (registers the ops)
+import fedkernels  # registers the ops
 
 settings.register_profile(
     "default", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -86,6 +86,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 EMULATING = False
 
 
+def _check_installed_copy() -> None:
+    """FK_TEST_INSTALLED_AT=<folder>: the run tests the fedkernels installed there (a wheel, tools/ci/
+    wheel_check.sh) and refuses to start on any other copy, such as the checkout's src/."""
+    want = os.environ.get("FK_TEST_INSTALLED_AT")
+    if not want:
+        return
+    got = Path(fedkernels.__file__).resolve()
+    if not got.is_relative_to(Path(want).resolve()):
+        raise pytest.UsageError(f"FK_TEST_INSTALLED_AT={want}, but fedkernels was imported from {got}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global EMULATING
     config.addinivalue_line(
@@ -107,6 +118,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "cpu_path(reason): checks a CPU-only code path (a CPU kernel's path choice, scratch or stores) or "
         "no op at all, so it launches no CUDA kernel of its own; the emulated runs skip it",
     )
+    _check_installed_copy()
     if config.getoption("--emulate-cuda"):
         from emu import cuda_emulator
 
@@ -141,7 +153,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     # The CPU kernels' dispatch level this run tests (FK_CPU_ISA caps it; csrc/common/cpu_isa.h).
     from fedkernels._info import build_info, cpu_isa_line
 
-    lines = [f"fedkernels CPU kernels: {cpu_isa_line(build_info())}"]
+    lines = [
+        f"fedkernels from {Path(fedkernels.__file__).parent} on torch {torch.__version__}",
+        f"fedkernels CPU kernels: {cpu_isa_line(build_info())}",
+    ]
     if not EMULATING:
         return lines
     from emu import cuda_emulator
