@@ -79,7 +79,8 @@ def install_compiler(cxx: str) -> str:
 
 
 def sources() -> list[Path]:
-    """The _C module's CPU translation units (CMakeLists.txt's glob; the CUDA launchers, *_cuda.cpp, are not)."""
+    """The CPU translation units of _C and libfedkernels_ops (CMakeLists.txt's glob; the CUDA launchers,
+    *_cuda.cpp, are not)."""
     units = sorted(ROOT.glob("csrc/*.cpp")) + sorted(ROOT.glob("csrc/*/*.cpp"))
     return [p for p in units if not p.name.endswith("_cuda.cpp")]
 
@@ -87,20 +88,39 @@ def sources() -> list[Path]:
 INCLUDE = re.compile(r'#\s*include\s*[<"]([^>"]+)[>"]')
 
 
-def uses_torch(src: Path, seen: set[Path] | None = None) -> bool:
-    """Whether src includes an ATen or torch header, itself or through csrc/ headers: only those units
-    load the precompiled torch headers (loading them costs a unit that needs none more than its own compile)."""
+# cmake/stable_ops.cmake's floor
+TORCH_TARGET_VERSION = re.search(
+    r'set\(FK_TORCH_TARGET_VERSION "(0x[0-9a-f]+)"\)', (ROOT / "cmake" / "stable_ops.cmake").read_text()
+).group(1)  # type: ignore[union-attr]
+STABLE_HEADERS = ("torch/csrc/stable/", "torch/headeronly/", "torch/csrc/inductor/aoti_torch/c/")
+
+
+def torch_headers(src: Path, seen: set[Path] | None = None) -> set[str]:
+    """The torch headers src includes, itself or through csrc/ headers."""
     seen = set() if seen is None else seen
     if src in seen:
-        return False
+        return set()
     seen.add(src)
+    found: set[str] = set()
     for name in INCLUDE.findall(src.read_text()):
-        if name.startswith(("ATen/", "torch/")):
-            return True
+        if name.startswith(("ATen/", "torch/", "c10/")):
+            found.add(name)
         header = ROOT / "csrc" / name
-        if header.is_file() and uses_torch(header, seen):
-            return True
-    return False
+        if header.is_file():
+            found |= torch_headers(header, seen)
+    return found
+
+
+def uses_torch(src: Path) -> bool:
+    """Whether src includes an ATen header (or torch's non-stable ones): only those units load the
+    precompiled torch headers (loading them costs a unit that needs none more than its own compile)."""
+    return any(not h.startswith(STABLE_HEADERS) for h in torch_headers(src))
+
+
+def is_stable_unit(src: Path) -> bool:
+    """A unit of libfedkernels_ops (the stable ABI): built, as CMake builds it, with TORCH_TARGET_VERSION."""
+    headers = torch_headers(src)
+    return bool(headers) and all(h.startswith(STABLE_HEADERS) for h in headers)
 
 
 def compile_flags() -> list[str]:
@@ -186,7 +206,8 @@ def main(argv: list[str]) -> int:
     def one(src: Path) -> tuple[Path, int, str, float]:
         obj = args.out / (str(src.relative_to(ROOT / "csrc")).replace("/", "__") + ".o")
         pch_flags = use_pch if uses_torch(src) else []
-        code, log, secs = run([cxx, *flags, *pch_flags, "-c", str(src), "-o", str(obj)])
+        stable = [f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"] if is_stable_unit(src) else []
+        code, log, secs = run([cxx, *flags, *pch_flags, *stable, "-c", str(src), "-o", str(obj)])
         if code == 0 and not is_aarch64_object(obj):
             code, log = 1, f"{obj} is not an aarch64 ELF object"
         return src, code, log, secs

@@ -34,7 +34,7 @@ EOF
 mkdir -p "$OUT/fedkernels"
 for entry in "$ROOT"/src/fedkernels/*; do
   name=$(basename "$entry")
-  case "$name" in _C*.so|__pycache__) continue ;; esac
+  case "$name" in _C*.so|libfedkernels_ops.so|__pycache__) continue ;; esac
   ln -sfn "$entry" "$OUT/fedkernels/$name"
 done
 SO=$(ls "$OUT"/fedkernels/_C*.so)
