@@ -20,6 +20,7 @@
 
 #include "common/stable/check.h"
 #include "common/stable/tensor.h"
+#include "common/stable/topk_extra.h"
 #include "topk/topk.h"
 #include "topk/topk_checks.h"
 #include "topk/topk_cpu_tiles.h"
@@ -209,8 +210,8 @@ std::tuple<Tensor, Tensor> linear_topk_cpu(const Tensor& h, const Tensor& W, con
                                            int64_t k, double scale) {
   check_linear_topk_args(h, W, bias, k, scale);
   const int64_t n = h.size(0), d = h.size(1), p = W.size(0);
-  Tensor values = torch::stable::new_empty(h, {n, k}, ScalarType::Float);
-  Tensor indices = torch::stable::new_empty(h, {n, k}, ScalarType::Long);
+  Tensor values = empty_on(h, {n, k}, ScalarType::Float);
+  Tensor indices = empty_on(h, {n, k}, ScalarType::Long);
   if (n == 0 || k == 0) return {values, indices};
   const Plan pl = make_plan(n, d, p, k);
   if (h.scalar_type() == ScalarType::Float) {

@@ -23,16 +23,16 @@ std::tuple<Tensor, Tensor> linear_topk_cuda(const Tensor& h, const Tensor& W, co
   // No gradient flows through this op; its GEMM must not meet a parameter's requires_grad (mm_out refuses).
   const NoGradGuard no_grad;
   const int64_t n = h.size(0), p = W.size(0);
-  Tensor values = torch::stable::new_empty(h, {n, k}, ScalarType::Float);
-  Tensor indices = torch::stable::new_empty(h, {n, k}, ScalarType::Long);
+  Tensor values = empty_on(h, {n, k}, ScalarType::Float);
+  Tensor indices = empty_on(h, {n, k}, ScalarType::Long);
   if (n == 0 || k == 0) return {values, indices};
   const Tensor hf = torch::stable::to(h, ScalarType::Float);  // bfloat16 rows widened exactly; float32 as it is
   const int64_t tile = linear_topk_cuda_tile_cols(n, p);
   const int64_t splits = linear_topk_cuda_splits(n, tile);
   // composites live in int64 storage
   Tensor best = torch::stable::new_zeros(h, {n, splits, k}, ScalarType::Long);
-  Tensor scratch = torch::stable::new_empty(h, {n, splits, k}, ScalarType::Long);
-  Tensor zbuf = torch::stable::new_empty(h, {n * tile}, ScalarType::Float);
+  Tensor scratch = empty_on(h, {n, splits, k}, ScalarType::Long);
+  Tensor zbuf = empty_on(h, {n * tile}, ScalarType::Float);
   auto* best_p = reinterpret_cast<uint64_t*>(best.mutable_data_ptr<int64_t>());
   auto* scratch_p = reinterpret_cast<uint64_t*>(scratch.mutable_data_ptr<int64_t>());
   const cudaStream_t stream = current_cuda_stream(h);
