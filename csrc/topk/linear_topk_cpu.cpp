@@ -10,11 +10,6 @@
 // row and class, the output is bit-identical for any thread count (and on every dispatch level).
 // Extra memory: packed h (N x d floats), per chunk one packed tile and its bias, and the heaps
 // (chunks x N x k composites).
-#include <ATen/core/Tensor.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
-
 #include <algorithm>
 #include <functional>
 #include <limits>
@@ -23,6 +18,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/stable/check.h"
+#include "common/stable/tensor.h"
+#include "common/stable/topk_extra.h"
 #include "topk/topk.h"
 #include "topk/topk_checks.h"
 #include "topk/topk_cpu_tiles.h"
@@ -86,7 +84,8 @@ Plan make_plan(int64_t n, int64_t d, int64_t p, int64_t k) {
   Plan pl{n, d, p, k, tile_cols(d), 0, (n + kRows - 1) / kRows, 1, true};
   pl.ntiles = (p + pl.tile - 1) / pl.tile;
   const int64_t work = n * p * std::max<int64_t>(d, 1);
-  int64_t chunks = std::clamp<int64_t>(work / kMinChunkWork, 1, at::get_num_threads());
+  const int64_t threads = torch::stable::get_num_threads();
+  int64_t chunks = std::clamp<int64_t>(work / kMinChunkWork, 1, threads);
   pl.by_tiles = pl.ntiles >= chunks || pl.ntiles >= pl.nblocks;
   pl.chunks = std::min(chunks, pl.by_tiles ? pl.ntiles : pl.nblocks);
   return pl;
@@ -143,7 +142,7 @@ void linear_topk_impl(const Plan& pl, const Inputs<T>& in, float* out_val, int64
   const int64_t n = pl.n, d = pl.d, k = pl.k;
   std::vector<float> hpack(static_cast<size_t>(std::max<int64_t>(pl.nblocks * kRows * d, 1)));
   const int64_t pack_grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(kRows * d, 1));
-  at::parallel_for(0, pl.nblocks, pack_grain, [&](int64_t b0, int64_t b1) {
+  torch::stable::parallel_for(0, pl.nblocks, pack_grain, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) pack_h_block(in.h, in.hs0, in.hs1, n, d, b, hpack.data() + b * kRows * d);
   });
 
@@ -154,7 +153,7 @@ void linear_topk_impl(const Plan& pl, const Inputs<T>& in, float* out_val, int64
   auto top_of = [&](int64_t set) {
     return topk_cpu::RowTopk{heap.data() + set * n * k, size.data() + set * n, thr.data() + set * n, k};
   };
-  at::parallel_for(0, pl.chunks, 1, [&](int64_t c0, int64_t c1) {
+  torch::stable::parallel_for(0, pl.chunks, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       topk_cpu::RowTopk top = top_of(pl.by_tiles ? c : 0);
       if (pl.by_tiles) {
@@ -168,7 +167,7 @@ void linear_topk_impl(const Plan& pl, const Inputs<T>& in, float* out_val, int64
   });
 
   // Each row: its kept composites from every set, the k largest in descending order.
-  at::parallel_for(0, n, 256, [&](int64_t r0, int64_t r1) {
+  torch::stable::parallel_for(0, n, 256, [&](int64_t r0, int64_t r1) {
     std::vector<uint64_t> all;
     for (int64_t r = r0; r < r1; ++r) {
       all.clear();
@@ -176,7 +175,7 @@ void linear_topk_impl(const Plan& pl, const Inputs<T>& in, float* out_val, int64
         const uint64_t* hr = heap.data() + (s * n + r) * k;
         all.insert(all.end(), hr, hr + size[s * n + r]);
       }
-      TORCH_INTERNAL_ASSERT(static_cast<int64_t>(all.size()) >= k, "linear_topk: fewer candidates than k");
+      FK_CHECK(static_cast<int64_t>(all.size()) >= k, "linear_topk: fewer candidates than k");
       std::partial_sort(all.begin(), all.begin() + k, all.end(), std::greater<uint64_t>());
       for (int64_t i = 0; i < k; ++i) {
         out_val[r * k + i] = topk::composite_score(all[i]);
@@ -187,8 +186,8 @@ void linear_topk_impl(const Plan& pl, const Inputs<T>& in, float* out_val, int64
 }
 
 template <typename B>
-std::function<void(int64_t, int64_t, float*)> bias_reader(const at::Tensor& bias) {
-  const B* b = bias.data_ptr<B>();
+std::function<void(int64_t, int64_t, float*)> bias_reader(const Tensor& bias) {
+  const B* b = bias.const_data_ptr<B>();
   const int64_t s = bias.stride(0);
   return [b, s](int64_t j0, int64_t cols, float* dst) {
     for (int64_t c = 0; c < cols; ++c) dst[c] = static_cast<float>(b[(j0 + c) * s]);
@@ -196,35 +195,37 @@ std::function<void(int64_t, int64_t, float*)> bias_reader(const at::Tensor& bias
 }
 
 template <typename T>
-void dispatch_bias(const Plan& pl, const at::Tensor& h, const at::Tensor& W, const std::optional<at::Tensor>& bias,
-                   float scale, float* out_val, int64_t* out_idx) {
-  Inputs<T> in{h.data_ptr<T>(), h.stride(0), h.stride(1), W.data_ptr<T>(), W.stride(0), W.stride(1), {}, scale};
+void dispatch_bias(const Plan& pl, const Tensor& h, const Tensor& W, const std::optional<Tensor>& bias, float scale,
+                   float* out_val, int64_t* out_idx) {
+  const T* hp = h.const_data_ptr<T>();
+  const T* wp = W.const_data_ptr<T>();
+  Inputs<T> in{hp, h.stride(0), h.stride(1), wp, W.stride(0), W.stride(1), {}, scale};
   if (bias.has_value()) {
-    in.bias_tile = bias->scalar_type() == at::kFloat ? bias_reader<float>(*bias) : bias_reader<T>(*bias);
+    in.bias_tile = bias->scalar_type() == ScalarType::Float ? bias_reader<float>(*bias) : bias_reader<T>(*bias);
   }
   linear_topk_impl<T>(pl, in, out_val, out_idx);
 }
 
-std::tuple<at::Tensor, at::Tensor> linear_topk_cpu(const at::Tensor& h, const at::Tensor& W,
-                                                   const std::optional<at::Tensor>& bias, int64_t k, double scale) {
+std::tuple<Tensor, Tensor> linear_topk_cpu(const Tensor& h, const Tensor& W, const std::optional<Tensor>& bias,
+                                           int64_t k, double scale) {
   check_linear_topk_args(h, W, bias, k, scale);
   const int64_t n = h.size(0), d = h.size(1), p = W.size(0);
-  at::Tensor values = at::empty({n, k}, h.options().dtype(at::kFloat));
-  at::Tensor indices = at::empty({n, k}, h.options().dtype(at::kLong));
+  Tensor values = empty_on(h, {n, k}, ScalarType::Float);
+  Tensor indices = empty_on(h, {n, k}, ScalarType::Long);
   if (n == 0 || k == 0) return {values, indices};
   const Plan pl = make_plan(n, d, p, k);
-  if (h.scalar_type() == at::kFloat) {
-    dispatch_bias<float>(pl, h, W, bias, static_cast<float>(scale), values.data_ptr<float>(),
-                         indices.data_ptr<int64_t>());
+  if (h.scalar_type() == ScalarType::Float) {
+    dispatch_bias<float>(pl, h, W, bias, static_cast<float>(scale), values.mutable_data_ptr<float>(),
+                         indices.mutable_data_ptr<int64_t>());
   } else {
-    dispatch_bias<c10::BFloat16>(pl, h, W, bias, static_cast<float>(scale), values.data_ptr<float>(),
-                                 indices.data_ptr<int64_t>());
+    dispatch_bias<torch::headeronly::BFloat16>(pl, h, W, bias, static_cast<float>(scale),
+                                               values.mutable_data_ptr<float>(), indices.mutable_data_ptr<int64_t>());
   }
   return {values, indices};
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fedkernels, CPU, m) { m.impl("linear_topk", &linear_topk_cpu); }
+STABLE_TORCH_LIBRARY_IMPL(fedkernels, CPU, m) { m.impl("linear_topk", TORCH_BOX(&linear_topk_cpu)); }
 
 }  // namespace fedkernels

@@ -1,9 +1,9 @@
-// Schemas of the topk family. The family registers its own schemas (a TORCH_LIBRARY_FRAGMENT of
+// Schemas of the topk family. The family registers its own schemas (a STABLE_TORCH_LIBRARY_FRAGMENT of
 // the fedkernels library), so adding it needs no edit of csrc/ops.cpp; its kernels register per
-// device in linear_topk_{cpu.cpp,cuda.cu}.
-#include <torch/library.h>
+// device in linear_topk_{cpu,cuda}.cpp.
+#include <torch/csrc/stable/library.h>
 
-TORCH_LIBRARY_FRAGMENT(fedkernels, m) {
+STABLE_TORCH_LIBRARY_FRAGMENT(fedkernels, m) {
   // The top k of scale * h @ W.T + bias per row: (values float32 [N, k], indices int64 [N, k]).
   m.def("linear_topk(Tensor h, Tensor W, Tensor? bias, int k, float scale=1.0) -> (Tensor, Tensor)");
 }
