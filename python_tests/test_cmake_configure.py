@@ -1,8 +1,9 @@
 """CMakeLists.txt configures without warnings against the running interpreter's torch (docs/install.md):
-torch's CMake files no longer warn that kineto is missing, and _C has no build-tree RPATH, so CMake no
-longer warns that torch/lib's libgomp.so.1 may hide the system one. The torch headers are precompiled
-for exactly the units that include them (cmake/torch_pch.cmake). Configure only (seconds, once):
-nothing is compiled."""
+torch's CMake files no longer warn that kineto is missing, and _C's only RPATH is $ORIGIN (where
+libfedkernels_ops.so lies beside it), no build-tree path, so CMake no longer warns that torch/lib's
+libgomp.so.1 may hide the system one. The ATen headers are precompiled for exactly the _C units that
+include them (cmake/torch_pch.cmake); the stable-ABI units of libfedkernels_ops load none. Configure
+only (seconds, once): nothing is compiled."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_configure_prints_no_cmake_warning_and_sets_no_build_rpath(configured):
     assert "CMake Warning" not in out, out
     assert "Found Torch" in out  # the warnings came from find_package(Torch) and the module's link
     link = link_libraries(build, "_C")
-    assert link and "-rpath" not in link, link
+    assert link and re.findall(r"-rpath,(\S+)", link) == ['"\\$$ORIGIN"'], link
     assert "kineto" not in (build / "CMakeCache.txt").read_text()  # no path of this venv cached for it
 
 
@@ -74,16 +75,16 @@ def link_libraries(build: Path, target: str) -> str:
 
 
 def compile_flags(build: Path, target: str) -> dict[str, str]:
-    """Each C++ unit of `target` (its source path, as build.ninja names it) -> its FLAGS line."""
+    """Each C++ unit of `target` (its source path, as build.ninja names it) -> its DEFINES and FLAGS lines."""
     flags: dict[str, str] = {}
     source = None
     for line in (build / "build.ninja").read_text().splitlines():
         m = re.match(rf"build CMakeFiles/{target}\.dir/\S+\.o: CXX_COMPILER__{target}_\w+ (\S+)", line)
         if m:
             source = m.group(1)
-        elif source and line.startswith("  FLAGS = "):
-            flags[source] = line
-            source = None
+            flags[source] = ""
+        elif source and line.startswith(("  FLAGS = ", "  DEFINES = ")):
+            flags[source] += line
         elif not line.startswith("  "):
             source = None
     return flags
@@ -93,7 +94,13 @@ def test_exactly_the_units_that_include_torch_load_its_precompiled_headers(confi
     proc, build = configured
     assert proc.returncode == 0, proc.stdout + proc.stderr
     flags = compile_flags(build, "_C")
-    assert sorted(flags) == sorted(str(src) for src in cross.sources())
+    stable = compile_flags(build, "fedkernels_ops")
+    assert sorted([*flags, *stable]) == sorted(str(src) for src in cross.sources())
+    assert not any("cmake_pch.hxx" in line for line in stable.values())
+    wrong_stable = [
+        s for s, line in stable.items() if cross.uses_torch(Path(s)) or "-DTORCH_TARGET_VERSION=" not in line
+    ]
+    assert not wrong_stable, wrong_stable
     # the rule of the aarch64 check (which precompiles the same headers): a unit that includes no
     # torch header, itself or through csrc/, would only pay for loading them
     uses = {str(src): cross.uses_torch(src) for src in cross.sources()}

@@ -112,9 +112,10 @@ def torch_headers(src: Path, seen: set[Path] | None = None) -> set[str]:
 
 
 def uses_torch(src: Path) -> bool:
-    """Whether src includes an ATen header (or torch's non-stable ones): only those units load the
-    precompiled torch headers (loading them costs a unit that needs none more than its own compile)."""
-    return any(not h.startswith(STABLE_HEADERS) for h in torch_headers(src))
+    """Whether src includes an ATen header or torch's non-stable ones, itself or through csrc/ headers: only
+    those units load the precompiled torch headers (loading them costs a unit that needs none more than its
+    own compile; c10's small headers alone, such as Half.h, are not worth it)."""
+    return any(h.startswith(("ATen/", "torch/")) and not h.startswith(STABLE_HEADERS) for h in torch_headers(src))
 
 
 def is_stable_unit(src: Path) -> bool:
