@@ -1,15 +1,13 @@
-// CPU launchers of count_sketch and its query, and the row scatter bucket_merge's backward shares
+// CPU launchers (stable ABI) of count_sketch and its query, and the row scatter bucket_merge's backward shares
 // (count_sketch_rows.h). Each (row, group of tables) scatters its classes in ascending order into
 // a private accumulator: deterministic, no atomics.
-#include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <memory>
 #include <type_traits>
 #include <vector>
 
-#include "common/dispatch.h"
+#include "common/stable/dispatch.h"
 #include "common/huge_pages.h"
 #include "sketch/count_sketch_lanes.h"
 #include "sketch/count_sketch_rows.h"
@@ -81,11 +79,11 @@ void lanes_out(acc_t* acc, int64_t nb, acc_t div, scalar_t* dst, int64_t dst_str
 
 }  // namespace
 
-void count_sketch_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8_t* signs, int64_t num_buckets,
-                           at::Tensor& out, int64_t out_row_stride, int64_t out_table_stride, double divisor) {
+void count_sketch_rows_cpu(const Tensor& x2d, const Tensor& table, const int8_t* signs, int64_t num_buckets,
+                           Tensor& out, int64_t out_row_stride, int64_t out_table_stride, double divisor) {
   const int64_t rows = x2d.size(0), p = x2d.size(1), r = table.size(1);
   const int32_t* t = table.const_data_ptr<int32_t>();
-  const int64_t threads = at::get_num_threads();
+  const int64_t threads = static_cast<int64_t>(torch::stable::get_num_threads());
   // Many rows: blocks of kLanes rows; the leftover rows (and few-row inputs) go one by one, and
   // with few rows the tables are split across threads too, so one update vector uses every core.
   const int64_t blocks = rows >= kLanes * threads ? rows / kLanes : 0;
@@ -93,12 +91,12 @@ void count_sketch_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const
   const int64_t groups = rest >= 2 * threads ? 1 : r;
   const CpuIsa isa = cpu_isa();
   FK_DISPATCH_FLOAT_HALF_BF16(x2d.scalar_type(), "count_sketch", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
+    using acc_t = sketch_acc_t<scalar_t>;
     const scalar_t* x = x2d.const_data_ptr<scalar_t>();
-    scalar_t* o = out.data_ptr<scalar_t>();
+    scalar_t* o = out.mutable_data_ptr<scalar_t>();
     const acc_t div = static_cast<acc_t>(divisor);
     if (blocks > 0) {
-      at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+      torch::stable::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
         // 64-byte aligned, so a bucket's lanes are whole cache lines (no split loads/stores). Only
         // acc is zeroed (xt is written before it is read), and only once per thread: lanes_out
         // re-zeroes it block after block.
@@ -116,7 +114,7 @@ void count_sketch_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const
         }
       });
     }
-    at::parallel_for(0, rest * groups, 1, [&](int64_t begin, int64_t end) {
+    torch::stable::parallel_for(0, rest * groups, 1, [&](int64_t begin, int64_t end) {
       std::vector<acc_t> acc;
       for (int64_t item = begin; item < end; ++item) {
         const int64_t row = blocks * kLanes + item / groups, g = item % groups;
@@ -133,33 +131,32 @@ void count_sketch_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const
   });
 }
 
-static at::Tensor count_sketch_cpu(const at::Tensor& x, const at::Tensor& table, const at::Tensor& signs,
-                                   int64_t num_buckets) {
+static Tensor count_sketch_cpu(const Tensor& x, const Tensor& table, const Tensor& signs, int64_t num_buckets) {
   CountSketchArgs a = prepare_count_sketch(x, table, signs, num_buckets);
   if (a.out.numel() == 0) return a.out;
-  advise_huge_pages(a.out.data_ptr(), a.out.nbytes());
+  advise_huge_pages(a.out.mutable_data_ptr(), static_cast<size_t>(a.out.numel()) * a.out.element_size());
   const int64_t r = a.table.size(1);
   count_sketch_rows_cpu(a.x2d, a.table, a.signs.const_data_ptr<int8_t>(), num_buckets, a.out, r * num_buckets,
                         num_buckets, 1.0);
   return a.out;
 }
 
-static at::Tensor count_sketch_query_cpu(const at::Tensor& sketch, const at::Tensor& table, const at::Tensor& signs,
-                                         c10::string_view reduce_name) {
+static Tensor count_sketch_query_cpu(const Tensor& sketch, const Tensor& table, const Tensor& signs,
+                                     std::string reduce_name) {
   QueryArgs a = prepare_query(sketch, table, signs, reduce_name);
   if (a.out.numel() == 0) return a.out;
   const auto& m2d = a.m2d;
   const int64_t rows = a.rows, p = a.p, r = a.r, nb = a.nb, reduce = a.reduce;
   const int32_t* t = a.table.const_data_ptr<int32_t>();
   const int8_t* s = a.signs.const_data_ptr<int8_t>();
-  at::Tensor& out = a.out;
-  advise_huge_pages(out.data_ptr(), out.nbytes());
+  Tensor& out = a.out;
+  advise_huge_pages(out.mutable_data_ptr(), static_cast<size_t>(out.numel()) * out.element_size());
   FK_DISPATCH_FLOAT_HALF_BF16(m2d.scalar_type(), "count_sketch_query", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
+    using acc_t = sketch_acc_t<scalar_t>;
     const scalar_t* src = m2d.const_data_ptr<scalar_t>();
-    scalar_t* o = out.data_ptr<scalar_t>();
+    scalar_t* o = out.mutable_data_ptr<scalar_t>();
     // Items are (row, class); a range walks its classes row by row (no division per item).
-    at::parallel_for(0, rows * p, 4096, [&](int64_t begin, int64_t end) {
+    torch::stable::parallel_for(0, rows * p, 4096, [&](int64_t begin, int64_t end) {
       for (int64_t row = begin / p, l = begin % p, item = begin; item < end; ++row, l = 0) {
         const scalar_t* m_row = src + row * r * nb;
         for (; l < p && item < end; ++l, ++item) {
@@ -171,9 +168,9 @@ static at::Tensor count_sketch_query_cpu(const at::Tensor& sketch, const at::Ten
   return out;
 }
 
-TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
-  m.impl("count_sketch", &count_sketch_cpu);
-  m.impl("count_sketch_query", &count_sketch_query_cpu);
+STABLE_TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
+  m.impl("count_sketch", TORCH_BOX(&count_sketch_cpu));
+  m.impl("count_sketch_query", TORCH_BOX(&count_sketch_query_cpu));
 }
 
 }  // namespace fedkernels

@@ -3,20 +3,19 @@
 // out[row, j, b] is at out + row * out_row_stride + j * out_table_stride + b; value = sum / divisor.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <optional>
+
+#include "common/stable/tensor.h"
 
 namespace fedkernels {
 
 // count_sketch_cpu.cpp: signs may be nullptr (all +1).
-void count_sketch_rows_cpu(const at::Tensor& x2d, const at::Tensor& table, const int8_t* signs, int64_t num_buckets,
-                           at::Tensor& out, int64_t out_row_stride, int64_t out_table_stride, double divisor);
+void count_sketch_rows_cpu(const Tensor& x2d, const Tensor& table, const int8_t* signs, int64_t num_buckets,
+                           Tensor& out, int64_t out_row_stride, int64_t out_table_stride, double divisor);
 
 // count_sketch_cuda.cpp: no signs means all +1.
-void count_sketch_rows_cuda(const at::Tensor& x2d, const at::Tensor& table, const std::optional<at::Tensor>& signs,
-                            int64_t nb, at::Tensor& out, int64_t out_row_stride, int64_t out_table_stride,
-                            double divisor);
+void count_sketch_rows_cuda(const Tensor& x2d, const Tensor& table, const std::optional<Tensor>& signs, int64_t nb,
+                            Tensor& out, int64_t out_row_stride, int64_t out_table_stride, double divisor);
 
 }  // namespace fedkernels

@@ -1,13 +1,10 @@
 // CPU launchers of bucket_merge (rows in parallel, classes in chunks so a chunk of the table stays
 // in cache while a small block of rows reuses it) and of its backward (count_sketch's row scatter
 // with every sign +1, divided by R). bucket_merge_topk's launcher is merge_topk_cpu.cpp.
-#include <ATen/Parallel.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
 
 #include <algorithm>
 
-#include "common/dispatch.h"
+#include "common/stable/dispatch.h"
 #include "sketch/count_sketch_rows.h"
 #include "sketch/sketch.h"
 #include "sketch/sketch_prepare.h"
@@ -19,18 +16,18 @@ constexpr int64_t kClassChunk = 4096;  // 4096 * R int32 of table: L1/L2 residen
 constexpr int64_t kRowBlock = 4;       // rows sharing one table chunk; their logp rows fit in L2
 }  // namespace
 
-static at::Tensor bucket_merge_cpu(const at::Tensor& logp, const at::Tensor& table, c10::string_view reduce_name) {
+static Tensor bucket_merge_cpu(const Tensor& logp, const Tensor& table, std::string reduce_name) {
   const MergeArgs a = prepare_merge(logp, table, reduce_name);
   const auto &lp = a.logp, &tb = a.table;
   const int64_t r = a.r, n_rows = a.n_rows, nb = a.nb, p = a.p, reduce = a.reduce;
-  auto out = at::empty({n_rows, p}, lp.options());
+  Tensor out = torch::stable::new_empty(lp, {n_rows, p});
   if (out.numel() == 0) return out;
   const int32_t* t = tb.const_data_ptr<int32_t>();
   FK_DISPATCH_FLOAT_HALF_BF16(lp.scalar_type(), "bucket_merge", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
+    using acc_t = sketch_acc_t<scalar_t>;
     const scalar_t* src = lp.const_data_ptr<scalar_t>();
-    scalar_t* o = out.data_ptr<scalar_t>();
-    at::parallel_for(0, n_rows, merge_row_grain(p * r), [&](int64_t begin, int64_t end) {
+    scalar_t* o = out.mutable_data_ptr<scalar_t>();
+    torch::stable::parallel_for(0, n_rows, merge_row_grain(p * r), [&](int64_t begin, int64_t end) {
       for (int64_t n0 = begin; n0 < end; n0 += kRowBlock) {
         const int64_t n1 = std::min(end, n0 + kRowBlock);
         for (int64_t c0 = 0; c0 < p; c0 += kClassChunk) {
@@ -48,20 +45,20 @@ static at::Tensor bucket_merge_cpu(const at::Tensor& logp, const at::Tensor& tab
   return out;
 }
 
-static at::Tensor bucket_merge_backward_cpu(const at::Tensor& grad, const at::Tensor& table, int64_t num_buckets) {
+static Tensor bucket_merge_backward_cpu(const Tensor& grad, const Tensor& table, int64_t num_buckets) {
   check_merge_backward_args(grad, table, num_buckets);
-  const auto tb = table.contiguous();
+  const Tensor tb = torch::stable::contiguous(table);
   const int64_t n_rows = grad.size(0), r = tb.size(1);
-  auto out = at::empty({r, n_rows, num_buckets}, grad.options());
+  Tensor out = torch::stable::new_empty(grad, {r, n_rows, num_buckets});
   if (out.numel() == 0) return out;
-  count_sketch_rows_cpu(grad.contiguous(), tb, nullptr, num_buckets, out, num_buckets, n_rows * num_buckets,
-                        static_cast<double>(r));
+  count_sketch_rows_cpu(torch::stable::contiguous(grad), tb, nullptr, num_buckets, out, num_buckets,
+                        n_rows * num_buckets, static_cast<double>(r));
   return out;
 }
 
-TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
-  m.impl("bucket_merge", &bucket_merge_cpu);
-  m.impl("bucket_merge_backward", &bucket_merge_backward_cpu);
+STABLE_TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
+  m.impl("bucket_merge", TORCH_BOX(&bucket_merge_cpu));
+  m.impl("bucket_merge_backward", TORCH_BOX(&bucket_merge_backward_cpu));
 }
 
 }  // namespace fedkernels

@@ -1,13 +1,9 @@
-// CUDA launchers of bucket_merge and its backward (ATen side): checks, allocation, dispatch; the
+// CUDA launchers of bucket_merge and its backward (the torch side): checks, allocation, dispatch; the
 // kernel is in merge_cuda.cu, the backward is count_sketch's row gather with every sign +1, divided
 // by R (count_sketch_cuda.cpp). Compiled by the host compiler, only in CUDA builds (and the emulator's).
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
 
-#include "common/dispatch.h"
+#include "common/stable/cuda.h"
+#include "common/stable/dispatch.h"
 #include "sketch/count_sketch_rows.h"
 #include "sketch/merge_cuda_kernels.h"
 #include "sketch/sketch.h"
@@ -15,36 +11,37 @@
 
 namespace fedkernels {
 
-static at::Tensor bucket_merge_cuda(const at::Tensor& logp, const at::Tensor& table, c10::string_view reduce_name) {
-  const c10::cuda::CUDAGuard guard(logp.device());
+static Tensor bucket_merge_cuda(const Tensor& logp, const Tensor& table, std::string reduce_name) {
+  const CudaDeviceGuard guard(logp);
   const MergeArgs a = prepare_merge(logp, table, reduce_name);
   const auto &lp = a.logp, &tb = a.table;
   const int64_t r = a.r, n_rows = a.n_rows, nb = a.nb, p = a.p, reduce = a.reduce;
-  auto out = at::empty({n_rows, p}, lp.options());
+  Tensor out = torch::stable::new_empty(lp, {n_rows, p});
   if (out.numel() == 0) return out;
+  const cudaStream_t stream = current_cuda_stream(lp);
   FK_DISPATCH_FLOAT_HALF_BF16(lp.scalar_type(), "bucket_merge", [&] {
     launch_bucket_merge<scalar_t>(lp.const_data_ptr<scalar_t>(), tb.const_data_ptr<int32_t>(), n_rows, nb, p, r, reduce,
-                                  out.data_ptr<scalar_t>(), c10::cuda::getCurrentCUDAStream());
+                                  out.mutable_data_ptr<scalar_t>(), stream);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  FK_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }
 
-static at::Tensor bucket_merge_backward_cuda(const at::Tensor& grad, const at::Tensor& table, int64_t num_buckets) {
+static Tensor bucket_merge_backward_cuda(const Tensor& grad, const Tensor& table, int64_t num_buckets) {
   check_merge_backward_args(grad, table, num_buckets);
-  const c10::cuda::CUDAGuard guard(grad.device());
-  const auto tb = table.contiguous();
+  const CudaDeviceGuard guard(grad);
+  const Tensor tb = torch::stable::contiguous(table);
   const int64_t n_rows = grad.size(0), r = tb.size(1);
-  auto out = at::empty({r, n_rows, num_buckets}, grad.options());
+  Tensor out = torch::stable::new_empty(grad, {r, n_rows, num_buckets});
   if (out.numel() == 0) return out;
-  count_sketch_rows_cuda(grad.contiguous(), tb, std::nullopt, num_buckets, out, num_buckets, n_rows * num_buckets,
-                         static_cast<double>(r));
+  count_sketch_rows_cuda(torch::stable::contiguous(grad), tb, std::nullopt, num_buckets, out, num_buckets,
+                         n_rows * num_buckets, static_cast<double>(r));
   return out;
 }
 
-TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
-  m.impl("bucket_merge", &bucket_merge_cuda);
-  m.impl("bucket_merge_backward", &bucket_merge_backward_cuda);
+STABLE_TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
+  m.impl("bucket_merge", TORCH_BOX(&bucket_merge_cuda));
+  m.impl("bucket_merge_backward", TORCH_BOX(&bucket_merge_backward_cuda));
 }
 
 }  // namespace fedkernels

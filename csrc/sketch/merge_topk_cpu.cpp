@@ -1,13 +1,13 @@
 // CPU launcher of bucket_merge_topk: exact pruning for the mean (threshold passes over per-table
 // cutoffs), an in-order scan for the median; rows in parallel, each keeping its heap in its output row.
-#include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <functional>
+#include <string>
+#include <tuple>
 #include <vector>
 
-#include "common/dispatch.h"
+#include "common/stable/dispatch.h"
 #include "sketch/sketch.h"
 #include "sketch/sketch_prepare.h"
 
@@ -140,23 +140,24 @@ void topk_row_threshold(const scalar_t* src, int64_t table_stride, const int32_t
 
 }  // namespace
 
-static std::tuple<at::Tensor, at::Tensor> bucket_merge_topk_cpu(const at::Tensor& logp, const at::Tensor& table,
-                                                                int64_t k, c10::string_view reduce_name) {
+static std::tuple<Tensor, Tensor> bucket_merge_topk_cpu(const Tensor& logp, const Tensor& table, int64_t k,
+                                                        std::string reduce_name) {
   const MergeArgs a = prepare_merge(logp, table, reduce_name);
   const auto &lp = a.logp, &tb = a.table;
   const int64_t r = a.r, n_rows = a.n_rows, nb = a.nb, p = a.p, reduce = a.reduce;
-  at::Tensor values, indices;
-  std::tie(values, indices) = alloc_topk(a, k);
-  if (values.numel() == 0) return {values, indices};
+  std::tuple<Tensor, Tensor> out = alloc_topk(a, k);
+  Tensor& values = std::get<0>(out);
+  Tensor& indices = std::get<1>(out);
+  if (values.numel() == 0) return out;
   const int32_t* t = tb.const_data_ptr<int32_t>();
   // The mean visits classes by the threshold passes (pruned); the median scans classes in order.
   const TableLists inv = reduce == kReduceMean ? invert_table_cpu(t, p, r, nb) : TableLists{};
   FK_DISPATCH_FLOAT_HALF_BF16(lp.scalar_type(), "bucket_merge_topk", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
+    using acc_t = sketch_acc_t<scalar_t>;
     const scalar_t* src = lp.const_data_ptr<scalar_t>();
-    scalar_t* vals = values.data_ptr<scalar_t>();
-    int64_t* ids = indices.data_ptr<int64_t>();
-    at::parallel_for(0, n_rows, merge_row_grain(p * r), [&](int64_t begin, int64_t end) {
+    scalar_t* vals = values.mutable_data_ptr<scalar_t>();
+    int64_t* ids = indices.mutable_data_ptr<int64_t>();
+    torch::stable::parallel_for(0, n_rows, merge_row_grain(p * r), [&](int64_t begin, int64_t end) {
       // The heaps live in the output rows; per thread R cutoffs and their sample.
       std::vector<acc_t> cut(r), sample;
       for (int64_t n = begin; n < end; ++n) {
@@ -173,9 +174,9 @@ static std::tuple<at::Tensor, at::Tensor> bucket_merge_topk_cpu(const at::Tensor
       }
     });
   });
-  return {values, indices};
+  return out;
 }
 
-TORCH_LIBRARY_IMPL(fedkernels, CPU, m) { m.impl("bucket_merge_topk", &bucket_merge_topk_cpu); }
+STABLE_TORCH_LIBRARY_IMPL(fedkernels, CPU, m) { m.impl("bucket_merge_topk", TORCH_BOX(&bucket_merge_topk_cpu)); }
 
 }  // namespace fedkernels

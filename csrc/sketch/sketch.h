@@ -3,8 +3,8 @@
 // (threadIdx.x, blockDim.x); the arithmetic is the same either way.
 #pragma once
 
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
 
 #include <cmath>
 #include <cstdint>
