@@ -8,6 +8,7 @@
 
 #include "common/stable/check.h"
 #include "common/stable/checks.h"
+#include "common/stable/select_extra.h"
 #include "common/stable/tensor.h"
 #include "select/select.h"
 
@@ -76,8 +77,9 @@ inline void check_masked_metadata(const std::vector<Tensor>& dst, const std::vec
                  "client_of and tensor_of (idx) must have one "
                  "entry per sent tensor (",
                  s, "), got ", client_of.numel(), " and ", tensor_of.numel());
-  check_index_range(client_of, 0, weights.numel(), "client_of");
-  check_index_range(tensor_of, 0, static_cast<int64_t>(dst.size()), "tensor_of (the clients' idx)");
+  // Host tensors (checked above): a loop, not a reduction.
+  check_host_index_range(client_of, 0, weights.numel(), "client_of");
+  check_host_index_range(tensor_of, 0, static_cast<int64_t>(dst.size()), "tensor_of (the clients' idx)");
   const Tensor w = weights.is_contiguous() ? weights : torch::stable::contiguous(weights);
   const double* wp = w.const_data_ptr<double>();
   for (int64_t c = 0; c < w.numel(); ++c) {

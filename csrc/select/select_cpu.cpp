@@ -4,6 +4,7 @@
 #include <numeric>
 #include <vector>
 
+#include "common/stable/select_extra.h"
 #include "common/stable/tensor.h"
 #include "select/select.h"
 #include "select/select_checks.h"
@@ -45,7 +46,7 @@ static Tensor delta_norms_cpu(const std::vector<Tensor>& new_, const std::vector
       partials[c] = norm_chunk_partial_cpu(isa, packed, plan.num_tensors, c, buf_a.data(), buf_b.data());
     }
   });
-  Tensor out = torch::stable::empty({plan.num_tensors}, ScalarType::Float);
+  Tensor out = empty_cpu(plan.num_tensors, ScalarType::Float);
   float* o = out.mutable_data_ptr<float>();
   for (int64_t t = 0; t < plan.num_tensors; ++t) o[t] = norm_of_tensor(packed, partials.data(), t, normalize);
   return out;
@@ -61,7 +62,7 @@ static Tensor select_topk_tensors_cpu(const std::vector<Tensor>& new_, const std
   std::iota(order.begin(), order.end(), int64_t{0});
   std::partial_sort(order.begin(), order.begin() + k, order.end(),
                     [&](int64_t i, int64_t j) { return ranks_before(nv[i], i, nv[j], j); });
-  Tensor out = torch::stable::empty({k}, ScalarType::Long);
+  Tensor out = empty_cpu(k, ScalarType::Long);
   std::copy(order.begin(), order.begin() + k, out.mutable_data_ptr<int64_t>());
   return out;
 }
