@@ -4,8 +4,8 @@
 // Tensors of mixed dtypes travel through one work list, so the element type is a runtime tag.
 #pragma once
 
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
 
 #include <cmath>
 #include <cstdint>

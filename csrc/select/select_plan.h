@@ -8,6 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/stable/check.h"
+#include "common/stable/select_extra.h"
+#include "common/stable/tensor.h"
 #include "select/select.h"
 #include "select/select_checks.h"
 
@@ -17,22 +20,22 @@ inline int64_t ptr_bits(const void* p) { return static_cast<int64_t>(reinterpret
 
 // delta_norms: per tensor t a record {new ptr, old ptr, numel, elem type, first chunk}, then the
 // owning tensor of every chunk. Non-contiguous inputs are read through a contiguous copy.
-struct NormPlan {
-  std::vector<at::Tensor> hold;  // keeps contiguous copies alive while their pointers are in use
-  std::vector<int64_t> packed;   // num_tensors kNormRecord records, then total_chunks owners
+struct FK_STABLE_HIDDEN NormPlan {
+  std::vector<Tensor> hold;     // keeps contiguous copies alive while their pointers are in use
+  std::vector<int64_t> packed;  // num_tensors kNormRecord records, then total_chunks owners
   int64_t num_tensors = 0;
   int64_t total_chunks = 0;
 };
 
-inline NormPlan make_norm_plan(at::TensorList new_, at::TensorList old) {
+inline NormPlan make_norm_plan(const std::vector<Tensor>& new_, const std::vector<Tensor>& old) {
   NormPlan plan;
   plan.num_tensors = static_cast<int64_t>(new_.size());
   plan.packed.reserve(plan.num_tensors * kNormRecord);
   std::vector<int64_t> owners;
   for (int64_t t = 0; t < plan.num_tensors; ++t) {
-    at::Tensor a = new_[t].contiguous(), b = old[t].contiguous();
+    Tensor a = contiguous_of(new_[t]), b = contiguous_of(old[t]);
     const int64_t n = a.numel(), first = plan.total_chunks;
-    plan.packed.insert(plan.packed.end(), {ptr_bits(a.data_ptr()), ptr_bits(b.data_ptr()), n,
+    plan.packed.insert(plan.packed.end(), {ptr_bits(a.const_data_ptr()), ptr_bits(b.const_data_ptr()), n,
                                            static_cast<int64_t>(elem_type_of(a, "new", t)), first});
     plan.total_chunks += num_chunks(n);
     owners.insert(owners.end(), num_chunks(n), t);
@@ -46,29 +49,29 @@ inline NormPlan make_norm_plan(at::TensorList new_, at::TensorList old) {
 // masked_weighted_average: one group per dst tensor that at least one client sent, with record
 // {dst ptr, numel, elem type, first chunk, first member, member count}; then per member its
 // pointer; then the owning group of every chunk. Weights (divided by the group's sum) go apart.
-struct MaskedPlan {
-  std::vector<at::Tensor> hold;
-  std::vector<std::pair<at::Tensor, at::Tensor>> write_back;  // (contiguous work copy, original dst)
-  std::vector<int64_t> packed;  // groups * kMaskedRecord, then member pointers, then chunk owners
+struct FK_STABLE_HIDDEN MaskedPlan {
+  std::vector<Tensor> hold;
+  std::vector<std::pair<Tensor, Tensor>> write_back;  // (contiguous work copy, original dst)
+  std::vector<int64_t> packed;                        // groups * kMaskedRecord, then member pointers, then chunk owners
   std::vector<double> member_weight;
   int64_t num_groups = 0;
   int64_t num_members = 0;
   int64_t total_chunks = 0;
 };
 
-inline MaskedPlan make_masked_plan(at::TensorList dst, at::TensorList sent, const at::Tensor& client_of,
-                                   const at::Tensor& tensor_of, const at::Tensor& weights) {
+inline MaskedPlan make_masked_plan(const std::vector<Tensor>& dst, const std::vector<Tensor>& sent,
+                                   const Tensor& client_of, const Tensor& tensor_of, const Tensor& weights) {
   for (size_t t = 0; t < dst.size(); ++t) {
-    TORCH_CHECK_VALUE(dst[t].defined(), "dst[", t, "] must be a defined tensor");
-    TORCH_CHECK_VALUE(dst[t].device() == dst[0].device(), "dst[", t, "] must be on the device of dst[0] (",
-                      dst[0].device(), "), got ", dst[t].device());
+    FK_CHECK_VALUE(dst[t].defined(), "dst[", t, "] must be a defined tensor");
+    FK_CHECK_VALUE(same_device(dst[t], dst[0]), "dst[", t, "] must be on the device of dst[0] (", device_text(dst[0]),
+                   "), got ", device_text(dst[t]));
     elem_type_of(dst[t], "dst", t);
   }
   check_masked_metadata(dst, sent, client_of, tensor_of, weights);
-  const auto co = client_of.contiguous(), to = tensor_of.contiguous(), wt = weights.contiguous();
-  const int64_t* client = co.data_ptr<int64_t>();
-  const int64_t* target = to.data_ptr<int64_t>();
-  const double* w = wt.data_ptr<double>();
+  const Tensor co = contiguous_of(client_of), to = contiguous_of(tensor_of), wt = contiguous_of(weights);
+  const int64_t* client = co.const_data_ptr<int64_t>();
+  const int64_t* target = to.const_data_ptr<int64_t>();
+  const double* w = wt.const_data_ptr<double>();
   const int64_t s_count = static_cast<int64_t>(sent.size());
   for (int64_t s = 0; s < s_count; ++s) check_sent_matches(sent[s], s, client[s], dst[target[s]], target[s]);
 
@@ -87,20 +90,21 @@ inline MaskedPlan make_masked_plan(at::TensorList dst, at::TensorList sent, cons
     int64_t hi = lo;
     double wsum = 0.0;
     for (; hi < s_count && target[order[hi]] == t; ++hi) {
-      TORCH_CHECK_VALUE(hi == lo || client[order[hi]] != client[order[hi - 1]], "duplicate idx: client ",
-                        client[order[hi]], " sent tensor ", t, " more than once");
+      FK_CHECK_VALUE(hi == lo || client[order[hi]] != client[order[hi - 1]], "duplicate idx: client ",
+                     client[order[hi]], " sent tensor ", t, " more than once");
       wsum += w[client[order[hi]]];
     }
-    TORCH_CHECK_VALUE(wsum > 0.0, "weights of the clients that sent idx ", t, " sum to zero");
-    at::Tensor out = dst[t].is_contiguous() ? dst[t] : dst[t].contiguous();
-    if (!dst[t].is_contiguous()) plan.write_back.emplace_back(out, dst[t]);
+    FK_CHECK_VALUE(wsum > 0.0, "weights of the clients that sent idx ", t, " sum to zero");
+    const bool in_place = dst[t].is_contiguous();
+    Tensor out = in_place ? dst[t] : torch::stable::contiguous(dst[t]);
+    if (!in_place) plan.write_back.emplace_back(out, dst[t]);
     const int64_t n = out.numel();
     plan.packed.insert(plan.packed.end(),
-                       {ptr_bits(out.data_ptr()), n, static_cast<int64_t>(elem_type_of(out, "dst", t)),
+                       {ptr_bits(out.mutable_data_ptr()), n, static_cast<int64_t>(elem_type_of(out, "dst", t)),
                         plan.total_chunks, plan.num_members, hi - lo});
     for (int64_t m = lo; m < hi; ++m) {
-      at::Tensor x = sent[order[m]].contiguous();
-      members.push_back(ptr_bits(x.data_ptr()));
+      Tensor x = contiguous_of(sent[order[m]]);
+      members.push_back(ptr_bits(x.const_data_ptr()));
       plan.member_weight.push_back(w[client[order[m]]] / wsum);
       plan.hold.push_back(std::move(x));
     }

@@ -1,8 +1,8 @@
-// Schemas of the select family (partial weight exchange), a TORCH_LIBRARY_FRAGMENT of the fedkernels
-// library; the kernels register per device in select_{cpu.cpp,cuda.cu}.
-#include <torch/library.h>
+// Schemas of the select family (partial weight exchange), a STABLE_TORCH_LIBRARY_FRAGMENT of the
+// fedkernels library; the kernels register per device in select_{cpu,cuda}.cpp.
+#include <torch/csrc/stable/library.h>
 
-TORCH_LIBRARY_FRAGMENT(fedkernels, m) {
+STABLE_TORCH_LIBRARY_FRAGMENT(fedkernels, m) {
   // normalize has no schema default on purpose: torch 2.13 drops defaulted args from the call,
   // which breaks register_autograd's structure check for ops with Tensor[] inputs.
   m.def("delta_norms(Tensor[] new, Tensor[] old, bool normalize) -> Tensor");

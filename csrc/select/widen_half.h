@@ -1,7 +1,7 @@
 // Host-only: float16 -> float32 of a chunk for delta_norms (select_cpu.cpp), per CPU level.
 #pragma once
 
-#include <c10/util/Half.h>
+#include <torch/headeronly/util/Half.h>
 
 #include <cstdint>
 
