@@ -45,17 +45,17 @@ inline int64_t lce_fused_tile_rows(const LcePlan& plan, int64_t s, int64_t elem_
   return std::clamp<int64_t>(kLceFusedBytes / row_bytes, 16, kLceTileRows);
 }
 
-// h, W, bias detached (the tile ops are the kernel, not part of a graph), contiguous, in the
-// accumulation dtype; bias undefined when absent.
+// h, W, bias contiguous, in the accumulation dtype; bias undefined when absent. No detach: the
+// dispatcher runs these kernels below the Autograd key, so their tile ops record no graph.
 struct FK_STABLE_HIDDEN LceInputs {
   Tensor h, W, bias;
   int64_t n, d, s;
 
   LceInputs(const Tensor& h_in, const Tensor& W_in, const std::optional<Tensor>& bias_in) {
     const ScalarType acc = acc_dtype_of(h_in.scalar_type());
-    h = torch::stable::contiguous(torch::stable::to(aten::detach(h_in), acc));
-    W = torch::stable::contiguous(torch::stable::to(aten::detach(W_in), acc));
-    if (bias_in.has_value()) bias = torch::stable::contiguous(torch::stable::to(aten::detach(*bias_in), acc));
+    h = contig(to_dtype(h_in, acc));
+    W = contig(to_dtype(W_in, acc));
+    if (bias_in.has_value()) bias = contig(to_dtype(*bias_in, acc));
     n = h.size(0);
     d = h.size(1);
     s = W.size(0);
@@ -67,8 +67,8 @@ inline std::tuple<Tensor, Tensor, Tensor> lce_grads_in_input_dtypes(const Tensor
                                                                     const Tensor& grad_bias, const Tensor& h,
                                                                     const Tensor& W,
                                                                     const std::optional<Tensor>& bias) {
-  return {torch::stable::to(grad_h, h.scalar_type()), torch::stable::to(grad_W, W.scalar_type()),
-          bias.has_value() ? torch::stable::to(grad_bias, bias->scalar_type()) : grad_bias};
+  return {to_dtype(grad_h, h.scalar_type()), to_dtype(grad_W, W.scalar_type()),
+          bias.has_value() ? to_dtype(grad_bias, bias->scalar_type()) : grad_bias};
 }
 
 }  // namespace fedkernels

@@ -248,7 +248,7 @@ static std::tuple<Tensor, Tensor> linear_cross_entropy_cpu(const Tensor& h, cons
   check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   const int64_t red = lce_reduction_code(std::string(reduction));
   const LceInputs in(h, W, bias);
-  const Tensor tgt = torch::stable::contiguous(target);
+  const Tensor tgt = contig(target);
   const LcePlan plan(in.n, in.s, chunk_size);
   Tensor loss = torch::stable::new_empty(in.h, {in.n});
   Tensor lse = torch::stable::new_empty(in.h, {in.n});
@@ -266,13 +266,12 @@ static std::tuple<Tensor, Tensor, Tensor> linear_cross_entropy_backward_cpu(
   check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   check_lce_backward_args(h, lse, grad_loss, grad_lse);
   const LceInputs in(h, W, bias);
-  const Tensor tgt = torch::stable::contiguous(target);
+  const Tensor tgt = contig(target);
   const LcePlan plan(in.n, in.s, chunk_size);
   Tensor grad_h_parts = torch::stable::new_zeros(in.h, {plan.num_groups, in.n, in.d});
   Tensor grad_W = torch::stable::new_zeros(in.h, {in.s, in.d});
   Tensor grad_bias = torch::stable::new_zeros(in.h, {bias.has_value() ? in.s : 0});
-  const Tensor l = torch::stable::contiguous(lse), gl = torch::stable::contiguous(grad_loss),
-               gs = torch::stable::contiguous(grad_lse);
+  const Tensor l = contig(lse), gl = contig(grad_loss), gs = contig(grad_lse);
   Tensor grad_h;
   FK_DISPATCH_FLOATING(in.h.scalar_type(), "linear_cross_entropy_backward_cpu", [&] {
     lce_backward_kernel<scalar_t>(in, plan, tgt.const_data_ptr<int64_t>(), ignore_index, static_cast<scalar_t>(scale),
@@ -307,7 +306,7 @@ static std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> linear_cross_entropy_f
   const int64_t red = lce_reduction_code(std::string(reduction));
   FK_CHECK_VALUE(red != 0, "linear_cross_entropy_fused: reduction must be 'mean' or 'sum', got 'none'");
   const LceInputs in(h, W, bias);
-  const Tensor tgt = torch::stable::contiguous(target);
+  const Tensor tgt = contig(target);
   const LcePlan plan(in.n, in.s, chunk_size);
   Tensor loss = torch::stable::new_empty(in.h, {in.n});
   Tensor lse = torch::stable::new_empty(in.h, {in.n});

@@ -35,7 +35,7 @@ static std::tuple<Tensor, Tensor> linear_cross_entropy_cuda(const Tensor& h, con
   const ScalarType acc = acc_dtype_of(h.scalar_type());
   const LceInputs in(h, W, bias);
   const Tensor &hh = in.h, &ww = in.W, &bb = in.bias;
-  const Tensor tgt = torch::stable::contiguous(target);
+  const Tensor tgt = contig(target);
   const int64_t n = hh.size(0), s = ww.size(0);
   const LcePlan plan(n, s, chunk_size);
   Tensor run_max = torch::stable::full({n}, -std::numeric_limits<double>::infinity(), acc, std::nullopt, hh.device());
@@ -81,9 +81,8 @@ static std::tuple<Tensor, Tensor, Tensor> linear_cross_entropy_backward_cuda(
   const ScalarType acc = acc_dtype_of(h.scalar_type());
   const LceInputs in(h, W, bias);
   const Tensor &hh = in.h, &ww = in.W, &bb = in.bias;
-  const Tensor tgt = torch::stable::contiguous(target);
-  const Tensor l = torch::stable::contiguous(lse), gl = torch::stable::contiguous(grad_loss),
-               gs = torch::stable::contiguous(grad_lse);
+  const Tensor tgt = contig(target);
+  const Tensor l = contig(lse), gl = contig(grad_loss), gs = contig(grad_lse);
   const int64_t n = hh.size(0), s = ww.size(0);
   const LcePlan plan(n, s, chunk_size);
   Tensor grad_h = torch::stable::new_zeros(hh, {hh.size(0), hh.size(1)});

@@ -29,13 +29,13 @@ static std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> linear_cross_entropy_f
   auto [loss, lse] = call_aten_pair("fedkernels::linear_cross_entropy", "", h, W, target, bias, scale, ignore_index,
                                     std::string(reduction), chunk_size);
   const Tensor live = torch::stable::to(aten::ne(target, host_scalar_long(ignore_index)), lse.scalar_type());
-  const Tensor one = torch::stable::to(host_scalar_double(1.0), lse.scalar_type());  // of live's dtype
+  const Tensor one = to_dtype(host_scalar_double(1.0), lse.scalar_type());  // of live's dtype
   const Tensor g_loss = red == 1 ? live : aten::div(live, aten::clamp_min(aten::sum_all(live), one));
-  auto [gh, gW, gb] = call_aten_triple("fedkernels::linear_cross_entropy_backward", "", h, W, target, bias, lse,
-                                       torch::stable::contiguous(g_loss), torch::stable::new_zeros(lse, {lse.size(0)}),
-                                       scale, ignore_index, chunk_size);
+  auto [gh, gW, gb] =
+      call_aten_triple("fedkernels::linear_cross_entropy_backward", "", h, W, target, bias, lse, contig(g_loss),
+                       torch::stable::new_zeros(lse, {lse.size(0)}), scale, ignore_index, chunk_size);
   const ScalarType acc = lse.scalar_type();
-  return {loss, lse, torch::stable::to(gh, acc), torch::stable::to(gW, acc), torch::stable::to(gb, acc)};
+  return {loss, lse, to_dtype(gh, acc), to_dtype(gW, acc), to_dtype(gb, acc)};
 }
 
 STABLE_TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -9,6 +11,7 @@
 
 #include "common/stable/check.h"
 #include "common/stable/checks.h"
+#include "common/stable/dispatch.h"
 #include "common/stable/sampled_extra.h"
 #include "common/stable/tensor.h"
 
@@ -28,14 +31,14 @@ inline void check_sample_negatives_args(const Tensor& positives, int64_t num_cla
   check_sample_negatives_counts(num_classes, m);
   check_dtype(positives, ScalarType::Long, "positives");
   check_dim(positives, 1, "positives");
-  check_index_range(positives, 0, num_classes, "positives");
+  check_index_range_1d(positives, 0, num_classes, "positives");
 }
 
 inline void check_sample_negatives_batched_args(const Tensor& indptr, const Tensor& indices, int64_t num_classes,
                                                 int64_t m) {
   check_sample_negatives_counts(num_classes, m);
   check_csr(indptr, indices, "indptr", "indices");
-  check_index_range(indices, 0, num_classes, "indices (positives)");
+  check_index_range_1d(indices, 0, num_classes, "indices (positives)");
 }
 
 inline int64_t lce_reduction_code(const std::string& reduction) {
@@ -70,8 +73,7 @@ inline void check_lce_args(const Tensor& h, const Tensor& W, const Tensor& targe
     check_same_device(h, "h", *bias, "bias");
   }
   FK_CHECK_VALUE(chunk_size >= 0, "chunk_size must be >= 0 (0 picks the default), got ", chunk_size);
-  const Tensor live = aten::masked_select(target, aten::ne(target, host_scalar_long(ignore_index)));
-  check_index_range(live, 0, W.size(0), "target (other than ignore_index)");
+  check_index_range_1d(target, 0, W.size(0), "target (other than ignore_index)", ignore_index);
 }
 
 // The backward's extra inputs: lse, grad_loss, grad_lse, each [N] in the accumulation dtype.
@@ -118,6 +120,28 @@ inline void check_no_overlap(const Tensor& out, const Tensor& t, const char* nam
                  name, " is read): pass a copy, e.g. ", name, ".clone()");
 }
 
+// The weight tests of check_scatter_rows_mean_args on a CPU weight, element by element: finite and
+// >= 0, and (narrowed: float64 weights for a float32 accumulation) at most float32's max.
+inline void check_weight_values_host(const Tensor& weight, bool narrowed, ScalarType out_dtype) {
+  const Tensor w = contig(weight);
+  FK_DISPATCH_FLOAT_HALF_BF16(w.scalar_type(), "scatter_rows_mean", [&] {
+    const scalar_t* p = w.const_data_ptr<scalar_t>();
+    constexpr double kFloatMax = 3.4028234663852886e38;
+    bool good = true, too_big = false;
+    double most = -std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const double v = static_cast<double>(p[i]);
+      if (!(v >= 0) || !std::isfinite(v)) good = false;
+      if (narrowed && v > kFloatMax) too_big = true;
+      most = std::max(most, v);
+    }
+    FK_CHECK_VALUE(good, "weight must be finite and >= 0");
+    FK_CHECK_VALUE(!too_big, "weight values must be at most float32's max (3.4e38) for a ", out_dtype,
+                   " out (weights are summed in float32), got max ", most,
+                   ": scale them down (a weighted mean does not depend on the weights' scale)");
+  });
+}
+
 // out [n, d] contiguous floating, src [T, d] of out's dtype, idx int64 [T] in [0, n), weight [T]
 // floating, finite, >= 0 and representable in the accumulation dtype; one device; no input sharing
 // memory with out.
@@ -142,13 +166,17 @@ inline void check_scatter_rows_mean_args(const Tensor& out, const Tensor& idx, c
   check_no_overlap(out, idx, "idx");
   check_no_overlap(out, src, "src");
   check_no_overlap(out, weight, "weight");
-  check_index_range(idx, 0, out.size(0), "idx");
+  check_index_range_1d(idx, 0, out.size(0), "idx");
   if (weight.numel() > 0) {
     // Weights are summed in the accumulation dtype: float64 weights for a float32/float16/bfloat16
     // out must fit in float32 (one reduction either way; the cause is sorted out only on failure).
     const bool narrowed =
         weight.scalar_type() == ScalarType::Double && acc_dtype_of(out.scalar_type()) == ScalarType::Float;
     constexpr double kFloatMax = 3.4028234663852886e38;
+    if (weight.is_cpu()) {  // a host loop: the same tests, without the small calls' tensor ops
+      check_weight_values_host(weight, narrowed, out.scalar_type());
+      return;
+    }
     const Tensor zero = host_scalar_double(0.0);
     auto finite_nonneg = [&] {
       Tensor ok = aten::ge(weight, zero);

@@ -30,16 +30,14 @@ static Tensor sample_rows_cuda(const Tensor& indptr, const Tensor& indices, int6
 static Tensor sample_negatives_cuda(const Tensor& positives, int64_t num_classes, int64_t m, int64_t seed) {
   check_sample_negatives_args(positives, num_classes, m);
   const Tensor indptr = long_tensor({0, positives.numel()}, positives);
-  return torch::stable::reshape(sample_rows_cuda(indptr, torch::stable::contiguous(positives), num_classes, m,
-                                                 static_cast<uint64_t>(seed), false),
-                                {m});
+  return torch::stable::reshape(
+      sample_rows_cuda(indptr, contig(positives), num_classes, m, static_cast<uint64_t>(seed), false), {m});
 }
 
 static Tensor sample_negatives_batched_cuda(const Tensor& indptr, const Tensor& indices, int64_t num_classes, int64_t m,
                                             int64_t seed) {
   check_sample_negatives_batched_args(indptr, indices, num_classes, m);
-  return sample_rows_cuda(torch::stable::contiguous(indptr), torch::stable::contiguous(indices), num_classes, m,
-                          static_cast<uint64_t>(seed), true);
+  return sample_rows_cuda(contig(indptr), contig(indices), num_classes, m, static_cast<uint64_t>(seed), true);
 }
 
 STABLE_TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {

@@ -3,7 +3,9 @@
 // scatter_rows_mean.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "common/stable/calls.h"
 #include "common/stable/check.h"
@@ -54,6 +56,42 @@ inline ComplementIndex build_complement_index(const Tensor& indptr, const Tensor
                    " distinct positives out of num_classes = ", num_classes, ", leaving ", num_classes - most);
   }
   return {uptr, aten::sub_exact(uvals, rank)};
+}
+
+// build_complement_index for the CPU launchers, as a host loop over the rows: the same two arrays
+// (each row's distinct positives sorted, shifted by their rank), without the tensor ops' dispatcher
+// calls, which cost the small calls more than the work. The CUDA launchers keep the ops above (the
+// emulator runs those on the host, so CI covers both).
+inline ComplementIndex build_complement_index_host(const Tensor& indptr, const Tensor& indices, int64_t num_classes,
+                                                   int64_t m) {
+  const int64_t c = indptr.numel() - 1;
+  const Tensor ip_c = contig(indptr), ix_c = contig(indices);
+  const int64_t* ip = ip_c.const_data_ptr<int64_t>();
+  const int64_t* ix = ix_c.const_data_ptr<int64_t>();
+  Tensor uptr = torch::stable::new_empty(indptr, {c + 1});
+  int64_t* up = uptr.mutable_data_ptr<int64_t>();
+  std::vector<int64_t> shifted;
+  shifted.reserve(static_cast<size_t>(indices.numel()));
+  std::vector<int64_t> row;
+  int64_t most = 0;
+  up[0] = 0;
+  for (int64_t r = 0; r < c; ++r) {
+    row.assign(ix + ip[r], ix + ip[r + 1]);
+    std::sort(row.begin(), row.end());
+    row.erase(std::unique(row.begin(), row.end()), row.end());
+    const int64_t u = static_cast<int64_t>(row.size());
+    for (int64_t k = 0; k < u; ++k) shifted.push_back(row[k] - k);
+    up[r + 1] = up[r] + u;
+    most = std::max(most, u);
+  }
+  if (c > 0) {
+    FK_CHECK_VALUE(num_classes - most >= m, "too few classes to sample m = ", m, " negatives: a client has ", most,
+                   " distinct positives out of num_classes = ", num_classes, ", leaving ", num_classes - most);
+  }
+  const int64_t total = static_cast<int64_t>(shifted.size());
+  Tensor sh = torch::stable::new_empty(indices, {total});
+  std::copy(shifted.begin(), shifted.end(), sh.mutable_data_ptr<int64_t>());
+  return {uptr, sh};
 }
 
 // The segments of scatter_rows_mean: idx sorted stably, the source order perm, the distinct rows

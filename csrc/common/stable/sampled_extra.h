@@ -6,6 +6,7 @@
 // through the dispatcher).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <tuple>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "common/stable/calls.h"
+#include "common/stable/checks.h"
 #include "common/stable/check.h"
 #include "common/stable/tensor.h"
 
@@ -50,6 +52,13 @@ std::tuple<Tensor, Tensor, Tensor> call_aten_triple(const char* name, const char
           torch::stable::detail::to<Tensor>(stack[2])};
 }
 
+// t.contiguous() and t.to(dtype), each a dispatcher call only when it has work to do (ATen returns
+// t itself otherwise): the small calls pay for every call.
+inline Tensor contig(const Tensor& t) { return t.is_contiguous() ? t : torch::stable::contiguous(t); }
+inline Tensor to_dtype(const Tensor& t, ScalarType dtype) {
+  return t.scalar_type() == dtype ? t : torch::stable::to(t, dtype);
+}
+
 // A 0-D host tensor holding v: the operand of a comparison with a number (ATen's Scalar overloads
 // cannot be called; a 0-D CPU tensor takes part on any device, and the other tensor's dtype wins).
 inline Tensor host_scalar_long(int64_t v) {
@@ -84,6 +93,33 @@ inline Tensor narrow_view(const Tensor& t, int64_t dim, int64_t start, int64_t l
   Tensor c = t;
   return torch::stable::narrow(c, dim, start, length);
 }
+// check_index_range (common/stable/checks.h) with a host loop for a 1-D CPU tensor: the same test and
+// message, without the reduction and its dispatcher calls (the small calls' main cost). Values
+// equal to `skip` (if given) are left out, as `t[t != skip]` would be.
+inline void check_index_range_1d(const Tensor& t, int64_t lo, int64_t hi, const char* name,
+                                 std::optional<int64_t> skip = std::nullopt) {
+  if (!t.is_cpu() || t.dim() != 1 || t.scalar_type() != ScalarType::Long) {
+    if (!skip.has_value()) return check_index_range(t, lo, hi, name);
+    const Tensor skip_t = host_scalar_long(*skip);
+    const Tensor live =
+        call_aten_tensor("aten::masked_select", "", t, call_aten_tensor("aten::ne", "Tensor", t, skip_t));
+    return check_index_range(live, lo, hi, name);
+  }
+  const int64_t* p = t.const_data_ptr<int64_t>();
+  const int64_t n = t.numel(), stride = t.stride(0);
+  bool any = false;
+  int64_t mn = 0, mx = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = p[i * stride];
+    if (skip.has_value() && v == *skip) continue;
+    mn = any ? std::min(mn, v) : v;
+    mx = any ? std::max(mx, v) : v;
+    any = true;
+  }
+  if (!any) return;
+  FK_CHECK_INDEX(mn >= lo && mx < hi, name, " values must lie in [", lo, ", ", hi, "), got min ", mn, " and max ", mx);
+}
+
 // ATen ops by schema name, qualified (aten::ne, ...) at the call sites: torch::stable grows wrappers
 // of the same names, which argument-dependent lookup would otherwise make ambiguous.
 namespace aten {
