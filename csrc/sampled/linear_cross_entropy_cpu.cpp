@@ -31,8 +31,8 @@ namespace {
 // Raw products h[r0:r0+rows] W[c0:c0+cols]^T [rows, cols] in the scratch buffer; the row passes
 // below finish them (scale, bias) as they read them.
 Tensor products_block(const LceInputs& in, Tensor& scratch, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
-  Tensor z = torch::stable::view(torch::stable::narrow(scratch, 0, 0, rows * cols), {rows, cols});
-  aten::mm_out(z, narrow_view(in.h, 0, r0, rows), t2(narrow_view(in.W, 0, c0, cols)));
+  Tensor z = host::matrix(scratch, rows, cols);
+  host::mm_out(z, host::rows(in.h, r0, rows), host::t(host::rows(in.W, c0, cols)));
   return z;
 }
 
@@ -72,7 +72,7 @@ void lce_forward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t*
   const CpuIsa isa = cpu_isa();  // one level for the whole call
   const T* bias = in.bias.defined() ? in.bias.const_data_ptr<T>() : nullptr;
   torch::stable::parallel_for(0, plan.num_tiles, 1, [&](int64_t tb, int64_t te) {
-    Tensor scratch = torch::stable::new_empty(in.h, {kLceTileRows * plan.chunk});
+    Tensor scratch = host::empty(in.h, {kLceTileRows * plan.chunk});
     std::vector<LseState<T>> state(kLceTileRows);
     std::vector<T> target_logit(kLceTileRows);
     for (int64_t t = tb; t < te; ++t) {
@@ -107,13 +107,13 @@ void lce_backward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t
   const CpuIsa isa = cpu_isa();  // one level for the whole call
   const T* bias = in.bias.defined() ? in.bias.const_data_ptr<T>() : nullptr;
   torch::stable::parallel_for(0, plan.num_groups, 1, [&](int64_t gb, int64_t ge) {
-    Tensor scratch = torch::stable::new_empty(in.h, {kLceTileRows * plan.chunk});
+    Tensor scratch = host::empty(in.h, {kLceTileRows * plan.chunk});
     for (int64_t g = gb; g < ge; ++g) {
-      Tensor grad_h = torch::stable::select(grad_h_parts, 0, g);
+      Tensor grad_h = host::slab(grad_h_parts, g);
       for (int64_t c = plan.group_begin(g); c < plan.group_begin(g + 1); ++c) {
         const int64_t c0 = plan.chunk_begin(c), cols = plan.chunk_cols(c, in.s);
-        const Tensor Wc = narrow_view(in.W, 0, c0, cols);
-        Tensor grad_Wc = torch::stable::narrow(grad_W, 0, c0, cols);
+        const Tensor Wc = host::rows(in.W, c0, cols);
+        Tensor grad_Wc = host::rows(grad_W, c0, cols);
         for (int64_t t = 0; t < plan.num_tiles; ++t) {
           const int64_t r0 = t * kLceTileRows, rows = std::min(kLceTileRows, in.n - r0);
           Tensor z = products_block(in, scratch, r0, rows, c0, cols);
@@ -128,8 +128,8 @@ void lce_backward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t
             for (int64_t i = 0; i < rows; ++i) add_row<T>(isa, grad_bias + c0, zp + i * cols, cols);
           }
           // d/dW = scale * G^T h, d/dh = scale * G W (G: the d/dz block just computed).
-          aten::addmm_(grad_Wc, t2(z), narrow_view(in.h, 0, r0, rows), scale);
-          Tensor grad_h_tile = torch::stable::narrow(grad_h, 0, r0, rows);
+          aten::addmm_(grad_Wc, host::t(z), host::rows(in.h, r0, rows), scale);
+          Tensor grad_h_tile = host::rows(grad_h, r0, rows);
           aten::addmm_(grad_h_tile, z, Wc, scale);
         }
       }
@@ -151,23 +151,23 @@ void lce_fused_kernel(const LceInputs& in, const LcePlan& plan, int64_t tile_row
   const CpuIsa isa = cpu_isa();  // one level for the whole call
   const T* bias = in.bias.defined() ? in.bias.const_data_ptr<T>() : nullptr;
   const int64_t block = tile_rows * plan.chunk;  // one chunk's block of a tile's logits
-  Tensor logits = torch::stable::new_empty(in.h, {plan.num_chunks * block});
-  Tensor parts = torch::stable::new_empty(in.h, {plan.num_groups, tile_rows, in.d});
+  Tensor logits = host::empty(in.h, {plan.num_chunks * block});
+  Tensor parts = host::empty(in.h, {plan.num_groups, tile_rows, in.d});
   std::vector<LseState<T>> chunk_lse(tile_rows * plan.num_chunks);
   std::vector<T> target_logit(tile_rows);
   auto block_of = [&](int64_t c, int64_t rows) {
-    return torch::stable::view(torch::stable::narrow(logits, 0, c * block, rows * plan.chunk_cols(c, in.s)),
-                               {rows, plan.chunk_cols(c, in.s)});
+    const int64_t cols = plan.chunk_cols(c, in.s);
+    return host::view_as(logits, {rows, cols}, {cols, 1}, c * block);
   };
   for (int64_t r0 = 0; r0 < in.n; r0 += tile_rows) {
     const int64_t rows = std::min(tile_rows, in.n - r0);
-    const Tensor h_tile = narrow_view(in.h, 0, r0, rows);
+    const Tensor h_tile = host::rows(in.h, r0, rows);
     std::fill(target_logit.begin(), target_logit.end(), T(0));
     torch::stable::parallel_for(0, plan.num_groups, 1, [&](int64_t gb, int64_t ge) {
       for (int64_t c = plan.group_begin(gb); c < plan.group_begin(ge); ++c) {
         const int64_t c0 = plan.chunk_begin(c), cols = plan.chunk_cols(c, in.s);
         Tensor z = block_of(c, rows);
-        aten::mm_out(z, h_tile, t2(narrow_view(in.W, 0, c0, cols)));
+        host::mm_out(z, h_tile, host::t(host::rows(in.W, c0, cols)));
         T* zp = z.mutable_data_ptr<T>();
         for (int64_t i = 0; i < rows; ++i) {
           chunk_lse[i * plan.num_chunks + c] =
@@ -185,11 +185,10 @@ void lce_fused_kernel(const LceInputs& in, const LcePlan& plan, int64_t tile_row
       lse[r0 + i] = lse_value(st);
       loss[r0 + i] = lce_sample_loss(lse[r0 + i], target_logit[i], target[r0 + i] == ignore_index);
     }
-    torch::stable::zero_(parts);
+    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_zero_(parts.get()));
     torch::stable::parallel_for(0, plan.num_groups, 1, [&](int64_t gb, int64_t ge) {
       for (int64_t g = gb; g < ge; ++g) {
-        Tensor part_g = torch::stable::select(parts, 0, g);
-        Tensor part = torch::stable::narrow(part_g, 0, 0, rows);
+        Tensor part = host::rows(host::slab(parts, g), 0, rows);
         for (int64_t c = plan.group_begin(g); c < plan.group_begin(g + 1); ++c) {
           const int64_t c0 = plan.chunk_begin(c), cols = plan.chunk_cols(c, in.s);
           Tensor z = block_of(c, rows);
@@ -204,9 +203,9 @@ void lce_fused_kernel(const LceInputs& in, const LcePlan& plan, int64_t tile_row
           if (grad_bias != nullptr) {
             for (int64_t i = 0; i < rows; ++i) add_row<T>(isa, grad_bias + c0, zp + i * cols, cols);
           }
-          Tensor grad_Wc = torch::stable::narrow(grad_W, 0, c0, cols);
-          aten::addmm_(grad_Wc, t2(z), h_tile, scale);
-          aten::addmm_(part, z, narrow_view(in.W, 0, c0, cols), scale);
+          Tensor grad_Wc = host::rows(grad_W, c0, cols);
+          aten::addmm_(grad_Wc, host::t(z), h_tile, scale);
+          aten::addmm_(part, z, host::rows(in.W, c0, cols), scale);
         }
       }
     });
@@ -250,8 +249,8 @@ static std::tuple<Tensor, Tensor> linear_cross_entropy_cpu(const Tensor& h, cons
   const LceInputs in(h, W, bias);
   const Tensor tgt = contig(target);
   const LcePlan plan(in.n, in.s, chunk_size);
-  Tensor loss = torch::stable::new_empty(in.h, {in.n});
-  Tensor lse = torch::stable::new_empty(in.h, {in.n});
+  Tensor loss = host::empty(in.h, {in.n});
+  Tensor lse = host::empty(in.h, {in.n});
   FK_DISPATCH_FLOATING(in.h.scalar_type(), "linear_cross_entropy_cpu", [&] {
     lce_forward_kernel<scalar_t>(in, plan, tgt.const_data_ptr<int64_t>(), ignore_index, static_cast<scalar_t>(scale),
                                  loss.mutable_data_ptr<scalar_t>(), lse.mutable_data_ptr<scalar_t>());
@@ -268,9 +267,9 @@ static std::tuple<Tensor, Tensor, Tensor> linear_cross_entropy_backward_cpu(
   const LceInputs in(h, W, bias);
   const Tensor tgt = contig(target);
   const LcePlan plan(in.n, in.s, chunk_size);
-  Tensor grad_h_parts = torch::stable::new_zeros(in.h, {plan.num_groups, in.n, in.d});
-  Tensor grad_W = torch::stable::new_zeros(in.h, {in.s, in.d});
-  Tensor grad_bias = torch::stable::new_zeros(in.h, {bias.has_value() ? in.s : 0});
+  Tensor grad_h_parts = host::zeros(in.h, {plan.num_groups, in.n, in.d});
+  Tensor grad_W = host::zeros(in.h, {in.s, in.d});
+  Tensor grad_bias = host::zeros(in.h, {bias.has_value() ? in.s : 0});
   const Tensor l = contig(lse), gl = contig(grad_loss), gs = contig(grad_lse);
   Tensor grad_h;
   FK_DISPATCH_FLOATING(in.h.scalar_type(), "linear_cross_entropy_backward_cpu", [&] {
@@ -280,7 +279,7 @@ static std::tuple<Tensor, Tensor, Tensor> linear_cross_entropy_backward_cpu(
                                   bias.has_value() ? grad_bias.mutable_data_ptr<scalar_t>() : nullptr);
     // Partial grad_h of the class groups, added in group order (elementwise: the same bits as
     // Tensor.add_, for any thread count).
-    grad_h = torch::stable::select(grad_h_parts, 0, 0);
+    grad_h = host::slab(grad_h_parts, 0);
     if (plan.num_groups > 1) {
       grad_h = torch::stable::clone(grad_h);
       scalar_t* acc = grad_h.mutable_data_ptr<scalar_t>();
@@ -308,11 +307,11 @@ static std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> linear_cross_entropy_f
   const LceInputs in(h, W, bias);
   const Tensor tgt = contig(target);
   const LcePlan plan(in.n, in.s, chunk_size);
-  Tensor loss = torch::stable::new_empty(in.h, {in.n});
-  Tensor lse = torch::stable::new_empty(in.h, {in.n});
-  Tensor grad_h = torch::stable::new_zeros(in.h, {in.n, in.d});
-  Tensor grad_W = torch::stable::new_zeros(in.h, {in.s, in.d});
-  Tensor grad_bias = torch::stable::new_zeros(in.h, {bias.has_value() ? in.s : 0});
+  Tensor loss = host::empty(in.h, {in.n});
+  Tensor lse = host::empty(in.h, {in.n});
+  Tensor grad_h = host::zeros(in.h, {in.n, in.d});
+  Tensor grad_W = host::zeros(in.h, {in.s, in.d});
+  Tensor grad_bias = host::zeros(in.h, {bias.has_value() ? in.s : 0});
   int64_t live = 0;  // the samples not ignored (a host tensor: counted directly)
   const int64_t* tp = tgt.const_data_ptr<int64_t>();
   for (int64_t i = 0; i < in.n; ++i) live += tp[i] != ignore_index;

@@ -23,6 +23,9 @@ extern "C" {
 AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_addmm_out(AtenTensorHandle out, AtenTensorHandle self,
                                                           AtenTensorHandle mat1, AtenTensorHandle mat2, double beta,
                                                           double alpha);
+// out = self @ mat2 (c_shim_cpu.h): the CPU tile GEMMs, without a dispatcher call per tile.
+AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_mm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                                       AtenTensorHandle mat2);
 #if defined(FK_WITH_CUDA) && !defined(FK_CUDA_EMU)
 AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_addmm_out(AtenTensorHandle out, AtenTensorHandle self,
                                                            AtenTensorHandle mat1, AtenTensorHandle mat2, double beta,
@@ -58,6 +61,67 @@ inline Tensor contig(const Tensor& t) { return t.is_contiguous() ? t : torch::st
 inline Tensor to_dtype(const Tensor& t, ScalarType dtype) {
   return t.scalar_type() == dtype ? t : torch::stable::to(t, dtype);
 }
+
+// Direct shim calls for the CPU kernels' per-tile tensors (allocations and views): each of these
+// through the dispatcher costs about as long as a small call's whole GEMM.
+namespace host {
+
+// Contiguous strides of `sizes`.
+inline std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> st(sizes.size(), 1);
+  for (size_t k = sizes.size(); k-- > 1;) st[k - 1] = st[k] * std::max<int64_t>(sizes[k], 1);
+  return st;
+}
+
+// An uninitialised contiguous tensor of `sizes` and `dtype` on like's device (torch.empty).
+inline Tensor empty(const Tensor& like, const std::vector<int64_t>& sizes, ScalarType dtype) {
+  const std::vector<int64_t> st = contiguous_strides(sizes);
+  const Device dev = like.device();
+  AtenTensorHandle out = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(
+      static_cast<int64_t>(sizes.size()), sizes.data(), st.data(),
+      torch::stable::detail::to<int32_t>(torch::stable::detail::from(dtype)),
+      torch::stable::detail::to<int32_t>(torch::stable::detail::from(dev.type())), like.get_device_index(), &out));
+  return Tensor(out);
+}
+inline Tensor empty(const Tensor& like, const std::vector<int64_t>& sizes) {
+  return empty(like, sizes, like.scalar_type());
+}
+inline Tensor zeros(const Tensor& like, const std::vector<int64_t>& sizes) {
+  Tensor t = empty(like, sizes);
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_zero_(t.get()));
+  return t;
+}
+
+// A view of t's storage with the given sizes and strides, starting `shift` elements after t's first
+// (the shim's _reinterpret_tensor adds its offset to t's storage offset).
+inline Tensor view_as(const Tensor& t, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                      int64_t shift) {
+  AtenTensorHandle out = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch__reinterpret_tensor(t.get(), static_cast<int64_t>(sizes.size()),
+                                                               sizes.data(), strides.data(), shift, &out));
+  return Tensor(out);
+}
+
+// Rows [r0, r0 + rows) of a contiguous 2-D tensor.
+inline Tensor rows(const Tensor& t, int64_t r0, int64_t rows) {
+  return view_as(t, {rows, t.size(1)}, {t.stride(0), t.stride(1)}, r0 * t.stride(0));
+}
+// The transpose of a 2-D tensor.
+inline Tensor t(const Tensor& m) { return view_as(m, {m.size(1), m.size(0)}, {m.stride(1), m.stride(0)}, 0); }
+// The first `count` elements of a contiguous tensor as a contiguous [r, c] matrix (count = r * c).
+inline Tensor matrix(const Tensor& t, int64_t r, int64_t c) { return view_as(t, {r, c}, {c, 1}, 0); }
+// Entry i of the leading dimension of a contiguous tensor, as a [size(1), size(2)] matrix.
+inline Tensor slab(const Tensor& t, int64_t i) {
+  return view_as(t, {t.size(1), t.size(2)}, {t.stride(1), t.stride(2)}, i * t.stride(0));
+}
+
+// out = a @ b on CPU tensors (out of the right shape).
+inline void mm_out(Tensor& out, const Tensor& a, const Tensor& b) {
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_cpu_mm_out(out.get(), a.get(), b.get()));
+}
+
+}  // namespace host
 
 // A 0-D host tensor holding v: the operand of a comparison with a number (ATen's Scalar overloads
 // cannot be called; a 0-D CPU tensor takes part on any device, and the other tensor's dtype wins).
