@@ -25,6 +25,9 @@ static std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> linear_cross_entropy_f
     std::string_view reduction, int64_t chunk_size) {
   const int64_t red = lce_reduction_code(std::string(reduction));
   FK_CHECK_VALUE(red != 0, "linear_cross_entropy_fused: reduction must be 'mean' or 'sum', got 'none'");
+  // The forward's checks here first: an error of an op called through the stable dispatcher comes
+  // back as RuntimeError, and these must raise their own ValueError / IndexError.
+  check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   // The two ops by name through the stable dispatcher (every argument in schema order).
   auto [loss, lse] = call_aten_pair("fedkernels::linear_cross_entropy", "", h, W, target, bias, scale, ignore_index,
                                     std::string(reduction), chunk_size);
