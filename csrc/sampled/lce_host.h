@@ -3,13 +3,13 @@
 // accumulation dtype.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <tuple>
 
+#include "common/stable/sampled_extra.h"
+#include "common/stable/tensor.h"
 #include "sampled/sampled_checks.h"
 
 namespace fedkernels {
@@ -45,17 +45,17 @@ inline int64_t lce_fused_tile_rows(const LcePlan& plan, int64_t s, int64_t elem_
   return std::clamp<int64_t>(kLceFusedBytes / row_bytes, 16, kLceTileRows);
 }
 
-// h, W, bias detached (the tile ops are the kernel, not part of a graph), contiguous, in the
-// accumulation dtype; bias undefined when absent.
-struct LceInputs {
-  at::Tensor h, W, bias;
+// h, W, bias contiguous, in the accumulation dtype; bias undefined when absent. No detach: the
+// dispatcher runs these kernels below the Autograd key, so their tile ops record no graph.
+struct FK_STABLE_HIDDEN LceInputs {
+  Tensor h, W, bias;
   int64_t n, d, s;
 
-  LceInputs(const at::Tensor& h_in, const at::Tensor& W_in, const std::optional<at::Tensor>& bias_in) {
-    const auto acc = acc_dtype_of(h_in.scalar_type());
-    h = h_in.detach().to(acc).contiguous();
-    W = W_in.detach().to(acc).contiguous();
-    if (bias_in.has_value()) bias = bias_in->detach().to(acc).contiguous();
+  LceInputs(const Tensor& h_in, const Tensor& W_in, const std::optional<Tensor>& bias_in) {
+    const ScalarType acc = acc_dtype_of(h_in.scalar_type());
+    h = contig(to_dtype(h_in, acc));
+    W = contig(to_dtype(W_in, acc));
+    if (bias_in.has_value()) bias = contig(to_dtype(*bias_in, acc));
     n = h.size(0);
     d = h.size(1);
     s = W.size(0);
@@ -63,11 +63,12 @@ struct LceInputs {
 };
 
 // The gradients back in the dtypes of the inputs (grad_bias stays empty without a bias).
-inline std::tuple<at::Tensor, at::Tensor, at::Tensor> lce_grads_in_input_dtypes(
-    const at::Tensor& grad_h, const at::Tensor& grad_W, const at::Tensor& grad_bias, const at::Tensor& h,
-    const at::Tensor& W, const std::optional<at::Tensor>& bias) {
-  return {grad_h.to(h.scalar_type()), grad_W.to(W.scalar_type()),
-          bias.has_value() ? grad_bias.to(bias->scalar_type()) : grad_bias};
+inline std::tuple<Tensor, Tensor, Tensor> lce_grads_in_input_dtypes(const Tensor& grad_h, const Tensor& grad_W,
+                                                                    const Tensor& grad_bias, const Tensor& h,
+                                                                    const Tensor& W,
+                                                                    const std::optional<Tensor>& bias) {
+  return {to_dtype(grad_h, h.scalar_type()), to_dtype(grad_W, W.scalar_type()),
+          bias.has_value() ? to_dtype(grad_bias, bias->scalar_type()) : grad_bias};
 }
 
 }  // namespace fedkernels

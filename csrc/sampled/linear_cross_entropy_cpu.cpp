@@ -7,20 +7,18 @@
 //             result is the same for any thread count (no atomics).
 //   fused:    forward and gradients in one sweep (the CPU autograd path for a reduced loss): no
 //             recomputed logits, see lce_fused_kernel.
-#include <ATen/Dispatch.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/full.h>
-#include <ATen/ops/zeros.h>
-#include <ATen/ops/mm.h>
-
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
+#include "common/stable/dispatch.h"
+#include "common/stable/sampled_extra.h"
+#include "common/stable/tensor.h"
 #include "sampled/lce_host.h"
 #include "sampled/lce_rows.h"
 #include "sampled/sampled.h"
@@ -32,10 +30,9 @@ namespace {
 
 // Raw products h[r0:r0+rows] W[c0:c0+cols]^T [rows, cols] in the scratch buffer; the row passes
 // below finish them (scale, bias) as they read them.
-at::Tensor products_block(const LceInputs& in, at::Tensor& scratch, int64_t r0, int64_t rows, int64_t c0,
-                          int64_t cols) {
-  auto z = scratch.narrow(0, 0, rows * cols).view({rows, cols});
-  at::mm_out(z, in.h.narrow(0, r0, rows), in.W.narrow(0, c0, cols).t());
+Tensor products_block(const LceInputs& in, Tensor& scratch, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+  Tensor z = host::matrix(scratch, rows, cols);
+  host::mm_out(z, host::rows(in.h, r0, rows), host::t(host::rows(in.W, c0, cols)));
   return z;
 }
 
@@ -73,9 +70,9 @@ template <typename T>
 void lce_forward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t* target, int64_t ignore_index, T scale,
                         T* loss, T* lse) {
   const CpuIsa isa = cpu_isa();  // one level for the whole call
-  const T* bias = in.bias.defined() ? in.bias.data_ptr<T>() : nullptr;
-  at::parallel_for(0, plan.num_tiles, 1, [&](int64_t tb, int64_t te) {
-    auto scratch = at::empty({kLceTileRows * plan.chunk}, in.h.options());
+  const T* bias = in.bias.defined() ? in.bias.const_data_ptr<T>() : nullptr;
+  torch::stable::parallel_for(0, plan.num_tiles, 1, [&](int64_t tb, int64_t te) {
+    Tensor scratch = host::empty(in.h, {kLceTileRows * plan.chunk});
     std::vector<LseState<T>> state(kLceTileRows);
     std::vector<T> target_logit(kLceTileRows);
     for (int64_t t = tb; t < te; ++t) {
@@ -86,8 +83,8 @@ void lce_forward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t*
       }
       for (int64_t c = 0; c < plan.num_chunks; ++c) {
         const int64_t c0 = plan.chunk_begin(c), cols = plan.chunk_cols(c, in.s);
-        const at::Tensor zt = products_block(in, scratch, r0, rows, c0, cols);
-        T* z = zt.data_ptr<T>();
+        const Tensor zt = products_block(in, scratch, r0, rows, c0, cols);
+        T* z = zt.mutable_data_ptr<T>();
         for (int64_t i = 0; i < rows; ++i) {
           const LseState<T> part = finish_lse_row<T>(isa, z + i * cols, bias ? bias + c0 : nullptr, scale, cols);
           lse_merge(&state[i], part.max, part.sum);
@@ -105,22 +102,22 @@ void lce_forward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t*
 
 template <typename T>
 void lce_backward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t* target, int64_t ignore_index, T scale,
-                         const T* lse, const T* g_loss, const T* g_lse, at::Tensor& grad_h_parts, at::Tensor& grad_W,
+                         const T* lse, const T* g_loss, const T* g_lse, Tensor& grad_h_parts, Tensor& grad_W,
                          T* grad_bias) {
   const CpuIsa isa = cpu_isa();  // one level for the whole call
-  const T* bias = in.bias.defined() ? in.bias.data_ptr<T>() : nullptr;
-  at::parallel_for(0, plan.num_groups, 1, [&](int64_t gb, int64_t ge) {
-    auto scratch = at::empty({kLceTileRows * plan.chunk}, in.h.options());
+  const T* bias = in.bias.defined() ? in.bias.const_data_ptr<T>() : nullptr;
+  torch::stable::parallel_for(0, plan.num_groups, 1, [&](int64_t gb, int64_t ge) {
+    Tensor scratch = host::empty(in.h, {kLceTileRows * plan.chunk});
     for (int64_t g = gb; g < ge; ++g) {
-      auto grad_h = grad_h_parts[g];
+      Tensor grad_h = host::slab(grad_h_parts, g);
       for (int64_t c = plan.group_begin(g); c < plan.group_begin(g + 1); ++c) {
         const int64_t c0 = plan.chunk_begin(c), cols = plan.chunk_cols(c, in.s);
-        const auto Wc = in.W.narrow(0, c0, cols);
-        auto grad_Wc = grad_W.narrow(0, c0, cols);
+        const Tensor Wc = host::rows(in.W, c0, cols);
+        Tensor grad_Wc = host::rows(grad_W, c0, cols);
         for (int64_t t = 0; t < plan.num_tiles; ++t) {
           const int64_t r0 = t * kLceTileRows, rows = std::min(kLceTileRows, in.n - r0);
-          at::Tensor z = products_block(in, scratch, r0, rows, c0, cols);
-          T* zp = z.data_ptr<T>();
+          Tensor z = products_block(in, scratch, r0, rows, c0, cols);
+          T* zp = z.mutable_data_ptr<T>();
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t r = r0 + i;
             const int64_t tc = target[r] != ignore_index ? target[r] - c0 : -1;
@@ -131,8 +128,9 @@ void lce_backward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t
             for (int64_t i = 0; i < rows; ++i) add_row<T>(isa, grad_bias + c0, zp + i * cols, cols);
           }
           // d/dW = scale * G^T h, d/dh = scale * G W (G: the d/dz block just computed).
-          grad_Wc.addmm_(z.t(), in.h.narrow(0, r0, rows), 1, scale);
-          grad_h.narrow(0, r0, rows).addmm_(z, Wc, 1, scale);
+          aten::addmm_(grad_Wc, host::t(z), host::rows(in.h, r0, rows), scale);
+          Tensor grad_h_tile = host::rows(grad_h, r0, rows);
+          aten::addmm_(grad_h_tile, z, Wc, scale);
         }
       }
     }
@@ -148,28 +146,29 @@ void lce_backward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t
 // is the same for any thread count.
 template <typename T>
 void lce_fused_kernel(const LceInputs& in, const LcePlan& plan, int64_t tile_rows, const int64_t* target,
-                      int64_t ignore_index, T scale, T g_live, T* loss, T* lse, T* grad_h, at::Tensor& grad_W,
+                      int64_t ignore_index, T scale, T g_live, T* loss, T* lse, T* grad_h, Tensor& grad_W,
                       T* grad_bias) {
   const CpuIsa isa = cpu_isa();  // one level for the whole call
-  const T* bias = in.bias.defined() ? in.bias.data_ptr<T>() : nullptr;
+  const T* bias = in.bias.defined() ? in.bias.const_data_ptr<T>() : nullptr;
   const int64_t block = tile_rows * plan.chunk;  // one chunk's block of a tile's logits
-  auto logits = at::empty({plan.num_chunks * block}, in.h.options());
-  auto parts = at::empty({plan.num_groups, tile_rows, in.d}, in.h.options());
+  Tensor logits = host::empty(in.h, {plan.num_chunks * block});
+  Tensor parts = host::empty(in.h, {plan.num_groups, tile_rows, in.d});
   std::vector<LseState<T>> chunk_lse(tile_rows * plan.num_chunks);
   std::vector<T> target_logit(tile_rows);
   auto block_of = [&](int64_t c, int64_t rows) {
-    return logits.narrow(0, c * block, rows * plan.chunk_cols(c, in.s)).view({rows, plan.chunk_cols(c, in.s)});
+    const int64_t cols = plan.chunk_cols(c, in.s);
+    return host::view_as(logits, {rows, cols}, {cols, 1}, c * block);
   };
   for (int64_t r0 = 0; r0 < in.n; r0 += tile_rows) {
     const int64_t rows = std::min(tile_rows, in.n - r0);
-    const auto h_tile = in.h.narrow(0, r0, rows);
+    const Tensor h_tile = host::rows(in.h, r0, rows);
     std::fill(target_logit.begin(), target_logit.end(), T(0));
-    at::parallel_for(0, plan.num_groups, 1, [&](int64_t gb, int64_t ge) {
+    torch::stable::parallel_for(0, plan.num_groups, 1, [&](int64_t gb, int64_t ge) {
       for (int64_t c = plan.group_begin(gb); c < plan.group_begin(ge); ++c) {
         const int64_t c0 = plan.chunk_begin(c), cols = plan.chunk_cols(c, in.s);
-        at::Tensor z = block_of(c, rows);
-        at::mm_out(z, h_tile, in.W.narrow(0, c0, cols).t());
-        T* zp = z.data_ptr<T>();
+        Tensor z = block_of(c, rows);
+        host::mm_out(z, h_tile, host::t(host::rows(in.W, c0, cols)));
+        T* zp = z.mutable_data_ptr<T>();
         for (int64_t i = 0; i < rows; ++i) {
           chunk_lse[i * plan.num_chunks + c] =
               finish_lse_row<T>(isa, zp + i * cols, bias ? bias + c0 : nullptr, scale, cols);
@@ -186,14 +185,14 @@ void lce_fused_kernel(const LceInputs& in, const LcePlan& plan, int64_t tile_row
       lse[r0 + i] = lse_value(st);
       loss[r0 + i] = lce_sample_loss(lse[r0 + i], target_logit[i], target[r0 + i] == ignore_index);
     }
-    parts.zero_();
-    at::parallel_for(0, plan.num_groups, 1, [&](int64_t gb, int64_t ge) {
+    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_zero_(parts.get()));
+    torch::stable::parallel_for(0, plan.num_groups, 1, [&](int64_t gb, int64_t ge) {
       for (int64_t g = gb; g < ge; ++g) {
-        auto part = parts[g].narrow(0, 0, rows);
+        Tensor part = host::rows(host::slab(parts, g), 0, rows);
         for (int64_t c = plan.group_begin(g); c < plan.group_begin(g + 1); ++c) {
           const int64_t c0 = plan.chunk_begin(c), cols = plan.chunk_cols(c, in.s);
-          at::Tensor z = block_of(c, rows);
-          T* zp = z.data_ptr<T>();
+          Tensor z = block_of(c, rows);
+          T* zp = z.mutable_data_ptr<T>();
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t r = r0 + i;
             const bool live = target[r] != ignore_index;
@@ -204,12 +203,13 @@ void lce_fused_kernel(const LceInputs& in, const LcePlan& plan, int64_t tile_row
           if (grad_bias != nullptr) {
             for (int64_t i = 0; i < rows; ++i) add_row<T>(isa, grad_bias + c0, zp + i * cols, cols);
           }
-          grad_W.narrow(0, c0, cols).addmm_(z.t(), h_tile, 1, scale);
-          part.addmm_(z, in.W.narrow(0, c0, cols), 1, scale);
+          Tensor grad_Wc = host::rows(grad_W, c0, cols);
+          aten::addmm_(grad_Wc, host::t(z), h_tile, scale);
+          aten::addmm_(part, z, host::rows(in.W, c0, cols), scale);
         }
       }
     });
-    const T* pp = parts.data_ptr<T>();
+    const T* pp = parts.const_data_ptr<T>();
     for (int64_t g = 0; g < plan.num_groups; ++g) {
       for (int64_t k = 0; k < rows * in.d; ++k) grad_h[r0 * in.d + k] += pp[g * tile_rows * in.d + k];
     }
@@ -218,100 +218,119 @@ void lce_fused_kernel(const LceInputs& in, const LcePlan& plan, int64_t tile_row
 
 // Sum (1), mean over the samples not ignored (2), or the per-sample losses (0), summed in sample
 // order in double: the same bits for any thread count.
-at::Tensor reduce_lce_loss(const at::Tensor& loss, const at::Tensor& tgt, int64_t ignore_index, int64_t red) {
+Tensor reduce_lce_loss(const Tensor& loss, const Tensor& tgt, int64_t ignore_index, int64_t red) {
   if (red == 0) return loss;
   double total = 0;
   int64_t count = 0;
-  AT_DISPATCH_FLOATING_TYPES(loss.scalar_type(), "reduce_lce_loss", [&] {
-    const scalar_t* lp = loss.data_ptr<scalar_t>();
-    const int64_t* tp = tgt.data_ptr<int64_t>();
+  FK_DISPATCH_FLOATING(loss.scalar_type(), "reduce_lce_loss", [&] {
+    const scalar_t* lp = loss.const_data_ptr<scalar_t>();
+    const int64_t* tp = tgt.const_data_ptr<int64_t>();
     for (int64_t i = 0; i < loss.numel(); ++i) {
       total += lp[i];
       count += tp[i] != ignore_index;
     }
   });
   const double value = red == 1 ? total : (count > 0 ? total / count : 0.0);
-  return at::full({}, value, loss.options());
+  return torch::stable::full({}, value, loss.scalar_type(), std::nullopt, loss.device());
 }
+
+// Elements per task of the group-order sum of the partial grad_h (ATen's internal GRAIN_SIZE, what
+// Tensor.add_ split by).
+constexpr int64_t kAddGrain = 32768;
 
 }  // namespace
 
-static std::tuple<at::Tensor, at::Tensor> linear_cross_entropy_cpu(const at::Tensor& h, const at::Tensor& W,
-                                                                   const at::Tensor& target,
-                                                                   const std::optional<at::Tensor>& bias, double scale,
-                                                                   int64_t ignore_index, c10::string_view reduction,
-                                                                   int64_t chunk_size) {
+static std::tuple<Tensor, Tensor> linear_cross_entropy_cpu(const Tensor& h, const Tensor& W, const Tensor& target,
+                                                           const std::optional<Tensor>& bias, double scale,
+                                                           int64_t ignore_index, std::string_view reduction,
+                                                           int64_t chunk_size) {
   check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   const int64_t red = lce_reduction_code(std::string(reduction));
   const LceInputs in(h, W, bias);
-  const auto tgt = target.contiguous();
+  const Tensor tgt = contig(target);
   const LcePlan plan(in.n, in.s, chunk_size);
-  auto loss = at::empty({in.n}, in.h.options());
-  auto lse = at::empty({in.n}, in.h.options());
-  AT_DISPATCH_FLOATING_TYPES(in.h.scalar_type(), "linear_cross_entropy_cpu", [&] {
-    lce_forward_kernel<scalar_t>(in, plan, tgt.data_ptr<int64_t>(), ignore_index, static_cast<scalar_t>(scale),
-                                 loss.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>());
+  Tensor loss = host::empty(in.h, {in.n});
+  Tensor lse = host::empty(in.h, {in.n});
+  FK_DISPATCH_FLOATING(in.h.scalar_type(), "linear_cross_entropy_cpu", [&] {
+    lce_forward_kernel<scalar_t>(in, plan, tgt.const_data_ptr<int64_t>(), ignore_index, static_cast<scalar_t>(scale),
+                                 loss.mutable_data_ptr<scalar_t>(), lse.mutable_data_ptr<scalar_t>());
   });
   loss = reduce_lce_loss(loss, tgt, ignore_index, red);
   return {loss, lse};
 }
 
-static std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_cross_entropy_backward_cpu(
-    const at::Tensor& h, const at::Tensor& W, const at::Tensor& target, const std::optional<at::Tensor>& bias,
-    const at::Tensor& lse, const at::Tensor& grad_loss, const at::Tensor& grad_lse, double scale, int64_t ignore_index,
-    int64_t chunk_size) {
+static std::tuple<Tensor, Tensor, Tensor> linear_cross_entropy_backward_cpu(
+    const Tensor& h, const Tensor& W, const Tensor& target, const std::optional<Tensor>& bias, const Tensor& lse,
+    const Tensor& grad_loss, const Tensor& grad_lse, double scale, int64_t ignore_index, int64_t chunk_size) {
   check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   check_lce_backward_args(h, lse, grad_loss, grad_lse);
   const LceInputs in(h, W, bias);
-  const auto tgt = target.contiguous();
+  const Tensor tgt = contig(target);
   const LcePlan plan(in.n, in.s, chunk_size);
-  auto grad_h_parts = at::zeros({plan.num_groups, in.n, in.d}, in.h.options());
-  auto grad_W = at::zeros({in.s, in.d}, in.h.options());
-  auto grad_bias = at::zeros({bias.has_value() ? in.s : 0}, in.h.options());
-  const auto l = lse.contiguous(), gl = grad_loss.contiguous(), gs = grad_lse.contiguous();
-  AT_DISPATCH_FLOATING_TYPES(in.h.scalar_type(), "linear_cross_entropy_backward_cpu", [&] {
-    lce_backward_kernel<scalar_t>(in, plan, tgt.data_ptr<int64_t>(), ignore_index, static_cast<scalar_t>(scale),
-                                  l.data_ptr<scalar_t>(), gl.data_ptr<scalar_t>(), gs.data_ptr<scalar_t>(),
-                                  grad_h_parts, grad_W, bias.has_value() ? grad_bias.data_ptr<scalar_t>() : nullptr);
+  Tensor grad_h_parts = host::zeros(in.h, {plan.num_groups, in.n, in.d});
+  Tensor grad_W = host::zeros(in.h, {in.s, in.d});
+  Tensor grad_bias = host::zeros(in.h, {bias.has_value() ? in.s : 0});
+  const Tensor l = contig(lse), gl = contig(grad_loss), gs = contig(grad_lse);
+  Tensor grad_h;
+  FK_DISPATCH_FLOATING(in.h.scalar_type(), "linear_cross_entropy_backward_cpu", [&] {
+    lce_backward_kernel<scalar_t>(in, plan, tgt.const_data_ptr<int64_t>(), ignore_index, static_cast<scalar_t>(scale),
+                                  l.const_data_ptr<scalar_t>(), gl.const_data_ptr<scalar_t>(),
+                                  gs.const_data_ptr<scalar_t>(), grad_h_parts, grad_W,
+                                  bias.has_value() ? grad_bias.mutable_data_ptr<scalar_t>() : nullptr);
+    // Partial grad_h of the class groups, added in group order (elementwise: the same bits as
+    // Tensor.add_, for any thread count).
+    grad_h = host::slab(grad_h_parts, 0);
+    if (plan.num_groups > 1) {
+      grad_h = torch::stable::clone(grad_h);
+      scalar_t* acc = grad_h.mutable_data_ptr<scalar_t>();
+      const scalar_t* parts = grad_h_parts.const_data_ptr<scalar_t>();
+      const int64_t size = in.n * in.d;
+      torch::stable::parallel_for(0, size, kAddGrain, [&](int64_t b, int64_t e) {
+        for (int64_t g = 1; g < plan.num_groups; ++g) {
+          const scalar_t* part = parts + g * size;
+          for (int64_t k = b; k < e; ++k) acc[k] += part[k];
+        }
+      });
+    }
   });
-  // Partial grad_h of the class groups, added in group order.
-  auto grad_h = plan.num_groups == 1 ? grad_h_parts[0] : grad_h_parts[0].clone();
-  for (int64_t g = 1; g < plan.num_groups; ++g) grad_h.add_(grad_h_parts[g]);
   return lce_grads_in_input_dtypes(grad_h, grad_W, grad_bias, h, W, bias);
 }
 
 // Loss (reduced: "sum" or "mean"), lse, and grad_h, grad_W, grad_bias of the loss for an upstream
 // gradient of 1, in the accumulation dtype (the autograd wrapper scales them by the real one).
-static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> linear_cross_entropy_fused_cpu(
-    const at::Tensor& h, const at::Tensor& W, const at::Tensor& target, const std::optional<at::Tensor>& bias,
-    double scale, int64_t ignore_index, c10::string_view reduction, int64_t chunk_size) {
+static std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> linear_cross_entropy_fused_cpu(
+    const Tensor& h, const Tensor& W, const Tensor& target, const std::optional<Tensor>& bias, double scale,
+    int64_t ignore_index, std::string_view reduction, int64_t chunk_size) {
   check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   const int64_t red = lce_reduction_code(std::string(reduction));
-  TORCH_CHECK_VALUE(red != 0, "linear_cross_entropy_fused: reduction must be 'mean' or 'sum', got 'none'");
+  FK_CHECK_VALUE(red != 0, "linear_cross_entropy_fused: reduction must be 'mean' or 'sum', got 'none'");
   const LceInputs in(h, W, bias);
-  const auto tgt = target.contiguous();
+  const Tensor tgt = contig(target);
   const LcePlan plan(in.n, in.s, chunk_size);
-  auto loss = at::empty({in.n}, in.h.options());
-  auto lse = at::empty({in.n}, in.h.options());
-  auto grad_h = at::zeros({in.n, in.d}, in.h.options());
-  auto grad_W = at::zeros({in.s, in.d}, in.h.options());
-  auto grad_bias = at::zeros({bias.has_value() ? in.s : 0}, in.h.options());
-  const int64_t live = tgt.ne(ignore_index).sum().item<int64_t>();
+  Tensor loss = host::empty(in.h, {in.n});
+  Tensor lse = host::empty(in.h, {in.n});
+  Tensor grad_h = host::zeros(in.h, {in.n, in.d});
+  Tensor grad_W = host::zeros(in.h, {in.s, in.d});
+  Tensor grad_bias = host::zeros(in.h, {bias.has_value() ? in.s : 0});
+  int64_t live = 0;  // the samples not ignored (a host tensor: counted directly)
+  const int64_t* tp = tgt.const_data_ptr<int64_t>();
+  for (int64_t i = 0; i < in.n; ++i) live += tp[i] != ignore_index;
   const double g_live = red == 1 ? 1.0 : (live > 0 ? 1.0 / static_cast<double>(live) : 0.0);
-  AT_DISPATCH_FLOATING_TYPES(in.h.scalar_type(), "linear_cross_entropy_fused_cpu", [&] {
+  FK_DISPATCH_FLOATING(in.h.scalar_type(), "linear_cross_entropy_fused_cpu", [&] {
     const int64_t tile_rows = std::min(lce_fused_tile_rows(plan, in.s, sizeof(scalar_t)), std::max<int64_t>(in.n, 1));
-    lce_fused_kernel<scalar_t>(in, plan, tile_rows, tgt.data_ptr<int64_t>(), ignore_index, static_cast<scalar_t>(scale),
-                               static_cast<scalar_t>(g_live), loss.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
-                               grad_h.data_ptr<scalar_t>(), grad_W,
-                               bias.has_value() ? grad_bias.data_ptr<scalar_t>() : nullptr);
+    lce_fused_kernel<scalar_t>(in, plan, tile_rows, tgt.const_data_ptr<int64_t>(), ignore_index,
+                               static_cast<scalar_t>(scale), static_cast<scalar_t>(g_live),
+                               loss.mutable_data_ptr<scalar_t>(), lse.mutable_data_ptr<scalar_t>(),
+                               grad_h.mutable_data_ptr<scalar_t>(), grad_W,
+                               bias.has_value() ? grad_bias.mutable_data_ptr<scalar_t>() : nullptr);
   });
   return {reduce_lce_loss(loss, tgt, ignore_index, red), lse, grad_h, grad_W, grad_bias};
 }
 
-TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
-  m.impl("linear_cross_entropy", &linear_cross_entropy_cpu);
-  m.impl("linear_cross_entropy_backward", &linear_cross_entropy_backward_cpu);
-  m.impl("linear_cross_entropy_fused", &linear_cross_entropy_fused_cpu);
+STABLE_TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
+  m.impl("linear_cross_entropy", TORCH_BOX(&linear_cross_entropy_cpu));
+  m.impl("linear_cross_entropy_backward", TORCH_BOX(&linear_cross_entropy_backward_cpu));
+  m.impl("linear_cross_entropy_fused", TORCH_BOX(&linear_cross_entropy_fused_cpu));
 }
 
 }  // namespace fedkernels

@@ -3,7 +3,7 @@
 // The pairs are distinct, so every correct sort gives this one order, whatever the thread count.
 #pragma once
 
-#include <ATen/Parallel.h>
+#include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
 #include <climits>
@@ -30,13 +30,14 @@ struct CpuRowSegments {
 inline void counting_row_order(const int64_t* idx, int64_t t_count, int64_t n, CpuRowSegments& s) {
   constexpr int64_t kBlock = 32768;        // sources per block: enough work to be worth a thread
   constexpr int64_t kRowsPerPart = 65536;  // rows per range of the prefix pass
-  const int64_t blocks = std::min<int64_t>((t_count + kBlock - 1) / kBlock, std::max(1, at::get_num_threads()));
+  const int64_t blocks =
+      std::min<int64_t>((t_count + kBlock - 1) / kBlock, std::max<int64_t>(1, torch::stable::get_num_threads()));
   const int64_t per = (t_count + blocks - 1) / blocks;
   // cursor[b * n + r]: next slot of block b's sources of row r (counts first); int32 (T < 2^31 here)
   // halves the pages this scratch touches.
   std::vector<int32_t>& cursor = s.cursor;
   cursor.assign(static_cast<size_t>(blocks * n), 0);
-  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+  torch::stable::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       int32_t* c = cursor.data() + b * n;
       for (int64_t t = b * per, e = std::min(t_count, (b + 1) * per); t < e; ++t) ++c[idx[t]];
@@ -45,9 +46,10 @@ inline void counting_row_order(const int64_t* idx, int64_t t_count, int64_t n, C
   // The prefix over rows, in row ranges run in parallel: each range first counts its sources and
   // distinct rows, then writes its cursors, rows and segment ends from those offsets. The row and
   // segment writes are branch-free (which rows are named is random: a branch mispredicts).
-  const int64_t parts = std::min<int64_t>(std::max(1, at::get_num_threads()), (n + kRowsPerPart - 1) / kRowsPerPart);
+  const int64_t parts =
+      std::min<int64_t>(std::max<int64_t>(1, torch::stable::get_num_threads()), (n + kRowsPerPart - 1) / kRowsPerPart);
   std::vector<int64_t> part_sources(parts + 1, 0), part_rows(parts + 1, 0);
-  at::parallel_for(0, parts, 1, [&](int64_t q0, int64_t q1) {
+  torch::stable::parallel_for(0, parts, 1, [&](int64_t q0, int64_t q1) {
     for (int64_t q = q0; q < q1; ++q) {
       int64_t sources = 0, distinct = 0;
       for (int64_t r = n * q / parts, e = n * (q + 1) / parts; r < e; ++r) {
@@ -68,7 +70,7 @@ inline void counting_row_order(const int64_t* idx, int64_t t_count, int64_t n, C
   s.rows.resize(num_rows);
   s.seg.resize(num_rows + 1);
   s.seg[0] = 0;
-  at::parallel_for(0, parts, 1, [&](int64_t q0, int64_t q1) {
+  torch::stable::parallel_for(0, parts, 1, [&](int64_t q0, int64_t q1) {
     for (int64_t q = q0; q < q1; ++q) {
       int32_t next = static_cast<int32_t>(part_sources[q]);
       int64_t u = part_rows[q];
@@ -89,7 +91,7 @@ inline void counting_row_order(const int64_t* idx, int64_t t_count, int64_t n, C
     }
   });
   s.perm.resize(t_count);
-  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+  torch::stable::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       int32_t* c = cursor.data() + b * n;
       for (int64_t t = b * per, e = std::min(t_count, (b + 1) * per); t < e; ++t) s.perm[c[idx[t]]++] = t;

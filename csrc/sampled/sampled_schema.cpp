@@ -1,8 +1,8 @@
-// Schemas of the sampled family (FedSS sampled softmax), a TORCH_LIBRARY_FRAGMENT of the fedkernels
-// library; the kernels register per device in this folder's *_cpu.cpp / *_cuda.cu.
-#include <torch/library.h>
+// Schemas of the sampled family (FedSS sampled softmax), a STABLE_TORCH_LIBRARY_FRAGMENT of the fedkernels
+// library; the kernels register per device in this folder's *_cpu.cpp / *_cuda.cpp.
+#include <torch/csrc/stable/library.h>
 
-TORCH_LIBRARY_FRAGMENT(fedkernels, m) {
+STABLE_TORCH_LIBRARY_FRAGMENT(fedkernels, m) {
   m.def("sample_negatives(Tensor positives, int num_classes, int m, int seed) -> Tensor");
   m.def("sample_negatives_batched(Tensor indptr, Tensor indices, int num_classes, int m, int seed) -> Tensor");
   m.def(

@@ -1,17 +1,15 @@
 // CPU launcher of scatter_rows_mean: a counting sort of the sources by row, then output rows in
 // parallel, each summing its sources in their stable order (sampled.h's per-row math).
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
-
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
 #include <vector>
 
 #include "common/cpu_isa.h"
-#include "common/dispatch.h"
+#include "common/stable/check.h"
+#include "common/stable/dispatch.h"
+#include "common/stable/sampled_extra.h"
+#include "common/stable/tensor.h"
 #include "sampled/row_order_cpu.h"
 #include "sampled/sampled.h"
 #include "sampled/sampled_checks.h"
@@ -68,10 +66,10 @@ void mean_all_rows(const ScatterJob<scalar_t, acc_t>& j, int64_t num_rows, int64
   const CpuIsa isa = cpu_isa();
   const int64_t rows_per_chunk = std::max<int64_t>(1, num_rows * kChunkSources / t_count);
   const int64_t chunks = (num_rows + rows_per_chunk - 1) / rows_per_chunk;
-  const int64_t workers = std::min<int64_t>(chunks, at::get_num_threads());
+  const int64_t workers = std::min<int64_t>(chunks, torch::stable::get_num_threads());
   const bool stream = num_rows * j.d * static_cast<int64_t>(sizeof(scalar_t)) >= kStreamOutputBytes;
   std::atomic<int64_t> next{0};
-  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+  torch::stable::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     std::vector<acc_t> acc(2 * j.d);  // the accumulator, and the row to stream (float/double)
     for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
          c = next.fetch_add(1, std::memory_order_relaxed)) {
@@ -115,12 +113,11 @@ std::vector<acc_t>& weight_sums_scratch() {
 
 }  // namespace
 
-static void scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx, const at::Tensor& src,
-                                  const at::Tensor& weight) {
+static void scatter_rows_mean_cpu(Tensor& out, const Tensor& idx, const Tensor& src, const Tensor& weight) {
   check_scatter_rows_mean_args(out, idx, src, weight);
   if (idx.numel() == 0 || out.size(1) == 0) return;
-  const auto ix = idx.contiguous();
-  const auto source = src.contiguous();
+  const Tensor ix = contig(idx);
+  const Tensor source = contig(src);
   const int64_t d = out.size(1), t_count = ix.numel();
   // The sort's arrays are kept by the calling thread between calls: a server aggregates round after
   // round at similar sizes, and fresh arrays cost a page fault per 4 KiB on every call (glibc hands
@@ -128,12 +125,12 @@ static void scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx, const 
   // (A reference: lambdas below must reach this thread's arrays, not their worker thread's own.)
   CpuRowSegments& segs = row_segments_scratch();
   const ReleaseIfLarge<CpuRowSegments> release_segs{segs};
-  cpu_row_segments(ix.data_ptr<int64_t>(), t_count, out.size(0), segs);
+  cpu_row_segments(ix.const_data_ptr<int64_t>(), t_count, out.size(0), segs);
   const int64_t num_rows = static_cast<int64_t>(segs.rows.size());
   FK_DISPATCH_FLOAT_HALF_BF16(out.scalar_type(), "scatter_rows_mean_cpu", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    const auto w_acc = weight.to(c10::CppTypeToScalarType<acc_t>::value).contiguous();
-    const acc_t* w = w_acc.data_ptr<acc_t>();
+    using acc_t = opmath_t<scalar_t>;
+    const Tensor w_acc = contig(to_dtype(weight, opmath_scalar_type<scalar_t>()));
+    const acc_t* w = w_acc.const_data_ptr<acc_t>();
     // Every row's weight scale and scaled weight sum first (in stable order), so a zero-weight row
     // is reported before out is touched.
     std::vector<acc_t>& sums = weight_sums_scratch<acc_t>();
@@ -141,17 +138,16 @@ static void scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx, const 
     sums.resize(2 * num_rows);
     acc_t* wsum = sums.data();
     acc_t* wscale = sums.data() + num_rows;
-    at::parallel_for(0, num_rows, 4096, [&](int64_t u0, int64_t u1) {
+    torch::stable::parallel_for(0, num_rows, 4096, [&](int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) {
         wsum[u] = row_scaled_weight_sum(w, segs.perm.data(), segs.seg[u], segs.seg[u + 1], &wscale[u]);
       }
     });
     for (int64_t u = 0; u < num_rows; ++u) {  // the smallest such row is the one reported
-      TORCH_CHECK_VALUE(wsum[u] > 0, "weight of the sources of row ", segs.rows[u],
-                        " sums to 0: its mean is undefined");
+      FK_CHECK_VALUE(wsum[u] > 0, "weight of the sources of row ", segs.rows[u], " sums to 0: its mean is undefined");
     }
-    const ScatterJob<scalar_t, acc_t> job{out.data_ptr<scalar_t>(),
-                                          source.data_ptr<scalar_t>(),
+    const ScatterJob<scalar_t, acc_t> job{out.mutable_data_ptr<scalar_t>(),
+                                          source.const_data_ptr<scalar_t>(),
                                           segs.rows.data(),
                                           segs.seg.data(),
                                           segs.perm.data(),
@@ -163,6 +159,6 @@ static void scatter_rows_mean_cpu(at::Tensor& out, const at::Tensor& idx, const 
   });
 }
 
-TORCH_LIBRARY_IMPL(fedkernels, CPU, m) { m.impl("scatter_rows_mean", &scatter_rows_mean_cpu); }
+STABLE_TORCH_LIBRARY_IMPL(fedkernels, CPU, m) { m.impl("scatter_rows_mean", TORCH_BOX(&scatter_rows_mean_cpu)); }
 
 }  // namespace fedkernels

@@ -2,8 +2,8 @@
 // columns, sources summed in their stable order (sampled.h's per-row math, as the CPU twin
 // scatter_rows_mean_cpu.cpp). No torch header: scatter_rows_mean_cuda.cpp sorts the rows into
 // segments, allocates and launches.
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
 
 #include "sampled/sampled.h"
 #include "sampled/scatter_rows_mean_cuda_kernels.h"
