@@ -11,11 +11,11 @@ namespace fedkernels {
 static std::tuple<Tensor, Tensor> hash_buckets_cuda(const Tensor& ids, const Tensor& params, int64_t num_buckets) {
   check_hash_args(ids, params, num_buckets);
   const CudaDeviceGuard guard(ids);
-  const Tensor ids_c = torch::stable::contiguous(ids);
-  const Tensor params_c = torch::stable::contiguous(params);
+  const Tensor ids_c = contiguous_or_self(ids);
+  const Tensor params_c = contiguous_or_self(params);
   const int64_t n = ids_c.numel(), r = params_c.size(0);
-  Tensor buckets = torch::stable::new_empty(ids, {n, r}, ScalarType::Int);
-  Tensor signs = torch::stable::new_empty(ids, {n, r}, ScalarType::Char);
+  Tensor buckets = empty_on(ids, {n, r}, ScalarType::Int);
+  Tensor signs = empty_on(ids, {n, r}, ScalarType::Char);
   if (n == 0) return {buckets, signs};
   launch_hash_buckets(ids_c.const_data_ptr<int64_t>(),
                       reinterpret_cast<const TableParams*>(params_c.const_data_ptr<int64_t>()), n, r,
