@@ -1,6 +1,6 @@
 // The CUDA kernel of hash_buckets, launched on raw pointers: the whole interface between
 // hash_ops_cuda.cu (the kernel, which nvcc compiles without any torch header) and hash_ops_cuda.cpp
-// (the ATen launcher).
+// (the torch-side launcher).
 #pragma once
 
 #include <cuda_runtime_api.h>
