@@ -9,6 +9,15 @@ import torch
 from .. import _C  # noqa: F401  (registers the schemas)
 from .._validate import as_csr, as_table, as_tensor
 
+# label_hash.out: the one schema defined here rather than in csrc/sketch/sketch_schema.cpp, for its
+# Tag::out (torch.compile functionalizes out= ops that carry it; torch < 2.13 has no such tag, and the
+# op is then defined without it). Its kernels are registered by the compiled library.
+_LABEL_HASH_OUT_LIB = torch.library.Library("fedkernels", "FRAGMENT")
+_LABEL_HASH_OUT_LIB.define(
+    "label_hash.out(Tensor indptr, Tensor indices, Tensor table, int num_buckets, *, Tensor(a!) out) -> Tensor(a!)",
+    tags=(torch.Tag.out,) if hasattr(torch.Tag, "out") else (),
+)
+
 
 def label_hash(
     indptr: torch.Tensor,
