@@ -9,7 +9,7 @@
 # 2.10: the first torch that checks an extension's shim version, and has every call these ops make.
 set(FK_TORCH_TARGET_VERSION "0x020a000000000000")
 # The families on the stable ABI (the rest still build into _C against ATen until they are ported).
-set(FK_STABLE_FAMILIES prox)
+set(FK_STABLE_FAMILIES prox spread)
 
 set(FK_STABLE_SOURCES "${CMAKE_CURRENT_SOURCE_DIR}/csrc/common/cpu_isa.cpp")
 foreach(family IN LISTS FK_STABLE_FAMILIES)
