@@ -31,7 +31,9 @@ inline void check_class_matrix_shape(const Tensor& W) {
 // W: float32/float16/bfloat16/float64 [C, d] with finite values.
 inline void check_class_matrix(const Tensor& W) {
   check_class_matrix_shape(W);
-  if (W.numel() > 0) {
+  if (host_scan(W)) {
+    FK_CHECK_VALUE(host_float_stats(W).finite, "W must be finite (it has NaN or inf entries)");
+  } else if (W.numel() > 0) {
     // In row chunks of about 2^20 entries: isfinite's temporaries would otherwise be several [C, d]
     // tensors, more than knn_classes itself needs. One host sync at the end.
     const int64_t step = std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, W.size(1)));
@@ -72,7 +74,7 @@ inline void check_neighbours(const Tensor& idx, int64_t num_classes, const Tenso
   FK_CHECK_VALUE(idx.size(0) == num_classes, "idx must have one row per class (", num_classes, "), got shape ",
                  shape_text(idx.sizes()));
   check_same_device(idx, "idx", W, "W");
-  check_index_range(idx, 0, num_classes, "idx");
+  check_index_range_spread(idx, 0, num_classes, "idx");
 }
 
 // Sparse pair weights: CSR over C rows, each row's column ids strictly increasing in [0, C),
@@ -86,8 +88,12 @@ inline void check_pair_weights(const Tensor& indptr, const Tensor& indices, cons
   FK_CHECK_VALUE(values.numel() == indices.numel(), "pair_weight values must have one entry per index (",
                  indices.numel(), "), got ", values.numel());
   check_same_device(values, "pair_weight values", indices, "pair_weight indices");
-  check_index_range(indices, 0, num_classes, "pair_weight indices");
-  if (values.numel() > 0) {
+  check_index_range_spread(indices, 0, num_classes, "pair_weight indices");
+  if (host_scan(values)) {
+    const HostFloatStats st = host_float_stats(values);
+    FK_CHECK_VALUE(st.finite, "pair_weight values must be finite");
+    FK_CHECK_VALUE(st.min >= 0.0, "pair_weight values must be >= 0");
+  } else if (values.numel() > 0) {
     FK_CHECK_VALUE(item_bool(all_finite(values)), "pair_weight values must be finite");
     FK_CHECK_VALUE(item_double(min(values)) >= 0.0, "pair_weight values must be >= 0");
   }
@@ -108,7 +114,7 @@ inline void check_pair_weight_gather_args(const Tensor& indptr, const Tensor& in
   check_dim(idx, 2, "idx");
   check_pair_weights(indptr, indices, values, idx.size(0));
   check_same_device(idx, "idx", indices, "pair_weight indices");
-  check_index_range(idx, 0, idx.size(0), "idx");
+  check_index_range_spread(idx, 0, idx.size(0), "idx");
 }
 
 // The pairs (r, j) pointing at each class t, for the backward: flat ids r * k + j grouped by target
@@ -128,7 +134,10 @@ inline void check_pair_loss_args(const Tensor& W, const Tensor& idx, const Tenso
   FK_CHECK_VALUE(std::equal(ws.begin(), ws.end(), is.begin(), is.end()), "weight must have the shape of idx ",
                  shape_text(is), ", got ", shape_text(ws));
   check_same_device(weight, "weight", W, "W");
-  if (weight.numel() > 0) {
+  if (host_scan(weight)) {
+    const HostFloatStats st = host_float_stats(weight);
+    FK_CHECK_VALUE(st.finite && st.min >= 0.0, "weight must be finite and >= 0");
+  } else if (weight.numel() > 0) {
     FK_CHECK_VALUE(item_bool(all_finite(weight)) && item_double(min(weight)) >= 0.0, "weight must be finite and >= 0");
   }
   FK_CHECK_VALUE(std::isfinite(margin) && margin >= 0.0, "margin must be finite and >= 0, got ", margin);

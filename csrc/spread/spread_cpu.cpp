@@ -299,7 +299,7 @@ std::tuple<Tensor, Tensor> knn_classes_cpu(const Tensor& W_in, int64_t k, std::s
     check_knn_shape_args(W_in, k, metric_name);
   }
   const int metric = parse_metric(metric_name);
-  const Tensor W = torch::stable::contiguous(W_in);
+  const Tensor W = as_contiguous(W_in);
   const int64_t c = W.size(0), d = W.size(1);
   const ScalarType acc_type = W.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
   const spread_cpu::KnnLevel* level = spread_cpu::knn_level(cpu_isa());  // one level for the whole call

@@ -72,7 +72,7 @@ std::tuple<Tensor, Tensor> knn_classes_cuda(const Tensor& W_in, int64_t k, std::
   const CudaDeviceGuard guard(W_in);
   // No gradient flows through this op; its GEMM must not meet a parameter's requires_grad (mm_out refuses).
   const NoGradGuard no_grad;
-  const Tensor W = torch::stable::contiguous(W_in);
+  const Tensor W = as_contiguous(W_in);
   const int64_t c = W.size(0), d = W.size(1);
   const ScalarType acc_type = W.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
   Tensor dist = torch::stable::new_empty(W, {c, k}, acc_type);

@@ -20,8 +20,8 @@ namespace {
 Tensor pair_weight_gather_cpu(const Tensor& indptr, const Tensor& indices, const Tensor& values, const Tensor& idx_in) {
   check_pair_weight_gather_args(indptr, indices, values, idx_in);
   const int64_t c = idx_in.size(0), k = idx_in.size(1);
-  const Tensor ip = torch::stable::contiguous(indptr), ix = torch::stable::contiguous(indices),
-               vv = torch::stable::contiguous(values), idx = torch::stable::contiguous(idx_in);
+  const Tensor ip = as_contiguous(indptr), ix = as_contiguous(indices), vv = as_contiguous(values),
+               idx = as_contiguous(idx_in);
   Tensor out = torch::stable::new_empty(values, {c, k});
   const int64_t *p = ip.const_data_ptr<int64_t>(), *cols = ix.const_data_ptr<int64_t>(),
                 *nb = idx.const_data_ptr<int64_t>();
@@ -85,8 +85,7 @@ Tensor spreadout_pair_loss_cpu(const Tensor& W_in, const Tensor& idx_in, const T
                                std::string metric_name) {
   check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
   const int metric = parse_metric(metric_name);
-  const Tensor W = torch::stable::contiguous(W_in), idx = torch::stable::contiguous(idx_in),
-               weight = torch::stable::contiguous(weight_in);
+  const Tensor W = as_contiguous(W_in), idx = as_contiguous(idx_in), weight = as_contiguous(weight_in);
   const ScalarType out_type = W.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
   const int64_t c = W.size(0);
   std::vector<double> rows(static_cast<size_t>(c), 0.0);
@@ -101,8 +100,7 @@ Tensor spreadout_pair_loss_backward_cpu(const Tensor& grad, const Tensor& W_in, 
   check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
   FK_CHECK_VALUE(grad.numel() == 1, "grad must be a scalar, got shape ", shape_text(grad.sizes()));
   const int metric = parse_metric(metric_name);
-  const Tensor W = torch::stable::contiguous(W_in), idx = torch::stable::contiguous(idx_in),
-               weight = torch::stable::contiguous(weight_in);
+  const Tensor W = as_contiguous(W_in), idx = as_contiguous(idx_in), weight = as_contiguous(weight_in);
   const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
   Tensor gw = torch::stable::new_zeros(W, W.sizes());
   if (k == 0 || c == 0) return gw;

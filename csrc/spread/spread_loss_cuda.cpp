@@ -29,8 +29,8 @@ Tensor pair_weight_gather_cuda(const Tensor& indptr, const Tensor& indices, cons
   check_pair_weight_gather_args(indptr, indices, values, idx_in);
   const int64_t c = idx_in.size(0), k = idx_in.size(1);
   const CudaDeviceGuard guard(idx_in);
-  const Tensor ip = torch::stable::contiguous(indptr), ix = torch::stable::contiguous(indices),
-               vv = torch::stable::contiguous(values), idx = torch::stable::contiguous(idx_in);
+  const Tensor ip = as_contiguous(indptr), ix = as_contiguous(indices), vv = as_contiguous(values),
+               idx = as_contiguous(idx_in);
   Tensor out = torch::stable::new_empty(values, {c, k});
   if (c * k == 0) return out;
   spread_cuda::launch_pair_weight_gather(ip.const_data_ptr<int64_t>(), ix.const_data_ptr<int64_t>(),
@@ -57,8 +57,7 @@ Tensor spreadout_pair_loss_cuda(const Tensor& W_in, const Tensor& idx_in, const 
   check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
   const int metric = parse_metric(metric_name);
   const CudaDeviceGuard guard(W_in);
-  const Tensor W = torch::stable::contiguous(W_in), idx = torch::stable::contiguous(idx_in),
-               weight = torch::stable::contiguous(weight_in);
+  const Tensor W = as_contiguous(W_in), idx = as_contiguous(idx_in), weight = as_contiguous(weight_in);
   const int64_t c = W.size(0);
   Tensor total = torch::stable::new_zeros(W, std::vector<int64_t>{}, ScalarType::Double);
   if (c > 0 && idx.size(1) > 0) {
@@ -86,8 +85,7 @@ Tensor spreadout_pair_loss_backward_cuda(const Tensor& grad, const Tensor& W_in,
   FK_CHECK_VALUE(grad.numel() == 1, "grad must be a scalar, got shape ", shape_text(grad.sizes()));
   const int metric = parse_metric(metric_name);
   const CudaDeviceGuard guard(W_in);
-  const Tensor W = torch::stable::contiguous(W_in), idx = torch::stable::contiguous(idx_in),
-               weight = torch::stable::contiguous(weight_in);
+  const Tensor W = as_contiguous(W_in), idx = as_contiguous(idx_in), weight = as_contiguous(weight_in);
   const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
   Tensor gw = torch::stable::new_zeros(W, W.sizes());
   if (k == 0 || c == 0 || d == 0) return gw;

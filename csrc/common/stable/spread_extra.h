@@ -3,7 +3,11 @@
 // tensors that ATen would build from a Scalar (a one, an arange), made on the host instead.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +15,9 @@
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 
 #include "common/stable/calls.h"
+#include "common/stable/check.h"
+#include "common/stable/checks.h"
+#include "common/stable/dispatch.h"
 #include "common/stable/tensor.h"
 
 namespace fedkernels {
@@ -74,6 +81,55 @@ inline Tensor clamp_min(const Tensor& t, const Tensor& lo) {
 // -1 / t as ATen computes the Scalar division (reciprocal, then times -1: the same bits as neg).
 inline Tensor neg_reciprocal(const Tensor& t) {
   return call_aten_tensor("aten::neg", "", call_aten_tensor("aten::reciprocal", "", t));
+}
+
+// Small host tensors are checked by a loop instead of ATen reductions: every call through the stable
+// dispatcher costs microseconds (a schema lookup, boxing), which small calls would notice; above this
+// many entries the reductions (vectorised, parallel) win and the call costs nothing in comparison.
+constexpr int64_t kHostScanMax = int64_t{1} << 16;
+
+inline bool host_scan(const Tensor& t) { return t.is_cpu() && t.numel() <= kHostScanMax; }
+
+// t itself when contiguous, else a contiguous copy (without a dispatcher call in the common case).
+inline Tensor as_contiguous(const Tensor& t) { return t.is_contiguous() ? t : torch::stable::contiguous(t); }
+
+// Finiteness and minimum of a floating host tensor's values, read by a loop (host_scan tensors).
+struct HostFloatStats {
+  bool finite = true;
+  double min = 0.0;  // of the finite values; meaningful when finite
+};
+inline HostFloatStats host_float_stats(const Tensor& t) {
+  HostFloatStats st;
+  if (t.numel() == 0) return st;
+  const Tensor c = as_contiguous(t);
+  FK_DISPATCH_FLOAT_HALF_BF16(c.scalar_type(), "spread_host_float_stats", [&] {
+    const scalar_t* p = c.const_data_ptr<scalar_t>();
+    double mn = std::numeric_limits<double>::infinity();
+    bool finite = true;
+    for (int64_t i = 0; i < c.numel(); ++i) {
+      const double v =
+          std::is_same_v<scalar_t, double> ? static_cast<double>(p[i]) : static_cast<double>(static_cast<float>(p[i]));
+      finite = finite && std::isfinite(v);
+      mn = v < mn ? v : mn;
+    }
+    st.finite = finite;
+    st.min = mn;
+  });
+  return st;
+}
+
+// check_index_range (checks.h) with a host loop for host_scan tensors; the same check and message.
+inline void check_index_range_spread(const Tensor& t, int64_t lo, int64_t hi, const char* name) {
+  if (!host_scan(t) || t.scalar_type() != ScalarType::Long) return check_index_range(t, lo, hi, name);
+  if (t.numel() == 0) return;
+  const Tensor c = as_contiguous(t);
+  const int64_t* p = c.const_data_ptr<int64_t>();
+  int64_t mn = p[0], mx = p[0];
+  for (int64_t i = 1; i < c.numel(); ++i) {
+    mn = std::min(mn, p[i]);
+    mx = std::max(mx, p[i]);
+  }
+  FK_CHECK_INDEX(mn >= lo && mx < hi, name, " values must lie in [", lo, ", ", hi, "), got min ", mn, " and max ", mx);
 }
 
 }  // namespace fedkernels

@@ -205,9 +205,9 @@ torch.library.register_autograd("fedkernels::spreadout_pair_loss", _pair_loss_ba
 # runs at, and the LibTorch stable ABI it is built on has no call that reads torch's matmul precision
 # setting: it asks this op (csrc/spread/spread_cuda.cpp, gemm_unit_roundoff). The backend is the one
 # that runs the GEMM on W's device (cuBLAS for CUDA tensors, mkldnn for the CPU's under the emulator);
-# its "none" / "default" inherits the generic setting. 0: IEEE, 1: TF32, 2: bf16 (3, unknown, is taken
-# as the widest).
-_FP32_PRECISION_CODES = {"ieee": 0, "tf32": 1, "bf16": 2}
+# its "none" / "default" inherits the generic setting, whose "none" is IEEE (torch's default).
+# 0: IEEE, 1: TF32, 2: bf16 (3, unknown, is taken as the widest).
+_FP32_PRECISION_CODES = {"ieee": 0, "none": 0, "default": 0, "tf32": 1, "bf16": 2}
 
 
 @torch.library.impl("fedkernels::_matmul_fp32_precision", "CompositeImplicitAutograd")
