@@ -9,7 +9,7 @@
 # 2.10: the first torch that checks an extension's shim version, and has every call these ops make.
 set(FK_TORCH_TARGET_VERSION "0x020a000000000000")
 # The families on the stable ABI (the rest still build into _C against ATen until they are ported).
-set(FK_STABLE_FAMILIES prox topk sketch select sampled common)
+set(FK_STABLE_FAMILIES prox topk sketch select sampled common spread)
 
 # The namespace's library definition and the CPU level are the library's whatever families it holds.
 set(FK_STABLE_SOURCES "${CMAKE_CURRENT_SOURCE_DIR}/csrc/common/library.cpp"

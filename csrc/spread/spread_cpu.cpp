@@ -2,7 +2,7 @@
 // keys are computed; each block pair feeds the candidate lists of its rows and of its columns. Two
 // tile paths: at the avx512 and avx2 CPU levels (float32 keys) a fused register-tile kernel tests the
 // keys against the rows' gates without storing them (knn_tiles_avx512.cpp, knn_tiles_avx2.cpp); at
-// the generic level (and for float64) at::mm fills a per-thread key tile (BLAS single-threaded inside
+// the generic level (and for float64) aten::mm fills a per-thread key tile (BLAS single-threaded inside
 // the parallel region) that is scanned row-wise and, transposed, column-wise. Every row's list has
 // one writer at a time: for small C (fused tiles, C <= kWholeMaxRows and C * d <= kWholeCopy) all jobs run in one
 // parallel region from a PairQueue (knn_whole); otherwise block pairs run as tasks in rounds (block_schedule) in which
@@ -12,11 +12,6 @@
 // thread one packed [kBlock, d] block and a diagonal block's [n, n] products (fused path) or two
 // [kBlock, kBlock] key tiles (BLAS path); the whole-matrix path adds a packed copy of W and, for
 // cosine, float64 unit rows.
-#include <ATen/core/Tensor.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/mm.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -26,7 +21,9 @@
 #include <vector>
 
 #include "common/cpu_isa.h"
-#include "common/dispatch.h"
+#include "common/stable/dispatch.h"
+#include "common/stable/spread_extra.h"
+#include "common/stable/tensor.h"
 #include "spread/spread.h"
 #include "spread/knn_candidates.h"
 #include "spread/knn_final.h"
@@ -59,7 +56,7 @@ std::vector<double> row_norms(const T* w, int64_t c, int64_t d, const spread_cpu
   // Chunks of at least 2^20 entries (a fraction of a millisecond): a smaller W is read by one thread,
   // since a parallel region costs a time slice whenever the other core is busy.
   const int64_t grain = std::max<int64_t>(256, (int64_t{1} << 20) / std::max<int64_t>(d, 1));
-  at::parallel_for(0, c, grain, [&](int64_t b, int64_t e) {
+  torch::stable::parallel_for(0, c, grain, [&](int64_t b, int64_t e) {
     if constexpr (std::is_same_v<T, float>) {
       if (level != nullptr) {
         level->row_sq_norms(w, b, e, d, norms.data());
@@ -154,8 +151,8 @@ void knn_whole(const spread_cpu::KnnLevel& lv, const T* w, const float* wf, int6
   const std::unique_ptr<double[]> unit(with_unit ? new double[static_cast<size_t>(c * d)] : nullptr);
   spread_cpu::FinalShare share(c, cand.ld);
   spread_cpu::PairQueue queue(t);
-  const int64_t workers = std::min<int64_t>(at::get_num_threads(), t);
-  at::parallel_for(0, workers, 1, [&](int64_t w0, int64_t w1) {
+  const int64_t workers = std::min<int64_t>(torch::stable::get_num_threads(), t);
+  torch::stable::parallel_for(0, workers, 1, [&](int64_t w0, int64_t w1) {
     spread_cpu::FinalScratch scratch;
     for (int64_t worker = w0; worker < w1; ++worker) {
       spread_cpu::PairQueue::Job job;
@@ -178,10 +175,10 @@ void knn_whole(const spread_cpu::KnnLevel& lv, const T* w, const float* wf, int6
 }
 
 template <typename T, typename ACC>
-void knn_cpu_impl(const spread_cpu::KnnLevel* level, const at::Tensor& W, const at::Tensor& Wacc, int64_t k, int metric,
-                  const std::vector<double>& norms, at::Tensor& dist, at::Tensor& idx) {
+void knn_cpu_impl(const spread_cpu::KnnLevel* level, const Tensor& W, const Tensor& Wacc, int64_t k, int metric,
+                  const std::vector<double>& norms, Tensor& dist, Tensor& idx) {
   const int64_t c = W.size(0), d = W.size(1);
-  const T* w = W.data_ptr<T>();
+  const T* w = W.const_data_ptr<T>();
   std::vector<ACC> col_term(static_cast<size_t>(c));
   double max_norm = 0.0;
   for (int64_t j = 0; j < c; ++j) {
@@ -195,8 +192,8 @@ void knn_cpu_impl(const spread_cpu::KnnLevel* level, const at::Tensor& W, const 
   cand.init(c, k, std::min<int64_t>(list_capacity(k), c - 1), metric, col_term.data());
   for (int64_t i = 0; i < c; ++i)
     cand.bands[i] = static_cast<ACC>(spread::key_band(metric, d, unit_roundoff, norms[i], max_norm));
-  ACC* out_dist = dist.data_ptr<ACC>();
-  int64_t* out_idx = idx.data_ptr<int64_t>();
+  ACC* out_dist = dist.mutable_data_ptr<ACC>();
+  int64_t* out_idx = idx.mutable_data_ptr<int64_t>();
 
   // Float32 keys at a vector level: fused register tiles (knn_tiles.h), no key matrix.
   const spread_cpu::KnnLevel* fused = std::is_same_v<ACC, float> ? level : nullptr;
@@ -204,44 +201,47 @@ void knn_cpu_impl(const spread_cpu::KnnLevel* level, const at::Tensor& W, const 
   if constexpr (std::is_same_v<ACC, float>) {
     // FEDKERNELS_KNN_TILED forces the block-pair rounds below at any size (tests compare the two paths).
     if (fused && c <= kWholeMaxRows && c * d <= kWholeCopy && std::getenv("FEDKERNELS_KNN_TILED") == nullptr) {
-      knn_whole(*fused, w, Wacc.data_ptr<float>(), c, d, k, metric, norms, vector_final, cand, out_dist, out_idx);
+      knn_whole(*fused, w, Wacc.const_data_ptr<float>(), c, d, k, metric, norms, vector_final, cand, out_dist, out_idx);
       return;
     }
   }
 
   const int64_t t = (c + kBlock - 1) / kBlock;
-  auto block_rows = [&](int64_t b) { return Wacc.narrow(0, b * kBlock, std::min(kBlock, c - b * kBlock)); };
+  auto block_rows = [&](int64_t b) {
+    Tensor all_rows = Wacc;  // a handle: stable narrow takes a non-const one
+    return torch::stable::narrow(all_rows, 0, b * kBlock, std::min(kBlock, c - b * kBlock));
+  };
   const int64_t tile = fused ? fused->packed_tile_floats(kBlock, d) : 0;
-  std::vector<std::vector<float>> packs(static_cast<size_t>(at::get_num_threads()));  // per thread, reused
   auto run_tasks = [&](const std::vector<Task>& tasks) {
-    at::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t tb, int64_t te) {
+    torch::stable::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t tb, int64_t te) {
       if constexpr (std::is_same_v<ACC, float>) {
         if (fused) {
-          std::vector<float>& pack = packs[static_cast<size_t>(at::get_thread_num())];
-          pack.resize(static_cast<size_t>(tile));
-          const float* wf = Wacc.data_ptr<float>();
+          // This thread's packed column block: one per chunk of tasks (the stable ABI has no thread id
+          // to index a per-thread buffer by); uninitialised, as packing writes what is read.
+          const std::unique_ptr<float[]> pack(new float[static_cast<size_t>(tile)]);
+          const float* wf = Wacc.const_data_ptr<float>();
           int64_t packed = -1;  // the column block now in `pack`
           for (int64_t tk = tb; tk < te; ++tk)
             for (const auto& [bi, bj] : tasks[tk]) {
               const int64_t na = std::min(kBlock, c - bi * kBlock), nb = std::min(kBlock, c - bj * kBlock);
-              if (bj != packed) fused->pack_tile_rows(wf, bj * kBlock, nb, d, pack.data());
+              if (bj != packed) fused->pack_tile_rows(wf, bj * kBlock, nb, d, pack.get());
               packed = bj;
-              fused->fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, pack.data(), bj * kBlock, nb, d, cand);
+              fused->fused_tile_pair(wf + bi * kBlock * d, bi * kBlock, na, pack.get(), bj * kBlock, nb, d, cand);
             }
           return;
         }
       }
-      at::Tensor buf = at::empty({2 * kBlock * kBlock}, Wacc.options());
+      Tensor buf = torch::stable::new_empty(Wacc, {2 * kBlock * kBlock});
       for (int64_t tk = tb; tk < te; ++tk)
         for (const auto& [bi, bj] : tasks[tk]) {
-          const at::Tensor a = block_rows(bi), b = block_rows(bj);
+          const Tensor a = block_rows(bi), b = block_rows(bj);
           const int64_t na = a.size(0), nb = b.size(0);
-          at::Tensor g = buf.narrow(0, 0, na * nb).view({na, nb});
-          at::mm_out(g, a, b.t());
-          const ACC* gp = g.data_ptr<ACC>();
+          Tensor g = torch::stable::view(torch::stable::narrow(buf, 0, 0, na * nb), {na, nb});
+          mm_out(g, a, torch::stable::transpose(b, 0, 1));
+          const ACC* gp = g.const_data_ptr<ACC>();
           for (int64_t r = 0; r < na; ++r) cand.scan(bi * kBlock + r, gp + r * nb, bj * kBlock, nb);
           if (bi == bj) continue;
-          ACC* gtp = buf.data_ptr<ACC>() + kBlock * kBlock;
+          ACC* gtp = buf.mutable_data_ptr<ACC>() + kBlock * kBlock;
           transpose_tile(gp, na, nb, gtp);
           for (int64_t r = 0; r < nb; ++r) cand.scan(bj * kBlock + r, gtp + r * na, bi * kBlock, na);
         }
@@ -250,7 +250,7 @@ void knn_cpu_impl(const spread_cpu::KnnLevel* level, const at::Tensor& W, const 
   for (const auto& round : block_schedule(t)) run_tasks(round);
 
   std::unique_ptr<spread_cpu::FinalShare> share(vector_final ? new spread_cpu::FinalShare(c, cand.ld) : nullptr);
-  at::parallel_for(0, c, 64, [&](int64_t rb, int64_t re) {
+  torch::stable::parallel_for(0, c, 64, [&](int64_t rb, int64_t re) {
     spread_cpu::FinalScratch scratch;
     spread_cpu::finalize_rows<T, ACC>(w, c, d, k, metric, norms, nullptr, vector_final ? fused : nullptr, cand,
                                       share.get(), rb, re, scratch, out_dist, out_idx);
@@ -287,35 +287,35 @@ const KnnLevel* knn_level(CpuIsa isa) {
 
 namespace {
 
-std::tuple<at::Tensor, at::Tensor> knn_classes_cpu(const at::Tensor& W_in, int64_t k, std::string metric_name) {
+std::tuple<Tensor, Tensor> knn_classes_cpu(const Tensor& W_in, int64_t k, std::string metric_name) {
   // No gradient flows through this op; the generic level's GEMM (mm_out) must not meet a parameter's
   // requires_grad.
-  const at::NoGradGuard no_grad;
+  const NoGradGuard no_grad;
   // Float64 W is checked for finite values by ATen (its squared norms can overflow for finite
   // entries); narrower types by their float64 norms, which are finite exactly when the row is.
-  if (W_in.scalar_type() == at::kDouble) {
+  if (W_in.scalar_type() == ScalarType::Double) {
     check_knn_args(W_in, k, metric_name);
   } else {
     check_knn_shape_args(W_in, k, metric_name);
   }
   const int metric = parse_metric(metric_name);
-  const at::Tensor W = W_in.contiguous();
+  const Tensor W = as_contiguous(W_in);
   const int64_t c = W.size(0), d = W.size(1);
-  const auto acc_type = W.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const ScalarType acc_type = W.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
   const spread_cpu::KnnLevel* level = spread_cpu::knn_level(cpu_isa());  // one level for the whole call
   std::vector<double> norms;
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "knn_classes_cpu_norms",
-                              [&] { norms = row_norms(W.data_ptr<scalar_t>(), c, d, level); });
-  if (W.scalar_type() != at::kDouble) {
+                              [&] { norms = row_norms(W.const_data_ptr<scalar_t>(), c, d, level); });
+  if (W.scalar_type() != ScalarType::Double) {
     bool finite = true;
     for (const double n : norms) finite = finite && std::isfinite(n);
-    TORCH_CHECK_VALUE(finite, "W must be finite (it has NaN or inf entries)");
+    FK_CHECK_VALUE(finite, "W must be finite (it has NaN or inf entries)");
   }
-  at::Tensor dist = at::empty({c, k}, W.options().dtype(acc_type));
-  at::Tensor idx = at::empty({c, k}, W.options().dtype(at::kLong));
+  Tensor dist = torch::stable::new_empty(W, {c, k}, acc_type);
+  Tensor idx = torch::stable::new_empty(W, {c, k}, ScalarType::Long);
   if (k == 0 || c == 0) return {dist, idx};
   // The GEMM runs on float32 (float64 for float64 W); half inputs get a float32 copy.
-  const at::Tensor Wacc = W.scalar_type() == acc_type ? W : W.to(acc_type);
+  const Tensor Wacc = W.scalar_type() == acc_type ? W : torch::stable::to(W, acc_type);
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "knn_classes_cpu", [&] {
     if constexpr (std::is_same_v<scalar_t, double>) {
       knn_cpu_impl<scalar_t, double>(level, W, Wacc, k, metric, norms, dist, idx);
@@ -328,6 +328,6 @@ std::tuple<at::Tensor, at::Tensor> knn_classes_cpu(const at::Tensor& W_in, int64
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fedkernels, CPU, m) { m.impl("knn_classes", &knn_classes_cpu); }
+STABLE_TORCH_LIBRARY_IMPL(fedkernels, CPU, m) { m.impl("knn_classes", TORCH_BOX(&knn_classes_cpu)); }
 
 }  // namespace fedkernels

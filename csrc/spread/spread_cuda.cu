@@ -22,8 +22,8 @@
 // The finalize then depends on the kept ids only, so the output is bit-identical to the CPU op.
 //
 // No torch header here: spread_cuda.cpp runs the GEMMs, allocates and calls the launch_* below.
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
 
 #include <cstdint>
 #include <limits>

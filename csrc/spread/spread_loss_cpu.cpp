@@ -3,17 +3,13 @@
 // stable sort by target (no atomics). Pair distances and the cosine projection are summed over dims in
 // warp order (spread.h: lane_distance, cosine_projection) and the row sums in the CUDA launcher's
 // two-pass tree (ordered_sum below), so the CPU's loss and gradient are bit-identical to the CUDA kernels'.
-#include <ATen/core/Tensor.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/scalar_tensor.h>
-#include <ATen/ops/zeros_like.h>
-
 #include <algorithm>
 #include <vector>
 
-#include "common/dispatch.h"
+#include "common/stable/calls.h"
+#include "common/stable/check.h"
+#include "common/stable/dispatch.h"
+#include "common/stable/tensor.h"
 #include "spread/spread.h"
 #include "spread/spread_checks.h"
 
@@ -21,16 +17,17 @@ namespace fedkernels {
 
 namespace {
 
-at::Tensor pair_weight_gather_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& values,
-                                  const at::Tensor& idx_in) {
+Tensor pair_weight_gather_cpu(const Tensor& indptr, const Tensor& indices, const Tensor& values, const Tensor& idx_in) {
   check_pair_weight_gather_args(indptr, indices, values, idx_in);
   const int64_t c = idx_in.size(0), k = idx_in.size(1);
-  const auto ip = indptr.contiguous(), ix = indices.contiguous(), vv = values.contiguous(), idx = idx_in.contiguous();
-  at::Tensor out = at::empty({c, k}, values.options());
-  const int64_t *p = ip.data_ptr<int64_t>(), *cols = ix.data_ptr<int64_t>(), *nb = idx.data_ptr<int64_t>();
-  const float* v = vv.data_ptr<float>();
-  float* o = out.data_ptr<float>();
-  at::parallel_for(0, c, 1024, [&](int64_t b, int64_t e) {
+  const Tensor ip = as_contiguous(indptr), ix = as_contiguous(indices), vv = as_contiguous(values),
+               idx = as_contiguous(idx_in);
+  Tensor out = torch::stable::new_empty(values, {c, k});
+  const int64_t *p = ip.const_data_ptr<int64_t>(), *cols = ix.const_data_ptr<int64_t>(),
+                *nb = idx.const_data_ptr<int64_t>();
+  const float* v = vv.const_data_ptr<float>();
+  float* o = out.mutable_data_ptr<float>();
+  torch::stable::parallel_for(0, c, 1024, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
       for (int64_t j = 0; j < k; ++j) o[r * k + j] = spread::pair_weight_lookup(p, cols, v, r, nb[r * k + j]);
   });
@@ -48,14 +45,14 @@ double ordered_sum(const double* x, int64_t n) {
   return spread::block_tree_sum(chunks.data(), static_cast<int64_t>(chunks.size()));
 }
 
-std::vector<double> norms_if_cosine(const at::Tensor& W, int metric) {
+std::vector<double> norms_if_cosine(const Tensor& W, int metric) {
   std::vector<double> norms;
   if (metric != spread::kCosine) return norms;
   const int64_t c = W.size(0), d = W.size(1);
   norms.resize(static_cast<size_t>(c));
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spread_norms", [&] {
-    const scalar_t* w = W.data_ptr<scalar_t>();
-    at::parallel_for(0, c, 256, [&](int64_t b, int64_t e) {
+    const scalar_t* w = W.const_data_ptr<scalar_t>();
+    torch::stable::parallel_for(0, c, 256, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) norms[i] = std::sqrt(spread::row_sq_norm(w + i * d, d));
     });
   });
@@ -63,14 +60,14 @@ std::vector<double> norms_if_cosine(const at::Tensor& W, int metric) {
 }
 
 // Per-pair loss terms summed per row (rows[c]) and, when coefs is non-null, per-pair coefficients.
-void pair_terms_cpu(const at::Tensor& W, const at::Tensor& idx, const at::Tensor& weight, double margin, int metric,
+void pair_terms_cpu(const Tensor& W, const Tensor& idx, const Tensor& weight, double margin, int metric,
                     const std::vector<double>& norms, double* row_sums, double* coefs, double coef_scale) {
   const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
-  const int64_t* nb = idx.data_ptr<int64_t>();
-  const float* wt = weight.data_ptr<float>();
+  const int64_t* nb = idx.const_data_ptr<int64_t>();
+  const float* wt = weight.const_data_ptr<float>();
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spread_pair_terms", [&] {
-    const scalar_t* w = W.data_ptr<scalar_t>();
-    at::parallel_for(0, c, 64, [&](int64_t b, int64_t e) {
+    const scalar_t* w = W.const_data_ptr<scalar_t>();
+    torch::stable::parallel_for(0, c, 64, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         double s = 0.0;
         for (int64_t j = 0; j < k; ++j) {
@@ -84,40 +81,41 @@ void pair_terms_cpu(const at::Tensor& W, const at::Tensor& idx, const at::Tensor
   });
 }
 
-at::Tensor spreadout_pair_loss_cpu(const at::Tensor& W_in, const at::Tensor& idx_in, const at::Tensor& weight_in,
-                                   double margin, std::string metric_name) {
+Tensor spreadout_pair_loss_cpu(const Tensor& W_in, const Tensor& idx_in, const Tensor& weight_in, double margin,
+                               std::string metric_name) {
   check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
   const int metric = parse_metric(metric_name);
-  const auto W = W_in.contiguous(), idx = idx_in.contiguous(), weight = weight_in.contiguous();
-  const auto out_type = W.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const Tensor W = as_contiguous(W_in), idx = as_contiguous(idx_in), weight = as_contiguous(weight_in);
+  const ScalarType out_type = W.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
   const int64_t c = W.size(0);
   std::vector<double> rows(static_cast<size_t>(c), 0.0);
   if (idx.size(1) > 0)
     pair_terms_cpu(W, idx, weight, margin, metric, norms_if_cosine(W, metric), rows.data(), nullptr, 1.0);
-  const double total = ordered_sum(rows.data(), c);  // fixed order: independent of the thread count
-  return at::scalar_tensor(total, W.options().dtype(out_type));
+  const double total = ordered_sum(rows.data(), c);                     // fixed order: independent of the thread count
+  return torch::stable::full(std::vector<int64_t>{}, total, out_type);  // on the host, as W
 }
 
-at::Tensor spreadout_pair_loss_backward_cpu(const at::Tensor& grad, const at::Tensor& W_in, const at::Tensor& idx_in,
-                                            const at::Tensor& weight_in, double margin, std::string metric_name) {
+Tensor spreadout_pair_loss_backward_cpu(const Tensor& grad, const Tensor& W_in, const Tensor& idx_in,
+                                        const Tensor& weight_in, double margin, std::string metric_name) {
   check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
-  TORCH_CHECK_VALUE(grad.numel() == 1, "grad must be a scalar, got shape ", grad.sizes());
+  FK_CHECK_VALUE(grad.numel() == 1, "grad must be a scalar, got shape ", shape_text(grad.sizes()));
   const int metric = parse_metric(metric_name);
-  const auto W = W_in.contiguous(), idx = idx_in.contiguous(), weight = weight_in.contiguous();
+  const Tensor W = as_contiguous(W_in), idx = as_contiguous(idx_in), weight = as_contiguous(weight_in);
   const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
-  at::Tensor gw = at::zeros_like(W);
+  Tensor gw = torch::stable::new_zeros(W, W.sizes());
   if (k == 0 || c == 0) return gw;
-  const double g = grad.item<double>();
+  const double g = item_double(grad);
   const auto norms = norms_if_cosine(W, metric);
   std::vector<double> coefs(static_cast<size_t>(c * k));
   pair_terms_cpu(W, idx, weight, margin, metric, norms, nullptr, coefs.data(), g);
   // Reverse pairs grouped by target, in ascending pair id within a target (stable sort).
   const auto [order, bounds] = reverse_pairs(idx);
-  const int64_t *nb = idx.data_ptr<int64_t>(), *rev = order.data_ptr<int64_t>(), *bd = bounds.data_ptr<int64_t>();
+  const int64_t *nb = idx.const_data_ptr<int64_t>(), *rev = order.const_data_ptr<int64_t>(),
+                *bd = bounds.const_data_ptr<int64_t>();
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spreadout_pair_loss_backward_cpu", [&] {
-    const scalar_t* w = W.data_ptr<scalar_t>();
-    scalar_t* out = gw.data_ptr<scalar_t>();
-    at::parallel_for(0, c, 16, [&](int64_t b, int64_t e) {
+    const scalar_t* w = W.const_data_ptr<scalar_t>();
+    scalar_t* out = gw.mutable_data_ptr<scalar_t>();
+    torch::stable::parallel_for(0, c, 16, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
         const double proj =
             spread::cosine_projection(w, t, d, k, metric, norms.data(), nb, coefs.data(), rev, bd[t], bd[t + 1]);
@@ -131,10 +129,10 @@ at::Tensor spreadout_pair_loss_backward_cpu(const at::Tensor& grad, const at::Te
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
-  m.impl("pair_weight_gather", &pair_weight_gather_cpu);
-  m.impl("spreadout_pair_loss", &spreadout_pair_loss_cpu);
-  m.impl("spreadout_pair_loss_backward", &spreadout_pair_loss_backward_cpu);
+STABLE_TORCH_LIBRARY_IMPL(fedkernels, CPU, m) {
+  m.impl("pair_weight_gather", TORCH_BOX(&pair_weight_gather_cpu));
+  m.impl("spreadout_pair_loss", TORCH_BOX(&spreadout_pair_loss_cpu));
+  m.impl("spreadout_pair_loss_backward", TORCH_BOX(&spreadout_pair_loss_backward_cpu));
 }
 
 }  // namespace fedkernels

@@ -1,18 +1,15 @@
-// CUDA launchers of the spreadout loss over selected pairs (ATen side): checks, allocation, dispatch,
-// the reverse-pair sort; the kernels and their summation orders are in spread_loss_cuda.cu. Compiled by
-// the host compiler, only in CUDA builds (and the emulator's).
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
-#include <ATen/ops/zeros_like.h>
-
+// CUDA launchers of the spreadout loss over selected pairs (the torch side): checks, allocation,
+// dispatch, the reverse-pair sort; the kernels and their summation orders are in spread_loss_cuda.cu.
+// Compiled by the host compiler, only in CUDA builds (and the emulator's).
 #include <cstdint>
 #include <string>
+#include <vector>
 
-#include "common/dispatch.h"
+#include "common/stable/calls.h"
+#include "common/stable/check.h"
+#include "common/stable/cuda.h"
+#include "common/stable/dispatch.h"
+#include "common/stable/tensor.h"
 #include "spread/spread.h"
 #include "spread/spread_checks.h"
 #include "spread/spread_cuda_tensor.h"
@@ -23,92 +20,97 @@ namespace fedkernels {
 namespace {
 
 // Row norms when the metric needs them (cosine); l2 kernels never read them: an empty tensor.
-at::Tensor norms_if_cosine(const at::Tensor& W, int metric) {
-  return metric == spread::kCosine ? spread_cuda::row_norms(W) : at::empty({0}, W.options().dtype(at::kDouble));
+Tensor norms_if_cosine(const Tensor& W, int metric) {
+  return metric == spread::kCosine ? spread_cuda::row_norms(W) : torch::stable::new_empty(W, {0}, ScalarType::Double);
 }
 
-at::Tensor pair_weight_gather_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& values,
-                                   const at::Tensor& idx_in) {
+Tensor pair_weight_gather_cuda(const Tensor& indptr, const Tensor& indices, const Tensor& values,
+                               const Tensor& idx_in) {
   check_pair_weight_gather_args(indptr, indices, values, idx_in);
   const int64_t c = idx_in.size(0), k = idx_in.size(1);
-  const c10::cuda::CUDAGuard guard(idx_in.device());
-  const auto ip = indptr.contiguous(), ix = indices.contiguous(), vv = values.contiguous(), idx = idx_in.contiguous();
-  at::Tensor out = at::empty({c, k}, values.options());
+  const CudaDeviceGuard guard(idx_in);
+  const Tensor ip = as_contiguous(indptr), ix = as_contiguous(indices), vv = as_contiguous(values),
+               idx = as_contiguous(idx_in);
+  Tensor out = torch::stable::new_empty(values, {c, k});
   if (c * k == 0) return out;
-  spread_cuda::launch_pair_weight_gather(ip.data_ptr<int64_t>(), ix.data_ptr<int64_t>(), vv.data_ptr<float>(),
-                                         idx.data_ptr<int64_t>(), c, k, out.data_ptr<float>(),
-                                         c10::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  spread_cuda::launch_pair_weight_gather(ip.const_data_ptr<int64_t>(), ix.const_data_ptr<int64_t>(),
+                                         vv.const_data_ptr<float>(), idx.const_data_ptr<int64_t>(), c, k,
+                                         out.mutable_data_ptr<float>(), current_cuda_stream(idx));
+  FK_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }
 
-void launch_pair_terms(const at::Tensor& W, const at::Tensor& idx, const at::Tensor& weight, const at::Tensor& norms,
-                       int metric, double margin, double coef_scale, double* row_sums, double* coefs) {
+void launch_pair_terms(const Tensor& W, const Tensor& idx, const Tensor& weight, const Tensor& norms, int metric,
+                       double margin, double coef_scale, double* row_sums, double* coefs) {
   const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
+  const cudaStream_t stream = current_cuda_stream(W);
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spread_pair_terms_cuda", [&] {
-    spread_cuda::launch_pair_terms<scalar_t>(W.data_ptr<scalar_t>(), idx.data_ptr<int64_t>(), weight.data_ptr<float>(),
-                                             norms.data_ptr<double>(), c, d, k, metric, margin, coef_scale, row_sums,
-                                             coefs, c10::cuda::getCurrentCUDAStream());
+    spread_cuda::launch_pair_terms<scalar_t>(W.const_data_ptr<scalar_t>(), idx.const_data_ptr<int64_t>(),
+                                             weight.const_data_ptr<float>(), norms.const_data_ptr<double>(), c, d, k,
+                                             metric, margin, coef_scale, row_sums, coefs, stream);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  FK_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-at::Tensor spreadout_pair_loss_cuda(const at::Tensor& W_in, const at::Tensor& idx_in, const at::Tensor& weight_in,
-                                    double margin, std::string metric_name) {
+Tensor spreadout_pair_loss_cuda(const Tensor& W_in, const Tensor& idx_in, const Tensor& weight_in, double margin,
+                                std::string metric_name) {
   check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
   const int metric = parse_metric(metric_name);
-  const c10::cuda::CUDAGuard guard(W_in.device());
-  const auto W = W_in.contiguous(), idx = idx_in.contiguous(), weight = weight_in.contiguous();
+  const CudaDeviceGuard guard(W_in);
+  const Tensor W = as_contiguous(W_in), idx = as_contiguous(idx_in), weight = as_contiguous(weight_in);
   const int64_t c = W.size(0);
-  at::Tensor total = at::zeros({}, W.options().dtype(at::kDouble));
+  Tensor total = torch::stable::new_zeros(W, std::vector<int64_t>{}, ScalarType::Double);
   if (c > 0 && idx.size(1) > 0) {
-    at::Tensor rows = at::empty({c}, W.options().dtype(at::kDouble));
-    launch_pair_terms(W, idx, weight, norms_if_cosine(W, metric), metric, margin, 1.0, rows.data_ptr<double>(),
+    Tensor rows = torch::stable::new_empty(W, {c}, ScalarType::Double);
+    launch_pair_terms(W, idx, weight, norms_if_cosine(W, metric), metric, margin, 1.0, rows.mutable_data_ptr<double>(),
                       nullptr);
     // Two passes of fixed shape (spread.h: block_tree_sum): chunk sums, then one block over them in order.
     const int64_t chunks = (c + spread::kSumChunk - 1) / spread::kSumChunk;
-    TORCH_CHECK(chunks <= INT32_MAX, "spreadout_pair_loss: too many classes for one CUDA grid");
-    at::Tensor partial = at::empty({chunks}, W.options().dtype(at::kDouble));
-    const auto stream = c10::cuda::getCurrentCUDAStream();
-    spread_cuda::launch_ordered_sum(rows.data_ptr<double>(), c, spread::kSumChunk, partial.data_ptr<double>(),
-                                    static_cast<unsigned>(chunks), stream);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    spread_cuda::launch_ordered_sum(partial.data_ptr<double>(), chunks, chunks, total.data_ptr<double>(), 1, stream);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    FK_CHECK(chunks <= INT32_MAX, "spreadout_pair_loss: too many classes for one CUDA grid");
+    Tensor partial = torch::stable::new_empty(W, {chunks}, ScalarType::Double);
+    const cudaStream_t stream = current_cuda_stream(W);
+    spread_cuda::launch_ordered_sum(rows.const_data_ptr<double>(), c, spread::kSumChunk,
+                                    partial.mutable_data_ptr<double>(), static_cast<unsigned>(chunks), stream);
+    FK_CUDA_KERNEL_LAUNCH_CHECK();
+    spread_cuda::launch_ordered_sum(partial.const_data_ptr<double>(), chunks, chunks, total.mutable_data_ptr<double>(),
+                                    1, stream);
+    FK_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  return W.scalar_type() == at::kDouble ? total : total.to(at::kFloat);
+  return W.scalar_type() == ScalarType::Double ? total : torch::stable::to(total, ScalarType::Float);
 }
 
-at::Tensor spreadout_pair_loss_backward_cuda(const at::Tensor& grad, const at::Tensor& W_in, const at::Tensor& idx_in,
-                                             const at::Tensor& weight_in, double margin, std::string metric_name) {
+Tensor spreadout_pair_loss_backward_cuda(const Tensor& grad, const Tensor& W_in, const Tensor& idx_in,
+                                         const Tensor& weight_in, double margin, std::string metric_name) {
   check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
-  TORCH_CHECK_VALUE(grad.numel() == 1, "grad must be a scalar, got shape ", grad.sizes());
+  FK_CHECK_VALUE(grad.numel() == 1, "grad must be a scalar, got shape ", shape_text(grad.sizes()));
   const int metric = parse_metric(metric_name);
-  const c10::cuda::CUDAGuard guard(W_in.device());
-  const auto W = W_in.contiguous(), idx = idx_in.contiguous(), weight = weight_in.contiguous();
+  const CudaDeviceGuard guard(W_in);
+  const Tensor W = as_contiguous(W_in), idx = as_contiguous(idx_in), weight = as_contiguous(weight_in);
   const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
-  at::Tensor gw = at::zeros_like(W);
+  Tensor gw = torch::stable::new_zeros(W, W.sizes());
   if (k == 0 || c == 0 || d == 0) return gw;
-  const at::Tensor norms = norms_if_cosine(W, metric);
-  at::Tensor coefs = at::empty({c * k}, W.options().dtype(at::kDouble));
-  launch_pair_terms(W, idx, weight, norms, metric, margin, grad.item<double>(), nullptr, coefs.data_ptr<double>());
+  const Tensor norms = norms_if_cosine(W, metric);
+  Tensor coefs = torch::stable::new_empty(W, {c * k}, ScalarType::Double);
+  launch_pair_terms(W, idx, weight, norms, metric, margin, item_double(grad), nullptr,
+                    coefs.mutable_data_ptr<double>());
   const auto [order, bounds] = reverse_pairs(idx);
+  const cudaStream_t stream = current_cuda_stream(W);
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spreadout_pair_loss_backward_cuda", [&] {
-    spread_cuda::launch_pair_grad<scalar_t>(W.data_ptr<scalar_t>(), norms.data_ptr<double>(), idx.data_ptr<int64_t>(),
-                                            coefs.data_ptr<double>(), order.data_ptr<int64_t>(),
-                                            bounds.data_ptr<int64_t>(), c, d, k, metric, gw.data_ptr<scalar_t>(),
-                                            c10::cuda::getCurrentCUDAStream());
+    spread_cuda::launch_pair_grad<scalar_t>(W.const_data_ptr<scalar_t>(), norms.const_data_ptr<double>(),
+                                            idx.const_data_ptr<int64_t>(), coefs.const_data_ptr<double>(),
+                                            order.const_data_ptr<int64_t>(), bounds.const_data_ptr<int64_t>(), c, d, k,
+                                            metric, gw.mutable_data_ptr<scalar_t>(), stream);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  FK_CUDA_KERNEL_LAUNCH_CHECK();
   return gw;
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
-  m.impl("pair_weight_gather", &pair_weight_gather_cuda);
-  m.impl("spreadout_pair_loss", &spreadout_pair_loss_cuda);
-  m.impl("spreadout_pair_loss_backward", &spreadout_pair_loss_backward_cuda);
+STABLE_TORCH_LIBRARY_IMPL(fedkernels, CUDA, m) {
+  m.impl("pair_weight_gather", TORCH_BOX(&pair_weight_gather_cuda));
+  m.impl("spreadout_pair_loss", TORCH_BOX(&spreadout_pair_loss_cuda));
+  m.impl("spreadout_pair_loss_backward", TORCH_BOX(&spreadout_pair_loss_backward_cuda));
 }
 
 }  // namespace fedkernels

@@ -11,8 +11,8 @@
 // block_tree_sum), so loss and gradient are bit-identical to the CPU op and deterministic.
 //
 // No torch header here: spread_loss_cuda.cpp checks, allocates and calls the launch_* below.
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
 
 #include <cstdint>
 

@@ -199,3 +199,21 @@ def _pair_loss_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | No
 
 
 torch.library.register_autograd("fedkernels::spreadout_pair_loss", _pair_loss_backward, setup_context=_pair_loss_setup)
+
+
+# knn_classes' CUDA launcher widens its exactness band to the unit roundoff its float32 GEMM really
+# runs at, and the LibTorch stable ABI it is built on has no call that reads torch's matmul precision
+# setting: it asks this op (csrc/spread/spread_cuda.cpp, gemm_unit_roundoff). The backend is the one
+# that runs the GEMM on W's device (cuBLAS for CUDA tensors, mkldnn for the CPU's under the emulator);
+# its "none" / "default" inherits the generic setting, whose "none" is IEEE (torch's default).
+# 0: IEEE, 1: TF32, 2: bf16 (3, unknown, is taken as the widest).
+_FP32_PRECISION_CODES = {"ieee": 0, "none": 0, "default": 0, "tf32": 1, "bf16": 2}
+
+
+@torch.library.impl("fedkernels::_matmul_fp32_precision", "CompositeImplicitAutograd")
+def _matmul_fp32_precision(W: torch.Tensor) -> int:
+    backend = torch.backends.cuda.matmul if W.is_cuda else torch.backends.mkldnn.matmul
+    precision = backend.fp32_precision
+    if precision in ("none", "default"):
+        precision = torch.backends.fp32_precision
+    return _FP32_PRECISION_CODES.get(precision, 3)
