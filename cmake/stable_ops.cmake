@@ -34,8 +34,10 @@ target_include_directories(fedkernels_ops PRIVATE csrc ${TORCH_INCLUDE_DIRS})
 # nothing of torch_python: the library is independent of the Python version.
 target_link_libraries(fedkernels_ops PRIVATE torch_cpu c10)
 target_compile_definitions(fedkernels_ops PRIVATE TORCH_TARGET_VERSION=${FK_TORCH_TARGET_VERSION})
+# -fopenmp-simd: the kernels' `#pragma omp simd` loops vectorise (no OpenMP runtime: threads come from
+# torch's parallel_for through the shim).
 target_compile_options(fedkernels_ops PRIVATE
-  $<$<COMPILE_LANGUAGE:CXX>:${TORCH_CXX_FLAGS} -ffp-contract=off -Wall -Wno-unused-parameter>)
+  $<$<COMPILE_LANGUAGE:CXX>:${TORCH_CXX_FLAGS} -ffp-contract=off -fopenmp-simd -Wall -Wno-unused-parameter>)
 if(FK_WITH_CUDA)
   # USE_CUDA: the C shim declares its CUDA functions (stream, guard) only then.
   target_compile_definitions(fedkernels_ops PRIVATE FK_WITH_CUDA=1 USE_CUDA)
