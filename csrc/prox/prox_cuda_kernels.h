@@ -1,5 +1,5 @@
 // The CUDA kernels of prox_tv1d, launched on raw pointers: the whole interface between prox_cuda.cu
-// (the kernels, which nvcc compiles without any torch header) and prox_cuda.cpp (the ATen launchers).
+// (the kernels, which nvcc compiles without any torch header) and prox_cuda.cpp (the stable-ABI launchers).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,6 +1,6 @@
 // The CUDA kernels of linear_cross_entropy, launched on raw pointers: the whole interface between
 // linear_cross_entropy_cuda.cu (the kernels, which nvcc compiles without any torch header) and
-// linear_cross_entropy_cuda.cpp (the ATen launchers, which run the logit GEMMs).
+// linear_cross_entropy_cuda.cpp (the stable-ABI launchers, which run the logit GEMMs).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,6 +1,6 @@
 // The CUDA kernel of the sampler, launched on raw pointers: the whole interface between
 // sampled_cuda.cu (the kernel, which nvcc compiles without any torch header) and sampled_cuda.cpp
-// (the ATen launchers).
+// (the stable-ABI launchers).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,6 +1,6 @@
 // The CUDA kernels of scatter_rows_mean, launched on raw pointers: the whole interface between
 // scatter_rows_mean_cuda.cu (the kernels, which nvcc compiles without any torch header) and
-// scatter_rows_mean_cuda.cpp (the ATen launcher, which sorts the rows into segments).
+// scatter_rows_mean_cuda.cpp (the stable-ABI launcher, which sorts the rows into segments).
 #pragma once
 
 #include <cuda_runtime_api.h>

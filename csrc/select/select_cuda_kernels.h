@@ -1,6 +1,6 @@
 // The CUDA kernels of the partial-weight-exchange family, launched on raw pointers: the whole
 // interface between select_cuda.cu (the kernels, which nvcc compiles without any torch header) and
-// select_cuda.cpp (the ATen launchers). `packed` is a plan of select_plan.h already on the device.
+// select_cuda.cpp (the stable-ABI launchers). `packed` is a plan of select_plan.h already on the device.
 // Each launch returns false, launching nothing, when its grid would need more than 2^31 - 1 blocks.
 #pragma once
 

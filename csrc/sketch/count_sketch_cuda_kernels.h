@@ -1,6 +1,6 @@
 // The CUDA kernels of count_sketch, bucket_merge's backward and count_sketch_query, launched on raw
 // pointers: the whole interface between count_sketch_cuda.cu (the kernels, which nvcc compiles
-// without any torch header) and count_sketch_cuda.cpp (the ATen launchers).
+// without any torch header) and count_sketch_cuda.cpp (the stable-ABI launchers).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,5 +1,5 @@
 // The CUDA kernel of bucket_merge, launched on raw pointers: the whole interface between merge_cuda.cu
-// (the kernel, which nvcc compiles without any torch header) and merge_cuda.cpp (the ATen launchers).
+// (the kernel, which nvcc compiles without any torch header) and merge_cuda.cpp (the stable-ABI launchers).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,6 +1,6 @@
 // The CUDA kernels of bucket_merge_topk, launched on raw pointers: the whole interface between
 // merge_topk_cuda.cu (the kernels, which nvcc compiles without any torch header) and
-// merge_topk_cuda.cpp (the ATen launcher). logp [R, N, B] and table [p, R] are contiguous.
+// merge_topk_cuda.cpp (the stable-ABI launcher). logp [R, N, B] and table [p, R] are contiguous.
 #pragma once
 
 #include <cuda_runtime_api.h>

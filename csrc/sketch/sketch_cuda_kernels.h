@@ -1,5 +1,5 @@
 // The CUDA kernel of label_hash, launched on raw pointers: the whole interface between sketch_cuda.cu
-// (the kernel, which nvcc compiles without any torch header) and sketch_cuda.cpp (the ATen launchers).
+// (the kernel, which nvcc compiles without any torch header) and sketch_cuda.cpp (the stable-ABI launchers).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,6 +1,6 @@
 // The CUDA kernels of knn_classes (and the row norms the loss shares), launched on raw pointers: the
 // whole interface between spread_cuda.cu (the kernels, which nvcc compiles without any torch header)
-// and the ATen launchers (spread_cuda.cpp, spread_loss_cuda.cpp via spread_cuda_tensor.h).
+// and the stable-ABI launchers (spread_cuda.cpp, spread_loss_cuda.cpp via spread_cuda_tensor.h).
 #pragma once
 
 #include <cuda_runtime_api.h>

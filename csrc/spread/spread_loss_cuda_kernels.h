@@ -1,6 +1,6 @@
 // The CUDA kernels of the spreadout pair loss, launched on raw pointers: the whole interface between
 // spread_loss_cuda.cu (the kernels, which nvcc compiles without any torch header) and
-// spread_loss_cuda.cpp (the ATen launchers).
+// spread_loss_cuda.cpp (the stable-ABI launchers).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,6 +1,6 @@
 // The CUDA kernels of linear_topk, launched on raw pointers: the whole interface between
 // linear_topk_cuda.cu (the kernels and their tiling, which nvcc compiles without any torch header) and
-// linear_topk_cuda.cpp (the ATen launcher: checks, allocation, the GEMM of each tile).
+// linear_topk_cuda.cpp (the stable-ABI launcher: checks, allocation, the GEMM of each tile).
 // Lists of composites (topk.h) are [n_rows, splits, k] uint64, descending, 0 = an empty slot.
 #pragma once
 

@@ -195,7 +195,7 @@ def main(argv: list[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     pch = args.out / "fk_pch.h"
     use_pch: list[str] = []
-    if not args.no_pch:
+    if not args.no_pch and any(uses_torch(src) for src in sources()):
         pch.write_text("".join(f"#include <{h}>\n" for h in PCH_HEADERS))
         code, log, secs = run([cxx, *flags, "-x", "c++-header", str(pch), "-o", str(pch) + ".gch"])
         if code != 0:

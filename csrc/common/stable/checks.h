@@ -1,5 +1,4 @@
-// Argument checks shared by every stable-ABI op (the stable twin of common/checks.h, which the
-// families not yet ported still use). Each names the argument it rejects; FK_CHECK_VALUE raises
+// Argument checks shared by every op. Each names the argument it rejects; FK_CHECK_VALUE raises
 // ValueError, FK_CHECK_INDEX IndexError.
 #pragma once
 
