@@ -1,7 +1,6 @@
 // The CPU dispatch level (see cpu_isa.h): cpuid once, FK_CPU_ISA once, a test limit as an atomic.
 #include "common/cpu_isa.h"
 
-
 #include <algorithm>
 #include <atomic>
 #include <cctype>

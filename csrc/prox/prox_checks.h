@@ -75,8 +75,8 @@ inline Tensor check_prox_tv1d_backward_args(const Tensor& grad, const Tensor& u,
   const IntArrayRef gs = grad.sizes(), us = u.sizes();
   FK_CHECK_VALUE(std::equal(gs.begin(), gs.end(), us.begin(), us.end()), "grad must have the shape of u ",
                  shape_text(us), ", got ", shape_text(gs));
-  FK_CHECK_VALUE(grad.scalar_type() == u.scalar_type(), "grad must have the dtype of u (", u.scalar_type(),
-                 "), got ", grad.scalar_type());
+  FK_CHECK_VALUE(grad.scalar_type() == u.scalar_type(), "grad must have the dtype of u (", u.scalar_type(), "), got ",
+                 grad.scalar_type());
   FK_CHECK_VALUE(same_device(grad, u), "grad and u must be on the same device, got ", device_text(grad), " and ",
                  device_text(u));
   return lam_rows;

@@ -68,8 +68,8 @@ static Tensor prox_tv1d_cpu(const Tensor& z_in, const Tensor& lam, bool anchored
   return u;
 }
 
-static std::tuple<Tensor, Tensor> prox_tv1d_backward_cpu(const Tensor& grad_in, const Tensor& u_in,
-                                                         const Tensor& lam, bool anchored, int64_t block_size) {
+static std::tuple<Tensor, Tensor> prox_tv1d_backward_cpu(const Tensor& grad_in, const Tensor& u_in, const Tensor& lam,
+                                                         bool anchored, int64_t block_size) {
   const Tensor lam_rows = check_prox_tv1d_backward_args(grad_in, u_in, lam, block_size);
   const Tensor g = torch::stable::contiguous(grad_in);
   const Tensor u = torch::stable::contiguous(u_in);

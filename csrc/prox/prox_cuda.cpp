@@ -17,8 +17,8 @@ static Tensor prox_tv1d_cuda(const Tensor& z_in, const Tensor& lam, bool anchore
   const TvLayout l = tv_layout(z, block_size);
   if (l.items() == 0) return u;
   // Worst case each chain holds a whole item, so the workspace is 2 (block + 1) points per item.
-  Tensor scratch =
-      torch::stable::new_empty(z, {l.items() * 2 * (l.block + 1) * static_cast<int64_t>(sizeof(TvPoint))}, ScalarType::Byte);
+  Tensor scratch = torch::stable::new_empty(z, {l.items() * 2 * (l.block + 1) * static_cast<int64_t>(sizeof(TvPoint))},
+                                            ScalarType::Byte);
   Tensor bad = torch::stable::new_empty(z, {l.items()}, ScalarType::Byte);
   const cudaStream_t stream = current_cuda_stream(z);
   FK_DISPATCH_FLOATING(z.scalar_type(), "prox_tv1d_cuda", [&] {

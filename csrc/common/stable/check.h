@@ -36,25 +36,25 @@ template <typename... Args>
 }  // namespace fedkernels
 
 // ValueError with the message made of the arguments (streamed) when cond is false.
-#define FK_CHECK_VALUE(cond, ...)                                \
-  do {                                                           \
-    if (!(cond)) [[unlikely]] {                                  \
-      ::fedkernels::throw_value_error(__VA_ARGS__);              \
-    }                                                            \
+#define FK_CHECK_VALUE(cond, ...)                   \
+  do {                                              \
+    if (!(cond)) [[unlikely]] {                     \
+      ::fedkernels::throw_value_error(__VA_ARGS__); \
+    }                                               \
   } while (0)
 
 // IndexError (an id out of range).
-#define FK_CHECK_INDEX(cond, ...)                                \
-  do {                                                           \
-    if (!(cond)) [[unlikely]] {                                  \
-      ::fedkernels::throw_index_error(__VA_ARGS__);              \
-    }                                                            \
+#define FK_CHECK_INDEX(cond, ...)                   \
+  do {                                              \
+    if (!(cond)) [[unlikely]] {                     \
+      ::fedkernels::throw_index_error(__VA_ARGS__); \
+    }                                               \
   } while (0)
 
 // RuntimeError (a state the arguments cannot cause: a failed launch, an internal limit).
-#define FK_CHECK(cond, ...)                                      \
-  do {                                                           \
-    if (!(cond)) [[unlikely]] {                                  \
-      ::fedkernels::throw_runtime_error(__VA_ARGS__);            \
-    }                                                            \
+#define FK_CHECK(cond, ...)                           \
+  do {                                                \
+    if (!(cond)) [[unlikely]] {                       \
+      ::fedkernels::throw_runtime_error(__VA_ARGS__); \
+    }                                                 \
   } while (0)

@@ -25,9 +25,9 @@ inline void check_same_device(const Tensor& a, const char* an, const Tensor& b, 
 
 inline void check_floating(const Tensor& t, const char* name) {
   const ScalarType s = t.scalar_type();
-  FK_CHECK_VALUE(s == ScalarType::Float || s == ScalarType::Half || s == ScalarType::BFloat16 ||
-                     s == ScalarType::Double,
-                 name, " must be float32, float16, bfloat16 or float64, got ", s);
+  FK_CHECK_VALUE(
+      s == ScalarType::Float || s == ScalarType::Half || s == ScalarType::BFloat16 || s == ScalarType::Double, name,
+      " must be float32, float16, bfloat16 or float64, got ", s);
 }
 
 // Every value of an integer tensor lies in [lo, hi). One reduction; on CUDA it syncs once.
@@ -35,8 +35,7 @@ inline void check_index_range(const Tensor& t, int64_t lo, int64_t hi, const cha
   if (t.numel() == 0) return;
   const auto [mn_t, mx_t] = call_aten_pair("aten::aminmax", "", t, std::optional<int64_t>(), false);
   const int64_t mn = item_int64(mn_t), mx = item_int64(mx_t);
-  FK_CHECK_INDEX(mn >= lo && mx < hi, name, " values must lie in [", lo, ", ", hi, "), got min ", mn, " and max ",
-                 mx);
+  FK_CHECK_INDEX(mn >= lo && mx < hi, name, " values must lie in [", lo, ", ", hi, "), got min ", mn, " and max ", mx);
 }
 
 // Every value of an integer tensor is >= 0.
@@ -49,8 +48,7 @@ inline void check_nonnegative(const Tensor& t, const char* name) {
 // A CSR row pointer over nnz entries: 1-D int64, starts at 0, non-decreasing, ends at nnz.
 // The values are read through the tensor's stride: a strided, offset or expanded (stride 0) indptr is
 // checked by its logical values, which are what the kernels read (they take contiguous copies).
-inline void check_csr(const Tensor& indptr, const Tensor& indices, const char* indptr_name,
-                      const char* indices_name) {
+inline void check_csr(const Tensor& indptr, const Tensor& indices, const char* indptr_name, const char* indices_name) {
   check_dtype(indptr, ScalarType::Long, indptr_name);
   check_dtype(indices, ScalarType::Long, indices_name);
   check_dim(indptr, 1, indptr_name);
