@@ -212,8 +212,8 @@ _FP32_PRECISION_CODES = {"ieee": 0, "none": 0, "default": 0, "tf32": 1, "bf16": 
 
 @torch.library.impl("fedkernels::_matmul_fp32_precision", "CompositeImplicitAutograd")
 def _matmul_fp32_precision(W: torch.Tensor) -> int:
-    backend = torch.backends.cuda.matmul if W.is_cuda else torch.backends.mkldnn.matmul
+    backend = torch.backends.cuda.matmul if W.is_cuda else torch.backends.mkldnn.matmul  # type: ignore[attr-defined]
     precision = backend.fp32_precision
     if precision in ("none", "default"):
-        precision = torch.backends.fp32_precision
+        precision = torch.backends.fp32_precision  # type: ignore[attr-defined]
     return _FP32_PRECISION_CODES.get(precision, 3)
