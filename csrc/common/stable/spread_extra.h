@@ -18,22 +18,10 @@
 #include "common/stable/check.h"
 #include "common/stable/checks.h"
 #include "common/stable/dispatch.h"
+#include "common/stable/grad_mode.h"
 #include "common/stable/tensor.h"
 
 namespace fedkernels {
-
-// Grad mode off for the guard's lifetime, restored after (at::NoGradGuard): the GEMMs a launcher
-// runs with out= must not meet a parameter's requires_grad.
-class NoGradGuard {
- public:
-  NoGradGuard() : prev_(aoti_torch_grad_mode_is_enabled()) { aoti_torch_grad_mode_set_enabled(false); }
-  ~NoGradGuard() { aoti_torch_grad_mode_set_enabled(prev_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
-
- private:
-  bool prev_;
-};
 
 // A 0-D tensor holding `value` (in `dtype`, rounded as a Scalar fill rounds) on t's device.
 inline Tensor scalar_like(const Tensor& t, double value, ScalarType dtype) {
