@@ -24,8 +24,9 @@ TORCH_PREFIXES = ("ATen/", "torch/", "c10/")
 REGISTRATION = re.compile(r"TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(")
 
 
-def torch_headers_reached(source: Path) -> dict[str, str]:
-    """Torch headers `source` includes, itself or through csrc/ headers: {header: the csrc file that includes it}."""
+def torch_headers_reached(source: Path, ignore: frozenset[tuple[str, str]] = frozenset()) -> dict[str, str]:
+    """Torch headers `source` includes, itself or through csrc/ headers: {header: the csrc file that includes it}.
+    `ignore` holds (file, header) includes not to count (an emulator stand-in, say)."""
     found: dict[str, str] = {}
     todo, seen = [source], set()
     while todo:
@@ -33,9 +34,10 @@ def torch_headers_reached(source: Path) -> dict[str, str]:
         if path in seen:
             continue
         seen.add(path)
+        rel = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
         for name in INCLUDE.findall(path.read_text()):
-            if name.startswith(TORCH_PREFIXES):
-                found.setdefault(name, str(path.relative_to(ROOT)))
+            if name.startswith(TORCH_PREFIXES) and (rel, name) not in ignore:
+                found.setdefault(name, rel)
             elif (CSRC / name).is_file():
                 todo.append(CSRC / name)
     return found

@@ -17,13 +17,12 @@ import pytest
 
 from fedkernels import _C
 from python_tests.support.paths import ROOT
+from python_tests.test_cuda_sources import torch_headers_reached
 
 CSRC = ROOT / "csrc"
-INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
 STABLE_HEADERS = ("torch/csrc/stable/", "torch/headeronly/", "torch/csrc/inductor/aoti_torch/c/")
-TORCH_PREFIXES = ("ATen/", "torch/", "c10/")
 # The emulator's branch of common/stable/cuda.h includes its stand-in (emu/runtime/include), not c10.
-EMULATOR_STAND_INS = {("csrc/common/stable/cuda.h", "c10/cuda/CUDAException.h")}
+EMULATOR_STAND_INS = frozenset({("csrc/common/stable/cuda.h", "c10/cuda/CUDAException.h")})
 
 # An undefined symbol the library may import: the shim (aoti_torch_*, torch_*), and the runtime the
 # compiler links (versioned glibc / libstdc++ / libgcc / libgomp symbols; std:: templates bound to
@@ -60,21 +59,8 @@ def test_the_ops_library_imports_only_the_torch_c_shim() -> None:
 
 
 def headers_reached(source: Path) -> dict[str, str]:
-    """Torch headers `source` includes, itself or through csrc/ headers: {header: the file that includes it}."""
-    found: dict[str, str] = {}
-    todo, seen = [source], set()
-    while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        rel = str(path.relative_to(ROOT))
-        for name in INCLUDE.findall(path.read_text()):
-            if name.startswith(TORCH_PREFIXES) and (rel, name) not in EMULATOR_STAND_INS:
-                found.setdefault(name, rel)
-            elif (CSRC / name).is_file():
-                todo.append(CSRC / name)
-    return found
+    """Torch headers `source` includes, itself or through csrc/ headers, less the emulator's stand-ins."""
+    return torch_headers_reached(source, ignore=EMULATOR_STAND_INS)
 
 
 def test_stable_families_reach_no_aten_or_c10_header() -> None:
