@@ -2,7 +2,7 @@
 #pragma once
 
 #include "common/stable/checks.h"
-#include "common/stable/common_extra.h"
+#include "common/stable/alloc.h"
 
 namespace fedkernels {
 
@@ -15,7 +15,7 @@ inline void check_hash_args(const Tensor& ids, const Tensor& params, int64_t num
   FK_CHECK_VALUE(num_buckets >= 1, "num_buckets must be >= 1, got ", num_buckets);
   FK_CHECK_VALUE(ids.dim() == 1, "ids must be 1-D, got shape ", shape_text(ids.sizes()));
   check_same_device(ids, "ids", params, "params");
-  check_nonnegative_fast(ids, "ids");
+  check_nonnegative(ids, "ids");
 }
 
 }  // namespace fedkernels

@@ -1,6 +1,7 @@
 // hash_buckets: buckets and signs of arbitrary int64 ids under a HashFamily's parameters (CPU).
 #include <tuple>
 
+#include "common/stable/alloc.h"
 #include "common/hash_checks.h"
 #include "common/hash_family.h"
 

@@ -2,6 +2,7 @@
 // Compiled by the host compiler, only in CUDA builds (and the emulator's).
 #include <tuple>
 
+#include "common/stable/alloc.h"
 #include "common/hash_checks.h"
 #include "common/hash_ops_cuda_kernels.h"
 #include "common/stable/cuda.h"

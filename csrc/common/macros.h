@@ -6,5 +6,7 @@
 #define FK_INLINE __forceinline__
 #else
 #define FK_HOST_DEVICE
-#define FK_INLINE inline
+// Forced on the host too, as on the device: GCC's own choice depends on the caller's unit, and a
+// per-item function left out of line in a kernel's inner loop costs a call per item.
+#define FK_INLINE inline __attribute__((always_inline))
 #endif

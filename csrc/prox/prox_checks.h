@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/stable/alloc.h"
 #include "common/stable/calls.h"
 #include "common/stable/check.h"
 #include "common/stable/tensor.h"
@@ -47,19 +48,20 @@ inline Tensor check_prox_tv1d_args(const Tensor& z, const Tensor& lam, int64_t b
     const double v = lam.scalar_type() == ScalarType::Double ? *lam.const_data_ptr<double>()
                                                              : static_cast<double>(*lam.const_data_ptr<float>());
     check_lam_value(v);
-    return torch::stable::full({product(batch)}, v, ScalarType::Double);
+    return full_cpu(product(batch), v);
   }
-  const Tensor lam64 = torch::stable::to(lam, ScalarType::Double);
+  const Tensor lam64 = to_dtype(lam, ScalarType::Double);
   if (lam64.is_cpu()) {  // a plain loop: no reductions on the hot path of small calls
-    const Tensor lc = torch::stable::contiguous(lam64);
+    const Tensor lc = contiguous_or_self(lam64);
     const double* p = lc.const_data_ptr<double>();
-    for (int64_t i = 0; i < lc.numel(); ++i) check_lam_value(p[i]);
+    const int64_t n = lc.numel();
+    for (int64_t i = 0; i < n; ++i) check_lam_value(p[i]);
   } else if (lam64.numel() > 0) {
     FK_CHECK_VALUE(item_bool(all(isfinite(lam64))), "lam must be finite, got a NaN or inf");
     const double mn = item_double(min(lam64));
     FK_CHECK_VALUE(mn >= 0.0, "lam must be >= 0, got min ", mn);
   }
-  return torch::stable::reshape(torch::stable::contiguous(expand(lam64, batch)), {-1});
+  return torch::stable::reshape(contiguous_or_self(expand(lam64, batch)), {-1});
 }
 
 // Raised after a forward solve when a row reported NaN/inf.
@@ -87,8 +89,8 @@ inline Tensor check_prox_tv1d_backward_args(const Tensor& grad, const Tensor& u,
 // host (deterministic, no float atomics). Row r's lam element is r's batch index with lam's
 // broadcast dimensions (size 1, or missing on the left) read as 0.
 inline Tensor reduce_lam_grad(const Tensor& per_item, const TvLayout& l, const Tensor& lam, IntArrayRef batch) {
-  Tensor acc = torch::stable::full({lam.numel()}, 0.0, ScalarType::Double);
-  const Tensor items = torch::stable::contiguous(to_cpu(per_item, ScalarType::Double));
+  Tensor acc = full_cpu(lam.numel(), 0.0);
+  const Tensor items = contiguous_or_self(to_cpu(per_item, ScalarType::Double));
   const double* src = items.const_data_ptr<double>();
   double* dst = acc.mutable_data_ptr<double>();
   const IntArrayRef ls = lam.sizes();

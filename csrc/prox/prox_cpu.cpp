@@ -3,6 +3,7 @@
 #include <memory>
 #include <tuple>
 
+#include "common/stable/alloc.h"
 #include "common/cpu_isa.h"
 #include "common/stable/dispatch.h"
 #include "prox/prox.h"
@@ -29,8 +30,8 @@ static TvStatus tv_direct(CpuIsa isa, const T* z, T* u, int64_t n, double lam, b
 
 static Tensor prox_tv1d_cpu(const Tensor& z_in, const Tensor& lam, bool anchored, int64_t block_size) {
   const Tensor lam_rows = check_prox_tv1d_args(z_in, lam, block_size);
-  const Tensor z = torch::stable::contiguous(z_in);
-  Tensor u = torch::stable::empty_like(z);
+  const Tensor z = contiguous_or_self(z_in);
+  Tensor u = empty_on(z, z.sizes());  // z is contiguous: empty_like(z)
   const TvLayout l = tv_layout(z, block_size);
   if (l.items() == 0) return u;
   const double* lr = lam_rows.const_data_ptr<double>();
@@ -71,11 +72,11 @@ static Tensor prox_tv1d_cpu(const Tensor& z_in, const Tensor& lam, bool anchored
 static std::tuple<Tensor, Tensor> prox_tv1d_backward_cpu(const Tensor& grad_in, const Tensor& u_in, const Tensor& lam,
                                                          bool anchored, int64_t block_size) {
   const Tensor lam_rows = check_prox_tv1d_backward_args(grad_in, u_in, lam, block_size);
-  const Tensor g = torch::stable::contiguous(grad_in);
-  const Tensor u = torch::stable::contiguous(u_in);
-  Tensor gz = torch::stable::empty_like(u);
+  const Tensor g = contiguous_or_self(grad_in);
+  const Tensor u = contiguous_or_self(u_in);
+  Tensor gz = empty_on(u, u.sizes());  // u is contiguous: empty_like(u)
   const TvLayout l = tv_layout(u, block_size);
-  Tensor glam_items = torch::stable::full({l.items()}, 0.0, ScalarType::Double);
+  Tensor glam_items = full_cpu(l.items(), 0.0);
   if (l.items() > 0) {
     const double* lr = lam_rows.const_data_ptr<double>();
     double* gi = glam_items.mutable_data_ptr<double>();

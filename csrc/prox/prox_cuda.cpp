@@ -2,6 +2,7 @@
 // kernels are in prox_cuda.cu. Compiled by the host compiler, only in CUDA builds (and the emulator's).
 #include <tuple>
 
+#include "common/stable/alloc.h"
 #include "common/stable/cuda.h"
 #include "common/stable/dispatch.h"
 #include "prox/prox_checks.h"
@@ -12,14 +13,14 @@ namespace fedkernels {
 static Tensor prox_tv1d_cuda(const Tensor& z_in, const Tensor& lam, bool anchored, int64_t block_size) {
   const Tensor lam_rows = check_prox_tv1d_args(z_in, lam, block_size);
   const CudaDeviceGuard guard(z_in);
-  const Tensor z = torch::stable::contiguous(z_in);
+  const Tensor z = contiguous_or_self(z_in);
   Tensor u = torch::stable::empty_like(z);
   const TvLayout l = tv_layout(z, block_size);
   if (l.items() == 0) return u;
   // Worst case each chain holds a whole item, so the workspace is 2 (block + 1) points per item.
-  Tensor scratch = torch::stable::new_empty(z, {l.items() * 2 * (l.block + 1) * static_cast<int64_t>(sizeof(TvPoint))},
-                                            ScalarType::Byte);
-  Tensor bad = torch::stable::new_empty(z, {l.items()}, ScalarType::Byte);
+  Tensor scratch =
+      empty_on(z, {l.items() * 2 * (l.block + 1) * static_cast<int64_t>(sizeof(TvPoint))}, ScalarType::Byte);
+  Tensor bad = empty_on(z, {l.items()}, ScalarType::Byte);
   const cudaStream_t stream = current_cuda_stream(z);
   FK_DISPATCH_FLOATING(z.scalar_type(), "prox_tv1d_cuda", [&] {
     launch_tv1d<scalar_t>(z.const_data_ptr<scalar_t>(), u.mutable_data_ptr<scalar_t>(),
@@ -35,11 +36,11 @@ static std::tuple<Tensor, Tensor> prox_tv1d_backward_cuda(const Tensor& grad_in,
                                                           bool anchored, int64_t block_size) {
   const Tensor lam_rows = check_prox_tv1d_backward_args(grad_in, u_in, lam, block_size);
   const CudaDeviceGuard guard(u_in);
-  const Tensor g = torch::stable::contiguous(grad_in);
-  const Tensor u = torch::stable::contiguous(u_in);
+  const Tensor g = contiguous_or_self(grad_in);
+  const Tensor u = contiguous_or_self(u_in);
   Tensor gz = torch::stable::empty_like(u);
   const TvLayout l = tv_layout(u, block_size);
-  Tensor glam_items = torch::stable::new_zeros(u, {l.items()}, ScalarType::Double);
+  Tensor glam_items = zeros_on(u, {l.items()}, ScalarType::Double);
   if (l.items() > 0) {
     const cudaStream_t stream = current_cuda_stream(u);
     FK_DISPATCH_FLOATING(u.scalar_type(), "prox_tv1d_backward_cuda", [&] {

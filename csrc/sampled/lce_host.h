@@ -53,9 +53,9 @@ struct FK_STABLE_HIDDEN LceInputs {
 
   LceInputs(const Tensor& h_in, const Tensor& W_in, const std::optional<Tensor>& bias_in) {
     const ScalarType acc = acc_dtype_of(h_in.scalar_type());
-    h = contig(to_dtype(h_in, acc));
-    W = contig(to_dtype(W_in, acc));
-    if (bias_in.has_value()) bias = contig(to_dtype(*bias_in, acc));
+    h = contiguous_or_self(to_dtype(h_in, acc));
+    W = contiguous_or_self(to_dtype(W_in, acc));
+    if (bias_in.has_value()) bias = contiguous_or_self(to_dtype(*bias_in, acc));
     n = h.size(0);
     d = h.size(1);
     s = W.size(0);

@@ -72,7 +72,7 @@ void lce_forward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t*
   const CpuIsa isa = cpu_isa();  // one level for the whole call
   const T* bias = in.bias.defined() ? in.bias.const_data_ptr<T>() : nullptr;
   torch::stable::parallel_for(0, plan.num_tiles, 1, [&](int64_t tb, int64_t te) {
-    Tensor scratch = host::empty(in.h, {kLceTileRows * plan.chunk});
+    Tensor scratch = empty_on(in.h, {kLceTileRows * plan.chunk});
     std::vector<LseState<T>> state(kLceTileRows);
     std::vector<T> target_logit(kLceTileRows);
     for (int64_t t = tb; t < te; ++t) {
@@ -107,7 +107,7 @@ void lce_backward_kernel(const LceInputs& in, const LcePlan& plan, const int64_t
   const CpuIsa isa = cpu_isa();  // one level for the whole call
   const T* bias = in.bias.defined() ? in.bias.const_data_ptr<T>() : nullptr;
   torch::stable::parallel_for(0, plan.num_groups, 1, [&](int64_t gb, int64_t ge) {
-    Tensor scratch = host::empty(in.h, {kLceTileRows * plan.chunk});
+    Tensor scratch = empty_on(in.h, {kLceTileRows * plan.chunk});
     for (int64_t g = gb; g < ge; ++g) {
       Tensor grad_h = host::slab(grad_h_parts, g);
       for (int64_t c = plan.group_begin(g); c < plan.group_begin(g + 1); ++c) {
@@ -151,8 +151,8 @@ void lce_fused_kernel(const LceInputs& in, const LcePlan& plan, int64_t tile_row
   const CpuIsa isa = cpu_isa();  // one level for the whole call
   const T* bias = in.bias.defined() ? in.bias.const_data_ptr<T>() : nullptr;
   const int64_t block = tile_rows * plan.chunk;  // one chunk's block of a tile's logits
-  Tensor logits = host::empty(in.h, {plan.num_chunks * block});
-  Tensor parts = host::empty(in.h, {plan.num_groups, tile_rows, in.d});
+  Tensor logits = empty_on(in.h, {plan.num_chunks * block});
+  Tensor parts = empty_on(in.h, {plan.num_groups, tile_rows, in.d});
   std::vector<LseState<T>> chunk_lse(tile_rows * plan.num_chunks);
   std::vector<T> target_logit(tile_rows);
   auto block_of = [&](int64_t c, int64_t rows) {
@@ -225,7 +225,8 @@ Tensor reduce_lce_loss(const Tensor& loss, const Tensor& tgt, int64_t ignore_ind
   FK_DISPATCH_FLOATING(loss.scalar_type(), "reduce_lce_loss", [&] {
     const scalar_t* lp = loss.const_data_ptr<scalar_t>();
     const int64_t* tp = tgt.const_data_ptr<int64_t>();
-    for (int64_t i = 0; i < loss.numel(); ++i) {
+    const int64_t n = loss.numel();
+    for (int64_t i = 0; i < n; ++i) {
       total += lp[i];
       count += tp[i] != ignore_index;
     }
@@ -247,10 +248,10 @@ static std::tuple<Tensor, Tensor> linear_cross_entropy_cpu(const Tensor& h, cons
   check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   const int64_t red = lce_reduction_code(std::string(reduction));
   const LceInputs in(h, W, bias);
-  const Tensor tgt = contig(target);
+  const Tensor tgt = contiguous_or_self(target);
   const LcePlan plan(in.n, in.s, chunk_size);
-  Tensor loss = host::empty(in.h, {in.n});
-  Tensor lse = host::empty(in.h, {in.n});
+  Tensor loss = empty_on(in.h, {in.n});
+  Tensor lse = empty_on(in.h, {in.n});
   FK_DISPATCH_FLOATING(in.h.scalar_type(), "linear_cross_entropy_cpu", [&] {
     lce_forward_kernel<scalar_t>(in, plan, tgt.const_data_ptr<int64_t>(), ignore_index, static_cast<scalar_t>(scale),
                                  loss.mutable_data_ptr<scalar_t>(), lse.mutable_data_ptr<scalar_t>());
@@ -265,12 +266,12 @@ static std::tuple<Tensor, Tensor, Tensor> linear_cross_entropy_backward_cpu(
   check_lce_args(h, W, target, bias, ignore_index, chunk_size);
   check_lce_backward_args(h, lse, grad_loss, grad_lse);
   const LceInputs in(h, W, bias);
-  const Tensor tgt = contig(target);
+  const Tensor tgt = contiguous_or_self(target);
   const LcePlan plan(in.n, in.s, chunk_size);
-  Tensor grad_h_parts = host::zeros(in.h, {plan.num_groups, in.n, in.d});
-  Tensor grad_W = host::zeros(in.h, {in.s, in.d});
-  Tensor grad_bias = host::zeros(in.h, {bias.has_value() ? in.s : 0});
-  const Tensor l = contig(lse), gl = contig(grad_loss), gs = contig(grad_lse);
+  Tensor grad_h_parts = zeros_on(in.h, {plan.num_groups, in.n, in.d});
+  Tensor grad_W = zeros_on(in.h, {in.s, in.d});
+  Tensor grad_bias = zeros_on(in.h, {bias.has_value() ? in.s : 0});
+  const Tensor l = contiguous_or_self(lse), gl = contiguous_or_self(grad_loss), gs = contiguous_or_self(grad_lse);
   Tensor grad_h;
   FK_DISPATCH_FLOATING(in.h.scalar_type(), "linear_cross_entropy_backward_cpu", [&] {
     lce_backward_kernel<scalar_t>(in, plan, tgt.const_data_ptr<int64_t>(), ignore_index, static_cast<scalar_t>(scale),
@@ -305,13 +306,13 @@ static std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> linear_cross_entropy_f
   const int64_t red = lce_reduction_code(std::string(reduction));
   FK_CHECK_VALUE(red != 0, "linear_cross_entropy_fused: reduction must be 'mean' or 'sum', got 'none'");
   const LceInputs in(h, W, bias);
-  const Tensor tgt = contig(target);
+  const Tensor tgt = contiguous_or_self(target);
   const LcePlan plan(in.n, in.s, chunk_size);
-  Tensor loss = host::empty(in.h, {in.n});
-  Tensor lse = host::empty(in.h, {in.n});
-  Tensor grad_h = host::zeros(in.h, {in.n, in.d});
-  Tensor grad_W = host::zeros(in.h, {in.s, in.d});
-  Tensor grad_bias = host::zeros(in.h, {bias.has_value() ? in.s : 0});
+  Tensor loss = empty_on(in.h, {in.n});
+  Tensor lse = empty_on(in.h, {in.n});
+  Tensor grad_h = zeros_on(in.h, {in.n, in.d});
+  Tensor grad_W = zeros_on(in.h, {in.s, in.d});
+  Tensor grad_bias = zeros_on(in.h, {bias.has_value() ? in.s : 0});
   int64_t live = 0;  // the samples not ignored (a host tensor: counted directly)
   const int64_t* tp = tgt.const_data_ptr<int64_t>();
   for (int64_t i = 0; i < in.n; ++i) live += tp[i] != ignore_index;

@@ -35,14 +35,14 @@ static std::tuple<Tensor, Tensor> linear_cross_entropy_cuda(const Tensor& h, con
   const ScalarType acc = acc_dtype_of(h.scalar_type());
   const LceInputs in(h, W, bias);
   const Tensor &hh = in.h, &ww = in.W, &bb = in.bias;
-  const Tensor tgt = contig(target);
+  const Tensor tgt = contiguous_or_self(target);
   const int64_t n = hh.size(0), s = ww.size(0);
   const LcePlan plan(n, s, chunk_size);
   Tensor run_max = torch::stable::full({n}, -std::numeric_limits<double>::infinity(), acc, std::nullopt, hh.device());
-  Tensor run_sum = torch::stable::new_zeros(hh, {n});
-  Tensor target_logit = torch::stable::new_zeros(hh, {n});
-  Tensor loss = torch::stable::new_empty(hh, {n});
-  Tensor lse = torch::stable::new_empty(hh, {n});
+  Tensor run_sum = zeros_on(hh, {n});
+  Tensor target_logit = zeros_on(hh, {n});
+  Tensor loss = empty_on(hh, {n});
+  Tensor lse = empty_on(hh, {n});
   if (n > 0) {
     const cudaStream_t stream = current_cuda_stream(hh);
     FK_DISPATCH_FLOATING(acc, "linear_cross_entropy_cuda", [&] {
@@ -81,13 +81,13 @@ static std::tuple<Tensor, Tensor, Tensor> linear_cross_entropy_backward_cuda(
   const ScalarType acc = acc_dtype_of(h.scalar_type());
   const LceInputs in(h, W, bias);
   const Tensor &hh = in.h, &ww = in.W, &bb = in.bias;
-  const Tensor tgt = contig(target);
-  const Tensor l = contig(lse), gl = contig(grad_loss), gs = contig(grad_lse);
+  const Tensor tgt = contiguous_or_self(target);
+  const Tensor l = contiguous_or_self(lse), gl = contiguous_or_self(grad_loss), gs = contiguous_or_self(grad_lse);
   const int64_t n = hh.size(0), s = ww.size(0);
   const LcePlan plan(n, s, chunk_size);
-  Tensor grad_h = torch::stable::new_zeros(hh, {hh.size(0), hh.size(1)});
-  Tensor grad_W = torch::stable::new_zeros(ww, {ww.size(0), ww.size(1)});
-  Tensor grad_bias = torch::stable::new_zeros(hh, {bias.has_value() ? s : 0});
+  Tensor grad_h = zeros_on(hh, {hh.size(0), hh.size(1)});
+  Tensor grad_W = zeros_on(ww, {ww.size(0), ww.size(1)});
+  Tensor grad_bias = zeros_on(hh, {bias.has_value() ? s : 0});
   if (n > 0) {
     const cudaStream_t stream = current_cuda_stream(hh);
     const std::vector<int64_t> rows_dim{0};

@@ -35,8 +35,8 @@ static std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> linear_cross_entropy_f
   const Tensor one = to_dtype(host_scalar_double(1.0), lse.scalar_type());  // of live's dtype
   const Tensor g_loss = red == 1 ? live : aten::div(live, aten::clamp_min(aten::sum_all(live), one));
   auto [gh, gW, gb] =
-      call_aten_triple("fedkernels::linear_cross_entropy_backward", "", h, W, target, bias, lse, contig(g_loss),
-                       torch::stable::new_zeros(lse, {lse.size(0)}), scale, ignore_index, chunk_size);
+      call_aten_triple("fedkernels::linear_cross_entropy_backward", "", h, W, target, bias, lse,
+                       contiguous_or_self(g_loss), zeros_on(lse, {lse.size(0)}), scale, ignore_index, chunk_size);
   const ScalarType acc = lse.scalar_type();
   return {loss, lse, to_dtype(gh, acc), to_dtype(gW, acc), to_dtype(gb, acc)};
 }

@@ -123,13 +123,14 @@ inline void check_no_overlap(const Tensor& out, const Tensor& t, const char* nam
 // The weight tests of check_scatter_rows_mean_args on a CPU weight, element by element: finite and
 // >= 0, and (narrowed: float64 weights for a float32 accumulation) at most float32's max.
 inline void check_weight_values_host(const Tensor& weight, bool narrowed, ScalarType out_dtype) {
-  const Tensor w = contig(weight);
+  const Tensor w = contiguous_or_self(weight);
   FK_DISPATCH_FLOAT_HALF_BF16(w.scalar_type(), "scatter_rows_mean", [&] {
     const scalar_t* p = w.const_data_ptr<scalar_t>();
     constexpr double kFloatMax = 3.4028234663852886e38;
     bool good = true, too_big = false;
     double most = -std::numeric_limits<double>::infinity();
-    for (int64_t i = 0; i < w.numel(); ++i) {
+    const int64_t n = w.numel();
+    for (int64_t i = 0; i < n; ++i) {
       const double v = static_cast<double>(p[i]);
       if (!(v >= 0) || !std::isfinite(v)) good = false;
       if (narrowed && v > kFloatMax) too_big = true;

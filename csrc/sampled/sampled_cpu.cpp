@@ -15,7 +15,7 @@ template <typename KeyFn>
 static Tensor sample_rows_cpu(const Tensor& indptr, const Tensor& indices, int64_t num_classes, int64_t m, KeyFn key) {
   const auto index = build_complement_index_host(indptr, indices, num_classes, m);
   const int64_t c = indptr.numel() - 1;
-  Tensor out = torch::stable::new_empty(indices, {c, m});
+  Tensor out = empty_on(indices, {c, m});
   const int64_t* uptr = index.uptr.const_data_ptr<int64_t>();
   const int64_t* shifted = index.shifted.const_data_ptr<int64_t>();
   int64_t* o = out.mutable_data_ptr<int64_t>();
@@ -36,14 +36,14 @@ static Tensor sample_negatives_cpu(const Tensor& positives, int64_t num_classes,
   const Tensor indptr = long_tensor({0, positives.numel()}, positives);
   const uint64_t key = static_cast<uint64_t>(seed);
   return torch::stable::reshape(
-      sample_rows_cpu(indptr, contig(positives), num_classes, m, [key](int64_t) { return key; }), {m});
+      sample_rows_cpu(indptr, contiguous_or_self(positives), num_classes, m, [key](int64_t) { return key; }), {m});
 }
 
 static Tensor sample_negatives_batched_cpu(const Tensor& indptr, const Tensor& indices, int64_t num_classes, int64_t m,
                                            int64_t seed) {
   check_sample_negatives_batched_args(indptr, indices, num_classes, m);
   const uint64_t base = static_cast<uint64_t>(seed);
-  return sample_rows_cpu(contig(indptr), contig(indices), num_classes, m,
+  return sample_rows_cpu(contiguous_or_self(indptr), contiguous_or_self(indices), num_classes, m,
                          [base](int64_t c) { return client_seed(base, static_cast<uint64_t>(c)); });
 }
 

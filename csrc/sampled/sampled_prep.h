@@ -33,7 +33,7 @@ inline ComplementIndex build_complement_index(const Tensor& indptr, const Tensor
   const Tensor vals = aten::index_select(aten::index_select(indices, 0, by_class), 0, by_row);
   const Tensor rws = aten::index_select(rows1, 0, by_row);
   const int64_t nv = vals.numel();
-  Tensor keep = torch::stable::new_empty(indptr, {nv}, ScalarType::Bool);
+  Tensor keep = empty_on(indptr, {nv}, ScalarType::Bool);
   torch::stable::fill_(keep, 1.0);
   if (nv > 1) {
     Tensor changed = aten::ne(narrow_view(vals, 0, 1, nv - 1), narrow_view(vals, 0, 0, nv - 1));
@@ -44,7 +44,7 @@ inline ComplementIndex build_complement_index(const Tensor& indptr, const Tensor
   const Tensor uvals = aten::masked_select(vals, keep);
   const Tensor urows = aten::masked_select(rws, keep);
   const Tensor ucount = aten::bincount(urows, c);
-  Tensor uptr = torch::stable::new_zeros(indptr, {c + 1});
+  Tensor uptr = zeros_on(indptr, {c + 1});
   if (c > 0) {
     Tensor tail = torch::stable::narrow(uptr, 0, 1, c);
     torch::stable::copy_(tail, aten::cumsum(ucount, 0));
@@ -65,10 +65,10 @@ inline ComplementIndex build_complement_index(const Tensor& indptr, const Tensor
 inline ComplementIndex build_complement_index_host(const Tensor& indptr, const Tensor& indices, int64_t num_classes,
                                                    int64_t m) {
   const int64_t c = indptr.numel() - 1;
-  const Tensor ip_c = contig(indptr), ix_c = contig(indices);
+  const Tensor ip_c = contiguous_or_self(indptr), ix_c = contiguous_or_self(indices);
   const int64_t* ip = ip_c.const_data_ptr<int64_t>();
   const int64_t* ix = ix_c.const_data_ptr<int64_t>();
-  Tensor uptr = torch::stable::new_empty(indptr, {c + 1});
+  Tensor uptr = empty_on(indptr, {c + 1});
   int64_t* up = uptr.mutable_data_ptr<int64_t>();
   std::vector<int64_t> shifted;
   shifted.reserve(static_cast<size_t>(indices.numel()));
@@ -89,7 +89,7 @@ inline ComplementIndex build_complement_index_host(const Tensor& indptr, const T
                    " distinct positives out of num_classes = ", num_classes, ", leaving ", num_classes - most);
   }
   const int64_t total = static_cast<int64_t>(shifted.size());
-  Tensor sh = torch::stable::new_empty(indices, {total});
+  Tensor sh = empty_on(indices, {total});
   std::copy(shifted.begin(), shifted.end(), sh.mutable_data_ptr<int64_t>());
   return {uptr, sh};
 }
@@ -105,7 +105,7 @@ struct FK_STABLE_HIDDEN RowSegments {
 inline RowSegments build_row_segments(const Tensor& idx) {
   const auto [sorted, perm] = aten::sort_stable(idx, 0);
   const auto [rows, inverse, counts] = aten::unique_consecutive_counts(sorted);
-  Tensor seg = torch::stable::new_zeros(idx, {rows.numel() + 1});
+  Tensor seg = zeros_on(idx, {rows.numel() + 1});
   if (rows.numel() > 0) {
     Tensor tail = torch::stable::narrow(seg, 0, 1, rows.numel());
     torch::stable::copy_(tail, aten::cumsum(counts, 0));

@@ -116,8 +116,8 @@ std::vector<acc_t>& weight_sums_scratch() {
 static void scatter_rows_mean_cpu(Tensor& out, const Tensor& idx, const Tensor& src, const Tensor& weight) {
   check_scatter_rows_mean_args(out, idx, src, weight);
   if (idx.numel() == 0 || out.size(1) == 0) return;
-  const Tensor ix = contig(idx);
-  const Tensor source = contig(src);
+  const Tensor ix = contiguous_or_self(idx);
+  const Tensor source = contiguous_or_self(src);
   const int64_t d = out.size(1), t_count = ix.numel();
   // The sort's arrays are kept by the calling thread between calls: a server aggregates round after
   // round at similar sizes, and fresh arrays cost a page fault per 4 KiB on every call (glibc hands
@@ -129,7 +129,7 @@ static void scatter_rows_mean_cpu(Tensor& out, const Tensor& idx, const Tensor& 
   const int64_t num_rows = static_cast<int64_t>(segs.rows.size());
   FK_DISPATCH_FLOAT_HALF_BF16(out.scalar_type(), "scatter_rows_mean_cpu", [&] {
     using acc_t = opmath_t<scalar_t>;
-    const Tensor w_acc = contig(to_dtype(weight, opmath_scalar_type<scalar_t>()));
+    const Tensor w_acc = contiguous_or_self(to_dtype(weight, opmath_scalar_type<scalar_t>()));
     const acc_t* w = w_acc.const_data_ptr<acc_t>();
     // Every row's weight scale and scaled weight sum first (in stable order), so a zero-weight row
     // is reported before out is touched.

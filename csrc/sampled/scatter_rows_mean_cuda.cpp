@@ -19,15 +19,15 @@ static void scatter_rows_mean_cuda(Tensor& out, const Tensor& idx, const Tensor&
   check_scatter_rows_mean_args(out, idx, src, weight);
   const CudaDeviceGuard guard(out);
   if (idx.numel() == 0 || out.size(1) == 0) return;
-  const RowSegments segs = build_row_segments(contig(idx));
-  const Tensor source = contig(src);
+  const RowSegments segs = build_row_segments(contiguous_or_self(idx));
+  const Tensor source = contiguous_or_self(src);
   const int64_t d = out.size(1), num_rows = segs.rows.numel();
   const cudaStream_t stream = current_cuda_stream(out);
   FK_DISPATCH_FLOAT_HALF_BF16(out.scalar_type(), "scatter_rows_mean_cuda", [&] {
     using acc_t = opmath_t<scalar_t>;
-    const Tensor w_acc = contig(to_dtype(weight, opmath_scalar_type<scalar_t>()));
-    Tensor wsum = torch::stable::new_empty(w_acc, {num_rows});
-    Tensor wscale = torch::stable::new_empty(w_acc, {num_rows});
+    const Tensor w_acc = contiguous_or_self(to_dtype(weight, opmath_scalar_type<scalar_t>()));
+    Tensor wsum = empty_on(w_acc, {num_rows});
+    Tensor wscale = empty_on(w_acc, {num_rows});
     launch_segment_weight_sum<acc_t>(segs.seg.const_data_ptr<int64_t>(), segs.perm.const_data_ptr<int64_t>(),
                                      w_acc.const_data_ptr<acc_t>(), num_rows, wsum.mutable_data_ptr<acc_t>(),
                                      wscale.mutable_data_ptr<acc_t>(), stream);

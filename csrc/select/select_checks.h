@@ -8,7 +8,7 @@
 
 #include "common/stable/check.h"
 #include "common/stable/checks.h"
-#include "common/stable/select_extra.h"
+#include "common/stable/alloc.h"
 #include "common/stable/tensor.h"
 #include "select/select.h"
 
@@ -78,11 +78,12 @@ inline void check_masked_metadata(const std::vector<Tensor>& dst, const std::vec
                  "entry per sent tensor (",
                  s, "), got ", client_of.numel(), " and ", tensor_of.numel());
   // Host tensors (checked above): a loop, not a reduction.
-  check_host_index_range(client_of, 0, weights.numel(), "client_of");
-  check_host_index_range(tensor_of, 0, static_cast<int64_t>(dst.size()), "tensor_of (the clients' idx)");
-  const Tensor w = weights.is_contiguous() ? weights : torch::stable::contiguous(weights);
+  check_index_range(client_of, 0, weights.numel(), "client_of");
+  check_index_range(tensor_of, 0, static_cast<int64_t>(dst.size()), "tensor_of (the clients' idx)");
+  const Tensor w = contiguous_or_self(weights);
   const double* wp = w.const_data_ptr<double>();
-  for (int64_t c = 0; c < w.numel(); ++c) {
+  const int64_t n = w.numel();
+  for (int64_t c = 0; c < n; ++c) {
     FK_CHECK_VALUE(std::isfinite(wp[c]) && wp[c] >= 0.0, "weights must be finite and >= 0, got weights[", c,
                    "] = ", wp[c]);
   }

@@ -4,7 +4,7 @@
 #include <numeric>
 #include <vector>
 
-#include "common/stable/select_extra.h"
+#include "common/stable/alloc.h"
 #include "common/stable/tensor.h"
 #include "select/select.h"
 #include "select/select_checks.h"

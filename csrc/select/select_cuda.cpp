@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/stable/alloc.h"
 #include "common/stable/cuda.h"
 #include "common/stable/tensor.h"
 #include "select/select.h"
@@ -38,10 +39,10 @@ static Tensor delta_norms_cuda(const std::vector<Tensor>& new_, const std::vecto
   if (new_.empty()) return torch::stable::empty({0}, ScalarType::Float);
   const CudaDeviceGuard guard(new_[0]);
   const NormPlan plan = make_norm_plan(new_, old);
-  Tensor out = torch::stable::new_empty(new_[0], {plan.num_tensors}, ScalarType::Float);
+  Tensor out = empty_on(new_[0], {plan.num_tensors}, ScalarType::Float);
   if (plan.num_tensors == 0) return out;
   const Tensor packed = to_device(plan.packed, ScalarType::Long, new_[0].device());
-  Tensor partials = torch::stable::new_empty(out, {std::max<int64_t>(plan.total_chunks, 1)}, ScalarType::Double);
+  Tensor partials = empty_on(out, {std::max<int64_t>(plan.total_chunks, 1)}, ScalarType::Double);
   const cudaStream_t stream = current_cuda_stream(out);
   if (plan.total_chunks > 0) {
     check_launched(launch_norm_partials(packed.const_data_ptr<int64_t>(), plan.num_tensors, plan.total_chunks,
@@ -60,7 +61,7 @@ static Tensor select_topk_tensors_cuda(const std::vector<Tensor>& new_, const st
   const Tensor norms = delta_norms_cuda(new_, old, normalize);
   const CudaDeviceGuard guard(norms);
   const int64_t m = norms.numel(), k = num_selected(m, fraction);
-  Tensor out = torch::stable::new_empty(norms, {k}, ScalarType::Long);
+  Tensor out = empty_on(norms, {k}, ScalarType::Long);
   if (m == 0) return out;
   check_launched(launch_topk_rank(norms.const_data_ptr<float>(), m, k, out.mutable_data_ptr<int64_t>(),
                                   current_cuda_stream(norms)));

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/stable/check.h"
-#include "common/stable/select_extra.h"
+#include "common/stable/alloc.h"
 #include "common/stable/tensor.h"
 #include "select/select.h"
 #include "select/select_checks.h"
@@ -33,7 +33,7 @@ inline NormPlan make_norm_plan(const std::vector<Tensor>& new_, const std::vecto
   plan.packed.reserve(plan.num_tensors * kNormRecord);
   std::vector<int64_t> owners;
   for (int64_t t = 0; t < plan.num_tensors; ++t) {
-    Tensor a = contiguous_of(new_[t]), b = contiguous_of(old[t]);
+    Tensor a = contiguous_or_self(new_[t]), b = contiguous_or_self(old[t]);
     const int64_t n = a.numel(), first = plan.total_chunks;
     plan.packed.insert(plan.packed.end(), {ptr_bits(a.const_data_ptr()), ptr_bits(b.const_data_ptr()), n,
                                            static_cast<int64_t>(elem_type_of(a, "new", t)), first});
@@ -68,7 +68,7 @@ inline MaskedPlan make_masked_plan(const std::vector<Tensor>& dst, const std::ve
     elem_type_of(dst[t], "dst", t);
   }
   check_masked_metadata(dst, sent, client_of, tensor_of, weights);
-  const Tensor co = contiguous_of(client_of), to = contiguous_of(tensor_of), wt = contiguous_of(weights);
+  const Tensor co = contiguous_or_self(client_of), to = contiguous_or_self(tensor_of), wt = contiguous_or_self(weights);
   const int64_t* client = co.const_data_ptr<int64_t>();
   const int64_t* target = to.const_data_ptr<int64_t>();
   const double* w = wt.const_data_ptr<double>();
@@ -96,14 +96,14 @@ inline MaskedPlan make_masked_plan(const std::vector<Tensor>& dst, const std::ve
     }
     FK_CHECK_VALUE(wsum > 0.0, "weights of the clients that sent idx ", t, " sum to zero");
     const bool in_place = dst[t].is_contiguous();
-    Tensor out = in_place ? dst[t] : torch::stable::contiguous(dst[t]);
+    Tensor out = in_place ? dst[t] : contiguous_or_self(dst[t]);
     if (!in_place) plan.write_back.emplace_back(out, dst[t]);
     const int64_t n = out.numel();
     plan.packed.insert(plan.packed.end(),
                        {ptr_bits(out.mutable_data_ptr()), n, static_cast<int64_t>(elem_type_of(out, "dst", t)),
                         plan.total_chunks, plan.num_members, hi - lo});
     for (int64_t m = lo; m < hi; ++m) {
-      Tensor x = contiguous_of(sent[order[m]]);
+      Tensor x = contiguous_or_self(sent[order[m]]);
       members.push_back(ptr_bits(x.const_data_ptr()));
       plan.member_weight.push_back(w[client[order[m]]] / wsum);
       plan.hold.push_back(std::move(x));

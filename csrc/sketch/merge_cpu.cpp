@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/stable/alloc.h"
 #include "common/stable/dispatch.h"
 #include "sketch/count_sketch_rows.h"
 #include "sketch/sketch.h"
@@ -20,7 +21,7 @@ static Tensor bucket_merge_cpu(const Tensor& logp, const Tensor& table, std::str
   const MergeArgs a = prepare_merge(logp, table, reduce_name);
   const auto &lp = a.logp, &tb = a.table;
   const int64_t r = a.r, n_rows = a.n_rows, nb = a.nb, p = a.p, reduce = a.reduce;
-  Tensor out = torch::stable::new_empty(lp, {n_rows, p});
+  Tensor out = empty_on(lp, {n_rows, p});
   if (out.numel() == 0) return out;
   const int32_t* t = tb.const_data_ptr<int32_t>();
   FK_DISPATCH_FLOAT_HALF_BF16(lp.scalar_type(), "bucket_merge", [&] {
@@ -47,12 +48,12 @@ static Tensor bucket_merge_cpu(const Tensor& logp, const Tensor& table, std::str
 
 static Tensor bucket_merge_backward_cpu(const Tensor& grad, const Tensor& table, int64_t num_buckets) {
   check_merge_backward_args(grad, table, num_buckets);
-  const Tensor tb = torch::stable::contiguous(table);
+  const Tensor tb = contiguous_or_self(table);
   const int64_t n_rows = grad.size(0), r = tb.size(1);
-  Tensor out = torch::stable::new_empty(grad, {r, n_rows, num_buckets});
+  Tensor out = empty_on(grad, {r, n_rows, num_buckets});
   if (out.numel() == 0) return out;
-  count_sketch_rows_cpu(torch::stable::contiguous(grad), tb, nullptr, num_buckets, out, num_buckets,
-                        n_rows * num_buckets, static_cast<double>(r));
+  count_sketch_rows_cpu(contiguous_or_self(grad), tb, nullptr, num_buckets, out, num_buckets, n_rows * num_buckets,
+                        static_cast<double>(r));
   return out;
 }
 

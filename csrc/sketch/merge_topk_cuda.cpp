@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/stable/alloc.h"
 #include "common/stable/cuda.h"
 #include "common/stable/dispatch.h"
 #include "sketch/merge_topk_cuda_kernels.h"
@@ -22,7 +23,7 @@ static void launch_fast(const MergeArgs& a, int64_t k, scalar_t* vals, int64_t* 
   Tensor part;
   uint64_t* part_ptr = nullptr;
   if (L.splits > 1) {
-    part = torch::stable::new_empty(a.logp, {a.n_rows, L.splits, k}, ScalarType::Long);
+    part = empty_on(a.logp, {a.n_rows, L.splits, k}, ScalarType::Long);
     part_ptr = reinterpret_cast<uint64_t*>(part.mutable_data_ptr<int64_t>());
   }
   launch_topk_scan<scalar_t, KCAP>(lp, tb, a.n_rows, a.nb, a.p, a.r, a.reduce, static_cast<int>(k), L, vals, ids,

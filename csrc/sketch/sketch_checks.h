@@ -125,7 +125,7 @@ inline void check_signs(const Tensor& signs, const Tensor& table) {
                  shape_text(table.sizes()), ", got ", shape_text(signs.sizes()));
   if (signs.numel() == 0) return;
   if (signs.is_cpu()) {
-    FK_CHECK_VALUE(cpu_all_plus_minus_one(torch::stable::contiguous(signs)), "signs values must be +1 or -1");
+    FK_CHECK_VALUE(cpu_all_plus_minus_one(contiguous_or_self(signs)), "signs values must be +1 or -1");
   } else {
     FK_CHECK_VALUE(device_all_plus_minus_one(signs), "signs values must be +1 or -1");
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/stable/alloc.h"
 #include "common/huge_pages.h"
 
 #include "sketch/sketch.h"
@@ -42,10 +43,10 @@ static void label_hash_fill_cpu(const Tensor& ip, const Tensor& ix, const Tensor
 static Tensor label_hash_cpu(const Tensor& indptr, const Tensor& indices, const Tensor& table, int64_t num_buckets) {
   check_label_hash_args(indptr, indices, table, num_buckets);
   const int64_t n_samples = indptr.numel() - 1, r = table.size(1);
-  Tensor out = torch::stable::new_empty(indices, {r, n_samples, num_buckets}, ScalarType::Byte);
+  Tensor out = empty_on(indices, {r, n_samples, num_buckets}, ScalarType::Byte);
   advise_huge_pages(out.mutable_data_ptr(), static_cast<size_t>(out.numel()));  // fresh pages only; see huge_pages.h
-  label_hash_fill_cpu(torch::stable::contiguous(indptr), torch::stable::contiguous(indices),
-                      torch::stable::contiguous(table), num_buckets, out);
+  label_hash_fill_cpu(contiguous_or_self(indptr), contiguous_or_self(indices), contiguous_or_self(table), num_buckets,
+                      out);
   return out;
 }
 
@@ -54,8 +55,8 @@ static Tensor label_hash_out_cpu(const Tensor& indptr, const Tensor& indices, co
                                  Tensor out) {
   check_label_hash_args(indptr, indices, table, num_buckets);
   check_label_hash_out(out, indptr, indices, table, num_buckets);
-  label_hash_fill_cpu(torch::stable::contiguous(indptr), torch::stable::contiguous(indices),
-                      torch::stable::contiguous(table), num_buckets, out);
+  label_hash_fill_cpu(contiguous_or_self(indptr), contiguous_or_self(indices), contiguous_or_self(table), num_buckets,
+                      out);
   return out;
 }
 

@@ -1,6 +1,7 @@
 // CUDA launchers of label_hash (the torch side): checks, allocation; the kernel is in sketch_cuda.cu.
 // Compiled by the host compiler, only in CUDA builds (and the emulator's).
 
+#include "common/stable/alloc.h"
 #include "common/stable/cuda.h"
 #include "sketch/sketch_checks.h"
 #include "sketch/sketch_cuda_kernels.h"
@@ -20,9 +21,9 @@ static void label_hash_launch(const Tensor& ip, const Tensor& ix, const Tensor& 
 static Tensor label_hash_cuda(const Tensor& indptr, const Tensor& indices, const Tensor& table, int64_t num_buckets) {
   check_label_hash_args(indptr, indices, table, num_buckets);
   const CudaDeviceGuard guard(indices);
-  Tensor out = torch::stable::new_empty(indices, {table.size(1), indptr.numel() - 1, num_buckets}, ScalarType::Byte);
-  label_hash_launch(torch::stable::contiguous(indptr), torch::stable::contiguous(indices),
-                    torch::stable::contiguous(table), num_buckets, out);
+  Tensor out = empty_on(indices, {table.size(1), indptr.numel() - 1, num_buckets}, ScalarType::Byte);
+  label_hash_launch(contiguous_or_self(indptr), contiguous_or_self(indices), contiguous_or_self(table), num_buckets,
+                    out);
   return out;
 }
 
@@ -31,8 +32,8 @@ static Tensor label_hash_out_cuda(const Tensor& indptr, const Tensor& indices, c
   check_label_hash_args(indptr, indices, table, num_buckets);
   check_label_hash_out(out, indptr, indices, table, num_buckets);
   const CudaDeviceGuard guard(indices);
-  label_hash_launch(torch::stable::contiguous(indptr), torch::stable::contiguous(indices),
-                    torch::stable::contiguous(table), num_buckets, out);
+  label_hash_launch(contiguous_or_self(indptr), contiguous_or_self(indices), contiguous_or_self(table), num_buckets,
+                    out);
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/stable/alloc.h"
 #include "common/stable/tensor.h"
 #include "sketch/sketch_checks.h"
 
@@ -27,8 +28,8 @@ struct FK_STABLE_HIDDEN MergeArgs {
 inline MergeArgs prepare_merge(const Tensor& logp, const Tensor& table, std::string_view reduce_name) {
   const int64_t reduce = parse_reduce(reduce_name);
   check_merge_args(logp, table, reduce);
-  return {torch::stable::contiguous(logp),
-          torch::stable::contiguous(table),
+  return {contiguous_or_self(logp),
+          contiguous_or_self(table),
           reduce,
           logp.size(0),
           logp.size(1),
@@ -44,8 +45,7 @@ inline int64_t merge_row_grain(int64_t work_per_row) {
 
 inline std::tuple<Tensor, Tensor> alloc_topk(const MergeArgs& a, int64_t k) {
   check_topk_k(k, a.p);
-  return {torch::stable::new_empty(a.logp, {a.n_rows, k}),
-          torch::stable::new_empty(a.logp, {a.n_rows, k}, ScalarType::Long)};
+  return {empty_on(a.logp, {a.n_rows, k}), empty_on(a.logp, {a.n_rows, k}, ScalarType::Long)};
 }
 
 // count_sketch: x [..., p] viewed as [rows, p]; out [..., R, B].
@@ -60,10 +60,10 @@ inline CountSketchArgs prepare_count_sketch(const Tensor& x, const Tensor& table
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = r;
   shape.push_back(num_buckets);
-  Tensor out = torch::stable::new_empty(x, shape);
+  Tensor out = empty_on(x, shape);
   const int64_t rows = out.numel() / (r * num_buckets);  // the product of x's leading dims, even when p = 0
-  return {torch::stable::view(torch::stable::contiguous(x), {rows, p}), torch::stable::contiguous(table),
-          torch::stable::contiguous(signs), out};
+  return {torch::stable::view(contiguous_or_self(x), {rows, p}), contiguous_or_self(table), contiguous_or_self(signs),
+          out};
 }
 
 // count_sketch_query: sketch [..., R, B] viewed as [rows, R * B]; out [..., p].
@@ -80,9 +80,9 @@ inline QueryArgs prepare_query(const Tensor& sketch, const Tensor& table, const 
   std::vector<int64_t> shape(sketch.sizes().begin(), sketch.sizes().end());
   shape.pop_back();
   shape.back() = p;
-  Tensor out = torch::stable::new_empty(sketch, shape);
-  const Tensor m2d = torch::stable::view(torch::stable::contiguous(sketch), {-1, r * nb});
-  return {m2d, torch::stable::contiguous(table), torch::stable::contiguous(signs), out, reduce, m2d.size(0), p, r, nb};
+  Tensor out = empty_on(sketch, shape);
+  const Tensor m2d = torch::stable::view(contiguous_or_self(sketch), {-1, r * nb});
+  return {m2d, contiguous_or_self(table), contiguous_or_self(signs), out, reduce, m2d.size(0), p, r, nb};
 }
 
 }  // namespace fedkernels

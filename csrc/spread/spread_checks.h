@@ -74,7 +74,7 @@ inline void check_neighbours(const Tensor& idx, int64_t num_classes, const Tenso
   FK_CHECK_VALUE(idx.size(0) == num_classes, "idx must have one row per class (", num_classes, "), got shape ",
                  shape_text(idx.sizes()));
   check_same_device(idx, "idx", W, "W");
-  check_index_range_spread(idx, 0, num_classes, "idx");
+  check_index_range(idx, 0, num_classes, "idx");
 }
 
 // Sparse pair weights: CSR over C rows, each row's column ids strictly increasing in [0, C),
@@ -88,7 +88,7 @@ inline void check_pair_weights(const Tensor& indptr, const Tensor& indices, cons
   FK_CHECK_VALUE(values.numel() == indices.numel(), "pair_weight values must have one entry per index (",
                  indices.numel(), "), got ", values.numel());
   check_same_device(values, "pair_weight values", indices, "pair_weight indices");
-  check_index_range_spread(indices, 0, num_classes, "pair_weight indices");
+  check_index_range(indices, 0, num_classes, "pair_weight indices");
   if (host_scan(values)) {
     const HostFloatStats st = host_float_stats(values);
     FK_CHECK_VALUE(st.finite, "pair_weight values must be finite");
@@ -97,8 +97,8 @@ inline void check_pair_weights(const Tensor& indptr, const Tensor& indices, cons
     FK_CHECK_VALUE(item_bool(all_finite(values)), "pair_weight values must be finite");
     FK_CHECK_VALUE(item_double(min(values)) >= 0.0, "pair_weight values must be >= 0");
   }
-  const Tensor ip = torch::stable::contiguous(to_cpu(indptr, ScalarType::Long));
-  const Tensor ix = torch::stable::contiguous(to_cpu(indices, ScalarType::Long));
+  const Tensor ip = contiguous_or_self(to_cpu(indptr, ScalarType::Long));
+  const Tensor ix = contiguous_or_self(to_cpu(indices, ScalarType::Long));
   const int64_t* p = ip.const_data_ptr<int64_t>();
   const int64_t* c = ix.const_data_ptr<int64_t>();
   for (int64_t r = 0; r < num_classes; ++r) {
@@ -114,7 +114,7 @@ inline void check_pair_weight_gather_args(const Tensor& indptr, const Tensor& in
   check_dim(idx, 2, "idx");
   check_pair_weights(indptr, indices, values, idx.size(0));
   check_same_device(idx, "idx", indices, "pair_weight indices");
-  check_index_range_spread(idx, 0, idx.size(0), "idx");
+  check_index_range(idx, 0, idx.size(0), "idx");
 }
 
 // The pairs (r, j) pointing at each class t, for the backward: flat ids r * k + j grouped by target
@@ -122,7 +122,7 @@ inline void check_pair_weight_gather_args(const Tensor& indptr, const Tensor& in
 inline std::tuple<Tensor, Tensor> reverse_pairs(const Tensor& idx) {
   const auto [values, order] = sort_stable(torch::stable::reshape(idx, {-1}), /*dim=*/0, /*descending=*/false);
   const Tensor bounds = searchsorted(values, arange_like(idx, idx.size(0) + 1));
-  return {torch::stable::contiguous(order), torch::stable::contiguous(bounds)};
+  return {contiguous_or_self(order), contiguous_or_self(bounds)};
 }
 
 inline void check_pair_loss_args(const Tensor& W, const Tensor& idx, const Tensor& weight, double margin,

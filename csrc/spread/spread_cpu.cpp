@@ -231,7 +231,7 @@ void knn_cpu_impl(const spread_cpu::KnnLevel* level, const Tensor& W, const Tens
           return;
         }
       }
-      Tensor buf = torch::stable::new_empty(Wacc, {2 * kBlock * kBlock});
+      Tensor buf = empty_on(Wacc, {2 * kBlock * kBlock});
       for (int64_t tk = tb; tk < te; ++tk)
         for (const auto& [bi, bj] : tasks[tk]) {
           const Tensor a = block_rows(bi), b = block_rows(bj);
@@ -299,7 +299,7 @@ std::tuple<Tensor, Tensor> knn_classes_cpu(const Tensor& W_in, int64_t k, std::s
     check_knn_shape_args(W_in, k, metric_name);
   }
   const int metric = parse_metric(metric_name);
-  const Tensor W = as_contiguous(W_in);
+  const Tensor W = contiguous_or_self(W_in);
   const int64_t c = W.size(0), d = W.size(1);
   const ScalarType acc_type = W.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
   const spread_cpu::KnnLevel* level = spread_cpu::knn_level(cpu_isa());  // one level for the whole call
@@ -311,8 +311,8 @@ std::tuple<Tensor, Tensor> knn_classes_cpu(const Tensor& W_in, int64_t k, std::s
     for (const double n : norms) finite = finite && std::isfinite(n);
     FK_CHECK_VALUE(finite, "W must be finite (it has NaN or inf entries)");
   }
-  Tensor dist = torch::stable::new_empty(W, {c, k}, acc_type);
-  Tensor idx = torch::stable::new_empty(W, {c, k}, ScalarType::Long);
+  Tensor dist = empty_on(W, {c, k}, acc_type);
+  Tensor idx = empty_on(W, {c, k}, ScalarType::Long);
   if (k == 0 || c == 0) return {dist, idx};
   // The GEMM runs on float32 (float64 for float64 W); half inputs get a float32 copy.
   const Tensor Wacc = W.scalar_type() == acc_type ? W : torch::stable::to(W, acc_type);

@@ -72,11 +72,11 @@ std::tuple<Tensor, Tensor> knn_classes_cuda(const Tensor& W_in, int64_t k, std::
   const CudaDeviceGuard guard(W_in);
   // No gradient flows through this op; its GEMM must not meet a parameter's requires_grad (mm_out refuses).
   const NoGradGuard no_grad;
-  const Tensor W = as_contiguous(W_in);
+  const Tensor W = contiguous_or_self(W_in);
   const int64_t c = W.size(0), d = W.size(1);
   const ScalarType acc_type = W.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
-  Tensor dist = torch::stable::new_empty(W, {c, k}, acc_type);
-  Tensor idx = torch::stable::new_empty(W, {c, k}, ScalarType::Long);
+  Tensor dist = empty_on(W, {c, k}, acc_type);
+  Tensor idx = empty_on(W, {c, k}, ScalarType::Long);
   if (k == 0 || c == 0) return {dist, idx};
   const int64_t cap = std::min<int64_t>(spread::candidate_capacity(k), c - 1);
   const Tensor norms = spread_cuda::row_norms(W);
@@ -88,17 +88,17 @@ std::tuple<Tensor, Tensor> knn_classes_cuda(const Tensor& W_in, int64_t k, std::
           ? mul(norms, norms)
           : neg_reciprocal(clamp_min(norms, scalar_like(norms, spread::kCosineEps, ScalarType::Double)));
   const Tensor col_term = torch::stable::to(col_term_f64, acc_type);
-  Tensor cand_keys = torch::stable::new_empty(W, {c, cap}, acc_type);
-  Tensor cand_ids = torch::stable::new_empty(W, {c, cap}, ScalarType::Long);
-  Tensor cand_sizes = torch::stable::new_zeros(W, {c}, ScalarType::Long);
-  Tensor exact = torch::stable::new_empty(W, {c, cap}, ScalarType::Double);
-  Tensor overflow = torch::stable::new_zeros(W, {c}, ScalarType::Bool);
+  Tensor cand_keys = empty_on(W, {c, cap}, acc_type);
+  Tensor cand_ids = empty_on(W, {c, cap}, ScalarType::Long);
+  Tensor cand_sizes = zeros_on(W, {c}, ScalarType::Long);
+  Tensor exact = empty_on(W, {c, cap}, ScalarType::Double);
+  Tensor overflow = zeros_on(W, {c}, ScalarType::Bool);
   const double max_norm = item_double(max(norms));
   const bool is_double = acc_type == ScalarType::Double;
   const double unit_roundoff = gemm_unit_roundoff(W, is_double);
   const auto [row_tile, col_tile] = knn_tiles(is_double ? 8 : 4);
   const int64_t tr = std::min(row_tile, c), tc = std::min(col_tile, c);
-  Tensor g_buf = torch::stable::new_empty(W, {tr * tc}, acc_type);
+  Tensor g_buf = empty_on(W, {tr * tc}, acc_type);
   const cudaStream_t stream = current_cuda_stream(W);
   FK_DISPATCH_FLOATING(acc_type, "knn_classes_cuda_merge", [&] {
     using acc_t = scalar_t;

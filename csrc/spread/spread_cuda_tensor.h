@@ -2,6 +2,7 @@
 // spread_cuda_utils.cuh).
 #pragma once
 
+#include "common/stable/alloc.h"
 #include "common/stable/cuda.h"
 #include "common/stable/dispatch.h"
 #include "common/stable/tensor.h"
@@ -13,7 +14,7 @@ namespace spread_cuda {
 // Float64 norm of every row of a contiguous [C, d] W, as a CUDA tensor [C].
 inline Tensor row_norms(const Tensor& W) {
   const int64_t c = W.size(0), d = W.size(1);
-  Tensor norms = torch::stable::new_empty(W, {c}, ScalarType::Double);
+  Tensor norms = empty_on(W, {c}, ScalarType::Double);
   if (c == 0) return norms;
   const cudaStream_t stream = current_cuda_stream(W);
   FK_DISPATCH_FLOAT_HALF_BF16(W.scalar_type(), "spread_row_norms", [&] {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/stable/alloc.h"
 #include "common/stable/calls.h"
 #include "common/stable/check.h"
 #include "common/stable/dispatch.h"
@@ -20,9 +21,9 @@ namespace {
 Tensor pair_weight_gather_cpu(const Tensor& indptr, const Tensor& indices, const Tensor& values, const Tensor& idx_in) {
   check_pair_weight_gather_args(indptr, indices, values, idx_in);
   const int64_t c = idx_in.size(0), k = idx_in.size(1);
-  const Tensor ip = as_contiguous(indptr), ix = as_contiguous(indices), vv = as_contiguous(values),
-               idx = as_contiguous(idx_in);
-  Tensor out = torch::stable::new_empty(values, {c, k});
+  const Tensor ip = contiguous_or_self(indptr), ix = contiguous_or_self(indices), vv = contiguous_or_self(values),
+               idx = contiguous_or_self(idx_in);
+  Tensor out = empty_on(values, {c, k});
   const int64_t *p = ip.const_data_ptr<int64_t>(), *cols = ix.const_data_ptr<int64_t>(),
                 *nb = idx.const_data_ptr<int64_t>();
   const float* v = vv.const_data_ptr<float>();
@@ -85,7 +86,7 @@ Tensor spreadout_pair_loss_cpu(const Tensor& W_in, const Tensor& idx_in, const T
                                std::string metric_name) {
   check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
   const int metric = parse_metric(metric_name);
-  const Tensor W = as_contiguous(W_in), idx = as_contiguous(idx_in), weight = as_contiguous(weight_in);
+  const Tensor W = contiguous_or_self(W_in), idx = contiguous_or_self(idx_in), weight = contiguous_or_self(weight_in);
   const ScalarType out_type = W.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
   const int64_t c = W.size(0);
   std::vector<double> rows(static_cast<size_t>(c), 0.0);
@@ -100,9 +101,9 @@ Tensor spreadout_pair_loss_backward_cpu(const Tensor& grad, const Tensor& W_in, 
   check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
   FK_CHECK_VALUE(grad.numel() == 1, "grad must be a scalar, got shape ", shape_text(grad.sizes()));
   const int metric = parse_metric(metric_name);
-  const Tensor W = as_contiguous(W_in), idx = as_contiguous(idx_in), weight = as_contiguous(weight_in);
+  const Tensor W = contiguous_or_self(W_in), idx = contiguous_or_self(idx_in), weight = contiguous_or_self(weight_in);
   const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
-  Tensor gw = torch::stable::new_zeros(W, W.sizes());
+  Tensor gw = zeros_on(W, W.sizes());
   if (k == 0 || c == 0) return gw;
   const double g = item_double(grad);
   const auto norms = norms_if_cosine(W, metric);

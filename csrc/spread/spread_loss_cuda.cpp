@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/stable/alloc.h"
 #include "common/stable/calls.h"
 #include "common/stable/check.h"
 #include "common/stable/cuda.h"
@@ -21,7 +22,7 @@ namespace {
 
 // Row norms when the metric needs them (cosine); l2 kernels never read them: an empty tensor.
 Tensor norms_if_cosine(const Tensor& W, int metric) {
-  return metric == spread::kCosine ? spread_cuda::row_norms(W) : torch::stable::new_empty(W, {0}, ScalarType::Double);
+  return metric == spread::kCosine ? spread_cuda::row_norms(W) : empty_on(W, {0}, ScalarType::Double);
 }
 
 Tensor pair_weight_gather_cuda(const Tensor& indptr, const Tensor& indices, const Tensor& values,
@@ -29,9 +30,9 @@ Tensor pair_weight_gather_cuda(const Tensor& indptr, const Tensor& indices, cons
   check_pair_weight_gather_args(indptr, indices, values, idx_in);
   const int64_t c = idx_in.size(0), k = idx_in.size(1);
   const CudaDeviceGuard guard(idx_in);
-  const Tensor ip = as_contiguous(indptr), ix = as_contiguous(indices), vv = as_contiguous(values),
-               idx = as_contiguous(idx_in);
-  Tensor out = torch::stable::new_empty(values, {c, k});
+  const Tensor ip = contiguous_or_self(indptr), ix = contiguous_or_self(indices), vv = contiguous_or_self(values),
+               idx = contiguous_or_self(idx_in);
+  Tensor out = empty_on(values, {c, k});
   if (c * k == 0) return out;
   spread_cuda::launch_pair_weight_gather(ip.const_data_ptr<int64_t>(), ix.const_data_ptr<int64_t>(),
                                          vv.const_data_ptr<float>(), idx.const_data_ptr<int64_t>(), c, k,
@@ -57,17 +58,17 @@ Tensor spreadout_pair_loss_cuda(const Tensor& W_in, const Tensor& idx_in, const 
   check_pair_loss_args(W_in, idx_in, weight_in, margin, metric_name);
   const int metric = parse_metric(metric_name);
   const CudaDeviceGuard guard(W_in);
-  const Tensor W = as_contiguous(W_in), idx = as_contiguous(idx_in), weight = as_contiguous(weight_in);
+  const Tensor W = contiguous_or_self(W_in), idx = contiguous_or_self(idx_in), weight = contiguous_or_self(weight_in);
   const int64_t c = W.size(0);
-  Tensor total = torch::stable::new_zeros(W, std::vector<int64_t>{}, ScalarType::Double);
+  Tensor total = zeros_on(W, std::vector<int64_t>{}, ScalarType::Double);
   if (c > 0 && idx.size(1) > 0) {
-    Tensor rows = torch::stable::new_empty(W, {c}, ScalarType::Double);
+    Tensor rows = empty_on(W, {c}, ScalarType::Double);
     launch_pair_terms(W, idx, weight, norms_if_cosine(W, metric), metric, margin, 1.0, rows.mutable_data_ptr<double>(),
                       nullptr);
     // Two passes of fixed shape (spread.h: block_tree_sum): chunk sums, then one block over them in order.
     const int64_t chunks = (c + spread::kSumChunk - 1) / spread::kSumChunk;
     FK_CHECK(chunks <= INT32_MAX, "spreadout_pair_loss: too many classes for one CUDA grid");
-    Tensor partial = torch::stable::new_empty(W, {chunks}, ScalarType::Double);
+    Tensor partial = empty_on(W, {chunks}, ScalarType::Double);
     const cudaStream_t stream = current_cuda_stream(W);
     spread_cuda::launch_ordered_sum(rows.const_data_ptr<double>(), c, spread::kSumChunk,
                                     partial.mutable_data_ptr<double>(), static_cast<unsigned>(chunks), stream);
@@ -85,12 +86,12 @@ Tensor spreadout_pair_loss_backward_cuda(const Tensor& grad, const Tensor& W_in,
   FK_CHECK_VALUE(grad.numel() == 1, "grad must be a scalar, got shape ", shape_text(grad.sizes()));
   const int metric = parse_metric(metric_name);
   const CudaDeviceGuard guard(W_in);
-  const Tensor W = as_contiguous(W_in), idx = as_contiguous(idx_in), weight = as_contiguous(weight_in);
+  const Tensor W = contiguous_or_self(W_in), idx = contiguous_or_self(idx_in), weight = contiguous_or_self(weight_in);
   const int64_t c = W.size(0), d = W.size(1), k = idx.size(1);
-  Tensor gw = torch::stable::new_zeros(W, W.sizes());
+  Tensor gw = zeros_on(W, W.sizes());
   if (k == 0 || c == 0 || d == 0) return gw;
   const Tensor norms = norms_if_cosine(W, metric);
-  Tensor coefs = torch::stable::new_empty(W, {c * k}, ScalarType::Double);
+  Tensor coefs = empty_on(W, {c * k}, ScalarType::Double);
   launch_pair_terms(W, idx, weight, norms, metric, margin, item_double(grad), nullptr,
                     coefs.mutable_data_ptr<double>());
   const auto [order, bounds] = reverse_pairs(idx);

@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/stable/alloc.h"
 #include "common/stable/check.h"
 #include "common/stable/tensor.h"
 #include "common/stable/topk_extra.h"

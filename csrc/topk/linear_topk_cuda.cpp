@@ -6,6 +6,7 @@
 #include <optional>
 #include <tuple>
 
+#include "common/stable/alloc.h"
 #include "common/stable/cuda.h"
 #include "common/stable/tensor.h"
 #include "common/stable/topk_extra.h"
@@ -30,7 +31,7 @@ std::tuple<Tensor, Tensor> linear_topk_cuda(const Tensor& h, const Tensor& W, co
   const int64_t tile = linear_topk_cuda_tile_cols(n, p);
   const int64_t splits = linear_topk_cuda_splits(n, tile);
   // composites live in int64 storage
-  Tensor best = torch::stable::new_zeros(h, {n, splits, k}, ScalarType::Long);
+  Tensor best = zeros_on(h, {n, splits, k}, ScalarType::Long);
   Tensor scratch = empty_on(h, {n, splits, k}, ScalarType::Long);
   Tensor zbuf = empty_on(h, {n * tile}, ScalarType::Float);
   auto* best_p = reinterpret_cast<uint64_t*>(best.mutable_data_ptr<int64_t>());
@@ -42,7 +43,7 @@ std::tuple<Tensor, Tensor> linear_topk_cuda(const Tensor& h, const Tensor& W, co
     mm_out(z, hf, torch::stable::transpose(torch::stable::to(narrow(W, 0, j0, cols), ScalarType::Float), 0, 1));
     std::optional<Tensor> bias_tile;
     if (bias.has_value()) {
-      bias_tile = torch::stable::contiguous(torch::stable::to(narrow(*bias, 0, j0, cols), ScalarType::Float));
+      bias_tile = contiguous_or_self(torch::stable::to(narrow(*bias, 0, j0, cols), ScalarType::Float));
     }
     launch_linear_topk_tile(z.const_data_ptr<float>(), n, cols, j0,
                             bias_tile.has_value() ? bias_tile->const_data_ptr<float>() : nullptr,

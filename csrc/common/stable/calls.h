@@ -42,10 +42,15 @@ inline Tensor expand(const Tensor& t, IntArrayRef sizes) {
   return call_aten_tensor("aten::expand", "", t, sizes, false);
 }
 
+// t.to(dtype), a dispatcher call only when it has work to do (ATen returns t itself otherwise).
+inline Tensor to_dtype(const Tensor& t, ScalarType dtype) {
+  return t.scalar_type() == dtype ? t : torch::stable::to(t, dtype);
+}
+
 // A tensor converted to `dtype` on the host (a copy only when it is not already that).
 inline Tensor to_cpu(const Tensor& t, ScalarType dtype) {
   Tensor c = t.is_cpu() ? t : torch::stable::to(t, cpu_device());
-  return c.scalar_type() == dtype ? c : torch::stable::to(c, dtype);
+  return to_dtype(c, dtype);
 }
 
 // The single value of a one-element tensor, read on the host (syncs a CUDA tensor's stream).

@@ -1,7 +1,9 @@
-// Argument checks of the stable-ABI ops. The exception type is the Python one users meet: torch
-// turns std::invalid_argument into ValueError and std::out_of_range into IndexError (as pybind11
-// does), any other std::exception into RuntimeError, so each check names the argument it rejects
-// and raises what the ATen build's TORCH_CHECK_VALUE / TORCH_CHECK_INDEX raised.
+// Argument checks of the stable-ABI ops. Each names the argument it rejects, and its type is the
+// Python one users meet: std::invalid_argument for ValueError, std::out_of_range for IndexError, which
+// torch 2.10 to 2.14 translate so. Newer torch turns any exception of a stable-ABI kernel into
+// RuntimeError with its message, so the message starts with the type's tag ("[ValueError] ",
+// "[IndexError] "), and the Python wrappers raise that type with the tag removed
+// (src/fedkernels/ops/_error_types.py).
 #pragma once
 
 #include <sstream>
@@ -20,12 +22,12 @@ std::string concat_message(Args&&... args) {
 
 template <typename... Args>
 [[noreturn]] void throw_value_error(Args&&... args) {
-  throw std::invalid_argument(concat_message(std::forward<Args>(args)...));
+  throw std::invalid_argument(concat_message("[ValueError] ", std::forward<Args>(args)...));
 }
 
 template <typename... Args>
 [[noreturn]] void throw_index_error(Args&&... args) {
-  throw std::out_of_range(concat_message(std::forward<Args>(args)...));
+  throw std::out_of_range(concat_message("[IndexError] ", std::forward<Args>(args)...));
 }
 
 template <typename... Args>

@@ -2,8 +2,12 @@
 // ValueError, FK_CHECK_INDEX IndexError.
 #pragma once
 
+#include <algorithm>
+#include <optional>
 #include <string>
+#include <utility>
 
+#include "common/stable/alloc.h"
 #include "common/stable/calls.h"
 #include "common/stable/check.h"
 #include "common/stable/tensor.h"
@@ -30,18 +34,46 @@ inline void check_floating(const Tensor& t, const char* name) {
       " must be float32, float16, bfloat16 or float64, got ", s);
 }
 
-// Every value of an integer tensor lies in [lo, hi). One reduction; on CUDA it syncs once.
+// Integer host tensors up to this many values are read by a plain loop: a dispatched aminmax costs a
+// small call more than its whole kernel, while above this the vectorised, parallel aminmax wins.
+constexpr int64_t kHostMinMaxMax = int64_t{1} << 14;
+
+// The least and greatest value of a non-empty host tensor of T.
+template <typename T>
+std::pair<int64_t, int64_t> host_min_max(const Tensor& t) {
+  const Tensor c = contiguous_or_self(t);
+  const T* p = c.const_data_ptr<T>();
+  const int64_t n = c.numel();  // once: numel() is a call into torch, which would keep the loop scalar
+  T mn = p[0], mx = p[0];
+  for (int64_t i = 1; i < n; ++i) {
+    mn = std::min(mn, p[i]);
+    mx = std::max(mx, p[i]);
+  }
+  return {mn, mx};
+}
+
+// min and max of a non-empty integer tensor: a loop for small int64 / int32 host tensors, else one
+// aminmax (on CUDA it syncs once).
+inline std::pair<int64_t, int64_t> min_max_int(const Tensor& t) {
+  if (t.is_cpu() && t.numel() <= kHostMinMaxMax) {
+    if (t.scalar_type() == ScalarType::Long) return host_min_max<int64_t>(t);
+    if (t.scalar_type() == ScalarType::Int) return host_min_max<int32_t>(t);
+  }
+  const auto [mn_t, mx_t] = call_aten_pair("aten::aminmax", "", t, std::optional<int64_t>(), false);
+  return {item_int64(mn_t), item_int64(mx_t)};
+}
+
+// Every value of an integer tensor lies in [lo, hi).
 inline void check_index_range(const Tensor& t, int64_t lo, int64_t hi, const char* name) {
   if (t.numel() == 0) return;
-  const auto [mn_t, mx_t] = call_aten_pair("aten::aminmax", "", t, std::optional<int64_t>(), false);
-  const int64_t mn = item_int64(mn_t), mx = item_int64(mx_t);
+  const auto [mn, mx] = min_max_int(t);
   FK_CHECK_INDEX(mn >= lo && mx < hi, name, " values must lie in [", lo, ", ", hi, "), got min ", mn, " and max ", mx);
 }
 
 // Every value of an integer tensor is >= 0.
 inline void check_nonnegative(const Tensor& t, const char* name) {
   if (t.numel() == 0) return;
-  const int64_t mn = item_int64(min(t));
+  const int64_t mn = min_max_int(t).first;
   FK_CHECK_INDEX(mn >= 0, name, " values must be >= 0, got min ", mn);
 }
 

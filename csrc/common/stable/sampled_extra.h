@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/stable/alloc.h"
 #include "common/stable/calls.h"
 #include "common/stable/checks.h"
 #include "common/stable/check.h"
@@ -33,10 +34,6 @@ AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cuda_addmm_out(AtenTensorHandle out,
 #endif
 }
 
-// For a type holding tensors: torch::stable's types are hidden, and a visible type with a hidden
-// field draws -Wattributes (each unit keeps its own copy of such a type).
-#define FK_STABLE_HIDDEN __attribute__((visibility("hidden")))
-
 namespace fedkernels {
 
 // at::opmath_type of the floating dtypes: float for float16 / bfloat16 / float32, double for float64.
@@ -55,43 +52,9 @@ std::tuple<Tensor, Tensor, Tensor> call_aten_triple(const char* name, const char
           torch::stable::detail::to<Tensor>(stack[2])};
 }
 
-// t.contiguous() and t.to(dtype), each a dispatcher call only when it has work to do (ATen returns
-// t itself otherwise): the small calls pay for every call.
-inline Tensor contig(const Tensor& t) { return t.is_contiguous() ? t : torch::stable::contiguous(t); }
-inline Tensor to_dtype(const Tensor& t, ScalarType dtype) {
-  return t.scalar_type() == dtype ? t : torch::stable::to(t, dtype);
-}
-
 // Direct shim calls for the CPU kernels' per-tile tensors (allocations and views): each of these
 // through the dispatcher costs about as long as a small call's whole GEMM.
 namespace host {
-
-// Contiguous strides of `sizes`.
-inline std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> st(sizes.size(), 1);
-  for (size_t k = sizes.size(); k-- > 1;) st[k - 1] = st[k] * std::max<int64_t>(sizes[k], 1);
-  return st;
-}
-
-// An uninitialised contiguous tensor of `sizes` and `dtype` on like's device (torch.empty).
-inline Tensor empty(const Tensor& like, const std::vector<int64_t>& sizes, ScalarType dtype) {
-  const std::vector<int64_t> st = contiguous_strides(sizes);
-  const Device dev = like.device();
-  AtenTensorHandle out = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(
-      static_cast<int64_t>(sizes.size()), sizes.data(), st.data(),
-      torch::stable::detail::to<int32_t>(torch::stable::detail::from(dtype)),
-      torch::stable::detail::to<int32_t>(torch::stable::detail::from(dev.type())), like.get_device_index(), &out));
-  return Tensor(out);
-}
-inline Tensor empty(const Tensor& like, const std::vector<int64_t>& sizes) {
-  return empty(like, sizes, like.scalar_type());
-}
-inline Tensor zeros(const Tensor& like, const std::vector<int64_t>& sizes) {
-  Tensor t = empty(like, sizes);
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_zero_(t.get()));
-  return t;
-}
 
 // A view of t's storage with the given sizes and strides, starting `shift` elements after t's first
 // (the shim's _reinterpret_tensor adds its offset to t's storage offset).

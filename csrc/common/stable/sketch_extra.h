@@ -9,10 +9,6 @@
 
 #include "common/stable/tensor.h"
 
-// For a struct holding a Tensor: torch::stable's types have hidden visibility, and a struct of default
-// visibility holding one draws -Wattributes.
-#define FK_STABLE_HIDDEN __attribute__((visibility("hidden")))
-
 namespace fedkernels {
 
 // pred(begin, end) over [begin, end) in fixed chunks of `grain` (the last one shorter), combined in

@@ -14,6 +14,7 @@
 
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 
+#include "common/stable/alloc.h"
 #include "common/stable/calls.h"
 #include "common/stable/check.h"
 #include "common/stable/checks.h"
@@ -25,7 +26,7 @@ namespace fedkernels {
 
 // A 0-D tensor holding `value` (in `dtype`, rounded as a Scalar fill rounds) on t's device.
 inline Tensor scalar_like(const Tensor& t, double value, ScalarType dtype) {
-  Tensor out = torch::stable::new_empty(t, std::vector<int64_t>{}, dtype);
+  Tensor out = empty_on(t, std::vector<int64_t>{}, dtype);
   torch::stable::fill_(out, value);
   return out;
 }
@@ -78,9 +79,6 @@ constexpr int64_t kHostScanMax = int64_t{1} << 16;
 
 inline bool host_scan(const Tensor& t) { return t.is_cpu() && t.numel() <= kHostScanMax; }
 
-// t itself when contiguous, else a contiguous copy (without a dispatcher call in the common case).
-inline Tensor as_contiguous(const Tensor& t) { return t.is_contiguous() ? t : torch::stable::contiguous(t); }
-
 // Finiteness and minimum of a floating host tensor's values, read by a loop (host_scan tensors).
 struct HostFloatStats {
   bool finite = true;
@@ -89,12 +87,13 @@ struct HostFloatStats {
 inline HostFloatStats host_float_stats(const Tensor& t) {
   HostFloatStats st;
   if (t.numel() == 0) return st;
-  const Tensor c = as_contiguous(t);
+  const Tensor c = contiguous_or_self(t);
   FK_DISPATCH_FLOAT_HALF_BF16(c.scalar_type(), "spread_host_float_stats", [&] {
     const scalar_t* p = c.const_data_ptr<scalar_t>();
     double mn = std::numeric_limits<double>::infinity();
     bool finite = true;
-    for (int64_t i = 0; i < c.numel(); ++i) {
+    const int64_t n = c.numel();
+    for (int64_t i = 0; i < n; ++i) {
       const double v =
           std::is_same_v<scalar_t, double> ? static_cast<double>(p[i]) : static_cast<double>(static_cast<float>(p[i]));
       finite = finite && std::isfinite(v);
@@ -104,20 +103,6 @@ inline HostFloatStats host_float_stats(const Tensor& t) {
     st.min = mn;
   });
   return st;
-}
-
-// check_index_range (checks.h) with a host loop for host_scan tensors; the same check and message.
-inline void check_index_range_spread(const Tensor& t, int64_t lo, int64_t hi, const char* name) {
-  if (!host_scan(t) || t.scalar_type() != ScalarType::Long) return check_index_range(t, lo, hi, name);
-  if (t.numel() == 0) return;
-  const Tensor c = as_contiguous(t);
-  const int64_t* p = c.const_data_ptr<int64_t>();
-  int64_t mn = p[0], mx = p[0];
-  for (int64_t i = 1; i < c.numel(); ++i) {
-    mn = std::min(mn, p[i]);
-    mx = std::max(mx, p[i]);
-  }
-  FK_CHECK_INDEX(mn >= lo && mx < hi, name, " values must lie in [", lo, ", ", hi, "), got min ", mn, " and max ", mx);
 }
 
 }  // namespace fedkernels

@@ -15,6 +15,14 @@
 #include <ostream>
 #include <vector>
 
+// For a type holding a torch::stable type: torch declares those hidden, and GCC warns (-Wattributes)
+// when a type of default visibility holds one.
+#if defined(__GNUG__) && !defined(_WIN32)
+#define FK_STABLE_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define FK_STABLE_HIDDEN
+#endif
+
 namespace fedkernels {
 
 using Tensor = torch::stable::Tensor;

@@ -8,7 +8,7 @@
 #include <array>
 
 #include "common/stable/calls.h"
-#include "common/stable/common_extra.h"  // empty_on
+#include "common/stable/alloc.h"  // empty_on
 #include "common/stable/grad_mode.h"
 #include "common/stable/check.h"
 #include "common/stable/tensor.h"
