@@ -6,6 +6,7 @@ import torch
 
 from . import _C
 from ._validate import check_int
+from .ops._error_types import keeps_error_types
 
 _UINT64_MAX = (1 << 64) - 1
 MAX_TABLES = 1 << 16  # R: far above any sketch's use, small enough that 4R parameters cost nothing
@@ -53,6 +54,7 @@ class HashFamily:
     def __hash__(self) -> int:
         return hash((self.num_tables, self.num_buckets, self.seed))
 
+    @keeps_error_types
     def _hash(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not isinstance(ids, torch.Tensor):
             try:

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
+from ._error_types import keeps_error_types
 
 # float lam -> its 0-d float64 tensor per device, so repeated calls skip making one (a cost that
 # shows on short rows). Never handed to the caller and never written, so sharing is safe.
@@ -42,6 +43,7 @@ def _needs_autograd_layer(z: torch.Tensor, lam: torch.Tensor) -> bool:
     )
 
 
+@keeps_error_types
 def prox_tv1d(z: torch.Tensor, lam: float | torch.Tensor, anchored: bool = True, block_size: int = 0) -> torch.Tensor:
     """Exact 1D total-variation prox of every row of ``z``.
 

@@ -8,6 +8,7 @@ import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
 from .._validate import as_csr, as_int64, check_int
+from ._error_types import keeps_error_types
 
 _MASK64 = (1 << 64) - 1
 _REDUCTIONS = ("mean", "sum", "none")
@@ -28,6 +29,7 @@ def negatives_seed(seed: int, client: int) -> int:
     return _splitmix64_at((seed & _MASK64) ^ 0xD1B54A32D192ED03, client) & 0x7FFFFFFFFFFFFFFF
 
 
+@keeps_error_types
 def sample_negatives(positives: torch.Tensor, num_classes: int, m: int, seed: int) -> torch.Tensor:
     """Draw ``m`` distinct negative classes uniformly from ``[0, num_classes)`` minus ``positives``.
 
@@ -52,6 +54,7 @@ def sample_negatives(positives: torch.Tensor, num_classes: int, m: int, seed: in
     return torch.ops.fedkernels.sample_negatives(as_int64("positives", positives), num_classes, m, seed)
 
 
+@keeps_error_types
 def sample_negatives_batched(
     indptr: torch.Tensor, indices: torch.Tensor, num_classes: int, m: int, seed: int
 ) -> torch.Tensor:
@@ -109,6 +112,7 @@ def linear_cross_entropy(
 ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
+@keeps_error_types
 def linear_cross_entropy(
     h: torch.Tensor,
     W: torch.Tensor,
@@ -224,6 +228,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         )
 
 
+@keeps_error_types
 def scatter_rows_mean(out: torch.Tensor, idx: torch.Tensor, src: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """In place: every row ``r`` named in ``idx`` becomes the weighted mean of its sources.
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
+from ._error_types import keeps_error_types
 
 # A client's contribution: (idx int64 [n], its n tensors, weight).
 SentTensors = tuple[torch.Tensor, Sequence[torch.Tensor], float]
@@ -26,6 +27,7 @@ def num_selected(num_tensors: int, fraction: float) -> int:
     return min(num_tensors, max(1, math.ceil(fraction * num_tensors - 1e-9)))
 
 
+@keeps_error_types
 def delta_norms(new: Sequence[torch.Tensor], old: Sequence[torch.Tensor], normalize: bool = False) -> torch.Tensor:
     """``||new_t - old_t||_2`` for every pair of tensors, in one pass, without allocating differences.
 
@@ -48,6 +50,7 @@ def delta_norms(new: Sequence[torch.Tensor], old: Sequence[torch.Tensor], normal
     return torch.ops.fedkernels.delta_norms(list(new), list(old), normalize)
 
 
+@keeps_error_types
 def select_topk_tensors(
     new: Sequence[torch.Tensor], old: Sequence[torch.Tensor], fraction: float, normalize: bool = False
 ) -> torch.Tensor:
@@ -103,6 +106,7 @@ def _flatten_sent(sent: Sequence[SentTensors]) -> tuple[list[torch.Tensor], torc
     )
 
 
+@keeps_error_types
 def masked_weighted_average(dst: Sequence[torch.Tensor], sent: Sequence[SentTensors]) -> None:
     """In place, one pass: ``dst[t] = sum_k w_k x_k^t / sum_k w_k`` over the clients k that sent t.
 

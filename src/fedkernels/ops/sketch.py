@@ -8,6 +8,7 @@ import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
 from .._validate import as_csr, as_table, as_tensor
+from ._error_types import keeps_error_types
 
 # label_hash.out: the one schema defined here rather than in csrc/sketch/sketch_schema.cpp, for its
 # Tag::out (torch.compile functionalizes out= ops that carry it; torch < 2.13 has no such tag, and the
@@ -19,6 +20,7 @@ _LABEL_HASH_OUT_LIB.define(
 )
 
 
+@keeps_error_types
 def label_hash(
     indptr: torch.Tensor,
     indices: torch.Tensor,
@@ -86,6 +88,7 @@ def _label_hash_out_fake(
     return out
 
 
+@keeps_error_types
 def bucket_merge(logp: torch.Tensor, table: torch.Tensor, reduce: str = "mean") -> torch.Tensor:
     """Merge per-table bucket scores into class scores.
 
@@ -111,6 +114,7 @@ def bucket_merge(logp: torch.Tensor, table: torch.Tensor, reduce: str = "mean") 
     return torch.ops.fedkernels.bucket_merge(as_tensor("logp", logp), as_table(table), reduce)
 
 
+@keeps_error_types
 def bucket_merge_topk(
     logp: torch.Tensor, table: torch.Tensor, k: int, reduce: str = "mean"
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -138,6 +142,7 @@ def bucket_merge_topk(
     return torch.ops.fedkernels.bucket_merge_topk(as_tensor("logp", logp), as_table(table), k, reduce)
 
 
+@keeps_error_types
 def count_sketch(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, num_buckets: int) -> torch.Tensor:
     """Count sketch of the last dim: ``M[..., j, table[i, j]] += signs[i, j] * x[..., i]``.
 
@@ -162,6 +167,7 @@ def count_sketch(x: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, num_
     return torch.ops.fedkernels.count_sketch(as_tensor("x", x), as_table(table), as_tensor("signs", signs), num_buckets)
 
 
+@keeps_error_types
 def count_sketch_query(
     sketch: torch.Tensor, table: torch.Tensor, signs: torch.Tensor, reduce: str = "median"
 ) -> torch.Tensor:

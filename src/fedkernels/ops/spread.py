@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from .. import _C  # noqa: F401  (registers the schemas)
+from ._error_types import keeps_error_types
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class PairWeights:
         return out
 
 
+@keeps_error_types
 def knn_classes(W: torch.Tensor, k: int, metric: str = "l2") -> tuple[torch.Tensor, torch.Tensor]:
     """Each class's k nearest other classes, exact, computed by tiles (never the ``[C, C]`` matrix).
 
@@ -89,6 +91,7 @@ def knn_classes(W: torch.Tensor, k: int, metric: str = "l2") -> tuple[torch.Tens
     return torch.ops.fedkernels.knn_classes(W, k, metric)
 
 
+@keeps_error_types
 def spreadout_loss(
     W: torch.Tensor, margin: float, k: int, pair_weight: PairWeights | None = None, metric: str = "l2"
 ) -> torch.Tensor:
@@ -120,11 +123,13 @@ def spreadout_loss(
     )
 
 
+@keeps_error_types
 def pair_weight_gather(pair_weight: PairWeights, idx: torch.Tensor) -> torch.Tensor:
     """``alpha[c, idx[c, j]]`` as float32 ``[C, k]`` (1 where the pair is not stored)."""
     return torch.ops.fedkernels.pair_weight_gather(pair_weight.indptr, pair_weight.indices, pair_weight.values, idx)
 
 
+@keeps_error_types
 def spreadout_pair_loss(
     W: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor, margin: float, metric: str = "l2"
 ) -> torch.Tensor:

@@ -9,8 +9,10 @@ import torch
 
 from .. import _C  # noqa: F401  (loads the extension, whose topk family registers the schema)
 from .._validate import check_int
+from ._error_types import keeps_error_types
 
 
+@keeps_error_types
 def linear_topk(
     h: torch.Tensor, W: torch.Tensor, bias: torch.Tensor | None = None, *, k: int, scale: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
