@@ -47,6 +47,7 @@ QUICK: dict[str, list[str]] = {
     "privacy": ["--quick"],
     "topk": ["--quick"],
     "fma_peak": ["--quick"],
+    "call_overhead": ["--quick"],
     "fl_batched": ["--quick"],
     "fl_population": ["--quick"],
     "threads": ["--quick"],
