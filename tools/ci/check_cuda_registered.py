@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import torch
 
@@ -10,6 +12,11 @@ import fedkernels
 
 
 def main() -> int:
+    installed_at = os.environ.get("FK_TEST_INSTALLED_AT")
+    if installed_at and Path(installed_at).resolve() not in Path(fedkernels.__file__).resolve().parents:
+        print(f"imported fedkernels from {fedkernels.__file__}, not from {installed_at}", file=sys.stderr)
+        return 1
+    print(f"fedkernels {fedkernels.__file__} on torch {torch.__version__}")
     if not fedkernels._C.build_info()["cuda_kernels"]:
         print("this build has no CUDA kernels", file=sys.stderr)
         return 1

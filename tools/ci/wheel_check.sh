@@ -12,20 +12,14 @@
 # environment shared with another step keeps its own fedkernels untouched.
 set -euo pipefail
 wheel=$(realpath "$1"); shift
-stubs=$(mktemp -d)
-trap 'rm -rf "$stubs"' EXIT
-for cc in cc c++ gcc g++ clang clang++ nvcc; do
-  printf '#!/bin/sh\necho "wheel check: no compiler in this environment (%s was called)" >&2\nexit 1\n' "$cc" > "$stubs/$cc"
-  chmod +x "$stubs/$cc"
-done
+source "$(dirname "$0")/no_compiler.sh"
 for py in "$@"; do
   version=$("$py" -c 'import torch; print(torch.__version__)')
   target="$stubs/site-$version"
-  PATH="$stubs:$PATH" CC="$stubs/cc" CXX="$stubs/c++" "$py" -m pip install -q --no-deps --target "$target" "$wheel"
+  install_wheel "$wheel" "$py" "$target"
   tests=${WHEEL_TESTS:-python_tests/ops python_tests/test_stable_abi.py}
   echo "== wheel $(basename "$wheel") on torch $version ($py), no compiler on PATH"
-  PATH="$stubs:$PATH" CC="$stubs/cc" CXX="$stubs/c++" PYTHONPATH="$target" FK_TEST_INSTALLED_AT="$target" \
-    "$py" -m pytest -q -n 2 -p no:cacheprovider -k "not compile" $tests
+  PYTHONPATH="$target" FK_TEST_INSTALLED_AT="$target" no_compiler "$py" -m pytest -q -n 2 -p no:cacheprovider -k "not compile" $tests
   echo "== the same wheel on torch $version: the torch.compile tests (inductor needs the C++ compiler)"
   PYTHONPATH="$target" FK_TEST_INSTALLED_AT="$target" "$py" -m pytest -q -n 2 -p no:cacheprovider -k compile $tests
 done
