@@ -5,8 +5,6 @@
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/stableivalue_conversions.h>
 
-#include <array>
-
 #include "common/stable/calls.h"
 #include "common/stable/alloc.h"  // empty_on
 #include "common/stable/grad_mode.h"
