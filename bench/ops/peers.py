@@ -17,7 +17,6 @@ from collections.abc import Callable
 from types import ModuleType
 
 import torch
-import torch._dynamo
 
 # A bench's sweep of shapes and grad modes recompiles one peer many times; room for that sweep.
 RECOMPILE_LIMIT = 64
@@ -55,6 +54,8 @@ def compiled_peer(fn: Callable[..., object], *args: object, **compile_kwargs: ob
     # dynamo compiles a function again for each new shape or grad mode, at most recompile_limit (8)
     # times per code object, and then runs it eagerly without a word: a bench sweeping shapes would
     # time eager code under the name "torch.compile". Make that an error instead (for this process).
+    import torch._dynamo  # here, not at import: a bench that stops at its arguments should not load dynamo
+
     torch._dynamo.config.fail_on_recompile_limit_hit = True
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     try:
@@ -69,6 +70,8 @@ def compiled_peer(fn: Callable[..., object], *args: object, **compile_kwargs: ob
 def fresh_compiles() -> None:
     """Forget every compiled graph (``torch._dynamo.reset()``): the next call of a compiled peer,
     cut-cross-entropy's included, compiles anew for the shapes it is given."""
+    import torch._dynamo
+
     torch._dynamo.reset()
 
 

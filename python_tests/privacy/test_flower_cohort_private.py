@@ -27,7 +27,7 @@ from fedkernels.fl.privacy.secagg import SecAggClient, mask_key, neighbours_of
 from fedkernels.fl.privacy.session import session_params
 from fedkernels.integrations.flower import cohort_client_app
 from fedkernels.integrations.flower import protocol as pr
-from fedkernels.integrations.flower.cohort_private_client import state_key
+from fedkernels.integrations.flower.cohort_private_client import FLOOR, state_key
 from fedkernels.integrations.flower.cohort_private_server import CohortPrivateFlowerStrategy, collusion_refusal
 from python_tests.support.flower_grid import MemoryGrid, task_identity
 from python_tests.support.flower_runs import NUM_CLASSES, NUM_FEATURES, client_data, make_strategy
@@ -107,7 +107,7 @@ def test_cohort_secagg_equals_in_process(name, batch):
     assert len(private) == sum(len(nodes) for nodes in per_stage.values())  # one message per node and stage
     assert fk.messages_sent[pr.COHORT_PRIVATE] == len(private)
     saved = {k for _, ctx in g.apps.values() for k in ctx.state.config_records}
-    assert saved == {state_key(c) for h in fk.history for c in h.clients}
+    assert saved == {state_key(c) for c in fk.history[-1].clients} | {FLOOR}  # the last round's only
 
 
 class DropAt:
@@ -171,6 +171,34 @@ def test_cohort_dp_equals_in_process(secagg, batch):
     eps = [h.privacy["epsilon"] for h in fk.history]
     assert eps == [h.privacy["epsilon"] for h in ref.history] and 0 < eps[0] < eps[1] < float("inf")
     assert all(h.privacy["survivors"] > 0 for h in fk.history)  # the noise was really released
+
+
+def test_a_node_keeps_only_its_newest_rounds_client_states_and_refuses_older_rounds():
+    """Central DP, 4 Poisson rounds of about 5 of 12 clients: a node keeps the private-round state of
+    its clients of the last round it was sent (and its round floor), not of every client it ever
+    served, and the run still equals the in-process one. A message of round 0 delivered again after
+    the run is refused for every client it names: for a client whose state was dropped too (it starts
+    at the node's floor), not only for one whose own state moved on."""
+    priv = replace(SECAGG, secagg=False, dp=DPConfig(0.5, noise=1.0, delta=1e-5), noise_seed=11)
+    cfg = config(rounds=4, per_round=5)
+    g = grid("fedavg", dp_noise_seed=11)
+    fk = cohort_run("fedavg", priv, cfg, g, colluding_nodes=0)
+    assert records(fk) == records(in_process("fedavg", priv, cfg))
+    ever = {c for h in fk.history for c in h.clients}
+    for node, (_, ctx) in g.apps.items():
+        kept = set(ctx.state.config_records)
+        floor = ctx.state.config_records[FLOOR]["round"]
+        last = [h for h in fk.history if any(3 * (node - 10) <= c < 3 * (node - 9) for c in h.clients)][-1]
+        mine = {c for c in last.clients if 3 * (node - 10) <= c < 3 * (node - 9)}
+        assert floor == fk.history.index(last) and kept == {FLOOR} | {state_key(c) for c in mine}
+    assert len(ever) > len(fk.history[-1].clients)  # clients whose states were dropped exist
+    old = [m for m in g.sent if m.metadata.message_type == pr.COHORT_PRIVATE and m.content.config_records[pr.KEY]["round"] == 0]
+    for m in old:
+        app, ctx = g.apps[m.metadata.dst_node_id]
+        head = app(m, ctx).content.config_records[pr.KEY]
+        named = pr.int_list_field(m.content.config_records[pr.KEY], "clients")
+        assert head["clients"] == [] and sorted(head["failed"]) == sorted(named)
+        assert all("a message of round 0 after round" in r for r in head["failed-reasons"])
 
 
 def test_rounds_whose_colluding_cohorts_exceed_the_threat_model_are_refused():

@@ -115,6 +115,11 @@ class PrivateClient:
         self._done: set[str] = set()  # what this round already had: "train", "eval" and sessions joined
         self._sessions: dict[str, _Session] = {}
 
+    @property
+    def round(self) -> int:
+        """The round this client last answered a message of (-1 before any): it refuses older ones."""
+        return self._round
+
     def _at(self, round: int) -> None:
         if round < self._round:
             raise SecAggError(f"client {self.id}: a message of round {round} after round {self._round}")

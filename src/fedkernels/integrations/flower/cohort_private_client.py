@@ -10,6 +10,13 @@ Each client's round secrets live in the node's ``context.state`` under its own k
 restored before and saved after each of its messages, so a fresh ClientApp process per message works
 as for one-client nodes. The node holds them all: it is trusted with its clients' secrets as it is
 with their data (docs/api/flower.md, "Private rounds with cohort nodes").
+
+A client's state matters only in its own round (the next round forgets it) and for its round number,
+which refuses a message of an older round. So the node keeps one round floor (the newest round it was
+sent, :data:`FLOOR`) and drops every client's state of an older round: what it holds is bounded by a
+round's cohort, not by the clients of its shard ever sampled. A client with no state starts at the
+floor, so a message of an older round is refused for every client of the node, as it was for a
+client whose own state had moved on.
 """
 
 from __future__ import annotations
@@ -29,9 +36,33 @@ from .private_client import STATE
 from .records import record_to_bytes
 
 
+FLOOR = f"{STATE}.floor"  # the context.state ConfigRecord holding the newest round the node was sent
+_PREFIX = f"{STATE}."
+
+
 def state_key(client: int) -> str:
     """The ``context.state`` ConfigRecord key of one client's private-round state on a cohort node."""
-    return f"{STATE}.{client}"
+    return f"{_PREFIX}{client}"
+
+
+def _floor(context: Context, round: int) -> int:
+    """The node's round floor after a message of ``round``: the newest round it has been sent."""
+    saved = context.state.config_records.get(FLOOR)
+    old = saved.get("round") if saved is not None else None
+    return max(round, old) if isinstance(old, int) else round
+
+
+def _keep_round(context: Context, floor: int) -> None:
+    """Record ``floor`` and drop every client's state of an older round (never read again)."""
+    records = context.state.config_records
+    records[FLOOR] = ConfigRecord({"round": floor})
+    stale = [
+        k
+        for k, rec in records.items()
+        if k.startswith(_PREFIX) and k != FLOOR and not (isinstance(rec.get("round"), int) and rec["round"] >= floor)
+    ]
+    for k in stale:
+        del records[k]
 
 
 def answer_cohort_private(
@@ -72,12 +103,16 @@ def answer_cohort_private(
         raws[i] = record_to_bytes(record)
     msgs = {c: raws[i] for c, i in zip(seeds, which, strict=True)}
     form = form_of(strategy)
+    floor = _floor(context, rnd)
+    at_floor = pl.encode({"round": torch.tensor([floor], dtype=torch.int64)})  # a client with no state
     clients: dict[int, PrivateClient] = {}
     for c in seeds:
         client = PrivateClient(c, strategy, form, data[c], train, noise_seed, device=device)
         saved = context.state.config_records.get(state_key(c))
-        if saved is not None and isinstance(saved.get("state"), bytes):
+        if saved is not None and isinstance(saved.get("state"), bytes) and saved.get("round") == floor:
             client.restore(saved["state"])  # type: ignore[arg-type]
+        else:  # no state of the node's newest round: the client starts there
+            client.restore(at_floor)
         clients[c] = client
     out: dict[int, bytes | BaseException] = {}
     batched = None
@@ -94,5 +129,6 @@ def answer_cohort_private(
             except Exception as e:  # this client's failure only (reported by id in the reply)
                 out[c] = e
     for c, client in clients.items():
-        context.state.config_records[state_key(c)] = ConfigRecord({"state": client.export()})
+        context.state.config_records[state_key(c)] = ConfigRecord({"state": client.export(), "round": client.round})
+    _keep_round(context, floor)
     return out
