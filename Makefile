@@ -64,10 +64,12 @@ demo: install
 	$(VENV)/bin/fedkernels run --demo --threads 1 $(DEMO_ARGS)
 
 # --dist loadgroup: tests marked xdist_group share a worker (the Flower deployment is started once).
+# -n 3 on 2 cores: the Flower tests spend much of their time waiting on their processes and sockets,
+# and a third worker fills that wait (docs/developing.md).
 # Two Flower deployment scenarios (marked deployment: minutes of CPU, a process per message) are their
 # own target, run by hand (not in CI: each has an in-process twin in make test).
 test: install $(VENV)/.test-deps
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 -m "not deployment" python_tests --ignore=python_tests/fuzz
+	$(PY) -m pytest -q -n 3 --dist loadgroup --durations=15 -m "not deployment" python_tests --ignore=python_tests/fuzz
 
 test-deployment: install $(VENV)/.test-deps
 	$(PY) -m pytest -q -m deployment --durations=10 python_tests

@@ -242,6 +242,8 @@ def _mask_key_shares(g: MemoryGrid, nodes: list[int]) -> tuple[dict[int, dict[in
     for node in nodes:
         ctx = g.apps[node][1]
         for key, rec in ctx.state.config_records.items():
+            if key == FLOOR:
+                continue
             saved = pl.decode(rec["state"])
             params, _ = session_params(
                 {k[len("upd/advertise/") :]: t for k, t in saved.items() if k.startswith("upd/advertise/")}
