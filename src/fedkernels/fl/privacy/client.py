@@ -83,7 +83,8 @@ class PrivateClient:
         client_id: this client.
         strategy: the algorithm (client side only).
         form: its round as sums (:func:`~fedkernels.fl.privacy.forms.form_of`).
-        data: this client's data.
+        data: this client's data, or a callable that reads it (called each time the client needs it:
+            a population in a :class:`~fedkernels.data.client_store.ClientStore` stays on disk).
         train: local training settings.
         noise_seed: None (DP noise from the OS's CSPRNG: the private choice) or a seed for
             reproducible experiments.
@@ -99,13 +100,14 @@ class PrivateClient:
         client_id: int,
         strategy: Strategy,
         form: DenseForm,
-        data: ClientData,
+        data: ClientData | Callable[[], ClientData],
         train: TrainConfig,
         noise_seed: int | None = None,
         held_out: Callable[[], ClientData] | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
-        self.id, self.strategy, self.form, self.data, self.train = client_id, strategy, form, data, train
+        self.id, self.strategy, self.form, self.train = client_id, strategy, form, train
+        self._data = data
         self.device = torch.device(device)
         self.noise_seed, self.held_out = noise_seed, held_out
         self._round = -1
@@ -114,6 +116,18 @@ class PrivateClient:
         self._report: torch.Tensor | None = None  # the evaluation vector, in the clear
         self._done: set[str] = set()  # what this round already had: "train", "eval" and sessions joined
         self._sessions: dict[str, _Session] = {}
+
+    @property
+    def data(self) -> ClientData:
+        """This client's data (read again each time when it was given as a callable)."""
+        return self._data() if callable(self._data) else self._data
+
+    def end_round(self) -> None:
+        """Drop what this client holds for its round (its contribution and report in the clear, its
+        request, its sessions' secrets): nothing reads them once the round is over. It keeps its round
+        number, so it still refuses that round's messages and older ones' (:meth:`handle`)."""
+        self._request, self._vector, self._report, self._sessions = None, None, None, {}
+        self._done.update({TRAIN, EVAL, *(f"session {s}" for s in SESSIONS)})
 
     @property
     def round(self) -> int:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +36,7 @@ import torch
 
 from .. import evaluation as ev
 from .. import payload as pl
+from ...data.client_store import ClientStore
 from ..client import call_with_deadline
 from ..privacy_settings import check_int, check_real, check_strategy_dp
 from ..round import Answer, failure_reason
@@ -50,6 +51,7 @@ from .accounting import RunAccountant, make_accountant
 from .client import CTL, TRAIN, PrivateClient, train_together
 from .evaluation import ACK_SPEC, private_evaluation
 from .forms import DenseForm, RowsForm, form_of
+from .population import PrivateClients
 from .ring import RingCodec
 from .secagg_params import graph_params
 from .session import Exchange, Tally, secure_sum
@@ -255,7 +257,7 @@ class PrivateServer(Server):
     def __init__(
         self,
         strategy: Strategy,
-        clients: list[ClientData],
+        clients: Sequence[ClientData],
         num_features: int,
         num_classes: int,
         config: RunConfig,
@@ -269,13 +271,14 @@ class PrivateServer(Server):
         self.q = config.clients_per_round / len(clients)
         self.sigma = calibrated_sigma(privacy, config, len(clients))
         self.unrunnable = unrunnable_chance(privacy, config, len(clients))
-        self.private_clients = [
-            PrivateClient(c, strategy, self.form, data, config.train, privacy.noise_seed, device=self.device)
-            for c, data in enumerate(clients)
-        ]
-        self.private_endpoints: list[Any] = [  # PrivateClient or a wrapper with its handle()
-            client_wrapper(c, ep) if client_wrapper is not None else ep for c, ep in enumerate(self.private_clients)
-        ]
+        # made when a round first asks for one; a client of a ClientStore reads its data when it needs it
+        store = isinstance(clients, ClientStore)
+
+        def make(c: int) -> PrivateClient:
+            data = functools.partial(clients.__getitem__, c) if store else clients[c]
+            return PrivateClient(c, strategy, self.form, data, config.train, privacy.noise_seed, device=self.device)
+
+        self.private_clients = PrivateClients(make, len(clients), client_wrapper)
         self.noise_generator = dp.noise_generator(privacy.noise_seed)
 
     @property
@@ -321,7 +324,7 @@ class PrivateServer(Server):
         out: dict[int, Answer] = {}
         for c, msg in messages.items():
             seed = derive_seed(self.config.seed, "client", round, c)
-            ep = self.private_endpoints[c]
+            ep = self.private_clients.endpoint(c)
             try:
                 out[c] = call_with_deadline(
                     functools.partial(ep.handle, kind, round, seed, msg), self.config.client_timeout
@@ -341,7 +344,7 @@ class PrivateServer(Server):
             return None
         if cfg.train.dp_sample_clip is not None and self.device.type == "cpu":
             return None
-        ends = [self.private_endpoints[c] for c in messages]
+        ends = [self.private_clients.endpoint(c) for c in messages]
         if any(type(e) is not PrivateClient for e in ends):  # a wrapper (a test's dropout) answers itself
             return None
         seeds = {c: derive_seed(cfg.seed, "client", round, c) for c in messages}
@@ -349,6 +352,7 @@ class PrivateServer(Server):
 
     # ---- one round ---------------------------------------------------------------------------------
     def run_round(self) -> RoundRecord:
+        self.private_clients.end_round()  # the last round's clients drop its secrets: never read again
         rec = private_round(self, self.exchange_private)
         self.record(rec)
         return rec
