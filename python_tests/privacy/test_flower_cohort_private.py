@@ -192,7 +192,8 @@ def test_a_node_keeps_only_its_newest_rounds_client_states_and_refuses_older_rou
         mine = {c for c in last.clients if 3 * (node - 10) <= c < 3 * (node - 9)}
         assert floor == fk.history.index(last) and kept == {FLOOR} | {state_key(c) for c in mine}
     assert len(ever) > len(fk.history[-1].clients)  # clients whose states were dropped exist
-    old = [m for m in g.sent if m.metadata.message_type == pr.COHORT_PRIVATE and m.content.config_records[pr.KEY]["round"] == 0]
+    private = [m for m in g.sent if m.metadata.message_type == pr.COHORT_PRIVATE]
+    old = [m for m in private if m.content.config_records[pr.KEY]["round"] == 0]
     for m in old:
         app, ctx = g.apps[m.metadata.dst_node_id]
         head = app(m, ctx).content.config_records[pr.KEY]

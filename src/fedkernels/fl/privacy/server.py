@@ -30,13 +30,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
+from ...data.client_store import ClientStore
 from .. import evaluation as ev
 from .. import payload as pl
-from ...data.client_store import ClientStore
 from ..client import call_with_deadline
 from ..privacy_settings import check_int, check_real, check_strategy_dp
 from ..round import Answer, failure_reason

@@ -35,7 +35,6 @@ from . import protocol as pr
 from .private_client import STATE
 from .records import record_to_bytes
 
-
 FLOOR = f"{STATE}.floor"  # the context.state ConfigRecord holding the newest round the node was sent
 _PREFIX = f"{STATE}."
 
@@ -56,11 +55,7 @@ def _keep_round(context: Context, floor: int) -> None:
     """Record ``floor`` and drop every client's state of an older round (never read again)."""
     records = context.state.config_records
     records[FLOOR] = ConfigRecord({"round": floor})
-    stale = [
-        k
-        for k, rec in records.items()
-        if k.startswith(_PREFIX) and k != FLOOR and not (isinstance(rec.get("round"), int) and rec["round"] >= floor)
-    ]
+    stale = [k for k, rec in records.items() if k.startswith(_PREFIX) and k != FLOOR and rec.get("round") != floor]
     for k in stale:
         del records[k]
 
