@@ -162,10 +162,12 @@ def test_bibtex_run_gives_the_page_s_numbers(clone):
     assert said, "the page no longer states the Bibtex run's final P@1"
     got = final_p1(clone / "fedkernels-out")
     assert f"{got['FedAvg']:.3f}" == said.group(1) and f"{got['FedMLH']:.3f}" == said.group(2), got
-    # FedSS's third decimal depends on the CPU level, which the page names per level
-    by_level = {level: value for value, level in re.findall(r"([\d.]+) at (?:the )?(avx2|avx512|generic)", TEXT)}
+    # FedSS's third decimal depends on the CPU level and the host: the page names what each level gave
+    by_level: dict[str, set[str]] = {}
+    for value, level in re.findall(r"([\d.]+) at (?:the )?(avx2|avx512|generic)", TEXT):
+        by_level.setdefault(level, set()).add(value)
     level = fedkernels._info.build_info()["cpu_isa"]
-    want = {by_level[level]} if level in by_level else {said.group(3), *by_level.values()}
+    want = by_level[level] if level in by_level else {said.group(3), *(v for vs in by_level.values() for v in vs)}
     assert f"{got['FedSS']:.3f}" in want, (got, level, by_level)
 
 
