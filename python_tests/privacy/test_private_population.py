@@ -11,14 +11,13 @@ import pytest
 pytest.importorskip("cryptography", reason="needs the extra fedkernels[privacy]")
 pytest.importorskip("dp_accounting", reason="needs the extra fedkernels[privacy]")
 
-import torch
-
 from fedkernels.data.client_store import ClientStore, write_client_store
 from fedkernels.fl import payload as pl
 from fedkernels.fl.privacy import DPConfig, PrivacyConfig
 from fedkernels.fl.privacy.client import TRAIN
 from fedkernels.fl.privacy.secagg import SecAggError
 from python_tests.support.flower_runs import client_data
+from python_tests.support.hardening import same_state
 from python_tests.support.private_runs import config, private_server
 
 NUM = 12
@@ -30,10 +29,6 @@ def _clients(name: str) -> list:
 
 def _history(s) -> list:
     return [(h.clients, h.failed, h.bytes_up, h.bytes_down, h.skipped, h.privacy) for h in s.history]
-
-
-def _same_state(a, b) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize(
@@ -50,7 +45,7 @@ def test_a_store_population_is_read_per_round_and_equals_the_list(tmp_path, priv
     s.run()
     ref = private_server("fedavg", privacy, cfg, data=_clients("fedavg"))
     ref.run()
-    assert _history(s) == _history(ref) and _same_state(s.state, ref.state)
+    assert _history(s) == _history(ref) and same_state(s.state, ref.state)
     ever = {c for h in s.history for c in h.clients}
     assert s.private_clients.num_made == len(ever) < NUM
     assert store.loads > 0  # each client read when it needed its data, nothing kept by the store
