@@ -27,7 +27,10 @@ rows; each row also runs the in-process batched loop over the same store and see
 over its clients: the least disturbed by other work on a shared machine; medians and every round's
 seconds are kept too), their ratio and whether the final states are equal (bit-identical, else the max
 abs difference). Peak memory per node process: each Ray worker's VmHWM after every message it served
-(read in the ClientApp by a mod), the largest of them, and the ServerApp process's.
+(read in the ClientApp by a mod), the largest of them, and the ServerApp process's. CPU: the whole
+machine's busy CPU seconds in a measured round (``/proc/stat``, every process: server, nodes, Ray),
+median, for both runs: a round on ``cores`` cores takes at least the cohort run's over ``cores``
+(meaningful on a quiet machine only; the load note says).
 
     PYTHONPATH=src python -m bench.fl.fl_population --out bench/results/fl/fl_population.json
     PYTHONPATH=src python -m bench.fl.fl_population --quick     # 10^3 clients, 2 rounds: a smoke run
@@ -41,6 +44,7 @@ predate the field), so rows appended after a change stand apart from the rows be
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -65,6 +69,15 @@ def _rss_kib(field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds every core of the machine has spent busy since boot (``/proc/stat``: user, nice,
+    system, irq, softirq, steal), every process counted: Ray's workers and raylet too."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def _write_synthetic(path: Path, num_clients: int, features: int) -> float:
@@ -206,16 +219,24 @@ def run_flower_one(args: argparse.Namespace) -> dict:
         )  # fmt: skip
         done = Path(tmp, "server.pt")
 
+        class BusyMarked(CohortFlowerStrategy):
+            """The machine's busy CPU seconds at the end of every round (after its aggregation)."""
+
+            def aggregate_train(self, server_round, replies):
+                out = super().aggregate_train(server_round, replies)
+                self.busy = [*getattr(self, "busy", []), _machine_busy_s()]
+                return out
+
         def on_done(ctx, fk) -> None:
             rounds = [h.seconds for h in fk.history]
             failed = sum(len(h.failed) for h in fk.history)
-            info = {"rounds": rounds, "failed": failed, "discovery_s": fk.discovery_seconds}
+            info = {"rounds": rounds, "failed": failed, "discovery_s": fk.discovery_seconds, "busy": fk.busy}
             info["messages"] = dict(fk.messages_sent)
             info["server_vmhwm_mib"] = _rss_kib("VmHWM") / 1024
             torch.save({"state": fk.state, "info": info}, done)
 
         server = server_app(
-            lambda ctx: CohortFlowerStrategy(_strategy_and_train(args.kind)[0], F, C, N, cfg, startup_grace=600.0),
+            lambda ctx: BusyMarked(_strategy_and_train(args.kind)[0], F, C, N, cfg, startup_grace=600.0),
             on_done=on_done,
         )
         w = time.perf_counter()
@@ -226,9 +247,11 @@ def run_flower_one(args: argparse.Namespace) -> dict:
     # the in-process batched loop over the same store and seed (no per-call deadline, as in process)
     ref_cfg = dataclasses.replace(cfg, client_timeout=None)
     ref = Server(_strategy_and_train(args.kind)[0], ClientStore(args.store, max_resident=k), F, C, ref_cfg)
-    ref_rounds = []
+    ref_rounds, ref_busy = [], []
     for _ in range(n_rounds):
+        busy = _machine_busy_s()
         ref_rounds.append(ref.run_round().seconds)
+        ref_busy.append(_machine_busy_s() - busy)
     state, want = got["state"], ref.state
     equal = all(state[n].dtype == want[n].dtype and torch.equal(state[n], want[n]) for n in want)
     diff = max(float((state[n].double() - want[n].double()).abs().max()) if want[n].numel() else 0.0 for n in want)
@@ -248,6 +271,12 @@ def run_flower_one(args: argparse.Namespace) -> dict:
         "inprocess_round_s_median": statistics.median(ref_rounds[1:]),
         "round_s": info["rounds"],
         "inprocess_round_s": ref_rounds,
+        # the whole machine's busy CPU seconds in a measured round (median): what the cohort run costs in
+        # CPU, every process counted, against the in-process loop's; on this many cores a round cannot
+        # take less than the first over the second
+        "machine_cpu_s_per_round": statistics.median(b - a for a, b in itertools.pairwise(info["busy"])),
+        "inprocess_machine_cpu_s_per_round": statistics.median(ref_busy[1:]),
+        "cores": os.cpu_count(),
         "discovery_s": info["discovery_s"],
         "simulation_wall_s": wall,
         "equal": "bit-identical" if equal else "differs",

@@ -28,6 +28,7 @@ from fedkernels.integrations.flower import (
 )
 from fedkernels.integrations.flower import protocol as pr
 from fedkernels.integrations.flower.cohort_replies import MISSING
+from fedkernels.integrations.flower.nodes import GONE
 from fedkernels.testing.flower_sim import Settings, in_process_run, make_strategy, shard
 from python_tests.support.flower_grid import MemoryGrid, task_identity
 
@@ -98,6 +99,70 @@ def test_cohort_nodes_match_in_process(strategy, batch, nodes):
     assert fk.messages_sent[pr.IDENTIFY] == nodes and fk.messages_sent["train"] == sum(per_round)
     if strategy == "fedss":
         assert fk.messages_sent[pr.COHORT_REQUEST] == sum(per_round)
+
+
+def cohort_strategy(s: Settings) -> CohortFlowerStrategy:
+    return CohortFlowerStrategy(
+        make_strategy(s), s.num_features, s.num_classes, s.num_clients, s.run_config(), startup_grace=0.0
+    )
+
+
+def request_groups(grid: MemoryGrid) -> list[str]:
+    """The group (``request-<round>``) of every request query pushed, in order."""
+    return [m.metadata.group_id for m in grid.sent if m.metadata.message_type == pr.COHORT_REQUEST]
+
+
+def test_the_next_rounds_requests_are_asked_while_this_round_aggregates():
+    """FedSS takes a request from each client: round r+1's request queries are pushed after round r's
+    train replies came and before they are aggregated (the nodes answer while the server aggregates),
+    once per node holding a chosen client, none after the last round; the run equals in process."""
+    s = Settings(strategy="fedss", num_clients=30, clients_per_round=12, rounds=3, seed=5)
+    grid, fk = cohort_grid(s, 3), cohort_strategy(s)
+    asked_before_aggregating = []
+    aggregate = fk.aggregate_train
+
+    def spy(server_round, replies):
+        asked_before_aggregating.append(request_groups(grid)[-1])
+        return aggregate(server_round, replies)
+
+    fk.aggregate_train = spy
+    fk.start(grid)
+    assert_same_run(fk, in_process_run(s, threads=None))
+    per_round = [len({fk.nodes.node_of[c] for c in h.clients}) for h in fk.history]
+    assert request_groups(grid) == [f"request-{r}" for r in range(3) for _ in range(per_round[r])]
+    assert asked_before_aggregating == ["request-1", "request-2", "request-2"]
+    assert fk.messages_sent[pr.COHORT_REQUEST] == sum(per_round)
+
+
+def test_requests_asked_early_of_a_node_that_left_are_dropped_and_asked_again():
+    """A node leaves while round 1 aggregates, after round 2's requests were asked of it: round 2's
+    refreshed shard map differs, so the early queries are dropped (not waited for) and the live
+    clients asked again; the node's clients fail "gone", as when nothing is asked early."""
+    s = Settings(strategy="fedss", num_clients=30, clients_per_round=12, rounds=2, seed=5)
+
+    def run(early: bool) -> tuple[CohortFlowerStrategy, MemoryGrid]:
+        grid, fk = cohort_grid(s, 3), cohort_strategy(s)
+        aggregate = fk.aggregate_train
+
+        def leave_in_round_1(server_round, replies):
+            if server_round == 1:
+                grid.offline.add(11)
+            return aggregate(server_round, replies)
+
+        fk.aggregate_train = leave_in_round_1
+        if not early:
+            fk._ask_early = lambda grid, r: None
+        fk.start(grid)
+        return fk, grid
+
+    fk, grid = run(early=True)
+    ref, _ = run(early=False)
+    assert_same_run(fk, ref)
+    a, b = node_shard({"partition-id": 1, "num-partitions": 3}, 30)
+    gone = [c for c in fk.history[1].clients if a <= c < b]
+    assert gone and fk.history[1].failed == [(c, GONE) for c in gone]
+    groups = request_groups(grid)
+    assert groups.count("request-1") == 3 + 2  # asked early of all three, then of the two left
 
 
 def test_a_node_trains_its_cohort_in_one_batched_pass(monkeypatch):

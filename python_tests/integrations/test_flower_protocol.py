@@ -32,7 +32,7 @@ from fedkernels.integrations.flower import (
     record_to_payload,
 )
 from fedkernels.integrations.flower import server as flower_server
-from fedkernels.integrations.flower.exchange import exchange
+from fedkernels.integrations.flower.exchange import PendingExchange, exchange
 from fedkernels.integrations.flower.protocol import identity_mismatch, run_identity
 from fedkernels.integrations.flower.records import record_to_carried, tensor_to_array
 from python_tests.support.fl_data import tiny_clients
@@ -222,6 +222,26 @@ def test_deadline_counts_per_message_not_per_fan_out():
     stalled = QueueGrid(workers=1, service=1.0, hung={0})  # the first message hangs the only worker
     got = exchange(stalled, msgs, timeout=3.0, clock=stalled.clock, sleep=stalled.sleep)
     assert got == {} and stalled.now <= 3.5
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_a_pending_exchange_pushes_at_once_and_takes_replies_that_came_meanwhile(window):
+    """What the cohort server asks early: the messages are out when the exchange is made (all of
+    them, or the window's first), the caller works meanwhile (here: the clock passes every reply's
+    time, but not the timeout), and collect takes the replies that came at its first pull (the rest of
+    a window as room frees), the same replies as one exchange."""
+    msgs = {n: Message(RecordDict({}), n, "query", group_id="q") for n in range(8)}
+    grid = QueueGrid(workers=8, service=1.0)
+    pending = PendingExchange(grid, msgs, timeout=5.0, window=window, clock=grid.clock, sleep=grid.sleep)
+    assert grid.most == (8 if window is None else 3) and not pending.replies
+    grid.now += 4.0  # the caller's own work: the pushed messages were served meanwhile
+    got = pending.collect()
+    assert sorted(got) == list(range(8)) and all(got[n].metadata.reply_to_message_id for n in got)
+    # no wait for what came; a window of 3 serves the other 5 in two more turns (a poll of at most 0.5 s late each)
+    assert grid.now <= (4.0 if window is None else 4.0 + 2 * (1.0 + 0.5)), grid.now
+    assert pending.collect() == got  # collected once: a second collect returns the same, waits none
+    again = QueueGrid(workers=8, service=1.0)
+    assert sorted(exchange(again, msgs, 5.0, window, again.clock, again.sleep)) == sorted(got)
 
 
 # ---- nodes that come and go --------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from ...fl.round import (
     ClientFailed,
     Round,
     Upload,
+    client_seed,
     has_setup_exchange,
     select_clients,
     tensor_identity,
@@ -46,13 +47,29 @@ from ...fl.strategy import Strategy
 from . import protocol as pr
 from .app import PRIVACY_KEYS, REMOVED_PRIVACY_KEYS, run_config_from
 from .cohort_replies import split_reply
-from .exchange import exchange
+from .exchange import PendingExchange, exchange
 from .nodes import GONE
 from .records import ArrayCache, payload_to_record
 from .server import DEFAULT_STARTUP_GRACE, MAX_IDENTIFY_TRIES, TIMED_OUT, FlowerStrategy
 from .shards import ShardRegistry
 
 COHORT_MAX_POLL = 0.05  # seconds between pulls at most while node replies are awaited
+Sent = dict[int, tuple[Message, list[int]]]  # node -> (its message, its clients)
+
+
+@dataclasses.dataclass
+class _EarlyRequests:
+    """A round's request queries pushed before the round (while the last one aggregates)."""
+
+    round: int
+    seeds: dict[int, int]  # the clients asked (the chosen ones with a node then) and their seeds
+    sent: Sent
+    pending: PendingExchange
+
+    @property
+    def asked(self) -> dict[int, list[int]]:
+        """node -> the clients it was asked for."""
+        return {node: clients for node, (_, clients) in self.sent.items()}
 
 
 class CohortFlowerStrategy(FlowerStrategy):
@@ -100,18 +117,25 @@ class CohortFlowerStrategy(FlowerStrategy):
             max_in_flight=max_in_flight,
         )  # fmt: skip
         self.nodes: ShardRegistry = ShardRegistry(num_clients)  # type: ignore[assignment]
-        self._sent: dict[int, tuple[Message, list[int]]] = {}  # node -> (its message, its clients)
+        self._sent: Sent = {}
+        self._early: _EarlyRequests | None = None
 
     # ---- one round -----------------------------------------------------------------------------
     def train_round(self, grid: Grid, server_round: int) -> MetricRecord | None:
+        """One round: its train exchange; then, before aggregating it, the next round's request
+        queries go out (a request depends on the client's data, round and seed, not on the state), so
+        the nodes answer them while the server aggregates."""
         train = self.configure_train(server_round, ArrayRecord(), ConfigRecord(), grid)
-        return self.aggregate_train(server_round, self._push(grid, train))[1]
+        replies = self._push(grid, train)
+        if self.rounds_planned is not None and server_round < self.rounds_planned:
+            self._ask_early(grid, server_round)  # round index server_round is the next round
+        return self.aggregate_train(server_round, replies)[1]
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Refresh the shard map, select the round's clients, ask the requests (one message per node,
-        if the strategy takes any) and build one train message per node."""
+        if the strategy takes any: those asked early if they were) and build one train message per node."""
         r = server_round - 1
         self._grid = grid
         if self._refreshed != r:
@@ -200,11 +224,13 @@ class CohortFlowerStrategy(FlowerStrategy):
         # a node's reply takes a whole cohort's work: poll often (few messages are out, pulls are cheap)
         return list(exchange(grid, batch, self.timeout, self.max_in_flight, max_poll=COHORT_MAX_POLL).values())
 
-    def _match(self, replies: Iterable[Message]) -> dict[int, Message | None]:
-        """Each messaged node's reply (None: none came), matched by message id and source node."""
+    def _match(self, replies: Iterable[Message], sent: Sent | None = None) -> dict[int, Message | None]:
+        """Each messaged node's reply (None: none came), matched by message id and source node
+        (``sent``: the messages, default the last exchange's)."""
+        sent = self._sent if sent is None else sent
         self._online = None
-        by_id = {m.metadata.message_id: node for node, (m, _) in self._sent.items()}
-        out: dict[int, Message | None] = dict.fromkeys(self._sent)
+        by_id = {m.metadata.message_id: node for node, (m, _) in sent.items()}
+        out: dict[int, Message | None] = dict.fromkeys(sent)
         for m in replies:
             node = by_id.get(m.metadata.reply_to_message_id)
             if node is None or out[node] is not None:
@@ -215,12 +241,19 @@ class CohortFlowerStrategy(FlowerStrategy):
         return out
 
     def _split(
-        self, node: int, reply: Message | None, limit: Callable[[int], int], weighted: bool, carried: bool = False
+        self,
+        node: int,
+        reply: Message | None,
+        limit: Callable[[int], int],
+        weighted: bool,
+        carried: bool = False,
+        sent: Sent | None = None,
     ) -> tuple[dict[int, Upload], dict[int, int]]:
         """Node ``node``'s reply as each of its clients' answer (payload bytes, or with ``carried`` its
         tensors, checked against ``limit(client)`` before any tensor is built, ``None``, or the failure
-        to record) and, with ``weighted``, each answering client's example count."""
-        _, clients = self._sent[node]
+        to record) and, with ``weighted``, each answering client's example count (``sent``: the
+        messages, default the last exchange's)."""
+        _, clients = (self._sent if sent is None else sent)[node]
         if reply is None or reply.has_error():
             if self._online is None and self._grid is not None:
                 self._online = set(self._grid.get_node_ids())
@@ -236,23 +269,56 @@ class CohortFlowerStrategy(FlowerStrategy):
         except pl.PayloadError as e:  # the reply as a whole is malformed: every client of the node fails
             return dict.fromkeys(clients, e), {}
 
-    def _cohort_requests(self, grid: Grid, rnd: Round) -> dict[int, Answer]:
-        """The live chosen clients' raw requests, one query per node (``None``: it made none)."""
-        seeds, limit = rnd.seeds(), rnd.request_limit()
-        self._sent = {}
+    def _request_messages(self, r: int, seeds: Mapping[int, int]) -> Sent:
+        """One request query per node for round ``r``'s live clients ``seeds`` (client -> seed)."""
+        sent: Sent = {}
         for node, clients in self._by_node(list(seeds)).items():
             msg = Message(
-                RecordDict({pr.KEY: self._cohort_header(rnd.round, clients, seeds)}),
+                RecordDict({pr.KEY: self._cohort_header(r, clients, seeds)}),
                 node,
                 pr.COHORT_REQUEST,
-                group_id=f"request-{rnd.round}",
+                group_id=f"request-{r}",
                 ttl=self._ttl(),
             )
-            self._sent[node] = (msg, clients)
+            sent[node] = (msg, clients)
+        self.messages_sent[pr.COHORT_REQUEST] += len(sent)
+        return sent
+
+    def _ask_early(self, grid: Grid, r: int) -> None:
+        """Push round ``r``'s request queries now (its clients selected as its :meth:`configure_train`
+        will, over the shard map as it stands), to be collected there; nothing if the strategy takes
+        none."""
+        self._early = None
+        if self.strategy.request_spec(self.state) is None:
+            return
+        chosen = select_clients(self.config.seed, r, self.num_clients, self.config.clients_per_round)
+        seeds = {c: client_seed(self.config.seed, r, c) for c in chosen if c in self.nodes.node_of}
+        sent = self._request_messages(r, seeds)
+        batch = {node: m for node, (m, _) in sent.items()}
+        pending = PendingExchange(grid, batch, self.timeout, self.max_in_flight, max_poll=COHORT_MAX_POLL)
+        self._early = _EarlyRequests(r, seeds, sent, pending)
+
+    def _cohort_requests(self, grid: Grid, rnd: Round) -> dict[int, Answer]:
+        """The live chosen clients' raw requests, one query per node (``None``: it made none): those
+        asked early (:meth:`_ask_early`) if the round's refreshed shard map still gives the same nodes
+        the same clients (else, e.g. a node left or joined since, they are dropped and all asked now)."""
+        seeds, limit = rnd.seeds(), rnd.request_limit()
+        early, self._early = self._early, None
+        if (
+            early is not None
+            and early.round == rnd.round
+            and early.seeds == seeds
+            and early.asked == self._by_node(list(seeds))
+        ):
+            sent, got = early.sent, early.pending.collect()
+        else:
+            sent = self._request_messages(rnd.round, seeds)
+            batch = {node: m for node, (m, _) in sent.items()}
+            got = exchange(grid, batch, self.timeout, self.max_in_flight, max_poll=COHORT_MAX_POLL)
         out: dict[int, Answer] = {}
-        for node, reply in self._match(self._push(grid, [m for m, _ in self._sent.values()])).items():
-            got, _ = self._split(node, reply, lambda c: limit, weighted=False)
-            out.update(cast("dict[int, Answer]", got))  # not carried: bytes, never Carried
+        for node, reply in self._match(got.values(), sent).items():
+            split, _ = self._split(node, reply, lambda c: limit, weighted=False, sent=sent)
+            out.update(cast("dict[int, Answer]", split))  # not carried: bytes, never Carried
         return out
 
     def _refresh(self, grid: Grid, r: int, startup_wait: float | None = None) -> None:

@@ -47,6 +47,77 @@ def hard_cap(timeout: float, num_messages: int) -> float:
     return timeout * max(1, num_messages)
 
 
+class PendingExchange:
+    """An exchange under way: :meth:`__init__` validates and pushes (the first ``window`` messages),
+    :meth:`collect` pulls the replies under the progress deadline. Between the two the caller may do
+    other work (e.g. aggregate a round while the nodes answer the next round's queries); the deadline
+    counts from the push, and replies that came meanwhile are taken at the first pull.
+
+    Args: as :func:`exchange`.
+
+    Raises:
+        ValueError: ``timeout`` not positive, or ``window`` < 1.
+    """
+
+    def __init__(
+        self,
+        grid: PushPullGrid,
+        messages: Mapping[K, Message],
+        timeout: float,
+        window: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        max_poll: float = MAX_POLL,
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        if window is not None and window < 1:
+            raise ValueError(f"window must be >= 1 or None, got {window}")
+        self.grid, self.messages, self.timeout, self.window = grid, messages, timeout, window
+        self.clock, self.sleep, self.max_poll = clock, sleep, max_poll
+        self.queue = list(messages)
+        self.queue.reverse()  # pop() sends them in the caller's order
+        self.dst = {k: messages[k].metadata.dst_node_id for k in self.queue}
+        self.pending: dict[str, K] = {}
+        self.replies: dict[K, Message] = {}
+        self.last = self.clock()
+        self.end = self.last + hard_cap(timeout, len(self.queue))
+        self._push()
+
+    def _push(self) -> None:
+        room = len(self.queue) if self.window is None else min(len(self.queue), self.window - len(self.pending))
+        batch = [self.queue.pop() for _ in range(room)]
+        if batch:
+            ids = self.grid.push_messages([self.messages[k] for k in batch])
+            # a refused one stays out
+            self.pending.update((mid, k) for mid, k in zip(ids, batch, strict=True) if mid)
+
+    def collect(self) -> dict[K, Message]:
+        """Wait for the replies: key -> reply for every message answered in time (a reply may carry
+        an error); keys missing timed out or were never pushed (the deadline passed first)."""
+        poll = FIRST_POLL
+        while self.pending:
+            progress = False
+            for reply in self.grid.pull_messages(list(self.pending)):
+                mid = reply.metadata.reply_to_message_id
+                k = self.pending.get(mid)
+                if k is None or (not reply.has_error() and reply.metadata.src_node_id != self.dst[k]):
+                    continue  # a stranger's reply, or one already taken
+                self.replies[k] = reply
+                del self.pending[mid]
+                progress = True
+            now = self.clock()
+            if progress:
+                self.last, poll = now, FIRST_POLL
+                self._push()
+            if not self.pending or now - self.last >= self.timeout or now >= self.end:
+                break
+            self.sleep(min(poll, max(0.0, min(self.last + self.timeout, self.end) - now)))
+            poll = min(self.max_poll, poll * 1.5)
+        self.pending.clear()  # what is still out now timed out: a later collect returns the same replies
+        return self.replies
+
+
 def exchange(
     grid: PushPullGrid,
     messages: Mapping[K, Message],
@@ -71,47 +142,13 @@ def exchange(
     Returns:
         key -> reply for every message answered in time (a reply may carry an error). Keys missing
         from the result timed out (or were never pushed: the deadline passed first).
+
+    Raises:
+        ValueError: ``timeout`` not positive, or ``window`` < 1 (with messages to send).
     """
     if not messages:
         return {}
-    if not timeout > 0:
-        raise ValueError(f"timeout must be positive, got {timeout}")
-    if window is not None and window < 1:
-        raise ValueError(f"window must be >= 1 or None, got {window}")
-    queue = list(messages)
-    queue.reverse()  # pop() sends them in the caller's order
-    dst = {k: messages[k].metadata.dst_node_id for k in queue}
-    pending: dict[str, K] = {}
-    replies: dict[K, Message] = {}
-    start = last = clock()
-    end, poll = start + hard_cap(timeout, len(queue)), FIRST_POLL
-
-    def push() -> None:
-        batch = [queue.pop() for _ in range(min(len(queue), (window or len(queue)) - len(pending)))]
-        if batch:
-            ids = grid.push_messages([messages[k] for k in batch])
-            pending.update((mid, k) for mid, k in zip(ids, batch, strict=True) if mid)  # a refused one stays out
-
-    push()
-    while pending:
-        progress = False
-        for reply in grid.pull_messages(list(pending)):
-            mid = reply.metadata.reply_to_message_id
-            k = pending.get(mid)
-            if k is None or (not reply.has_error() and reply.metadata.src_node_id != dst[k]):
-                continue  # a stranger's reply, or one already taken
-            replies[k] = reply
-            del pending[mid]
-            progress = True
-        now = clock()
-        if progress:
-            last, poll = now, FIRST_POLL
-            push()
-        if not pending or now - last >= timeout or now >= end:
-            break
-        sleep(min(poll, max(0.0, min(last + timeout, end) - now)))
-        poll = min(max_poll, poll * 1.5)
-    return replies
+    return PendingExchange(grid, messages, timeout, window, clock, sleep, max_poll).collect()
 
 
 def deadline_ttl(timeout: float, num_messages: int) -> float:

@@ -153,6 +153,7 @@ class FlowerStrategy(_FlowerStrategy):
         self._eval_sample: list[int] = []
         self._online: set[int] | None = None  # the online nodes, read once per batch of replies
         self._refreshed: int | None = None  # the round the node map was last refreshed for
+        self.rounds_planned: int | None = None  # the rounds start() runs to (None outside start())
 
     # ---- the run -------------------------------------------------------------------------------
     def summary(self) -> None:
@@ -187,6 +188,7 @@ class FlowerStrategy(_FlowerStrategy):
         evaluation (before round 1 and every ``eval_every`` rounds); ``on_round(record)`` is called
         after each round's checkpoint."""
         rounds = self.config.rounds if num_rounds is None else num_rounds
+        self.rounds_planned = rounds
         if timeout is not None:
             self.timeout = timeout
         self._grid = grid
