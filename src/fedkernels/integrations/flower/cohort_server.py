@@ -64,7 +64,7 @@ class _EarlyRequests:
     round: int
     seeds: dict[int, int]  # the clients asked (the chosen ones with a node then) and their seeds
     sent: Sent
-    pending: PendingExchange
+    pending: PendingExchange[int]
 
     @property
     def asked(self) -> dict[int, list[int]]:
@@ -304,6 +304,7 @@ class CohortFlowerStrategy(FlowerStrategy):
         the same clients (else, e.g. a node left or joined since, they are dropped and all asked now)."""
         seeds, limit = rnd.seeds(), rnd.request_limit()
         early, self._early = self._early, None
+        got: dict[int, Message]
         if (
             early is not None
             and early.round == rnd.round

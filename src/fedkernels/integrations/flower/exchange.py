@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from flwr.app import Message
 
@@ -47,7 +47,7 @@ def hard_cap(timeout: float, num_messages: int) -> float:
     return timeout * max(1, num_messages)
 
 
-class PendingExchange:
+class PendingExchange(Generic[K]):
     """An exchange under way: :meth:`__init__` validates and pushes (the first ``window`` messages),
     :meth:`collect` pulls the replies under the progress deadline. Between the two the caller may do
     other work (e.g. aggregate a round while the nodes answer the next round's queries); the deadline
