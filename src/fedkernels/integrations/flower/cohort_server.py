@@ -11,6 +11,12 @@ count and round tag. The server splits the reply and checks each upload as a one
 per-client byte bound before any tensor is built, spec, strategy check, round tag, then the round
 protocol's aggregation, so a cohort run ends as the in-process run with the same seed.
 
+A strategy with client requests (FedSS, FedAwS) first gets one request query per node. A request
+depends on the client's data, round and seed, never on the model, so the next round's queries go out
+as soon as a round's train replies are in, and the nodes answer while the server aggregates; the next
+round takes those answers if its refreshed shard map still gives each node the same clients, else it
+drops them unread and asks again.
+
 A reply is checked as a whole before any upload in it is read (:mod:`.cohort_replies`): it may name
 only clients sent to that node, each once, and carry no more uploads than it was sent clients;
 otherwise every client of that node fails the round with the reason ("rejected: ..."). A sampled
