@@ -300,9 +300,12 @@ class CohortFlowerStrategy(FlowerStrategy):
         chosen = select_clients(self.config.seed, r, self.num_clients, self.config.clients_per_round)
         seeds = {c: client_seed(self.config.seed, r, c) for c in chosen if c in self.nodes.node_of}
         sent = self._request_messages(r, seeds)
+        self._early = _EarlyRequests(r, seeds, sent, self._send_queries(grid, sent))
+
+    def _send_queries(self, grid: Grid, sent: Sent) -> PendingExchange[int]:
+        """Push one query per node (``sent``); its replies keyed by node when collected."""
         batch = {node: m for node, (m, _) in sent.items()}
-        pending = PendingExchange(grid, batch, self.timeout, self.max_in_flight, max_poll=COHORT_MAX_POLL)
-        self._early = _EarlyRequests(r, seeds, sent, pending)
+        return PendingExchange(grid, batch, self.timeout, self.max_in_flight, max_poll=COHORT_MAX_POLL)
 
     def _cohort_requests(self, grid: Grid, rnd: Round) -> dict[int, Answer]:
         """The live chosen clients' raw requests, one query per node (``None``: it made none): those
@@ -310,18 +313,17 @@ class CohortFlowerStrategy(FlowerStrategy):
         the same clients (else, e.g. a node left or joined since, they are dropped and all asked now)."""
         seeds, limit = rnd.seeds(), rnd.request_limit()
         early, self._early = self._early, None
-        got: dict[int, Message]
         if (
             early is not None
             and early.round == rnd.round
             and early.seeds == seeds
             and early.asked == self._by_node(list(seeds))
         ):
-            sent, got = early.sent, early.pending.collect()
+            sent, pending = early.sent, early.pending
         else:
             sent = self._request_messages(rnd.round, seeds)
-            batch = {node: m for node, (m, _) in sent.items()}
-            got = exchange(grid, batch, self.timeout, self.max_in_flight, max_poll=COHORT_MAX_POLL)
+            pending = self._send_queries(grid, sent)
+        got = pending.collect()
         out: dict[int, Answer] = {}
         for node, reply in self._match(got.values(), sent).items():
             split, _ = self._split(node, reply, lambda c: limit, weighted=False, sent=sent)

@@ -153,7 +153,7 @@ class FlowerStrategy(_FlowerStrategy):
         self._eval_sample: list[int] = []
         self._online: set[int] | None = None  # the online nodes, read once per batch of replies
         self._refreshed: int | None = None  # the round the node map was last refreshed for
-        self.rounds_planned: int | None = None  # the rounds start() runs to (None outside start())
+        self.rounds_planned: int | None = None  # the rounds the last start() runs to (None before any)
 
     # ---- the run -------------------------------------------------------------------------------
     def summary(self) -> None:
